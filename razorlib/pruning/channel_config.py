@@ -1,0 +1,190 @@
+"""ChannelConfig: which channels of which modules a subnet keeps; JSON/YAML round trip.
+
+This is what ``export_subnet`` returns and ``deploy_subnet`` consumes.  It names modules
+and parameters and lists kept channel indices, so it slims a freshly built model of the
+same architecture without tracing it again.
+
+File layout (YAML shown; JSON has the same keys)::
+
+    version: 1
+    modules:
+      layer1.0.conv1: {in_channels: 64, out_channels: 32, raw_in_channels: 64,
+                       raw_out_channels: 64, out_index: [0, 5, 6, ...]}
+      layer1.0.bn1: {out_channels: 32, raw_out_channels: 64, out_index: [0, 5, 6, ...]}
+    params:
+      blocks.0.gamma: [{dim: 0, channels: 32, raw_channels: 64, index: [...]}]
+
+An ``*_index`` key is left out when every channel is kept.
+"""
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Union
+
+import yaml
+
+FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class ChannelSelection:
+    """Kept channel indices (ascending) out of ``raw`` channels."""
+    raw: int
+    index: tuple
+
+    def __post_init__(self):
+        index = tuple(int(i) for i in self.index)
+        if not index:
+            raise ValueError('a channel selection must keep at least one channel')
+        if list(index) != sorted(set(index)) or index[0] < 0 or index[-1] >= self.raw:
+            raise ValueError(f'channel indices must be ascending, unique and within '
+                             f'[0, {self.raw}), got {list(index)[:8]}...')
+        object.__setattr__(self, 'index', index)
+
+    @classmethod
+    def full(cls, raw: int) -> 'ChannelSelection':
+        return cls(raw, tuple(range(raw)))
+
+    @property
+    def count(self) -> int:
+        return len(self.index)
+
+    @property
+    def is_full(self) -> bool:
+        return self.count == self.raw
+
+
+@dataclass
+class ChannelConfig:
+    """Channels a subnet keeps, per module axis (``in``/``out``) and per parameter dim.
+
+    Example:
+        >>> cfg = ChannelConfig({'conv': {'out': ChannelSelection(8, (0, 2, 5))}})
+        >>> ChannelConfig.from_dict(cfg.to_dict()) == cfg
+        True
+        >>> cfg.to_dict()['modules']['conv']['out_channels']
+        3
+    """
+    modules: Dict[str, Dict[str, ChannelSelection]] = field(default_factory=dict)
+    params: Dict[str, Dict[int, ChannelSelection]] = field(default_factory=dict)
+
+    def to_dict(self) -> Dict[str, Any]:
+        modules = {}
+        for name, axes in self.modules.items():
+            entry: Dict[str, Any] = {}
+            for axis in ('in', 'out'):
+                if axis in axes:
+                    sel = axes[axis]
+                    entry[f'{axis}_channels'] = sel.count
+                    entry[f'raw_{axis}_channels'] = sel.raw
+                    if not sel.is_full:
+                        entry[f'{axis}_index'] = list(sel.index)
+            modules[name] = entry
+        params = {}
+        for name, dims in self.params.items():
+            params[name] = [dict(dim=dim, channels=sel.count, raw_channels=sel.raw,
+                                 **({} if sel.is_full else {'index': list(sel.index)}))
+                            for dim, sel in sorted(dims.items())]
+        return {'version': FORMAT_VERSION, 'modules': modules, 'params': params}
+
+    @classmethod
+    def from_dict(cls, data: Dict[str, Any]) -> 'ChannelConfig':
+        if not isinstance(data, dict) or 'modules' not in data:
+            raise ValueError("a channel config is a mapping with a 'modules' key")
+        if data.get('version', FORMAT_VERSION) != FORMAT_VERSION:
+            raise ValueError(f"unsupported channel config version {data.get('version')!r}")
+        modules = {}
+        for name, entry in data['modules'].items():
+            axes = {}
+            for axis in ('in', 'out'):
+                if f'{axis}_channels' in entry:
+                    axes[axis] = _selection(entry, f'modules.{name}', f'{axis}_channels',
+                                            f'raw_{axis}_channels', f'{axis}_index')
+            unknown = set(entry) - {f'{a}_{k}' for a in ('in', 'out')
+                                    for k in ('channels', 'index')} \
+                - {'raw_in_channels', 'raw_out_channels'}
+            if unknown:
+                raise ValueError(f'modules.{name}: unknown keys {sorted(unknown)}')
+            modules[name] = axes
+        params = {}
+        for name, dims in (data.get('params') or {}).items():
+            params[name] = {}
+            for i, entry in enumerate(dims):
+                where = f'params.{name}[{i}]'
+                if 'dim' not in entry:
+                    raise ValueError(f"{where}: missing key 'dim'")
+                params[name][int(entry['dim'])] = _selection(entry, where, 'channels',
+                                                             'raw_channels', 'index')
+        return cls(modules, params)
+
+    def dump(self, path: Union[str, Path]) -> None:
+        """Write as YAML (``.yaml``/``.yml``) or JSON (otherwise), atomically."""
+        path = Path(path)
+        data = self.to_dict()
+        if path.suffix in ('.yaml', '.yml'):
+            text = yaml.safe_dump(data, default_flow_style=None, sort_keys=False, width=100)
+        else:
+            text = json.dumps(data, indent=1)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f'.{path.name}.')
+        try:
+            with os.fdopen(fd, 'w') as f:
+                f.write(text)
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+
+    @classmethod
+    def load(cls, path: Union[str, Path]) -> 'ChannelConfig':
+        path = Path(path)
+        text = path.read_text()
+        try:
+            data = yaml.safe_load(text) if path.suffix in ('.yaml', '.yml') else json.loads(text)
+        except (yaml.YAMLError, json.JSONDecodeError) as err:
+            raise ValueError(f'{path}: not a valid channel config file: {err}') from err
+        try:
+            return cls.from_dict(data)
+        except ValueError as err:
+            raise ValueError(f'{path}: {err}') from err
+
+    def kept(self, name: str, axis: str) -> Optional[ChannelSelection]:
+        return self.modules.get(name, {}).get(axis)
+
+    def summary(self) -> List[str]:
+        """One line per pruned module: ``name: in a->b, out c->d``."""
+        lines = []
+        for name, axes in self.modules.items():
+            parts = [f'{axis} {sel.raw}->{sel.count}' for axis, sel in axes.items()
+                     if not sel.is_full]
+            if parts:
+                lines.append(f"{name}: {', '.join(parts)}")
+        return lines
+
+
+def _selection(entry: Dict[str, Any], where: str, count_key: str, raw_key: str,
+               index_key: str) -> ChannelSelection:
+    for key in (count_key, raw_key):
+        if key not in entry:
+            raise ValueError(f'{where}: missing key {key!r}')
+    count, raw = int(entry[count_key]), int(entry[raw_key])
+    index = entry.get(index_key, list(range(raw)))
+    try:
+        selection = ChannelSelection(raw, tuple(index))
+    except (TypeError, ValueError) as err:
+        raise ValueError(f'{where}.{index_key}: {err}') from err
+    if selection.count != count:
+        raise ValueError(f'{where}: {count_key}={count} but {index_key} lists '
+                         f'{selection.count} channels')
+    return selection
+
+
+def as_channel_config(cfg: Union['ChannelConfig', Dict[str, Any], str, Path]) -> ChannelConfig:
+    """Accept a ChannelConfig, its dict form, or a path to a JSON/YAML file."""
+    if isinstance(cfg, ChannelConfig):
+        return cfg
+    if isinstance(cfg, (str, Path)):
+        return ChannelConfig.load(cfg)
+    return ChannelConfig.from_dict(cfg)

@@ -1,0 +1,256 @@
+"""StructurePruner: trace a supernet, expose its channel spaces, mask and deploy subnets.
+
+The API follows mmrazor's StructurePruner: ``prepare_from_supernet`` traces the model and
+injects ``in_mask``/``out_mask`` buffers; a *subnet dict* maps each space id (the name of
+a group's leader layer) to a boolean keep-mask over the group's channels; ``set_subnet``
+writes it into the masks; ``export_subnet`` turns it into a :class:`ChannelConfig`;
+``deploy_subnet`` slices a model to a channel config.
+"""
+import random
+from abc import ABCMeta, abstractmethod
+from pathlib import Path
+from typing import Any, Dict, Mapping, Optional, Sequence, Union
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+from ..tracing import ChannelGroup, ChannelGroups, build_groups, trace
+from .channel_config import ChannelConfig, ChannelSelection
+from .masks import IN_MASK, OUT_MASK, add_masks, remove_masks, set_mask
+from .slicing import slim_model
+
+SubnetDict = Dict[str, torch.Tensor]
+
+
+def _channel_counts(module: nn.Module):
+    """(in, out) channel counts of a maskable module; in is None for norms/embeddings."""
+    for attrs in (('in_channels', 'out_channels'), ('in_features', 'out_features')):
+        if all(hasattr(module, a) for a in attrs):
+            return getattr(module, attrs[0]), getattr(module, attrs[1])
+    if isinstance(module, nn.LayerNorm):
+        return None, module.normalized_shape[-1]
+    for attr in ('num_features', 'num_channels', 'embedding_dim'):
+        if hasattr(module, attr):
+            return None, getattr(module, attr)
+    raise TypeError(f'cannot mask a {type(module).__name__}')
+
+
+class StructurePruner(metaclass=ABCMeta):
+    """Base class of structured channel pruners.
+
+    Args:
+        ratios: width ratios a subnet may keep per space, each in (0, 1].
+        except_start_keys: module-name prefixes whose output channels are never pruned.
+        strict: raise on an op or shape the tracer cannot prune through, instead of
+            freezing the channels that reach it.
+
+    Example:
+        >>> from razorlib.pruning import L1NormPruner
+        >>> pruner = L1NormPruner(ratio=0.5)
+        >>> pruner.prepare_from_supernet(model, torch.randn(1, 3, 32, 32))  # doctest: +SKIP
+        >>> pruner.set_subnet(pruner.sample_subnet())                        # doctest: +SKIP
+        >>> slim = pruner.deploy_subnet(model, pruner.export_subnet())       # doctest: +SKIP
+    """
+
+    def __init__(self, ratios: Sequence[float] = (1.0, ), except_start_keys: Sequence[str] = (),
+                 strict: bool = False):
+        ratios = tuple(float(r) for r in ratios)
+        if not ratios or any(not 0 < r <= 1 for r in ratios):
+            raise ValueError(f'ratios must be in (0, 1], got {ratios}')
+        self.ratios = ratios
+        self.except_start_keys = tuple([except_start_keys] if isinstance(except_start_keys, str)
+                                       else except_start_keys)
+        self.strict = strict
+        self.groups: Optional[ChannelGroups] = None
+        self.model: Optional[nn.Module] = None
+        self._subnet: Dict[str, np.ndarray] = {}
+        self._masked: Dict[str, nn.Module] = {}
+
+    # ------------------------------------------------------------------ preparation
+    def prepare_from_supernet(self, supernet: nn.Module, example_inputs: Any = None) -> None:
+        """Trace ``supernet``, build its channel spaces and give its modules masks."""
+        groups = build_groups(trace(supernet, example_inputs, self.strict,
+                                    self.except_start_keys))
+        self.groups, self.model = groups, supernet
+        prunable = groups.prunable
+        relevant = np.zeros(len(groups.labels), dtype=bool)
+        for group in prunable.values():
+            relevant[group.classes] = True
+        self._uses = [u for u in groups.uses if relevant[groups.labels[u.slots]].any()]
+        modules = dict(supernet.named_modules())
+        self._masked = {}
+        for use in self._uses:
+            if use.role != 'param' and use.name not in self._masked:
+                module = modules[use.name]
+                add_masks(module, *_channel_counts(module))
+                self._masked[use.name] = module
+        self._subnet = {gid: np.ones(g.num_channels, dtype=bool) for gid, g in prunable.items()}
+
+    def _require_prepared(self) -> ChannelGroups:
+        if self.groups is None:
+            raise RuntimeError('call prepare_from_supernet(model) first')
+        return self.groups
+
+    @property
+    def channel_spaces(self) -> Dict[str, torch.Tensor]:
+        """Each prunable space id with an all-ones mask of its channels."""
+        groups = self._require_prepared()
+        return {gid: torch.ones(g.num_channels, dtype=torch.bool)
+                for gid, g in groups.prunable.items()}
+
+    def get_space_id(self, module_name: str) -> Optional[str]:
+        """The space whose channels ``module_name`` outputs (layers, norms), or None."""
+        for gid, group in self._require_prepared().prunable.items():
+            if module_name in group.layers or module_name in group.norms:
+                return gid
+        return None
+
+    # ------------------------------------------------------------------ subnets
+    @abstractmethod
+    def channel_orders(self) -> Dict[str, np.ndarray]:
+        """Per prunable space, its channel indices, most worth keeping first."""
+
+    @staticmethod
+    def keep_ratio(group: ChannelGroup, ratio: float, order: np.ndarray) -> torch.Tensor:
+        """Keep-mask of the first ``round(ratio * channels)`` (at least 1) of ``order``."""
+        count = max(1, int(round(ratio * group.num_channels)))
+        keep = torch.zeros(group.num_channels, dtype=torch.bool)
+        keep[torch.from_numpy(order[:count].copy())] = True
+        return keep
+
+    def _subnet_at(self, ratios: Mapping[str, float]) -> SubnetDict:
+        groups = self._require_prepared().prunable
+        orders = self.channel_orders()
+        return {gid: self.keep_ratio(groups[gid], ratio, orders[gid])
+                for gid, ratio in ratios.items()}
+
+    def sample_subnet(self) -> SubnetDict:
+        """A random subnet: per space a ratio drawn from ``ratios``."""
+        return self._subnet_at({gid: random.choice(self.ratios)
+                                for gid in self._require_prepared().prunable})
+
+    def set_max_channel(self) -> None:
+        self.set_subnet(self._subnet_at({gid: 1.0 for gid in self._require_prepared().prunable}))
+
+    def set_min_channel(self) -> None:
+        low = min(self.ratios)
+        self.set_subnet(self._subnet_at({gid: low for gid in self._require_prepared().prunable}))
+
+    def get_max_channel_bins(self, max_channel_bins: int) -> Dict[str, torch.Tensor]:
+        """Per space, ``max_channel_bins`` ones: the bins AutoSlim's greedy search drops."""
+        return {gid: torch.ones(max_channel_bins)
+                for gid in self._require_prepared().prunable}
+
+    def set_channel_bins(self, channel_bins_dict: Mapping[str, torch.Tensor],
+                         max_channel_bins: int) -> None:
+        """Keep ``sum(bins) / max_channel_bins`` of each space's channels."""
+        self.set_subnet(self._subnet_at({gid: float(bins.sum()) / max_channel_bins
+                                         for gid, bins in channel_bins_dict.items()}))
+
+    def set_subnet(self, subnet_dict: Mapping[str, Any]) -> None:
+        """Write a subnet into the masks; spaces it does not name keep every channel.
+
+        Raises:
+            ValueError: an unknown space id, a mask of the wrong length, a mask that
+                prunes every channel, or a mask that splits channels bound together
+                (by a group conv, a chunk, ...).  Nothing is changed then.
+        """
+        keep = self._validate(subnet_dict)
+        groups = self._require_prepared()
+        masks = groups.use_masks(keep)
+        for use in self._uses:
+            module = self._masked.get(use.name)
+            if module is not None:
+                mask = torch.from_numpy(masks[(use.name, use.role, use.dim)])
+                set_mask(module, IN_MASK if use.role == 'in' else OUT_MASK, mask)
+        self._subnet = keep
+
+    @property
+    def current_subnet(self) -> SubnetDict:
+        return {gid: torch.from_numpy(keep.copy()) for gid, keep in self._subnet.items()}
+
+    def _validate(self, subnet_dict: Mapping[str, Any]) -> Dict[str, np.ndarray]:
+        groups = self._require_prepared()
+        prunable = groups.prunable
+        if not isinstance(subnet_dict, Mapping):
+            raise TypeError(f'a subnet dict maps space ids to masks, got {type(subnet_dict)}')
+        unknown = [k for k in subnet_dict if k not in prunable]
+        if unknown:
+            hint = ' (it is frozen)' if unknown[0] in groups.groups else ''
+            raise ValueError(f'subnet dict names unknown space id {unknown[0]!r}{hint}; '
+                             f'prunable spaces are e.g. {list(prunable)[:5]}')
+        keep = {gid: np.ones(g.num_channels, dtype=bool) for gid, g in prunable.items()}
+        for gid, mask in subnet_dict.items():
+            keep[gid] = self._space_mask(prunable[gid], mask)
+        return keep
+
+    def _space_mask(self, group: ChannelGroup, mask: Any) -> np.ndarray:
+        values = torch.as_tensor(mask).detach().cpu().reshape(-1).numpy() != 0
+        if values.size == group.num_channels:
+            keep = values
+        elif values.size == group.width:
+            keep = self._from_leader_positions(group, values)
+        else:
+            extra = (f' (or {group.width}, one per output channel of {group.id})'
+                     if group.width != group.num_channels else '')
+            raise ValueError(f'space {group.id!r}: mask has {values.size} entries, expected '
+                             f'{group.num_channels}{extra}')
+        if not keep.any():
+            raise ValueError(f'space {group.id!r}: the mask prunes every channel; a subnet '
+                             'must keep at least one channel per space')
+        return keep
+
+    def _from_leader_positions(self, group: ChannelGroup, values: np.ndarray) -> np.ndarray:
+        index = np.full(len(self.groups.labels), -1, dtype=np.int64)
+        index[group.classes] = np.arange(group.num_channels)
+        cls = index[group.positions]
+        any_kept = np.zeros(group.num_channels, dtype=bool)
+        all_kept = np.ones(group.num_channels, dtype=bool)
+        np.logical_or.at(any_kept, cls, values)
+        np.logical_and.at(all_kept, cls, values)
+        split = np.nonzero(any_kept != all_kept)[0]
+        if split.size:
+            positions = np.nonzero(cls == split[0])[0]
+            kept = positions[values[positions]][0]
+            dropped = positions[~values[positions]][0]
+            source = [s for s in self.groups.graph.slots.sources if s.name == group.id][0]
+            slots = np.array([source.start + kept, source.start + dropped])
+            why = '; '.join(self.groups.graph.slots.binding_reasons(slots)) or 'bound together'
+            raise ValueError(f'space {group.id!r}: the mask keeps channel {kept} but prunes '
+                             f'channel {dropped}, which must be kept or pruned together: {why}')
+        return all_kept
+
+    # ------------------------------------------------------------------ export / deploy
+    def export_subnet(self) -> ChannelConfig:
+        """The current subnet as a :class:`ChannelConfig` (kept indices per module)."""
+        groups = self._require_prepared()
+        masks = groups.use_masks(self._subnet)
+        cfg = ChannelConfig()
+        for use in self._uses:
+            keep = masks[(use.name, use.role, use.dim)]
+            selection = ChannelSelection(len(keep), tuple(np.nonzero(keep)[0].tolist()))
+            if use.role == 'param':
+                cfg.params.setdefault(use.name, {})[use.dim] = selection
+            else:
+                axis = 'in' if use.role == 'in' else 'out'
+                cfg.modules.setdefault(use.name, {})[axis] = selection
+        return cfg
+
+    def deploy_subnet(self, supernet: nn.Module,
+                      channel_cfg: Union[ChannelConfig, Dict[str, Any], str, Path]) -> nn.Module:
+        """Slice ``supernet`` (in place) to ``channel_cfg`` and return it.
+
+        Works on the masked supernet or on a freshly built model of the same
+        architecture; this pruner's spaces no longer describe the model afterwards.
+        """
+        model = slim_model(supernet, channel_cfg)
+        if model is self.model:
+            self.groups, self.model, self._masked, self._subnet = None, None, {}, {}
+        return model
+
+    def remove_masks(self) -> None:
+        """Take the masks out of the prepared model: it computes as before."""
+        if self.model is not None:
+            remove_masks(self.model)
+        self.groups, self.model, self._masked, self._subnet = None, None, {}, {}

@@ -1,0 +1,77 @@
+"""Registries of razorlib: children of mmengine's root registries, scope ``razorlib``.
+
+Being children of mmengine's roots is what lets another OpenMMLab project reach our
+components as ``type='razorlib.AutoSlim'`` once ``custom_imports`` imported razorlib, and
+lets our configs use mmengine's own components (optimizers, hooks, loops) unqualified.
+``locations`` makes lazy import work: building from a registry imports the package that
+registers into it.
+
+Example:
+    >>> from razorlib.registry import PRUNERS
+    >>> pruner = PRUNERS.build(dict(type='L1NormPruner', ratio=0.5))
+    >>> type(pruner).__name__
+    'L1NormPruner'
+"""
+from mmengine.registry import DATA_SAMPLERS as MMENGINE_DATA_SAMPLERS
+from mmengine.registry import DATASETS as MMENGINE_DATASETS
+from mmengine.registry import EVALUATOR as MMENGINE_EVALUATOR
+from mmengine.registry import HOOKS as MMENGINE_HOOKS
+from mmengine.registry import LOOPS as MMENGINE_LOOPS
+from mmengine.registry import METRICS as MMENGINE_METRICS
+from mmengine.registry import MODEL_WRAPPERS as MMENGINE_MODEL_WRAPPERS
+from mmengine.registry import MODELS as MMENGINE_MODELS
+from mmengine.registry import OPTIM_WRAPPERS as MMENGINE_OPTIM_WRAPPERS
+from mmengine.registry import OPTIMIZERS as MMENGINE_OPTIMIZERS
+from mmengine.registry import PARAM_SCHEDULERS as MMENGINE_PARAM_SCHEDULERS
+from mmengine.registry import TASK_UTILS as MMENGINE_TASK_UTILS
+from mmengine.registry import TRANSFORMS as MMENGINE_TRANSFORMS
+from mmengine.registry import VISBACKENDS as MMENGINE_VISBACKENDS
+from mmengine.registry import VISUALIZERS as MMENGINE_VISUALIZERS
+from mmengine.registry import DefaultScope, Registry
+
+SCOPE = 'razorlib'
+
+MODELS = Registry('model', parent=MMENGINE_MODELS, scope=SCOPE,
+                  locations=['razorlib.models', 'razorlib.algorithms'])
+MODEL_WRAPPERS = Registry('model_wrapper', parent=MMENGINE_MODEL_WRAPPERS, scope=SCOPE,
+                          locations=['razorlib.engine'])
+# Pruners have no counterpart among mmengine's roots; they get a root of their own.
+PRUNERS = Registry('pruner', scope=SCOPE, locations=['razorlib.pruning'])
+TASK_UTILS = Registry('task util', parent=MMENGINE_TASK_UTILS, scope=SCOPE,
+                      locations=['razorlib.utils'])
+LOOPS = Registry('loop', parent=MMENGINE_LOOPS, scope=SCOPE, locations=['razorlib.engine'])
+HOOKS = Registry('hook', parent=MMENGINE_HOOKS, scope=SCOPE, locations=['razorlib.engine'])
+DATASETS = Registry('dataset', parent=MMENGINE_DATASETS, scope=SCOPE,
+                    locations=['razorlib.datasets'])
+DATA_SAMPLERS = Registry('data sampler', parent=MMENGINE_DATA_SAMPLERS, scope=SCOPE,
+                         locations=['razorlib.datasets'])
+TRANSFORMS = Registry('transform', parent=MMENGINE_TRANSFORMS, scope=SCOPE,
+                      locations=['razorlib.datasets'])
+METRICS = Registry('metric', parent=MMENGINE_METRICS, scope=SCOPE,
+                   locations=['razorlib.evaluation'])
+EVALUATOR = Registry('evaluator', parent=MMENGINE_EVALUATOR, scope=SCOPE,
+                     locations=['razorlib.evaluation'])
+OPTIMIZERS = Registry('optimizer', parent=MMENGINE_OPTIMIZERS, scope=SCOPE)
+OPTIM_WRAPPERS = Registry('optim_wrapper', parent=MMENGINE_OPTIM_WRAPPERS, scope=SCOPE)
+PARAM_SCHEDULERS = Registry('parameter scheduler', parent=MMENGINE_PARAM_SCHEDULERS,
+                            scope=SCOPE)
+VISUALIZERS = Registry('visualizer', parent=MMENGINE_VISUALIZERS, scope=SCOPE)
+VISBACKENDS = Registry('vis_backend', parent=MMENGINE_VISBACKENDS, scope=SCOPE)
+
+
+def register_all_modules(init_default_scope: bool = True) -> None:
+    """Import every razorlib package that registers components.
+
+    Args:
+        init_default_scope: also make ``razorlib`` the current default scope, so that
+            unqualified type names in configs resolve to razorlib's registries first.
+    """
+    import importlib
+    import pkgutil
+
+    import razorlib
+    for info in pkgutil.iter_modules(razorlib.__path__, 'razorlib.'):
+        if info.ispkg:
+            importlib.import_module(info.name)
+    if init_default_scope and DefaultScope.get_current_instance() is None:
+        DefaultScope.get_instance('razorlib', scope_name=SCOPE)

@@ -1,0 +1,216 @@
+"""Channel rules for ops that keep, bind, reduce or mix channels without moving them.
+
+Every rule has the signature ``rule(ctx, node, inputs) -> list`` with one
+:class:`TensorChannels` (or None for "no channel slots") per forward output of ``node``.
+"""
+from typing import Dict, Iterable, List, Optional, Sequence
+
+import numpy as np
+
+from .channels import InputInfo, TensorChannels
+from .context import TraceContext, dims_tuple, output_shapes
+
+Outputs = List[Optional[TensorChannels]]
+
+
+def opaque(node) -> Outputs:
+    """Outputs that carry no prunable channels."""
+    return [TensorChannels(shape) for shape in output_shapes(node)]
+
+
+def pass_through(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
+    """Per-channel ops: activations, pooling, interpolation, padding, dropout, casts.
+
+    The output keeps the input's slots on every dim whose size it keeps; a channel dim
+    whose size changes (padding or pooling over channels) is frozen.
+
+    Example: ``relu(conv(x))`` has ``conv``'s output slots on dim 1.
+    """
+    x = ins[0].channels
+    shapes = output_shapes(node)
+    if x is None:
+        return [None] * len(shapes)
+    out_shape = shapes[0]
+    if len(out_shape) != x.ndim:
+        ctx.freeze(x.all_slots(), 'shape', node,
+                   f'a per-channel op changed the rank from {x.ndim} to {len(out_shape)}')
+        return opaque(node)
+    slots = {}
+    for dim, dim_slots in x.slots.items():
+        if out_shape[dim] == x.shape[dim]:
+            slots[dim] = dim_slots
+        else:
+            ctx.freeze(dim_slots, 'shape', node,
+                       f'changes the size of channel dim {dim} '
+                       f'({x.shape[dim]} -> {out_shape[dim]})')
+    pending = frozenset(d for d in x.pending if d in slots or out_shape[d] == x.shape[d])
+    return [TensorChannels(out_shape, slots, pending)] + [None] * (len(shapes) - 1)
+
+
+def bind_aligned(ctx: TraceContext, node, ins: Sequence[InputInfo],
+                 out_shape: Sequence[int], skip: Iterable[int] = ()) -> Dict[int, np.ndarray]:
+    """Bind the slots that broadcasting lines up on each output dim.
+
+    Inputs are aligned from the right, as broadcasting does.  A dim where one input has
+    slots and another tracked input has the same size but fixed channels freezes those
+    slots.  Untracked inputs (constants, scalars) are assumed to broadcast.
+    """
+    skip = set(skip)
+    ndim = len(out_shape)
+    out: Dict[int, np.ndarray] = {}
+    for dim in range(ndim):
+        if dim in skip:
+            continue
+        carriers, fixed = [], False
+        for inp in ins:
+            if inp.channels is None or inp.shape is None:
+                continue
+            k = dim - (ndim - len(inp.shape))
+            if k < 0 or inp.shape[k] == 1:
+                continue
+            slots = inp.channels.slots.get(k)
+            if slots is None:
+                fixed = True
+            else:
+                carriers.append(slots)
+        if not carriers:
+            continue
+        if fixed:
+            for slots in carriers:
+                ctx.freeze(slots, 'fixed', node, f'combines channels on dim {dim} with a '
+                           'tensor whose channels there cannot be pruned')
+            continue
+        for slots in carriers[1:]:
+            ctx.bind(carriers[0], slots, f'{node.name()} combines channels elementwise')
+        out[dim] = carriers[0]
+    return out
+
+
+def elementwise(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
+    """Binary/ternary elementwise ops (add, sub, mul, div, maximum, where, ...).
+
+    Inputs of the same size on a dim share channels there: ``a + b`` binds ``a``'s
+    channel i to ``b``'s channel i, so a residual block's two branches are pruned alike;
+    ``x * se(x)`` binds the SE gate's output to ``x``.  A parameter operand (layer scale,
+    position embedding) is bound too and then sliced with its group.
+    """
+    shapes = output_shapes(node)
+    out_shape = shapes[0]
+    slots = bind_aligned(ctx, node, ins, out_shape)
+    pending = set()
+    for inp in ins:
+        if inp.channels is not None and inp.shape is not None:
+            offset = len(out_shape) - len(inp.shape)
+            pending.update(d + offset for d in inp.channels.pending)
+    pending = frozenset(d for d in pending if d in slots or out_shape[d] > 1)
+    return [TensorChannels(out_shape, slots, pending)] + [None] * (len(shapes) - 1)
+
+
+def _reduced_dims(node, ndim: int):
+    dims = getattr(node, '_saved_dim', None)
+    if dims is None:
+        return tuple(range(ndim)), False
+    if isinstance(dims, int):
+        dims = (dims, )
+    dims = dims_tuple(dims, ndim) if len(dims) else tuple(range(ndim))
+    return dims, bool(getattr(node, '_saved_keepdim', False))
+
+
+def reduction(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
+    """Reductions (sum, mean, max, amax, var, norm) over some dims.
+
+    Reducing over spatial dims (global pooling) keeps the channel slots.  A ``sum`` over
+    a channel dim stays exact after pruning (the removed terms are zero) and simply drops
+    the dim; a ``mean``/``max``/``var`` over channels would change its value, so those
+    channels are frozen.
+    """
+    x = ins[0].channels
+    shapes = output_shapes(node)
+    if x is None:
+        return [None] * len(shapes)
+    dims, keepdim = _reduced_dims(node, x.ndim)
+    exact = node.name().startswith('Sum')
+    slots = {}
+    for dim, dim_slots in x.slots.items():
+        if dim in dims:
+            if not exact:
+                ctx.freeze(dim_slots, 'mixing', node, f'reduces over channel dim {dim}')
+            continue
+        slots[dim if keepdim else dim - sum(1 for r in dims if r < dim)] = dim_slots
+    return [TensorChannels(shapes[0], slots)] + [None] * (len(shapes) - 1)
+
+
+def along_dim(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
+    """Ops that mix values along one dim (softmax, log_softmax, cumsum).
+
+    Channels on that dim are frozen; slots on other dims pass through.
+    """
+    x = ins[0].channels
+    shapes = output_shapes(node)
+    if x is None:
+        return [None] * len(shapes)
+    (dim, ) = dims_tuple([node._saved_dim], x.ndim)
+    slots = dict(x.slots)
+    if dim in slots:
+        ctx.freeze(slots.pop(dim), 'mixing', node, f'mixes values along channel dim {dim}')
+    return [TensorChannels(shapes[0], slots)] + [None] * (len(shapes) - 1)
+
+
+def matmul(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
+    """``a @ b`` between activations (``mm``, ``bmm``; nn.Linear has a layer rule).
+
+    The contracted dim binds ``a``'s last-dim slots to ``b``'s first-dim slots (pruning
+    one removes one product term from every output, exactly); the output takes ``a``'s
+    row slots and ``b``'s column slots; bmm's batch dim binds like an elementwise op.
+    """
+    (out_shape, ) = output_shapes(node)
+    a, b = ins[0], ins[1]
+    out: Dict[int, np.ndarray] = {}
+    nd = len(out_shape)
+    if nd == 3:
+        batch = bind_aligned(ctx, node, [_only_dim(a, 0), _only_dim(b, 0)], out_shape[:1])
+        out.update(batch)
+    contracted = [_dim_slots(a, -1), _dim_slots(b, -2)]
+    known = [s for s in contracted if s is not None]
+    if len(known) == 2:
+        ctx.bind(known[0], known[1], f'{node.name()} contracts these channels')
+    elif known:
+        ctx.freeze(known[0], 'fixed', node, 'contracts channels with a tensor whose '
+                   'channels cannot be pruned')
+    rows, cols = _dim_slots(a, -2), _dim_slots(b, -1)
+    if rows is not None:
+        out[nd - 2] = rows
+    if cols is not None:
+        out[nd - 1] = cols
+    return [TensorChannels(out_shape, out)]
+
+
+def _dim_slots(inp: InputInfo, dim: int) -> Optional[np.ndarray]:
+    if inp.channels is None:
+        return None
+    return inp.channels.slots.get(dim % inp.channels.ndim)
+
+
+def _only_dim(inp: InputInfo, dim: int) -> InputInfo:
+    """A view of ``inp`` reduced to one dim, for batch-dim binding."""
+    if inp.channels is None:
+        return inp
+    tc = inp.channels
+    slots = {0: tc.slots[dim]} if dim in tc.slots else {}
+    return InputInfo(inp.node, inp.output_nr, (tc.shape[dim], ), TensorChannels(
+        (tc.shape[dim], ), slots))
+
+
+def mixing(ctx: TraceContext, node, ins: Sequence[InputInfo], why: str = '') -> Outputs:
+    """Ops known to mix channels in ways that cannot be sliced: all their channels freeze.
+
+    Example: ``x[:, idx]`` (advanced indexing), ``pixel_shuffle``, ``glu``.
+    """
+    ctx.freeze_all(ins, 'mixing', node, why or 'mixes channels in a way razorlib cannot slice')
+    return opaque(node)
+
+
+def unknown(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
+    """Fallback for grad_fns missing from the table: freeze what reaches them."""
+    ctx.freeze_all(ins, 'unknown-op', node, 'this grad_fn is not in the channel rule table')
+    return opaque(node)

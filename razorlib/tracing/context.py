@@ -1,0 +1,191 @@
+"""The state a channel rule reads and writes while the tracer walks the autograd graph."""
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+
+from .channels import InputInfo, TensorChannels
+from .slots import STRICT_KINDS, FrozenReason, SlotTable
+
+
+class TracingError(ValueError):
+    """A traced op or shape that razorlib cannot prune through (raised under strict=True)."""
+
+
+@dataclass
+class ChannelUse:
+    """One axis of a module or parameter whose channels follow slots.
+
+    Args:
+        name: module name (roles ``in``/``out``/``norm``) or parameter/buffer name
+            (role ``param``).
+        role: ``in`` (input channels of a conv/linear), ``out`` (its output channels),
+            ``norm`` (the channels of a BN/LN/GN) or ``param`` (one dim of a bare tensor
+            such as a layer-scale ``gamma`` or a ``pos_embed``).
+        slots: one slot id per channel index of that axis.
+        dim: the tensor dim for role ``param``.
+    """
+    name: str
+    role: str
+    slots: np.ndarray
+    dim: int = 0
+
+
+class TraceContext:
+    """Shared state of one trace: slots, channel uses and the graph around each node."""
+
+    def __init__(self, model: torch.nn.Module, strict: bool,
+                 node_modules: Dict[object, List[str]]):
+        self.strict = strict
+        self.slots = SlotTable()
+        self.uses: Dict[Tuple[str, str, int], ChannelUse] = {}
+        self.node_modules = node_modules
+        self.consumers: Dict[object, List[object]] = defaultdict(list)
+        self._layer_out: Dict[str, np.ndarray] = {}
+        self._leaf_channels: Dict[int, TensorChannels] = {}
+        self.modules = dict(model.named_modules())
+        self._owners: Dict[int, Tuple[str, str]] = {}
+        for mod_name, module in model.named_modules(remove_duplicate=False):
+            tensors = list(module._parameters.items()) + list(module._buffers.items())
+            for attr, tensor in tensors:
+                if tensor is not None:
+                    self._owners.setdefault(id(tensor), (mod_name, attr))
+
+    # ----------------------------------------------------------------- lookups
+    def owner(self, tensor: Optional[torch.Tensor]) -> Optional[Tuple[str, str]]:
+        """``(module_name, attribute)`` of a parameter or buffer of the model."""
+        return None if tensor is None else self._owners.get(id(tensor))
+
+    def tensor_name(self, tensor: torch.Tensor) -> Optional[str]:
+        found = self.owner(tensor)
+        if found is None:
+            return None
+        return f'{found[0]}.{found[1]}' if found[0] else found[1]
+
+    def module_of_node(self, node) -> Optional[str]:
+        """The innermost module whose forward returned this node's output."""
+        names = self.node_modules.get(node)
+        return max(names, key=lambda n: n.count('.')) if names else None
+
+    # ----------------------------------------------------------------- slots
+    def bind(self, a: np.ndarray, b: np.ndarray, reason: str) -> None:
+        self.slots.bind(a, b, reason)
+
+    def freeze(self, slots: np.ndarray, kind: str, node, message: str) -> None:
+        """Freeze ``slots`` with a reason naming the op and its neighbouring modules."""
+        if not slots.size:
+            return
+        op = node.name() if node is not None else ''
+        upstream, downstream = self.neighbours(node) if node is not None else ((), ())
+        reason = FrozenReason(kind, op, message, upstream, downstream)
+        if self.strict and kind in STRICT_KINDS:
+            raise TracingError(str(reason) + '. Use strict=False to freeze these channels '
+                               'instead, or add a rule (docs/tracing_rules.md).')
+        self.slots.freeze(slots, reason)
+
+    def freeze_all(self, inputs: Iterable[InputInfo], kind: str, node, message: str) -> None:
+        for inp in inputs:
+            if inp.channels is not None:
+                self.freeze(inp.channels.all_slots(), kind, node, message)
+
+    def external(self, size: int, node, what: str) -> np.ndarray:
+        """Fresh frozen slots for channels that come from outside the traced model."""
+        slots = self.slots.allocate(size, 'external', what)
+        self.slots.freeze(slots, FrozenReason('external', node.name() if node else '', what))
+        return slots
+
+    def layer_out(self, module_name: str, size: int) -> np.ndarray:
+        """Output slots of a layer; a layer called several times reuses the same ones."""
+        if module_name not in self._layer_out:
+            self._layer_out[module_name] = self.slots.allocate(size, 'layer', module_name)
+        return self._layer_out[module_name]
+
+    def leaf_channels(self, tensor: torch.Tensor) -> TensorChannels:
+        """Channels of a parameter/buffer leaf: fresh slots on each dim of size > 1."""
+        key = id(tensor)
+        if key not in self._leaf_channels:
+            name = self.tensor_name(tensor)
+            shape = tuple(tensor.shape)
+            if name is None:  # an input that requires grad: channels fixed from outside
+                self._leaf_channels[key] = TensorChannels(shape)
+                return self._leaf_channels[key]
+            slots = {}
+            for dim, size in enumerate(shape):
+                if size > 1:
+                    slots[dim] = self.slots.allocate(size, 'param', f'{name}:{dim}')
+                    self.use(name, 'param', slots[dim], dim=dim)
+            self._leaf_channels[key] = TensorChannels(shape, slots)
+        return self._leaf_channels[key]
+
+    def use(self, name: str, role: str, slots: np.ndarray, dim: int = 0) -> None:
+        """Record that ``name``'s ``role`` axis follows ``slots``.
+
+        A second record of the same axis (a module called twice) binds the two.
+        """
+        key = (name, role, dim)
+        if key in self.uses:
+            self.bind(self.uses[key].slots, slots, f'{name} is called more than once')
+        else:
+            self.uses[key] = ChannelUse(name, role, slots, dim)
+
+    def channel_input(self, inp: InputInfo, dim: int, size: int, consumer: str,
+                      node) -> np.ndarray:
+        """Slots that reach ``consumer`` on its channel ``dim``.
+
+        Slots on any other dim (say channels that a reshape moved onto a spatial dim)
+        cannot be sliced by the consumer and are frozen.  An untracked input (model input,
+        constant) gets fresh frozen slots.
+        """
+        tc = inp.channels
+        if tc is None or dim % max(tc.ndim, 1) not in tc.slots:
+            return self.external(size, node, f'input of {consumer}')
+        dim = dim % tc.ndim
+        for other in tc.channel_dims:
+            if other != dim:
+                self.freeze(tc.slots[other], 'shape', node,
+                            f'channels reach dim {other} of {consumer}, which is not its '
+                            f'channel dim {dim}')
+        slots = tc.slots[dim]
+        if len(slots) != size:
+            self.freeze(slots, 'shape', node,
+                        f'{consumer} expects {size} channels, got {len(slots)}')
+            return self.external(size, node, f'input of {consumer}')
+        return slots
+
+    # ----------------------------------------------------------------- neighbours
+    def neighbours(self, node, limit: int = 256) -> Tuple[Tuple[str, ...], Tuple[str, ...]]:
+        """Nearest modules upstream and downstream of ``node`` (for messages)."""
+        return (self._nearest(node, lambda n: [c for c, _ in n.next_functions if c], limit),
+                self._nearest(node, lambda n: self.consumers.get(n, []), limit))
+
+    def _nearest(self, start, step, limit: int) -> Tuple[str, ...]:
+        found: List[str] = []
+        frontier, seen = list(step(start)), {start}
+        while frontier and len(seen) < limit:
+            node = frontier.pop(0)
+            if node in seen:
+                continue
+            seen.add(node)
+            name = self.module_of_node(node)
+            if name is not None:
+                if name not in found:
+                    found.append(name)
+                continue
+            frontier.extend(step(node))
+        return tuple(found[:3])
+
+
+def normalize_dim(dim: int, ndim: int) -> int:
+    """Python-style negative dims to non-negative ones."""
+    return dim + ndim if dim < 0 else dim
+
+
+def dims_tuple(dims: Sequence[int], ndim: int) -> Tuple[int, ...]:
+    return tuple(sorted(normalize_dim(d, ndim) for d in dims))
+
+
+def output_shapes(node) -> List[Tuple[int, ...]]:
+    """Forward output shapes of a grad_fn node (one per forward output)."""
+    return [tuple(meta.shape) for meta in node._input_metadata]

@@ -1,0 +1,276 @@
+"""Channel rules for ops that move channels between dims or index into them.
+
+Reshape, permute, expand, repeat, concat, split/chunk, slice, select, unbind, stack and
+flip: each keeps track of which dim holds which slots, using the offsets the op applies.
+"""
+from typing import List, Sequence, Tuple
+
+import numpy as np
+
+from .basic_rules import Outputs, bind_aligned, opaque
+from .channels import InputInfo, TensorChannels
+from .context import TraceContext, normalize_dim, output_shapes
+
+
+def permute(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
+    """permute / transpose / ``.t()``: slots follow their dim.
+
+    Example: in ConvNeXt, ``x.permute(0, 2, 3, 1)`` moves the conv's channel slots from
+    dim 1 to dim 3, where the LayerNorm and Linear layers read them.
+    """
+    x = ins[0].channels
+    (out_shape, ) = output_shapes(node)
+    if x is None:
+        return [None]
+    ndim = len(out_shape)
+    order = list(range(ndim))
+    name = node.name()
+    if name == 'PermuteBackward0':
+        order = [normalize_dim(d, ndim) for d in node._saved_dims]
+    elif name == 'TransposeBackward0':
+        d0, d1 = (normalize_dim(d, ndim) for d in (node._saved_dim0, node._saved_dim1))
+        order[d0], order[d1] = order[d1], order[d0]
+    elif ndim == 2:  # TBackward0
+        order = [1, 0]
+    position = {old: new for new, old in enumerate(order)}
+    slots = {position[d]: s for d, s in x.slots.items()}
+    return [TensorChannels(out_shape, slots, frozenset(position[d] for d in x.pending))]
+
+
+def reshape_groups(in_shape: Sequence[int],
+                   out_shape: Sequence[int]) -> List[Tuple[List[int], List[int]]]:
+    """Pair up input and output dims of a reshape into minimal groups of equal product.
+
+    Size-1 dims belong to no group.  Example: ``(2, 8, 4, 4) -> (2, 128)`` gives
+    ``[([0], [0]), ([1, 2, 3], [1])]``.
+    """
+    ins = [d for d, size in enumerate(in_shape) if size != 1]
+    outs = [d for d, size in enumerate(out_shape) if size != 1]
+    groups, i, j = [], 0, 0
+    while i < len(ins) and j < len(outs):
+        gi, go = [ins[i]], [outs[j]]
+        pi, po = in_shape[ins[i]], out_shape[outs[j]]
+        i, j = i + 1, j + 1
+        while pi != po:
+            if pi < po and i < len(ins):
+                gi.append(ins[i])
+                pi *= in_shape[ins[i]]
+                i += 1
+            elif po < pi and j < len(outs):
+                go.append(outs[j])
+                po *= out_shape[outs[j]]
+                j += 1
+            else:
+                raise ValueError(f'cannot align reshape {tuple(in_shape)} -> {tuple(out_shape)}')
+        groups.append((gi, go))
+    return groups
+
+
+def reshape(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
+    """view / reshape / flatten / squeeze / unsqueeze.
+
+    - A channel dim merged with non-channel dims keeps its slots, repeated: flattening
+      ``C x H x W`` for a Linear gives each channel ``H*W`` features.
+    - A channel dim split in two (``view(b, g, c // g, h, w)`` of a channel shuffle) binds
+      the ``g`` blocks elementwise (all keep the same pattern, so the code's ``c // g``
+      stays right), keeps the slots on the inner dim and marks both dims *pending*: they
+      must be merged back before anything else uses them.
+    - A split into three or more dims (``qkv.reshape(B, N, 3, heads, head_dim)``), a merge
+      of two channel dims, or a pending dim used otherwise freezes the channels.
+    """
+    x = ins[0].channels
+    (out_shape, ) = output_shapes(node)
+    if x is None:
+        return [None]
+    try:
+        groups = reshape_groups(x.shape, out_shape)
+    except ValueError as err:
+        ctx.freeze(x.all_slots(), 'shape', node, str(err))
+        return opaque(node)
+    slots, pending = {}, set()
+    for gi, go in groups:
+        slotted = [d for d in gi if d in x.slots]
+        split_dims = [d for d in gi if d in x.pending]
+        if not slotted and not split_dims:
+            continue
+        if len(gi) == 1 and len(go) == 1:
+            if slotted:
+                slots[go[0]] = x.slots[gi[0]]
+            if split_dims:
+                pending.add(go[0])
+        elif len(go) == 1 and len(slotted) == 1 and (not split_dims
+                                                     or set(split_dims) == set(gi)):
+            slots[go[0]] = _merged(x, gi, slotted[0])
+        elif len(gi) == 1 and len(go) == 2 and not split_dims:
+            outer, inner = out_shape[go[0]], out_shape[go[1]]
+            blocks = x.slots[gi[0]].reshape(outer, inner)
+            ctx.bind(np.tile(blocks[0], outer - 1), blocks[1:].ravel(),
+                     f'{node.name()} splits channels into {outer} blocks of {inner}')
+            slots[go[1]] = blocks[0]
+            pending.update(go)
+        else:
+            for d in slotted:
+                ctx.freeze(x.slots[d], 'mixing', node,
+                           f'reshape {tuple(x.shape)} -> {tuple(out_shape)} splits or '
+                           'merges channel dims in a way that cannot be sliced')
+    return [TensorChannels(out_shape, slots, frozenset(pending))]
+
+
+def _merged(x: TensorChannels, dims: List[int], slotted: int) -> np.ndarray:
+    sizes = [x.shape[d] for d in dims]
+    k = dims.index(slotted)
+    after = int(np.prod(sizes[k + 1:], dtype=np.int64))
+    before = int(np.prod(sizes[:k], dtype=np.int64))
+    return np.tile(np.repeat(x.slots[slotted], after), before)
+
+
+def expand(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
+    """expand / broadcast_to: new leading dims; expanded dims had size 1 (no slots)."""
+    x = ins[0].channels
+    (out_shape, ) = output_shapes(node)
+    if x is None:
+        return [None]
+    offset = len(out_shape) - x.ndim
+    return [TensorChannels(out_shape, {d + offset: s for d, s in x.slots.items()},
+                           frozenset(d + offset for d in x.pending))]
+
+
+def repeat(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
+    """``x.repeat(...)``: a repeated channel dim repeats its slots (tile)."""
+    x = ins[0].channels
+    (out_shape, ) = output_shapes(node)
+    if x is None:
+        return [None]
+    repeats = list(node._saved_repeats)
+    offset = len(repeats) - x.ndim
+    return [TensorChannels(out_shape,
+                           {d + offset: np.tile(s, repeats[d + offset])
+                            for d, s in x.slots.items()})]
+
+
+def flip(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
+    """``x.flip(dims)``: slots on a flipped dim are reversed."""
+    x = ins[0].channels
+    (out_shape, ) = output_shapes(node)
+    if x is None:
+        return [None]
+    dims = {normalize_dim(d, x.ndim) for d in node._saved_dims}
+    return [TensorChannels(out_shape, {d: (s[::-1].copy() if d in dims else s)
+                                       for d, s in x.slots.items()})]
+
+
+def concat(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
+    """``torch.cat``: along a channel dim the slots are concatenated (index offsets).
+
+    Inputs without slots there (a model input, a frozen branch) contribute fixed
+    channels.  On the other dims the inputs line up and are bound, as for ``add``:
+    ``cat([cls_token.expand(B, -1, -1), x], dim=1)`` binds the token's embedding dim to
+    ``x``'s.  The same tensor concatenated with itself simply repeats its slots.
+    """
+    (out_shape, ) = output_shapes(node)
+    dim = normalize_dim(node._saved_dim, len(out_shape))
+    sizes = [inp.shape[dim] if inp.shape is not None else None for inp in ins]
+    missing = [i for i, s in enumerate(sizes) if s is None]
+    if len(missing) > 1:
+        ctx.freeze_all(ins, 'shape', node, 'several untracked inputs of unknown size')
+        return opaque(node)
+    if missing:
+        sizes[missing[0]] = out_shape[dim] - sum(s for s in sizes if s is not None)
+    slots = bind_aligned(ctx, node, ins, out_shape, skip=[dim])
+    if any(inp.channels is not None and dim in inp.channels.slots for inp in ins):
+        pieces = []
+        for inp, size in zip(ins, sizes):
+            if inp.channels is not None and dim in inp.channels.slots:
+                pieces.append(inp.channels.slots[dim])
+            else:
+                pieces.append(ctx.external(size, node, 'fixed channels joined by cat'))
+        slots[dim] = np.concatenate(pieces)
+    return [TensorChannels(out_shape, slots)]
+
+
+def stack(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
+    """``torch.stack``: a new dim; the inputs' channels are bound as for ``add``."""
+    (out_shape, ) = output_shapes(node)
+    dim = normalize_dim(node._saved_dim, len(out_shape))
+    inner = out_shape[:dim] + out_shape[dim + 1:]
+    slots = bind_aligned(ctx, node, ins, inner)
+    return [TensorChannels(out_shape, {d + (d >= dim): s for d, s in slots.items()})]
+
+
+def split(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
+    """split / chunk: each output takes its slice of the slots (index offsets).
+
+    ``chunk`` (``SplitBackward0``) into equal parts binds the parts elementwise so every
+    part keeps the same number of channels and ``chunk`` still splits evenly after
+    pruning (ShuffleNetV2).  Uneven parts and ``split(sizes)`` (``SplitWithSizesBackward0``,
+    sizes fixed in the model code) freeze the channels.
+    """
+    x = ins[0].channels
+    shapes = output_shapes(node)
+    if x is None:
+        return [None] * len(shapes)
+    dim = normalize_dim(node._saved_dim, x.ndim)
+    parts = [dict(x.slots) for _ in shapes]
+    if dim in x.slots:
+        sizes = [shape[dim] for shape in shapes]
+        dim_slots = x.slots[dim]
+        if node.name() == 'SplitBackward0' and len(set(sizes)) == 1 and len(sizes) > 1:
+            blocks = dim_slots.reshape(len(sizes), sizes[0])
+            ctx.bind(np.tile(blocks[0], len(sizes) - 1), blocks[1:].ravel(),
+                     f'{node.name()} chunks channels into {len(sizes)} equal parts')
+            for part, block in zip(parts, blocks):
+                part[dim] = block
+        else:
+            ctx.freeze(dim_slots, 'fixed', node,
+                       f'splits channels into parts of fixed sizes {sizes}')
+            for part in parts:
+                del part[dim]
+    return [TensorChannels(shape, part) for shape, part in zip(shapes, parts)]
+
+
+def _drop_dim(ctx: TraceContext, node, x: TensorChannels, dim: int, why: str):
+    slots = {}
+    for d, s in x.slots.items():
+        if d == dim:
+            ctx.freeze(s, 'fixed', node, why)
+        else:
+            slots[d - (d > dim)] = s
+    return slots
+
+
+def unbind(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
+    """``unbind(dim)``: each output loses ``dim``; channels on it would be picked by
+    fixed index, so they freeze."""
+    x = ins[0].channels
+    shapes = output_shapes(node)
+    if x is None:
+        return [None] * len(shapes)
+    dim = normalize_dim(node._saved_dim, x.ndim)
+    slots = _drop_dim(ctx, node, x, dim, 'picks channels by a fixed index')
+    return [TensorChannels(shape, slots) for shape in shapes]
+
+
+def select(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
+    """``x[:, i]``: drops a dim; selecting one channel by index freezes the channels."""
+    x = ins[0].channels
+    (out_shape, ) = output_shapes(node)
+    if x is None:
+        return [None]
+    dim = normalize_dim(node._saved_dim, x.ndim)
+    return [TensorChannels(out_shape, _drop_dim(ctx, node, x, dim,
+                                                'selects a channel by a fixed index'))]
+
+
+def slice_(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
+    """``x[:, a:b]``: a slice of a channel dim is fixed in the code, so unless it spans
+    the whole dim the channels freeze; slices of other dims keep the slots."""
+    x = ins[0].channels
+    (out_shape, ) = output_shapes(node)
+    if x is None:
+        return [None]
+    dim = normalize_dim(node._saved_dim, x.ndim)
+    slots = dict(x.slots)
+    if dim in slots and out_shape[dim] != x.shape[dim]:
+        ctx.freeze(slots.pop(dim), 'fixed', node,
+                   f'slices channel dim {dim} with fixed bounds')
+    return [TensorChannels(out_shape, slots)]

@@ -1,0 +1,269 @@
+"""Trace a model: one forward, then an iterative walk of its autograd graph.
+
+Forward hooks map every module call's output grad_fn to the module.  The walk visits each
+node reachable from the outputs (and from every module output, so dead branches count)
+once, in topological order, and applies the node's channel rule: the cost is linear in
+nodes + edges, with no recursion and no enumeration of paths.
+"""
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import torch
+import torch.nn as nn
+
+from .channels import InputInfo, TensorChannels
+from .context import ChannelUse, TraceContext
+from .rules import rule_for
+from .slots import FrozenReason, SlotTable
+
+MASK_BUFFERS = ('in_mask', 'out_mask')
+_NORM_STAT_BUFFERS = ('running_mean', 'running_var')
+
+
+@dataclass
+class ChannelGraph:
+    """What a trace found: slots, their bindings and freezes, and who uses them.
+
+    Args:
+        slots: the slot table (bindings, freezes, sources).
+        uses: every module/parameter axis whose channels follow slots.
+        module_calls: how often each module ran during the trace.
+        untraced: modules with parameters that did not run (their channels are unknown).
+        op_counts: grad_fn name -> how many such nodes the walk visited.
+    """
+    slots: SlotTable
+    uses: List[ChannelUse]
+    module_calls: Dict[str, int] = field(default_factory=dict)
+    untraced: List[str] = field(default_factory=list)
+    op_counts: Dict[str, int] = field(default_factory=dict)
+
+
+def default_example_inputs(model: nn.Module) -> torch.Tensor:
+    """A random 1x3x224x224 image on the model's device, as mmrazor used."""
+    param = next(model.parameters(), None)
+    device = param.device if param is not None else 'cpu'
+    return torch.randn(1, 3, 224, 224, device=device)
+
+
+def call_model(model: nn.Module, example_inputs: Any) -> Any:
+    """Call ``model`` with a tensor, a tuple/list of positional args or a dict of kwargs."""
+    if isinstance(example_inputs, dict):
+        return model(**example_inputs)
+    if isinstance(example_inputs, (tuple, list)):
+        return model(*example_inputs)
+    return model(example_inputs)
+
+
+def flatten_tensors(obj: Any) -> List[torch.Tensor]:
+    """Every tensor in a nested dict/list/tuple, in order."""
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, dict):
+        return [t for v in obj.values() for t in flatten_tensors(v)]
+    if isinstance(obj, (list, tuple)):
+        return [t for v in obj for t in flatten_tensors(v)]
+    return []
+
+
+class _TraceSession:
+    """Puts the model in trace state and restores it exactly on exit.
+
+    Every parameter and float buffer (except norm running statistics) is made to require
+    grad, so that frozen layers and buffer arithmetic appear in the autograd graph; the
+    model runs in eval mode so that tracing updates no running statistics.
+    """
+
+    def __init__(self, model: nn.Module):
+        self.model = model
+        self.node_modules: Dict[Any, List[str]] = defaultdict(list)
+        self.module_outputs: List[Tuple[Any, int, str]] = []
+        self.calls: Dict[str, int] = defaultdict(int)
+
+    def __enter__(self) -> '_TraceSession':
+        model = self.model
+        self._training = [(m, m.training) for m in model.modules()]
+        self._grad_flags = []
+        for module in model.modules():
+            for name, tensor in list(module._parameters.items()) + list(module._buffers.items()):
+                if tensor is None or not tensor.is_floating_point():
+                    continue
+                if name in _NORM_STAT_BUFFERS:
+                    continue
+                self._grad_flags.append((tensor, tensor.requires_grad))
+                tensor.requires_grad_(True)
+        self._handles = [m.register_forward_hook(self._hook(name))
+                         for name, m in model.named_modules()]
+        model.eval()
+        return self
+
+    def _hook(self, name: str):
+        def record(module, args, output):
+            self.calls[name] += 1
+            for tensor in flatten_tensors(output):
+                if tensor.grad_fn is not None:
+                    self.node_modules[tensor.grad_fn].append(name)
+                    self.module_outputs.append((tensor.grad_fn, tensor.output_nr, name))
+        return record
+
+    def __exit__(self, *exc) -> None:
+        for handle in self._handles:
+            handle.remove()
+        for tensor, flag in self._grad_flags:
+            tensor.requires_grad_(flag)
+        for module, training in self._training:
+            module.training = training
+
+
+def _topological_order(roots: Sequence[Any]) -> Tuple[List[Any], Dict[Any, List[Any]]]:
+    """Nodes reachable from ``roots``, inputs first, and each node's consumers."""
+    order: List[Any] = []
+    consumers: Dict[Any, List[Any]] = defaultdict(list)
+    seen = set()
+    stack = [(root, False) for root in roots]
+    while stack:
+        node, done = stack.pop()
+        if done:
+            order.append(node)
+            continue
+        if node in seen:
+            continue
+        seen.add(node)
+        stack.append((node, True))
+        for child, _ in node.next_functions:
+            if child is not None:
+                consumers[child].append(node)
+                if child not in seen:
+                    stack.append((child, False))
+    return order, consumers
+
+
+def trace(model: nn.Module, example_inputs: Any = None, strict: bool = False,
+          except_start_keys: Sequence[str] = ()) -> ChannelGraph:
+    """Trace ``model`` into a :class:`ChannelGraph`.
+
+    Args:
+        model: the model; left exactly as it was (grad flags, modes, no hooks).
+        example_inputs: a tensor, a tuple of positional args or a dict of kwargs;
+            default a random 1x3x224x224 image.
+        strict: raise :class:`TracingError` on an op missing from the rule table or a
+            shape a rule cannot explain, instead of freezing the channels that reach it.
+        except_start_keys: module-name prefixes whose output channels are never pruned.
+
+    Example:
+        >>> import torch.nn as nn
+        >>> net = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.Conv2d(8, 4, 3))
+        >>> graph = trace(net, torch.randn(1, 3, 16, 16))
+        >>> sorted(u.name for u in graph.uses if u.role == 'out')
+        ['0', '2']
+    """
+    for name, module in model.named_modules():
+        for buffer in MASK_BUFFERS:
+            if buffer in module._buffers:
+                raise ValueError(f'module {name!r} already has a {buffer!r} buffer: the model '
+                                 'was prepared by a pruner; call remove_masks(model) first')
+    if example_inputs is None:
+        example_inputs = default_example_inputs(model)
+    with _TraceSession(model) as session, torch.enable_grad():
+        outputs = flatten_tensors(call_model(model, example_inputs))
+        tracked = [t for t in outputs if t.requires_grad and t.is_floating_point()]
+        if not tracked:
+            raise ValueError('the model outputs no tensor that depends on its parameters; '
+                             'nothing to trace')
+        pseudo_loss = sum(t.sum() for t in tracked)
+        ctx = TraceContext(model, strict, session.node_modules)
+        roots = [pseudo_loss.grad_fn] + [node for node, _, _ in session.module_outputs]
+        order, ctx.consumers = _topological_order(roots)
+        channels = _walk(ctx, order)
+        _freeze_outputs(ctx, channels, tracked)
+        _freeze_dead_ends(ctx, channels, session.module_outputs)
+        calls = dict(session.calls)
+    _freeze_excepted(ctx, except_start_keys)
+    untraced = [name for name, m in model.named_modules()
+                if any(True for _ in m.parameters(recurse=False)) and name not in calls]
+    op_counts: Dict[str, int] = defaultdict(int)
+    for node in order:
+        op_counts[node.name()] += 1
+    return ChannelGraph(ctx.slots, list(ctx.uses.values()), calls, untraced, dict(op_counts))
+
+
+def _input_info(ctx: TraceContext, channels: Dict, child, nr: int) -> InputInfo:
+    if child is None:
+        return InputInfo(None, nr, None, None)
+    variable = getattr(child, 'variable', None)
+    if variable is not None:
+        return InputInfo(child, nr, tuple(variable.shape), None,
+                         param=ctx.tensor_name(variable), tensor=variable,
+                         resolve=lambda: ctx.leaf_channels(variable))
+    return InputInfo(child, nr, tuple(child._input_metadata[nr].shape),
+                     channels.get((child, nr)))
+
+
+def _walk(ctx: TraceContext, order: Sequence[Any]) -> Dict[Tuple[Any, int], TensorChannels]:
+    channels: Dict[Tuple[Any, int], TensorChannels] = {}
+    for node in order:
+        if getattr(node, 'variable', None) is not None:
+            continue
+        rule = rule_for(node.name())
+        ins = [_input_info(ctx, channels, child, nr) for child, nr in node.next_functions]
+        if not rule.keeps_pending:
+            ins = [_settle_pending(ctx, node, inp) for inp in ins]
+        outs = rule.fn(ctx, node, ins)
+        for nr, meta in enumerate(node._input_metadata):
+            tc = outs[nr] if nr < len(outs) else None
+            channels[(node, nr)] = tc if tc is not None else TensorChannels(tuple(meta.shape))
+    return channels
+
+
+def _settle_pending(ctx: TraceContext, node, inp: InputInfo) -> InputInfo:
+    """Freeze channels still split by a reshape before a rule that cannot handle that."""
+    tc = inp.channels
+    if tc is None or not tc.pending:
+        return inp
+    ctx.freeze(tc.pending_slots(), 'mixing', node,
+               'channels split into several dims by a reshape reach this op before being '
+               'merged back (attention heads, for example)')
+    slots = {d: s for d, s in tc.slots.items() if d not in tc.pending}
+    return InputInfo(inp.node, inp.output_nr, inp.shape, TensorChannels(tc.shape, slots),
+                     inp.param, inp.tensor)
+
+
+def _channels_of(ctx: TraceContext, channels: Dict, node, nr: int) -> Optional[TensorChannels]:
+    variable = getattr(node, 'variable', None)
+    if variable is not None:
+        return ctx.leaf_channels(variable)
+    return channels.get((node, nr))
+
+
+def _freeze_outputs(ctx: TraceContext, channels: Dict, outputs: Sequence[torch.Tensor]) -> None:
+    for tensor in outputs:
+        node = tensor.grad_fn
+        tc = _channels_of(ctx, channels, node, tensor.output_nr) if node else None
+        if tc is None and tensor.grad_fn is None and tensor.is_leaf:
+            tc = ctx.leaf_channels(tensor)
+        if tc is not None and tc.slots:
+            ctx.slots.freeze(tc.all_slots(), FrozenReason(
+                'output', node.name() if node else '', 'channels of a model output',
+                upstream=tuple(filter(None, [ctx.module_of_node(node)]))))
+
+
+def _freeze_dead_ends(ctx: TraceContext, channels: Dict,
+                      module_outputs: Sequence[Tuple[Any, int, str]]) -> None:
+    """A module output that nothing in the graph consumes (an auxiliary head, a dropped
+    feature) keeps its channels, so the module still runs after pruning."""
+    for node, nr, name in module_outputs:
+        if ctx.consumers.get(node):
+            continue
+        tc = channels.get((node, nr))
+        if tc is not None and tc.slots:
+            ctx.slots.freeze(tc.all_slots(), FrozenReason(
+                'dead-end', name, 'output of a module that nothing uses', upstream=(name, )))
+
+
+def _freeze_excepted(ctx: TraceContext, keys: Sequence[str]) -> None:
+    if isinstance(keys, str):
+        keys = (keys, )
+    for use in ctx.uses.values():
+        if use.role in ('out', 'norm', 'param') and any(use.name.startswith(k) for k in keys):
+            ctx.slots.freeze(use.slots, FrozenReason(
+                'except-key', use.name, 'excluded by except_start_keys'))
