@@ -5,9 +5,15 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
+import torch.nn as nn
 
 from .channels import InputInfo, TensorChannels
 from .slots import STRICT_KINDS, FrozenReason, SlotTable
+
+
+#: Modules whose parameters are sliced by their own rule (see ``pruning/slicing.py``).
+LAYER_MODULES = (nn.modules.conv._ConvNd, nn.Linear, nn.modules.batchnorm._BatchNorm,
+                 nn.LayerNorm, nn.GroupNorm, nn.Embedding)
 
 
 class TracingError(ValueError):
@@ -66,7 +72,7 @@ class TraceContext:
 
     def module_of_node(self, node) -> Optional[str]:
         """The innermost module whose forward returned this node's output."""
-        names = self.node_modules.get(node)
+        names = [n for n in self.node_modules.get(node, ()) if n]
         return max(names, key=lambda n: n.count('.')) if names else None
 
     # ----------------------------------------------------------------- slots
@@ -111,11 +117,15 @@ class TraceContext:
             if name is None:  # an input that requires grad: channels fixed from outside
                 self._leaf_channels[key] = TensorChannels(shape)
                 return self._leaf_channels[key]
+            # A layer's own weight and bias are sliced with the layer, not as bare tensors
+            # (nn.Linear on a non-contiguous input adds its bias as a separate op).
+            bare = not isinstance(self.modules[self.owner(tensor)[0]], LAYER_MODULES)
             slots = {}
             for dim, size in enumerate(shape):
                 if size > 1:
                     slots[dim] = self.slots.allocate(size, 'param', f'{name}:{dim}')
-                    self.use(name, 'param', slots[dim], dim=dim)
+                    if bare:
+                        self.use(name, 'param', slots[dim], dim=dim)
             self._leaf_channels[key] = TensorChannels(shape, slots)
         return self._leaf_channels[key]
 
@@ -178,7 +188,12 @@ class TraceContext:
 
 
 def normalize_dim(dim: int, ndim: int) -> int:
-    """Python-style negative dims to non-negative ones."""
+    """Negative dims to non-negative ones.
+
+    grad_fns save dims as unsigned 64-bit values, so ``-1`` reads ``2**64 - 1``.
+    """
+    if dim >= 2**63:
+        dim -= 2**64
     return dim + ndim if dim < 0 else dim
 
 

@@ -58,12 +58,12 @@ _PASS_NAMES = (
     'CeluBackward0', 'GeluBackward0', 'SiluBackward0', 'MishBackward0', 'SoftplusBackward0',
     'SigmoidBackward0', 'TanhBackward0', 'HardswishBackward0', 'HardsigmoidBackward0',
     'LogSigmoidBackward0', 'ThresholdBackward0', 'ClampBackward1', 'ClampMinBackward0',
-    'ClampMaxBackward0', 'ClampBackward0',
+    'ClampMaxBackward0',
     # unary math (the scalar partner of x * 2 or x + 1 is untracked)
     'NegBackward0', 'AbsBackward0', 'ExpBackward0', 'LogBackward0', 'SqrtBackward0',
     'RsqrtBackward0', 'ReciprocalBackward0', 'PowBackward0', 'ErfBackward0', 'SinBackward0',
     'CosBackward0', 'RsubBackward1', 'AddBackward1', 'SubBackward1', 'MulBackward1',
-    'DivBackward1', 'DivBackward2', 'SgnBackward0', 'MaskedFillBackward0',
+    'DivBackward1', 'DivBackward3', 'SgnBackward0', 'MaskedFillBackward0',
     # pooling and resizing
     'MaxPool2DWithIndicesBackward0', 'MaxPool3DWithIndicesBackward0',
     'AvgPool2DBackward0', 'AvgPool3DBackward0', 'AdaptiveAvgPool2DBackward0',
@@ -80,7 +80,8 @@ _PASS_NAMES = (
     'FusedDropoutBackward0',
 )
 
-_BIND_NAMES = ('AddBackward0', 'SubBackward0', 'MulBackward0', 'DivBackward0',
+_BIND_NAMES = ('AddBackward0', 'SubBackward0', 'MulBackward0', 'DivBackward0', 'DivBackward2',
+               'ClampBackward0',
                'RsubBackward0', 'MaximumBackward0', 'MinimumBackward0', 'WhereBackward0',
                'AddcmulBackward0', 'AddcdivBackward0', 'LerpBackward0', 'LerpBackward1',
                'PowBackward1', 'Atan2Backward0', 'HypotBackward0')

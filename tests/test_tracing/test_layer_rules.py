@@ -1,0 +1,163 @@
+"""Layer rules: conv / linear / embedding / norms, told apart by the module that owns them."""
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from helpers import Traced
+
+
+def test_layer_grad_fn_names():
+    x = torch.randn(2, 4, 6, 6)
+    names = {
+        'ConvolutionBackward0': [nn.Conv1d(4, 4, 1)(x[..., 0]), nn.Conv2d(4, 4, 1)(x),
+                                 nn.Conv3d(4, 4, 1)(x[:, :, None]),
+                                 nn.ConvTranspose2d(4, 4, 2)(x)],
+        'AddmmBackward0': [nn.Linear(6, 3)(x[:, 0, 0])],
+        'MmBackward0': [nn.Linear(6, 3, bias=False)(x[:, 0, 0])],
+        'ViewBackward0': [nn.Linear(6, 3)(x[:, 0].contiguous())],
+        'UnsafeViewBackward0': [nn.Linear(6, 3, bias=False)(x[:, 0])],
+        'AddBackward0': [nn.Linear(6, 3)(x[:, 0])],  # non-contiguous input: mm, then + bias
+        'EmbeddingBackward0': [nn.Embedding(5, 3)(torch.tensor([1, 2]))],
+        'NativeBatchNormBackward0': [nn.BatchNorm2d(4)(x), nn.BatchNorm1d(4).eval()(x[..., 0])],
+        'NativeLayerNormBackward0': [nn.LayerNorm(6)(x)],
+        'NativeGroupNormBackward0': [nn.GroupNorm(2, 4)(x)],
+        'PreluKernelBackward0': [nn.PReLU(4)(x)],
+    }
+    for name, outputs in names.items():
+        assert [t.grad_fn.name() for t in outputs] == [name] * len(outputs)
+
+
+class Seq(nn.Module):
+    def __init__(self, *layers, tail=None):
+        super().__init__()
+        self.layers = nn.ModuleList(layers)
+        self.tail = tail
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return self.tail(x) if self.tail else x
+
+
+@pytest.mark.parametrize('conv,x', [
+    (nn.Conv1d, torch.randn(1, 3, 8)), (nn.Conv2d, torch.randn(1, 3, 8, 8)),
+    (nn.Conv3d, torch.randn(1, 3, 4, 8, 8)), (nn.ConvTranspose2d, torch.randn(1, 3, 8, 8)),
+    (nn.ConvTranspose1d, torch.randn(1, 3, 8)), (nn.ConvTranspose3d, torch.randn(1, 3, 2, 4, 4))])
+def test_conv_kinds(conv, x):
+    traced = Traced(Seq(conv(3, 8, 1), conv(8, 4, 1)), x)
+    group = traced.group_of('layers.0')
+    assert group.prunable and group.consumers == ['layers.1']
+    assert (traced.classes('layers.1', 'in') == traced.classes('layers.0')).all()
+
+
+def test_depthwise_conv_is_bound_to_its_producer():
+    traced = Traced(Seq(nn.Conv2d(3, 8, 1), nn.Conv2d(8, 16, 3, groups=8), nn.Conv2d(16, 4, 1)),
+                    torch.randn(1, 3, 6, 6))
+    assert (traced.classes('layers.1', 'out') == np.repeat(traced.classes('layers.0'), 2)).all()
+    group = traced.group_of('layers.0')
+    assert set(group.layers) == {'layers.0', 'layers.1'} and group.num_channels == 8
+
+
+def test_group_conv_binds_channels_across_groups():
+    traced = Traced(Seq(nn.Conv2d(3, 8, 1), nn.Conv2d(8, 12, 3, groups=4), nn.Conv2d(12, 4, 1)),
+                    torch.randn(1, 3, 6, 6))
+    producer = traced.classes('layers.0').reshape(4, 2)
+    assert (producer == producer[0]).all()
+    out = traced.classes('layers.1').reshape(4, 3)
+    assert (out == out[0]).all()
+    assert traced.group_of('layers.0').num_channels == 2
+    assert traced.group_of('layers.1').num_channels == 3
+    assert traced.group_of('layers.1').width == 12
+
+
+def test_linear_2d_3d_with_and_without_bias():
+    for bias in (True, False):
+        flat = Traced(Seq(nn.Linear(6, 8, bias=bias), nn.ReLU(), nn.Linear(8, 3)),
+                      torch.randn(2, 6))
+        tokens = Traced(Seq(nn.Linear(6, 8, bias=bias), nn.ReLU(), nn.Linear(8, 3)),
+                        torch.randn(2, 5, 6))
+        strided = Traced(Seq(nn.Linear(6, 8, bias=bias), nn.ReLU(), nn.Linear(8, 3)),
+                         torch.randn(2, 6, 5).transpose(1, 2))
+        for traced in (flat, tokens, strided):
+            assert traced.group_of('layers.0').consumers == ['layers.2']
+            assert traced.group_of('layers.0').prunable
+            assert traced.group_of('layers.0').params == []  # the bias goes with the layer
+
+
+class FunctionalConv(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Conv2d(3, 8, 1)
+        self.weight = nn.Parameter(torch.randn(4, 8, 1, 1))
+
+    def forward(self, x):
+        return F.conv2d(self.a(x), self.weight)
+
+
+def test_convolution_without_an_owning_conv_module_freezes():
+    traced = Traced(FunctionalConv(), torch.randn(1, 3, 4, 4))
+    (reason, ) = traced.reasons('a')
+    assert reason.op == 'ConvolutionBackward0' and 'nn.Conv' in reason.message
+
+
+def test_matmul_with_a_bare_weight_binds_the_parameter():
+    class BareLinear(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Linear(4, 8)
+            self.w = nn.Parameter(torch.randn(8, 3))
+
+        def forward(self, x):
+            return self.a(x) @ self.w
+    traced = Traced(BareLinear(), torch.randn(2, 4))
+    assert traced.group_of('a').params == ['w']
+    assert traced.group_of('a').prunable
+
+
+def test_embedding_dim_is_a_prunable_output():
+    class Emb(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb, self.fc = nn.Embedding(10, 8), nn.Linear(8, 2)
+
+        def forward(self, ids):
+            return self.fc(self.emb(ids).mean(1))
+    traced = Traced(Emb(), torch.tensor([[1, 2, 3]]))
+    assert traced.group_of('emb').consumers == ['fc']
+
+
+@pytest.mark.parametrize('norm,x', [
+    (nn.BatchNorm1d(8), torch.randn(2, 3)), (nn.BatchNorm2d(8), torch.randn(1, 3, 4, 4)),
+    (nn.BatchNorm2d(8, affine=False), torch.randn(1, 3, 4, 4)),
+    (nn.GroupNorm(1, 8), torch.randn(1, 3, 4, 4)), (nn.GroupNorm(8, 8), torch.randn(1, 3, 4, 4))])
+def test_norms_follow_their_input(norm, x):
+    first = nn.Linear(3, 8) if x.dim() == 2 else nn.Conv2d(3, 8, 1)
+    traced = Traced(Seq(first, norm, tail=lambda y: y.sum()), x)
+    assert traced.group_of('layers.0').norms == ['layers.1']
+
+
+def test_group_norm_binds_across_its_groups():
+    traced = Traced(Seq(nn.Conv2d(3, 8, 1), nn.GroupNorm(4, 8), tail=lambda y: y.sum()),
+                    torch.randn(1, 3, 4, 4))
+    classes = traced.classes('layers.0').reshape(4, 2)
+    assert (classes == classes[0]).all()
+
+
+def test_layer_norm_channels_last_and_multi_dim():
+    last = Traced(Seq(nn.Linear(3, 8), nn.LayerNorm(8), tail=lambda y: y.sum()),
+                  torch.randn(2, 5, 3))
+    assert last.group_of('layers.0').norms == ['layers.1']
+    multi = Traced(Seq(nn.Conv2d(3, 8, 1), nn.LayerNorm([8, 4, 4]), tail=lambda y: y.sum()),
+                   torch.randn(1, 3, 4, 4))
+    assert [r.op for r in multi.reasons('layers.0')] == ['NativeLayerNormBackward0']
+
+
+def test_prelu_weight_is_sliced_with_the_channels():
+    traced = Traced(Seq(nn.Conv2d(3, 8, 1), nn.PReLU(8), tail=lambda y: y.sum()),
+                    torch.randn(1, 3, 4, 4))
+    assert traced.group_of('layers.0').params == ['layers.1.weight']
+    shared = Traced(Seq(nn.Conv2d(3, 8, 1), nn.PReLU(), tail=lambda y: y.sum()),
+                    torch.randn(1, 3, 4, 4))
+    assert shared.group_of('layers.0').prunable and not shared.group_of('layers.0').params

@@ -1,0 +1,189 @@
+"""Rules that move channels between dims: each checked on the grad_fn torch produces."""
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from helpers import Traced
+from razorlib.tracing.shape_rules import reshape_groups
+
+X = torch.randn(1, 3, 4, 4)
+
+
+class Net(nn.Module):
+    """Convs ``a`` (8 ch), ``b`` (6 ch); ``body`` combines them; Linear ``head``."""
+
+    def __init__(self, body, head_in=None, out=None):
+        super().__init__()
+        self.a, self.b = nn.Conv2d(3, 8, 1), nn.Conv2d(3, 6, 1)
+        self.body = body
+        self.head = nn.Linear(head_in, 2) if head_in else None
+        self.out = out
+
+    def forward(self, x):
+        y = self.body(self, self.a(x), self.b(x))
+        return self.head(y) if self.head is not None else y
+
+
+def test_grad_fn_names_of_shape_ops():
+    x = torch.randn(2, 8, 4, 4, requires_grad=True)
+    names = {
+        'PermuteBackward0': x.permute(0, 2, 3, 1), 'TransposeBackward0': x.transpose(1, 2),
+        'TBackward0': x[0, 0].t(), 'ViewBackward0': x.flatten(1),
+        'UnsafeViewBackward0': torch.matmul(x.flatten(2).transpose(1, 2), x[0, :, 0]),
+        'ReshapeAliasBackward0': torch.ops.aten._reshape_alias(x, (2, 128), (128, 1)),
+        'SqueezeBackward0': x[:, :1].squeeze(), 'SqueezeBackward1': x[:, :, :1].squeeze(2),
+        'SqueezeBackward2': x[:, :, :1].squeeze((2, )), 'UnsqueezeBackward0': x.unsqueeze(0),
+        'ExpandBackward0': x[:1].expand(3, -1, -1, -1), 'RepeatBackward0': x.repeat(1, 2, 1, 1),
+        'FlipBackward0': x.flip(1), 'CatBackward0': torch.cat([x, x], 1),
+        'StackBackward0': torch.stack([x, x]), 'SplitBackward0': x.chunk(2, 1)[0],
+        'SplitWithSizesBackward0': x.split([3, 5], 1)[0], 'UnbindBackward0': x.unbind(2)[0],
+        'SliceBackward0': x[:, 1:3], 'SelectBackward0': x[:, 1],
+        'BmmBackward0': torch.bmm(x.flatten(2), x.flatten(2).transpose(1, 2)),
+    }
+    assert {name: t.grad_fn.name() for name, t in names.items()} == \
+        {name: name for name in names}
+
+
+def test_reshape_groups():
+    assert reshape_groups((2, 8, 4, 4), (2, 128)) == [([0], [0]), ([1, 2, 3], [1])]
+    assert reshape_groups((1, 96), (1, 3, 4, 8)) == [([1], [1, 2, 3])]
+    assert reshape_groups((1, 8, 1, 1), (1, 8)) == [([1], [1])]
+    assert reshape_groups((6, 4), (4, 6)) == [([0, 1], [0, 1])]
+
+
+def test_flatten_into_linear_gives_each_channel_hw_features():
+    traced = Traced(Net(lambda m, a, b: a.flatten(1), head_in=8 * 16), X)
+    head_in = traced.classes('head', 'in')
+    assert (head_in == np.repeat(traced.classes('a'), 16)).all()
+    assert 'head' in traced.group_of('a').consumers
+
+
+def test_permute_moves_channels_for_channels_last_linear():
+    traced = Traced(Net(lambda m, a, b: a.permute(0, 2, 3, 1).mean((1, 2)), head_in=8), X)
+    assert (traced.classes('head', 'in') == traced.classes('a')).all()
+    traced = Traced(Net(lambda m, a, b: a.flatten(2).transpose(1, 2).mean(1), head_in=8), X)
+    assert (traced.classes('head', 'in') == traced.classes('a')).all()
+
+
+def _shuffle(m, a, b):
+    n, c, h, w = a.shape
+    return a.view(n, 2, c // 2, h, w).transpose(1, 2).reshape(n, c, h, w).mean((2, 3))
+
+
+def test_channel_shuffle_binds_blocks_and_permutes():
+    traced = Traced(Net(_shuffle, head_in=8), X)
+    a = traced.classes('a')
+    assert (a[:4] == a[4:]).all() and len(set(a.tolist())) == 4
+    # shuffled position 2i + j holds channel j*4 + i
+    expected = np.array([a[j * 4 + i] for i in range(4) for j in range(2)])
+    assert (traced.classes('head', 'in') == expected).all()
+    assert traced.group_of('a').prunable and traced.group_of('a').num_channels == 4
+
+
+def test_split_channels_must_merge_back_before_other_ops():
+    def heads(m, a, b):
+        n, c, h, w = a.shape
+        q = a.view(n, 2, c // 2, h * w)
+        return (q @ q.transpose(-2, -1)).flatten(1)
+    traced = Traced(Net(heads, head_in=2 * 4 * 4), X)
+    reasons = traced.reasons('a')
+    assert reasons and all(r.kind == 'mixing' and 'before being merged back' in r.message
+                           for r in reasons)
+
+
+def test_reshape_into_three_factors_freezes():
+    traced = Traced(Net(lambda m, a, b: a.reshape(1, 2, 2, 2, 16).sum((1, 2, 3, 4))), X)
+    (reason, ) = traced.reasons('a')
+    assert reason.op == 'ViewBackward0' and 'cannot be sliced' in reason.message
+
+
+def test_expand_repeat_flip():
+    traced = Traced(Net(lambda m, a, b: a.mean((2, 3)).expand(3, 8).mean(0, keepdim=True),
+                        head_in=8), X)
+    assert (traced.classes('head', 'in') == traced.classes('a')).all()
+    traced = Traced(Net(lambda m, a, b: a.mean((2, 3)).repeat(1, 2), head_in=16), X)
+    assert (traced.classes('head', 'in') == np.tile(traced.classes('a'), 2)).all()
+    traced = Traced(Net(lambda m, a, b: a.mean((2, 3)).flip(1), head_in=8), X)
+    assert (traced.classes('head', 'in') == traced.classes('a')[::-1]).all()
+
+
+def test_cat_offsets_and_fixed_pieces():
+    traced = Traced(Net(lambda m, a, b: torch.cat([a, b], 1).mean((2, 3)), head_in=14), X)
+    head_in = traced.classes('head', 'in')
+    assert (head_in[:8] == traced.classes('a')).all() and (head_in[8:] == traced.classes('b')).all()
+    assert traced.group_of('a') is not traced.group_of('b')
+    # a model input joined by cat contributes fixed channels; ``a`` stays prunable
+    traced = Traced(Net(lambda m, a, b: torch.cat([a, torch.ones(1, 3, 4, 4)], 1).mean((2, 3)),
+                        head_in=11), X)
+    assert traced.group_of('a').prunable
+    # the same tensor twice repeats its slots
+    traced = Traced(Net(lambda m, a, b: torch.cat([a, a], 1).mean((2, 3)), head_in=16), X)
+    assert (traced.classes('head', 'in') == np.tile(traced.classes('a'), 2)).all()
+
+
+def test_cat_on_another_dim_binds_channels():
+    traced = Traced(Net(lambda m, a, b: torch.cat([a, m.a(a.new_ones(1, 3, 4, 4))], 2)
+                        .mean((2, 3)), head_in=8), X)
+    assert traced.group_of('a').prunable
+    padded = Traced(Net(lambda m, a, b: torch.cat([a, F.pad(b, (0, 0, 0, 0, 0, 2))], 2)
+                        .mean((2, 3)), head_in=8), X)
+    assert padded.group_of('a').frozen
+
+
+def test_stack_binds():
+    traced = Traced(Net(lambda m, a, b: torch.stack([a, m.a(a.new_ones(1, 3, 4, 4))]).mean(
+        (0, 3, 4)), head_in=8), X)
+    assert (traced.classes('head', 'in') == traced.classes('a')).all()
+
+
+def test_chunk_binds_parts_and_split_sizes_freeze():
+    traced = Traced(Net(lambda m, a, b: sum(a.chunk(2, 1)).mean((2, 3)), head_in=4), X)
+    a = traced.classes('a')
+    assert (a[:4] == a[4:]).all() and traced.group_of('a').prunable
+    traced = Traced(Net(lambda m, a, b: sum(p.mean() for p in a.split([3, 5], 1))), X)
+    assert [r.op for r in traced.reasons('a')] == ['SplitWithSizesBackward0']
+    traced = Traced(Net(lambda m, a, b: sum(p.mean() for p in a.split(3, 1))), X)
+    assert [r.op for r in traced.reasons('a')] == ['SplitBackward0']
+
+
+def test_slice_select_unbind():
+    full = Traced(Net(lambda m, a, b: a[:, :, 1:3].mean((2, 3)), head_in=8), X)
+    assert full.group_of('a').prunable
+    part = Traced(Net(lambda m, a, b: a[:, 2:5].mean()), X)
+    assert [r.op for r in part.reasons('a')] == ['SliceBackward0']
+    select = Traced(Net(lambda m, a, b: a[:, 0].mean()), X)
+    assert [r.op for r in select.reasons('a')] == ['SelectBackward0']
+    unbind = Traced(Net(lambda m, a, b: a.unbind(2)[0].mean(2), head_in=8), X)
+    assert (unbind.classes('head', 'in') == unbind.classes('a')).all()
+    unbind_channels = Traced(Net(lambda m, a, b: a.unbind(1)[0].mean()), X)
+    assert [r.op for r in unbind_channels.reasons('a')] == ['UnbindBackward0']
+
+
+def test_squeeze_unsqueeze():
+    traced = Traced(Net(lambda m, a, b: a.mean((2, 3), keepdim=True).squeeze(3).squeeze(2)
+                        .unsqueeze(0).squeeze(0), head_in=8), X)
+    assert (traced.classes('head', 'in') == traced.classes('a')).all()
+
+
+def test_bmm_contraction_binds_and_output_takes_row_and_column_slots():
+    def gram(m, a, b):
+        fa = a.flatten(2)                     # 1 x 8 x 16
+        return torch.bmm(fa, fa.transpose(1, 2)).mean(2)   # 1 x 8 x 8 -> 1 x 8
+    traced = Traced(Net(gram, head_in=8), X)
+    assert (traced.classes('head', 'in') == traced.classes('a')).all()
+
+    def contract(m, a, b):
+        fa = a.flatten(2).transpose(1, 2)     # 1 x 16 x 8
+        fb = F.pad(b, (0, 0, 0, 0, 0, 2)).flatten(2)  # 1 x 8 x 16
+        return torch.bmm(fa, fb).sum()
+    traced = Traced(Net(contract), X)
+    # ``a``'s channels are contracted with ``b``'s padded channels: those are fixed
+    assert traced.group_of('a').frozen
+
+
+@pytest.mark.parametrize('dim', [1, -3])
+def test_negative_dims_are_normalised(dim):
+    traced = Traced(Net(lambda m, a, b: torch.cat([a, b], dim).mean((2, 3)), head_in=14), X)
+    assert (traced.classes('head', 'in')[:8] == traced.classes('a')).all()
