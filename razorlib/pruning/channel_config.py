@@ -99,7 +99,8 @@ class ChannelConfig:
         for name, entry in data['modules'].items():
             axes = {}
             for axis in ('in', 'out'):
-                if f'{axis}_channels' in entry:
+                keys = (f'{axis}_channels', f'raw_{axis}_channels', f'{axis}_index')
+                if any(key in entry for key in keys):
                     axes[axis] = _selection(entry, f'modules.{name}', f'{axis}_channels',
                                             f'raw_{axis}_channels', f'{axis}_index')
             unknown = set(entry) - {f'{a}_{k}' for a in ('in', 'out')
