@@ -1,0 +1,63 @@
+"""FLOPs / params against hand-computed counts, for dense, masked and slimmed models."""
+import copy
+
+import pytest
+import torch
+import torch.nn as nn
+
+from razorlib.pruning import L1NormPruner
+from razorlib.utils import count_params, get_model_complexity
+from zoo import ZOO
+
+
+def flops_of(module, x):
+    per = {}
+    get_model_complexity(nn.Sequential(module), x, per_module=per)
+    return per['0']
+
+
+def test_conv_depthwise_group_and_linear_by_hand():
+    x = torch.randn(2, 8, 10, 10)
+    # conv 8->16, 3x3, pad 1: 2*10*10 positions * 16 outputs * 8 inputs * 9
+    assert flops_of(nn.Conv2d(8, 16, 3, padding=1), x) == 2 * 100 * 16 * 8 * 9
+    # depthwise 8->8, 3x3 stride 2: 2*5*5 positions * 8 outputs * 1 input * 9
+    assert flops_of(nn.Conv2d(8, 8, 3, stride=2, padding=1, groups=8), x) == 2 * 25 * 8 * 9
+    # group conv, 4 groups: each output reads 2 inputs
+    assert flops_of(nn.Conv2d(8, 12, 1, groups=4), x) == 2 * 100 * 12 * 2
+    # linear on tokens: 2*10 rows * 10 in * 6 out
+    assert flops_of(nn.Linear(10, 6), torch.randn(2, 10, 10)) == 20 * 10 * 6
+    # transposed conv 8->4, k=2 s=2: every input position scatters into 4 * 4 outputs
+    assert flops_of(nn.ConvTranspose2d(8, 4, 2, stride=2), x) == 2 * 100 * 8 * 4 * 4
+    # batch norm: one op per element
+    assert flops_of(nn.BatchNorm2d(8), x) == x.numel()
+
+
+def test_params_by_hand():
+    assert count_params(nn.Conv2d(8, 16, 3)) == 16 * 8 * 9 + 16
+    assert count_params(nn.Conv2d(8, 8, 3, groups=8, bias=False)) == 8 * 9
+    assert count_params(nn.Conv2d(8, 12, 1, groups=4)) == 12 * 2 + 12
+    assert count_params(nn.Linear(10, 6)) == 66
+
+
+@pytest.mark.parametrize('name', ['resnext', 'mobilenet_v2', 'vgg', 'unet', 'convnext'])
+def test_masked_supernet_counts_what_the_slim_model_has(name):
+    entry = ZOO[name]
+    model = entry.build().eval()
+    x = entry.example_inputs()
+    pruner = L1NormPruner(ratio=0.5)
+    pruner.prepare_from_supernet(model, x)
+    pruner.set_subnet(pruner.sample_subnet())
+    masked = get_model_complexity(model, x)
+    cfg = pruner.export_subnet()
+    slim = pruner.deploy_subnet(copy.deepcopy(model), cfg)
+    dense = get_model_complexity(slim, x)
+    assert dense.flops == masked.flops
+    assert dense.params == sum(p.numel() for p in slim.parameters())
+    # bare parameters (ConvNeXt's layer scale) carry no mask: counted at full width
+    bare = sum(sel.raw - sel.count for dims in cfg.params.values() for sel in dims.values())
+    assert masked.params - dense.params == bare
+
+
+def test_human_readable():
+    c = get_model_complexity(nn.Conv2d(3, 8, 3), torch.randn(1, 3, 34, 34))
+    assert str(c) == 'FLOPs 221.18k, params 224'
