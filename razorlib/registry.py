@@ -12,6 +12,9 @@ Example:
     >>> type(pruner).__name__
     'L1NormPruner'
 """
+from importlib.util import find_spec
+from typing import List
+
 from mmengine.registry import DATA_SAMPLERS as MMENGINE_DATA_SAMPLERS
 from mmengine.registry import DATASETS as MMENGINE_DATASETS
 from mmengine.registry import EVALUATOR as MMENGINE_EVALUATOR
@@ -31,26 +34,39 @@ from mmengine.registry import DefaultScope, Registry
 
 SCOPE = 'razorlib'
 
+
+def _present(*packages: str) -> List[str]:
+    """The ``packages`` that exist in this checkout.
+
+    mmengine imports every location before it looks a type up and fails on the first
+    one missing, so naming a planned package (``razorlib.algorithms``) before it lands
+    would break every build from that registry.
+    """
+    return [package for package in packages if find_spec(package) is not None]
+
+
 MODELS = Registry('model', parent=MMENGINE_MODELS, scope=SCOPE,
-                  locations=['razorlib.models', 'razorlib.algorithms'])
+                  locations=_present('razorlib.models', 'razorlib.algorithms'))
 MODEL_WRAPPERS = Registry('model_wrapper', parent=MMENGINE_MODEL_WRAPPERS, scope=SCOPE,
-                          locations=['razorlib.engine'])
+                          locations=_present('razorlib.engine'))
 # Pruners have no counterpart among mmengine's roots; they get a root of their own.
-PRUNERS = Registry('pruner', scope=SCOPE, locations=['razorlib.pruning'])
+PRUNERS = Registry('pruner', scope=SCOPE, locations=_present('razorlib.pruning'))
 TASK_UTILS = Registry('task util', parent=MMENGINE_TASK_UTILS, scope=SCOPE,
-                      locations=['razorlib.utils'])
-LOOPS = Registry('loop', parent=MMENGINE_LOOPS, scope=SCOPE, locations=['razorlib.engine'])
-HOOKS = Registry('hook', parent=MMENGINE_HOOKS, scope=SCOPE, locations=['razorlib.engine'])
+                      locations=_present('razorlib.utils'))
+LOOPS = Registry('loop', parent=MMENGINE_LOOPS, scope=SCOPE,
+                 locations=_present('razorlib.engine'))
+HOOKS = Registry('hook', parent=MMENGINE_HOOKS, scope=SCOPE,
+                 locations=_present('razorlib.engine'))
 DATASETS = Registry('dataset', parent=MMENGINE_DATASETS, scope=SCOPE,
-                    locations=['razorlib.datasets'])
+                    locations=_present('razorlib.datasets'))
 DATA_SAMPLERS = Registry('data sampler', parent=MMENGINE_DATA_SAMPLERS, scope=SCOPE,
-                         locations=['razorlib.datasets'])
+                         locations=_present('razorlib.datasets'))
 TRANSFORMS = Registry('transform', parent=MMENGINE_TRANSFORMS, scope=SCOPE,
-                      locations=['razorlib.datasets'])
+                      locations=_present('razorlib.datasets'))
 METRICS = Registry('metric', parent=MMENGINE_METRICS, scope=SCOPE,
-                   locations=['razorlib.evaluation'])
+                   locations=_present('razorlib.evaluation'))
 EVALUATOR = Registry('evaluator', parent=MMENGINE_EVALUATOR, scope=SCOPE,
-                     locations=['razorlib.evaluation'])
+                     locations=_present('razorlib.evaluation'))
 OPTIMIZERS = Registry('optimizer', parent=MMENGINE_OPTIMIZERS, scope=SCOPE)
 OPTIM_WRAPPERS = Registry('optim_wrapper', parent=MMENGINE_OPTIM_WRAPPERS, scope=SCOPE)
 PARAM_SCHEDULERS = Registry('parameter scheduler', parent=MMENGINE_PARAM_SCHEDULERS,

@@ -1,0 +1,4 @@
+"""Classifiers: whole models that mmengine's Runner trains and evaluates."""
+from .image_classifier import ImageClassifier
+
+__all__ = ['ImageClassifier']

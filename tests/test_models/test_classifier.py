@@ -1,0 +1,140 @@
+"""ImageClassifier with its preprocessor, neck, head and data samples."""
+import numpy as np
+import pytest
+import torch
+from mmengine.optim import OptimWrapper
+
+from razorlib.models import (ClsDataPreprocessor, ClsDataSample, GlobalAveragePooling,
+                             ImageClassifier, LinearClsHead, PlainCNN)
+from razorlib.registry import MODELS
+
+
+def tiny_classifier(**kwargs) -> ImageClassifier:
+    cfg = dict(type='ImageClassifier',
+               backbone=dict(type='PlainCNN', channels=(4, 8)),
+               head=dict(type='LinearClsHead', num_classes=3))
+    cfg.update(kwargs)
+    return MODELS.build(cfg)
+
+
+def batch(n: int = 4, channels: int = 3, size: int = 8) -> dict:
+    """What pseudo_collate gives for ``n`` dataset items."""
+    return dict(inputs=[torch.rand(channels, size, size) for _ in range(n)],
+                data_samples=[ClsDataSample(gt_label=i % 3) for i in range(n)])
+
+
+def test_build_from_config_fills_head_in_channels():
+    model = MODELS.build(dict(type='ImageClassifier',
+                              backbone=dict(type='ResNet', depth=18, stem='cifar'),
+                              head=dict(type='LinearClsHead', num_classes=10)))
+    assert isinstance(model.neck, GlobalAveragePooling)
+    assert isinstance(model.data_preprocessor, ClsDataPreprocessor)
+    assert model.head.fc.in_features == 512
+    assert model(torch.randn(2, 3, 8, 8)).shape == (2, 10)
+
+
+def test_tensor_mode_returns_logits():
+    model = tiny_classifier().eval()
+    x = torch.randn(2, 3, 8, 8)
+    logits = model(x)
+    assert logits.shape == (2, 3)
+    assert torch.equal(logits, model.head(model.neck(model.backbone(x))))
+
+
+def test_loss_mode_is_cross_entropy_of_gt_labels():
+    model = tiny_classifier().eval()
+    data = model.data_preprocessor(batch())
+    losses = model(**data, mode='loss')
+    labels = torch.tensor([0, 1, 2, 0])
+    expected = torch.nn.functional.cross_entropy(model(data['inputs']), labels)
+    assert set(losses) == {'loss'}
+    assert torch.allclose(losses['loss'], expected)
+
+
+def test_label_smoothing_changes_the_loss():
+    feats, samples = torch.randn(4, 8), [ClsDataSample(gt_label=i % 3) for i in range(4)]
+    torch.manual_seed(0)
+    plain = LinearClsHead(3, 8)
+    torch.manual_seed(0)
+    smooth = LinearClsHead(3, 8, label_smoothing=0.2)
+    assert not torch.allclose(plain.loss(feats, samples)['loss'],
+                              smooth.loss(feats, samples)['loss'])
+
+
+def test_predict_mode_fills_the_given_samples():
+    model = tiny_classifier().eval()
+    data = model.data_preprocessor(batch())
+    samples = model(**data, mode='predict')
+    assert samples is not data['data_samples'] and samples[0] is data['data_samples'][0]
+    logits = model(data['inputs'])
+    for row, sample in zip(logits, samples):
+        assert torch.allclose(sample.pred_score, row.softmax(0))
+        assert sample.pred_label.item() == row.argmax().item()
+    assert [s.gt_label.item() for s in samples] == [0, 1, 2, 0]
+    fresh = model(data['inputs'], mode='predict')
+    assert len(fresh) == 4 and 'gt_label' not in fresh[0]
+
+
+def test_bad_mode_and_missing_labels_are_named():
+    model = tiny_classifier()
+    with pytest.raises(ValueError, match='mode must be'):
+        model(torch.randn(2, 3, 8, 8), mode='logits')
+    with pytest.raises(ValueError, match='needs data_samples'):
+        model(torch.randn(2, 3, 8, 8), mode='loss')
+    with pytest.raises(ValueError, match='3 data samples for 2 images'):
+        model(torch.randn(2, 3, 8, 8), [ClsDataSample()] * 3, mode='predict')
+
+
+def test_train_and_val_steps_run_through_the_preprocessor():
+    torch.manual_seed(0)
+    model = tiny_classifier(data_preprocessor=dict(type='ClsDataPreprocessor',
+                                                   mean=[0.5] * 3, std=[0.5] * 3))
+    optim = OptimWrapper(torch.optim.SGD(model.parameters(), lr=0.5))
+    data = batch(8)
+    first = model.train_step(data, optim)['loss'].item()
+    for _ in range(20):
+        last = model.train_step(data, optim)['loss'].item()
+    assert last < first
+    outputs = model.val_step(data)
+    assert len(outputs) == 8 and outputs[0].pred_score.shape == (3, )
+
+
+def test_backbone_with_out_indices_classifies_the_last_stage():
+    model = ImageClassifier(backbone=PlainCNN(channels=(4, 8, 16), out_indices=(0, 1)),
+                            head=dict(type='LinearClsHead', num_classes=5))
+    assert model.head.fc.in_features == 8
+    assert model(torch.randn(2, 3, 8, 8)).shape == (2, 5)
+
+
+def test_head_dropout_is_optional():
+    assert isinstance(LinearClsHead(3, 8).dropout, torch.nn.Identity)
+    assert LinearClsHead(3, 8, dropout=0.5).dropout.p == 0.5
+    with pytest.raises(ValueError, match='num_classes'):
+        LinearClsHead(0, 8)
+
+
+def test_preprocessor_normalises_stacks_and_packs_labels():
+    pre = ClsDataPreprocessor(mean=[0.5, 0.5, 0.5], std=[0.25, 0.25, 0.25])
+    images = [torch.full((3, 4, 4), 0.75), torch.full((3, 4, 4), 0.25)]
+    out = pre(dict(inputs=images, data_samples=torch.tensor([2, 0])))
+    assert out['inputs'].shape == (2, 3, 4, 4)
+    assert out['inputs'][:, 0, 0, 0].tolist() == [1.0, -1.0]
+    assert [s.gt_label.tolist() for s in out['data_samples']] == [[2], [0]]
+    stacked = pre(dict(inputs=torch.stack(images), data_samples=[1, 2]))  # default_collate
+    assert torch.equal(stacked['inputs'], out['inputs'])
+    assert pre(dict(inputs=images))['data_samples'] is None
+
+
+def test_data_sample_converts_labels_and_round_trips():
+    sample = ClsDataSample(gt_label=np.int64(4), metainfo=dict(img_path='x.png'))
+    sample.pred_label = torch.tensor(2)
+    sample.pred_score = [0.1, 0.9]
+    assert sample.gt_label.dtype == torch.long and sample.gt_label.tolist() == [4]
+    assert sample.pred_label.tolist() == [2]
+    assert sample.pred_score.dtype == torch.float32
+    assert set(sample.to_dict()) == {'img_path', 'gt_label', 'pred_label', 'pred_score'}
+    assert sample.clone().gt_label.tolist() == [4]
+    with pytest.raises(TypeError, match='integer class indices'):
+        sample.gt_label = 1.5
+    with pytest.raises(TypeError, match='1-D float'):
+        sample.pred_score = torch.ones(2, 2)
