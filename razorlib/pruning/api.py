@@ -6,7 +6,7 @@ import torch
 import torch.nn as nn
 
 from ..registry import PRUNERS
-from ..tracing.tracer import call_model, default_example_inputs
+from ..tracing.forward import call_model, default_example_inputs
 
 
 def prune(model: nn.Module, example_inputs: Any = None, ratio: float = 0.5,

@@ -43,7 +43,7 @@ class TraceContext:
     """Shared state of one trace: slots, channel uses and the graph around each node."""
 
     def __init__(self, model: torch.nn.Module, strict: bool,
-                 node_modules: Dict[object, List[str]]):
+                 node_modules: Dict[object, List[str]], owners: Dict[int, Tuple[str, str]]):
         self.strict = strict
         self.slots = SlotTable()
         self.uses: Dict[Tuple[str, str, int], ChannelUse] = {}
@@ -52,12 +52,7 @@ class TraceContext:
         self._layer_out: Dict[str, np.ndarray] = {}
         self._leaf_channels: Dict[int, TensorChannels] = {}
         self.modules = dict(model.named_modules())
-        self._owners: Dict[int, Tuple[str, str]] = {}
-        for mod_name, module in model.named_modules(remove_duplicate=False):
-            tensors = list(module._parameters.items()) + list(module._buffers.items())
-            for attr, tensor in tensors:
-                if tensor is not None:
-                    self._owners.setdefault(id(tensor), (mod_name, attr))
+        self._owners = owners
 
     # ----------------------------------------------------------------- lookups
     def owner(self, tensor: Optional[torch.Tensor]) -> Optional[Tuple[str, str]]:

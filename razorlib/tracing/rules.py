@@ -112,6 +112,7 @@ RULES: Dict[str, Rule] = {
     **{name: RESHAPE for name in _RESHAPE_NAMES},
     **{name: MIXING for name in _MIXING_NAMES},
     'SoftmaxBackward0': ALONG_DIM,
+    'SafeSoftmaxBackward0': ALONG_DIM,
     'LogSoftmaxBackward0': ALONG_DIM,
     'CumsumBackward0': ALONG_DIM,
     'PermuteBackward0': PERMUTE,

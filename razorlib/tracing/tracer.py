@@ -14,11 +14,11 @@ import torch.nn as nn
 
 from .channels import InputInfo, TensorChannels
 from .context import ChannelUse, TraceContext
+from .forward import default_example_inputs, record_forward
 from .rules import rule_for
 from .slots import FrozenReason, SlotTable
 
 MASK_BUFFERS = ('in_mask', 'out_mask')
-_NORM_STAT_BUFFERS = ('running_mean', 'running_var')
 
 
 @dataclass
@@ -31,88 +31,15 @@ class ChannelGraph:
         module_calls: how often each module ran during the trace.
         untraced: modules with parameters that did not run (their channels are unknown).
         op_counts: grad_fn name -> how many such nodes the walk visited.
+        device: ``'meta'`` if the forward ran on shapes only, ``'real'`` if the model
+            needed real values.
     """
     slots: SlotTable
     uses: List[ChannelUse]
     module_calls: Dict[str, int] = field(default_factory=dict)
     untraced: List[str] = field(default_factory=list)
     op_counts: Dict[str, int] = field(default_factory=dict)
-
-
-def default_example_inputs(model: nn.Module) -> torch.Tensor:
-    """A random 1x3x224x224 image on the model's device, as mmrazor used."""
-    param = next(model.parameters(), None)
-    device = param.device if param is not None else 'cpu'
-    return torch.randn(1, 3, 224, 224, device=device)
-
-
-def call_model(model: nn.Module, example_inputs: Any) -> Any:
-    """Call ``model`` with a tensor, a tuple/list of positional args or a dict of kwargs."""
-    if isinstance(example_inputs, dict):
-        return model(**example_inputs)
-    if isinstance(example_inputs, (tuple, list)):
-        return model(*example_inputs)
-    return model(example_inputs)
-
-
-def flatten_tensors(obj: Any) -> List[torch.Tensor]:
-    """Every tensor in a nested dict/list/tuple, in order."""
-    if isinstance(obj, torch.Tensor):
-        return [obj]
-    if isinstance(obj, dict):
-        return [t for v in obj.values() for t in flatten_tensors(v)]
-    if isinstance(obj, (list, tuple)):
-        return [t for v in obj for t in flatten_tensors(v)]
-    return []
-
-
-class _TraceSession:
-    """Puts the model in trace state and restores it exactly on exit.
-
-    Every parameter and float buffer (except norm running statistics) is made to require
-    grad, so that frozen layers and buffer arithmetic appear in the autograd graph; the
-    model runs in eval mode so that tracing updates no running statistics.
-    """
-
-    def __init__(self, model: nn.Module):
-        self.model = model
-        self.node_modules: Dict[Any, List[str]] = defaultdict(list)
-        self.module_outputs: List[Tuple[Any, int, str]] = []
-        self.calls: Dict[str, int] = defaultdict(int)
-
-    def __enter__(self) -> '_TraceSession':
-        model = self.model
-        self._training = [(m, m.training) for m in model.modules()]
-        self._grad_flags = []
-        for module in model.modules():
-            for name, tensor in list(module._parameters.items()) + list(module._buffers.items()):
-                if tensor is None or not tensor.is_floating_point():
-                    continue
-                if name in _NORM_STAT_BUFFERS:
-                    continue
-                self._grad_flags.append((tensor, tensor.requires_grad))
-                tensor.requires_grad_(True)
-        self._handles = [m.register_forward_hook(self._hook(name))
-                         for name, m in model.named_modules()]
-        model.eval()
-        return self
-
-    def _hook(self, name: str):
-        def record(module, args, output):
-            self.calls[name] += 1
-            for tensor in flatten_tensors(output):
-                if tensor.grad_fn is not None:
-                    self.node_modules[tensor.grad_fn].append(name)
-                    self.module_outputs.append((tensor.grad_fn, tensor.output_nr, name))
-        return record
-
-    def __exit__(self, *exc) -> None:
-        for handle in self._handles:
-            handle.remove()
-        for tensor, flag in self._grad_flags:
-            tensor.requires_grad_(flag)
-        for module, training in self._training:
-            module.training = training
+    device: str = 'meta'
 
 
 def _topological_order(roots: Sequence[Any]) -> Tuple[List[Any], Dict[Any, List[Any]]]:
@@ -139,16 +66,18 @@ def _topological_order(roots: Sequence[Any]) -> Tuple[List[Any], Dict[Any, List[
 
 
 def trace(model: nn.Module, example_inputs: Any = None, strict: bool = False,
-          except_start_keys: Sequence[str] = ()) -> ChannelGraph:
+          except_start_keys: Sequence[str] = (), meta: bool = True) -> ChannelGraph:
     """Trace ``model`` into a :class:`ChannelGraph`.
 
     Args:
-        model: the model; left exactly as it was (grad flags, modes, no hooks).
+        model: the model; left exactly as it was (tensors, grad flags, modes, no hooks).
         example_inputs: a tensor, a tuple of positional args or a dict of kwargs;
             default a random 1x3x224x224 image.
         strict: raise :class:`TracingError` on an op missing from the rule table or a
             shape a rule cannot explain, instead of freezing the channels that reach it.
         except_start_keys: module-name prefixes whose output channels are never pruned.
+        meta: run the forward on the ``meta`` device (shapes only) when the model allows
+            it; False always computes on the real tensors.
 
     Example:
         >>> import torch.nn as nn
@@ -164,27 +93,25 @@ def trace(model: nn.Module, example_inputs: Any = None, strict: bool = False,
                                  'was prepared by a pruner; call remove_masks(model) first')
     if example_inputs is None:
         example_inputs = default_example_inputs(model)
-    with _TraceSession(model) as session, torch.enable_grad():
-        outputs = flatten_tensors(call_model(model, example_inputs))
-        tracked = [t for t in outputs if t.requires_grad and t.is_floating_point()]
-        if not tracked:
-            raise ValueError('the model outputs no tensor that depends on its parameters; '
-                             'nothing to trace')
-        pseudo_loss = sum(t.sum() for t in tracked)
-        ctx = TraceContext(model, strict, session.node_modules)
-        roots = [pseudo_loss.grad_fn] + [node for node, _, _ in session.module_outputs]
-        order, ctx.consumers = _topological_order(roots)
-        channels = _walk(ctx, order)
-        _freeze_outputs(ctx, channels, tracked)
-        _freeze_dead_ends(ctx, channels, session.module_outputs)
-        calls = dict(session.calls)
+    record = record_forward(model, example_inputs, meta)
+    if not record.outputs:
+        raise ValueError('the model outputs no tensor that depends on its parameters; '
+                         'nothing to trace')
+    pseudo_loss = sum(t.sum() for t in record.outputs)
+    ctx = TraceContext(model, strict, record.node_modules, record.owners)
+    roots = [pseudo_loss.grad_fn] + [node for node, _, _ in record.module_outputs]
+    order, ctx.consumers = _topological_order(roots)
+    channels = _walk(ctx, order)
+    _freeze_outputs(ctx, channels, record.outputs)
+    _freeze_dead_ends(ctx, channels, record.module_outputs)
     _freeze_excepted(ctx, except_start_keys)
     untraced = [name for name, m in model.named_modules()
-                if any(True for _ in m.parameters(recurse=False)) and name not in calls]
+                if any(True for _ in m.parameters(recurse=False)) and name not in record.calls]
     op_counts: Dict[str, int] = defaultdict(int)
     for node in order:
         op_counts[node.name()] += 1
-    return ChannelGraph(ctx.slots, list(ctx.uses.values()), calls, untraced, dict(op_counts))
+    return ChannelGraph(ctx.slots, list(ctx.uses.values()), dict(record.calls), untraced,
+                        dict(op_counts), record.device)
 
 
 def _input_info(ctx: TraceContext, channels: Dict, child, nr: int) -> InputInfo:
@@ -238,9 +165,8 @@ def _channels_of(ctx: TraceContext, channels: Dict, node, nr: int) -> Optional[T
 def _freeze_outputs(ctx: TraceContext, channels: Dict, outputs: Sequence[torch.Tensor]) -> None:
     for tensor in outputs:
         node = tensor.grad_fn
-        tc = _channels_of(ctx, channels, node, tensor.output_nr) if node else None
-        if tc is None and tensor.grad_fn is None and tensor.is_leaf:
-            tc = ctx.leaf_channels(tensor)
+        tc = _channels_of(ctx, channels, node, tensor.output_nr) if node else \
+            ctx.leaf_channels(tensor)
         if tc is not None and tc.slots:
             ctx.slots.freeze(tc.all_slots(), FrozenReason(
                 'output', node.name() if node else '', 'channels of a model output',

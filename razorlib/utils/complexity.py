@@ -11,7 +11,7 @@ from typing import Any, Dict, Optional
 import torch
 import torch.nn as nn
 
-from ..tracing.tracer import call_model, default_example_inputs
+from ..tracing.forward import call_model, default_example_inputs
 
 
 def _kept(module: nn.Module, mask: str, full: int) -> int:

@@ -144,6 +144,7 @@ MIXING_OPS = {
 
 ALONG_DIM_OPS = {
     'SoftmaxBackward0': lambda x, d: x.softmax(d),
+    'SafeSoftmaxBackward0': lambda x, d: torch.ops.aten._safe_softmax(x, d),
     'LogSoftmaxBackward0': lambda x, d: x.log_softmax(d),
     'CumsumBackward0': lambda x, d: x.cumsum(d),
 }

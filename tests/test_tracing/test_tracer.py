@@ -163,3 +163,36 @@ def test_walk_is_linear_on_densenet_like_graphs():
         assert graph.op_counts['CatBackward0'] == depth + 1
     # 4x the layers, ~4-8x the nodes+edges (concat widths grow); never 2**60 paths
     assert timings[80] < 40 * timings[20] + 1.0
+
+
+class NeedsValues(Small):
+    """Reads a value (data-dependent control flow) and caches a tensor on itself."""
+
+    def forward(self, x, scale=1.0):
+        self.cache = x.mean()
+        if float(self.cache) > 100:
+            x = x * 0
+        return super().forward(x, scale)
+
+
+def test_models_that_read_values_fall_back_to_a_real_forward_and_leave_no_attributes():
+    model = NeedsValues()
+    traced = Traced(model, torch.randn(1, 3, 8, 8))
+    assert traced.graph.device == 'real'
+    assert traced.group_of('conv').prunable
+    assert not hasattr(model, 'cache')
+    assert Traced(Small(), torch.randn(1, 3, 8, 8)).graph.device == 'meta'
+
+
+@pytest.mark.parametrize('name', ['resnet_bottleneck', 'shufflenet_v2', 'vit', 'fpn_shared_head',
+                                  'dead_branch', 'convnext'])
+def test_meta_and_real_forwards_give_the_same_groups(name):
+    from zoo import ZOO
+    entry = ZOO[name]
+    model = entry.build()
+    summaries = []
+    for meta in (True, False):
+        groups = Traced(model, entry.example_inputs(), meta=meta).groups.groups
+        summaries.append({gid: (g.num_channels, g.layers, g.consumers, g.norms, g.params,
+                                [str(r) for r in g.frozen_reasons]) for gid, g in groups.items()})
+    assert summaries[0] == summaries[1]
