@@ -1,11 +1,12 @@
 """``in_mask`` / ``out_mask`` buffers and the masked forwards they drive.
 
-A masked module multiplies its input by ``in_mask`` and its output by ``out_mask``
-(1-D float buffers, broadcast on the module's channel dim), which gives exactly the
-outputs of the sliced model.  LayerNorm and GroupNorm recompute their statistics over the
-kept channels only, so that they match the sliced model too.  Hooks are module-level
-functions and the masks are persistent buffers: a masked model deep-copies, pickles and
-round-trips its ``state_dict``.
+A masked module multiplies its input by ``in_mask`` and its output by ``out_mask``.  Each
+mask is a float buffer shaped to broadcast on the module's channel dim (``(C, 1, 1)`` for
+an NCHW conv output, ``(C,)`` for a channels-last one), which gives exactly the outputs of
+the sliced model.  LayerNorm and GroupNorm recompute their statistics over the kept
+channels only, so they match the sliced model too.  Hooks are module-level functions and
+the masks are persistent buffers: a masked model deep-copies, pickles and round-trips its
+``state_dict``.
 """
 from typing import Dict, Optional, Tuple
 
@@ -14,41 +15,35 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 IN_MASK, OUT_MASK = 'in_mask', 'out_mask'
-_CHANNELS_LAST = (nn.Linear, nn.LayerNorm, nn.Embedding)
-
-
-def channel_dim(module: nn.Module) -> int:
-    """Where a module's activations keep their channels: 1, or -1 for channels-last ones."""
-    return -1 if isinstance(module, _CHANNELS_LAST) else 1
-
-
-def _broadcast(mask: torch.Tensor, x: torch.Tensor, dim: int) -> torch.Tensor:
-    if dim == -1 or x.dim() == 2:
-        return mask
-    return mask.view(1, -1, *([1] * (x.dim() - 2)))
 
 
 def _mask_input(module: nn.Module, args: Tuple) -> Tuple:
-    x = args[0]
-    return (x * _broadcast(module.in_mask, x, channel_dim(module)), ) + tuple(args[1:])
+    return (args[0] * module.in_mask, ) + tuple(args[1:])
 
 
 def _mask_output(module: nn.Module, args: Tuple, output: torch.Tensor) -> torch.Tensor:
     keep = module.out_mask
     if isinstance(module, (nn.LayerNorm, nn.GroupNorm)) and not bool(keep.all()):
-        exact = _kept_norm(module, args[0], keep.bool())
+        exact = _kept_norm(module, args[0], keep.flatten().bool(), -keep.dim())
         if exact is not None:
             return exact
-    return output * _broadcast(keep, output, channel_dim(module))
+    return output * keep
 
 
-def _kept_norm(module: nn.Module, x: torch.Tensor, keep: torch.Tensor) -> Optional[torch.Tensor]:
-    """LayerNorm/GroupNorm output computed over the kept channels only (pruned ones 0)."""
+def _kept_norm(module: nn.Module, x: torch.Tensor, keep: torch.Tensor,
+               dim: int) -> Optional[torch.Tensor]:
+    """LayerNorm/GroupNorm output computed over the kept channels only (pruned ones 0).
+
+    A LayerNorm normalises along its channel dim ``dim`` (the last one, or dim 1 for
+    channels-first subclasses such as timm's ``LayerNorm2d``).
+    """
     weight = module.weight[keep] if module.weight is not None else None
     bias = module.bias[keep] if module.bias is not None else None
     out = x.new_zeros(x.shape)
-    if type(module).forward is nn.LayerNorm.forward:
-        out[..., keep] = F.layer_norm(x[..., keep], (int(keep.sum()), ), weight, bias, module.eps)
+    if isinstance(module, nn.LayerNorm) and len(module.normalized_shape) == 1:
+        kept = x.movedim(dim, -1)[..., keep]
+        out.movedim(dim, -1)[..., keep] = F.layer_norm(kept, (kept.shape[-1], ), weight, bias,
+                                                       module.eps)
         return out
     if type(module).forward is nn.GroupNorm.forward:
         groups = module.num_groups if module.num_groups < module.num_channels else int(keep.sum())
@@ -61,25 +56,33 @@ _HOOK_DICTS = ('_forward_pre_hooks', '_forward_hooks', '_forward_hooks_with_kwar
                '_forward_hooks_always_called', '_forward_pre_hooks_with_kwargs')
 
 
-def has_masks(module: nn.Module) -> bool:
-    return OUT_MASK in module._buffers or IN_MASK in module._buffers
-
-
-def add_masks(module: nn.Module, in_channels: Optional[int], out_channels: int) -> None:
-    """Give ``module`` all-ones masks and the hooks that apply them."""
-    ref = next(module.parameters(), None)
+def _ones(channels: int, trailing: int, ref: Optional[torch.Tensor]) -> torch.Tensor:
     kwargs = dict(device=ref.device, dtype=ref.dtype) if ref is not None else {}
+    return torch.ones((channels, ) + (1, ) * trailing, **kwargs)
+
+
+def add_masks(module: nn.Module, in_channels: Optional[int], out_channels: int,
+              out_dim: int) -> None:
+    """Give ``module`` all-ones masks and the hooks that apply them.
+
+    Args:
+        in_channels: input channels (conv/linear), or None for norms and embeddings.
+        out_channels: output channels.
+        out_dim: the negative dim of the module's output that holds the channels.
+    """
+    ref = next(module.parameters(), None)
     if in_channels is not None:
-        module.register_buffer(IN_MASK, torch.ones(in_channels, **kwargs))
+        kernel = getattr(module, 'kernel_size', ())
+        module.register_buffer(IN_MASK, _ones(in_channels, len(kernel), ref))
         module.register_forward_pre_hook(_mask_input)
-    module.register_buffer(OUT_MASK, torch.ones(out_channels, **kwargs))
+    module.register_buffer(OUT_MASK, _ones(out_channels, -out_dim - 1, ref))
     module.register_forward_hook(_mask_output)
 
 
 def set_mask(module: nn.Module, name: str, keep: torch.Tensor) -> None:
     """Write a boolean keep vector into a mask buffer in place."""
     buffer = module._buffers[name]
-    buffer.copy_(keep.to(device=buffer.device, dtype=buffer.dtype))
+    buffer.copy_(keep.to(device=buffer.device, dtype=buffer.dtype).view(buffer.shape))
 
 
 def remove_masks(model: nn.Module) -> None:

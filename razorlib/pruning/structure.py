@@ -16,9 +16,12 @@ import torch
 import torch.nn as nn
 
 from ..tracing import ChannelGroup, ChannelGroups, build_groups, trace
-from .channel_config import ChannelConfig, ChannelSelection
+from ..tracing.forward import default_example_inputs
+from .channel_config import ChannelConfig
 from .masks import IN_MASK, OUT_MASK, add_masks, remove_masks, set_mask
 from .slicing import slim_model
+from .subnet_config import subnet_channel_config
+from .verify import freeze_unrunnable_groups
 
 SubnetDict = Dict[str, torch.Tensor]
 
@@ -44,6 +47,8 @@ class StructurePruner(metaclass=ABCMeta):
         except_start_keys: module-name prefixes whose output channels are never pruned.
         strict: raise on an op or shape the tracer cannot prune through, instead of
             freezing the channels that reach it.
+        verify: run a shape-only copy of the model with every group pruned and freeze
+            the groups whose pruning its code cannot follow (``pruning/verify.py``).
 
     Example:
         >>> from razorlib.pruning import L1NormPruner
@@ -54,7 +59,7 @@ class StructurePruner(metaclass=ABCMeta):
     """
 
     def __init__(self, ratios: Sequence[float] = (1.0, ), except_start_keys: Sequence[str] = (),
-                 strict: bool = False):
+                 strict: bool = False, verify: bool = True):
         ratios = tuple(float(r) for r in ratios)
         if not ratios or any(not 0 < r <= 1 for r in ratios):
             raise ValueError(f'ratios must be in (0, 1], got {ratios}')
@@ -62,6 +67,7 @@ class StructurePruner(metaclass=ABCMeta):
         self.except_start_keys = tuple([except_start_keys] if isinstance(except_start_keys, str)
                                        else except_start_keys)
         self.strict = strict
+        self.verify = verify
         self.groups: Optional[ChannelGroups] = None
         self.model: Optional[nn.Module] = None
         self._subnet: Dict[str, np.ndarray] = {}
@@ -69,23 +75,31 @@ class StructurePruner(metaclass=ABCMeta):
 
     # ------------------------------------------------------------------ preparation
     def prepare_from_supernet(self, supernet: nn.Module, example_inputs: Any = None) -> None:
-        """Trace ``supernet``, build its channel spaces and give its modules masks."""
-        groups = build_groups(trace(supernet, example_inputs, self.strict,
-                                    self.except_start_keys))
-        self.groups, self.model = groups, supernet
-        prunable = groups.prunable
+        """Trace ``supernet``, build its channel spaces and give its modules masks.
+
+        Groups whose pruning the model's code cannot follow (a reshape or split size
+        computed in the code) are found by running a shape-only copy and frozen.
+        """
+        if example_inputs is None:
+            example_inputs = default_example_inputs(supernet)
+        graph = trace(supernet, example_inputs, self.strict, self.except_start_keys)
+        groups = build_groups(graph)
         relevant = np.zeros(len(groups.labels), dtype=bool)
-        for group in prunable.values():
+        for group in groups.prunable.values():
             relevant[group.classes] = True
-        self._uses = [u for u in groups.uses if relevant[groups.labels[u.slots]].any()]
+        uses = [u for u in groups.uses if relevant[groups.labels[u.slots]].any()]
+        if self.verify:
+            freeze_unrunnable_groups(supernet, groups, uses, example_inputs, self.strict)
+        self.groups, self.model, self._uses = groups, supernet, uses
         modules = dict(supernet.named_modules())
         self._masked = {}
-        for use in self._uses:
+        for use in uses:
             if use.role != 'param' and use.name not in self._masked:
                 module = modules[use.name]
-                add_masks(module, *_channel_counts(module))
+                add_masks(module, *_channel_counts(module), graph.out_dims[use.name])
                 self._masked[use.name] = module
-        self._subnet = {gid: np.ones(g.num_channels, dtype=bool) for gid, g in prunable.items()}
+        self._subnet = {gid: np.ones(g.num_channels, dtype=bool)
+                        for gid, g in groups.prunable.items()}
 
     def _require_prepared(self) -> ChannelGroups:
         if self.groups is None:
@@ -224,18 +238,7 @@ class StructurePruner(metaclass=ABCMeta):
     # ------------------------------------------------------------------ export / deploy
     def export_subnet(self) -> ChannelConfig:
         """The current subnet as a :class:`ChannelConfig` (kept indices per module)."""
-        groups = self._require_prepared()
-        masks = groups.use_masks(self._subnet)
-        cfg = ChannelConfig()
-        for use in self._uses:
-            keep = masks[(use.name, use.role, use.dim)]
-            selection = ChannelSelection(len(keep), tuple(np.nonzero(keep)[0].tolist()))
-            if use.role == 'param':
-                cfg.params.setdefault(use.name, {})[use.dim] = selection
-            else:
-                axis = 'in' if use.role == 'in' else 'out'
-                cfg.modules.setdefault(use.name, {})[axis] = selection
-        return cfg
+        return subnet_channel_config(self._require_prepared(), self._uses, self._subnet)
 
     def deploy_subnet(self, supernet: nn.Module,
                       channel_cfg: Union[ChannelConfig, Dict[str, Any], str, Path]) -> nn.Module:

@@ -7,6 +7,7 @@ data-dependent control flow), again on detached aliases of the real tensors.  Ei
 the model's own tensors, ``requires_grad`` flags, modes and attributes are never changed:
 the session snapshots every module's ``__dict__`` and puts it back.
 """
+import copy
 import itertools
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -46,13 +47,14 @@ def flatten_tensors(obj: Any) -> List[torch.Tensor]:
     return []
 
 
-def _to_meta(obj: Any) -> Any:
+def to_meta(obj: Any) -> Any:
+    """Tensors in a nested dict/list/tuple moved to the ``meta`` device."""
     if isinstance(obj, torch.Tensor):
         return obj.to('meta')
     if isinstance(obj, dict):
-        return {k: _to_meta(v) for k, v in obj.items()}
+        return {k: to_meta(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return type(obj)(_to_meta(v) for v in obj)
+        return type(obj)(to_meta(v) for v in obj)
     return obj
 
 
@@ -97,6 +99,28 @@ def _shadows(model: nn.Module, meta: bool) -> Dict[str, torch.Tensor]:
     return shadows
 
 
+_CONTAINERS = (dict, list, set)
+
+
+def _snapshot(module: nn.Module) -> Dict[str, Tuple[Any, Any]]:
+    """Each attribute with a copy of its contents if it is a plain dict/list/set (a cache
+    that forward fills in place)."""
+    return {key: (value, copy.copy(value) if type(value) in _CONTAINERS else None)
+            for key, value in vars(module).items()}
+
+
+def _restore(module: nn.Module, attrs: Dict[str, Tuple[Any, Any]]) -> None:
+    for key in [k for k in vars(module) if k not in attrs]:
+        delattr(module, key)
+    for key, (value, contents) in attrs.items():
+        if isinstance(value, list):
+            value[:] = contents
+        elif contents is not None:
+            value.clear()
+            value.update(contents)
+        vars(module)[key] = value
+
+
 def _run(model: nn.Module, example_inputs: Any, meta: bool) -> ForwardRecord:
     shadows = _shadows(model, meta)
     record = ForwardRecord([], device='meta' if meta else 'real', shadows=shadows)
@@ -113,11 +137,11 @@ def _run(model: nn.Module, example_inputs: Any, meta: bool) -> ForwardRecord:
                     record.module_outputs.append((tensor.grad_fn, tensor.output_nr, name))
         return hook
 
-    snapshot = {m: dict(vars(m)) for m in model.modules()}
+    snapshot = {m: _snapshot(m) for m in model.modules()}
     handles = [m.register_forward_hook(hook_for(name)) for name, m in model.named_modules()]
     try:
         model.eval()
-        inputs = _to_meta(example_inputs) if meta else example_inputs
+        inputs = to_meta(example_inputs) if meta else example_inputs
         if isinstance(inputs, dict):
             args, kwargs = (), inputs
         else:
@@ -128,9 +152,7 @@ def _run(model: nn.Module, example_inputs: Any, meta: bool) -> ForwardRecord:
         for handle in handles:
             handle.remove()
         for module, attrs in snapshot.items():
-            for key in [k for k in vars(module) if k not in attrs]:
-                delattr(module, key)
-            vars(module).update(attrs)
+            _restore(module, attrs)
     record.outputs = [t for t in flatten_tensors(outputs)
                       if t.requires_grad and t.is_floating_point()]
     return record

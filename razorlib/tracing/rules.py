@@ -58,6 +58,8 @@ _PASS_NAMES = (
     'CeluBackward0', 'GeluBackward0', 'SiluBackward0', 'MishBackward0', 'SoftplusBackward0',
     'SigmoidBackward0', 'TanhBackward0', 'HardswishBackward0', 'HardsigmoidBackward0',
     'LogSigmoidBackward0', 'ThresholdBackward0', 'ClampBackward1', 'ClampMinBackward0',
+    'LeakyReluBackward1', 'EluBackward1', 'CeluBackward1', 'ThresholdBackward1',
+    'RreluWithNoiseBackward0', 'RreluWithNoiseBackward1',
     'ClampMaxBackward0',
     # unary math (the scalar partner of x * 2 or x + 1 is untracked)
     'NegBackward0', 'AbsBackward0', 'ExpBackward0', 'LogBackward0', 'SqrtBackward0',

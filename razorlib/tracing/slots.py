@@ -12,7 +12,7 @@ from typing import List, Optional, Tuple
 import numpy as np
 
 #: Kinds of freeze reason. ``unknown-op`` and ``shape`` are errors under ``strict=True``.
-STRICT_KINDS = ('unknown-op', 'shape')
+STRICT_KINDS = ('unknown-op', 'shape', 'runtime')
 
 
 @dataclass
@@ -24,7 +24,8 @@ class FrozenReason:
             rule met a shape it cannot explain), ``mixing`` (an op known to mix channels),
             ``output`` (the channels reach a model output), ``dead-end`` (a module output
             nothing uses), ``except-key`` (excluded by the user), ``external`` (channels of a
-            model input or constant).
+            model input or constant), ``runtime`` (the model's code fails when they are
+            pruned, see ``pruning/verify.py``).
         op: the grad_fn name (or module name) at fault.
         message: what happened, in words.
         upstream: names of the nearest modules feeding the op.

@@ -9,6 +9,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+import numpy as np
 import torch
 import torch.nn as nn
 
@@ -33,6 +34,8 @@ class ChannelGraph:
         op_counts: grad_fn name -> how many such nodes the walk visited.
         device: ``'meta'`` if the forward ran on shapes only, ``'real'`` if the model
             needed real values.
+        out_dims: module name -> the (negative) dim of its output that holds its output
+            channels, as traced (``-3`` for NCHW, ``-1`` for channels-last).
     """
     slots: SlotTable
     uses: List[ChannelUse]
@@ -40,6 +43,7 @@ class ChannelGraph:
     untraced: List[str] = field(default_factory=list)
     op_counts: Dict[str, int] = field(default_factory=dict)
     device: str = 'meta'
+    out_dims: Dict[str, int] = field(default_factory=dict)
 
 
 def _topological_order(roots: Sequence[Any]) -> Tuple[List[Any], Dict[Any, List[Any]]]:
@@ -111,7 +115,8 @@ def trace(model: nn.Module, example_inputs: Any = None, strict: bool = False,
     for node in order:
         op_counts[node.name()] += 1
     return ChannelGraph(ctx.slots, list(ctx.uses.values()), dict(record.calls), untraced,
-                        dict(op_counts), record.device)
+                        dict(op_counts), record.device,
+                        _output_dims(ctx, channels, record.module_outputs))
 
 
 def _input_info(ctx: TraceContext, channels: Dict, child, nr: int) -> InputInfo:
@@ -184,6 +189,22 @@ def _freeze_dead_ends(ctx: TraceContext, channels: Dict,
         if tc is not None and tc.slots:
             ctx.slots.freeze(tc.all_slots(), FrozenReason(
                 'dead-end', name, 'output of a module that nothing uses', upstream=(name, )))
+
+
+def _output_dims(ctx: TraceContext, channels: Dict,
+                 module_outputs: Sequence[Tuple[Any, int, str]]) -> Dict[str, int]:
+    """Where each layer/norm's output channels sit in the tensor its forward returns."""
+    dims: Dict[str, int] = {}
+    for node, nr, name in module_outputs:
+        use = ctx.uses.get((name, 'out', 0)) or ctx.uses.get((name, 'norm', 0))
+        tc = channels.get((node, nr))
+        if use is None or tc is None or name in dims:
+            continue
+        for dim, slots in tc.slots.items():
+            if np.array_equal(slots, use.slots):
+                dims[name] = dim - tc.ndim
+                break
+    return dims
 
 
 def _freeze_excepted(ctx: TraceContext, keys: Sequence[str]) -> None:

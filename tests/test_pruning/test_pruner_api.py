@@ -50,12 +50,13 @@ def test_channel_spaces_and_space_ids():
 
 def test_masks_are_buffers_that_follow_the_subnet():
     model, pruner = prepared()
-    assert model.conv1.out_mask.shape == (16, ) and model.gconv.in_mask.shape == (16, )
+    assert model.conv1.out_mask.shape == (16, 1, 1) and model.gconv.in_mask.shape == (16, 1, 1)
+    assert model.fc.in_mask.shape == (12, )  # channels-last: broadcast on the last dim
     keep = torch.tensor([True, False, True, True])
     pruner.set_subnet({'conv1': keep})
     expected = keep.repeat(4).float()
     for mask in (model.conv1.out_mask, model.bn1.out_mask, model.gconv.in_mask):
-        assert torch.equal(mask, expected)
+        assert torch.equal(mask.flatten(), expected)
     assert {'conv1.out_mask', 'conv1.in_mask', 'bn1.out_mask', 'gconv.in_mask'} <= \
         set(model.state_dict())
     assert set(pruner.current_subnet) == {'conv1', 'gconv', 'conv3'}
@@ -185,12 +186,34 @@ def test_prune_one_call_leaves_the_original_untouched():
     assert slim(X).shape == (2, 5)
 
 
-def test_prune_reports_a_model_that_cannot_follow_new_widths():
-    import razorlib
+class HardCoded(Net):
+    """Its code hard-codes conv3's width: ``view(-1, 12)``."""
 
-    class HardCoded(Net):
-        def forward(self, x):
-            y = torch.relu(self.conv3(torch.relu(self.gconv(self.conv1(x)))))
-            return self.fc(y.mean((2, 3)).view(-1, 12))
+    def forward(self, x):
+        y = torch.relu(self.conv3(torch.relu(self.gconv(self.conv1(x)))))
+        return self.fc(y.mean((2, 3)).view(-1, 12))
+
+
+def test_groups_the_code_cannot_follow_are_found_and_frozen():
+    import razorlib
+    model = HardCoded().eval()
+    pruner = L1NormPruner(ratio=0.5)
+    pruner.prepare_from_supernet(model, X)
+    assert set(pruner.channel_spaces) == {'conv1', 'gconv'}
+    (reason, ) = pruner.groups.groups['conv3'].frozen_reasons
+    assert reason.kind == 'runtime' and 'RuntimeError' in reason.message
+    slim = razorlib.prune(HardCoded().eval(), X, ratio=0.5)
+    assert slim.conv3.out_channels == 12 and slim.gconv.out_channels == 8
+
+
+def test_unfollowable_groups_raise_under_strict():
+    from razorlib.tracing import TracingError
+    with pytest.raises(TracingError, match=r'\[runtime\] conv3: the model code fails when '
+                       r'these channels are pruned: RuntimeError'):
+        L1NormPruner(strict=True).prepare_from_supernet(HardCoded(), X)
+
+
+def test_prune_reports_a_model_that_cannot_follow_new_widths_without_verify():
+    import razorlib
     with pytest.raises(RuntimeError, match='the pruned model does not run.*except_start_keys'):
-        razorlib.prune(HardCoded(), X, ratio=0.5)
+        razorlib.prune(HardCoded(), X, ratio=0.5, verify=False)

@@ -1,0 +1,94 @@
+"""Check that a model's code still runs when its groups are pruned; freeze those that fail.
+
+Autograd cannot see how the model's code computes its reshape targets or split sizes:
+``x.reshape(B, N, heads, C // heads)`` with ``C`` read from another tensor, or
+``x.split(self.width, 1)``, break once channels are cut.  Before a pruner hands out its
+spaces, it slices a shape-only (``meta``) copy of the model with every group halved and
+runs it once; if that fails it bisects the groups and freezes the ones whose pruning
+breaks the forward, with the error as the reason.
+"""
+import copy
+from typing import Any, Dict, List, Optional, Sequence
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+from ..tracing import ChannelGroups, ChannelUse, FrozenReason, TracingError
+from ..tracing.forward import call_model, to_meta
+from .slicing import slim_model
+from .subnet_config import subnet_channel_config
+
+
+def _copy(model: nn.Module, meta: bool) -> nn.Module:
+    """A structural copy; on ``meta`` its tensors hold no data, so copying is cheap."""
+    if not meta:
+        return copy.deepcopy(model)
+    memo: Dict[int, Any] = {}
+    for tensor in list(model.parameters()) + list(model.buffers()):
+        stand_in = torch.empty_like(tensor, device='meta')
+        memo[id(tensor)] = nn.Parameter(stand_in, tensor.requires_grad) \
+            if isinstance(tensor, nn.Parameter) else stand_in
+    return copy.deepcopy(model, memo)
+
+
+class _Probe:
+    """Runs the model with some groups halved and reports the error, if any."""
+
+    def __init__(self, model: nn.Module, groups: ChannelGroups, uses: Sequence[ChannelUse],
+                 example_inputs: Any, meta: bool):
+        self.model, self.groups, self.uses, self.meta = model, groups, uses, meta
+        self.inputs = to_meta(example_inputs) if meta else example_inputs
+
+    def error(self, ids: Sequence[str]) -> Optional[str]:
+        keep = {}
+        for gid in ids:
+            group = self.groups.groups[gid]
+            mask = np.zeros(group.num_channels, dtype=bool)
+            mask[:max(1, group.num_channels // 2)] = True
+            keep[gid] = mask
+        try:
+            model = slim_model(_copy(self.model, self.meta),
+                               subnet_channel_config(self.groups, self.uses, keep))
+            model.eval()
+            with torch.no_grad():
+                call_model(model, self.inputs)
+        except Exception as err:  # any failure means the code cannot follow the widths
+            return f'{type(err).__name__}: {err}'.splitlines()[0][:300]
+        return None
+
+    def failing(self, ids: List[str]) -> Dict[str, str]:
+        """Groups whose pruning breaks the forward (bisection over ``ids``)."""
+        error = self.error(ids)
+        if error is None:
+            return {}
+        if len(ids) == 1:
+            return {ids[0]: error}
+        half = len(ids) // 2
+        found = {**self.failing(ids[:half]), **self.failing(ids[half:])}
+        return found or {gid: error for gid in ids}  # only fail together
+
+
+def freeze_unrunnable_groups(model: nn.Module, groups: ChannelGroups,
+                             uses: Sequence[ChannelUse], example_inputs: Any,
+                             strict: bool = False) -> Dict[str, str]:
+    """Freeze the prunable groups whose pruning the model's code cannot follow.
+
+    Returns:
+        ``{group id: error}`` for each group frozen.
+    Raises:
+        TracingError: under ``strict`` instead of freezing.
+    """
+    ids = list(groups.prunable)
+    if not ids:
+        return {}
+    probe = _Probe(model, groups, uses, example_inputs, meta=groups.graph.device == 'meta')
+    failing = probe.failing(ids)
+    for gid, error in failing.items():
+        reason = FrozenReason('runtime', gid, 'the model code fails when these channels are '
+                              f'pruned: {error}', upstream=(gid, ))
+        if strict:
+            raise TracingError(f'{reason}. Use strict=False to freeze these channels instead, '
+                               'or except_start_keys to exclude the module')
+        groups.groups[gid].frozen_reasons.append(reason)
+    return failing
