@@ -63,8 +63,8 @@ class Accuracy(BaseMetric):
         num_classes = scores.shape[1]
         skipped = [k for k in self.topk if k > num_classes]
         if skipped:
-            print_log(f'Accuracy: top-{skipped} skipped, there are only {num_classes} '
-                      'classes', logger='current')
+            print_log(f'Accuracy: top-k for k in {skipped} skipped, there are only '
+                      f'{num_classes} classes', logger='current')
         ranked = scores.argsort(dim=1, descending=True)
         hits = ranked == labels[:, None]
         return {f'top{k}': 100 * hits[:, :k].any(dim=1).sum().item() / len(labels)
