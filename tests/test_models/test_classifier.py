@@ -99,6 +99,13 @@ def test_train_and_val_steps_run_through_the_preprocessor():
     assert len(outputs) == 8 and outputs[0].pred_score.shape == (3, )
 
 
+def test_identity_neck_for_a_backbone_that_returns_vectors():
+    model = ImageClassifier(backbone=PlainCNN(channels=(4, 8), num_classes=6),
+                            neck=torch.nn.Identity(),
+                            head=dict(type='LinearClsHead', num_classes=3, in_channels=6))
+    assert model(torch.randn(2, 3, 8, 8)).shape == (2, 3)
+
+
 def test_backbone_with_out_indices_classifies_the_last_stage():
     model = ImageClassifier(backbone=PlainCNN(channels=(4, 8, 16), out_indices=(0, 1)),
                             head=dict(type='LinearClsHead', num_classes=5))
