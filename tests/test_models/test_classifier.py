@@ -4,6 +4,7 @@ import pytest
 import torch
 from mmengine.optim import OptimWrapper
 
+import razorlib
 from razorlib.models import (ClsDataPreprocessor, ClsDataSample, GlobalAveragePooling,
                              ImageClassifier, LinearClsHead, PlainCNN)
 from razorlib.registry import MODELS
@@ -145,3 +146,15 @@ def test_data_sample_converts_labels_and_round_trips():
         sample.gt_label = 1.5
     with pytest.raises(TypeError, match='1-D float'):
         sample.pred_score = torch.ones(2, 2)
+
+
+def test_pruned_classifier_still_trains_and_predicts():
+    torch.manual_seed(0)
+    model = MODELS.build(dict(type='ImageClassifier',
+                              backbone=dict(type='MobileNetV2', widen_factor=0.35, stem='cifar'),
+                              head=dict(type='LinearClsHead', num_classes=3, dropout=0.2)))
+    slim = razorlib.prune(model, torch.randn(2, 3, 8, 8), ratio=0.5)
+    assert slim.head.fc.in_features == model.head.fc.in_features // 2
+    optim = OptimWrapper(torch.optim.SGD(slim.parameters(), lr=0.1))
+    assert torch.isfinite(slim.train_step(batch(), optim)['loss'])
+    assert slim.val_step(batch())[0].pred_score.shape == (3, )
