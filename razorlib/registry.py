@@ -23,6 +23,7 @@ from mmengine.registry import LOOPS as MMENGINE_LOOPS
 from mmengine.registry import METRICS as MMENGINE_METRICS
 from mmengine.registry import MODEL_WRAPPERS as MMENGINE_MODEL_WRAPPERS
 from mmengine.registry import MODELS as MMENGINE_MODELS
+from mmengine.registry import OPTIM_WRAPPER_CONSTRUCTORS as MMENGINE_OPTIM_WRAPPER_CONSTRUCTORS
 from mmengine.registry import OPTIM_WRAPPERS as MMENGINE_OPTIM_WRAPPERS
 from mmengine.registry import OPTIMIZERS as MMENGINE_OPTIMIZERS
 from mmengine.registry import PARAM_SCHEDULERS as MMENGINE_PARAM_SCHEDULERS
@@ -69,6 +70,10 @@ EVALUATOR = Registry('evaluator', parent=MMENGINE_EVALUATOR, scope=SCOPE,
                      locations=_present('razorlib.evaluation'))
 OPTIMIZERS = Registry('optimizer', parent=MMENGINE_OPTIMIZERS, scope=SCOPE)
 OPTIM_WRAPPERS = Registry('optim_wrapper', parent=MMENGINE_OPTIM_WRAPPERS, scope=SCOPE)
+# The Runner builds its optimizer wrapper through this one; without a razorlib child
+# mmengine warns and falls back to its own on every run.
+OPTIM_WRAPPER_CONSTRUCTORS = Registry('optimizer wrapper constructor',
+                                      parent=MMENGINE_OPTIM_WRAPPER_CONSTRUCTORS, scope=SCOPE)
 PARAM_SCHEDULERS = Registry('parameter scheduler', parent=MMENGINE_PARAM_SCHEDULERS,
                             scope=SCOPE)
 VISUALIZERS = Registry('visualizer', parent=MMENGINE_VISUALIZERS, scope=SCOPE)

@@ -6,6 +6,16 @@ import torch.nn.functional as F
 from ..registry import MODELS
 
 
+def global_average_pool(x: torch.Tensor) -> torch.Tensor:
+    """NCHW -> NC: the mean of each channel over its spatial positions.
+
+    Example:
+        >>> global_average_pool(torch.ones(2, 8, 4, 4)).shape
+        torch.Size([2, 8])
+    """
+    return torch.flatten(F.adaptive_avg_pool2d(x, 1), 1)
+
+
 @MODELS.register_module()
 class GlobalAveragePooling(nn.Module):
     """Average each channel over its spatial positions: NCHW -> NC.
@@ -16,4 +26,4 @@ class GlobalAveragePooling(nn.Module):
     """
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.flatten(F.adaptive_avg_pool2d(x, 1), 1)
+        return global_average_pool(x)

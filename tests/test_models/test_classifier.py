@@ -4,6 +4,7 @@ import pytest
 import torch
 from mmengine.optim import OptimWrapper
 
+import razorlib
 from razorlib.models import (ClsDataPreprocessor, ClsDataSample, GlobalAveragePooling,
                              ImageClassifier, LinearClsHead, PlainCNN)
 from razorlib.registry import MODELS
@@ -99,6 +100,13 @@ def test_train_and_val_steps_run_through_the_preprocessor():
     assert len(outputs) == 8 and outputs[0].pred_score.shape == (3, )
 
 
+def test_identity_neck_for_a_backbone_that_returns_vectors():
+    model = ImageClassifier(backbone=PlainCNN(channels=(4, 8), num_classes=6),
+                            neck=torch.nn.Identity(),
+                            head=dict(type='LinearClsHead', num_classes=3, in_channels=6))
+    assert model(torch.randn(2, 3, 8, 8)).shape == (2, 3)
+
+
 def test_backbone_with_out_indices_classifies_the_last_stage():
     model = ImageClassifier(backbone=PlainCNN(channels=(4, 8, 16), out_indices=(0, 1)),
                             head=dict(type='LinearClsHead', num_classes=5))
@@ -138,3 +146,15 @@ def test_data_sample_converts_labels_and_round_trips():
         sample.gt_label = 1.5
     with pytest.raises(TypeError, match='1-D float'):
         sample.pred_score = torch.ones(2, 2)
+
+
+def test_pruned_classifier_still_trains_and_predicts():
+    torch.manual_seed(0)
+    model = MODELS.build(dict(type='ImageClassifier',
+                              backbone=dict(type='MobileNetV2', widen_factor=0.35, stem='cifar'),
+                              head=dict(type='LinearClsHead', num_classes=3, dropout=0.2)))
+    slim = razorlib.prune(model, torch.randn(2, 3, 8, 8), ratio=0.5)
+    assert slim.head.fc.in_features == model.head.fc.in_features // 2
+    optim = OptimWrapper(torch.optim.SGD(slim.parameters(), lr=0.1))
+    assert torch.isfinite(slim.train_step(batch(), optim)['loss'])
+    assert slim.val_step(batch())[0].pred_score.shape == (3, )

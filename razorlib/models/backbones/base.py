@@ -9,7 +9,8 @@ from typing import Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
+
+from ..necks import global_average_pool
 
 STEMS = ('imagenet', 'cifar')
 
@@ -163,4 +164,4 @@ class BaseBackbone(nn.Module):
         x = self.stages(x)
         if self.fc is None:
             return x
-        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+        return self.fc(global_average_pool(x))

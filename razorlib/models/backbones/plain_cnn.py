@@ -20,6 +20,7 @@ class PlainCNN(BaseBackbone):
         out_indices: return the outputs of these stages instead.
 
     Example:
+        >>> import torch
         >>> net = PlainCNN(in_channels=1, num_classes=10)
         >>> net(torch.randn(4, 1, 8, 8)).shape
         torch.Size([4, 10])

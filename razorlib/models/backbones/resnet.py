@@ -8,6 +8,13 @@ from ...registry import MODELS
 from .base import BaseBackbone, ConvBNAct, make_stem
 
 
+def _shortcut(in_channels: int, out_channels: int, stride: int) -> Optional[nn.Module]:
+    """A 1x1 conv + BN projection where the residual changes shape, else ``None``."""
+    if stride == 1 and in_channels == out_channels:
+        return None
+    return ConvBNAct(in_channels, out_channels, 1, stride, act=None)
+
+
 class BasicBlock(nn.Module):
     """Two 3x3 convs and a residual add (ResNet-18/34).
 
@@ -70,13 +77,6 @@ class Bottleneck(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         identity = x if self.downsample is None else self.downsample(x)
         return self.relu(self.conv3(self.conv2(self.conv1(x))) + identity)
-
-
-def _shortcut(in_channels: int, out_channels: int, stride: int) -> Optional[nn.Module]:
-    """A 1x1 conv + BN projection where the residual changes shape, else ``None``."""
-    if stride == 1 and in_channels == out_channels:
-        return None
-    return ConvBNAct(in_channels, out_channels, 1, stride, act=None)
 
 
 ARCH_SETTINGS: Dict[int, Tuple[Type[nn.Module], Tuple[int, ...]]] = {

@@ -7,6 +7,7 @@ from mmengine.model import BaseModel
 
 from ...registry import MODELS
 from ..data_sample import ClsDataSample
+from ..necks import GlobalAveragePooling
 
 ModuleOrCfg = Union[nn.Module, dict]
 
@@ -30,8 +31,8 @@ class ImageClassifier(BaseModel):
             features (``out_indices``), the last one is classified.
         head: a head module or its config (e.g. ``LinearClsHead``); a config without
             ``in_channels`` gets the backbone's ``num_features``.
-        neck: a neck module or its config; default global average pooling; ``None`` for
-            a backbone that already returns feature vectors.
+        neck: a neck module or its config; ``None`` for global average pooling (pass
+            ``nn.Identity()`` for a backbone that already returns feature vectors).
         data_preprocessor: a preprocessor module or its config; default a
             ``ClsDataPreprocessor`` without normalisation.
         init_cfg: mmengine initialisation config.
@@ -47,7 +48,7 @@ class ImageClassifier(BaseModel):
     """
 
     def __init__(self, backbone: ModuleOrCfg, head: ModuleOrCfg,
-                 neck: Optional[ModuleOrCfg] = dict(type='GlobalAveragePooling'),
+                 neck: Optional[ModuleOrCfg] = None,
                  data_preprocessor: Optional[ModuleOrCfg] = None,
                  init_cfg: Optional[dict] = None):
         if data_preprocessor is None:
@@ -57,7 +58,7 @@ class ImageClassifier(BaseModel):
         # default scope.
         super().__init__(data_preprocessor=_build(data_preprocessor), init_cfg=init_cfg)
         self.backbone = _build(backbone)
-        self.neck = _build(neck)
+        self.neck = GlobalAveragePooling() if neck is None else _build(neck)
         if isinstance(head, dict) and 'in_channels' not in head:
             head = dict(head, in_channels=self.backbone.num_features)
         self.head = _build(head)
@@ -67,7 +68,7 @@ class ImageClassifier(BaseModel):
         feats = self.backbone(inputs)
         if isinstance(feats, tuple):
             feats = feats[-1]
-        return feats if self.neck is None else self.neck(feats)
+        return self.neck(feats)
 
     def forward(self, inputs: torch.Tensor,
                 data_samples: Optional[Sequence[ClsDataSample]] = None,

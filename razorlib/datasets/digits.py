@@ -1,0 +1,85 @@
+"""DigitsDataset: scikit-learn's bundled 8x8 handwritten digits, the offline default."""
+from typing import Optional, Sequence, Tuple, Union
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from sklearn.datasets import load_digits
+from sklearn.model_selection import train_test_split
+
+from ..registry import DATASETS
+from .base import ClsDataset, Transform
+from .transforms import RandomShift
+
+SPLITS = ('train', 'val')
+
+
+@DATASETS.register_module()
+class DigitsDataset(ClsDataset):
+    """The 1,797 8x8 digit images that ship with scikit-learn (no download), ten classes.
+
+    The images are split once, stratified by class and with a fixed seed, so ``'train'``
+    and ``'val'`` are disjoint and the same on every machine (1,437 and 360 images at
+    the default 20% validation).  Pixels are scaled from 0-16 to [0, 1].
+
+    Args:
+        split: ``'train'`` or ``'val'``.
+        in_channels: 1 for gray images or 3 to repeat them as RGB (what ImageNet-style
+            backbones expect).
+        upscale: resize the images to ``upscale x upscale`` (e.g. 16 or 32).
+        upscale_mode: ``F.interpolate`` mode for ``upscale``: ``'nearest'``,
+            ``'bilinear'``, ...
+        augment: shift each image at random by up to one pixel (for training).
+        val_ratio: fraction of each class held out for ``'val'``.
+        seed: seed of the split.
+        transforms: more tensor transforms, applied after the shift.
+
+    Example:
+        >>> train = DigitsDataset('train', upscale=16)
+        >>> len(train), len(DigitsDataset('val')), train.metainfo['classes'][:3]
+        (1437, 360, ('0', '1', '2'))
+        >>> item = train[0]
+        >>> item['inputs'].shape, item['data_samples'].gt_label.shape
+        (torch.Size([3, 16, 16]), torch.Size([1]))
+    """
+    classes = tuple(str(digit) for digit in range(10))
+
+    def __init__(self, split: str = 'train', in_channels: int = 3,
+                 upscale: Optional[int] = None, upscale_mode: str = 'nearest',
+                 augment: bool = False, val_ratio: float = 0.2, seed: int = 0,
+                 transforms: Sequence[Union[dict, Transform]] = ()):
+        if split not in SPLITS:
+            raise ValueError(f'split must be one of {SPLITS}, got {split!r}')
+        if in_channels not in (1, 3):
+            raise ValueError(f'in_channels must be 1 or 3, got {in_channels}')
+        super().__init__(([RandomShift(1)] if augment else []) + list(transforms))
+        self.split = split
+        digits = load_digits()
+        self.indices = split_indices(digits.target, val_ratio, seed)[SPLITS.index(split)]
+        images = torch.from_numpy(digits.images[self.indices]).float().div_(16).unsqueeze(1)
+        if upscale is not None:
+            images = F.interpolate(images, size=(upscale, upscale), mode=upscale_mode)
+        self.images = images.expand(-1, in_channels, -1, -1).contiguous()
+        self.labels = digits.target[self.indices].tolist()
+
+    def load_image(self, index: int) -> torch.Tensor:
+        return self.images[index]
+
+
+def split_indices(targets: np.ndarray, val_ratio: float,
+                  seed: int) -> Tuple[np.ndarray, np.ndarray]:
+    """Sorted train and val indices of a stratified split of ``targets``.
+
+    Args:
+        targets: the class of every sample.
+        val_ratio: fraction held out for validation.
+        seed: seed of the split.
+
+    Example:
+        >>> train, val = split_indices(np.array([0, 0, 0, 0, 1, 1, 1, 1]), 0.5, seed=0)
+        >>> len(train), len(val), sorted(set(train) | set(val)) == list(range(8))
+        (4, 4, True)
+    """
+    train, val = train_test_split(np.arange(len(targets)), test_size=val_ratio,
+                                  stratify=targets, random_state=seed)
+    return np.sort(train), np.sort(val)

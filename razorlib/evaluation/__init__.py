@@ -1,0 +1,4 @@
+"""Evaluation metrics, registered in ``razorlib.registry.METRICS``."""
+from .accuracy import Accuracy
+
+__all__ = ['Accuracy']

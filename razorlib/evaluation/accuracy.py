@@ -1,0 +1,71 @@
+"""Accuracy: top-k classification accuracy as an mmengine metric."""
+from typing import Any, Dict, List, Optional, Sequence, Union
+
+import torch
+from mmengine.evaluator import BaseMetric
+from mmengine.logging import print_log
+
+from ..registry import METRICS
+
+
+@METRICS.register_module()
+class Accuracy(BaseMetric):
+    """Top-k accuracy, in percent, from each sample's ``pred_score`` and ``gt_label``.
+
+    Samples may be :class:`~razorlib.models.ClsDataSample` or the dicts that mmengine's
+    ``Evaluator`` turns them into.  A ``k`` larger than the number of classes is left out
+    of the results (with one log line), so the default ``topk=(1, 5)`` also suits
+    two-class tasks.
+
+    Args:
+        topk: the ``k`` of each accuracy reported as ``'accuracy/top{k}'``.
+        collect_device: ``'cpu'`` or ``'gpu'``, for gathering results across ranks.
+        prefix: the prefix of the result keys; default ``'accuracy'``.
+
+    Example:
+        >>> metric = Accuracy(topk=(1, 2))
+        >>> metric.process(None, [
+        ...     dict(pred_score=torch.tensor([0.7, 0.2, 0.1]), gt_label=torch.tensor([0])),
+        ...     dict(pred_score=torch.tensor([0.5, 0.3, 0.2]), gt_label=torch.tensor([1]))])
+        >>> metric.compute_metrics(metric.results)
+        {'top1': 50.0, 'top2': 100.0}
+    """
+    default_prefix = 'accuracy'
+
+    def __init__(self, topk: Union[int, Sequence[int]] = (1, 5), collect_device: str = 'cpu',
+                 prefix: Optional[str] = None):
+        super().__init__(collect_device=collect_device, prefix=prefix)
+        self.topk = (topk, ) if isinstance(topk, int) else tuple(topk)
+        if not self.topk or min(self.topk) < 1:
+            raise ValueError(f'topk must be positive integers, got {topk}')
+
+    def process(self, data_batch: Any, data_samples: Sequence[Any]) -> None:
+        """Keep the scores and label of every sample of a batch.
+
+        Args:
+            data_batch: the batch from the dataloader (unused).
+            data_samples: the model's predictions, one per image.
+        """
+        for sample in data_samples:
+            score, label = sample.get('pred_score'), sample.get('gt_label')
+            if score is None or label is None:
+                raise KeyError('Accuracy needs pred_score and gt_label in every data sample')
+            self.results.append((torch.as_tensor(score).detach().cpu(), int(label)))
+
+    def compute_metrics(self, results: List[tuple]) -> Dict[str, float]:
+        """Top-k accuracies in percent over all the kept samples.
+
+        Args:
+            results: the ``(pred_score, gt_label)`` pairs kept by :meth:`process`.
+        """
+        scores = torch.stack([score for score, _ in results])
+        labels = torch.tensor([label for _, label in results])
+        num_classes = scores.shape[1]
+        skipped = [k for k in self.topk if k > num_classes]
+        if skipped:
+            print_log(f'Accuracy: top-k for k in {skipped} skipped, there are only '
+                      f'{num_classes} classes', logger='current')
+        ranked = scores.argsort(dim=1, descending=True)
+        hits = ranked == labels[:, None]
+        return {f'top{k}': 100 * hits[:, :k].any(dim=1).sum().item() / len(labels)
+                for k in self.topk if k <= num_classes}

@@ -1,0 +1,87 @@
+"""DigitsDataset: deterministic disjoint splits, shapes, scaling and batching."""
+import pytest
+import torch
+from mmengine.dataset import default_collate, pseudo_collate
+
+from razorlib.datasets import DigitsDataset, RandomShift
+from razorlib.models import ClsDataPreprocessor, ClsDataSample
+from razorlib.registry import DATASETS
+
+
+def test_splits_are_disjoint_complete_and_deterministic():
+    train, val = DigitsDataset('train'), DigitsDataset('val')
+    assert (len(train), len(val)) == (1437, 360)
+    assert not set(train.indices) & set(val.indices)
+    assert sorted([*train.indices, *val.indices]) == list(range(1797))
+    again = DigitsDataset('train')
+    assert (train.indices == again.indices).all()
+    assert torch.equal(train.images, again.images)
+    other_seed = DigitsDataset('train', seed=1)
+    assert set(other_seed.indices) != set(train.indices)
+
+
+def test_split_is_stratified():
+    val = DigitsDataset('val')
+    counts = torch.bincount(torch.tensor(val.labels), minlength=10)
+    assert counts.min() >= 35 and counts.max() <= 37
+
+
+def test_items_are_scaled_images_with_labels():
+    dataset = DigitsDataset('val', in_channels=1)
+    item = dataset[5]
+    assert item['inputs'].shape == (1, 8, 8) and item['inputs'].dtype == torch.float32
+    assert 0 <= dataset.images.min() and dataset.images.max() == 1
+    assert isinstance(item['data_samples'], ClsDataSample)
+    assert item['data_samples'].gt_label.item() == dataset.labels[5]
+    assert item['data_samples'].sample_idx == 5
+    assert dataset.metainfo == dict(classes=tuple('0123456789'))
+
+
+def test_rgb_and_upscale():
+    gray = DigitsDataset('val', in_channels=1)
+    rgb = DigitsDataset('val', upscale=16)
+    image = rgb[0]['inputs']
+    assert image.shape == (3, 16, 16)
+    assert torch.equal(image[0], image[2])
+    # nearest upscaling by 2 repeats each pixel as a 2x2 block
+    assert torch.equal(image[0, ::2, ::2], gray[0]['inputs'][0])
+    smooth = DigitsDataset('val', upscale=16, upscale_mode='bilinear')[0]['inputs']
+    assert not torch.equal(smooth, image)
+
+
+def test_augment_shifts_train_images_by_at_most_one_pixel():
+    torch.manual_seed(0)
+    plain = DigitsDataset('train', in_channels=1)
+    augmented = DigitsDataset('train', in_channels=1, augment=True)
+    assert isinstance(augmented.transforms[0], RandomShift)
+    original = plain[3]['inputs'][0]
+    shifted = [augmented[3]['inputs'][0] for _ in range(20)]
+    assert any(not torch.equal(s, original) for s in shifted)
+    padded = torch.nn.functional.pad(original, (1, 1, 1, 1))
+    windows = {(dy, dx): padded[dy:dy + 8, dx:dx + 8] for dy in range(3) for dx in range(3)}
+    assert all(any(torch.equal(s, w) for w in windows.values()) for s in shifted)
+
+
+def test_both_collates_feed_the_preprocessor():
+    dataset = DigitsDataset('val')
+    items = [dataset[i] for i in range(4)]
+    pre = ClsDataPreprocessor(mean=[0.5] * 3, std=[0.5] * 3)
+    outs = [pre(collate(items)) for collate in (pseudo_collate, default_collate)]
+    for out in outs:
+        assert out['inputs'].shape == (4, 3, 8, 8)
+        assert [s.gt_label.item() for s in out['data_samples']] == dataset.labels[:4]
+    assert torch.equal(outs[0]['inputs'], outs[1]['inputs'])
+
+
+def test_bad_arguments_are_named():
+    with pytest.raises(ValueError, match='split must be one of'):
+        DigitsDataset('test')
+    with pytest.raises(ValueError, match='in_channels'):
+        DigitsDataset(in_channels=2)
+
+
+def test_build_from_registry():
+    dataset = DATASETS.build(dict(type='DigitsDataset', split='val', in_channels=1,
+                                  transforms=[dict(type='RandomFlip', prob=1.0)]))
+    flipped = dataset[0]['inputs']
+    assert torch.equal(flipped, dataset.images[0].flip(-1))

@@ -1,0 +1,46 @@
+"""Accuracy on hand-made predictions."""
+import pytest
+import torch
+
+from razorlib.evaluation import Accuracy
+from razorlib.models import ClsDataSample
+from razorlib.registry import METRICS
+
+# rank of the true class: 1st, 2nd, 3rd, 5th, 6th (of 6 classes)
+SCORES = torch.tensor([[.50, .20, .10, .10, .05, .05],
+                       [.20, .50, .10, .10, .05, .05],
+                       [.40, .30, .20, .05, .04, .01],
+                       [.40, .30, .15, .10, .04, .01],
+                       [.40, .30, .15, .10, .04, .01]])
+LABELS = [0, 0, 2, 4, 5]
+
+
+def samples(as_dicts: bool):
+    out = []
+    for score, label in zip(SCORES, LABELS):
+        sample = ClsDataSample(gt_label=label, pred_score=score)
+        out.append(sample.to_dict() if as_dicts else sample)
+    return out
+
+
+@pytest.mark.parametrize('as_dicts', [False, True])
+def test_topk_in_percent(as_dicts):
+    metric = Accuracy(topk=(1, 2, 3, 5, 6))
+    metric.process(None, samples(as_dicts)[:2])
+    metric.process(None, samples(as_dicts)[2:])
+    assert metric.compute_metrics(metric.results) == pytest.approx(
+        {'top1': 20.0, 'top2': 40.0, 'top3': 60.0, 'top5': 80.0, 'top6': 100.0})
+
+
+def test_evaluate_prefixes_keys_and_skips_k_above_num_classes():
+    metric = METRICS.build(dict(type='Accuracy'))
+    metric.process(None, [ClsDataSample(gt_label=1, pred_score=torch.tensor([.3, .7])),
+                          ClsDataSample(gt_label=1, pred_score=torch.tensor([.6, .4]))])
+    assert metric.evaluate(size=2) == {'accuracy/top1': 50.0}
+
+
+def test_missing_fields_and_bad_topk_are_named():
+    with pytest.raises(KeyError, match='pred_score and gt_label'):
+        Accuracy().process(None, [ClsDataSample(gt_label=1)])
+    with pytest.raises(ValueError, match='topk'):
+        Accuracy(topk=0)
