@@ -145,7 +145,8 @@ class TraceContext:
         """
         tc = inp.channels
         if tc is None or dim % max(tc.ndim, 1) not in tc.slots:
-            return self.external(size, node, f'input of {consumer}')
+            return self.external(size, node, f'the input channels of {consumer} are fixed '
+                                 '(a model input, a constant or frozen channels)')
         dim = dim % tc.ndim
         for other in tc.channel_dims:
             if other != dim:
@@ -156,7 +157,8 @@ class TraceContext:
         if len(slots) != size:
             self.freeze(slots, 'shape', node,
                         f'{consumer} expects {size} channels, got {len(slots)}')
-            return self.external(size, node, f'input of {consumer}')
+            return self.external(size, node, f'the input channels of {consumer} do not match '
+                                 'its producer')
         return slots
 
     # ----------------------------------------------------------------- neighbours
