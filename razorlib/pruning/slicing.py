@@ -53,6 +53,21 @@ def _per_group(name: str, axis: str, index: Sequence[int], size: int, groups: in
     return kept[0]
 
 
+def take(tensor: torch.Tensor, dim: int, index: Sequence[int]) -> torch.Tensor:
+    """``tensor`` restricted to ``index`` along ``dim``.
+
+    Keeping everything returns ``tensor`` itself; a ``meta`` tensor only changes shape
+    (how ``verify`` slices its shape-only copy cheaply).
+    """
+    if list(index) == list(range(tensor.shape[dim])):
+        return tensor
+    if tensor.is_meta:
+        shape = list(tensor.shape)
+        shape[dim] = len(index)
+        return tensor.new_empty(shape)
+    return tensor.index_select(dim, torch.as_tensor(index, device=tensor.device))
+
+
 def plan_conv(name: str, conv: nn.modules.conv._ConvNd, axes: Dict[str, ChannelSelection]) -> SlicePlan:
     """Conv1d/2d/3d and ConvTranspose1d/2d/3d, including depthwise and group convs."""
     in_c, out_c, groups = conv.in_channels, conv.out_channels, conv.groups
@@ -62,7 +77,7 @@ def plan_conv(name: str, conv: nn.modules.conv._ConvNd, axes: Dict[str, ChannelS
     rows, cols = (in_idx, out_idx) if conv.transposed else (out_idx, in_idx)
     if groups == 1:
         new_groups = 1
-        weight = weight[rows][:, cols]
+        weight = take(take(weight, 0, rows), 1, cols)
     elif groups == in_c:
         mult = out_c // in_c
         expected = [i * mult + j for i in in_idx for j in range(mult)]
@@ -70,34 +85,34 @@ def plan_conv(name: str, conv: nn.modules.conv._ConvNd, axes: Dict[str, ChannelS
             raise ValueError(f'{name} is a depthwise conv: it must keep the {mult} output '
                              'channel(s) of every kept input channel and no others')
         new_groups = len(in_idx)
-        weight = weight[in_idx if conv.transposed else out_idx]
+        weight = take(weight, 0, in_idx if conv.transposed else out_idx)
     else:
         new_groups = groups
         in_local = _per_group(name, 'input', in_idx, in_c, groups)
         out_local = _per_group(name, 'output', out_idx, out_c, groups)
-        weight = weight[in_idx][:, out_local] if conv.transposed else weight[out_idx][:, in_local]
+        weight = take(take(weight, 0, rows), 1, out_local if conv.transposed else in_local)
     plan = SlicePlan(params={'weight': weight},
                      attrs={'in_channels': len(in_idx), 'out_channels': len(out_idx),
                             'groups': new_groups})
     if conv.bias is not None:
-        plan.params['bias'] = conv.bias[out_idx]
+        plan.params['bias'] = take(conv.bias, 0, out_idx)
     return plan
 
 
 def plan_linear(name: str, linear: nn.Linear, axes: Dict[str, ChannelSelection]) -> SlicePlan:
     in_idx = _indices(name, 'input', axes.get('in'), linear.in_features)
     out_idx = _indices(name, 'output', axes.get('out'), linear.out_features)
-    plan = SlicePlan(params={'weight': linear.weight[out_idx][:, in_idx]},
+    plan = SlicePlan(params={'weight': take(take(linear.weight, 0, out_idx), 1, in_idx)},
                      attrs={'in_features': len(in_idx), 'out_features': len(out_idx)})
     if linear.bias is not None:
-        plan.params['bias'] = linear.bias[out_idx]
+        plan.params['bias'] = take(linear.bias, 0, out_idx)
     return plan
 
 
 def _affine(module: nn.Module, idx: List[int], plan: SlicePlan) -> SlicePlan:
     for attr in ('weight', 'bias'):
         if getattr(module, attr, None) is not None:
-            plan.params[attr] = getattr(module, attr)[idx]
+            plan.params[attr] = take(getattr(module, attr), 0, idx)
     return plan
 
 
@@ -107,7 +122,7 @@ def plan_batch_norm(name: str, bn: nn.modules.batchnorm._BatchNorm,
     plan = SlicePlan(attrs={'num_features': len(idx)})
     for attr in ('running_mean', 'running_var'):
         if getattr(bn, attr, None) is not None:
-            plan.buffers[attr] = getattr(bn, attr)[idx]
+            plan.buffers[attr] = take(getattr(bn, attr), 0, idx)
     return _affine(bn, idx, plan)
 
 
@@ -131,7 +146,7 @@ def plan_group_norm(name: str, gn: nn.GroupNorm, axes: Dict[str, ChannelSelectio
 
 def plan_embedding(name: str, emb: nn.Embedding, axes: Dict[str, ChannelSelection]) -> SlicePlan:
     idx = _indices(name, 'output', axes.get('out'), emb.embedding_dim)
-    return SlicePlan(params={'weight': emb.weight[:, idx]}, attrs={'embedding_dim': len(idx)})
+    return SlicePlan(params={'weight': take(emb.weight, 1, idx)}, attrs={'embedding_dim': len(idx)})
 
 
 #: module kind -> (planner, the channel axes it slices); first isinstance match wins.
@@ -172,7 +187,7 @@ def _plan_param(name: str, owner: nn.Module, attr: str,
             raise ValueError(f'params.{name}: dim {dim} out of range for shape '
                              f'{tuple(tensor.shape)}')
         idx = _indices(name, f'dim-{dim}', sel, tensor.shape[dim])
-        tensor = tensor.index_select(dim, torch.tensor(idx, device=tensor.device))
+        tensor = take(tensor, dim, idx)
     if attr in owner._parameters:
         return SlicePlan(params={attr: tensor})
     return SlicePlan(buffers={attr: tensor})

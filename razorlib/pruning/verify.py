@@ -7,6 +7,7 @@ spaces, it slices a shape-only (``meta``) copy of the model with every group hal
 runs it once; if that fails it bisects the groups and freezes the ones whose pruning
 breaks the forward, with the error as the reason.
 """
+import contextlib
 import copy
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -15,7 +16,7 @@ import torch
 import torch.nn as nn
 
 from ..tracing import ChannelGroups, ChannelUse, FrozenReason, TracingError
-from ..tracing.forward import call_model, to_meta
+from ..tracing.forward import FastMetaNorms, call_model, to_meta
 from .slicing import slim_model
 from .subnet_config import subnet_channel_config
 
@@ -51,7 +52,7 @@ class _Probe:
             model = slim_model(_copy(self.model, self.meta),
                                subnet_channel_config(self.groups, self.uses, keep))
             model.eval()
-            with torch.no_grad():
+            with torch.no_grad(), (FastMetaNorms() if self.meta else contextlib.nullcontext()):
                 call_model(model, self.inputs)
         except Exception as err:  # any failure means the code cannot follow the widths
             return f'{type(err).__name__}: {err}'.splitlines()[0][:300]

@@ -7,6 +7,7 @@ data-dependent control flow), again on detached aliases of the real tensors.  Ei
 the model's own tensors, ``requires_grad`` flags, modes and attributes are never changed:
 the session snapshots every module's ``__dict__`` and puts it back.
 """
+import contextlib
 import copy
 import itertools
 from collections import defaultdict
@@ -16,6 +17,7 @@ from typing import Any, Dict, List, Tuple
 import torch
 import torch.nn as nn
 from torch.func import functional_call
+from torch.utils._python_dispatch import TorchDispatchMode
 
 _NORM_STAT_BUFFERS = ('running_mean', 'running_var')
 
@@ -56,6 +58,42 @@ def to_meta(obj: Any) -> Any:
     if isinstance(obj, (list, tuple)):
         return type(obj)(to_meta(v) for v in obj)
     return obj
+
+
+def _batch_norm(x, *args, **kwargs):
+    channels = x.shape[1]
+    return torch.empty_like(x), x.new_empty(channels), x.new_empty(channels)
+
+
+def _layer_norm(x, normalized_shape, *args, **kwargs):
+    stats = x.shape[:x.dim() - len(normalized_shape)] + (1, ) * len(normalized_shape)
+    return torch.empty_like(x), x.new_empty(stats), x.new_empty(stats)
+
+
+def _group_norm(x, weight, bias, n, c, hxw, group, eps):
+    return torch.empty_like(x), x.new_empty((n, group)), x.new_empty((n, group))
+
+
+class FastMetaNorms(TorchDispatchMode):
+    """Shape-only norms on the ``meta`` device.
+
+    torch's meta kernels for batch/layer/group norm are Python decompositions that cost
+    ~1 ms each, most of a meta forward; shapes are all tracing needs.  The mode sits below
+    autograd, so the grad_fn nodes (``NativeBatchNormBackward0``...) are recorded as usual.
+    """
+
+    _FAST = {
+        torch.ops.aten.native_batch_norm.default: _batch_norm,
+        torch.ops.aten.native_layer_norm.default: _layer_norm,
+        torch.ops.aten.native_group_norm.default: _group_norm,
+    }
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        fast = self._FAST.get(func)
+        if fast is not None and args[0].device.type == 'meta':
+            return fast(*args, **kwargs)
+        return func(*args, **kwargs)
 
 
 @dataclass
@@ -146,7 +184,7 @@ def _run(model: nn.Module, example_inputs: Any, meta: bool) -> ForwardRecord:
             args, kwargs = (), inputs
         else:
             args, kwargs = (tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs, )), {}
-        with torch.enable_grad():
+        with torch.enable_grad(), (FastMetaNorms() if meta else contextlib.nullcontext()):
             outputs = functional_call(model, shadows, args, kwargs, strict=False)
     finally:
         for handle in handles:
