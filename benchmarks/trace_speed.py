@@ -53,19 +53,21 @@ def main() -> None:
     print(f'machine: {platform.processor() or platform.machine()}, '
           f'{torch.get_num_threads()} threads, torch {torch.__version__}')
     print(f'input 1x3x{args.size}x{args.size}, median of {args.repeat} runs\n')
-    header = f"{'model':<11}{'nodes':>7}{'razorlib s':>12}{'torch-pruning s':>17}{'ratio':>8}"
+    header = (f"{'model':<11}{'modules':>8}{'razorlib s':>12}{'ms/module':>11}"
+              f"{'torch-pruning s':>17}{'ratio':>8}")
     print(header)
     print('-' * len(header))
     x = torch.randn(1, 3, args.size, args.size)
     for depth in (50, 101, 152):
         model = ResNet(depth=depth, num_classes=1000).eval()
         ours = median_time(time_razorlib, model, x, args.repeat)
-        nodes = sum(1 for _ in model.modules())
+        modules = sum(1 for _ in model.modules())
+        row = f'ResNet-{depth:<4}{modules:>8}{ours:>12.3f}{1000 * ours / modules:>11.3f}'
         if torch_pruning is not None:
             peer = median_time(time_torch_pruning, model, x, args.repeat)
-            print(f'ResNet-{depth:<4}{nodes:>7}{ours:>12.3f}{peer:>17.3f}{ours / peer:>8.2f}')
+            print(f'{row}{peer:>17.3f}{ours / peer:>8.2f}')
         else:
-            print(f'ResNet-{depth:<4}{nodes:>7}{ours:>12.3f}{"(not installed)":>17}')
+            print(f'{row}{"(not installed)":>17}')
 
 
 if __name__ == '__main__':
