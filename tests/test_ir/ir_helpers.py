@@ -47,3 +47,10 @@ def fake_quantize(value, config):
     """Symmetric linear fake quantization with the config's scale and integer range."""
     scale = config.scale
     return torch.clamp(torch.round(value / scale), config.quant_min, config.quant_max) * scale
+
+
+def same_bits(first, second):
+    """Bit-for-bit tensor equality: dtype, shape and every byte (NaNs and -0.0 included)."""
+    return (first.dtype == second.dtype and first.shape == second.shape
+            and torch.equal(first.reshape(-1).view(torch.uint8),
+                            second.reshape(-1).view(torch.uint8)))
