@@ -48,7 +48,8 @@ class GraphStore:
 
     def create_operation(self, op_type: str, name: Optional[str] = None,
                          attributes: Optional[Dict[str, Any]] = None,
-                         inputs: Sequence[Variable] = (), outputs: Sequence[Variable] = (),
+                         inputs: Optional[Sequence[Variable]] = None,
+                         outputs: Optional[Sequence[Variable]] = None,
                          platform: Any = UNSPECIFIED_PLATFORM,
                          opset: Union[int, Opset] = DEFAULT_OPSET) -> Operation:
         """Create an operation, add it and link it to existing variables.
@@ -67,7 +68,7 @@ class GraphStore:
         """
         op = Operation(f'<new {op_type}>' if name is None else name, op_type, attributes,
                        opset, platform)
-        op.inputs, op.outputs = list(inputs), list(outputs)
+        op.inputs, op.outputs = list(inputs or ()), list(outputs or ())
         self._check_attachable(op)
         if name is None:
             op.name = self._fresh_name('op', self.operations)
@@ -75,7 +76,8 @@ class GraphStore:
         return op
 
     def create_variable(self, name: Optional[str] = None, value: Optional[torch.Tensor] = None,
-                        is_parameter: bool = False, dest_ops: Sequence[Operation] = (),
+                        is_parameter: bool = False,
+                        dest_ops: Optional[Sequence[Operation]] = None,
                         source_op: Optional[Operation] = None,
                         shape: Optional[Sequence[Dim]] = None,
                         dtype: Optional[torch.dtype] = None) -> Variable:
@@ -93,12 +95,13 @@ class GraphStore:
         Returns:
             The new variable.
         """
-        for op in ([source_op] if source_op is not None else []) + list(dest_ops):
+        dest_ops = list(dest_ops or ())
+        for op in ([source_op] if source_op is not None else []) + dest_ops:
             self._require_operation(op)
         if name is None:
             name = self._fresh_name('var', self.variables)
         var = Variable(name, value, is_parameter, shape, dtype)
-        var.source_op, var.dest_ops = source_op, list(dest_ops)
+        var.source_op, var.dest_ops = source_op, dest_ops
         self.append_variable(var)
         return var
 

@@ -14,7 +14,7 @@ from typing import Dict, List, Optional, Sequence
 import torch
 
 __all__ = [
-    'OperationQuantizationConfig', 'QuantizationProperty', 'QuantizationStates',
+    'DEFAULT_POLICY', 'OperationQuantizationConfig', 'QuantizationProperty', 'QuantizationStates',
     'RoundingPolicy', 'TensorQuantizationConfig', 'copy_configs', 'copy_operation_configs'
 ]
 
@@ -105,6 +105,7 @@ class RoundingPolicy(enum.Enum):
 
 DEFAULT_POLICY = (QuantizationProperty.PER_TENSOR | QuantizationProperty.LINEAR
                   | QuantizationProperty.SYMMETRICAL)
+"""Per-tensor, linear, symmetrical: the policy of a config built without one."""
 
 
 def _check_policy(policy: QuantizationProperty, channel_axis: Optional[int]) -> None:

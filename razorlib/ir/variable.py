@@ -6,7 +6,7 @@ constants carry their tensor in ``value``; activations have ``value=None`` until
 executor runs the graph.  The links are kept in agreement with the operations' ``inputs``
 and ``outputs`` by :class:`~razorlib.ir.graph.BaseGraph`; a bare variable is unlinked.
 """
-from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -52,7 +52,7 @@ class Variable:
         ('batch', 3, None, None)
     """
 
-    def __init__(self, name: str, value: Optional[torch.Tensor] = None,
+    def __init__(self, name: str, value: Any = None,
                  is_parameter: bool = False, shape: Optional[Sequence[Dim]] = None,
                  dtype: Optional[torch.dtype] = None) -> None:
         self.name = name
@@ -69,7 +69,7 @@ class Variable:
         return self._value
 
     @value.setter
-    def value(self, value) -> None:
+    def value(self, value: Any) -> None:
         if value is not None and not isinstance(value, torch.Tensor):
             value = torch.as_tensor(value)
         self._value = value

@@ -1,8 +1,9 @@
-"""The examples in the IR's docstrings run and print what they claim."""
+"""The examples in the IR's docstrings and in docs/ir.md run and print what they claim."""
 import doctest
 import enum
 import importlib
 import pkgutil
+from pathlib import Path
 
 import pytest
 
@@ -25,3 +26,9 @@ def test_every_public_class_has_an_example():
             assert 'Example:' in (item.__doc__ or ''), name
             if not issubclass(item, enum.Enum):
                 assert 'Args:' in item.__doc__, name
+
+
+def test_docs_page_examples():
+    page = Path(__file__).resolve().parents[2] / 'docs' / 'ir.md'
+    result = doctest.testfile(str(page), module_relative=False)
+    assert result.attempted > 0 and result.failed == 0
