@@ -1,0 +1,29 @@
+"""The graph IR: operations and variables in a graph, with quantization configs.
+
+Example:
+    >>> from razorlib.ir import BaseGraph
+    >>> graph = BaseGraph()
+    >>> x = graph.create_variable('x')
+    >>> graph.mark_variable_as_graph_input(x)
+    >>> relu = graph.create_operation('Relu', inputs=[x], outputs=[graph.create_variable('y')])
+    >>> graph.check()
+"""
+from .graph import BaseGraph
+from .graph_check import GraphCheckError, find_graph_problems
+from .graph_store import GraphStore
+from .operation import DEFAULT_OPSET, UNSPECIFIED_PLATFORM, Operation, Opset
+from .opsocket import SOCKET_RULES, OpSocket, SocketRule, TensorRole, socket_for
+from .quant_config import (DEFAULT_POLICY, OperationQuantizationConfig, QuantizationProperty,
+                           QuantizationStates, RoundingPolicy, TensorQuantizationConfig,
+                           copy_configs, copy_operation_configs)
+from .quantable import QuantableOperation, QuantFunction
+from .variable import Dim, Variable
+
+__all__ = [
+    'BaseGraph', 'DEFAULT_OPSET', 'DEFAULT_POLICY', 'Dim', 'GraphCheckError', 'GraphStore',
+    'OpSocket', 'Operation', 'OperationQuantizationConfig', 'Opset', 'QuantFunction',
+    'QuantableOperation', 'QuantizationProperty', 'QuantizationStates', 'RoundingPolicy',
+    'SOCKET_RULES', 'SocketRule', 'TensorQuantizationConfig', 'TensorRole',
+    'UNSPECIFIED_PLATFORM', 'Variable', 'copy_configs', 'copy_operation_configs',
+    'find_graph_problems', 'socket_for'
+]
