@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 
 import onnx
+import onnx.inliner
 import torch
 from onnx import AttributeProto, ModelProto, ValueInfoProto, helper
 
@@ -182,7 +183,7 @@ def to_onnx(graph: BaseGraph, path: Union[str, os.PathLike, None] = None,
             external_data = sum(len(item.raw_data)
                                 for item in proto.initializer) > _EXTERNAL_DATA_BYTES
         onnx.save_model(model, os.fspath(path), save_as_external_data=external_data,
-                        location=f'{Path(path).name}.data')
+                        location=f'{Path(path).name}.data', size_threshold=0)
     return model
 
 
