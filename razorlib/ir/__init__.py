@@ -16,20 +16,22 @@ from .graph_store import GraphStore
 from .onnx_io import EMPTY_NAME, from_onnx, to_onnx
 from .operation import DEFAULT_OPSET, UNSPECIFIED_PLATFORM, Operation, Opset
 from .opsocket import SOCKET_RULES, OpSocket, SocketRule, TensorRole, socket_for
+from .passes import GraphFormatter, GraphMerger
 from .quant_config import (DEFAULT_POLICY, OperationQuantizationConfig, QuantizationProperty,
                            QuantizationStates, RoundingPolicy, TensorQuantizationConfig,
                            copy_configs, copy_operation_configs)
 from .quantable import QuantableOperation, QuantFunction
+from .search import SearchableGraph
 from .torch_export import from_torch
 from .variable import Dim, Variable
 
 __all__ = [
     'BaseGraph', 'DEFAULT_OPSET', 'DEFAULT_POLICY', 'Dim', 'EMPTY_NAME', 'GraphCheckError',
-    'GraphStore', 'OpSocket', 'Operation', 'OperationQuantizationConfig', 'Opset',
-    'QuantFunction', 'QuantableOperation', 'QuantizationProperty', 'QuantizationStates',
-    'RoundingPolicy', 'SOCKET_RULES', 'SocketRule', 'TensorQuantizationConfig', 'TensorRole',
-    'TorchExecutor', 'UNSPECIFIED_PLATFORM', 'UnsupportedOperationError', 'Variable',
-    'copy_configs', 'copy_operation_configs', 'find_graph_problems', 'from_onnx',
-    'from_torch', 'graphs_structurally_equal', 'socket_for', 'structural_differences',
-    'to_onnx'
+    'GraphFormatter', 'GraphMerger', 'GraphStore', 'OpSocket', 'Operation',
+    'OperationQuantizationConfig', 'Opset', 'QuantFunction', 'QuantableOperation',
+    'QuantizationProperty', 'QuantizationStates', 'RoundingPolicy', 'SOCKET_RULES',
+    'SearchableGraph', 'SocketRule', 'TensorQuantizationConfig', 'TensorRole', 'TorchExecutor',
+    'UNSPECIFIED_PLATFORM', 'UnsupportedOperationError', 'Variable', 'copy_configs',
+    'copy_operation_configs', 'find_graph_problems', 'from_onnx', 'from_torch',
+    'graphs_structurally_equal', 'socket_for', 'structural_differences', 'to_onnx'
 ]

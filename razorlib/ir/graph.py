@@ -229,6 +229,40 @@ class BaseGraph(GraphStore):
         self.remove_variable(downstream)
         return upstream
 
+    def replace_input(self, op: Operation, input_idx: int, variable: Variable) -> Variable:
+        """Make ``op`` read ``variable`` as its input number ``input_idx``.
+
+        The variable read there before keeps its other consumers and stays in the graph.
+
+        Args:
+            op: an operation of the graph.
+            input_idx: which input of ``op`` to replace.
+            variable: a variable of the graph.
+
+        Returns:
+            The variable read there before.
+
+        Example:
+            >>> import torch
+            >>> graph = BaseGraph()
+            >>> w = graph.create_variable('w', torch.ones(2), is_parameter=True)
+            >>> a = graph.create_operation('Mul', 'a', inputs=[graph.create_variable('x'), w])
+            >>> b = graph.create_operation('Mul', 'b', inputs=[graph.create_variable('y'), w])
+            >>> copy = graph.create_variable('w_copy', w.value.clone(), is_parameter=True)
+            >>> graph.replace_input(b, 1, copy).name, [op.name for op in w.dest_ops]
+            ('w', ['a'])
+        """
+        self._require_operation(op)
+        self._require_variable(variable)
+        if not 0 <= input_idx < len(op.inputs):
+            raise ValueError(f'operation {op.name!r} has {len(op.inputs)} inputs; input index '
+                             f'{input_idx} is out of range')
+        previous = op.inputs[input_idx]
+        previous.dest_ops.remove(op)
+        op.inputs[input_idx] = variable
+        variable.dest_ops.append(op)
+        return previous
+
     # Whole graph.
 
     def copy(self, copy_value: bool = False) -> 'BaseGraph':

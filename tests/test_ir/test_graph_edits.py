@@ -229,6 +229,29 @@ def test_create_link_with_var_errors():
         graph.create_link_with_var(y, y)
 
 
+def test_replace_input_moves_one_read_only():
+    graph = conv_relu_graph()
+    w = graph.variables['w']
+    square = graph.create_operation('Mul', 'square', inputs=[w, w])
+    other = graph.create_variable('other', torch.ones(4, 3, 3, 3), is_parameter=True)
+    assert graph.replace_input(square, 1, other) is w
+    assert square.inputs == [w, other] and other.dest_ops == [square]
+    assert [op.name for op in w.dest_ops] == ['conv', 'square']
+    graph.check()
+
+
+def test_replace_input_errors_leave_the_graph_as_it_was():
+    graph = conv_relu_graph()
+    conv, before = graph.operations['conv'], structure(graph)
+    with pytest.raises(ValueError, match="has 3 inputs; input index 3 is out of range"):
+        graph.replace_input(conv, 3, graph.variables['x'])
+    with pytest.raises(ValueError, match="variable 'ghost' is not in graph"):
+        graph.replace_input(conv, 0, Variable('ghost'))
+    with pytest.raises(ValueError, match="operation 'ghost' is not in graph"):
+        graph.replace_input(Operation('ghost', 'Relu'), 0, graph.variables['x'])
+    assert structure(graph) == before
+
+
 def test_topological_sort_is_stable_and_follows_dependencies():
     graph = BaseGraph()
     late = graph.create_variable('late')

@@ -1,0 +1,172 @@
+"""Helpers the passes share: reading constants, checking and replacing matched operations."""
+import functools
+from typing import (Any, Callable, Collection, Dict, Iterable, List, Optional, Sequence,
+                    Tuple)
+
+import torch
+
+from ..graph import BaseGraph
+from ..onnx_io import EMPTY_NAME
+from ..operation import DEFAULT_OPSET, Operation, Opset
+from ..search import OpExpr, SearchableGraph
+from ..variable import Variable
+
+__all__ = ['constant_value', 'fresh_name', 'graph_method', 'has_input', 'is_sealed',
+           'new_parameter', 'other_input', 'replace_with_operation', 'rewrite_matches',
+           'scalar_value', 'sole_consumer', 'writable_parameter']
+
+
+def graph_method(function: Callable[..., int]) -> Callable[..., int]:
+    """Turn a pass ``function(graph, *args)`` into a method running on ``self.graph``."""
+    @functools.wraps(function)
+    def method(self: Any, *args: Any, **kwargs: Any) -> int:
+        return function(self.graph, *args, **kwargs)
+    return method
+
+
+def fresh_name(taken: Collection[str], base: str) -> str:
+    """``base``, or ``base_1``, ``base_2``, ... whichever is first not in ``taken``."""
+    name, counter = base, 0
+    while name in taken:
+        counter += 1
+        name = f'{base}_{counter}'
+    return name
+
+
+def constant_value(var: Optional[Variable]) -> Optional[torch.Tensor]:
+    """The value of a parameter that no operation produces, else (or for None) None."""
+    if var is not None and var.is_parameter and var.source_op is None and var.value is not None:
+        return var.value
+    return None
+
+
+def scalar_value(var: Optional[Variable]) -> Optional[float]:
+    """The number a one-element floating-point parameter holds, else (or for None) None."""
+    value = constant_value(var)
+    if value is None or value.numel() != 1 or not value.is_floating_point():
+        return None
+    return value.item()
+
+
+def has_input(op: Operation, index: int) -> bool:
+    """Whether ``op`` has input ``index`` and it is not the empty (absent) input."""
+    return index < op.num_of_input and op.inputs[index].name != EMPTY_NAME
+
+
+def other_input(op: Operation, var: Variable) -> Optional[Variable]:
+    """The other input of a two-input operation that reads ``var`` once, else None."""
+    if op.num_of_input != 2 or op.inputs.count(var) != 1:
+        return None
+    return op.inputs[1 - op.inputs.index(var)]
+
+
+def sole_consumer(graph: BaseGraph, var: Variable) -> Optional[Operation]:
+    """The one operation reading ``var`` (once), if it is not a graph output, else None."""
+    if len(var.dest_ops) != 1 or var.name in graph.outputs:
+        return None
+    return var.dest_ops[0]
+
+
+def is_sealed(graph: BaseGraph, ops: Sequence[Operation], entries: Iterable[Variable],
+              output: Variable) -> bool:
+    """Whether one operation reading ``entries`` and writing ``output`` can replace ``ops``.
+
+    ``output`` must be written by one of ``ops``; every other output of ``ops`` must be
+    read only inside ``ops`` and be no graph output; ``ops`` may read only ``entries``,
+    one another's outputs, constants and the empty input.
+    """
+    members, entries = set(ops), set(entries)
+    inner = {var for op in ops for var in op.outputs} - {output}
+    if output.source_op not in members:
+        return False
+    for var in inner:
+        if var.name in graph.outputs or any(dest not in members for dest in var.dest_ops):
+            return False
+    return all(var in inner or var in entries or var.name == EMPTY_NAME
+               or constant_value(var) is not None for op in ops for var in op.inputs)
+
+
+def new_parameter(graph: BaseGraph, base: str, value: torch.Tensor) -> Variable:
+    """A new parameter variable holding ``value``, named ``base`` or a fresh variant of it."""
+    return graph.create_variable(fresh_name(graph.variables, base), value, is_parameter=True)
+
+
+def writable_parameter(graph: BaseGraph, var: Variable, value: torch.Tensor,
+                       readers: Collection[Operation]) -> Variable:
+    """A parameter holding ``value`` in place of ``var``, for ``readers`` to read.
+
+    ``var`` itself gets the (new) tensor when only ``readers`` read it and it is no graph
+    input or output; otherwise a new parameter named after it is created, so that other
+    readers keep the old value.
+    """
+    private = (all(op in readers for op in var.dest_ops)
+               and var.name not in graph.inputs and var.name not in graph.outputs)
+    if private:
+        var.value = value
+        return var
+    return new_parameter(graph, var.name, value)
+
+
+def replace_with_operation(graph: BaseGraph, ops: Sequence[Operation], op_type: str,
+                           inputs: Sequence[Variable], output: Variable,
+                           attributes: Optional[Dict[str, Any]] = None,
+                           opset: Opset = DEFAULT_OPSET,
+                           name: Optional[str] = None) -> Operation:
+    """Put one new operation in place of ``ops``, which :func:`is_sealed` accepts.
+
+    ``ops`` and their variables that end up unused go; parameters among ``inputs`` stay.
+    The new operation writes ``output``, so its consumers and graph-output place remain.
+
+    Args:
+        graph: the graph.
+        ops: the operations to replace.
+        op_type: the new operation's type.
+        inputs: the variables it reads, in order; all in the graph.
+        output: the variable it writes, written now by one of ``ops``.
+        attributes: its attributes.
+        opset: its opset.
+        name: its name; the name of ``ops[0]`` when None.
+
+    Returns:
+        The new operation.
+    """
+    touched = list(dict.fromkeys(var for op in ops for var in (*op.inputs, *op.outputs)))
+    for op in ops:
+        graph.remove_operation(op)
+    for var in dict.fromkeys(inputs):
+        if graph.variables.get(var.name) is not var:  # a parameter removed with its readers
+            graph.append_variable(var)
+    fused = graph.create_operation(op_type, ops[0].name if name is None else name, attributes,
+                                   inputs=inputs, outputs=[output], opset=opset)
+    for var in touched:
+        if (graph.variables.get(var.name) is var and var.source_op is None and not var.dest_ops
+                and var.name not in graph.inputs and var.name not in graph.outputs):
+            graph.remove_variable(var)
+    return fused
+
+
+Rewrite = Callable[[BaseGraph, List[Operation]], bool]
+
+
+def rewrite_matches(graph: BaseGraph, patterns: Sequence[OpExpr],
+                    edges: Sequence[Tuple[int, int]], rewrite: Rewrite, name: str,
+                    exclusive: bool = True) -> int:
+    """Call ``rewrite(graph, match)`` on each match whose operations are all still there.
+
+    Args:
+        graph: the graph.
+        patterns: see :meth:`SearchableGraph.pattern_matching`.
+        edges: see :meth:`SearchableGraph.pattern_matching`.
+        rewrite: rewrites one match, or leaves the graph as it is and returns False.
+        name: the pattern's name in error messages.
+        exclusive: see :meth:`SearchableGraph.pattern_matching`.
+
+    Returns:
+        How many matches were rewritten.
+    """
+    matches = SearchableGraph(graph).pattern_matching(patterns, edges, exclusive, name)
+    rewritten = 0
+    for match in matches:
+        if all(graph.operations.get(op.name) is op for op in match):
+            rewritten += bool(rewrite(graph, match))
+    return rewritten

@@ -1,0 +1,102 @@
+"""fuse_gelu: turn the exact GELU written with Erf into one Gelu operation."""
+import math
+from typing import List, Optional, Tuple
+
+from ..graph import BaseGraph
+from ..operation import Operation, Opset
+from ..variable import Variable
+from .common import (is_sealed, other_input, replace_with_operation, rewrite_matches,
+                     scalar_value, sole_consumer)
+
+__all__ = ['fuse_gelu']
+
+_GELU_OPSET = 20
+_SCALINGS = {'Div': math.sqrt(2.0), 'Mul': math.sqrt(0.5)}
+"""How the input is scaled before Erf: divided by sqrt(2) or multiplied by sqrt(1/2)."""
+
+
+def _is(value: Optional[float], expected: float) -> bool:
+    return value is not None and math.isclose(value, expected, rel_tol=1e-6)
+
+
+def fuse_gelu(graph: BaseGraph) -> int:
+    """Replace ``x * 0.5 * (1 + erf(x / sqrt(2)))`` by ``Gelu(x)`` (opset 20).
+
+    The chain Div(x, sqrt 2) (or Mul by sqrt 1/2), Erf, Add(1), Mul is matched; the two
+    remaining factors may come in any of the orders exporters produce:
+    ``Mul(Mul(x, erf_term), 0.5)``, ``Mul(Mul(x, 0.5), erf_term)`` or
+    ``Mul(Mul(erf_term, 0.5), x)``.  Constants are compared with a relative tolerance of
+    1e-6, and nothing outside may read the intermediate results.
+
+    Args:
+        graph: the graph, changed in place.
+
+    Returns:
+        How many Gelus were made.
+
+    Example:
+        >>> import torch
+        >>> from razorlib.ir import BaseGraph
+        >>> graph = BaseGraph()
+        >>> x = graph.create_variable('x')
+        >>> def constant(value):
+        ...     return graph.create_variable(value=torch.tensor(value), is_parameter=True)
+        >>> def op(op_type, *inputs):
+        ...     return graph.create_operation(op_type, inputs=list(inputs),
+        ...                                   outputs=[graph.create_variable()]).outputs[0]
+        >>> half = op('Mul', x, constant(0.5))
+        >>> erf_term = op('Add', op('Erf', op('Div', x, constant(2 ** 0.5))), constant(1.0))
+        >>> y = op('Mul', half, erf_term)
+        >>> fuse_gelu(graph), [(op.type, op.outputs[0] is y) for op in graph.operations.values()]
+        (1, [('Gelu', True)])
+    """
+    return rewrite_matches(graph, [set(_SCALINGS), 'Erf', 'Add', 'Mul'],
+                           [(0, 1), (1, 2), (2, 3)], _fuse, name='fuse_gelu', exclusive=False)
+
+
+def _fuse(graph: BaseGraph, match: List[Operation]) -> bool:
+    scaling, erf, add, mul = match
+    x = _scaled_input(scaling)
+    if x is None or not _is(scalar_value(other_input(add, erf.outputs[0])), 1.0):
+        return False
+    found = _remaining_factors(graph, x, mul, add.outputs[0])
+    if found is None:
+        return False
+    extra, output = found
+    ops = [*match, *extra]
+    if not is_sealed(graph, ops, [x], output):
+        return False
+    replace_with_operation(graph, ops, 'Gelu', [x], output,
+                           opset=Opset(max(_GELU_OPSET, scaling.opset.version)))
+    return True
+
+
+def _scaled_input(scaling: Operation) -> Optional[Variable]:
+    """``x`` of ``x / sqrt(2)`` or ``x * sqrt(1/2)`` (either operand order for Mul)."""
+    if scaling.num_of_input != 2:
+        return None
+    orders = [scaling.inputs] if scaling.type == 'Div' else [scaling.inputs,
+                                                             scaling.inputs[::-1]]
+    for data, factor in orders:
+        if _is(scalar_value(factor), _SCALINGS[scaling.type]) and scalar_value(data) is None:
+            return data
+    return None
+
+
+def _remaining_factors(graph: BaseGraph, x: Variable, mul: Operation,
+                       erf_term: Variable) -> Optional[Tuple[List[Operation], Variable]]:
+    """The operations multiplying ``erf_term`` by ``x`` and 0.5 after ``mul``, and the output."""
+    other = other_input(mul, erf_term)
+    if other is None:
+        return None
+    half = other.source_op
+    if half is not None and half.type == 'Mul' and _is(scalar_value(other_input(half, x)), 0.5):
+        return [half], mul.outputs[0]
+    tail = sole_consumer(graph, mul.outputs[0])
+    if tail is None or tail.type != 'Mul':
+        return None
+    last = other_input(tail, mul.outputs[0])
+    if (other is x and _is(scalar_value(last), 0.5)) or \
+            (_is(scalar_value(other), 0.5) and last is x):
+        return [tail], tail.outputs[0]
+    return None

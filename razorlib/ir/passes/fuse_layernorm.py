@@ -1,0 +1,129 @@
+"""fuse_layernorm: turn a LayerNorm written out in primitive operations into LayerNormalization."""
+from typing import List, Optional, Sequence, Tuple
+
+import torch
+
+from ..graph import BaseGraph
+from ..operation import Operation, Opset
+from .common import (constant_value, is_sealed, new_parameter, other_input,
+                     replace_with_operation, rewrite_matches, scalar_value, sole_consumer)
+
+__all__ = ['fuse_layernorm']
+
+_PATTERN = ['ReduceMean', 'Sub', 'Pow', 'ReduceMean', 'Add', 'Sqrt', 'Div']
+_LAYER_NORM_OPSET = 17
+
+
+def fuse_layernorm(graph: BaseGraph) -> int:
+    """Replace ``(x - mean(x)) / sqrt(mean((x - mean(x))^2) + eps) * scale + bias``.
+
+    The operations ReduceMean, Sub, Pow(2), ReduceMean, Add(eps), Sqrt, Div, and an
+    optional Mul by a constant scale then an optional Add of a constant bias, become one
+    LayerNormalization (opset 17 or the ReduceMean's, if later).  Both ReduceMeans must
+    keep dims and reduce the same trailing axes (``axis`` = the first of them), and
+    ``x``'s shape must be known (:meth:`TorchExecutor.tracing_operation_meta` records it)
+    down to the normalized dims, which scale and bias take; a scale or bias that varies
+    along other axes stays outside.  Nothing
+    outside may read the operations' intermediate results.
+
+    Args:
+        graph: the graph, changed in place.
+
+    Returns:
+        How many LayerNormalizations were made.
+
+    Example:
+        >>> import onnx
+        >>> from onnx import helper, numpy_helper, TensorProto
+        >>> from razorlib.ir import from_onnx
+        >>> nodes = [helper.make_node('ReduceMean', ['x'], ['mean'], axes=[-1]),
+        ...          helper.make_node('Sub', ['x', 'mean'], ['d']),
+        ...          helper.make_node('Pow', ['d', 'two'], ['d2']),
+        ...          helper.make_node('ReduceMean', ['d2'], ['var'], axes=[-1]),
+        ...          helper.make_node('Add', ['var', 'eps'], ['var_eps']),
+        ...          helper.make_node('Sqrt', ['var_eps'], ['std']),
+        ...          helper.make_node('Div', ['d', 'std'], ['y'])]
+        >>> constants = [helper.make_tensor('two', TensorProto.FLOAT, [], [2.0]),
+        ...              helper.make_tensor('eps', TensorProto.FLOAT, [], [1e-5])]
+        >>> x = helper.make_tensor_value_info('x', TensorProto.FLOAT, ['batch', 8])
+        >>> y = helper.make_tensor_value_info('y', TensorProto.FLOAT, ['batch', 8])
+        >>> graph = from_onnx(helper.make_model(
+        ...     helper.make_graph(nodes, 'ln', [x], [y], constants),
+        ...     opset_imports=[helper.make_opsetid('', 13)]))
+        >>> fuse_layernorm(graph), [op.type for op in graph.operations.values()]
+        (1, ['LayerNormalization'])
+        >>> [var.name for var in graph.operations['op_0'].inputs]
+        ['x', 'op_0.scale']
+    """
+    return rewrite_matches(graph, _PATTERN, [(index, index + 1) for index in range(6)], _fuse,
+                           name='fuse_layernorm', exclusive=False)
+
+
+def _fuse(graph: BaseGraph, match: List[Operation]) -> bool:
+    mean, sub, pow_, variance, add, sqrt, div = match
+    x = mean.inputs[0]
+    centred, std = sub.outputs[0], sqrt.outputs[0]
+    epsilon = scalar_value(other_input(add, variance.outputs[0]))
+    if (sub.inputs != [x, mean.outputs[0]] or pow_.inputs[0] is not centred
+            or scalar_value(pow_.inputs[1]) != 2.0 or variance.inputs[0] is not pow_.outputs[0]
+            or epsilon is None or div.inputs != [centred, std]):
+        return False
+    axis = None if x.shape is None else _layer_norm_axis(len(x.shape), [mean, variance])
+    if axis is None or not all(isinstance(size, int) for size in x.shape[axis:]):
+        return False
+    normalized = tuple(x.shape[axis:])
+    ops, output, affine = list(match), div.outputs[0], {}
+    for op_type in ('Mul', 'Add'):
+        consumer = sole_consumer(graph, output)
+        if consumer is not None and consumer.type == op_type:
+            value = _along(constant_value(other_input(consumer, output)), normalized)
+            if value is not None:
+                ops.append(consumer)
+                output, affine[op_type] = consumer.outputs[0], value
+    if not is_sealed(graph, ops, [x], output):
+        return False
+    scale = affine.get('Mul', torch.ones(normalized, dtype=x.dtype or torch.float32))
+    inputs = [x, new_parameter(graph, f'{mean.name}.scale', scale)]
+    if 'Add' in affine:
+        inputs.append(new_parameter(graph, f'{mean.name}.bias', affine['Add']))
+    replace_with_operation(graph, ops, 'LayerNormalization', inputs, output,
+                           {'axis': axis, 'epsilon': epsilon},
+                           Opset(max(_LAYER_NORM_OPSET, mean.opset.version)))
+    return True
+
+
+def _axes(op: Operation) -> Optional[Tuple[int, ...]]:
+    """A ReduceMean's axes (attribute before opset 18, input 1 after); None if it has none."""
+    if 'axes' in op.attributes:
+        return tuple(op.attributes['axes'])
+    value = constant_value(op.inputs[1]) if op.num_of_input > 1 else None
+    return None if value is None else tuple(value.reshape(-1).tolist())
+
+
+def _layer_norm_axis(rank: int, reductions: Sequence[Operation]) -> Optional[int]:
+    """The first normalized axis, negative, when both reductions reduce the trailing axes."""
+    axes = {_axes(op) for op in reductions}
+    if len(axes) != 1 or not all(op.attributes.get('keepdims', 1) for op in reductions):
+        return None
+    (found, ) = axes
+    if not found:
+        return None
+    negative = sorted(axis - rank if axis >= 0 else axis for axis in found)
+    return negative[0] if negative == list(range(-len(negative), 0)) else None
+
+
+def _along(value: Optional[torch.Tensor], normalized: Tuple[int, ...]) -> Optional[torch.Tensor]:
+    """``value`` expanded to the normalized shape, if it varies only along those axes."""
+    if value is None:
+        return None
+    extra = value.dim() - len(normalized)
+    if extra > 0:
+        if any(size != 1 for size in value.shape[:extra]):
+            return None
+        value = value.reshape(value.shape[extra:])
+    try:
+        if torch.broadcast_shapes(value.shape, normalized) != normalized:
+            return None
+    except RuntimeError:
+        return None
+    return value.expand(normalized).clone()

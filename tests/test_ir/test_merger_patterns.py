@@ -1,0 +1,166 @@
+"""GraphMerger on multi-operation patterns: LayerNorm, SkipLayerNorm and GELU."""
+import math
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from razorlib.ir import GraphMerger, TorchExecutor, from_torch
+from pass_helpers import (assert_close, node, onnx_graph, op_types, random_inputs, run_onnxruntime,
+                          run_pass)
+
+RNG = np.random.default_rng(0)
+
+
+def merged(name):
+    return lambda graph: getattr(GraphMerger(graph), name)()
+
+
+# LayerNorm.
+
+class HandWrittenLayerNorm(nn.Module):
+    def __init__(self, dims, affine, features=8):
+        super().__init__()
+        self.dims = dims
+        self.weight = nn.Parameter(torch.randn(features)) if affine else None
+        self.bias = nn.Parameter(torch.randn(features)) if affine else None
+
+    def forward(self, x):
+        mean = x.mean(self.dims, keepdim=True)
+        centred = x - mean
+        out = centred / torch.sqrt(centred.pow(2).mean(self.dims, keepdim=True) + 1e-5)
+        return out * self.weight + self.bias if self.weight is not None else out
+
+
+@pytest.mark.parametrize('dims, affine', [((-1, ), True), ((-2, -1), False), ((2, ), True)])
+def test_fuse_layernorm_on_exported_modules(dims, affine):
+    x = torch.randn(2, 3, 8)
+    graph = from_torch(HandWrittenLayerNorm(dims, affine), x)
+    assert len(graph.operations) == 7 + 2 * affine
+    assert run_pass(graph, merged('fuse_layernorm'), [x]) == 1
+    (norm, ) = graph.operations.values()
+    assert norm.type == 'LayerNormalization' and norm.opset.version == 20
+    assert norm.attributes == {'axis': -len(dims), 'epsilon': pytest.approx(1e-5)}
+    assert len(norm.inputs) == 2 + affine and norm.inputs[1].shape == x.shape[-len(dims):]
+
+
+def layernorm_nodes(axes=(-1, ), second_axes=None, epsilon='eps'):
+    """ReduceMean .. Div with the axes as attributes (opset 13), then Mul(s) and Add(b)."""
+    return [node('ReduceMean', ['x'], 'mean', axes=list(axes)), node('Sub', ['x', 'mean'], 'd'),
+            node('Pow', ['d', 'two'], 'd2'),
+            node('ReduceMean', ['d2'], 'var', axes=list(second_axes or axes)),
+            node('Add', [epsilon, 'var'], 've'), node('Sqrt', ['ve'], 'std'),
+            node('Div', ['d', 'std'], 'n'), node('Mul', ['n', 's'], 'scaled'),
+            node('Add', ['scaled', 'b'], 'out')]
+
+
+def layernorm_graph(nodes, x_shape=(2, 4, 6), scale_shape=(6, ), outputs=('out', )):
+    constants = {'two': np.float32(2.0), 'eps': np.float32(1e-6),
+                 's': RNG.standard_normal(scale_shape).astype(np.float32),
+                 'b': RNG.standard_normal(6).astype(np.float32)}
+    return onnx_graph(nodes, {'x': list(x_shape)}, {name: None for name in outputs}, constants,
+                      opset=13)
+
+
+def test_fuse_layernorm_with_axes_attributes_and_a_broadcast_scale():
+    graph = layernorm_graph(layernorm_nodes(), scale_shape=(1, 1, 1))
+    assert run_pass(graph, merged('fuse_layernorm')) == 1
+    (norm, ) = graph.operations.values()
+    assert (norm.type, norm.opset.version, norm.outputs[0].name) == ('LayerNormalization', 17,
+                                                                     'out')
+    assert norm.inputs[1].shape == (6, ) and norm.attributes['epsilon'] == pytest.approx(1e-6)
+
+
+@pytest.mark.parametrize('case', ['other axes', 'epsilon input', 'inner output', 'scale rows',
+                                  'unknown size'])
+def test_fuse_layernorm_leaves_what_is_no_layernorm(case):
+    nodes = layernorm_nodes(second_axes=(1, ) if case == 'other axes' else None,
+                            epsilon='x' if case == 'epsilon input' else 'eps')
+    graph = layernorm_graph(nodes, x_shape=(2, 4, 'width') if case == 'unknown size' else
+                            (2, 4, 6), scale_shape=(4, 1) if case == 'scale rows' else (6, ),
+                            outputs=('out', 'd') if case == 'inner output' else ('out', ))
+    before = op_types(graph)
+    fused = GraphMerger(graph).fuse_layernorm()
+    graph.check()
+    # A scale along other axes stays a Mul after the fused part.
+    assert (fused, op_types(graph)) == ((1, ['LayerNormalization', 'Mul', 'Add'])
+                                        if case == 'scale rows' else (0, before))
+
+
+# SkipLayerNormalization.
+
+def skip_graph(shape=(2, 3, 8), skip='b'):
+    return onnx_graph(
+        [node('Add', ['a', skip], 'sum'),
+         node('LayerNormalization', ['sum', 'gamma', 'beta'], 'out', epsilon=1e-5)],
+        {'a': list(shape), 'b': list(shape)}, {'out': None},
+        {'gamma': RNG.standard_normal(8).astype(np.float32),
+         'beta': RNG.standard_normal(8).astype(np.float32)})
+
+
+def test_fuse_skiplayernorm_runs_in_onnxruntime():
+    graph = skip_graph()
+    inputs = random_inputs(graph)
+    expected = TorchExecutor(graph)(inputs)
+    assert GraphMerger(graph).fuse_skiplayernorm() == 1
+    graph.check()
+    (fused, ) = graph.operations.values()
+    assert (fused.type, fused.opset.domain, fused.name) == ('SkipLayerNormalization',
+                                                            'com.microsoft', 'out')
+    assert [var.name for var in fused.inputs] == ['a', 'b', 'gamma', 'beta']
+    assert_close(run_onnxruntime(graph, inputs), expected)
+
+
+@pytest.mark.parametrize('shape, skip', [((3, 8), 'b'), ((2, 3, 8), 'gamma')])
+def test_fuse_skiplayernorm_needs_two_3d_activations(shape, skip):
+    graph = skip_graph(shape, skip)
+    assert GraphMerger(graph).fuse_skiplayernorm() == 0
+    assert op_types(graph) == ['Add', 'LayerNormalization']
+
+
+# GELU.
+
+class ErfGelu(nn.Module):
+    def forward(self, x):
+        return x * 0.5 * (1.0 + torch.erf(x / math.sqrt(2.0)))
+
+
+def test_fuse_gelu_on_an_exported_module():
+    x = torch.randn(2, 8)
+    graph = from_torch(ErfGelu(), x)
+    assert len(graph.operations) == 5
+    assert run_pass(graph, merged('fuse_gelu'), [x]) == 1
+    (gelu, ) = graph.operations.values()
+    assert (gelu.type, gelu.opset.version, gelu.attributes) == ('Gelu', 20, {})
+
+
+GELU_TAILS = {
+    'x then half': [node('Mul', ['x', 'term'], 'xt'), node('Mul', ['xt', 'half'], 'out')],
+    'half then x': [node('Mul', ['half', 'term'], 'ht'), node('Mul', ['x', 'ht'], 'out')],
+    'half of x': [node('Mul', ['x', 'half'], 'hx'), node('Mul', ['term', 'hx'], 'out')],
+}
+
+
+def gelu_graph(tail, scaling=('Div', 'root2'), one='one', outputs=('out', )):
+    nodes = [node(scaling[0], ['x', scaling[1]], 's'), node('Erf', ['s'], 'e'),
+             node('Add', [one, 'e'], 'term'), *GELU_TAILS[tail]]
+    return onnx_graph(nodes, {'x': [3, 7]}, {name: None for name in outputs},
+                      {'root2': np.float32(math.sqrt(2)), 'halfroot2': np.float32(math.sqrt(0.5)),
+                       'one': np.float32(1.0), 'half': np.float32(0.5), 'other': np.float32(1.1)})
+
+
+@pytest.mark.parametrize('tail', sorted(GELU_TAILS))
+@pytest.mark.parametrize('scaling', [('Div', 'root2'), ('Mul', 'halfroot2')])
+def test_fuse_gelu_takes_every_factor_order(tail, scaling):
+    graph = gelu_graph(tail, scaling)
+    assert run_pass(graph, merged('fuse_gelu')) == 1
+    assert op_types(graph) == ['Gelu'] and graph.operations['s'].outputs[0].name == 'out'
+
+
+@pytest.mark.parametrize('case', ['wrong constant', 'wrong scaling', 'inner output'])
+def test_fuse_gelu_leaves_what_is_no_gelu(case):
+    graph = gelu_graph('x then half', scaling=('Div', 'halfroot2') if case == 'wrong scaling'
+                       else ('Div', 'root2'), one='other' if case == 'wrong constant' else 'one',
+                       outputs=('out', 'e') if case == 'inner output' else ('out', ))
+    assert GraphMerger(graph).fuse_gelu() == 0 and len(graph.operations) == 5
