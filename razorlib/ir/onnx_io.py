@@ -4,7 +4,8 @@ Nodes become operations (same names, types, attributes, domains and opset versio
 initializers become parameter variables holding torch tensors, and the tensor types of
 graph inputs, outputs and ``value_info`` become the variables' shapes and dtypes.  An
 absent optional input (the empty name in ONNX) is the one variable named
-:data:`~razorlib.ir.variable.EMPTY_NAME`, which no operation produces and the executor reads as None.
+:data:`~razorlib.ir.variable.EMPTY_NAME`, which no operation produces and the executor
+reads as None.
 ``extension_attrib`` (of operations and of the graph) is never exported.
 """
 import logging
@@ -19,9 +20,9 @@ from onnx import AttributeProto, ModelProto, ValueInfoProto, helper
 
 from ..version import __version__
 from .graph import BaseGraph
-from .operation import DEFAULT_OPSET, Operation, Opset
-from .onnx_types import onnx_dtype, tensor_from_onnx, tensor_to_onnx, torch_dtype
 from .graph_check import check_inputs_provided
+from .onnx_types import onnx_dtype, tensor_from_onnx, tensor_to_onnx, torch_dtype
+from .operation import DEFAULT_OPSET, Operation, Opset
 from .variable import EMPTY_NAME, Dim, Variable
 
 logger = logging.getLogger(__name__)
