@@ -6,10 +6,9 @@ from typing import (Any, Callable, Collection, Dict, Iterable, List, Optional, S
 import torch
 
 from ..graph import BaseGraph
-from ..onnx_io import EMPTY_NAME
 from ..operation import DEFAULT_OPSET, Operation, Opset
 from ..search import OpExpr, SearchableGraph
-from ..variable import Variable
+from ..variable import EMPTY_NAME, Variable
 
 __all__ = ['constant_value', 'fresh_name', 'graph_method', 'has_input', 'is_sealed',
            'new_parameter', 'other_input', 'replace_with_operation', 'rewrite_matches',
