@@ -85,7 +85,11 @@ def _scaled_input(scaling: Operation) -> Optional[Variable]:
 
 def _remaining_factors(graph: BaseGraph, x: Variable, mul: Operation,
                        erf_term: Variable) -> Optional[Tuple[List[Operation], Variable]]:
-    """The operations multiplying ``erf_term`` by ``x`` and 0.5 after ``mul``, and the output."""
+    """What else multiplies ``erf_term`` by ``x`` and 0.5, and the GELU's output.
+
+    Either ``mul`` reads ``Mul(x, 0.5)``, or the one Mul after ``mul`` supplies the factor
+    ``mul`` lacks; returns that operation and the output, or None.
+    """
     other = other_input(mul, erf_term)
     if other is None:
         return None

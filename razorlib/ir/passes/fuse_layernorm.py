@@ -23,8 +23,8 @@ def fuse_layernorm(graph: BaseGraph) -> int:
     keep dims and reduce the same trailing axes (``axis`` = the first of them), and
     ``x``'s shape must be known (:meth:`TorchExecutor.tracing_operation_meta` records it)
     down to the normalized dims, which scale and bias take; a scale or bias that varies
-    along other axes stays outside.  Nothing
-    outside may read the operations' intermediate results.
+    along other axes stays outside.  Nothing outside may read the operations'
+    intermediate results.
 
     Args:
         graph: the graph, changed in place.
