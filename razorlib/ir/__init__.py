@@ -31,7 +31,7 @@ __all__ = [
     'QuantFunction', 'QuantableOperation', 'QuantizationProperty', 'QuantizationStates',
     'RoundingPolicy', 'SOCKET_RULES', 'SocketRule', 'TensorQuantizationConfig', 'TensorRole',
     'TorchExecutor', 'UNSPECIFIED_PLATFORM', 'UnsupportedOperationError', 'Variable',
-    'check_inputs_provided', 'copy_configs', 'copy_operation_configs', 'find_graph_problems', 'find_unprovided_inputs',
-    'from_onnx', 'from_torch', 'graphs_structurally_equal', 'socket_for',
-    'structural_differences', 'to_onnx'
+    'check_inputs_provided', 'copy_configs', 'copy_operation_configs', 'find_graph_problems',
+    'find_unprovided_inputs', 'from_onnx', 'from_torch', 'graphs_structurally_equal',
+    'socket_for', 'structural_differences', 'to_onnx'
 ]
