@@ -67,6 +67,15 @@ def find_unprovided_inputs(graph: 'BaseGraph') -> List[Tuple['Operation', 'Varia
 
     Returns:
         ``(operation, variable)`` pairs, in operation and input order.
+
+    Example:
+        >>> from razorlib.ir import BaseGraph
+        >>> graph = BaseGraph('g')
+        >>> x, ghost = graph.create_variable('x'), graph.create_variable('ghost')
+        >>> graph.mark_variable_as_graph_input(x)
+        >>> add = graph.create_operation('Add', 'add', inputs=[x, ghost])
+        >>> [(op.name, var.name) for op, var in find_unprovided_inputs(graph)]
+        [('add', 'ghost')]
     """
     return [(op, var) for op in graph.operations.values() for var in dict.fromkeys(op.inputs)
             if var.name != EMPTY_NAME and var.source_op is None and var.value is None
@@ -78,6 +87,15 @@ def check_inputs_provided(graph: 'BaseGraph') -> None:
 
     Raises:
         ValueError: names each operation and the variable it reads.
+
+    Example:
+        >>> from razorlib.ir import BaseGraph
+        >>> graph = BaseGraph('g')
+        >>> add = graph.create_operation('Add', 'add', inputs=[graph.create_variable('ghost')])
+        >>> check_inputs_provided(graph)
+        Traceback (most recent call last):
+        ...
+        ValueError: graph 'g': 'add' reads 'ghost', which no operation produces, has no value...
     """
     unprovided = find_unprovided_inputs(graph)
     if unprovided:

@@ -58,7 +58,19 @@ def table_key(op: Operation) -> str:
 
 
 def register_kernel(*keys: str) -> Callable[[KernelBuilder], KernelBuilder]:
-    """Decorator: put a kernel builder in :data:`OP_TABLE` under each of ``keys``."""
+    """Decorator: put a kernel builder in :data:`OP_TABLE` under each of ``keys``.
+
+    Example:
+        >>> from razorlib.ir import Opset
+        >>> @register_kernel('com.example::Scale')
+        ... def build_scale(op, device):
+        ...     factor = op.attributes.get('factor', 1.0)
+        ...     return lambda x: x * factor
+        >>> op = Operation('s', 'Scale', {'factor': 3.0}, opset=Opset(1, 'com.example'))
+        >>> build_kernel(op, torch.device('cpu'))(torch.ones(2))
+        tensor([3., 3.])
+        >>> del OP_TABLE['com.example::Scale']
+    """
     def register(builder: KernelBuilder) -> KernelBuilder:
         for key in keys:
             OP_TABLE[key] = builder
@@ -67,7 +79,14 @@ def register_kernel(*keys: str) -> Callable[[KernelBuilder], KernelBuilder]:
 
 
 def register_function(function: Kernel, *keys: str) -> None:
-    """Register a function that needs no attributes as the kernel of ``keys``."""
+    """Register a function that needs no attributes as the kernel of ``keys``.
+
+    Example:
+        >>> register_function(torch.square, 'Square')
+        >>> build_kernel(Operation('sq', 'Square'), torch.device('cpu'))(torch.tensor([3.]))
+        tensor([9.])
+        >>> del OP_TABLE['Square']
+    """
     register_kernel(*keys)(lambda op, device: function)
 
 
