@@ -8,22 +8,28 @@ Example:
     >>> relu = graph.create_operation('Relu', inputs=[x], outputs=[graph.create_variable('y')])
     >>> graph.check()
 """
+from .executor import TorchExecutor, UnsupportedOperationError
 from .graph import BaseGraph
 from .graph_check import GraphCheckError, find_graph_problems
+from .graph_compare import graphs_structurally_equal, structural_differences
 from .graph_store import GraphStore
+from .onnx_io import EMPTY_NAME, from_onnx, to_onnx
 from .operation import DEFAULT_OPSET, UNSPECIFIED_PLATFORM, Operation, Opset
 from .opsocket import SOCKET_RULES, OpSocket, SocketRule, TensorRole, socket_for
 from .quant_config import (DEFAULT_POLICY, OperationQuantizationConfig, QuantizationProperty,
                            QuantizationStates, RoundingPolicy, TensorQuantizationConfig,
                            copy_configs, copy_operation_configs)
 from .quantable import QuantableOperation, QuantFunction
+from .torch_export import from_torch
 from .variable import Dim, Variable
 
 __all__ = [
-    'BaseGraph', 'DEFAULT_OPSET', 'DEFAULT_POLICY', 'Dim', 'GraphCheckError', 'GraphStore',
-    'OpSocket', 'Operation', 'OperationQuantizationConfig', 'Opset', 'QuantFunction',
-    'QuantableOperation', 'QuantizationProperty', 'QuantizationStates', 'RoundingPolicy',
-    'SOCKET_RULES', 'SocketRule', 'TensorQuantizationConfig', 'TensorRole',
-    'UNSPECIFIED_PLATFORM', 'Variable', 'copy_configs', 'copy_operation_configs',
-    'find_graph_problems', 'socket_for'
+    'BaseGraph', 'DEFAULT_OPSET', 'DEFAULT_POLICY', 'Dim', 'EMPTY_NAME', 'GraphCheckError',
+    'GraphStore', 'OpSocket', 'Operation', 'OperationQuantizationConfig', 'Opset',
+    'QuantFunction', 'QuantableOperation', 'QuantizationProperty', 'QuantizationStates',
+    'RoundingPolicy', 'SOCKET_RULES', 'SocketRule', 'TensorQuantizationConfig', 'TensorRole',
+    'TorchExecutor', 'UNSPECIFIED_PLATFORM', 'UnsupportedOperationError', 'Variable',
+    'copy_configs', 'copy_operation_configs', 'find_graph_problems', 'from_onnx',
+    'from_torch', 'graphs_structurally_equal', 'socket_for', 'structural_differences',
+    'to_onnx'
 ]

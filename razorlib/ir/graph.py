@@ -5,6 +5,7 @@ Every edit validates its arguments before it changes anything, so an edit that r
 leaves the graph as it was.  :meth:`BaseGraph.check` verifies the invariants listed in
 :mod:`razorlib.ir.graph_check`.
 """
+import copy as copy_lib
 import heapq
 from typing import List, Optional
 
@@ -244,6 +245,7 @@ class BaseGraph(GraphStore):
         """
         clone = BaseGraph(self.name)
         clone._name_counters = dict(self._name_counters)
+        clone.extension_attrib = copy_lib.deepcopy(self.extension_attrib)
         quantables = [op for op in self.operations.values() if isinstance(op, QuantableOperation)]
         configs = dict(zip(quantables, copy_operation_configs([op.config for op in quantables])))
         variables = {name: var.copy(copy_value) for name, var in self.variables.items()}

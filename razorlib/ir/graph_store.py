@@ -28,6 +28,9 @@ class GraphStore:
     Args:
         name: the graph's name, used in error messages and by exporters.
 
+    ``extension_attrib`` holds razorlib's own annotations of the whole graph (for
+    instance which exporter built it); like an operation's, it is never exported.
+
     Example:
         >>> store = GraphStore('g')
         >>> x = store.create_variable()
@@ -42,6 +45,7 @@ class GraphStore:
         self.variables: Dict[str, Variable] = {}
         self.inputs: Dict[str, Variable] = {}
         self.outputs: Dict[str, Variable] = {}
+        self.extension_attrib: Dict[str, Any] = {}
         self._name_counters = {'op': 0, 'var': 0}
 
     # Creating and registering.

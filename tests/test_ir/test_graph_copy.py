@@ -73,6 +73,14 @@ def test_copy_generates_the_names_the_original_would():
     assert clone.create_operation('Relu').name == graph.create_operation('Relu').name
 
 
+def test_copy_deep_copies_the_graph_annotations():
+    graph = conv_relu_graph()
+    graph.extension_attrib['exporter'] = {'name': 'dynamo'}
+    clone = graph.copy()
+    clone.extension_attrib['exporter']['name'] = 'torchscript'
+    assert graph.extension_attrib == {'exporter': {'name': 'dynamo'}}
+
+
 @pytest.mark.parametrize('copy_value', [False, True])
 def test_quant_configs_are_cloned_and_relinked_inside_the_clone(copy_value):
     graph, conv, relu = quantized_graph()

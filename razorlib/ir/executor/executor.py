@@ -1,0 +1,247 @@
+"""TorchExecutor: run a graph op by op with torch, with hooks around every operation.
+
+The executor is an interpreter in the style of ``torch.fx.Interpreter``: a loop over the
+operations in topological order that calls :meth:`TorchExecutor.run_operation` on each.
+Kernels are resolved (and attributes and constant control inputs decoded) once, when the
+executor is built; the loop only gathers tensors, calls hooks and kernels, and frees each
+intermediate tensor after its last reader.
+"""
+from collections import OrderedDict
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+import torch
+from torch.utils.hooks import RemovableHandle
+
+from ..graph import BaseGraph
+from ..onnx_io import EMPTY_NAME
+from ..operation import Operation
+from ..variable import Variable
+from . import ops  # noqa: F401  fills OP_TABLE
+from .registry import Kernel, build_kernel
+
+__all__ = ['PostHook', 'PreHook', 'TorchExecutor']
+
+Tensors = List[Optional[torch.Tensor]]
+PreHook = Callable[[Operation, Tensors], Optional[Sequence[Optional[torch.Tensor]]]]
+"""``hook(op, inputs)`` before ``op`` runs; returning a sequence replaces the inputs."""
+PostHook = Callable[[Operation, Tensors, List[torch.Tensor]],
+                    Optional[Sequence[torch.Tensor]]]
+"""``hook(op, inputs, outputs)`` after ``op`` ran; returning a sequence replaces the outputs."""
+
+GraphInputs = Union[torch.Tensor, Sequence[Any], Mapping[str, Any]]
+_Step = Tuple[Operation, Tuple[str, ...], Tuple[str, ...], Tuple[str, ...]]
+
+
+class TorchExecutor:
+    """Runs a :class:`~razorlib.ir.graph.BaseGraph` with torch, one operation at a time.
+
+    Building the executor moves the graph's constants (parameters and other values no
+    operation produces) to ``device``, in place, and resolves one kernel per operation
+    from :data:`~razorlib.ir.executor.registry.OP_TABLE`.  Parameter values are read
+    from the graph at every run, so new values set on the variables take effect; attributes,
+    the graph's structure and constant control inputs (shapes, axes, pads, bounds) are
+    read once, so build a new executor after editing those.  Runs happen under
+    ``torch.no_grad()``.
+
+    Subclasses may override :meth:`build_kernel` (which kernel an operation gets) and
+    :meth:`run_operation` (how an operation runs, e.g. with fake quantization).
+
+    Args:
+        graph: the graph to run.
+        device: where to run it (``'cpu'``, ``'cuda'``, a ``torch.device``).
+
+    Raises:
+        UnsupportedOperationError: an operation has no kernel; the error names its type
+            and node.
+
+    Example:
+        >>> import torch
+        >>> from razorlib.ir import BaseGraph
+        >>> graph = BaseGraph()
+        >>> x = graph.create_variable('x')
+        >>> graph.mark_variable_as_graph_input(x)
+        >>> two = graph.create_variable('two', torch.tensor(2.0), is_parameter=True)
+        >>> mul = graph.create_operation('Mul', 'mul', inputs=[x, two],
+        ...                              outputs=[graph.create_variable('y')])
+        >>> graph.mark_variable_as_graph_output(mul.outputs[0])
+        >>> executor = TorchExecutor(graph)
+        >>> seen = []
+        >>> handle = executor.register_forward_hook(lambda op, inputs, outputs: seen.append(op.name))
+        >>> executor(torch.tensor([1.0, -3.0])), seen
+        ([tensor([ 2., -6.])], ['mul'])
+        >>> executor.tracing_operation_meta(torch.zeros(2, 3))
+        >>> graph.variables['y'].shape, graph.variables['y'].dtype
+        ((2, 3), torch.float32)
+    """
+
+    def __init__(self, graph: BaseGraph, device: Union[str, torch.device] = 'cpu') -> None:
+        self.graph = graph
+        self.device = torch.device(device)
+        self._constants = [var for var in graph.variables.values()
+                           if var.value is not None and var.source_op is None]
+        for var in self._constants:
+            var.value = var.value.to(self.device)
+        self._operations = graph.topological_sort()
+        self._kernels: Dict[Operation, Kernel] = {op: self.build_kernel(op)
+                                                  for op in self._operations}
+        self._plans: Dict[Tuple[str, ...], List[_Step]] = {}
+        # OrderedDicts, as torch's RemovableHandle keeps a weak reference to them.
+        self._pre_hooks: Dict[int, PreHook] = OrderedDict()
+        self._post_hooks: Dict[int, PostHook] = OrderedDict()
+
+    # Overridable per operation.
+
+    def build_kernel(self, op: Operation) -> Kernel:
+        """The kernel ``op`` runs with; by default the one :data:`OP_TABLE` builds."""
+        return build_kernel(op, self.device)
+
+    def run_operation(self, op: Operation, inputs: Tensors) -> List[torch.Tensor]:
+        """Run one operation on its input tensors (None for an absent optional input).
+
+        Returns:
+            The output tensors, one per output of ``op``.
+        """
+        result = self._kernels[op](*inputs)
+        return [result] if isinstance(result, torch.Tensor) else list(result)
+
+    # Running.
+
+    def forward(self, inputs: GraphInputs,
+                output_names: Optional[Sequence[str]] = None) -> List[torch.Tensor]:
+        """Run the graph.
+
+        Args:
+            inputs: one tensor (a graph with one input), a sequence in graph input order,
+                or a dict by input name (inputs that have a value may be left out).
+            output_names: the variables to return; the graph outputs by default.
+
+        Returns:
+            The tensors of ``output_names``, in that order.
+        """
+        return self._run(self._feed(inputs), self._names(output_names))
+
+    __call__ = forward
+
+    def tracing_operation_meta(self, inputs: GraphInputs) -> None:
+        """Run the graph once and set the shape and dtype of every variable it computes.
+
+        Graph inputs and operation outputs get the shape (ints) and dtype of their
+        tensors; variables with a value report the value's already.
+
+        Args:
+            inputs: as for :meth:`forward`.
+        """
+        env = self._feed(inputs)
+        for name in self.graph.inputs:
+            _record(self.graph.variables[name], env[name])
+
+        def record(op: Operation, op_inputs: Tensors, outputs: List[torch.Tensor]) -> None:
+            for var, value in zip(op.outputs, outputs):
+                _record(var, value)
+        handle = self.register_forward_hook(record)
+        try:
+            self._run(env, self._names(None))
+        finally:
+            handle.remove()
+
+    # Hooks.
+
+    def register_forward_pre_hook(self, hook: PreHook) -> RemovableHandle:
+        """Call ``hook(op, inputs)`` before every operation; see :data:`PreHook`.
+
+        Returns:
+            A handle whose ``remove()`` unregisters the hook.
+        """
+        handle = RemovableHandle(self._pre_hooks)
+        self._pre_hooks[handle.id] = hook
+        return handle
+
+    def register_forward_hook(self, hook: PostHook) -> RemovableHandle:
+        """Call ``hook(op, inputs, outputs)`` after every operation; see :data:`PostHook`.
+
+        Returns:
+            A handle whose ``remove()`` unregisters the hook.
+        """
+        handle = RemovableHandle(self._post_hooks)
+        self._post_hooks[handle.id] = hook
+        return handle
+
+    # Helpers.
+
+    def _run(self, env: Dict[str, Optional[torch.Tensor]],
+             output_names: Tuple[str, ...]) -> List[torch.Tensor]:
+        pre_hooks, post_hooks = self._pre_hooks.values(), self._post_hooks.values()
+        op = None
+        try:
+            with torch.no_grad():
+                for op, input_names, names, release in self._plan(output_names):
+                    inputs = [env[name] for name in input_names]
+                    for hook in pre_hooks:
+                        inputs = _replaced(inputs, hook(op, inputs))
+                    outputs = self.run_operation(op, inputs)
+                    for hook in post_hooks:
+                        outputs = _replaced(outputs, hook(op, inputs, outputs))
+                    env.update(zip(names, outputs))
+                    for name in release:
+                        del env[name]
+        except Exception as error:
+            if op is None:
+                raise
+            raise RuntimeError(f'{op.type} operation {op.name!r} of graph '
+                               f'{self.graph.name!r} failed: {error}') from error
+        return [env[name] for name in output_names]
+
+    def _names(self, output_names: Optional[Sequence[str]]) -> Tuple[str, ...]:
+        names = tuple(self.graph.outputs if output_names is None else output_names)
+        unknown = [name for name in names if name not in self.graph.variables]
+        if unknown:
+            raise KeyError(f'graph {self.graph.name!r} has no variables named {unknown}')
+        return names
+
+    def _plan(self, output_names: Tuple[str, ...]) -> List[_Step]:
+        """The steps, each with the tensors to free after it (their last reader)."""
+        if output_names not in self._plans:
+            last_use = {}
+            for index, op in enumerate(self._operations):
+                for var in (*op.inputs, *op.outputs):
+                    last_use[var.name] = index
+            keep = {*output_names, EMPTY_NAME}
+            released: List[List[str]] = [[] for _ in self._operations]
+            for name, index in last_use.items():
+                if name not in keep:
+                    released[index].append(name)
+            self._plans[output_names] = [
+                (op, tuple(var.name for var in op.inputs), tuple(var.name for var in op.outputs),
+                 tuple(released[index])) for index, op in enumerate(self._operations)]
+        return self._plans[output_names]
+
+    def _feed(self, inputs: GraphInputs) -> Dict[str, Optional[torch.Tensor]]:
+        names = list(self.graph.inputs)
+        if isinstance(inputs, torch.Tensor):
+            inputs = [inputs]
+        if not isinstance(inputs, Mapping):
+            if len(inputs) != len(names):
+                raise ValueError(f'graph {self.graph.name!r} has {len(names)} inputs {names}; '
+                                 f'got {len(inputs)} tensors')
+            inputs = dict(zip(names, inputs))
+        env: Dict[str, Optional[torch.Tensor]] = {var.name: var.value
+                                                  for var in self._constants}
+        env[EMPTY_NAME] = None
+        missing = [name for name in names if name not in inputs and name not in env]
+        if missing:
+            raise ValueError(f'graph {self.graph.name!r}: no tensor given for inputs {missing}')
+        for name, value in inputs.items():
+            if name not in self.graph.inputs:
+                raise KeyError(f'graph {self.graph.name!r} has no input named {name!r}; its '
+                               f'inputs are {names}')
+            env[name] = torch.as_tensor(value).to(self.device)
+        return env
+
+
+def _replaced(tensors: List, replacement: Optional[Sequence]) -> List:
+    return tensors if replacement is None else list(replacement)
+
+
+def _record(var: Variable, value: Optional[torch.Tensor]) -> None:
+    if value is not None and var.value is None:
+        var.shape, var.dtype = tuple(value.shape), value.dtype

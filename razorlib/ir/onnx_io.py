@@ -1,0 +1,277 @@
+"""ONNX in and out: an ONNX model (a ``ModelProto`` or a file) <-> a :class:`BaseGraph`.
+
+Nodes become operations (same names, types, attributes, domains and opset versions),
+initializers become parameter variables holding torch tensors, and the tensor types of
+graph inputs, outputs and ``value_info`` become the variables' shapes and dtypes.  An
+absent optional input (the empty name in ONNX) is the one variable named
+:data:`EMPTY_NAME`, which no operation produces and the executor reads as None.
+``extension_attrib`` (of operations and of the graph) is never exported.
+"""
+import logging
+import os
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
+
+import onnx
+import onnx.inliner
+import torch
+from onnx import AttributeProto, ModelProto, ValueInfoProto, helper
+
+from ..version import __version__
+from .graph import BaseGraph
+from .operation import DEFAULT_OPSET, Operation, Opset
+from .onnx_types import onnx_dtype, tensor_from_onnx, tensor_to_onnx, torch_dtype
+from .variable import Dim, Variable
+
+logger = logging.getLogger(__name__)
+
+__all__ = ['EMPTY_NAME', 'from_onnx', 'to_onnx']
+
+EMPTY_NAME = ''
+"""The name of the variable standing for an absent optional input, as in ONNX."""
+
+_EXTERNAL_DATA_BYTES = 2**31 - 2**26  # protobuf refuses messages of 2 GiB; keep a margin
+
+_DECODERS: Dict[int, Callable[[AttributeProto], Any]] = {
+    AttributeProto.FLOAT: lambda attr: attr.f,
+    AttributeProto.INT: lambda attr: attr.i,
+    AttributeProto.STRING: lambda attr: attr.s.decode('utf-8'),
+    AttributeProto.TENSOR: lambda attr: tensor_from_onnx(attr.t),
+    AttributeProto.FLOATS: lambda attr: list(attr.floats),
+    AttributeProto.INTS: lambda attr: list(attr.ints),
+    AttributeProto.STRINGS: lambda attr: [item.decode('utf-8') for item in attr.strings],
+    AttributeProto.TENSORS: lambda attr: [tensor_from_onnx(item) for item in attr.tensors],
+}
+
+
+def from_onnx(model: Union[ModelProto, str, os.PathLike]) -> BaseGraph:
+    """Build a graph from an ONNX model.
+
+    Model-local functions are inlined first.  Operations keep the node order; generated
+    names (for unnamed nodes or unnamed outputs) avoid every name in the model.
+
+    Args:
+        model: a ``ModelProto``, or the path of an ``.onnx`` file (external data next to
+            it is loaded).
+
+    Returns:
+        The graph, named like the ONNX graph.
+
+    Raises:
+        NotImplementedError: a node has a subgraph (``If``, ``Loop``, ``Scan``) or
+            another attribute type the IR does not hold; the error names the node.
+
+    Example:
+        >>> from onnx import helper, TensorProto
+        >>> node = helper.make_node('Relu', ['x'], ['y'], name='relu')
+        >>> x = helper.make_tensor_value_info('x', TensorProto.FLOAT, ['batch', 4])
+        >>> y = helper.make_tensor_value_info('y', TensorProto.FLOAT, ['batch', 4])
+        >>> proto = helper.make_model(helper.make_graph([node], 'tiny', [x], [y]),
+        ...                           opset_imports=[helper.make_opsetid('', 17)])
+        >>> graph = from_onnx(proto)
+        >>> graph.operations['relu'].opset, graph.variables['y'].shape
+        (Opset(version=17, domain=''), ('batch', 4))
+    """
+    if not isinstance(model, ModelProto):
+        model = onnx.load(os.fspath(model))
+    if model.functions:
+        logger.info('from_onnx: inlining %d model-local function(s)', len(model.functions))
+        model = onnx.inliner.inline_local_functions(model)
+    proto = model.graph
+    if proto.sparse_initializer:
+        raise NotImplementedError(f'ONNX graph {proto.name!r} has sparse initializers, which '
+                                  'the IR does not hold; densify them first')
+    opsets = {_domain(item.domain): item.version for item in model.opset_import}
+    graph = BaseGraph(proto.name or 'graph')
+    types = {info.name: info for info in (*proto.input, *proto.output, *proto.value_info)}
+    node_names = _unique_names((node.name for node in proto.node), 'op')
+    output_names = _unique_names((name for node in proto.node for name in node.output),
+                                 'var', reserved=_all_tensor_names(proto))
+
+    def variable(name: str) -> Variable:
+        if name not in graph.variables:
+            shape, dtype = _tensor_type(types.get(name))
+            graph.create_variable(name, shape=shape, dtype=dtype)
+        return graph.variables[name]
+
+    for info in proto.input:
+        variable(info.name)
+    for initializer in proto.initializer:
+        var = variable(initializer.name)
+        var.value, var.is_parameter = tensor_from_onnx(initializer), True
+    outputs = iter(output_names)
+    for node, name in zip(proto.node, node_names):
+        domain = _domain(node.domain)
+        if domain not in opsets:
+            raise ValueError(f'node {name!r} ({node.op_type}) is in domain {domain!r}, which '
+                             'the model imports no opset for')
+        graph.create_operation(
+            node.op_type, name, {attr.name: _decode(attr, name) for attr in node.attribute},
+            inputs=[variable(item) for item in node.input],
+            outputs=[variable(next(outputs)) for _ in node.output],
+            opset=Opset(opsets[domain], domain))
+    for info in proto.input:
+        graph.mark_variable_as_graph_input(graph.variables[info.name])
+    for info in proto.output:
+        graph.mark_variable_as_graph_output(variable(info.name))
+    return graph
+
+
+def to_onnx(graph: BaseGraph, path: Union[str, os.PathLike, None] = None,
+            external_data: Optional[bool] = None) -> ModelProto:
+    """Export a graph as an ONNX model, and optionally save it.
+
+    Nodes come in topological order.  Variables with a value that no operation produces
+    become initializers; other variables with a known shape or dtype get a
+    ``value_info``.  Each domain is imported at the highest opset version its operations
+    carry (the default domain always, at least at ``DEFAULT_OPSET``'s version when no
+    operation uses it).  ``onnx.checker`` wants a shape on every graph input and output;
+    :meth:`TorchExecutor.tracing_operation_meta` fills them in.
+
+    Args:
+        graph: the graph to export.
+        path: where to save the model; nothing is saved when None.
+        external_data: save the tensors in ``<path>.data`` next to the model.  None
+            chooses it when they would not fit a 2 GiB protobuf message.  Saving with
+            external data strips the tensors from the returned model.
+
+    Returns:
+        The ONNX model.
+
+    Raises:
+        ValueError: an operation reads a variable that nothing produces, that has no
+            value and that is not a graph input.
+
+    Example:
+        >>> import onnx, torch
+        >>> graph = BaseGraph('tiny')
+        >>> x = graph.create_variable('x', shape=(1, 4), dtype=torch.float32)
+        >>> graph.mark_variable_as_graph_input(x)
+        >>> y = graph.create_variable('y', shape=(1, 4), dtype=torch.float32)
+        >>> relu = graph.create_operation('Relu', 'relu', inputs=[x], outputs=[y], opset=17)
+        >>> graph.mark_variable_as_graph_output(relu.outputs[0])
+        >>> model = to_onnx(graph)
+        >>> onnx.checker.check_model(model)
+        >>> [node.op_type for node in model.graph.node], model.opset_import[0].version
+        (['Relu'], 17)
+    """
+    operations = graph.topological_sort()
+    for op in operations:
+        _check_readable(graph, op)
+    opsets = {DEFAULT_OPSET.domain: 0}
+    for op in operations:
+        opsets[op.opset.domain] = max(opsets.get(op.opset.domain, 0), op.opset.version)
+    opsets[DEFAULT_OPSET.domain] = opsets[DEFAULT_OPSET.domain] or DEFAULT_OPSET.version
+    opset_imports = [helper.make_opsetid(domain, version) for domain, version in opsets.items()]
+    constants = [var for var in graph.variables.values()
+                 if var.value is not None and var.source_op is None]
+    boundary = {*graph.inputs, *graph.outputs, EMPTY_NAME}
+    described = [var for var in graph.variables.values()
+                 if var.name not in boundary and var.value is None
+                 and (var.shape is not None or var.dtype is not None)]
+    proto = helper.make_graph(
+        [_node(op) for op in operations], graph.name,
+        [_value_info(var) for var in graph.inputs.values()],
+        [_value_info(var) for var in graph.outputs.values()],
+        initializer=[tensor_to_onnx(var.value, var.name) for var in constants],
+        value_info=[_value_info(var) for var in described])
+    model = helper.make_model(proto, opset_imports=opset_imports, producer_name='razorlib',
+                              producer_version=__version__)
+    model.ir_version = helper.find_min_ir_version_for(opset_imports, ignore_unknown=True)
+    if path is not None:
+        if external_data is None:
+            external_data = sum(len(item.raw_data)
+                                for item in proto.initializer) > _EXTERNAL_DATA_BYTES
+        onnx.save_model(model, os.fspath(path), save_as_external_data=external_data,
+                        location=f'{Path(path).name}.data', size_threshold=0)
+    return model
+
+
+# Import helpers.
+
+def _domain(domain: str) -> str:
+    return '' if domain == 'ai.onnx' else domain
+
+
+def _tensor_type(info: Optional[ValueInfoProto]
+                 ) -> Tuple[Optional[Tuple[Dim, ...]], Optional[torch.dtype]]:
+    if info is None or not info.type.HasField('tensor_type'):
+        return None, None
+    tensor_type = info.type.tensor_type
+    if not tensor_type.HasField('shape'):
+        return None, torch_dtype(tensor_type.elem_type)
+    shape = tuple(dim.dim_value if dim.HasField('dim_value') else
+                  dim.dim_param if dim.HasField('dim_param') else None
+                  for dim in tensor_type.shape.dim)
+    return shape, torch_dtype(tensor_type.elem_type)
+
+
+def _decode(attr: AttributeProto, node: str) -> Any:
+    if attr.type not in _DECODERS:
+        kind = AttributeProto.AttributeType.Name(attr.type)
+        raise NotImplementedError(f'node {node!r}: attribute {attr.name!r} is of type {kind}, '
+                                  'which the IR does not hold (subgraphs are not supported)')
+    return _DECODERS[attr.type](attr)
+
+
+def _all_tensor_names(proto: onnx.GraphProto) -> set:
+    names = {info.name for info in (*proto.input, *proto.output, *proto.value_info)}
+    names.update(item.name for item in proto.initializer)
+    for node in proto.node:
+        names.update(node.input)
+        names.update(node.output)
+    return names
+
+
+def _unique_names(names: Iterable[str], prefix: str, reserved: Iterable[str] = ()) -> List[str]:
+    """The names, with empty or repeated ones replaced by fresh ``prefix_<n>`` names."""
+    names = list(names)
+    taken = set(reserved) | set(names)
+    seen, result, counter = set(), [], 0
+    for name in names:
+        if not name or name in seen:
+            while f'{prefix}_{counter}' in taken:
+                counter += 1
+            name = f'{prefix}_{counter}'
+            taken.add(name)
+        seen.add(name)
+        result.append(name)
+    return result
+
+
+# Export helpers.
+
+def _check_readable(graph: BaseGraph, op: Operation) -> None:
+    for var in op.inputs:
+        if (var.name != EMPTY_NAME and var.source_op is None and var.value is None
+                and var.name not in graph.inputs):
+            raise ValueError(f'operation {op.name!r} reads variable {var.name!r}, which no '
+                             'operation produces, has no value and is not a graph input')
+
+
+def _node(op: Operation) -> onnx.NodeProto:
+    node = helper.make_node(op.type, [var.name for var in op.inputs],
+                            [var.name for var in op.outputs], name=op.name,
+                            domain=op.opset.domain)
+    node.attribute.extend(_encode(name, value, op) for name, value in op.attributes.items())
+    return node
+
+
+def _encode(name: str, value: Any, op: Operation) -> AttributeProto:
+    if isinstance(value, torch.Tensor):
+        value = tensor_to_onnx(value)
+    elif isinstance(value, (list, tuple)):
+        if not value:
+            return helper.make_attribute(name, [], attr_type=AttributeProto.INTS)
+        value = [tensor_to_onnx(item) if isinstance(item, torch.Tensor) else item
+                 for item in value]
+    try:
+        return helper.make_attribute(name, value)
+    except (TypeError, ValueError) as error:
+        raise TypeError(f'operation {op.name!r}: attribute {name!r} = {value!r} has no ONNX '
+                        f'attribute type ({error})') from error
+
+
+def _value_info(var: Variable) -> ValueInfoProto:
+    return helper.make_tensor_value_info(var.name, onnx_dtype(var.dtype), var.shape)
+

@@ -1,0 +1,101 @@
+"""from_torch: a PyTorch model -> ONNX (``torch.onnx.export``) -> a :class:`BaseGraph`.
+
+The torch.export-based exporter (``dynamo=True``, with onnxscript's optimizer: constant
+folding, Conv+BatchNorm fusion, no shape subgraphs for static shapes) is tried first;
+the TorchScript-based exporter (``dynamo=False``, with constant folding) is the
+fallback.  Which one built the graph is logged and kept in
+``graph.extension_attrib['exporter']`` (``'dynamo'`` or ``'torchscript'``); the
+fallback is logged as a warning, with the dynamo exporter's error.
+"""
+import io
+import logging
+from typing import Any, Dict, Optional, Tuple
+
+import onnx
+import torch
+
+from .graph import BaseGraph
+from .onnx_io import from_onnx
+
+logger = logging.getLogger(__name__)
+
+__all__ = ['EXPORTERS', 'from_torch']
+
+EXPORTERS = ('dynamo', 'torchscript')
+"""The exporters ``from_torch`` can use, in the order ``exporter='auto'`` tries them."""
+
+
+def from_torch(model: torch.nn.Module, example_inputs: Any, exporter: str = 'auto',
+               opset_version: Optional[int] = None) -> BaseGraph:
+    """Export a model to ONNX with ``torch.onnx.export`` and build its graph.
+
+    The model is exported in eval mode (its mode is restored afterwards), with the
+    shapes of ``example_inputs`` fixed.  Graph inputs follow the forward arguments and
+    graph outputs the flattened outputs (``torch.utils._pytree`` order).
+
+    Args:
+        model: the model.
+        example_inputs: a tensor, a tuple of positional arguments or a dict of keyword
+            arguments for one forward.
+        exporter: ``'dynamo'``, ``'torchscript'``, or ``'auto'`` (dynamo, falling back to
+            torchscript when it fails).
+        opset_version: the ONNX opset; the exporter's default when None.
+
+    Returns:
+        The graph; ``graph.extension_attrib['exporter']`` names the exporter used.
+
+    Example:
+        >>> import torch
+        >>> net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8),
+        ...                           torch.nn.ReLU())
+        >>> graph = from_torch(net, torch.randn(1, 3, 8, 8))
+        >>> graph.extension_attrib['exporter'], [op.type for op in graph.operations.values()]
+        ('dynamo', ['Conv', 'Relu'])
+    """
+    if exporter not in ('auto', *EXPORTERS):
+        raise ValueError(f"exporter must be 'auto' or one of {EXPORTERS}, got {exporter!r}")
+    args, kwargs = _arguments(example_inputs)
+    was_training = model.training
+    model.eval()
+    try:
+        proto, used = _export(model, args, kwargs, exporter, opset_version)
+    finally:
+        model.train(was_training)
+    graph = from_onnx(proto)
+    graph.extension_attrib['exporter'] = used
+    logger.info('from_torch: %s exported with the %s exporter (%d operations)',
+                type(model).__name__, used, len(graph.operations))
+    return graph
+
+
+def _arguments(example_inputs: Any) -> Tuple[tuple, Dict[str, Any]]:
+    if isinstance(example_inputs, dict):
+        return (), dict(example_inputs)
+    if isinstance(example_inputs, (tuple, list)):
+        return tuple(example_inputs), {}
+    return (example_inputs, ), {}
+
+
+def _export(model: torch.nn.Module, args: tuple, kwargs: Dict[str, Any], exporter: str,
+            opset_version: Optional[int]) -> Tuple[onnx.ModelProto, str]:
+    if exporter == 'torchscript':
+        return _torchscript(model, args, kwargs, opset_version), 'torchscript'
+    try:
+        program = torch.onnx.export(model, args, kwargs=kwargs, dynamo=True, optimize=True,
+                                    opset_version=opset_version, verbose=False)
+        return program.model_proto, 'dynamo'
+    except Exception as error:  # the exporter raises many types; all mean "fall back"
+        if exporter == 'dynamo':
+            raise
+        logger.warning('from_torch: the dynamo exporter failed on %s (%s: %s); falling back '
+                       'to the torchscript exporter', type(model).__name__,
+                       type(error).__name__, error)
+    return _torchscript(model, args, kwargs, opset_version), 'torchscript'
+
+
+def _torchscript(model: torch.nn.Module, args: tuple, kwargs: Dict[str, Any],
+                 opset_version: Optional[int]) -> onnx.ModelProto:
+    buffer = io.BytesIO()
+    torch.onnx.export(model, args + ((kwargs, ) if kwargs else ()), buffer, dynamo=False,
+                      do_constant_folding=True, opset_version=opset_version)
+    return onnx.load_from_string(buffer.getvalue())

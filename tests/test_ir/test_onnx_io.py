@@ -1,0 +1,165 @@
+"""from_onnx / to_onnx: what a model holds survives both ways; what the IR cannot hold fails."""
+import onnx
+import pytest
+import torch
+from onnx import TensorProto, helper, numpy_helper
+
+from razorlib.ir import (EMPTY_NAME, BaseGraph, Opset, from_onnx, structural_differences,
+                         to_onnx)
+
+
+def _value_info(name, elem_type=TensorProto.FLOAT, shape=(2, 3)):
+    return helper.make_tensor_value_info(name, elem_type, shape)
+
+
+def _model(nodes, inputs, outputs, initializers=(), value_info=(), opsets=(('', 17), ),
+           functions=()):
+    graph = helper.make_graph(nodes, 'model', inputs, outputs, initializer=initializers,
+                              value_info=value_info)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid(*item)
+                                                   for item in opsets], functions=functions)
+
+
+def rich_graph():
+    """Attributes of every kind, a custom domain, an absent input, symbolic and unknown dims,
+    parameters of several dtypes, an intermediate of unknown shape."""
+    graph = BaseGraph('rich')
+    x = graph.create_variable('x', shape=('batch', 3, None), dtype=torch.float32)
+    graph.mark_variable_as_graph_input(x)
+    weights = {name: graph.create_variable(name, value, is_parameter=True) for name, value in (
+        ('w_bf16', torch.randn(3).to(torch.bfloat16)), ('w_half', torch.randn(2, 2).half()),
+        ('w_int8', torch.tensor([-3, 4], dtype=torch.int8)), ('mask', torch.tensor([True])),
+        ('min', torch.tensor(-1.0)))}
+    hidden = graph.create_variable('hidden')
+    graph.create_operation(
+        'Custom', 'custom', opset=Opset(2, 'com.example'),
+        attributes={'i': 3, 'f': 0.25, 's': 'text', 'ints': [1, -2], 'floats': [0.5, 1.5],
+                    'strings': ['a', 'b'], 't': torch.arange(4, dtype=torch.int64),
+                    'ts': [torch.ones(2), torch.zeros(1, dtype=torch.int32)], 'empty': []},
+        inputs=[x, *weights.values()], outputs=[hidden])
+    clipped = graph.create_variable('clipped', shape=('batch', 3, None), dtype=torch.float32)
+    graph.create_operation('Clip', 'clip', opset=17,
+                           inputs=[hidden, graph.create_variable(EMPTY_NAME), weights['min']],
+                           outputs=[clipped])
+    graph.mark_variable_as_graph_output(clipped)
+    graph.mark_variable_as_graph_output(hidden)
+    hidden.shape, hidden.dtype = (7, ), torch.float32
+    return graph
+
+
+def test_round_trip_is_structurally_identical():
+    graph = rich_graph()
+    model = to_onnx(graph)
+    onnx.checker.check_model(model)
+    assert structural_differences(from_onnx(model), graph) == []
+    assert {(item.domain, item.version) for item in model.opset_import} == {
+        ('', 17), ('com.example', 2)}
+    assert [item.name for item in model.graph.initializer] == [
+        'w_bf16', 'w_half', 'w_int8', 'mask', 'min']
+
+
+def test_from_onnx_decodes_attributes_tensors_and_types():
+    weight = numpy_helper.from_array(torch.randn(4, 3).numpy(), 'weight')
+    nodes = [helper.make_node('Gemm', ['x', 'weight'], ['y'], name='gemm', transB=1,
+                              alpha=0.5),
+             helper.make_node('Resize', ['y', '', 'scales'], ['z'], name='resize',
+                              mode='nearest')]
+    scales = numpy_helper.from_array(torch.tensor([1.0, 2.0]).numpy(), 'scales')
+    model = _model(nodes, [_value_info('x', shape=('n', 3))],
+                   [_value_info('z', shape=('n', None))], [weight, scales],
+                   [_value_info('y', shape=('n', 4))])
+    graph = from_onnx(model)
+    gemm, resize = graph.operations['gemm'], graph.operations['resize']
+    assert gemm.attributes == {'transB': 1, 'alpha': 0.5}
+    assert resize.attributes == {'mode': 'nearest'} and resize.opset == Opset(17)
+    assert [var.name for var in resize.inputs] == ['y', EMPTY_NAME, 'scales']
+    parameter = graph.variables['weight']
+    assert parameter.is_parameter and isinstance(parameter.value, torch.Tensor)
+    expected = torch.from_numpy(numpy_helper.to_array(weight).copy())
+    assert torch.equal(parameter.value, expected)
+    assert graph.variables['y'].shape == ('n', 4) and graph.variables['z'].shape == ('n', None)
+    assert graph.variables['x'].dtype == torch.float32
+    assert list(graph.inputs) == ['x'] and list(graph.outputs) == ['z']
+
+
+def test_large_weights_arrive_as_tensors_with_their_bits():
+    value = torch.randn(1 << 20)
+    model = _model([helper.make_node('Add', ['x', 'big'], ['y'])],
+                   [_value_info('x', shape=(1 << 20, ))], [_value_info('y', shape=(1 << 20, ))],
+                   [numpy_helper.from_array(value.numpy(), 'big')])
+    big = from_onnx(model).variables['big'].value
+    assert big.dtype == torch.float32 and torch.equal(big, value)
+    big.add_(1)  # writable, and not a view of the model's bytes
+    stored = numpy_helper.to_array(model.graph.initializer[0]).copy()
+    assert torch.equal(torch.from_numpy(stored), value)
+
+
+def test_unnamed_nodes_and_outputs_get_fresh_unused_names():
+    nodes = [helper.make_node('Relu', ['x'], ['op_0']),
+             helper.make_node('Dropout', ['op_0'], ['y', '']),
+             helper.make_node('Neg', ['y'], ['z'], name='op_0')]
+    graph = from_onnx(_model(nodes, [_value_info('x')], [_value_info('z')]))
+    assert list(graph.operations) == ['op_1', 'op_2', 'op_0']
+    dropout = graph.operations['op_2']
+    assert [var.name for var in dropout.outputs] == ['y', 'var_0']
+    graph.check()
+
+
+def test_subgraph_attributes_are_refused_naming_the_node():
+    branch = helper.make_graph([helper.make_node('Identity', ['x'], ['out'])], 'branch', [],
+                               [_value_info('out')])
+    node = helper.make_node('If', ['cond'], ['y'], name='branch_node', then_branch=branch,
+                            else_branch=branch)
+    model = _model([node], [_value_info('cond', TensorProto.BOOL, [])], [_value_info('y')])
+    with pytest.raises(NotImplementedError, match="'branch_node'.*GRAPH"):
+        from_onnx(model)
+
+
+def test_local_functions_are_inlined():
+    function = helper.make_function('local', 'DoubleRelu', ['a'], ['b'],
+                                    [helper.make_node('Relu', ['a'], ['r']),
+                                     helper.make_node('Add', ['r', 'r'], ['b'])],
+                                    [helper.make_opsetid('', 17)])
+    model = _model([helper.make_node('DoubleRelu', ['x'], ['y'], domain='local')],
+                   [_value_info('x')], [_value_info('y')],
+                   opsets=(('', 17), ('local', 1)), functions=[function])
+    graph = from_onnx(model)
+    assert sorted(op.type for op in graph.operations.values()) == ['Add', 'Relu']
+
+
+def test_to_onnx_refuses_a_variable_nothing_provides():
+    graph = rich_graph()
+    graph.operations['clip'].inputs[2].value = None
+    with pytest.raises(ValueError, match="reads variable 'min', which no operation produces"):
+        to_onnx(graph)
+
+
+def test_each_domain_gets_its_highest_opset():
+    graph = BaseGraph()
+    x = graph.create_variable('x', shape=(1, ), dtype=torch.float32)
+    graph.mark_variable_as_graph_input(x)
+    y = graph.create_variable('y')
+    graph.create_operation('Relu', inputs=[x], outputs=[y], opset=13)
+    z = graph.create_variable('z', shape=(1, ), dtype=torch.float32)
+    graph.create_operation('Neg', inputs=[y], outputs=[z], opset=18)
+    graph.mark_variable_as_graph_output(z)
+    model = to_onnx(graph)
+    assert [(item.domain, item.version) for item in model.opset_import] == [('', 18)]
+    assert from_onnx(model).operations['op_0'].opset == Opset(18)
+
+
+def test_extension_attributes_are_not_exported():
+    graph = rich_graph()
+    graph.extension_attrib['note'] = 'graph'
+    graph.operations['clip'].extension_attrib['note'] = 'op'
+    back = from_onnx(to_onnx(graph))
+    assert back.extension_attrib == {} and back.operations['clip'].extension_attrib == {}
+    assert 'note' not in str(to_onnx(graph))
+
+
+def test_save_and_load_with_external_data(tmp_path):
+    graph = rich_graph()
+    path = tmp_path / 'rich.onnx'
+    to_onnx(graph, path, external_data=True)
+    assert (tmp_path / 'rich.onnx.data').exists()
+    assert structural_differences(from_onnx(path), graph) == []
