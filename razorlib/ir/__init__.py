@@ -1,4 +1,5 @@
-"""The graph IR: operations and variables in a graph, with quantization configs.
+"""The graph IR: operations and variables in a graph, with quantization configs; ONNX in
+and out (``from_onnx``, ``to_onnx``, ``from_torch``) and a torch executor.
 
 Example:
     >>> from razorlib.ir import BaseGraph
@@ -10,10 +11,11 @@ Example:
 """
 from .executor import TorchExecutor, UnsupportedOperationError
 from .graph import BaseGraph
-from .graph_check import GraphCheckError, find_graph_problems
+from .graph_check import (GraphCheckError, check_inputs_provided, find_graph_problems,
+                          find_unprovided_inputs)
 from .graph_compare import graphs_structurally_equal, structural_differences
 from .graph_store import GraphStore
-from .onnx_io import EMPTY_NAME, from_onnx, to_onnx
+from .onnx_io import from_onnx, to_onnx
 from .operation import DEFAULT_OPSET, UNSPECIFIED_PLATFORM, Operation, Opset
 from .opsocket import SOCKET_RULES, OpSocket, SocketRule, TensorRole, socket_for
 from .quant_config import (DEFAULT_POLICY, OperationQuantizationConfig, QuantizationProperty,
@@ -21,7 +23,7 @@ from .quant_config import (DEFAULT_POLICY, OperationQuantizationConfig, Quantiza
                            copy_configs, copy_operation_configs)
 from .quantable import QuantableOperation, QuantFunction
 from .torch_export import from_torch
-from .variable import Dim, Variable
+from .variable import EMPTY_NAME, Dim, Variable
 
 __all__ = [
     'BaseGraph', 'DEFAULT_OPSET', 'DEFAULT_POLICY', 'Dim', 'EMPTY_NAME', 'GraphCheckError',
@@ -29,7 +31,7 @@ __all__ = [
     'QuantFunction', 'QuantableOperation', 'QuantizationProperty', 'QuantizationStates',
     'RoundingPolicy', 'SOCKET_RULES', 'SocketRule', 'TensorQuantizationConfig', 'TensorRole',
     'TorchExecutor', 'UNSPECIFIED_PLATFORM', 'UnsupportedOperationError', 'Variable',
-    'copy_configs', 'copy_operation_configs', 'find_graph_problems', 'from_onnx',
-    'from_torch', 'graphs_structurally_equal', 'socket_for', 'structural_differences',
-    'to_onnx'
+    'check_inputs_provided', 'copy_configs', 'copy_operation_configs', 'find_graph_problems', 'find_unprovided_inputs',
+    'from_onnx', 'from_torch', 'graphs_structurally_equal', 'socket_for',
+    'structural_differences', 'to_onnx'
 ]

@@ -12,12 +12,15 @@ A coherent graph has:
 from collections import Counter
 from typing import TYPE_CHECKING, Dict, List, Sequence, Tuple
 
+from .variable import EMPTY_NAME
+
 if TYPE_CHECKING:
     from .graph import BaseGraph
     from .operation import Operation
     from .variable import Variable
 
-__all__ = ['GraphCheckError', 'find_graph_problems']
+__all__ = ['GraphCheckError', 'check_inputs_provided', 'find_graph_problems',
+           'find_unprovided_inputs']
 
 
 class GraphCheckError(ValueError):
@@ -51,6 +54,36 @@ def find_graph_problems(graph: 'BaseGraph') -> List[str]:
     """
     return (_key_problems(graph) + _boundary_problems(graph) + _operation_problems(graph)
             + _variable_problems(graph) + _read_count_problems(graph))
+
+
+def find_unprovided_inputs(graph: 'BaseGraph') -> List[Tuple['Operation', 'Variable']]:
+    """The inputs nothing provides: no producer, no value, not a graph input.
+
+    Such a graph is coherent (it may be under construction) but cannot run or be
+    exported.  The empty name (an absent optional input) is provided as None.
+
+    Args:
+        graph: the graph to inspect.
+
+    Returns:
+        ``(operation, variable)`` pairs, in operation and input order.
+    """
+    return [(op, var) for op in graph.operations.values() for var in dict.fromkeys(op.inputs)
+            if var.name != EMPTY_NAME and var.source_op is None and var.value is None
+            and var.name not in graph.inputs]
+
+
+def check_inputs_provided(graph: 'BaseGraph') -> None:
+    """Refuse a graph with inputs nothing provides (see :func:`find_unprovided_inputs`).
+
+    Raises:
+        ValueError: names each operation and the variable it reads.
+    """
+    unprovided = find_unprovided_inputs(graph)
+    if unprovided:
+        reads = ', '.join(f'{op.name!r} reads {var.name!r}' for op, var in unprovided)
+        raise ValueError(f'graph {graph.name!r}: {reads}, which no operation produces, has '
+                         'no value and is not a graph input')
 
 
 def _key_problems(graph: 'BaseGraph') -> List[str]:

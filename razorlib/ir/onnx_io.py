@@ -4,7 +4,7 @@ Nodes become operations (same names, types, attributes, domains and opset versio
 initializers become parameter variables holding torch tensors, and the tensor types of
 graph inputs, outputs and ``value_info`` become the variables' shapes and dtypes.  An
 absent optional input (the empty name in ONNX) is the one variable named
-:data:`EMPTY_NAME`, which no operation produces and the executor reads as None.
+:data:`~razorlib.ir.variable.EMPTY_NAME`, which no operation produces and the executor reads as None.
 ``extension_attrib`` (of operations and of the graph) is never exported.
 """
 import logging
@@ -21,14 +21,12 @@ from ..version import __version__
 from .graph import BaseGraph
 from .operation import DEFAULT_OPSET, Operation, Opset
 from .onnx_types import onnx_dtype, tensor_from_onnx, tensor_to_onnx, torch_dtype
-from .variable import Dim, Variable
+from .graph_check import check_inputs_provided
+from .variable import EMPTY_NAME, Dim, Variable
 
 logger = logging.getLogger(__name__)
 
-__all__ = ['EMPTY_NAME', 'from_onnx', 'to_onnx']
-
-EMPTY_NAME = ''
-"""The name of the variable standing for an absent optional input, as in ONNX."""
+__all__ = ['from_onnx', 'to_onnx']
 
 _EXTERNAL_DATA_BYTES = 2**31 - 2**26  # protobuf refuses messages of 2 GiB; keep a margin
 
@@ -156,8 +154,7 @@ def to_onnx(graph: BaseGraph, path: Union[str, os.PathLike, None] = None,
         (['Relu'], 17)
     """
     operations = graph.topological_sort()
-    for op in operations:
-        _check_readable(graph, op)
+    check_inputs_provided(graph)
     opsets = {DEFAULT_OPSET.domain: 0}
     for op in operations:
         opsets[op.opset.domain] = max(opsets.get(op.opset.domain, 0), op.opset.version)
@@ -240,14 +237,6 @@ def _unique_names(names: Iterable[str], prefix: str, reserved: Iterable[str] = (
 
 
 # Export helpers.
-
-def _check_readable(graph: BaseGraph, op: Operation) -> None:
-    for var in op.inputs:
-        if (var.name != EMPTY_NAME and var.source_op is None and var.value is None
-                and var.name not in graph.inputs):
-            raise ValueError(f'operation {op.name!r} reads variable {var.name!r}, which no '
-                             'operation produces, has no value and is not a graph input')
-
 
 def _node(op: Operation) -> onnx.NodeProto:
     node = helper.make_node(op.type, [var.name for var in op.inputs],

@@ -7,7 +7,6 @@ torch dtypes; :func:`tensor_from_onnx` and :func:`tensor_to_onnx` move tensor by
 from typing import Dict, Optional
 
 import numpy as np
-import onnx
 import torch
 from onnx import TensorProto, numpy_helper
 
@@ -79,7 +78,8 @@ def tensor_from_onnx(proto: TensorProto) -> torch.Tensor:
         proto: the ONNX tensor.
 
     Example:
-        >>> proto = onnx.helper.make_tensor('w', TensorProto.FLOAT, [2], [1.5, -2.0])
+        >>> from onnx import helper
+        >>> proto = helper.make_tensor('w', TensorProto.FLOAT, [2], [1.5, -2.0])
         >>> tensor_from_onnx(proto)
         tensor([ 1.5000, -2.0000])
     """

@@ -13,10 +13,14 @@ import torch
 if TYPE_CHECKING:
     from .operation import Operation
 
-__all__ = ['Dim', 'Variable']
+__all__ = ['Dim', 'EMPTY_NAME', 'Variable']
 
 Dim = Union[int, str, None]
 """One entry of a shape: a size, a symbolic name (``'batch'``) or None for unknown."""
+
+EMPTY_NAME = ''
+"""The name of the variable standing for an absent optional input, as in ONNX: nothing
+produces it and executors read it as None."""
 
 
 def _as_shape(shape: Optional[Sequence[Dim]], owner: str) -> Optional[Tuple[Dim, ...]]:

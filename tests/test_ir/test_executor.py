@@ -2,7 +2,8 @@
 import pytest
 import torch
 
-from razorlib.ir import BaseGraph, TorchExecutor, UnsupportedOperationError, from_torch
+from razorlib.ir import (BaseGraph, TorchExecutor, UnsupportedOperationError,
+                         find_unprovided_inputs, from_torch)
 from razorlib.ir.executor import OP_TABLE, register_function
 from zoo import ZOO
 
@@ -55,6 +56,16 @@ def test_a_kernel_failure_names_the_operation():
                           dest_ops=[graph.operations['op1']])
     with pytest.raises(RuntimeError, match="Reshape operation 'op1' of graph 'chain' failed"):
         TorchExecutor(graph)(torch.zeros(2, 3))
+
+
+def test_an_input_nothing_provides_is_refused():
+    graph = _chain('Add')
+    graph.create_variable('ghost', dest_ops=[graph.operations['op0']])
+    graph.create_variable('', dest_ops=[graph.operations['op0']])  # absent: provided as None
+    assert [(op.name, var.name) for op, var in find_unprovided_inputs(graph)] == [
+        ('op0', 'ghost')]
+    with pytest.raises(ValueError, match="'op0' reads 'ghost', which no operation produces"):
+        TorchExecutor(graph)
 
 
 def test_hooks_run_around_every_operation_in_topological_order():

@@ -130,7 +130,7 @@ def test_local_functions_are_inlined():
 def test_to_onnx_refuses_a_variable_nothing_provides():
     graph = rich_graph()
     graph.operations['clip'].inputs[2].value = None
-    with pytest.raises(ValueError, match="reads variable 'min', which no operation produces"):
+    with pytest.raises(ValueError, match="'clip' reads 'min', which no operation produces"):
         to_onnx(graph)
 
 

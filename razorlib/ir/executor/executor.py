@@ -13,9 +13,9 @@ import torch
 from torch.utils.hooks import RemovableHandle
 
 from ..graph import BaseGraph
-from ..onnx_io import EMPTY_NAME
+from ..graph_check import check_inputs_provided
 from ..operation import Operation
-from ..variable import Variable
+from ..variable import EMPTY_NAME, Variable
 from . import ops  # noqa: F401  fills OP_TABLE
 from .registry import Kernel, build_kernel
 
@@ -53,6 +53,8 @@ class TorchExecutor:
     Raises:
         UnsupportedOperationError: an operation has no kernel; the error names its type
             and node.
+        ValueError: an operation reads a variable nothing provides (see
+            :func:`~razorlib.ir.graph_check.check_inputs_provided`).
 
     Example:
         >>> import torch
@@ -66,7 +68,8 @@ class TorchExecutor:
         >>> graph.mark_variable_as_graph_output(mul.outputs[0])
         >>> executor = TorchExecutor(graph)
         >>> seen = []
-        >>> handle = executor.register_forward_hook(lambda op, inputs, outputs: seen.append(op.name))
+        >>> handle = executor.register_forward_hook(
+        ...     lambda op, inputs, outputs: seen.append(op.name))
         >>> executor(torch.tensor([1.0, -3.0])), seen
         ([tensor([ 2., -6.])], ['mul'])
         >>> executor.tracing_operation_meta(torch.zeros(2, 3))
@@ -75,6 +78,7 @@ class TorchExecutor:
     """
 
     def __init__(self, graph: BaseGraph, device: Union[str, torch.device] = 'cpu') -> None:
+        check_inputs_provided(graph)
         self.graph = graph
         self.device = torch.device(device)
         self._constants = [var for var in graph.variables.values()

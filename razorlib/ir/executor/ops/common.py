@@ -8,9 +8,8 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import torch
 
-from ...onnx_io import EMPTY_NAME
 from ...operation import Operation
-from ...variable import Variable
+from ...variable import EMPTY_NAME, Variable
 
 __all__ = ['Reader', 'SlidingWindow', 'constant_input', 'input_variable', 'int_list', 'reader',
            'same_pads', 'split_pads', 'torch_pads']
@@ -110,6 +109,7 @@ class SlidingWindow:
 
     @property
     def same(self) -> bool:
+        """Whether ``auto_pad`` asks for SAME padding, which depends on the input size."""
         return self.auto_pad in ('SAME_UPPER', 'SAME_LOWER')
 
     def pads(self, sizes: Sequence[int], kernel: Sequence[int]) -> Tuple[List[int], List[int]]:
