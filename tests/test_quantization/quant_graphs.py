@@ -100,3 +100,26 @@ def soi_onnx_graph():
                               opset_imports=[helper.make_opsetid('', 17)])
     onnx.checker.check_model(model, full_check=True)
     return from_onnx(model)
+
+
+def conv_concat_graph():
+    """x -> conv_a -> relu_a ; x -> conv_b ; concat(relu_a, conv_b) -> soft (graph output)."""
+    b = GraphBuilder('concat')
+    for branch in 'ab':
+        b.param(f'w{branch}', torch.randn(8, 3, 3, 3))
+        b.param(f'b{branch}', torch.randn(8))
+    b.op('Conv', 'conv_a', ['x', 'wa', 'ba'])
+    b.op('Relu', 'relu_a', ['conv_a'])
+    b.op('Conv', 'conv_b', ['x', 'wb', 'bb'])
+    b.op('Concat', 'concat', ['relu_a', 'conv_b'], {'axis': 1})
+    b.op('Softmax', 'soft', ['concat'])
+    return b.output('soft')
+
+
+def residual_graph():
+    """x -> conv -> add(conv, y) with y a second graph input."""
+    b = GraphBuilder('residual', inputs=('x', 'y'))
+    b.param('w', torch.randn(4, 4, 1, 1))
+    b.op('Conv', 'conv', ['x', 'w'])
+    b.op('Add', 'add', ['conv', 'y'])
+    return b.output('add')

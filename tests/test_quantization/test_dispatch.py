@@ -3,7 +3,7 @@ import pytest
 
 from razorlib.ir import BaseGraph
 from razorlib.quantization import (DISPATCHERS, DispatchingTable, GraphDispatcher, TargetPlatform,
-                                   dispatch_graph, register_dispatcher)
+                                   dispatch_graph, quantize_graph, register_dispatcher)
 
 from quant_graphs import dispatcher_graph, soi_onnx_graph
 
@@ -63,6 +63,12 @@ def test_table_overrides_soi_and_can_choose_fp16():
     graph = dispatch_graph(dispatcher_graph(), T, 'allin', {'gather': 'FP32', 'soft': 'FP16'})
     assert placement(graph)['gather'] == F and placement(graph)['soft'] == 'FP16'
     assert placement(graph)['shape'] == S
+
+
+def test_quantized_graphs_are_refused():
+    graph = quantize_graph(dispatcher_graph(), T)
+    with pytest.raises(ValueError, match="graph 'dispatch' is quantized already"):
+        dispatch_graph(graph, T, 'allin')
 
 
 def test_redispatching_replaces_earlier_platforms():

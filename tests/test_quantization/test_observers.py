@@ -185,6 +185,8 @@ def test_observe_refuses_inconsistent_batches():
         MinMaxObserver(channel_axis=2).observe(torch.ones(2, 3))
     with pytest.raises(ValueError, match='empty tensor'):
         MinMaxObserver().observe(torch.ones(0))
+    with pytest.raises(ValueError, match='inf or nan'):
+        MinMaxObserver().observe(torch.tensor([1.0, float('nan')]))
 
 
 @pytest.mark.parametrize('kwargs', [dict(percentile=0.0), dict(percentile=100.5)])

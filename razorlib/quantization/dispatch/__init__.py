@@ -18,7 +18,7 @@ Example:
 from collections.abc import Mapping
 from typing import Any, Optional, Union
 
-from ...ir import BaseGraph
+from ...ir import BaseGraph, QuantableOperation
 from ..platform import QUANTIZABLE_OP_TYPES, TargetPlatform, as_platform
 from .dispatchers import (DISPATCHERS, AggressiveDispatcher, AllInDispatcher,
                           ConservativeDispatcher, GraphDispatcher, PointwiseDispatcher,
@@ -57,10 +57,16 @@ def dispatch_graph(graph: BaseGraph, platform: Union[TargetPlatform, str],
     Raises:
         TypeError: an argument has the wrong type; the message names the parameter.
         ValueError: an unknown dispatcher (the message lists the known ones), a platform
-            that is not quantized, or a table entry for an operation not in the graph.
+            that is not quantized, a table entry for an operation not in the graph, or a
+            graph that holds quantable operations already.
     """
     if not isinstance(graph, BaseGraph):
         raise TypeError(f'graph must be a BaseGraph, got {type(graph).__name__}')
+    quantized = [name for name, op in graph.operations.items()
+                 if isinstance(op, QuantableOperation)]
+    if quantized:
+        raise ValueError(f'graph {graph.name!r} is quantized already (operations {quantized}); '
+                         'dispatch a graph straight from from_onnx/from_torch')
     platform = _quantized_platform(platform)
     if not isinstance(dispatcher, str):
         raise TypeError(f'dispatcher must be the name of a dispatcher (a str), got '

@@ -199,18 +199,16 @@ class PointwiseDispatcher(GraphDispatcher):
         chain = {op for name, op in graph.operations.items()
                  if op.type in POINTWISE_TYPES and pinned.get(name, platform) is platform}
         order = graph.topological_sort()
-        after_compute: Set[Operation] = set()
+        downstream = set(compute)  # compute ops and the chain ops they feed
         for op in order:
-            if op in chain and any(var.source_op in compute | after_compute
-                                   for var in _data_inputs(op)):
-                after_compute.add(op)
-        before_compute: Set[Operation] = set()
+            if op in chain and any(var.source_op in downstream for var in _data_inputs(op)):
+                downstream.add(op)
+        upstream = set(compute)  # compute ops and the chain ops that feed them
         for op in reversed(order):
-            if op in chain and any(reader in compute | before_compute
+            if op in chain and any(reader in upstream
                                    for var in op.outputs for reader in var.dest_ops):
-                before_compute.add(op)
-        return {op.name for op in compute | (after_compute & before_compute)
-                if op.name not in pinned}
+                upstream.add(op)
+        return {op.name for op in downstream & upstream if op.name not in pinned}
 
 
 @register_dispatcher

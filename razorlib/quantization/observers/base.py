@@ -95,8 +95,9 @@ class Observer:
         """Fold one batch into the statistics.
 
         Raises:
-            ValueError: the tensor is empty; or, observing per channel, its rank or channel
-                count differs from earlier batches, or it has no axis ``channel_axis``.
+            ValueError: the tensor is empty or not finite; or, observing per channel, its
+                rank or channel count differs from earlier batches, or it has no axis
+                ``channel_axis``.
         """
         rows = self._rows(tensor.detach())
         self._update(rows)
@@ -130,6 +131,9 @@ class Observer:
     def _rows(self, tensor: torch.Tensor) -> torch.Tensor:
         if tensor.numel() == 0:
             raise ValueError(f'{type(self).__name__}: cannot observe an empty tensor')
+        if not bool(torch.isfinite(tensor).all()):
+            raise ValueError(f'{type(self).__name__}: the tensor holds inf or nan; find where '
+                             'the model overflows before calibrating')
         if self.channel_axis is not None and self._ndim not in (None, tensor.dim()):
             raise ValueError(f'{type(self).__name__}: got a tensor of rank {tensor.dim()} '
                              f'after tensors of rank {self._ndim}')

@@ -89,8 +89,8 @@ class KLObserver(HistogramObserver):
     Example:
         >>> from razorlib.ir import TensorQuantizationConfig
         >>> observer = KLObserver()
-        >>> observer.observe(torch.cat([torch.randn(20000, generator=torch.Generator().manual_seed(0)),
-        ...                             torch.tensor([100.0])]))
+        >>> gaussian = torch.randn(20000, generator=torch.Generator().manual_seed(0))
+        >>> observer.observe(torch.cat([gaussian, torch.tensor([100.0])]))
         >>> config = TensorQuantizationConfig()
         >>> observer.render(config)
         >>> 2.0 < config.scale.item() * 127 < 20.0
