@@ -3,14 +3,14 @@
 Dispatchers, observers and quantizers each have one; a class registers under the value of
 one of its class attributes, and a lookup of an unknown key says which keys are known.
 """
-from typing import Any, Callable, Dict, Type, TypeVar
+from typing import Any, Callable, Type, TypeVar
 
 __all__ = ['ClassRegistry']
 
 _Class = TypeVar('_Class', bound=type)
 
 
-class ClassRegistry(Dict[Any, type]):
+class ClassRegistry(dict):
     """A dict ``key -> class`` whose classes register themselves under a class attribute.
 
     Args:
