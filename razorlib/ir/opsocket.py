@@ -128,12 +128,20 @@ SOCKET_RULES: Dict[str, SocketRule] = {
     # Input 0 is data; the other inputs are shapes, axes, indices, sizes or bounds.
     **dict.fromkeys(('Reshape', 'Resize', 'Slice', 'Expand', 'Tile', 'Squeeze', 'Unsqueeze',
                      'Gather', 'GatherElements', 'Pad', 'Split', 'Clip', 'ReduceMean',
-                     'ReduceSum', 'ReduceMax', 'ReduceMin', 'Upsample', 'CumSum'),
+                     'ReduceSum', 'ReduceMax', 'ReduceMin', 'Upsample', 'CumSum', 'GatherND',
+                     'Compress', 'Trilu'),
                     _DATA_THEN_CONTROL),
+    # Input 1 holds indices; inputs 0 and 2 are the data and the updates written into it.
+    **dict.fromkeys(('ScatterND', 'ScatterElements'),
+                    SocketRule(inputs=(_ACT, _UNQUANTIZED, _ACT))),
+    # The only input is a shape; the output is data filled with one value.
+    'ConstantOfShape': SocketRule(inputs=(_UNQUANTIZED, )),
     # Output 0 is data, the others are indices.
     **dict.fromkeys(('TopK', 'MaxPool'), _DATA_THEN_INDICES_OUT),
     # Outputs are shapes or indices, never quantized.
     **dict.fromkeys(('Shape', 'Size', 'ArgMax', 'ArgMin', 'NonZero'), _INDICES_OUT),
+    # Start, limit and delta are index scalars; the output is an index sequence.
+    'Range': SocketRule(more_inputs=_UNQUANTIZED, more_outputs=_UNQUANTIZED),
 }
 
 

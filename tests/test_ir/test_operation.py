@@ -134,3 +134,17 @@ def test_rule_table_is_extensible(monkeypatch):
     assert rule.build(3, 2).inputs == (ACT, FIXED, ACT)
     assert rule.build(3, 2).outputs == (FIXED, ACT)
     assert rule.build(1, 0).inputs == (ACT, ) and rule.build(1, 0).outputs == ()
+
+
+@pytest.mark.parametrize('op_type,num_inputs,inputs', [
+    ('ConstantOfShape', 1, (FIXED, )),
+    ('ScatterND', 3, (ACT, FIXED, ACT)),
+    ('GatherND', 2, (ACT, FIXED)),
+    ('Range', 3, (FIXED, FIXED, FIXED)),
+])
+def test_shape_and_index_inputs_are_not_quantized(op_type, num_inputs, inputs):
+    assert socket_for(op_type, num_inputs, 1).inputs == inputs
+
+
+def test_range_outputs_an_index_sequence():
+    assert socket_for('Range', 3, 1).outputs == (FIXED, )

@@ -1,0 +1,46 @@
+"""Quantization: target platforms, dispatch, observers and quantizers.
+
+The pipeline: ``dispatch_graph`` puts every operation on a platform (the quantized one,
+FP32, or SOI for shape-or-index subgraphs); a platform's quantizer turns the operations on
+the quantized platform into :class:`~razorlib.ir.QuantableOperation`\\ s with linked
+configs; observers calibrate the configs.  ``quantize_graph`` does the first two.
+
+Example:
+    >>> import torch
+    >>> from razorlib.ir import BaseGraph
+    >>> graph = BaseGraph()
+    >>> x = graph.create_variable('x')
+    >>> graph.mark_variable_as_graph_input(x)
+    >>> w = graph.create_variable('w', torch.randn(4, 3, 1, 1), is_parameter=True)
+    >>> conv = graph.create_operation('Conv', 'conv', inputs=[x, w],
+    ...                               outputs=[graph.create_variable('y')])
+    >>> conv = quantize_graph(graph, TargetPlatform.TRT_INT8).operations['conv']
+    >>> observer = build_observer(conv.input_quant_config[1])
+    >>> observer.observe(w.value)
+    >>> observer.render(conv.input_quant_config[1])
+    >>> conv.input_quant_config[1].scale.shape
+    torch.Size([4])
+"""
+from .dispatch import (DISPATCHERS, AggressiveDispatcher, AllInDispatcher,
+                       ConservativeDispatcher, DispatchingTable, GraphDispatcher,
+                       PointwiseDispatcher, dispatch_graph, find_soi_operations,
+                       register_dispatcher)
+from .functional import ROUNDING_FUNCTIONS, linear_fake_quantize
+from .observers import (OBSERVERS, KLObserver, MinMaxObserver, MSEObserver, Observer,
+                        PercentileObserver, build_observer, register_observer)
+from .platform import (QUANTIZABLE_OP_TYPES, PlatformKind, TargetPlatform, as_platform,
+                       is_export_platform, is_float_platform, is_quantized_platform)
+from .quantize import quantize_graph
+from .quantizers import (QUANTIZERS, BaseQuantizer, ORTQDQQuantizer, ScaleSharing, TensorFormat,
+                         TensorRTQuantizer, register_quantizer)
+
+__all__ = [
+    'AggressiveDispatcher', 'AllInDispatcher', 'BaseQuantizer', 'ConservativeDispatcher',
+    'DISPATCHERS', 'DispatchingTable', 'GraphDispatcher', 'KLObserver', 'MSEObserver',
+    'MinMaxObserver', 'OBSERVERS', 'ORTQDQQuantizer', 'Observer', 'PercentileObserver',
+    'PlatformKind', 'PointwiseDispatcher', 'QUANTIZABLE_OP_TYPES', 'QUANTIZERS',
+    'ROUNDING_FUNCTIONS', 'ScaleSharing', 'TargetPlatform', 'TensorFormat', 'TensorRTQuantizer',
+    'as_platform', 'build_observer', 'dispatch_graph', 'find_soi_operations',
+    'is_export_platform', 'is_float_platform', 'is_quantized_platform', 'linear_fake_quantize',
+    'quantize_graph', 'register_dispatcher', 'register_observer', 'register_quantizer'
+]

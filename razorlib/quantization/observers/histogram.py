@@ -1,0 +1,132 @@
+"""Histograms for the observers that look at a distribution (percentile, kl, mse).
+
+:class:`SymmetricHistogram` counts values per channel in equal bins over
+``[-limit, limit]``.  The limit starts at the first batch's largest magnitude and, when a
+later batch goes beyond it, grows by a whole factor ``k``: each old bin then lies inside
+one new bin, so re-binning only adds counts together and stays exact.  Memory is
+``channels x bins`` counts, whatever the number of batches.
+"""
+from typing import Optional
+
+import torch
+
+from .base import Observer
+
+__all__ = ['HistogramObserver', 'SymmetricHistogram', 'histogram_quantile']
+
+_TINY = 1e-12
+
+
+def histogram_quantile(counts: torch.Tensor, start: torch.Tensor, width: torch.Tensor,
+                       quantile: float) -> torch.Tensor:
+    """Per row, the value below which ``quantile`` of the counts lie, interpolated in its bin.
+
+    Args:
+        counts: ``rows x bins`` counts.
+        start: the left edge of bin 0, per row.
+        width: the bin width, per row.
+        quantile: in ``[0, 1]``.
+
+    Returns:
+        One value per row, float64.
+
+    Example:
+        >>> histogram_quantile(torch.tensor([[1, 1, 2]]), torch.tensor([0.0]),
+        ...                    torch.tensor([1.0]), 0.75)
+        tensor([2.5000], dtype=torch.float64)
+    """
+    cdf = counts.double().cumsum(1)
+    target = quantile * cdf[:, -1:]
+    index = torch.searchsorted(cdf, target).clamp(max=counts.shape[1] - 1)
+    before = torch.where(index > 0, cdf.gather(1, (index - 1).clamp(min=0)), 0.0)
+    in_bin = counts.double().gather(1, index)
+    fraction = torch.where(in_bin > 0, (target - before) / in_bin.clamp(min=1), 0.0)
+    return (start.double() + (index.squeeze(1) + fraction.squeeze(1)) * width.double())
+
+
+class SymmetricHistogram:
+    """Per-channel counts in ``bins`` equal bins over ``[-limit, limit]``, with exact growth.
+
+    Args:
+        bins: the number of bins, even (bin ``bins // 2`` starts at 0).
+
+    Example:
+        >>> histogram = SymmetricHistogram(bins=4)
+        >>> histogram.add(torch.tensor([[-1.0, 0.2, 0.6, 1.0]]))
+        >>> histogram.counts, histogram.limit
+        (tensor([[1, 0, 1, 2]]), tensor([1.], dtype=torch.float64))
+        >>> histogram.add(torch.tensor([[2.5]]))
+        >>> histogram.counts, histogram.limit, histogram.magnitude_counts()
+        (tensor([[0, 1, 3, 1]]), tensor([3.], dtype=torch.float64), tensor([[4, 1]]))
+    """
+
+    def __init__(self, bins: int) -> None:
+        if bins < 2 or bins % 2:
+            raise ValueError(f'a symmetric histogram needs an even number of bins, got {bins}')
+        self.bins = bins
+        self.counts: Optional[torch.Tensor] = None
+        self.limit: Optional[torch.Tensor] = None
+        self.min: Optional[torch.Tensor] = None
+        self.max: Optional[torch.Tensor] = None
+
+    @property
+    def width(self) -> torch.Tensor:
+        """The bin width, per channel."""
+        return 2 * self.limit / self.bins
+
+    def add(self, rows: torch.Tensor) -> None:
+        """Count ``rows`` (channels x values) in, growing the limit first if needed."""
+        rows = rows.double()
+        magnitude = rows.abs().amax(1)
+        if self.counts is None:
+            self.limit = magnitude.clamp(min=_TINY)
+            self.counts = torch.zeros(rows.shape[0], self.bins, dtype=torch.long)
+            self.min, self.max = rows.amin(1), rows.amax(1)
+        else:
+            self._grow(torch.ceil(magnitude / self.limit).clamp(min=1).long())
+            self.min = torch.minimum(self.min, rows.amin(1))
+            self.max = torch.maximum(self.max, rows.amax(1))
+        index = ((rows + self.limit[:, None]) / self.width[:, None]).floor().long()
+        index = index.clamp(0, self.bins - 1) + self.bins * torch.arange(rows.shape[0])[:, None]
+        self.counts += torch.bincount(index.flatten(),
+                                      minlength=self.counts.numel()).view_as(self.counts)
+
+    def _grow(self, factor: torch.Tensor) -> None:
+        if bool((factor == 1).all()):
+            return
+        old = torch.arange(self.bins)[None, :]
+        new = ((factor[:, None] - 1) * (self.bins // 2) + old) // factor[:, None]
+        self.counts = torch.zeros_like(self.counts).scatter_add_(1, new, self.counts)
+        self.limit = self.limit * factor
+
+    def magnitude_counts(self) -> torch.Tensor:
+        """Counts of ``|x|`` in ``bins // 2`` bins over ``[0, limit]``, per channel."""
+        half = self.bins // 2
+        return self.counts[:, half:] + self.counts[:, :half].flip(1)
+
+    @property
+    def magnitude_max(self) -> torch.Tensor:
+        """The largest ``|x|`` observed, per channel."""
+        return torch.maximum(self.min.abs(), self.max.abs())
+
+
+class HistogramObserver(Observer):
+    """Base of the observers that fill a :class:`SymmetricHistogram` and pick a range from it.
+
+    Args:
+        channel_axis: see :class:`~razorlib.quantization.observers.base.Observer`.
+        bins: the number of histogram bins over ``[-limit, limit]`` (half of them for
+            ``|x|``); precision is one bin, ``2 * limit / bins``.
+
+    Example:
+        >>> from razorlib.quantization.observers import OBSERVERS
+        >>> sorted(name for name, cls in OBSERVERS.items() if issubclass(cls, HistogramObserver))
+        ['kl', 'mse', 'percentile']
+    """
+
+    def __init__(self, channel_axis: Optional[int] = None, bins: int = 4096) -> None:
+        super().__init__(channel_axis)
+        self.histogram = SymmetricHistogram(bins)
+
+    def _update(self, rows: torch.Tensor) -> None:
+        self.histogram.add(rows)

@@ -1,0 +1,58 @@
+"""quantize_graph: dispatch a graph, then quantize what runs on the quantized platform."""
+from collections.abc import Mapping
+from typing import Optional, Union
+
+from ..ir import BaseGraph
+from .dispatch import DispatchingTable, dispatch_graph
+from .platform import TargetPlatform, as_platform
+from .quantizers import QUANTIZERS
+
+__all__ = ['quantize_graph']
+
+
+def quantize_graph(graph: BaseGraph, platform: Union[TargetPlatform, str],
+                   dispatcher: str = 'conservative',
+                   dispatching_table: Optional[Union[DispatchingTable, Mapping]] = None
+                   ) -> BaseGraph:
+    """Dispatch ``graph`` and turn its operations on ``platform`` into quantable ones.
+
+    Operations dispatched to FP32, FP16 or SOI stay plain operations.  The configs are
+    INITIAL (or FP32 for tensors that stay in floating point) and linked; calibration
+    fills in their scales.
+
+    Args:
+        graph: the graph, changed in place; it must hold no quantable operation yet.
+        platform: a platform with a registered quantizer (``TRT_INT8``, ``ORT_INT8``).
+        dispatcher: see :func:`~razorlib.quantization.dispatch.dispatch_graph`.
+        dispatching_table: see :func:`~razorlib.quantization.dispatch.dispatch_graph`.
+
+    Returns:
+        ``graph``.
+
+    Raises:
+        ValueError: no quantizer for ``platform`` (the message lists the platforms); and
+            what ``dispatch_graph`` raises (a graph quantized already, ...).
+
+    Example:
+        >>> import torch
+        >>> from razorlib.ir import BaseGraph
+        >>> graph = BaseGraph()
+        >>> x = graph.create_variable('x')
+        >>> graph.mark_variable_as_graph_input(x)
+        >>> w = graph.create_variable('w', torch.randn(4, 3, 1, 1), is_parameter=True)
+        >>> conv = graph.create_operation('Conv', 'conv', inputs=[x, w],
+        ...                               outputs=[graph.create_variable()])
+        >>> tanh = graph.create_operation('Tanh', 'tanh', inputs=conv.outputs,
+        ...                               outputs=[graph.create_variable()])
+        >>> graph = quantize_graph(graph, 'ORT_INT8')
+        >>> [type(op).__name__ for op in graph.operations.values()]
+        ['QuantableOperation', 'Operation']
+    """
+    platform = as_platform(platform)
+    quantizer = QUANTIZERS.lookup(platform)(graph)
+    dispatch_graph(graph, platform, dispatcher, dispatching_table)
+    for op in graph.topological_sort():
+        if op.platform is platform:
+            quantizer.quantize_operation(op.name)
+    quantizer.link_configs()
+    return graph

@@ -1,0 +1,159 @@
+"""Link passes: join the configs of a quantized graph that must agree, in one fixed order.
+
+Each pass walks the graph's :class:`~razorlib.ir.QuantableOperation`\\ s, links configs,
+and returns how many links it made.  Only INITIAL configs are linked; a config made
+OVERLAPPED or FP32 stays out of every later pass.
+
+1. ``fuse_activations``: a compute op whose only reader is an activation the platform
+   fuses into it (Conv -> Relu) is quantized once, after the activation.  The compute
+   op's output config and the activation's input config become OVERLAPPED, each with
+   ``master_by`` set to the activation's output config, which quantizes in their place.
+   (Dominance would share the state too, so an overlapped config is not dominated.)
+2. ``share_scales``: the op types of ``quantizer.shared_scales`` get their inputs (and
+   outputs) joined with ``dominated_by``: a Concat's inputs take the Concat output's
+   scale.
+3. ``master_biases``: a quantized bias gets ``master_by`` = its layer's weight config; its
+   scale is then input scale x weight scale, the layer's input being input 0.
+4. ``join_variable_readers``: the output config of an activation and the input configs
+   of its quantized readers are joined, so each variable is quantized with one scale.
+
+Configs are joined only when they have the same format (policy, bits, integer range,
+rounding, channel axis).  Joined sets merge (a Concat input joins its producer's set and
+the Concat's), and which member ends up the root depends on the order of the joins:
+compare roots, ``a.dominated_by is b.dominated_by``.
+"""
+from typing import Callable, Collection, Dict, List, Optional, Sequence
+
+from ...ir import QuantableOperation, QuantizationStates, TensorQuantizationConfig, TensorRole
+from .formats import ScaleSharing
+
+__all__ = ['LINK_PASSES', 'fuse_activations', 'join_variable_readers', 'master_biases',
+           'share_scales']
+
+_INITIAL = QuantizationStates.INITIAL
+
+
+def _quantables(graph) -> List[QuantableOperation]:
+    return [op for op in graph.topological_sort() if isinstance(op, QuantableOperation)]
+
+
+def _format(config: TensorQuantizationConfig):
+    return (config.policy, config.num_of_bits, config.quant_min, config.quant_max,
+            config.rounding, config.channel_axis)
+
+
+def _join(configs: Sequence[TensorQuantizationConfig]) -> int:
+    """Join the INITIAL ``configs`` that share the first one's format into its set."""
+    configs = [config for config in configs if config.state is _INITIAL]
+    if not configs:
+        return 0
+    root = configs[0]
+    links = 0
+    for config in configs[1:]:
+        if _format(config) == _format(root) and config.dominated_by is not root.dominated_by:
+            config.dominated_by = root
+            links += 1
+    return links
+
+
+def fuse_activations(quantizer) -> int:
+    """Pass 1: compute op + fused activation are quantized once, after the activation.
+
+    Example:
+        >>> import torch
+        >>> from razorlib.ir import BaseGraph
+        >>> from razorlib.quantization import TensorRTQuantizer
+        >>> graph = BaseGraph()
+        >>> x = graph.create_variable('x')
+        >>> w = graph.create_variable('w', torch.randn(4, 3, 1, 1), is_parameter=True)
+        >>> conv = graph.create_operation('Conv', 'conv', inputs=[x, w],
+        ...                               outputs=[graph.create_variable()])
+        >>> relu = graph.create_operation('Relu', 'relu', inputs=conv.outputs,
+        ...                               outputs=[graph.create_variable()])
+        >>> quantizer = TensorRTQuantizer(graph)
+        >>> conv, relu = [quantizer.quantize_operation(name) for name in ('conv', 'relu')]
+        >>> fuse_activations(quantizer), conv.output_quant_config[0].state.name
+        (1, 'OVERLAPPED')
+        >>> conv.output_quant_config[0].master_by is relu.output_quant_config[0]
+        True
+    """
+    links = 0
+    for op in _quantables(quantizer.graph):
+        activation = _fused_reader(quantizer.graph, op, quantizer.fusions.get(op.type, ()))
+        if activation is None:
+            continue
+        fused = activation.output_quant_config[0]
+        overlapped = (op.output_quant_config[0], activation.input_quant_config[0])
+        if any(config.state is not _INITIAL for config in (fused, *overlapped)):
+            continue
+        for config in overlapped:
+            config.state = QuantizationStates.OVERLAPPED
+            config.master_by = fused
+        links += 1
+    return links
+
+
+def _fused_reader(graph, op: QuantableOperation,
+                  fusable: Collection[str]) -> Optional[QuantableOperation]:
+    """The activation fused after ``op``: the only reader of its only output, quantized."""
+    if op.num_of_output != 1 or op.outputs[0].name in graph.outputs:
+        return None
+    readers = op.outputs[0].dest_ops
+    if (len(readers) == 1 and readers[0].type in fusable
+            and isinstance(readers[0], QuantableOperation)
+            and readers[0].inputs[0] is op.outputs[0]):
+        return readers[0]
+    return None
+
+
+def share_scales(quantizer) -> int:
+    """Pass 2: join the tensors of the op types in ``quantizer.shared_scales``."""
+    links = 0
+    for op in _quantables(quantizer.graph):
+        sharing = quantizer.shared_scales.get(op.type)
+        if sharing is None:
+            continue
+        configs = list(op.input_quant_config)
+        if sharing is ScaleSharing.INPUTS_AND_OUTPUTS:
+            configs = list(op.output_quant_config) + configs
+        links += _join(configs)
+    return links
+
+
+def master_biases(quantizer) -> int:
+    """Pass 3: each quantized bias is mastered by its layer's weight config."""
+    links = 0
+    for op in _quantables(quantizer.graph):
+        for index, config in enumerate(op.input_quant_config):
+            if (config.state is _INITIAL and index > 1
+                    and quantizer.input_role(op, index) is TensorRole.BIAS):
+                config.master_by = op.input_quant_config[1]
+                links += 1
+    return links
+
+
+def join_variable_readers(quantizer) -> int:
+    """Pass 4: one scale per activation: its producer's output config and its readers'."""
+    links = 0
+    for var in quantizer.graph.variables.values():
+        if var.is_parameter:
+            continue
+        configs: List[TensorQuantizationConfig] = []
+        source = var.source_op
+        if isinstance(source, QuantableOperation):
+            configs.append(source.output_quant_config[source.outputs.index(var)])
+        for reader in dict.fromkeys(var.dest_ops):
+            if isinstance(reader, QuantableOperation):
+                configs += [config for config, read in zip(reader.input_quant_config,
+                                                           reader.inputs) if read is var]
+        links += _join(configs)
+    return links
+
+
+LINK_PASSES: Dict[str, Callable[..., int]] = {
+    'fuse_activations': fuse_activations,
+    'share_scales': share_scales,
+    'master_biases': master_biases,
+    'join_variable_readers': join_variable_readers,
+}
+"""The link passes, in the order ``BaseQuantizer.link_configs`` runs them."""
