@@ -25,7 +25,15 @@ from .dispatch import (DISPATCHERS, AggressiveDispatcher, AllInDispatcher,
                        ConservativeDispatcher, DispatchingTable, GraphDispatcher,
                        PointwiseDispatcher, dispatch_graph, find_soi_operations,
                        register_dispatcher)
-from .functional import ROUNDING_FUNCTIONS, linear_fake_quantize
+from .analysis import LayerError, QuantErrorReport, SNRMeter, analyse_error, snr_db
+from .api import quantize_onnx_model, quantize_torch_model, set_activation_observer
+from .batches import graph_batches
+from .calibration import calibrate, render_passive_configs
+from .executor import QuantExecutor, quantized_inputs
+from .export import (EXPORTERS, activation_ranges, export_graph, export_onnx, export_qdq_onnx,
+                     export_trt_json)
+from .functional import (ROUNDING_FUNCTIONS, config_scale_offset, fake_quantize,
+                         linear_fake_quantize, quantize_integers)
 from .observers import (OBSERVERS, KLObserver, MinMaxObserver, MSEObserver, Observer,
                         PercentileObserver, build_observer, register_observer)
 from .platform import (QUANTIZABLE_OP_TYPES, PlatformKind, TargetPlatform, as_platform,
@@ -33,6 +41,8 @@ from .platform import (QUANTIZABLE_OP_TYPES, PlatformKind, TargetPlatform, as_pl
 from .quantize import quantize_graph
 from .quantizers import (QUANTIZERS, BaseQuantizer, ORTQDQQuantizer, ScaleSharing, TensorFormat,
                          TensorRTQuantizer, register_quantizer)
+from .state import (bake_parameters, dequantize_graph, dequantized, quantable_operations,
+                    restore_quantize_state)
 
 __all__ = [
     'AggressiveDispatcher', 'AllInDispatcher', 'BaseQuantizer', 'ConservativeDispatcher',

@@ -1,0 +1,176 @@
+"""Calibration: run the graph over a dataloader, feed observers, render the configs.
+
+Every INITIAL config with no ``master_by`` is calibrated by one observer per dominance set
+(the set's root names the observer): parameters are observed once, activations at every
+operation boundary that quantizes them, over ``steps`` batches.  Each observed set is then
+rendered (ACTIVATED), and passive configs get their derived scale: a bias mastered by its
+layer's weight gets ``input scale x weight scale`` and the state PASSIVE, or FP32 when its
+layer's input or weight stays unquantized.  A set that saw only zeros (a dead activation)
+stays FP32: no scale fits it, and the smallest one breaks integer kernels downstream.
+"""
+import logging
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Set, Tuple, Union
+
+import torch
+
+from ..ir import BaseGraph, QuantableOperation, QuantizationStates, TensorQuantizationConfig
+from .batches import BatchToInputs, graph_batches
+from .executor import QuantExecutor
+from .observers import MIN_SCALE, Observer, build_observer
+from .state import quantable_operations
+
+logger = logging.getLogger(__name__)
+
+__all__ = ['calibrate', 'render_passive_configs']
+
+_S = QuantizationStates
+_Tap = Tuple[int, Observer]
+
+
+class _Taps:
+    """Which tensors of which operations feed which observer."""
+
+    def __init__(self, options: Mapping[str, dict]) -> None:
+        self.options = options
+        self.observers: Dict[TensorQuantizationConfig, Observer] = {}
+        self.inputs: Dict[QuantableOperation, List[_Tap]] = {}
+        self.outputs: Dict[QuantableOperation, List[_Tap]] = {}
+        self.observed: Set[TensorQuantizationConfig] = set()
+        self._seen: Set[Tuple[TensorQuantizationConfig, str]] = set()
+
+    def add(self, op: QuantableOperation) -> None:
+        sides = ((op.input_quant_config, op.inputs, self.inputs),
+                 (op.output_quant_config, op.outputs, self.outputs))
+        for configs, variables, taps in sides:
+            for index, (config, var) in enumerate(zip(configs, variables)):
+                if config.state is not _S.INITIAL or config.master_by is not None:
+                    continue
+                root = config.dominated_by
+                if (root, var.name) in self._seen:  # one observation per tensor and set
+                    continue
+                self._seen.add((root, var.name))
+                observer = self._observer(root)
+                if var.is_parameter:
+                    observer.observe(var.value)
+                    self.observed.add(root)
+                else:
+                    taps.setdefault(op, []).append((index, observer))
+
+    def _observer(self, root: TensorQuantizationConfig) -> Observer:
+        if root not in self.observers:
+            options = self.options.get(root.observer_algorithm, {})
+            self.observers[root] = build_observer(root, **options)
+        return self.observers[root]
+
+    def pre_hook(self, op, inputs) -> None:
+        for index, observer in self.inputs.get(op, ()):
+            observer.observe(inputs[index])
+            self.observed.add(op.input_quant_config[index].dominated_by)
+
+    def post_hook(self, op, inputs, outputs) -> None:
+        for index, observer in self.outputs.get(op, ()):
+            observer.observe(outputs[index])
+            self.observed.add(op.output_quant_config[index].dominated_by)
+
+
+def calibrate(graph: BaseGraph, dataloader: Iterable, steps: int = 32,
+              collate_fn: Optional[BatchToInputs] = None,
+              device: Union[str, torch.device] = 'cpu', progress: bool = True,
+              observer_options: Optional[Mapping[str, Dict[str, Any]]] = None) -> None:
+    """Calibrate the INITIAL configs of a quantized graph on ``steps`` batches.
+
+    The graph runs in a :class:`~razorlib.quantization.QuantExecutor`, so configs that
+    are not INITIAL (calibrated before, FP32) apply as they are while the others are
+    observed in floating point.
+
+    Args:
+        graph: a graph from :func:`~razorlib.quantization.quantize_graph`, changed in
+            place.
+        dataloader: any iterable of batches.
+        steps: how many batches to run at most.
+        collate_fn: maps a batch to graph inputs (see
+            :func:`~razorlib.quantization.batches.graph_batches`).
+        device: where to run the graph.
+        progress: show a progress bar.
+        observer_options: observer name -> keyword arguments of its constructor, e.g.
+            ``{'percentile': {'percentile': 99.9}}``.
+
+    Raises:
+        ValueError: ``steps`` is not positive; what an observer raises on a tensor it
+            cannot observe (inf or nan).
+
+    Example:
+        >>> from razorlib.ir import BaseGraph
+        >>> from razorlib.quantization import quantize_graph
+        >>> graph = BaseGraph()
+        >>> graph.mark_variable_as_graph_input(graph.create_variable('x'))
+        >>> w = graph.create_variable('w', torch.randn(4, 3, 1, 1), is_parameter=True)
+        >>> b = graph.create_variable('b', torch.randn(4), is_parameter=True)
+        >>> conv = graph.create_operation('Conv', 'conv', inputs=[graph.variables['x'], w, b],
+        ...                               outputs=[graph.create_variable('y')])
+        >>> graph = quantize_graph(graph, 'ORT_INT8')
+        >>> calibrate(graph, [torch.randn(2, 3, 8, 8) for _ in range(4)], progress=False)
+        >>> x, w, b = graph.operations['conv'].input_quant_config
+        >>> x.state.name, w.state.name, b.state.name
+        ('ACTIVATED', 'ACTIVATED', 'PASSIVE')
+        >>> torch.equal(b.scale, x.scale * w.scale)
+        True
+    """
+    taps = _Taps(observer_options or {})
+    for op in quantable_operations(graph):
+        taps.add(op)
+    executor = QuantExecutor(graph, device)
+    handles = [executor.register_forward_pre_hook(taps.pre_hook),
+               executor.register_forward_hook(taps.post_hook)]
+    try:
+        for inputs in graph_batches(dataloader, steps, collate_fn, progress):
+            executor(inputs)
+    finally:
+        for handle in handles:
+            handle.remove()
+    for root, observer in taps.observers.items():
+        if root not in taps.observed:
+            logger.warning('calibrate: a %s config of graph %r saw no tensor and stays '
+                           'INITIAL (not quantized)', root.observer_algorithm, graph.name)
+            continue
+        observer.render(root)
+        if bool((root.scale <= MIN_SCALE).all()):
+            logger.warning('calibrate: a %s config of graph %r saw only zeros and stays FP32',
+                           root.observer_algorithm, graph.name)
+            root.state = _S.FP32
+    render_passive_configs(graph)
+
+
+def render_passive_configs(graph: BaseGraph) -> int:
+    """Give every INITIAL bias mastered by a weight its scale, input scale x weight scale.
+
+    A bias stays in floating point (FP32) when its layer's input (input 0) or weight is
+    not quantized, or when its integers would not fit its range (an input that was always
+    zero in calibration gets the smallest scale, and so would its bias).
+
+    Args:
+        graph: a graph whose activations and weights are calibrated, changed in place.
+
+    Returns:
+        How many configs became PASSIVE.
+    """
+    rendered = 0
+    for op in quantable_operations(graph):
+        for config in op.input_quant_config:
+            if config.state is not _S.INITIAL or config.master_by is None:
+                continue
+            weight, data = config.master_by, op.input_quant_config[0]
+            if not (weight.state.is_quantized and data.state.is_quantized):
+                config.state = _S.FP32
+                continue
+            scale = data.scale * weight.scale
+            bias = op.inputs[op.input_quant_config.index(config)].value
+            if bias is not None and bool((bias.abs() / scale.to(bias)).max() > config.quant_max):
+                logger.warning('calibrate: the bias of %s %r overflows %d bits at scale input '
+                               'x weight; it stays FP32', op.type, op.name, config.num_of_bits)
+                config.state = _S.FP32
+                continue
+            config.scale, config.offset = scale, torch.zeros_like(scale)
+            config.state = _S.PASSIVE
+            rendered += 1
+    return rendered

@@ -1,0 +1,87 @@
+"""TensorRT dynamic ranges: a plain FP32 ONNX model and a JSON file of activation ranges.
+
+TensorRT's implicit int8 mode takes one symmetric range per tensor
+(``ITensor.setDynamicRange(-amax, amax)``) and computes weight scales itself.  The JSON
+file sits beside the model (same path, ``.json`` suffix)::
+
+    {"act_quant_info": {"<tensor name>": amax, ...}}
+
+with ``amax = scale * quant_max`` of the config that quantizes the tensor: its producer's
+output config, else the first reader that quantizes it itself.
+"""
+import json
+import os
+from pathlib import Path
+from typing import Dict, Union
+
+import onnx
+
+from ...ir import BaseGraph, QuantizationProperty, TensorQuantizationConfig
+from ..executor import quantized_inputs
+from ..state import quantable_operations
+from .plain import export_onnx
+
+__all__ = ['activation_ranges', 'export_trt_json']
+
+
+def _amax(name: str, config: TensorQuantizationConfig) -> float:
+    if (QuantizationProperty.SYMMETRICAL not in config.policy
+            or QuantizationProperty.PER_CHANNEL in config.policy):
+        raise ValueError(f'tensor {name!r} is quantized with {config.policy}; TensorRT '
+                         'dynamic ranges are per-tensor and symmetric (quantize for TRT_INT8)')
+    return float(config.scale) * config.quant_max
+
+
+def activation_ranges(graph: BaseGraph) -> Dict[str, float]:
+    """``{tensor name: amax}`` for every activation the quantized graph quantizes.
+
+    Args:
+        graph: a calibrated graph with symmetric per-tensor activations.
+
+    Returns:
+        The ranges, in topological order of the operations that quantize the tensors.
+
+    Raises:
+        ValueError: an activation is asymmetric or per-channel.
+
+    Example:
+        >>> import torch
+        >>> from razorlib.ir import BaseGraph
+        >>> from razorlib.quantization import calibrate, quantize_graph
+        >>> graph = BaseGraph()
+        >>> graph.mark_variable_as_graph_input(graph.create_variable('x'))
+        >>> relu = graph.create_operation('Relu', 'relu', inputs=[graph.variables['x']],
+        ...                               outputs=[graph.create_variable('y')])
+        >>> graph = quantize_graph(graph, 'TRT_INT8')
+        >>> calibrate(graph, [torch.tensor([-2.54, 1.27])], observer_options={
+        ...     'percentile': {'percentile': 100.0}}, progress=False)
+        >>> {name: round(amax, 4) for name, amax in activation_ranges(graph).items()}
+        {'x': 2.54, 'y': 1.27}
+    """
+    ranges: Dict[str, float] = {}
+    for op in quantable_operations(graph):
+        for index in quantized_inputs(op):
+            var = op.inputs[index]
+            if not var.is_parameter and var.name not in ranges:
+                ranges[var.name] = _amax(var.name, op.input_quant_config[index])
+        for var, config in zip(op.outputs, op.output_quant_config):
+            if config.state.is_activated:
+                ranges[var.name] = _amax(var.name, config)
+    return ranges
+
+
+def export_trt_json(graph: BaseGraph, path: Union[str, os.PathLike]) -> onnx.ModelProto:
+    """Save the graph as a plain FP32 ONNX model and its dynamic ranges as JSON beside it.
+
+    Args:
+        graph: a calibrated graph quantized for TRT_INT8; it is left as it is.
+        path: the ``.onnx`` path; the ranges go to the same path with a ``.json`` suffix.
+
+    Returns:
+        The ONNX model.
+    """
+    ranges = activation_ranges(graph)
+    model = export_onnx(graph, path)
+    Path(path).with_suffix('.json').write_text(
+        json.dumps({'act_quant_info': ranges}, indent=2))
+    return model

@@ -1,0 +1,97 @@
+"""Whole-graph quantization state: bake parameters, dequantize and restore every operation.
+
+:class:`~razorlib.ir.QuantableOperation` swaps one operation's parameter values and
+config states; these functions do it for every quantable operation of a graph.  Swaps move
+tensors without arithmetic, so a dequantized graph computes its FP32 result bit for bit,
+and a restored one its quantized result.
+"""
+from contextlib import contextmanager
+from typing import Iterator, List
+
+from ..ir import BaseGraph, QuantableOperation
+from .functional import fake_quantize
+
+__all__ = ['bake_parameters', 'dequantize_graph', 'dequantized', 'quantable_operations',
+           'restore_quantize_state']
+
+
+def quantable_operations(graph: BaseGraph) -> List[QuantableOperation]:
+    """The graph's quantable operations, in topological order.
+
+    Example:
+        >>> from razorlib.ir import BaseGraph
+        >>> quantable_operations(BaseGraph())
+        []
+    """
+    return [op for op in graph.topological_sort() if isinstance(op, QuantableOperation)]
+
+
+def bake_parameters(graph: BaseGraph) -> None:
+    """Replace every calibrated parameter by its fake-quantized value, once.
+
+    ACTIVATED parameters become BAKED and PASSIVE ones (biases) PASSIVE_BAKED; their fp32
+    values are kept aside for :func:`dequantize_graph`.  The executor then reads the
+    baked values as they are instead of quantizing them at every run.
+
+    Args:
+        graph: a calibrated graph, changed in place.
+
+    Example:
+        >>> import torch
+        >>> from razorlib.quantization import calibrate, quantize_graph
+        >>> from razorlib.ir import BaseGraph
+        >>> graph = BaseGraph()
+        >>> graph.mark_variable_as_graph_input(graph.create_variable('x'))
+        >>> w = graph.create_variable('w', torch.tensor([[0.333], [-1.27]]), is_parameter=True)
+        >>> fc = graph.create_operation('MatMul', 'fc', inputs=[graph.variables['x'], w],
+        ...                             outputs=[graph.create_variable('y')])
+        >>> graph = quantize_graph(graph, 'TRT_INT8')
+        >>> calibrate(graph, [torch.randn(4, 2)], progress=False)
+        >>> bake_parameters(graph)
+        >>> w.value, graph.operations['fc'].input_quant_config[1].state.name
+        (tensor([[ 0.3300],
+                [-1.2700]]), 'BAKED')
+    """
+    for op in quantable_operations(graph):
+        op.baking_parameters(fake_quantize)
+
+
+def dequantize_graph(graph: BaseGraph, parameter_only: bool = False) -> None:
+    """Dequantize every quantable operation: fp32 parameters back, configs FP32.
+
+    Args:
+        graph: the graph, changed in place.
+        parameter_only: see :meth:`~razorlib.ir.QuantableOperation.dequantize`.
+    """
+    for op in quantable_operations(graph):
+        op.dequantize(parameter_only=parameter_only)
+
+
+def restore_quantize_state(graph: BaseGraph) -> None:
+    """Undo :func:`dequantize_graph` (and any operation's ``dequantize``).
+
+    Args:
+        graph: the graph, changed in place.
+    """
+    for op in quantable_operations(graph):
+        op.restore_quantize_state()
+
+
+@contextmanager
+def dequantized(graph: BaseGraph) -> Iterator[BaseGraph]:
+    """Run the block on the graph dequantized; the operations it dequantized are restored.
+
+    Args:
+        graph: the graph.
+
+    Yields:
+        ``graph``.
+    """
+    switched = [op for op in quantable_operations(graph) if not op.is_dequantized]
+    for op in switched:
+        op.dequantize()
+    try:
+        yield graph
+    finally:
+        for op in switched:
+            op.restore_quantize_state()
