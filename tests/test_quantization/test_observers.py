@@ -109,6 +109,14 @@ def test_kl_threshold_lies_between_the_gaussian_and_the_outliers():
     assert 3.0 < threshold < 20.0
 
 
+def test_kl_threshold_of_a_relu_output_ignores_the_spike_of_zeros():
+    gaussian = torch.randn(200000, generator=generator(3))
+    full = rendered(KLObserver(), [gaussian]).scale.item() * 127
+    relu = rendered(KLObserver(), [torch.relu(gaussian)]).scale.item() * 127
+    assert relu == pytest.approx(full, rel=0.1)
+    assert rendered(KLObserver(), [torch.zeros(10)]).scale.item() == MIN_SCALE
+
+
 def test_kl_keeps_the_whole_range_of_a_uniform_distribution():
     values = torch.linspace(-1.0, 1.0, 200001)
     threshold = rendered(KLObserver(), [values]).scale.item() * 127

@@ -6,7 +6,10 @@ beyond added into bin ``i - 1``; the candidate ``Q`` spreads the first ``i`` bin
 ``levels`` quantization levels: each level's count is shared evenly among the bins where
 ``P`` is not empty.  Where ``P`` has mass that ``Q`` lacks (the clipped tail landing in an
 empty level), ``Q`` is floored at 1e-8 rather than making the divergence infinite.  The
-threshold is the edge of the bin ``i`` that minimizes ``KL(P || Q)``.
+threshold is the edge of the bin ``i`` that minimizes ``KL(P || Q)``.  The observer leaves
+the first bin (the values nearest zero) out of the search: after a ReLU it holds the exact
+zeros, which quantize exactly at any threshold but, as one spike spread over a level's
+bins, would pull the threshold far below the bulk of the distribution.
 """
 from typing import Tuple
 
@@ -104,8 +107,12 @@ class KLObserver(HistogramObserver):
             levels = config.quant_max + 1
         else:
             levels = (config.quant_max - config.quant_min + 1) // 2
-        kept = torch.tensor([kl_threshold_bin(row, levels)
-                             for row in histogram.magnitude_counts()], dtype=torch.double)
+        # Bin 0 goes out of the search: it holds the exact zeros of a ReLU output (often
+        # half the values), which quantize exactly at every threshold; spread over a
+        # level's bins in Q, that spike made the search favour short thresholds.
+        counts = histogram.magnitude_counts()[:, 1:]
+        kept = torch.tensor([kl_threshold_bin(row, levels) + 1 if row.any() else len(row) + 1
+                             for row in counts], dtype=torch.double)
         threshold = torch.minimum(kept * histogram.width,
                                   histogram.magnitude_max)
         if QuantizationProperty.SYMMETRICAL in config.policy:
