@@ -1,0 +1,184 @@
+"""razorlib post-training quantization vs onnxruntime's ``quantize_static``, on digits.
+
+    python benchmarks/ptq_vs_ort.py [--epochs 15] [--calib-batches 8] [--threads 1]
+
+Trains small classifiers on the offline digits (16x16, seeded, seconds each): the
+PlainCNN of the AutoSlim digits configs (the supernet), two subnets of it (L1-pruned to
+75% and 50% of the channels, then fine-tuned: stand-ins for searched subnets), a
+16-wide ResNet-18 and a MobileNetV2 x0.5.  Each is exported once to FP32 ONNX and
+quantized twice from the same calibration batches (the first ``--calib-batches`` batches
+of 120 shuffled training images):
+
+- razorlib: ``quantize_torch_model`` (TRT_INT8: symmetric int8, per-channel weights,
+  conservative dispatch; activations calibrated by each of ``--observers``, default the
+  API's ``percentile`` and ``mse``), ``export_graph`` to QDQ ONNX;
+- onnxruntime: ``quantize_static`` (QDQ, per-channel, symmetric int8 activations and
+  weights, MinMax calibration) of the FP32 ONNX model.
+
+Every INT8 model runs in onnxruntime on the 360 validation images; the table gives top-1,
+top-1 agreement with FP32 and the SNR of the logits against FP32 (dB).
+"""
+import argparse
+import copy
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable, Dict, List
+
+import numpy as np
+import onnxruntime as ort
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from onnxruntime.quantization import (CalibrationDataReader, CalibrationMethod, QuantFormat,
+                                      QuantType, quantize_static)
+
+import razorlib
+from razorlib.datasets import DigitsDataset
+from razorlib.ir import from_torch, to_onnx
+from razorlib.models import ImageClassifier
+from razorlib.quantization import export_graph, quantize_torch_model, snr_db
+
+BATCH = 120  # the exported graphs' static batch; the 360 validation images are 3 batches
+SIZE = 16
+
+BACKBONES: Dict[str, dict] = {
+    'PlainCNN (digits supernet)': dict(type='PlainCNN', channels=(32, 64, 64, 128),
+                                       strides=(1, 2, 1, 2)),
+    'ResNet-18, 16 wide': dict(type='ResNet', depth=18, base_channels=16, stem='cifar'),
+    'MobileNetV2 x0.5': dict(type='MobileNetV2', widen_factor=0.5, stem='cifar'),
+}
+SUBNETS = {'PlainCNN subnet 75%': 0.75, 'PlainCNN subnet 50%': 0.5}
+
+
+def digits(split: str):
+    data = DigitsDataset(split, upscale=SIZE)
+    images = torch.stack([item['inputs'] for item in data]) * 2 - 1  # mean 0.5, std 0.5
+    labels = torch.tensor([int(item['data_samples'].gt_label) for item in data])
+    return images, labels
+
+
+def train(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, epochs: int,
+          lr: float) -> nn.Module:
+    """Adam with a cosine schedule, batches of 64, random one-pixel shifts."""
+    optimizer = torch.optim.Adam(model.parameters(), lr, weight_decay=1e-4)
+    steps = epochs * ((len(images) + 63) // 64)
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, steps)
+    model.train()
+    for _ in range(epochs):
+        for index in torch.randperm(len(images)).split(64):
+            shifts = tuple(torch.randint(-1, 2, (2, )).tolist())
+            batch = torch.roll(images[index], shifts, dims=(2, 3))
+            loss = F.cross_entropy(model(batch), labels[index])
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            schedule.step()
+    return model.eval()
+
+
+def in_batches(run: Callable[[torch.Tensor], torch.Tensor], images: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        return torch.cat([run(chunk) for chunk in images.split(BATCH)])
+
+
+def onnxruntime_runner(path: Path) -> Callable[[torch.Tensor], torch.Tensor]:
+    session = ort.InferenceSession(str(path), providers=['CPUExecutionProvider'])
+    name = session.get_inputs()[0].name
+    return lambda x: torch.from_numpy(session.run(None, {name: x.numpy()})[0])
+
+
+class Batches(CalibrationDataReader):
+    """onnxruntime's calibration reader over the same batches razorlib calibrates on."""
+
+    def __init__(self, name: str, batches: List[torch.Tensor]):
+        self.feeds = iter([{name: batch.numpy()} for batch in batches])
+
+    def get_next(self):
+        return next(self.feeds, None)
+
+
+def quantize_with_onnxruntime(model: nn.Module, calibration: List[torch.Tensor],
+                              folder: Path) -> Path:
+    fp32, int8 = folder / 'fp32.onnx', folder / 'ort_int8.onnx'
+    proto = to_onnx(from_torch(model, calibration[0]), fp32)
+    quantize_static(fp32, int8, Batches(proto.graph.input[0].name, calibration),
+                    quant_format=QuantFormat.QDQ, per_channel=True,
+                    activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
+                    calibrate_method=CalibrationMethod.MinMax,
+                    extra_options={'ActivationSymmetric': True, 'WeightSymmetric': True})
+    return int8
+
+
+def scores(logits: torch.Tensor, fp32: torch.Tensor, labels: torch.Tensor) -> List[str]:
+    top1 = 100 * float((logits.argmax(1) == labels).float().mean())
+    agree = 100 * float((logits.argmax(1) == fp32.argmax(1)).float().mean())
+    return [f'{top1:.2f}', f'{agree:.2f}', f'{snr_db(fp32, logits):.2f}']
+
+
+def compare(name: str, model: nn.Module, calibration: List[torch.Tensor],
+            val: torch.Tensor, labels: torch.Tensor, observers: List[str]) -> List[str]:
+    """FP32 top-1, then top-1, agreement and SNR of razorlib (per observer) and onnxruntime."""
+    fp32 = in_batches(model, val)
+    row = [name, f'{100 * float((fp32.argmax(1) == labels).float().mean()):.2f}']
+    with tempfile.TemporaryDirectory() as folder:
+        folder = Path(folder)
+        for observer in observers:
+            graph = quantize_torch_model(model, calibration, calibration[0], 'TRT_INT8',
+                                         calib_steps=len(calibration), observer=observer,
+                                         progress=False)
+            export_graph(graph, folder / f'razorlib_{observer}.onnx')
+            ours = in_batches(onnxruntime_runner(folder / f'razorlib_{observer}.onnx'), val)
+            row += scores(ours, fp32, labels)
+        theirs = in_batches(onnxruntime_runner(
+            quantize_with_onnxruntime(model, calibration, folder)), val)
+    return row + scores(theirs, fp32, labels)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('--epochs', type=int, default=15)
+    parser.add_argument('--finetune-epochs', type=int, default=5)
+    parser.add_argument('--calib-batches', type=int, default=8)
+    parser.add_argument('--observers', nargs='+', default=['percentile', 'mse'],
+                        help="razorlib's activation observers, one set of columns each")
+    parser.add_argument('--threads', type=int, default=1,
+                        help='torch threads (small images: 1 is fastest on shared cores)')
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    images, labels = digits('train')
+    val, val_labels = digits('val')
+    generator = torch.Generator().manual_seed(0)
+    order = torch.randperm(len(images), generator=generator)
+    calibration = list(images[order].split(BATCH))[:args.calib_batches]
+    calibration = [batch for batch in calibration if len(batch) == BATCH]
+
+    rows = []
+    for name, backbone in BACKBONES.items():
+        start = time.perf_counter()
+        torch.manual_seed(0)
+        model = train(ImageClassifier(backbone, dict(type='LinearClsHead', num_classes=10)),
+                      images, labels, args.epochs, 3e-3)
+        rows.append(compare(name, model, calibration, val, val_labels, args.observers))
+        print(f'{name}: trained and compared in {time.perf_counter() - start:.0f} s', flush=True)
+        if name.startswith('PlainCNN'):
+            supernet = model
+    for name, ratio in SUBNETS.items():
+        torch.manual_seed(0)
+        subnet = razorlib.prune(copy.deepcopy(supernet), calibration[0][:1], ratio=ratio)
+        subnet = train(subnet, images, labels, args.finetune_epochs, 1e-3)
+        rows.append(compare(name, subnet, calibration, val, val_labels, args.observers))
+
+    header = ['model', 'FP32 top-1']
+    for tool in [f'razorlib {observer}' for observer in args.observers] + ['ORT']:
+        header += [f'{tool} top-1', f'{tool} agree %', f'{tool} SNR dB']
+    print('| ' + ' | '.join(header) + ' |')
+    print('|' + '---|' * len(header))
+    for row in rows:
+        print('| ' + ' | '.join(row) + ' |')
+    print(f'calibration: {len(calibration)} batches of {BATCH}; validation: {len(val)} images; '
+          f'torch {torch.__version__}, onnxruntime {ort.__version__}, numpy {np.__version__}')
+
+
+if __name__ == '__main__':
+    main()
