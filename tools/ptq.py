@@ -18,7 +18,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Callable, Dict, List, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import onnxruntime as ort
 import torch
@@ -86,7 +86,7 @@ def recalibrate_bn(model: nn.Module, batches: List[Batch]) -> None:
         bn.momentum = momentum
 
 
-def preprocessed(loader, preprocessor: nn.Module, steps: int = None) -> List[Batch]:
+def preprocessed(loader, preprocessor: nn.Module, steps: Optional[int] = None) -> List[Batch]:
     """``(images, labels)`` of the first ``steps`` batches, through the data preprocessor."""
     batches = []
     for step, data in enumerate(loader):

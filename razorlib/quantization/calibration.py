@@ -153,6 +153,21 @@ def render_passive_configs(graph: BaseGraph) -> int:
 
     Returns:
         How many configs became PASSIVE.
+
+    Example:
+        >>> from razorlib.ir import BaseGraph
+        >>> from razorlib.quantization import quantize_graph
+        >>> graph = BaseGraph()
+        >>> graph.mark_variable_as_graph_input(graph.create_variable('x'))
+        >>> w = graph.create_variable('w', torch.ones(2, 1, 1, 1), is_parameter=True)
+        >>> b = graph.create_variable('b', torch.ones(2), is_parameter=True)
+        >>> conv = graph.create_operation('Conv', 'conv', inputs=[graph.variables['x'], w, b],
+        ...                               outputs=[graph.create_variable('y')])
+        >>> x, w, b = quantize_graph(graph, 'ORT_INT8').operations['conv'].input_quant_config
+        >>> x.scale, x.state = torch.tensor(0.5), QuantizationStates.ACTIVATED
+        >>> w.scale, w.state = torch.tensor([0.25, 0.5]), QuantizationStates.ACTIVATED
+        >>> render_passive_configs(graph), b.scale, b.state.name
+        (1, tensor([0.1250, 0.2500]), 'PASSIVE')
     """
     rendered = 0
     for op in quantable_operations(graph):

@@ -62,6 +62,25 @@ def dequantize_graph(graph: BaseGraph, parameter_only: bool = False) -> None:
     Args:
         graph: the graph, changed in place.
         parameter_only: see :meth:`~razorlib.ir.QuantableOperation.dequantize`.
+
+    Example:
+        >>> import torch
+        >>> from razorlib.ir import BaseGraph
+        >>> from razorlib.quantization import calibrate, quantize_graph
+        >>> graph = BaseGraph()
+        >>> graph.mark_variable_as_graph_input(graph.create_variable('x'))
+        >>> w = graph.create_variable('w', torch.tensor([[0.333], [-1.27]]), is_parameter=True)
+        >>> _ = graph.create_operation('MatMul', 'fc', inputs=[graph.variables['x'], w],
+        ...                            outputs=[graph.create_variable('y')])
+        >>> graph = quantize_graph(graph, 'TRT_INT8')
+        >>> calibrate(graph, [torch.randn(4, 2)], progress=False)
+        >>> bake_parameters(graph)
+        >>> dequantize_graph(graph)
+        >>> round(w.value[0].item(), 4), graph.operations['fc'].input_quant_config[1].state.name
+        (0.333, 'FP32')
+        >>> restore_quantize_state(graph)
+        >>> round(w.value[0].item(), 4), graph.operations['fc'].input_quant_config[1].state.name
+        (0.33, 'BAKED')
     """
     for op in quantable_operations(graph):
         op.dequantize(parameter_only=parameter_only)
@@ -72,6 +91,9 @@ def restore_quantize_state(graph: BaseGraph) -> None:
 
     Args:
         graph: the graph, changed in place.
+
+    Example:
+        See :func:`dequantize_graph`.
     """
     for op in quantable_operations(graph):
         op.restore_quantize_state()
@@ -86,6 +108,19 @@ def dequantized(graph: BaseGraph) -> Iterator[BaseGraph]:
 
     Yields:
         ``graph``.
+
+    Example:
+        >>> import torch
+        >>> from razorlib.quantization import QuantExecutor, quantize_torch_model
+        >>> net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU())
+        >>> x = torch.randn(1, 3, 8, 8)
+        >>> graph = quantize_torch_model(net, [x], x, progress=False)
+        >>> with dequantized(graph):
+        ...     fp32 = QuantExecutor(graph)(x)[0]
+        >>> torch.allclose(fp32, net(x), atol=1e-6)
+        True
+        >>> any(op.is_dequantized for op in graph.operations.values())
+        False
     """
     switched = [op for op in quantable_operations(graph) if not op.is_dequantized]
     for op in switched:

@@ -118,3 +118,12 @@ def test_dequantizing_operations_one_by_one_ends_at_fp32():
     for op in quantable_operations(graph):
         op.restore_quantize_state()
     assert torch.equal(executor(x)[0], quantized)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason='needs CUDA')
+def test_cuda_runs_as_the_cpu():
+    graph = calibrated(float_graph(), 'ORT_INT8')
+    x = batches(1, seed=3)[0]
+    cpu = QuantExecutor(graph)(x)[0]
+    cuda = QuantExecutor(graph, 'cuda')(x)[0].cpu()
+    assert torch.allclose(cuda, cpu, atol=float(cpu.abs().max()) / 100)

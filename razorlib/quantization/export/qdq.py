@@ -105,7 +105,7 @@ class _QDQWriter:
         key = (var.name, id(config.dominated_by))
         if key not in self._dequantized:
             # Clamped again in float64: float32 rounds the int32 bound 2**31 - 1 up to 2**31.
-            values = quantize_integers(var.value.float(), config).double().clamp(
+            values = quantize_integers(var.value.detach().cpu().float(), config).double().clamp(
                 config.quant_min, config.quant_max)
             integers = self.graph.create_variable(
                 self._name(f'{var.name}_quantized', self.graph.variables),

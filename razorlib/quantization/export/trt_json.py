@@ -79,6 +79,18 @@ def export_trt_json(graph: BaseGraph, path: Union[str, os.PathLike]) -> onnx.Mod
 
     Returns:
         The ONNX model.
+
+    Example:
+        >>> import json, os, tempfile, torch
+        >>> from razorlib.quantization import quantize_torch_model
+        >>> net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU())
+        >>> x = torch.randn(1, 3, 8, 8)
+        >>> graph = quantize_torch_model(net, [x], x, progress=False)
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     model = export_trt_json(graph, os.path.join(folder, 'net.onnx'))
+        ...     with open(os.path.join(folder, 'net.json')) as file:
+        ...         sorted(json.load(file)['act_quant_info'])
+        ['input', 'relu']
     """
     ranges = activation_ranges(graph)
     model = export_onnx(graph, path)
