@@ -45,10 +45,11 @@ def tiny_supernet(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def run_python():
-    """Run ``python ARGS...`` in the checkout, with it first on the path."""
+    """Run ``python ARGS...`` in the checkout, with it and ``tests/data`` first on the path."""
 
     def run(*args: str, timeout: int = 120) -> subprocess.CompletedProcess:
-        env = dict(os.environ, PYTHONPATH=str(REPO))
+        path = os.pathsep.join([str(REPO), str(REPO / 'tests' / 'data')])
+        env = dict(os.environ, PYTHONPATH=path)
         return subprocess.run([sys.executable, *args], cwd=REPO, env=env, capture_output=True,
                               text=True, timeout=timeout)
 

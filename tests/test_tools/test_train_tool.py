@@ -1,4 +1,6 @@
 """tools/train.py: resume reproduces an uninterrupted run; CPU DDP under torchrun; errors."""
+import signal
+
 import torch
 
 from conftest import TINY, LogCapture, load_tool
@@ -24,18 +26,24 @@ def assert_same(a, b, where: str = '') -> None:
         assert a == b, where
 
 
-def test_resume_after_two_epochs_ends_like_an_uninterrupted_run(tmp_path):
+def test_killed_after_two_epochs_and_resumed_ends_like_an_uninterrupted_run(tmp_path,
+                                                                         run_python):
     options = ['train_cfg.max_epochs=3', 'randomness.seed=5']
     assert train('--work-dir', str(tmp_path / 'straight'), '--cfg-options', *options,
                  'experiment_name=straight') == 0
-    stopped = tmp_path / 'stopped'
-    assert train('--work-dir', str(stopped), '--cfg-options', 'train_cfg.max_epochs=2',
-                 'randomness.seed=5', 'experiment_name=stopped') == 0
-    assert (stopped / 'epoch_2.pth').is_file() and not (stopped / 'epoch_3.pth').exists()
-    assert train('--work-dir', str(stopped), '--resume', '--cfg-options', *options,
+    killed = tmp_path / 'killed'
+    (tmp_path / 'kill.py').write_text(
+        f"_base_ = [{str(TINY)!r}]\n"
+        "custom_imports = dict(imports=['kill_after_epoch'], allow_failed_imports=False)\n"
+        "custom_hooks = _base_.custom_hooks + [dict(type='KillAfterEpochHook', epoch=2)]\n")
+    result = run_python('tools/train.py', str(tmp_path / 'kill.py'), '--work-dir', str(killed),
+                        '--cfg-options', *options)
+    assert result.returncode == -signal.SIGKILL, result.stderr[-3000:]
+    assert (killed / 'epoch_2.pth').is_file() and not (killed / 'epoch_3.pth').exists()
+    assert train('--work-dir', str(killed), '--resume', '--cfg-options', *options,
                  'experiment_name=resumed') == 0
     straight = torch.load(tmp_path / 'straight' / 'epoch_3.pth')
-    resumed = torch.load(stopped / 'epoch_3.pth')
+    resumed = torch.load(killed / 'epoch_3.pth')
     for key in ('state_dict', 'optimizer', 'param_schedulers'):
         assert_same(straight[key], resumed[key], key)
     assert int(resumed['state_dict']['step_count']) == 3 * 23
