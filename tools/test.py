@@ -14,7 +14,8 @@ from mmengine.config import DictAction
 from mmengine.logging import print_log
 from mmengine.runner import Runner
 
-from razorlib.engine.config import TEST_KEYS, ConfigError, check_config, load_config
+from razorlib.engine.config import (TEST_KEYS, ConfigError, check_config, load_config,
+                                    set_work_dir)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -38,8 +39,7 @@ def main(argv=None) -> int:
     except ConfigError as err:
         print_log(f'{args.config}: {err}', logger='current', level=logging.ERROR)
         return 2
-    cfg.work_dir = args.work_dir or cfg.get('work_dir') or str(
-        Path('work_dirs') / Path(args.config).stem)
+    set_work_dir(cfg, args.config, args.work_dir)
     cfg.load_from = args.checkpoint
     cfg.resume = False
     runner = Runner.from_cfg(cfg)

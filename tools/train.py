@@ -11,13 +11,13 @@ See docs/tools/train.md.
 import argparse
 import logging
 import sys
-from pathlib import Path
 
 from mmengine.config import DictAction
 from mmengine.logging import print_log
 from mmengine.runner import Runner
 
-from razorlib.engine.config import TRAIN_KEYS, ConfigError, check_config, load_config
+from razorlib.engine.config import (TRAIN_KEYS, ConfigError, check_config, load_config,
+                                    set_work_dir)
 from razorlib.engine.distributed import prepare_cpu_distributed
 
 
@@ -44,8 +44,7 @@ def main(argv=None) -> int:
     except ConfigError as err:
         print_log(f'{args.config}: {err}', logger='current', level=logging.ERROR)
         return 2
-    cfg.work_dir = args.work_dir or cfg.get('work_dir') or str(
-        Path('work_dirs') / Path(args.config).stem)
+    set_work_dir(cfg, args.config, args.work_dir)
     if args.resume is not None:
         cfg.resume = True
         cfg.load_from = None if args.resume == 'auto' else args.resume

@@ -56,6 +56,20 @@ def load_config(path: Union[str, Path], cfg_options: Optional[Dict[str, Any]] = 
     return cfg
 
 
+def set_work_dir(cfg: Config, config_path: Union[str, Path],
+                 work_dir: Optional[str] = None) -> str:
+    """Set ``cfg.work_dir``: ``work_dir`` (``--work-dir``), else the config's own, else
+    ``work_dirs/<config name>`` as in OpenMMLab tools; returns it.
+
+    Example:
+        >>> set_work_dir(Config(dict()), 'configs/run.py')
+        'work_dirs/run'
+    """
+    cfg.work_dir = work_dir or cfg.get('work_dir') or str(Path('work_dirs') /
+                                                          Path(config_path).stem)
+    return cfg.work_dir
+
+
 def check_config(cfg: Config, required: Sequence[str] = TRAIN_KEYS) -> None:
     """Check the keys a tool needs, the registered types and their arguments.
 
