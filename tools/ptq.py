@@ -7,7 +7,9 @@
 Builds the model of CONFIG and loads CHECKPOINT (an mmengine checkpoint or a plain
 state_dict, of the whole model or of its ``architecture``); an AutoSlim supernet is
 quantized at full width, or at the channel config given with ``--subnet`` (sliced with
-``slim_model``, its batch-norm statistics recalibrated on training batches).  Calibration
+``slim_model``, its batch-norm statistics recalibrated on training batches).  Exit code 2
+for a mistake in the arguments, the config, the checkpoint or the subnet.  See
+docs/tools/ptq.md.  Calibration
 batches come from the config's ``train_dataloader``; the model is quantized with
 ``quantize_torch_model``, exported as a QDQ ONNX model and evaluated on the
 ``val_dataloader``: top-1 of FP32, of the simulated INT8 (``QuantExecutor``) and of
@@ -25,9 +27,10 @@ import torch
 import torch.nn as nn
 from mmengine.config import Config, DictAction
 from mmengine.logging import MMLogger
-from mmengine.registry import DefaultScope
+from mmengine.registry import init_default_scope
 from mmengine.runner import Runner
 
+from razorlib.engine.config import ConfigError, check_config, load_config
 from razorlib.pruning import remove_masks, slim_model
 from razorlib.quantization import (DISPATCHERS, OBSERVERS, QuantExecutor, analyse_error,
                                    export_graph, quantize_torch_model)
@@ -54,20 +57,39 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help='validation batches of the SNR analysis')
     parser.add_argument('--top', type=int, default=20, help='rows of the SNR table')
     parser.add_argument('--work-dir', help='default: work_dirs/ptq_<config name>')
-    parser.add_argument('--cfg-options', nargs='+', action=DictAction, metavar='KEY=VALUE')
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction, metavar='KEY=VALUE',
+                        help='override config keys, e.g. val_dataloader.batch_size=100')
     parser.add_argument('--seed', type=int, default=0)
     return parser.parse_args(argv)
 
 
-def load_classifier(cfg: Config, checkpoint: str) -> Tuple[nn.Module, nn.Module]:
-    """The model of ``cfg`` with ``checkpoint`` loaded, and the classifier to quantize."""
+def load_classifier(args: argparse.Namespace) -> Tuple[Config, nn.Module, nn.Module]:
+    """The config, its model with the checkpoint loaded, and the classifier to quantize
+    (the model's ``architecture`` when it has one), sliced to ``--subnet``.
+
+    Raises:
+        ConfigError: a missing file, a config without what the tool needs, a checkpoint
+            or subnet that does not fit the model.
+    """
+    for what, path in (('checkpoint', args.checkpoint), ('--subnet', args.subnet)):
+        if path is not None and not Path(path).is_file():
+            raise ConfigError(f'{what}: {path} does not exist')
+    cfg = load_config(args.config, args.cfg_options)
+    check_config(cfg, required=('model', 'train_dataloader', 'val_dataloader'))
+    init_default_scope(cfg.get('default_scope') or SCOPE)
     model = MODELS.build(cfg.model)
-    state = torch.load(checkpoint, map_location='cpu', weights_only=True)
+    state = torch.load(args.checkpoint, map_location='cpu')
     state = state.get('state_dict', state)
-    architecture = getattr(model, 'architecture', model)
+    classifier = getattr(model, 'architecture', model)
     whole = any(key.startswith('architecture.') for key in state)
-    (model if whole else architecture).load_state_dict(state)
-    return model, architecture
+    try:
+        (model if whole else classifier).load_state_dict(state)
+        if args.subnet:
+            slim_model(classifier, args.subnet)
+    except (RuntimeError, ValueError) as err:
+        raise ConfigError(f'{args.subnet or args.checkpoint}: {err}') from err
+    remove_masks(classifier)
+    return cfg, model, classifier
 
 
 @torch.no_grad()
@@ -119,28 +141,24 @@ def top1(run: Callable[[torch.Tensor], torch.Tensor], images: torch.Tensor,
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    cfg = Config.fromfile(args.config)
-    if args.cfg_options:
-        cfg.merge_from_dict(args.cfg_options)
-    DefaultScope.get_instance(f'ptq_{id(cfg)}', scope_name=cfg.get('default_scope', SCOPE))
     name = Path(args.config).stem
     work_dir = Path(args.work_dir or f'work_dirs/ptq_{name}')
     work_dir.mkdir(parents=True, exist_ok=True)
-    logger = MMLogger.get_instance(f'razorlib_ptq_{id(cfg)}',
+    logger = MMLogger.get_instance(f'razorlib_ptq:{work_dir.resolve()}',
                                    log_file=str(work_dir / 'ptq.log'))
     torch.manual_seed(args.seed)
+    try:
+        cfg, model, classifier = load_classifier(args)
+    except ConfigError as err:
+        logger.error(f'{args.config}: {err}')
+        return 2
 
-    model, classifier = load_classifier(cfg, args.checkpoint)
     preprocessor = model.data_preprocessor
-    train_loader = Runner.build_dataloader(cfg.train_dataloader, seed=args.seed)
     bn_steps = args.recalibrate_bn
     if bn_steps is None:
         bn_steps = args.calib_steps if args.subnet else 0
-    train = preprocessed(train_loader, preprocessor, max(args.calib_steps, bn_steps))
-    if args.subnet:
-        slim_model(classifier, args.subnet)
-    else:
-        remove_masks(classifier)
+    train = preprocessed(Runner.build_dataloader(cfg.train_dataloader, seed=args.seed),
+                         preprocessor, max(args.calib_steps, bn_steps))
     if bn_steps:
         recalibrate_bn(classifier, train[:bn_steps])
     classifier.eval()
@@ -163,7 +181,7 @@ def main(argv=None) -> int:
     val = preprocessed(Runner.build_dataloader(cfg.val_dataloader), preprocessor)
     images, labels = torch.cat([b[0] for b in val]), torch.cat([b[1] for b in val])
     runs: Dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
-        'fp32': lambda x: classifier(x),
+        'fp32': classifier,
         'int8_simulated': lambda x: executor(x)[0],
         'int8_onnxruntime': lambda x: torch.from_numpy(
             session.run(None, {input_name: x.numpy()})[0]),

@@ -1,20 +1,19 @@
-"""tools/ptq.py on a digits classifier trained here: INT8 top-1 within 0.5 points of FP32,
-a QDQ model onnxruntime runs, the SNR table; and the same for a sliced subnet."""
-import importlib.util
+"""tools/ptq.py: a digits classifier trained here (INT8 top-1 within 0.5 points of FP32,
+a QDQ model onnxruntime runs, the SNR table), an AutoSlim supernet checkpoint and a
+subnet of it, and the mistakes it reports."""
 import json
-from pathlib import Path
 
 import onnx
 import pytest
 import torch
 import torch.nn.functional as F
 from mmengine.config import Config
+from mmengine.registry import init_default_scope
 
+from conftest import TINY, load_tool
 from razorlib.datasets import DigitsDataset
 from razorlib.pruning import L1NormPruner
 from razorlib.registry import MODELS
-
-TOOL = Path(__file__).parents[2] / 'tools' / 'ptq.py'
 
 CONFIG = """
 default_scope = 'razorlib'
@@ -27,13 +26,6 @@ train_dataloader = dict(loader, batch_size=32, dataset=dict(type='DigitsDataset'
 val_dataloader = dict(loader, batch_size=100, dataset=dict(type='DigitsDataset', split='val'),
                       sampler=dict(type='DefaultSampler', shuffle=False))
 """
-
-
-def load_tool():
-    spec = importlib.util.spec_from_file_location('ptq_tool', TOOL)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope='module')
@@ -61,20 +53,20 @@ def trained(tmp_path_factory):
         torch.set_num_threads(threads)
     checkpoint = folder / 'model.pth'
     torch.save(model.state_dict(), checkpoint)
-    return folder, config, checkpoint, model.eval()
+    return config, checkpoint, model.eval()
 
 
-def run(trained, name, *options):
-    folder, config, checkpoint, _ = trained
-    work_dir = folder / name
-    code = load_tool().main([str(config), str(checkpoint), '--work-dir', str(work_dir),
-                             '--calib-steps', '8', '--analyse-steps', '2', *options])
+def run(config, checkpoint, work_dir, *options):
+    code = load_tool('ptq').main([str(config), str(checkpoint), '--work-dir', str(work_dir),
+                                  '--calib-steps', '8', '--analyse-steps', '2', *options])
+    results = work_dir / 'ptq.json'
+    return code, json.loads(results.read_text()) if results.exists() else None
+
+
+def test_int8_top1_is_within_half_a_point_of_fp32(trained, tmp_path):
+    config, checkpoint, _ = trained
+    code, results = run(config, checkpoint, tmp_path)
     assert code == 0
-    return json.loads((work_dir / 'ptq.json').read_text()), work_dir
-
-
-def test_int8_top1_is_within_half_a_point_of_fp32(trained):
-    results, work_dir = run(trained, 'dense')
     top1 = results['top1']
     assert top1['fp32'] > 90
     assert abs(top1['int8_simulated'] - top1['fp32']) <= 0.5
@@ -82,22 +74,50 @@ def test_int8_top1_is_within_half_a_point_of_fp32(trained):
     model = onnx.load(results['onnx'])
     onnx.checker.check_model(model)
     assert 'QuantizeLinear' in {node.op_type for node in model.graph.node}
-    log = (work_dir / 'ptq.log').read_text()
+    log = (tmp_path / 'ptq.log').read_text()
     assert 'layer SNR dB' in log and 'graph output' in log
     assert results['output_snr_db']['linear'] > 20
 
 
-def test_a_subnet_is_sliced_and_its_batch_norms_recalibrated(trained):
-    folder, _, _, model = trained
+def test_a_subnet_is_sliced_and_its_batch_norms_recalibrated(trained, tmp_path):
+    config, checkpoint, model = trained
     pruner = L1NormPruner(ratio=0.75)
     pruner.prepare_from_supernet(model, torch.randn(1, 3, 8, 8))
     pruner.set_subnet(pruner.sample_subnet())
-    subnet = folder / 'subnet.yaml'
-    pruner.export_subnet().dump(subnet)
-    results, work_dir = run(trained, 'subnet', '--subnet', str(subnet), '--platform', 'ORT_INT8')
-    weights = {item.name: item for item in onnx.load(results['onnx']).graph.initializer}
-    assert min(item.dims[0] for name, item in weights.items()
-               if name.endswith('weight_quantized') and len(item.dims) == 4) == 12
-    assert 'from 8 batches' in (work_dir / 'ptq.log').read_text()
+    pruner.export_subnet().dump(tmp_path / 'subnet.yaml')
+    code, results = run(config, checkpoint, tmp_path / 'out', '--subnet',
+                        str(tmp_path / 'subnet.yaml'), '--platform', 'ORT_INT8')
+    assert code == 0
+    weights = onnx.load(results['onnx']).graph.initializer
+    assert min(item.dims[0] for item in weights
+               if item.name.endswith('weight_quantized') and len(item.dims) == 4) == 12
+    assert 'from 8 batches' in (tmp_path / 'out' / 'ptq.log').read_text()
     top1 = results['top1']
     assert abs(top1['int8_onnxruntime'] - top1['fp32']) <= 1.0
+
+
+def test_an_autoslim_checkpoint_at_full_width_and_at_a_subnet(tiny_supernet, tmp_path):
+    init_default_scope('razorlib')
+    supernet = MODELS.build(Config.fromfile(TINY).model)
+    supernet.set_min_subnet()
+    supernet.export_subnet().dump(tmp_path / 'min.yaml')
+    full_code, full = run(TINY, tiny_supernet, tmp_path / 'full')
+    min_code, smallest = run(TINY, tiny_supernet, tmp_path / 'min', '--subnet',
+                             str(tmp_path / 'min.yaml'))
+    assert full_code == min_code == 0
+    widths = [[item.dims[0] for item in onnx.load(results['onnx']).graph.initializer
+               if item.name.endswith('weight_quantized') and len(item.dims) == 4]
+              for results in (full, smallest)]
+    assert widths[0] == [8, 16] and all(a < b for a, b in zip(widths[1], widths[0]))
+
+
+def test_mistakes_are_reported_with_exit_code_2(trained, tmp_path):
+    config, checkpoint, _ = trained
+    code, _ = run(config, tmp_path / 'missing.pth', tmp_path)
+    assert code == 2
+    assert 'missing.pth does not exist' in (tmp_path / 'ptq.log').read_text()
+    (tmp_path / 'subnet.yaml').write_text(
+        'version: 1\nmodules:\n  backbone.stages.0.conv: {out_channels: 4}\n')
+    code, _ = run(config, checkpoint, tmp_path / 'bad', '--subnet', str(tmp_path / 'subnet.yaml'))
+    assert code == 2
+    assert "missing key 'raw_out_channels'" in (tmp_path / 'bad' / 'ptq.log').read_text()
