@@ -7,14 +7,14 @@
 Builds the model of CONFIG and loads CHECKPOINT (an mmengine checkpoint or a plain
 state_dict, of the whole model or of its ``architecture``); an AutoSlim supernet is
 quantized at full width, or at the channel config given with ``--subnet`` (sliced with
-``slim_model``, its batch-norm statistics recalibrated on training batches).  Exit code 2
-for a mistake in the arguments, the config, the checkpoint or the subnet.  See
-docs/tools/ptq.md.  Calibration
+``slim_model``, its batch-norm statistics recalibrated on training batches).  Calibration
 batches come from the config's ``train_dataloader``; the model is quantized with
 ``quantize_torch_model``, exported as a QDQ ONNX model and evaluated on the
 ``val_dataloader``: top-1 of FP32, of the simulated INT8 (``QuantExecutor``) and of
 onnxruntime running the QDQ model, then the SNR table of ``analyse_error``.  Writes
-``<work_dir>/<config name>_int8.onnx``, ``ptq.json`` (the figures) and ``ptq.log``.
+``<work_dir>/<config name>_int8.onnx``, ``ptq.json`` (the figures) and ``ptq.log``; exit
+code 2 for a mistake in the arguments, the config, the checkpoint or the subnet.  See
+docs/tools/ptq.md.
 """
 import argparse
 import json
@@ -84,10 +84,13 @@ def load_classifier(args: argparse.Namespace) -> Tuple[Config, nn.Module, nn.Mod
     whole = any(key.startswith('architecture.') for key in state)
     try:
         (model if whole else classifier).load_state_dict(state)
-        if args.subnet:
+    except RuntimeError as err:
+        raise ConfigError(f'checkpoint {args.checkpoint}: {err}') from err
+    if args.subnet:
+        try:
             slim_model(classifier, args.subnet)
-    except (RuntimeError, ValueError) as err:
-        raise ConfigError(f'{args.subnet or args.checkpoint}: {err}') from err
+        except ValueError as err:
+            raise ConfigError(f'--subnet {args.subnet}: {err}') from err
     remove_masks(classifier)
     return cfg, model, classifier
 

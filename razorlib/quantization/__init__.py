@@ -1,9 +1,13 @@
-"""Quantization: target platforms, dispatch, observers and quantizers.
+"""Quantization: target platforms, dispatch, quantizers, calibration, execution, export.
 
 The pipeline: ``dispatch_graph`` puts every operation on a platform (the quantized one,
 FP32, or SOI for shape-or-index subgraphs); a platform's quantizer turns the operations on
 the quantized platform into :class:`~razorlib.ir.QuantableOperation`\\ s with linked
-configs; observers calibrate the configs.  ``quantize_graph`` does the first two.
+configs (``quantize_graph`` does both); ``calibrate`` runs observers over a dataloader and
+renders the configs; ``QuantExecutor`` runs the graph in simulated INT8, ``analyse_error``
+measures its SNR against FP32, and ``export_graph`` writes QDQ ONNX or TensorRT ranges.
+``quantize_torch_model`` and ``quantize_onnx_model`` go from a model to a calibrated graph
+in one call.
 
 Example:
     >>> import torch
@@ -21,14 +25,14 @@ Example:
     >>> conv.input_quant_config[1].scale.shape
     torch.Size([4])
 """
-from .dispatch import (DISPATCHERS, AggressiveDispatcher, AllInDispatcher,
-                       ConservativeDispatcher, DispatchingTable, GraphDispatcher,
-                       PointwiseDispatcher, dispatch_graph, find_soi_operations,
-                       register_dispatcher)
 from .analysis import LayerError, QuantErrorReport, SNRMeter, analyse_error, snr_db
 from .api import quantize_onnx_model, quantize_torch_model, set_activation_observer
 from .batches import graph_batches
 from .calibration import calibrate, render_passive_configs
+from .dispatch import (DISPATCHERS, AggressiveDispatcher, AllInDispatcher,
+                       ConservativeDispatcher, DispatchingTable, GraphDispatcher,
+                       PointwiseDispatcher, dispatch_graph, find_soi_operations,
+                       register_dispatcher)
 from .executor import QuantExecutor, quantized_inputs
 from .export import (EXPORTERS, activation_ranges, export_graph, export_onnx, export_qdq_onnx,
                      export_trt_json)
@@ -46,11 +50,17 @@ from .state import (bake_parameters, dequantize_graph, dequantized, quantable_op
 
 __all__ = [
     'AggressiveDispatcher', 'AllInDispatcher', 'BaseQuantizer', 'ConservativeDispatcher',
-    'DISPATCHERS', 'DispatchingTable', 'GraphDispatcher', 'KLObserver', 'MSEObserver',
-    'MinMaxObserver', 'OBSERVERS', 'ORTQDQQuantizer', 'Observer', 'PercentileObserver',
-    'PlatformKind', 'PointwiseDispatcher', 'QUANTIZABLE_OP_TYPES', 'QUANTIZERS',
-    'ROUNDING_FUNCTIONS', 'ScaleSharing', 'TargetPlatform', 'TensorFormat', 'TensorRTQuantizer',
-    'as_platform', 'build_observer', 'dispatch_graph', 'find_soi_operations',
-    'is_export_platform', 'is_float_platform', 'is_quantized_platform', 'linear_fake_quantize',
-    'quantize_graph', 'register_dispatcher', 'register_observer', 'register_quantizer'
+    'DISPATCHERS', 'DispatchingTable', 'EXPORTERS', 'GraphDispatcher', 'KLObserver',
+    'LayerError', 'MSEObserver', 'MinMaxObserver', 'OBSERVERS', 'ORTQDQQuantizer', 'Observer',
+    'PercentileObserver', 'PlatformKind', 'PointwiseDispatcher', 'QUANTIZABLE_OP_TYPES',
+    'QUANTIZERS', 'QuantErrorReport', 'QuantExecutor', 'ROUNDING_FUNCTIONS', 'SNRMeter',
+    'ScaleSharing', 'TargetPlatform', 'TensorFormat', 'TensorRTQuantizer', 'activation_ranges',
+    'analyse_error', 'as_platform', 'bake_parameters', 'build_observer', 'calibrate',
+    'config_scale_offset', 'dequantize_graph', 'dequantized', 'dispatch_graph', 'export_graph',
+    'export_onnx', 'export_qdq_onnx', 'export_trt_json', 'fake_quantize', 'find_soi_operations',
+    'graph_batches', 'is_export_platform', 'is_float_platform', 'is_quantized_platform',
+    'linear_fake_quantize', 'quantable_operations', 'quantize_graph', 'quantize_integers',
+    'quantize_onnx_model', 'quantize_torch_model', 'quantized_inputs', 'register_dispatcher',
+    'register_observer', 'register_quantizer', 'render_passive_configs',
+    'restore_quantize_state', 'set_activation_observer', 'snr_db'
 ]

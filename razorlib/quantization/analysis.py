@@ -48,6 +48,10 @@ def snr_db(reference: torch.Tensor, tensor: torch.Tensor) -> float:
 class SNRMeter:
     """Signal and noise power summed over batches.
 
+    Args:
+        signal: the sum of the squared reference values so far.
+        noise: the sum of the squared differences so far.
+
     Example:
         >>> meter = SNRMeter()
         >>> meter.update(torch.tensor([1.0]), torch.tensor([0.9]))

@@ -116,6 +116,10 @@ def test_mistakes_are_reported_with_exit_code_2(trained, tmp_path):
     code, _ = run(config, tmp_path / 'missing.pth', tmp_path)
     assert code == 2
     assert 'missing.pth does not exist' in (tmp_path / 'ptq.log').read_text()
+    torch.save({'head.fc.weight': torch.zeros(3, 3)}, tmp_path / 'other.pth')
+    code, _ = run(config, tmp_path / 'other.pth', tmp_path / 'other')
+    assert code == 2
+    assert 'Missing key(s) in state_dict' in (tmp_path / 'other' / 'ptq.log').read_text()
     (tmp_path / 'subnet.yaml').write_text(
         'version: 1\nmodules:\n  backbone.stages.0.conv: {out_channels: 4}\n')
     code, _ = run(config, checkpoint, tmp_path / 'bad', '--subnet', str(tmp_path / 'subnet.yaml'))

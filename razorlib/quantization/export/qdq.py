@@ -113,7 +113,7 @@ class _QDQWriter:
             self._dequantized[key] = self._variable(f'{var.name}_dequantized')
             self._append('DequantizeLinear', integers, self._dequantized[key], config)
         self.graph.replace_input(op, index, self._dequantized[key])
-        if not var.dest_ops and var.name not in self.graph.inputs:
+        if not (var.dest_ops or var.name in self.graph.inputs or var.name in self.graph.outputs):
             self.graph.remove_variable(var)
 
     def _append(self, op_type: str, source: Variable, target: Variable,
