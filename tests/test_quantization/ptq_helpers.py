@@ -65,6 +65,11 @@ def run_onnxruntime(model, inputs, optimized=True):
     return [torch.from_numpy(array) for array in session.run(None, feeds)]
 
 
+STEPS = 2 + 1e-3
+"""The agreement bound of executor and onnxruntime: two quantization steps of the output,
+and the float error of measuring them."""
+
+
 def output_step(graph, name, reference):
     """The quantization step of graph output ``name``: its scale when its producer quantizes
     it, else the step of an int8 symmetric quantization of ``reference``."""

@@ -9,7 +9,8 @@ from onnx import numpy_helper
 from razorlib.ir import Opset, from_onnx, structural_differences
 from razorlib.quantization import (QuantExecutor, activation_ranges, bake_parameters,
                                    export_graph, export_onnx, quantable_operations)
-from ptq_helpers import batches, calibrated, float_graph, run_onnxruntime, worst_steps
+from ptq_helpers import (STEPS, batches, calibrated, float_graph, run_onnxruntime,
+                         worst_steps)
 
 
 def nodes_by_output(model):
@@ -75,7 +76,7 @@ def test_onnxruntime_agrees_with_the_executor(exported, optimized):
     for x in batches(3, seed=11):
         ours = QuantExecutor(graph)(x)
         theirs = run_onnxruntime(model, [x], optimized)
-        assert worst_steps(graph, ours, theirs) <= (0.01 if not optimized else 2)
+        assert worst_steps(graph, ours, theirs) <= STEPS
 
 
 @pytest.mark.parametrize('platform', ['TRT_INT8', 'ORT_INT8'])

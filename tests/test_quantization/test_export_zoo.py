@@ -10,10 +10,8 @@ from torch.utils._pytree import tree_leaves
 import razorlib
 from razorlib.ir import TorchExecutor, from_torch
 from razorlib.quantization import QuantExecutor, calibrate, export_graph, quantize_graph
-from ptq_helpers import run_onnxruntime, worst_steps
+from ptq_helpers import STEPS, run_onnxruntime, worst_steps
 from zoo import ZOO
-
-STEPS = 2 + 1e-3  # two steps, and the float error of measuring them
 
 
 def _flat_inputs(inputs):
