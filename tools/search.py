@@ -1,0 +1,176 @@
+"""Search a trained AutoSlim supernet for subnets, and compare them with uniform widths.
+
+    python tools/search.py configs/pruning/autoslim/autoslim_plaincnn_digits_greedy_search.py \
+        work_dirs/autoslim_plaincnn_digits/epoch_60.pth --work-dir work_dirs/greedy_search
+
+The config's ``search_cfg`` names the loop (``GreedySearchLoop`` or
+``EvolutionSearchLoop``) and its settings; the rest of the config (model, dataloaders,
+evaluator) is the supernet's.  Written to the work dir:
+
+- the channel config (YAML) of every chosen subnet, from the loop;
+- ``search_results.json``: every evaluated subnet (FLOPs, params, score), the Pareto
+  front, the uniform-width baseline (every ratio of the pruner, each with BatchNorm
+  recalibration), and the chosen subnets and the baseline on the whole validation set;
+- ``search_plot.png``: FLOPs vs score of all of it.
+
+The log ends with a table of each chosen subnet next to the uniform width of nearest
+FLOPs, both on the whole validation set.
+"""
+import argparse
+import inspect
+import json
+import sys
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+from mmengine.config import Config, DictAction
+from mmengine.runner import Runner
+
+from razorlib.engine.loops import BaseSearchLoop, SearchResult, SubnetRecord, nearest, pareto_front
+from razorlib.engine.loops.search_state import atomic_write_text
+from razorlib.registry import LOOPS, register_all_modules
+from razorlib.utils.complexity import human
+
+REQUIRED_KEYS = ('model', 'val_dataloader', 'val_evaluator')
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description='Search subnets of a trained supernet.')
+    parser.add_argument('config', help='search config: the supernet config plus search_cfg')
+    parser.add_argument('checkpoint', help='the trained supernet checkpoint')
+    parser.add_argument('--work-dir', help='default: the config\'s work_dir or '
+                        'work_dirs/<config name>')
+    parser.add_argument('--resume', action='store_true',
+                        help='continue an evolution search from work_dir/search_state.json')
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
+                        help='override config keys, e.g. search_cfg.max_epochs=5')
+    return parser.parse_args(argv)
+
+
+def load_config(args: argparse.Namespace) -> Config:
+    """The runner config: ``search_cfg`` as its val loop, the checkpoint to load.
+
+    Raises:
+        ValueError: naming the missing or wrong key.
+    """
+    cfg = Config.fromfile(args.config)
+    if args.cfg_options:
+        cfg.merge_from_dict(args.cfg_options)
+    for key in REQUIRED_KEYS + ('search_cfg', ):
+        if cfg.get(key) is None:
+            raise ValueError(f'{args.config}: the config has no {key!r}')
+    search_cfg = cfg.search_cfg
+    loop_cls = LOOPS.get(search_cfg.get('type', ''))
+    if loop_cls is None or not issubclass(loop_cls, BaseSearchLoop):
+        raise ValueError(f"{args.config}: search_cfg.type must name a search loop "
+                         f"(GreedySearchLoop, EvolutionSearchLoop), got {search_cfg.get('type')!r}")
+    if search_cfg.get('calib_dataloader') is None and cfg.get('train_dataloader') is None:
+        raise ValueError(f'{args.config}: the config has no train_dataloader (BatchNorm '
+                         'recalibration data); set one or search_cfg.calib_dataloader')
+    if not Path(args.checkpoint).is_file():
+        raise FileNotFoundError(f'checkpoint: no such file {args.checkpoint}')
+    cfg.work_dir = args.work_dir or cfg.get('work_dir') or \
+        str(Path('work_dirs') / Path(args.config).stem)
+    if args.resume:
+        if 'resume_from' not in inspect.signature(loop_cls).parameters:
+            raise ValueError(f'--resume: {loop_cls.__name__} does not checkpoint its state')
+        search_cfg.resume_from = str(Path(cfg.work_dir) / 'search_state.json')
+    cfg.val_cfg = search_cfg
+    cfg.load_from, cfg.resume = args.checkpoint, False
+    return cfg
+
+
+def uniform_baseline(loop: BaseSearchLoop, full: bool) -> List[SubnetRecord]:
+    """Every space at each of the pruner's ratios, scored as the search scores."""
+    return [loop.evaluate(loop.space.uniform(ratio), f'uniform x{ratio:.2f}', full)
+            for ratio in sorted(loop.space.pruner.ratios)]
+
+
+def on_full_val(loop: BaseSearchLoop, records: Dict[str, SubnetRecord]) -> Dict[str, SubnetRecord]:
+    """``records`` scored on the whole validation set (the same if the search was)."""
+    if loop.val_batches is None:
+        return dict(records)
+    return {name: loop.evaluate(r.widths, f'{name} (full val)', full=True)
+            for name, r in records.items()}
+
+
+def plot(path: Path, records: List[SubnetRecord], uniform: List[SubnetRecord],
+         chosen: Dict[str, SubnetRecord], score_key: str, title: str) -> None:
+    """FLOPs vs score: every evaluated subnet, their Pareto front, uniform widths, chosen."""
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
+
+    fig, ax = plt.subplots(figsize=(7, 5), dpi=120)
+    ax.scatter([r.flops for r in records], [r.score for r in records], s=10, c='0.6',
+               label=f'evaluated subnets ({len(records)})')
+    front = pareto_front(records)
+    ax.step([r.flops for r in front], [r.score for r in front], where='post', c='tab:red',
+            label='Pareto front')
+    ax.plot([r.flops for r in uniform], [r.score for r in uniform], 'o--', c='tab:blue',
+            label='uniform width (BN recalibrated)')
+    for name, record in chosen.items():
+        ax.plot(record.flops, record.score, '*', c='tab:green', ms=14)
+        ax.annotate(name, (record.flops, record.score), textcoords='offset points',
+                    xytext=(6, -12), fontsize=8)
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: human(v)))
+    ax.set(xlabel='FLOPs', ylabel=score_key, title=title)
+    ax.grid(alpha=0.3)
+    ax.legend(loc='lower right')
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def comparison_table(chosen: Dict[str, SubnetRecord], uniform: List[SubnetRecord],
+                     score_key: str) -> List[str]:
+    """One line per chosen subnet with the uniform width of nearest FLOPs."""
+    lines = [f"{'subnet':24}{'FLOPs':>10}{'params':>10}{score_key:>16}  |  "
+             f"{'uniform':>14}{'FLOPs':>10}{score_key:>16}{'delta':>8}"]
+    for name, record in chosen.items():
+        base = nearest(uniform, record.flops)
+        lines.append(f'{name:24}{human(record.flops):>10}{human(record.params):>10}'
+                     f'{record.score:>16.2f}  |  {base.tag:>14}'
+                     f'{human(base.flops):>10}{base.score:>16.2f}'
+                     f'{record.score - base.score:>+8.2f}')
+    return lines
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = parse_args(argv)
+    register_all_modules()
+    cfg = load_config(args)
+    runner = Runner.from_cfg(cfg)
+    result: SearchResult = runner.val()
+    loop: BaseSearchLoop = runner.val_loop
+    logger, work_dir = runner.logger, Path(cfg.work_dir)
+
+    uniform = uniform_baseline(loop, full=False)
+    uniform_full = uniform if loop.val_batches is None else uniform_baseline(loop, full=True)
+    chosen_full = on_full_val(loop, result.chosen)
+    split = ('whole validation set' if loop.val_batches is None
+             else f'first {loop.val_batches} validation batches')
+    results = dict(
+        search=cfg.search_cfg.type, score_key=loop.score_key, scored_on=split,
+        records=[r.to_dict() for r in result.records],
+        pareto_front=[r.to_dict() for r in pareto_front(result.records)],
+        uniform=[r.to_dict() for r in uniform],
+        history=[r.to_dict() for r in result.history],
+        chosen={name: dict(file=str(result.files[name]), search=r.to_dict(),
+                           full_val=chosen_full[name].to_dict())
+                for name, r in result.chosen.items()},
+        uniform_full_val=[r.to_dict() for r in uniform_full])
+    atomic_write_text(work_dir / 'search_results.json', json.dumps(results, indent=1))
+    plot(work_dir / 'search_plot.png', result.records, uniform, result.chosen, loop.score_key,
+         f'{cfg.search_cfg.type}, scored on the {split}')
+    logger.info('chosen subnets vs uniform width at the nearest FLOPs (whole validation set):')
+    for line in comparison_table(chosen_full, uniform_full, loop.score_key):
+        logger.info(line)
+    logger.info(f'wrote {", ".join(str(p) for p in result.files.values())}, '
+                f'{work_dir / "search_results.json"} and {work_dir / "search_plot.png"}')
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
