@@ -14,7 +14,8 @@ evaluator) is the supernet's.  Written to the work dir:
 - ``search_plot.png``: FLOPs vs score of all of it.
 
 The log ends with a table of each chosen subnet next to the uniform width of nearest
-FLOPs, both on the whole validation set.
+FLOPs and the uniform curve interpolated at the subnet's FLOPs, all on the whole
+validation set.
 """
 import argparse
 import inspect
@@ -23,6 +24,7 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
+import numpy as np
 from mmengine.config import Config, DictAction
 from mmengine.runner import Runner
 
@@ -123,17 +125,23 @@ def plot(path: Path, records: List[SubnetRecord], uniform: List[SubnetRecord],
     plt.close(fig)
 
 
+def uniform_at(uniform: List[SubnetRecord], flops: float) -> float:
+    """The uniform-width score at ``flops``, linear between the nearest two widths."""
+    ordered = sorted(uniform, key=lambda r: r.flops)
+    return float(np.interp(flops, [r.flops for r in ordered], [r.score for r in ordered]))
+
+
 def comparison_table(chosen: Dict[str, SubnetRecord], uniform: List[SubnetRecord],
                      score_key: str) -> List[str]:
-    """One line per chosen subnet with the uniform width of nearest FLOPs."""
-    lines = [f"{'subnet':24}{'FLOPs':>10}{'params':>10}{score_key:>16}  |  "
-             f"{'uniform':>14}{'FLOPs':>10}{score_key:>16}{'delta':>8}"]
+    """Each chosen subnet, the uniform width of nearest FLOPs, and the uniform curve at
+    the subnet's own FLOPs (``delta`` is against that)."""
+    lines = [f"{'subnet':24}{'FLOPs':>9}{'params':>9}{score_key:>15}  | {'nearest uniform':>15}"
+             f"{'FLOPs':>9}{score_key:>15}  | {'uniform@FLOPs':>14}{'delta':>8}"]
     for name, record in chosen.items():
-        base = nearest(uniform, record.flops)
-        lines.append(f'{name:24}{human(record.flops):>10}{human(record.params):>10}'
-                     f'{record.score:>16.2f}  |  {base.tag:>14}'
-                     f'{human(base.flops):>10}{base.score:>16.2f}'
-                     f'{record.score - base.score:>+8.2f}')
+        base, level = nearest(uniform, record.flops), uniform_at(uniform, record.flops)
+        lines.append(f'{name:24}{human(record.flops):>9}{human(record.params):>9}'
+                     f'{record.score:>15.2f}  | {base.tag:>15}{human(base.flops):>9}'
+                     f'{base.score:>15.2f}  | {level:>14.2f}{record.score - level:>+8.2f}')
     return lines
 
 
@@ -164,7 +172,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     atomic_write_text(work_dir / 'search_results.json', json.dumps(results, indent=1))
     plot(work_dir / 'search_plot.png', result.records, uniform, result.chosen, loop.score_key,
          f'{cfg.search_cfg.type}, scored on the {split}')
-    logger.info('chosen subnets vs uniform width at the nearest FLOPs (whole validation set):')
+    logger.info('chosen subnets vs uniform widths (whole validation set):')
     for line in comparison_table(chosen_full, uniform_full, loop.score_key):
         logger.info(line)
     logger.info(f'wrote {", ".join(str(p) for p in result.files.values())}, '

@@ -8,6 +8,8 @@ import torch
 from mmengine.config import Config
 from search_helpers import build_runner, one_thread, runner_cfg  # noqa: F401 (fixture)
 
+from razorlib.engine.loops import SubnetRecord
+
 TOOL = Path(__file__).parents[2] / 'tools' / 'search.py'
 GREEDY = dict(type='GreedySearchLoop', target_flops=[40000, 20000, 8000], max_channel_bins=4,
               recalib_batches=1, val_batches=1)
@@ -60,8 +62,19 @@ def test_greedy_search_writes_subnets_results_plot_and_a_table(files, tmp_path):
     assert chosen['full_val']['flops'] == chosen['search']['flops'] <= 20000
     assert (tmp_path / 'search_plot.png').read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
     log = next(tmp_path.glob('*/*.log')).read_text()
-    assert 'chosen subnets vs uniform width at the nearest FLOPs' in log
+    assert 'chosen subnets vs uniform widths (whole validation set)' in log
     assert 'subnet_flops8000' in log and 'uniform x' in log
+
+
+def test_the_table_compares_with_the_nearest_width_and_the_curve_at_equal_flops():
+    tool = load_tool()
+    uniform = [SubnetRecord({}, 100, 1, 60.0, 'uniform x0.50'),
+               SubnetRecord({}, 300, 1, 80.0, 'uniform x1.00')]
+    assert tool.uniform_at(uniform, 150) == 65.0
+    header, row = tool.comparison_table({'s': SubnetRecord({}, 150, 1, 70.0)}, uniform,
+                                        'top1')
+    assert row.split() == ['s', '150', '1', '70.00', '|', 'uniform', 'x0.50', '100', '60.00',
+                           '|', '65.00', '+5.00']
 
 
 def test_resume_continues_an_evolution_search(files, tmp_path):
