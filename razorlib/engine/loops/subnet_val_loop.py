@@ -1,7 +1,7 @@
 """SubnetValLoop: validate one fixed subnet of a supernet after BatchNorm recalibration."""
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Dict, Iterator, Mapping, Optional, Union
+from typing import Any, Dict, Iterator, Mapping, Optional, Tuple, Union
 
 import torch
 from mmengine.model import BaseModel
@@ -45,19 +45,23 @@ def resolve_subnet(model: BaseModel, subnet: SubnetSpec) -> Dict[str, torch.Tens
     return WidthSpace(model.pruner).masks(subnet)
 
 
+def _running_stats(norm: torch.nn.Module) -> Tuple[torch.Tensor, ...]:
+    return norm.running_mean, norm.running_var, norm.num_batches_tracked
+
+
 @contextmanager
 def kept_subnet_and_bn(model: BaseModel) -> Iterator[None]:
-    """Restore the model's subnet and BatchNorm statistics on exit."""
+    """Restore the model's subnet and BatchNorm running statistics on exit."""
     subnet = model.pruner.current_subnet
-    buffers = [{name: buf.clone() for name, buf in norm.named_buffers()}
-               for norm in batchnorms(model)]
+    norms = batchnorms(model)
+    saved = [[buf.clone() for buf in _running_stats(norm)] for norm in norms]
     try:
         yield
     finally:
         model.set_subnet(subnet)
-        for norm, saved in zip(batchnorms(model), buffers):
-            for name, buf in norm.named_buffers():
-                buf.copy_(saved[name])
+        for norm, values in zip(norms, saved):
+            for buf, value in zip(_running_stats(norm), values):
+                buf.copy_(value)
 
 
 @LOOPS.register_module()
