@@ -18,6 +18,7 @@ from typing import List
 from mmengine.registry import DATA_SAMPLERS as MMENGINE_DATA_SAMPLERS
 from mmengine.registry import DATASETS as MMENGINE_DATASETS
 from mmengine.registry import EVALUATOR as MMENGINE_EVALUATOR
+from mmengine.registry import FUNCTIONS as MMENGINE_FUNCTIONS
 from mmengine.registry import HOOKS as MMENGINE_HOOKS
 from mmengine.registry import LOOPS as MMENGINE_LOOPS
 from mmengine.registry import METRICS as MMENGINE_METRICS
@@ -49,7 +50,7 @@ def _present(*packages: str) -> List[str]:
 MODELS = Registry('model', parent=MMENGINE_MODELS, scope=SCOPE,
                   locations=_present('razorlib.models', 'razorlib.algorithms'))
 MODEL_WRAPPERS = Registry('model_wrapper', parent=MMENGINE_MODEL_WRAPPERS, scope=SCOPE,
-                          locations=_present('razorlib.engine'))
+                          locations=_present('razorlib.engine', 'razorlib.algorithms'))
 # Pruners have no counterpart among mmengine's roots; they get a root of their own.
 PRUNERS = Registry('pruner', scope=SCOPE, locations=_present('razorlib.pruning'))
 TASK_UTILS = Registry('task util', parent=MMENGINE_TASK_UTILS, scope=SCOPE,
@@ -76,6 +77,8 @@ OPTIM_WRAPPER_CONSTRUCTORS = Registry('optimizer wrapper constructor',
                                       parent=MMENGINE_OPTIM_WRAPPER_CONSTRUCTORS, scope=SCOPE)
 PARAM_SCHEDULERS = Registry('parameter scheduler', parent=MMENGINE_PARAM_SCHEDULERS,
                             scope=SCOPE)
+# Collate functions; a child so that lookups in the razorlib scope find mmengine's.
+FUNCTIONS = Registry('function', parent=MMENGINE_FUNCTIONS, scope=SCOPE)
 VISUALIZERS = Registry('visualizer', parent=MMENGINE_VISUALIZERS, scope=SCOPE)
 VISBACKENDS = Registry('vis_backend', parent=MMENGINE_VISBACKENDS, scope=SCOPE)
 

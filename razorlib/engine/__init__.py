@@ -1,4 +1,8 @@
-"""mmengine components of razorlib, registered in its registries (``LOOPS``, ...)."""
+"""Training engine: checkpoint loading, config checks, hooks and loops for mmengine's Runner."""
+from .checkpoint import CHECKPOINT_GLOBALS, checkpoint_getattr, register_checkpoint_globals
+from .hooks import DumpSubnetHook, EpochSeedHook, ResourceEstimatorHook
 from .loops import EvolutionSearchLoop, GreedySearchLoop, SubnetValLoop
 
-__all__ = ['EvolutionSearchLoop', 'GreedySearchLoop', 'SubnetValLoop']
+__all__ = ['CHECKPOINT_GLOBALS', 'DumpSubnetHook', 'EpochSeedHook', 'EvolutionSearchLoop',
+           'GreedySearchLoop', 'ResourceEstimatorHook', 'SubnetValLoop', 'checkpoint_getattr',
+           'register_checkpoint_globals']

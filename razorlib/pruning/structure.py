@@ -17,13 +17,20 @@ import torch.nn as nn
 
 from ..tracing import ChannelGroup, ChannelGroups, build_groups, trace
 from ..tracing.forward import default_example_inputs
-from .channel_config import ChannelConfig
+from .channel_config import ChannelConfig, ChannelSelection, as_channel_config
 from .masks import IN_MASK, OUT_MASK, add_masks, remove_masks, set_mask
 from .slicing import slim_model
 from .subnet_config import subnet_channel_config
 from .verify import freeze_unrunnable_groups
 
 SubnetDict = Dict[str, torch.Tensor]
+
+
+def _describe(axes: Optional[Dict[str, ChannelSelection]]) -> str:
+    """``'in 3/16, out 5/32'`` for a module's kept channels; ``'no entry'`` for None."""
+    if axes is None:
+        return 'no entry'
+    return ', '.join(f'{axis} {sel.count}/{sel.raw}' for axis, sel in sorted(axes.items()))
 
 
 def _channel_counts(module: nn.Module):
@@ -139,9 +146,15 @@ class StructurePruner(metaclass=ABCMeta):
         return {gid: self.keep_ratio(groups[gid], ratio, orders[gid])
                 for gid, ratio in ratios.items()}
 
-    def sample_subnet(self) -> SubnetDict:
-        """A random subnet: per space a ratio drawn from ``ratios``."""
-        return self._subnet_at({gid: random.choice(self.ratios)
+    def sample_subnet(self, rng: Optional[random.Random] = None) -> SubnetDict:
+        """A random subnet: per space a ratio drawn from ``ratios``.
+
+        Args:
+            rng: the generator to draw from; default Python's global ``random``.  A
+                generator seeded alike on every process samples the same subnet on each.
+        """
+        draw = (rng or random).choice
+        return self._subnet_at({gid: draw(self.ratios)
                                 for gid in self._require_prepared().prunable})
 
     def set_max_channel(self) -> None:
@@ -179,6 +192,46 @@ class StructurePruner(metaclass=ABCMeta):
                 mask = torch.from_numpy(masks[(use.name, use.role, use.dim)])
                 set_mask(module, IN_MASK if use.role == 'in' else OUT_MASK, mask)
         self._subnet = keep
+
+    def subnet_from_channel_config(
+            self, channel_cfg: Union[ChannelConfig, Dict[str, Any], str, Path]) -> SubnetDict:
+        """The subnet dict whose :meth:`export_subnet` is ``channel_cfg``.
+
+        Each space keeps the output channels its leader layer keeps in the config (all of
+        them if the config does not name the leader).
+
+        Raises:
+            ValueError: the config is not a subnet of this supernet; the message names
+                the first module entry (``modules.<name>``) at fault.
+        """
+        cfg = as_channel_config(channel_cfg)
+        subnet = {}
+        for gid, group in self._require_prepared().prunable.items():
+            selection = cfg.kept(gid, 'out')
+            if selection is None:
+                continue
+            if selection.raw != group.width:
+                raise ValueError(f'modules.{gid}: raw_out_channels is {selection.raw}, the '
+                                 f'supernet layer has {group.width}')
+            keep = torch.zeros(group.width, dtype=torch.bool)
+            keep[list(selection.index)] = True
+            subnet[gid] = keep
+        try:
+            keep = self._validate(subnet)
+        except ValueError as err:
+            raise ValueError(f'channel config: {err}') from err
+        exported = subnet_channel_config(self.groups, self._uses, keep)
+        for name in sorted(set(cfg.modules) | set(exported.modules)):
+            if cfg.modules.get(name) != exported.modules.get(name):
+                raise ValueError(f'modules.{name}: the channel config keeps '
+                                 f'{_describe(cfg.modules.get(name))}, the supernet set to its '
+                                 f'spaces keeps {_describe(exported.modules.get(name))}')
+        if cfg.params != exported.params:
+            name = next(n for n in sorted(set(cfg.params) | set(exported.params))
+                        if cfg.params.get(n) != exported.params.get(n))
+            raise ValueError(f'params.{name}: the channel config does not match the '
+                             'supernet set to its spaces')
+        return subnet
 
     @property
     def current_subnet(self) -> SubnetDict:

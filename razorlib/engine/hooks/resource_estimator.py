@@ -1,0 +1,65 @@
+"""ResourceEstimatorHook: FLOPs and parameters of the current subnet, in the log."""
+from typing import Dict, Optional, Sequence
+
+import torch
+import torch.nn as nn
+from mmengine.hooks import Hook
+
+from ...registry import HOOKS
+from ...utils import Complexity, get_model_complexity
+from ..utils import unwrap
+
+
+@HOOKS.register_module()
+class ResourceEstimatorHook(Hook):
+    """Log the FLOPs and parameters (in millions) of the model's current subnet.
+
+    They go into the message hub as ``flops_M`` and ``params_M`` scalars with the
+    ``val/``, ``test/`` or ``train/`` prefix, so ``LoggerHook`` prints them next to the
+    metrics and the visualisation backends record them: after every validation and
+    test epoch (for the subnet just evaluated), and every ``interval`` training
+    iterations when ``interval > 0``.  A model with ``flops_params()`` (AutoSlim)
+    counts itself; any other is counted by ``get_model_complexity`` on a random
+    ``1 x input_shape`` batch (a masked supernet at its kept widths).
+
+    Args:
+        interval: log during training every this many iterations; 0: never.
+        input_shape: ``(C, H, W)`` for models without ``flops_params``.
+
+    Example:
+        >>> custom_hooks = [dict(type='ResourceEstimatorHook', interval=100)]  # in a config
+    """
+    priority = 'NORMAL'  # before LoggerHook (BELOW_NORMAL), which prints the scalars
+
+    def __init__(self, interval: int = 0, input_shape: Sequence[int] = (3, 224, 224)):
+        if interval < 0:
+            raise ValueError(f'interval must be >= 0, got {interval}')
+        self.interval = interval
+        self.input_shape = tuple(input_shape)
+
+    def estimate(self, model: nn.Module) -> Dict[str, float]:
+        """``{'flops_M': ..., 'params_M': ...}`` of ``model``'s current subnet."""
+        model = unwrap(model)
+        if hasattr(model, 'flops_params'):
+            complexity: Complexity = model.flops_params()
+        else:
+            param = next(model.parameters(), None)
+            device = param.device if param is not None else 'cpu'
+            complexity = get_model_complexity(model,
+                                              torch.randn(1, *self.input_shape, device=device))
+        return {'flops_M': complexity.flops / 1e6, 'params_M': complexity.params / 1e6}
+
+    def _log(self, runner, mode: str) -> None:
+        for key, value in self.estimate(runner.model).items():
+            runner.message_hub.update_scalar(f'{mode}/{key}', value)
+
+    def after_train_iter(self, runner, batch_idx: int, data_batch=None,
+                         outputs: Optional[dict] = None) -> None:
+        if self.interval > 0 and self.every_n_train_iters(runner, self.interval):
+            self._log(runner, 'train')
+
+    def after_val_epoch(self, runner, metrics: Optional[Dict[str, float]] = None) -> None:
+        self._log(runner, 'val')
+
+    def after_test_epoch(self, runner, metrics: Optional[Dict[str, float]] = None) -> None:
+        self._log(runner, 'test')

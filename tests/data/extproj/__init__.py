@@ -1,0 +1,1 @@
+"""A stand-in for another OpenMMLab project: its own registry scope and classifier."""

@@ -1,0 +1,74 @@
+"""mmengine checkpoints load with weights_only=True; anything else stays refused."""
+import io
+import os
+import pickle
+
+import pytest
+import torch
+from mmengine.logging import HistoryBuffer
+from mmengine.runner import Runner
+from mmengine.runner.checkpoint import _load_checkpoint
+
+import razorlib  # noqa: F401  (registers the globals)
+from razorlib.engine import checkpoint_getattr
+
+
+@pytest.fixture(scope='module')
+def checkpoint(tmp_path_factory) -> str:
+    """A checkpoint of a short run whose schedulers, hooks and message hub need every
+    allow-listed global."""
+    work_dir = tmp_path_factory.mktemp('ckpt')
+    loader = dict(batch_size=128, num_workers=0, sampler=dict(type='DefaultSampler'),
+                  collate_fn=dict(type='default_collate'))
+    runner = Runner(
+        model=dict(type='ImageClassifier', backbone=dict(type='PlainCNN', channels=(4, 8)),
+                   head=dict(type='LinearClsHead', num_classes=10)),
+        work_dir=str(work_dir), experiment_name='checkpoint_globals',
+        train_dataloader=dict(loader, dataset=dict(type='DigitsDataset', split='train')),
+        val_dataloader=dict(loader, dataset=dict(type='DigitsDataset', split='val')),
+        val_evaluator=dict(type='Accuracy', topk=(1, )),
+        train_cfg=dict(by_epoch=True, max_epochs=1), val_cfg=dict(),
+        optim_wrapper=dict(optimizer=dict(type='AdamW', lr=1e-3)),
+        param_scheduler=[dict(type='OneCycleLR', eta_max=0.01, total_steps=12, by_epoch=False),
+                         dict(type='MultiStepLR', milestones=[1], by_epoch=True)],
+        default_hooks=dict(checkpoint=dict(type='CheckpointHook', save_best='auto')),
+        custom_hooks=[dict(type='EMAHook')],
+        default_scope='razorlib', randomness=dict(seed=0))
+    runner.train()
+    return str(work_dir / 'epoch_1.pth')
+
+
+def test_an_mmengine_checkpoint_loads_with_weights_only(checkpoint):
+    data = torch.load(checkpoint, weights_only=True)
+    assert {'meta', 'state_dict', 'message_hub', 'optimizer', 'param_schedulers'} <= set(data)
+    assert isinstance(data['message_hub']['log_scalars']['train/loss'], HistoryBuffer)
+    # mmengine's own loader (what Runner.resume calls) uses torch's default, weights_only
+    assert _load_checkpoint(checkpoint, map_location='cpu')['meta']['epoch'] == 1
+
+
+def saved(obj) -> io.BytesIO:
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    buffer.seek(0)
+    return buffer
+
+
+def test_a_pickled_function_is_still_refused():
+    with pytest.raises(pickle.UnpicklingError, match='posix.system|os.system'):
+        torch.load(saved({'state_dict': {}, 'hook': os.system}))
+
+
+def test_a_history_buffer_with_a_foreign_statistic_is_refused():
+    buffer = HistoryBuffer([1.0], [1])
+    # pickled as getattr(HistoryBuffer, 'update'), a lookup mmengine never makes
+    buffer._statistics_methods = dict(buffer._statistics_methods, evil=HistoryBuffer.update)
+    with pytest.raises(pickle.UnpicklingError, match='refusing getattr'):
+        torch.load(saved({'message_hub': buffer}))
+
+
+@pytest.mark.parametrize('owner, name', [(HistoryBuffer, '__init__'), (HistoryBuffer, 'update'),
+                                         (os, 'system'), (dict, 'min')])
+def test_getattr_answers_only_the_lookups_of_mmengine_checkpoints(owner, name):
+    with pytest.raises(pickle.UnpicklingError, match='refusing getattr'):
+        checkpoint_getattr(owner, name)
+    assert checkpoint_getattr(HistoryBuffer, 'mean') is HistoryBuffer.mean

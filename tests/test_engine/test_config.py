@@ -1,0 +1,89 @@
+"""check_config names the key at fault; prepare_cpu_distributed fixes mmengine's CPU traps."""
+from pathlib import Path
+
+import pytest
+import torch.distributed as dist
+from mmengine.config import Config
+
+from razorlib.engine.config import TEST_KEYS, ConfigError, check_config, load_config
+from razorlib.engine.distributed import prepare_cpu_distributed
+
+SUPERNET = Path(__file__).parents[2] / 'configs' / 'pruning' / 'autoslim' / \
+    'autoslim_plaincnn_digits_supernet.py'
+
+
+@pytest.fixture
+def cfg() -> Config:
+    return load_config(SUPERNET)
+
+
+def test_the_supernet_config_passes(cfg):
+    check_config(cfg)
+    check_config(cfg, TEST_KEYS)
+
+
+@pytest.mark.parametrize('options, key', [
+    ({'model.architecture.backbone.type': 'PlainCNNN'}, 'model.architecture.backbone.type'),
+    ({'model.pruner.type': 'RatioPrunr'}, 'model.pruner.type'),
+    ({'model.num_random_sample': 3}, 'model.num_random_sample'),
+    ({'model.architecture.head.num_class': 3}, 'model.architecture.head.num_class'),
+    ({'train_dataloader.dataset.type': 'Digits'}, 'train_dataloader.dataset.type'),
+    ({'train_dataloader.dataset.upscal': 8}, 'train_dataloader.dataset.upscal'),
+    ({'train_dataloader.sampler.type': 'Sampler'}, 'train_dataloader.sampler.type'),
+    ({'val_evaluator.topk_': 1}, 'val_evaluator.topk_'),
+    ({'optim_wrapper.optimizer.type': 'SDG'}, 'optim_wrapper.optimizer.type'),
+    ({'optim_wrapper.optimizer.learning_rate': 0.1}, 'optim_wrapper.optimizer.learning_rate'),
+    ({'param_scheduler.1.type': 'Cosine'}, 'param_scheduler[1].type'),
+    ({'custom_hooks.1.type': 'DumpHook'}, 'custom_hooks[1].type'),
+    ({'custom_hooks.0.intervall': 3}, 'custom_hooks[0].intervall'),
+    ({'default_hooks.checkpoint.type': 'Checkpoint'}, 'default_hooks.checkpoint.type'),
+    ({'model_wrapper_cfg.type': 'AutoSlimDP'}, 'model_wrapper_cfg.type'),
+])
+def test_mistakes_are_reported_with_their_key(cfg, options, key):
+    cfg.merge_from_dict(options)
+    with pytest.raises(ConfigError) as info:
+        check_config(cfg)
+    assert str(info.value).startswith(f'{key}: ')
+
+
+def test_a_wrapper_type_without_its_scope_is_reported(cfg):
+    cfg.model_wrapper_cfg.type = 'AutoSlimDDP'  # the Runner would not find it
+    with pytest.raises(ConfigError, match="^model_wrapper_cfg.type: .*'razorlib.AutoSlimDDP'"):
+        check_config(cfg)
+
+
+def test_a_missing_section_is_named(cfg):
+    cfg.pop('optim_wrapper')
+    with pytest.raises(ConfigError, match='^optim_wrapper: missing'):
+        check_config(cfg)
+
+
+def test_types_resolve_in_the_configs_default_scope(cfg):
+    cfg.default_scope = 'mmengine'  # unqualified razorlib names are unknown there
+    with pytest.raises(ConfigError, match="^model.type: 'AutoSlim' is not registered"):
+        check_config(cfg)
+    cfg.model.type = 'razorlib.AutoSlim'
+    with pytest.raises(ConfigError, match='^model.architecture.type'):
+        check_config(cfg)
+
+
+def test_a_missing_config_file_is_named(tmp_path):
+    with pytest.raises(ConfigError, match='nope.py does not exist'):
+        load_config(tmp_path / 'nope.py')
+
+
+def test_cpu_distributed_gets_device_ids_none(tmp_path):
+    dist.init_process_group('gloo', init_method=f'file://{tmp_path}/store', rank=0,
+                            world_size=1)
+    try:
+        cfg = Config(dict(model_wrapper_cfg=dict(type='AutoSlimDDP')))
+        assert prepare_cpu_distributed(cfg)
+        assert cfg.model_wrapper_cfg == dict(type='AutoSlimDDP', device_ids=None)
+        plain = Config(dict())
+        prepare_cpu_distributed(plain)
+        assert plain.model_wrapper_cfg == dict(type='MMDistributedDataParallel',
+                                               broadcast_buffers=False,
+                                               find_unused_parameters=False,
+                                               device_ids=None)
+    finally:
+        dist.destroy_process_group()

@@ -1,0 +1,87 @@
+"""ResourceEstimatorHook, DumpSubnetHook and EpochSeedHook in a Runner."""
+import json
+import random
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from mmengine.config import Config
+from mmengine.runner import Runner
+
+from razorlib.engine.hooks import DumpSubnetHook, EpochSeedHook, ResourceEstimatorHook
+from razorlib.pruning import ChannelConfig
+
+TINY = Path(__file__).parents[1] / 'data' / 'configs' / 'autoslim_tiny_digits.py'
+
+
+def tiny_runner(work_dir: Path, name: str, custom_hooks: list) -> Runner:
+    cfg = Config.fromfile(TINY)
+    cfg.merge_from_dict(dict(work_dir=str(work_dir), experiment_name=name,
+                             custom_hooks=custom_hooks, default_hooks=dict(checkpoint=None)))
+    return Runner.from_cfg(cfg)
+
+
+@pytest.fixture(scope='module')
+def trained(tmp_path_factory) -> Runner:
+    work_dir = tmp_path_factory.mktemp('hooks')
+    runner = tiny_runner(work_dir, 'hooks', [
+        dict(type='ResourceEstimatorHook', interval=5),
+        dict(type='DumpSubnetHook', save_best='accuracy/top1')])
+    runner.train()
+    return runner
+
+
+def test_resource_estimator_logs_flops_and_params_of_the_current_subnet(trained):
+    complexity = trained.model.flops_params()
+    hub = trained.message_hub
+    assert hub.get_scalar('val/flops_M').current() == pytest.approx(complexity.flops / 1e6)
+    assert hub.get_scalar('val/params_M').current() == pytest.approx(complexity.params / 1e6)
+    assert hub.get_scalar('train/flops_M').current() == pytest.approx(complexity.flops / 1e6)
+    scalars = Path(trained.log_dir) / 'vis_data' / 'scalars.json'
+    val_lines = [json.loads(line) for line in scalars.read_text().splitlines()
+                 if 'accuracy/top1' in line]
+    assert val_lines and val_lines[-1]['flops_M'] == pytest.approx(complexity.flops / 1e6)
+
+
+def test_resource_estimator_counts_models_without_flops_params():
+    hook = ResourceEstimatorHook(input_shape=(3, 4, 4))
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1))
+    assert hook.estimate(net) == {'flops_M': 16 * 8 * 27 / 1e6, 'params_M': 8 * 28 / 1e6}
+
+
+def test_dump_subnet_writes_latest_best_and_final_configs(trained):
+    work_dir = Path(trained.work_dir)
+    expected = trained.model.export_subnet()
+    for name in ('subnet_latest.yaml', 'subnet_best.yaml', 'subnet_final.yaml'):
+        assert ChannelConfig.load(work_dir / name) == expected
+    best = trained.message_hub.get_info(DumpSubnetHook.BEST_KEY)
+    assert best == pytest.approx(trained.message_hub.get_scalar('val/accuracy/top1').current())
+
+
+def test_dump_subnet_keeps_the_best_by_its_rule(tmp_path):
+    hook = DumpSubnetHook(save_best='err', rule='less')
+    model = SimpleNamespace(export_subnet=lambda: ChannelConfig())
+    infos = {}
+    runner = SimpleNamespace(model=model, work_dir=str(tmp_path),
+                             logger=SimpleNamespace(info=lambda msg: None),
+                             message_hub=SimpleNamespace(get_info=infos.get,
+                                                         update_info=infos.__setitem__))
+    for err in (0.5, 0.7, 0.2):
+        hook.after_val_epoch(runner, {'err': err})
+    assert infos[DumpSubnetHook.BEST_KEY] == 0.2
+    with pytest.raises(KeyError, match="save_best='err' is not a validation metric"):
+        hook.after_val_epoch(runner, {'accuracy/top1': 1.0})
+
+
+def test_epoch_seed_hook_makes_each_epoch_draw_the_same_numbers():
+    def draws(epoch: int) -> tuple:
+        runner = SimpleNamespace(seed=3, epoch=epoch, cfg=Config(dict(randomness=dict(seed=3))))
+        EpochSeedHook().before_train_epoch(runner)
+        return torch.rand(2).tolist(), np.random.rand(), random.random()
+
+    first = draws(1)
+    torch.rand(5)  # whatever ran in between
+    assert draws(1) == first
+    assert draws(2) != first

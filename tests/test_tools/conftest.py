@@ -1,0 +1,56 @@
+"""Shared by the tool tests: loading a tool as a module, and a tiny trained supernet."""
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+REPO = Path(__file__).parents[2]
+TINY = REPO / 'tests' / 'data' / 'configs' / 'autoslim_tiny_digits.py'
+
+
+def load_tool(name: str) -> ModuleType:
+    """``tools/<name>.py`` imported as a module, so tests call its ``main(argv)``."""
+    spec = importlib.util.spec_from_file_location(f'{name}_tool', REPO / 'tools' / f'{name}.py')
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class LogCapture:
+    """Replaces a tool's ``print_log`` and keeps the messages."""
+
+    def __init__(self, tool: ModuleType, monkeypatch):
+        self.messages = []
+        monkeypatch.setattr(tool, 'print_log',
+                            lambda msg, logger=None, level=None: self.messages.append(msg))
+
+    @property
+    def text(self) -> str:
+        return '\n'.join(self.messages)
+
+
+@pytest.fixture(scope='session')
+def tiny_supernet(tmp_path_factory) -> Path:
+    """The checkpoint of the tiny digits supernet after one epoch of tools/train.py."""
+    work_dir = tmp_path_factory.mktemp('tiny_supernet')
+    code = load_tool('train').main([str(TINY), '--work-dir', str(work_dir), '--cfg-options',
+                                    'experiment_name=tiny_supernet'])
+    assert code == 0
+    return work_dir / 'epoch_1.pth'
+
+
+@pytest.fixture
+def run_python():
+    """Run ``python ARGS...`` in the checkout, with it and ``tests/data`` first on the path."""
+
+    def run(*args: str, timeout: int = 120) -> subprocess.CompletedProcess:
+        path = os.pathsep.join([str(REPO), str(REPO / 'tests' / 'data')])
+        env = dict(os.environ, PYTHONPATH=path)
+        return subprocess.run([sys.executable, *args], cwd=REPO, env=env, capture_output=True,
+                              text=True, timeout=timeout)
+
+    return run

@@ -1,0 +1,49 @@
+"""tools/get_flops.py counts supernets, subnets and plain models."""
+import random
+
+import torch
+from mmengine.config import Config
+from mmengine.registry import init_default_scope
+
+from conftest import TINY, LogCapture, load_tool
+from razorlib.registry import MODELS
+from razorlib.utils import get_model_complexity
+from razorlib.utils.complexity import human
+
+
+def flops_table(log: LogCapture) -> dict:
+    """``{row name: FLOPs string}`` from get_flops' table."""
+    rows = [line.split() for line in log.messages[2:]]
+    return {' '.join(row[:-2]): row[-2] for row in rows}
+
+
+def test_get_flops_reports_max_min_and_a_subnet(tmp_path, monkeypatch):
+    init_default_scope('razorlib')
+    supernet = MODELS.build(Config.fromfile(TINY).model)
+    supernet.set_subnet(supernet.sample_subnet(random.Random(0)))
+    supernet.export_subnet().dump(tmp_path / 'subnet.yaml')
+    expected = supernet.flops_params()
+    tool = load_tool('get_flops')
+    log = LogCapture(tool, monkeypatch)
+    assert tool.main([str(TINY), '--subnet', str(tmp_path / 'subnet.yaml')]) == 0
+    assert log.messages[0] == 'AutoSlim on input 1x3x16x16'
+    table = flops_table(log)
+    assert list(table) == ['max subnet', 'min subnet', 'subnet']
+    assert table['subnet'] == human(expected.flops)
+
+
+def test_get_flops_counts_a_plain_model_at_the_given_shape(tmp_path, monkeypatch):
+    (tmp_path / 'plain.py').write_text(
+        "default_scope = 'razorlib'\n"
+        "model = dict(type='ImageClassifier', backbone=dict(type='PlainCNN', channels=(8, 16)),"
+        " head=dict(type='LinearClsHead', num_classes=10))\n")
+    tool = load_tool('get_flops')
+    log = LogCapture(tool, monkeypatch)
+    assert tool.main([str(tmp_path / 'plain.py'), '--shape', '32']) == 0
+    assert log.messages[0] == 'ImageClassifier on input 1x3x32x32'
+    init_default_scope('razorlib')
+    model = MODELS.build(Config.fromfile(tmp_path / 'plain.py').model)
+    expected = get_model_complexity(model, torch.randn(1, 3, 32, 32))
+    assert flops_table(log) == {'model': human(expected.flops)}
+    assert tool.main([str(tmp_path / 'plain.py'), '--shape', '1', '2', '3', '4']) == 2
+    assert log.messages[-1].startswith('--shape: expected C H W')

@@ -1,0 +1,79 @@
+"""tools/train.py: resume reproduces an uninterrupted run; CPU DDP under torchrun; errors."""
+import signal
+
+import torch
+
+from conftest import TINY, LogCapture, load_tool
+
+
+def train(*argv: str) -> int:
+    return load_tool('train').main([str(TINY), *argv])
+
+
+def assert_same(a, b, where: str = '') -> None:
+    """Nested checkpoint contents are equal, tensors exactly."""
+    if isinstance(a, torch.Tensor):
+        assert torch.equal(a, b), where
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys(), where
+        for key in a:
+            assert_same(a[key], b[key], f'{where}.{key}')
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), where
+        for index, (x, y) in enumerate(zip(a, b)):
+            assert_same(x, y, f'{where}[{index}]')
+    else:
+        assert a == b, where
+
+
+def test_killed_after_two_epochs_and_resumed_ends_like_an_uninterrupted_run(tmp_path,
+                                                                         run_python):
+    options = ['train_cfg.max_epochs=3', 'randomness.seed=5']
+    assert train('--work-dir', str(tmp_path / 'straight'), '--cfg-options', *options,
+                 'experiment_name=straight') == 0
+    killed = tmp_path / 'killed'
+    (tmp_path / 'kill.py').write_text(
+        f"_base_ = [{str(TINY)!r}]\n"
+        "custom_imports = dict(imports=['kill_after_epoch'], allow_failed_imports=False)\n"
+        "custom_hooks = _base_.custom_hooks + [dict(type='KillAfterEpochHook', epoch=2)]\n")
+    result = run_python('tools/train.py', str(tmp_path / 'kill.py'), '--work-dir', str(killed),
+                        '--cfg-options', *options)
+    assert result.returncode == -signal.SIGKILL, result.stderr[-3000:]
+    assert (killed / 'epoch_2.pth').is_file() and not (killed / 'epoch_3.pth').exists()
+    assert train('--work-dir', str(killed), '--resume', '--cfg-options', *options,
+                 'experiment_name=resumed') == 0
+    straight = torch.load(tmp_path / 'straight' / 'epoch_3.pth')
+    resumed = torch.load(killed / 'epoch_3.pth')
+    for key in ('state_dict', 'optimizer', 'param_schedulers'):
+        assert_same(straight[key], resumed[key], key)
+    assert int(resumed['state_dict']['step_count']) == 3 * 23
+
+
+def test_cpu_ddp_under_torchrun(tmp_path, run_python):
+    result = run_python('-m', 'torch.distributed.run', '--standalone', '--nproc_per_node', '2',
+                        'tools/train.py', str(TINY), '--launcher', 'pytorch',
+                        '--work-dir', str(tmp_path))
+    assert result.returncode == 0, result.stderr[-3000:]
+    log = result.stdout + result.stderr
+    assert 'Distributed training: True' in log
+    checkpoint = torch.load(tmp_path / 'epoch_1.pth')
+    assert int(checkpoint['state_dict']['step_count']) == 12  # 1,437 images / 2 ranks / 64
+    assert (tmp_path / 'subnet_final.yaml').is_file()
+
+
+def test_config_mistakes_name_the_key(tmp_path, monkeypatch):
+    tool = load_tool('train')
+    log = LogCapture(tool, monkeypatch)
+    code = tool.main([str(TINY), '--work-dir', str(tmp_path), '--cfg-options',
+                      'model.architecture.backbone.type=PlainNet'])
+    assert code == 2
+    assert "model.architecture.backbone.type: 'PlainNet' is not registered" in log.text
+    assert tool.main([str(tmp_path / 'missing.py')]) == 2
+    assert 'missing.py does not exist' in log.messages[-1]
+
+
+def test_train_tool_runs_as_a_script(tmp_path, run_python):
+    result = run_python('tools/train.py', str(TINY), '--work-dir', str(tmp_path),
+                        '--cfg-options', 'model.num_random_sample=1')
+    assert result.returncode == 2
+    assert 'model.num_random_sample: AutoSlim takes no argument' in result.stdout + result.stderr

@@ -1,0 +1,94 @@
+"""Count the FLOPs and parameters of a config's model.
+
+    python tools/get_flops.py configs/pruning/autoslim/autoslim_plaincnn_digits_supernet.py
+    python tools/get_flops.py CONFIG --subnet work_dirs/.../subnet_best.yaml
+    python tools/get_flops.py CONFIG --shape 3 224 224
+
+For a supernet (AutoSlim) it reports the max and the min subnet, and with ``--subnet``
+that subnet; for any other model the model as built, or sliced to ``--subnet``.  The
+input is ``--shape`` (``C H W``, ``H W`` or one size), else the supernet's
+``input_shape``, else 3x224x224.  See docs/tools/get_flops.md.
+"""
+import argparse
+import logging
+import sys
+from typing import List, Tuple
+
+import torch
+from mmengine.config import DictAction
+from mmengine.logging import print_log
+from mmengine.registry import init_default_scope
+
+from razorlib.engine.config import ConfigError, check_config, load_config
+from razorlib.pruning import slim_model
+from razorlib.registry import MODELS, SCOPE
+from razorlib.utils import get_model_complexity
+from razorlib.utils.complexity import human
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description="Count a config's FLOPs and parameters.")
+    parser.add_argument('config', help='the config file')
+    parser.add_argument('--shape', type=int, nargs='+', metavar='N',
+                        help='input C H W, H W, or one size (square, 3 channels)')
+    parser.add_argument('--subnet', help='a subnet channel config (YAML/JSON) to count')
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction, metavar='KEY=VALUE',
+                        help='override config keys')
+    return parser.parse_args(argv)
+
+
+def input_shape(shape: List[int], model: torch.nn.Module) -> Tuple[int, ...]:
+    """``(C, H, W)`` from ``--shape``, the model's ``input_shape`` or 3x224x224."""
+    if not shape:
+        return tuple(getattr(model, 'input_shape', (3, 224, 224)))
+    if len(shape) > 3:
+        raise ConfigError(f'--shape: expected C H W, H W or one size, got {shape}')
+    return tuple([3] * (3 - len(shape)) + shape) if len(shape) > 1 else (3, shape[0], shape[0])
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    try:
+        cfg = load_config(args.config, args.cfg_options)
+        check_config(cfg, required=('model', ))
+    except ConfigError as err:
+        print_log(f'{args.config}: {err}', logger='current', level=logging.ERROR)
+        return 2
+    init_default_scope(cfg.get('default_scope') or SCOPE)
+    model = MODELS.build(cfg.model).eval()
+    try:
+        shape = input_shape(args.shape, model)
+    except ConfigError as err:
+        print_log(str(err), logger='current', level=logging.ERROR)
+        return 2
+    inputs = torch.randn(1, *shape)
+    rows = []
+    supernet = hasattr(model, 'set_subnet')
+    if supernet:
+        model.set_max_subnet()
+        rows.append(('max subnet', get_model_complexity(model, inputs)))
+        model.set_min_subnet()
+        rows.append(('min subnet', get_model_complexity(model, inputs)))
+    else:
+        rows.append(('model', get_model_complexity(model, inputs)))
+    if args.subnet:
+        try:
+            if supernet:
+                model.set_subnet(args.subnet)
+            else:
+                slim_model(model, args.subnet)
+        except (ValueError, FileNotFoundError) as err:
+            print_log(f'--subnet {args.subnet}: {err}', logger='current', level=logging.ERROR)
+            return 2
+        rows.append(('subnet', get_model_complexity(model, inputs)))
+    print_log(f"{type(model).__name__} on input 1x{'x'.join(map(str, shape))}",
+              logger='current')
+    print_log(f"{'':12}{'FLOPs':>10}{'params':>10}", logger='current')
+    for name, complexity in rows:
+        print_log(f'{name:12}{human(complexity.flops):>10}{human(complexity.params):>10}',
+                  logger='current')
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
