@@ -1,22 +1,16 @@
-"""A tiny AutoSlim stand-in and runner configs for the search loop and search tool tests.
-
-``TinyAutoSlim`` has the interface the loops rely on (``architecture``, ``pruner``,
-``set_subnet``, ``export_subnet``, ``flops_params``, ``val_step``) and trains a random
-width per step, a crude slimmable supernet that is good enough to search.
-"""
+"""Runner configs for the search loop and search tool tests: AutoSlim on 8x8 digits."""
 import uuid
-from typing import Optional, Tuple
+from typing import Optional
 
 import pytest
 import torch
-from mmengine.model import BaseModel
 from mmengine.runner import Runner
 
-from razorlib.pruning import RatioPruner
-from razorlib.registry import MODELS
-from razorlib.utils import get_model_complexity
-
-INPUT_SHAPE = (1, 3, 8, 8)
+INPUT_SHAPE = (3, 8, 8)
+ARCHITECTURE = dict(
+    type='ImageClassifier', backbone=dict(type='PlainCNN', channels=(8, 16, 32)),
+    head=dict(type='LinearClsHead', num_classes=10),
+    data_preprocessor=dict(type='ClsDataPreprocessor', mean=[0.5] * 3, std=[0.5] * 3))
 
 
 @pytest.fixture(autouse=True, scope='module')
@@ -29,51 +23,20 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-@MODELS.register_module(force=True)
-class TinyAutoSlim(BaseModel):
-    """An ImageClassifier with a prepared RatioPruner; a random width per train step."""
-
-    def __init__(self, architecture: dict, input_shape: Tuple[int, ...] = INPUT_SHAPE):
-        architecture = MODELS.build(architecture)
-        super().__init__(data_preprocessor=architecture.data_preprocessor)
-        self.architecture = architecture
-        self.input_shape = input_shape
-        self.pruner = RatioPruner()
-        self.pruner.prepare_from_supernet(architecture, torch.randn(input_shape))
-
-    def forward(self, inputs, data_samples=None, mode='tensor'):
-        return self.architecture(inputs, data_samples, mode)
-
-    def train_step(self, data, optim_wrapper):
-        self.pruner.set_subnet(self.pruner.sample_subnet())
-        return super().train_step(data, optim_wrapper)
-
-    def set_subnet(self, subnet):
-        self.pruner.set_subnet(subnet)
-
-    def export_subnet(self):
-        return self.pruner.export_subnet()
-
-    def flops_params(self):
-        return get_model_complexity(self.architecture, torch.randn(self.input_shape))
-
-
-def runner_cfg(work_dir, val_cfg: Optional[dict] = None, epochs: int = 1) -> dict:
-    """A runner config: TinyAutoSlim over PlainCNN(8, 16, 32) on 8x8 digits.
+def runner_cfg(work_dir, val_cfg: Optional[dict] = None) -> dict:
+    """An untrained AutoSlim over PlainCNN(8, 16, 32) on 8x8 digits (seeded, so every
+    runner builds the same weights).
 
     Small batches and a 90-image validation split keep each subnet's score cheap.
     """
     loader = dict(num_workers=0, persistent_workers=False, collate_fn=dict(type='default_collate'))
     return dict(
-        model=dict(type='TinyAutoSlim', architecture=dict(
-            type='ImageClassifier', backbone=dict(type='PlainCNN', channels=(8, 16, 32)),
-            head=dict(type='LinearClsHead', num_classes=10),
-            data_preprocessor=dict(type='ClsDataPreprocessor', mean=[0.5] * 3, std=[0.5] * 3))),
+        model=dict(type='AutoSlim', architecture=ARCHITECTURE, input_shape=INPUT_SHAPE),
         work_dir=str(work_dir),
         train_dataloader=dict(loader, batch_size=16,
                               dataset=dict(type='DigitsDataset', split='train', augment=True),
                               sampler=dict(type='DefaultSampler', shuffle=True)),
-        train_cfg=dict(by_epoch=True, max_epochs=epochs, val_interval=epochs + 1),
+        train_cfg=dict(by_epoch=True, max_epochs=1),
         optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.1, momentum=0.9)),
         val_dataloader=dict(loader, batch_size=30,
                             dataset=dict(type='DigitsDataset', split='val', val_ratio=0.05),
@@ -88,15 +51,5 @@ def runner_cfg(work_dir, val_cfg: Optional[dict] = None, epochs: int = 1) -> dic
     )
 
 
-def build_runner(work_dir, val_cfg: Optional[dict] = None, load_from=None) -> Runner:
-    cfg = runner_cfg(work_dir, val_cfg)
-    return Runner(**cfg, load_from=None if load_from is None else str(load_from))
-
-
-def train_supernet(work_dir, epochs: int = 3):
-    """Train TinyAutoSlim on digits and return the path of its checkpoint."""
-    runner = Runner(**runner_cfg(work_dir, epochs=epochs))
-    runner.train()
-    path = work_dir / 'supernet.pth'
-    torch.save(dict(state_dict=runner.model.state_dict()), path)
-    return path
+def build_runner(work_dir, val_cfg: Optional[dict] = None) -> Runner:
+    return Runner(**runner_cfg(work_dir, val_cfg))

@@ -1,7 +1,7 @@
 """Search a trained AutoSlim supernet for subnets, and compare them with uniform widths.
 
-    python tools/search.py configs/pruning/autoslim/autoslim_plaincnn_digits_greedy_search.py \
-        work_dirs/autoslim_plaincnn_digits/epoch_60.pth --work-dir work_dirs/greedy_search
+    python tools/search.py configs/pruning/autoslim/autoslim_plaincnn_digits_search.py \
+        work_dirs/autoslim_plaincnn_digits_supernet/epoch_30.pth
 
 The config's ``search_cfg`` names the loop (``GreedySearchLoop`` or
 ``EvolutionSearchLoop``) and its settings; the rest of the config (model, dataloaders,
@@ -15,69 +15,86 @@ evaluator) is the supernet's.  Written to the work dir:
 
 The log ends with a table of each chosen subnet next to the uniform width of nearest
 FLOPs and the uniform curve interpolated at the subnet's FLOPs, all on the whole
-validation set.
+validation set.  A config mistake is reported with its key and exit code 2.  See
+docs/tools/search.md.
 """
 import argparse
 import inspect
 import json
+import logging
 import sys
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 from mmengine.config import Config, DictAction
+from mmengine.logging import print_log
 from mmengine.runner import Runner
 
+from razorlib.engine.config import ConfigError, check_config, load_config, set_work_dir
 from razorlib.engine.loops import BaseSearchLoop, SearchResult, SubnetRecord, nearest, pareto_front
 from razorlib.engine.loops.search_state import atomic_write_text
-from razorlib.registry import LOOPS, register_all_modules
+from razorlib.registry import LOOPS
 from razorlib.utils.complexity import human
 
-REQUIRED_KEYS = ('model', 'val_dataloader', 'val_evaluator')
+SEARCH_KEYS = ('model', 'val_dataloader', 'val_evaluator', 'search_cfg')
+#: Arguments the Runner passes to a loop itself.
+RUNNER_ARGS = ('runner', 'dataloader', 'evaluator')
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description='Search subnets of a trained supernet.')
     parser.add_argument('config', help='search config: the supernet config plus search_cfg')
     parser.add_argument('checkpoint', help='the trained supernet checkpoint')
-    parser.add_argument('--work-dir', help='default: the config\'s work_dir or '
+    parser.add_argument('--work-dir', help="default: the config's work_dir, else "
                         'work_dirs/<config name>')
     parser.add_argument('--resume', action='store_true',
                         help='continue an evolution search from work_dir/search_state.json')
-    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction, metavar='KEY=VALUE',
                         help='override config keys, e.g. search_cfg.max_epochs=5')
     return parser.parse_args(argv)
 
 
-def load_config(args: argparse.Namespace) -> Config:
+def search_loop_class(search_cfg: dict) -> type:
+    """The loop ``search_cfg`` names, its arguments checked against its signature.
+
+    Raises:
+        ConfigError: naming ``search_cfg.type`` or the unknown argument.
+    """
+    loop_cls = LOOPS.get(search_cfg.get('type', ''))
+    if not (inspect.isclass(loop_cls) and issubclass(loop_cls, BaseSearchLoop)):
+        raise ConfigError(f"search_cfg.type: {search_cfg.get('type')!r} is not a search loop; "
+                          'use GreedySearchLoop or EvolutionSearchLoop')
+    accepted = [name for cls in (loop_cls, BaseSearchLoop)
+                for name, param in inspect.signature(cls).parameters.items()
+                if param.kind is not inspect.Parameter.VAR_KEYWORD]
+    for key in search_cfg:
+        if key != 'type' and key not in accepted:
+            raise ConfigError(f'search_cfg.{key}: {loop_cls.__name__} takes no argument '
+                              f"{key!r}; it takes {[a for a in accepted if a not in RUNNER_ARGS]}")
+    return loop_cls
+
+
+def prepare_config(args: argparse.Namespace) -> Config:
     """The runner config: ``search_cfg`` as its val loop, the checkpoint to load.
 
     Raises:
-        ValueError: naming the missing or wrong key.
+        ConfigError: naming the missing or wrong key.
     """
-    cfg = Config.fromfile(args.config)
-    if args.cfg_options:
-        cfg.merge_from_dict(args.cfg_options)
-    for key in REQUIRED_KEYS + ('search_cfg', ):
-        if cfg.get(key) is None:
-            raise ValueError(f'{args.config}: the config has no {key!r}')
-    search_cfg = cfg.search_cfg
-    loop_cls = LOOPS.get(search_cfg.get('type', ''))
-    if loop_cls is None or not issubclass(loop_cls, BaseSearchLoop):
-        raise ValueError(f"{args.config}: search_cfg.type must name a search loop "
-                         f"(GreedySearchLoop, EvolutionSearchLoop), got {search_cfg.get('type')!r}")
-    if search_cfg.get('calib_dataloader') is None and cfg.get('train_dataloader') is None:
-        raise ValueError(f'{args.config}: the config has no train_dataloader (BatchNorm '
-                         'recalibration data); set one or search_cfg.calib_dataloader')
+    cfg = load_config(args.config, args.cfg_options)
+    check_config(cfg, SEARCH_KEYS)
+    loop_cls = search_loop_class(cfg.search_cfg)
+    if cfg.search_cfg.get('calib_dataloader') is None and cfg.get('train_dataloader') is None:
+        raise ConfigError('train_dataloader: missing; BatchNorm recalibration needs it, or '
+                          'search_cfg.calib_dataloader')
     if not Path(args.checkpoint).is_file():
-        raise FileNotFoundError(f'checkpoint: no such file {args.checkpoint}')
-    cfg.work_dir = args.work_dir or cfg.get('work_dir') or \
-        str(Path('work_dirs') / Path(args.config).stem)
+        raise ConfigError(f'checkpoint: {args.checkpoint} does not exist')
+    set_work_dir(cfg, args.config, args.work_dir)
     if args.resume:
         if 'resume_from' not in inspect.signature(loop_cls).parameters:
-            raise ValueError(f'--resume: {loop_cls.__name__} does not checkpoint its state')
-        search_cfg.resume_from = str(Path(cfg.work_dir) / 'search_state.json')
-    cfg.val_cfg = search_cfg
+            raise ConfigError(f'--resume: {loop_cls.__name__} does not checkpoint its state')
+        cfg.search_cfg.resume_from = str(Path(cfg.work_dir) / 'search_state.json')
+    cfg.val_cfg = cfg.search_cfg
     cfg.load_from, cfg.resume = args.checkpoint, False
     return cfg
 
@@ -104,16 +121,25 @@ def plot(path: Path, records: List[SubnetRecord], uniform: List[SubnetRecord],
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FuncFormatter
 
+    # The axis starts a little under the uniform curve and the chosen subnets, so that a
+    # few very poor candidates do not squash the part that matters.
+    low = min(r.score for r in uniform + list(chosen.values()))
+    high = max(r.score for r in uniform + records)
+    pad = max(0.5, 0.1 * (high - low))
+    hidden = sum(r.score < low - pad for r in records)
     fig, ax = plt.subplots(figsize=(7, 5), dpi=120)
     ax.scatter([r.flops for r in records], [r.score for r in records], s=10, c='0.6',
-               label=f'evaluated subnets ({len(records)})')
+               label=f'evaluated subnets ({len(records)}'
+               + (f', {hidden} below the axis)' if hidden else ')'))
+    ax.set_ylim(low - pad, high + pad)
     front = pareto_front(records)
     ax.step([r.flops for r in front], [r.score for r in front], where='post', c='tab:red',
             label='Pareto front')
     ax.plot([r.flops for r in uniform], [r.score for r in uniform], 'o--', c='tab:blue',
             label='uniform width (BN recalibrated)')
+    ax.plot([r.flops for r in chosen.values()], [r.score for r in chosen.values()], '*',
+            c='tab:green', ms=14, label='chosen')
     for name, record in chosen.items():
-        ax.plot(record.flops, record.score, '*', c='tab:green', ms=14)
         ax.annotate(name, (record.flops, record.score), textcoords='offset points',
                     xytext=(6, -12), fontsize=8)
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: human(v)))
@@ -147,11 +173,14 @@ def comparison_table(chosen: Dict[str, SubnetRecord], uniform: List[SubnetRecord
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
-    register_all_modules()
-    cfg = load_config(args)
-    runner = Runner.from_cfg(cfg)
-    result: SearchResult = runner.val()
-    loop: BaseSearchLoop = runner.val_loop
+    try:
+        cfg = prepare_config(args)
+        runner = Runner.from_cfg(cfg)
+        loop: BaseSearchLoop = runner.val_loop  # built here: its settings are checked
+        result: SearchResult = runner.val()
+    except ConfigError as err:
+        print_log(f'{args.config}: {err}', logger='current', level=logging.ERROR)
+        return 2
     logger, work_dir = runner.logger, Path(cfg.work_dir)
 
     uniform = uniform_baseline(loop, full=False)
@@ -163,8 +192,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         search=cfg.search_cfg.type, score_key=loop.score_key, scored_on=split,
         records=[r.to_dict() for r in result.records],
         pareto_front=[r.to_dict() for r in pareto_front(result.records)],
-        uniform=[r.to_dict() for r in uniform],
         history=[r.to_dict() for r in result.history],
+        uniform=[r.to_dict() for r in uniform],
         chosen={name: dict(file=str(result.files[name]), search=r.to_dict(),
                            full_val=chosen_full[name].to_dict())
                 for name, r in result.chosen.items()},

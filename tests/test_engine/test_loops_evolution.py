@@ -68,7 +68,7 @@ def test_resuming_with_other_settings_names_the_setting(tmp_path):
 @pytest.mark.parametrize('kwargs, message', [
     (dict(constraints=dict(latency=3)), r'constraints.latency: unknown constraint'),
     (dict(constraints=dict(flops=-1)), r'constraints.flops must be a positive number'),
-    (dict(constraints=dict(flops=100)), r'constraints .* exclude even the narrowest'),
+    (dict(constraints=dict(flops=100)), r'constraints: .* exclude even the narrowest'),
     (dict(top_k=9), r'top_k must be in \[1, num_candidates\], got 9'),
     (dict(num_mutation=4), r'num_mutation must be in \[0, num_candidates - num_crossover\]'),
     (dict(mutate_prob=1.5), r'mutate_prob must be in \[0, 1\]'),

@@ -2,7 +2,7 @@
 import pytest
 import torch
 import yaml
-from search_helpers import INPUT_SHAPE, build_runner, one_thread, runner_cfg  # noqa: F401 (fixture)
+from search_helpers import ARCHITECTURE, INPUT_SHAPE, build_runner, one_thread  # noqa: F401
 
 from razorlib.engine.loops import GreedySearchLoop, SubnetRecord
 from razorlib.pruning import slim_model
@@ -36,9 +36,8 @@ def test_the_yaml_of_a_target_slims_a_fresh_model_to_the_recorded_flops(tmp_path
     record, path = result.chosen['subnet_flops20000'], result.files['subnet_flops20000']
     assert path == tmp_path / 'subnet_flops20000.yaml' and 'modules' in yaml.safe_load(
         path.read_text())
-    fresh = MODELS.build(runner_cfg(tmp_path)['model']['architecture'])
-    slim = slim_model(fresh, path)
-    assert get_model_complexity(slim, torch.randn(INPUT_SHAPE)).flops == record.flops
+    slim = slim_model(MODELS.build(ARCHITECTURE), path)
+    assert get_model_complexity(slim, torch.randn(1, *INPUT_SHAPE)).flops == record.flops
 
 
 def test_each_step_keeps_the_candidate_that_scores_best(tmp_path, monkeypatch):

@@ -2,8 +2,10 @@
 import pytest
 import torch
 import yaml
-from search_helpers import TinyAutoSlim, build_runner, one_thread  # noqa: F401 (fixture)
+from search_helpers import build_runner, one_thread  # noqa: F401 (fixture)
 
+from razorlib.algorithms import AutoSlim
+from razorlib.engine.config import ConfigError
 from razorlib.engine.loops import WidthSpace, recalibrate_bn
 
 WIDTHS = {'backbone.stages.0.conv': 4, 'backbone.stages.1.conv': 8,
@@ -15,7 +17,7 @@ def export(runner, path, widths=WIDTHS):
     model = runner.model
     model.set_subnet(WidthSpace(model.pruner).masks(widths))
     model.export_subnet().dump(path)
-    model.pruner.set_max_channel()
+    model.set_max_subnet()
     return path
 
 
@@ -27,8 +29,8 @@ def subnet_val(tmp_path, subnet, recalib_batches=2):
 def test_it_validates_the_given_subnet_after_recalibration(tmp_path, monkeypatch):
     path = export(build_runner(tmp_path / 'export'), tmp_path / 'subnet.yaml')
     seen = []
-    val_step = TinyAutoSlim.val_step
-    monkeypatch.setattr(TinyAutoSlim, 'val_step', lambda self, data: (
+    val_step = AutoSlim.val_step
+    monkeypatch.setattr(AutoSlim, 'val_step', lambda self, data: (
         seen.append(WidthSpace(self.pruner).widths(self.pruner.current_subnet)),
         val_step(self, data))[1])
     metrics = subnet_val(tmp_path, str(path)).val()
@@ -65,13 +67,13 @@ def test_the_supernet_subnet_and_bn_statistics_are_restored(tmp_path):
 def test_subnet_file_errors_name_the_file_and_key(tmp_path):
     runner = build_runner(tmp_path / 'export')
     data = yaml.safe_load(export(runner, tmp_path / 'subnet.yaml').read_text())
-    del data['modules']['backbone.stages.1.conv']
-    (tmp_path / 'missing.yaml').write_text(yaml.safe_dump(data))
-    with pytest.raises(ValueError, match=r'missing.yaml: modules.backbone.stages.1.conv.'
-                                         r'out_channels is missing'):
-        subnet_val(tmp_path, str(tmp_path / 'missing.yaml')).val()
-    with pytest.raises(ValueError, match=r'subnet.backbone.stages.2.conv: a width is a channel '
-                                         r'count in \[1, 32\], got 40'):
+    data['modules']['backbone.stages.1.conv']['raw_out_channels'] = 20  # another supernet
+    (tmp_path / 'other.yaml').write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError, match=r'other.yaml: modules.backbone.stages.1.conv: '
+                                          r'raw_out_channels is 20, the supernet layer has 16'):
+        subnet_val(tmp_path, str(tmp_path / 'other.yaml')).val()
+    with pytest.raises(ConfigError, match=r'subnet.backbone.stages.2.conv: a width is a '
+                                          r'channel count in \[1, 32\], got 40'):
         subnet_val(tmp_path, dict(WIDTHS, **{'backbone.stages.2.conv': 40})).val()
-    with pytest.raises(FileNotFoundError, match='subnet: no such file'):
+    with pytest.raises(ConfigError, match='subnet: .*nope.yaml does not exist'):
         subnet_val(tmp_path, str(tmp_path / 'nope.yaml')).val()

@@ -6,21 +6,18 @@ from typing import Dict, List, Optional, Tuple, Union
 import torch
 from mmengine.dist import get_world_size
 from mmengine.evaluator import Evaluator
-from mmengine.model import BaseModel, is_model_wrapper
+from mmengine.model import BaseModel
 from mmengine.runner import BaseLoop
 from torch.utils.data import DataLoader
 
 from ...utils.complexity import human
+from ..config import ConfigError
+from ..utils import unwrap
 from .bn_calibration import recalibrate_bn
 from .results import SubnetRecord
 from .width_space import Widths, WidthSpace
 
 LoaderOrCfg = Union[DataLoader, dict]
-
-
-def unwrap(model: torch.nn.Module) -> BaseModel:
-    """The model inside a DDP (or other mmengine) wrapper, or ``model`` itself."""
-    return model.module if is_model_wrapper(model) else model
 
 
 class CalibrationData:
@@ -73,9 +70,9 @@ class BaseSearchLoop(CalibrationData, BaseLoop):
                  score_key: str = 'accuracy/top1', seed: int = 0):
         super().__init__(runner, dataloader)
         if recalib_batches < 0:
-            raise ValueError(f'recalib_batches must be >= 0, got {recalib_batches}')
+            raise ConfigError(f'recalib_batches must be >= 0, got {recalib_batches}')
         if val_batches is not None and val_batches < 1:
-            raise ValueError(f'val_batches must be None or >= 1, got {val_batches}')
+            raise ConfigError(f'val_batches must be None or >= 1, got {val_batches}')
         self.evaluator = (runner.build_evaluator(evaluator)
                           if isinstance(evaluator, (dict, list)) else evaluator)
         self.evaluator.dataset_meta = getattr(self.dataloader.dataset, 'metainfo', None)

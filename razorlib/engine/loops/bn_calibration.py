@@ -7,11 +7,10 @@ batches before a subnet is evaluated; :func:`recalibrate_bn` does that.
 import random
 from contextlib import contextmanager
 from itertools import islice
-from typing import Iterable, Iterator, List
+from typing import Iterable, Iterator
 
 import numpy as np
 import torch
-import torch.nn as nn
 from mmengine.dist import all_reduce
 from mmengine.model import BaseModel
 from torch.nn.modules.batchnorm import _BatchNorm
@@ -41,11 +40,6 @@ def seeded(seed: int) -> Iterator[None]:
         finally:
             random.setstate(python_state)
             np.random.set_state(numpy_state)
-
-
-def batchnorms(model: nn.Module) -> List[_BatchNorm]:
-    """The BatchNorm layers of ``model`` that keep running statistics."""
-    return [m for m in model.modules() if isinstance(m, _BatchNorm) and m.track_running_stats]
 
 
 def recalibrate_bn(model: BaseModel, dataloader: Iterable, num_batches: int,
@@ -83,7 +77,7 @@ def recalibrate_bn(model: BaseModel, dataloader: Iterable, num_batches: int,
     """
     if num_batches < 1:
         return 0
-    norms = batchnorms(model)
+    norms = [m for m in model.modules() if isinstance(m, _BatchNorm) and m.track_running_stats]
     momenta = [norm.momentum for norm in norms]
     training = model.training
     used = 0

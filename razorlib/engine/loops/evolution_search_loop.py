@@ -6,6 +6,7 @@ from typing import Callable, Dict, List, Optional, Set, Tuple, Union
 
 from ...registry import LOOPS
 from ...utils.complexity import human
+from ..config import ConfigError
 from .base_search_loop import BaseSearchLoop
 from .results import SearchResult, SubnetRecord
 from .search_state import SearchState
@@ -74,7 +75,7 @@ class EvolutionSearchLoop(BaseSearchLoop):
                  ('max_trials', max_trials, max_trials >= 1, '>= 1')]
         for key, value, ok, rule in rules:
             if not ok:
-                raise ValueError(f'{key} must be {rule}, got {value!r}')
+                raise ConfigError(f'{key} must be {rule}, got {value!r}')
         self.max_epochs, self.num_candidates, self.top_k = max_epochs, num_candidates, top_k
         self.num_mutation, self.num_crossover = num_mutation, num_crossover
         self.mutate_prob, self.max_trials = mutate_prob, max_trials
@@ -86,9 +87,9 @@ class EvolutionSearchLoop(BaseSearchLoop):
     def _check_constraints(constraints: Dict[str, float]) -> Dict[str, float]:
         for key, value in constraints.items():
             if key not in CONSTRAINT_KEYS:
-                raise ValueError(f'constraints.{key}: unknown constraint; use {CONSTRAINT_KEYS}')
+                raise ConfigError(f'constraints.{key}: unknown constraint; use {CONSTRAINT_KEYS}')
             if not isinstance(value, (int, float)) or value <= 0:
-                raise ValueError(f'constraints.{key} must be a positive number, got {value!r}')
+                raise ConfigError(f'constraints.{key} must be a positive number, got {value!r}')
         return {key: float(value) for key, value in constraints.items()}
 
     def settings(self) -> Dict[str, object]:
@@ -145,8 +146,11 @@ class EvolutionSearchLoop(BaseSearchLoop):
     def start(self) -> SearchState:
         """A fresh search's state, or the saved one of ``resume_from``."""
         if self.resume_from is not None:
-            state = SearchState.load(self.resume_from)
-            state.check_settings(self.settings(), self.resume_from)
+            try:
+                state = SearchState.load(self.resume_from)
+                state.check_settings(self.settings(), self.resume_from)
+            except (OSError, ValueError) as err:
+                raise ConfigError(f'resume_from: {err}') from err
             self.records = list(state.records)
             self.rng.setstate(state.rng)
             self.runner.logger.info(f'resumed {self.resume_from} at generation '
@@ -155,7 +159,7 @@ class EvolutionSearchLoop(BaseSearchLoop):
         narrowest = {gid: choices[0] for gid, choices in self.space.choices.items()}
         if not self.feasible(narrowest):
             flops, params = self.measure(narrowest)
-            raise ValueError(f'constraints {self.constraints} exclude even the narrowest '
+            raise ConfigError(f'constraints: {self.constraints} exclude even the narrowest '
                              f'subnet (FLOPs {human(flops)}, params {human(params)})')
         population = self.draw(lambda: self.space.sample(self.rng), self.num_candidates, set())
         return SearchState(0, self.settings(), population, [], self.rng.getstate(), [])

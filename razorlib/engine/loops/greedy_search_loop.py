@@ -5,6 +5,7 @@ import torch
 
 from ...registry import LOOPS
 from ...utils.complexity import human
+from ..config import ConfigError
 from .base_search_loop import BaseSearchLoop
 from .results import SearchResult, SubnetRecord
 from .width_space import Widths
@@ -48,10 +49,10 @@ class GreedySearchLoop(BaseSearchLoop):
         super().__init__(runner, dataloader, evaluator, **kwargs)
         targets = [float(t) for t in target_flops]
         if not targets or any(t <= 0 for t in targets) or len(set(targets)) != len(targets):
-            raise ValueError(f'target_flops must be distinct positive FLOPs counts, '
+            raise ConfigError(f'target_flops must be distinct positive FLOPs counts, '
                              f'got {list(target_flops)}')
         if max_channel_bins < 2:
-            raise ValueError(f'max_channel_bins must be >= 2, got {max_channel_bins}')
+            raise ConfigError(f'max_channel_bins must be >= 2, got {max_channel_bins}')
         self.target_flops = sorted(targets, reverse=True)
         self.max_channel_bins = max_channel_bins
         self._scored: Dict[tuple, SubnetRecord] = {}
@@ -76,7 +77,7 @@ class GreedySearchLoop(BaseSearchLoop):
         narrowest = self.widths_at({gid: 1 for gid in self.space.sizes})
         flops, _ = self.measure(narrowest)
         if self.target_flops[-1] < flops:
-            raise ValueError(f'target_flops: {human(self.target_flops[-1])} is below the '
+            raise ConfigError(f'target_flops: {human(self.target_flops[-1])} is below the '
                              f'FLOPs of the narrowest subnet (1 of {self.max_channel_bins} '
                              f'bins per space), {human(flops)}')
 

@@ -1,67 +1,53 @@
 """SubnetValLoop: validate one fixed subnet of a supernet after BatchNorm recalibration."""
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Dict, Iterator, Mapping, Optional, Tuple, Union
+from typing import Any, Iterator, Mapping, Optional, Union
 
-import torch
 from mmengine.model import BaseModel
 from mmengine.runner import ValLoop
 
-from ...pruning import ChannelConfig, StructurePruner
+from ...pruning import ChannelConfig
 from ...registry import LOOPS
-from .base_search_loop import CalibrationData, LoaderOrCfg, unwrap
-from .bn_calibration import batchnorms, recalibrate_bn
+from ...utils import preserved_bn_stats
+from ..config import ConfigError
+from ..utils import unwrap
+from .base_search_loop import CalibrationData, LoaderOrCfg
+from .bn_calibration import recalibrate_bn
 from .width_space import WidthSpace
 
 SubnetSpec = Union[str, Path, Mapping[str, Any]]
 
 
-def subnet_from_channel_config(pruner: StructurePruner, cfg: ChannelConfig,
-                               where: str) -> Dict[str, torch.Tensor]:
-    """The subnet dict a channel config describes: each space's leader's kept outputs.
+@contextmanager
+def kept_subnet(model: BaseModel) -> Iterator[None]:
+    """Restore the model's subnet and BatchNorm running statistics on exit."""
+    subnet = model.current_subnet
+    with preserved_bn_stats(model):
+        try:
+            yield
+        finally:
+            model.set_subnet(subnet)
+
+
+def set_subnet(model: BaseModel, subnet: SubnetSpec) -> None:
+    """Set a channel config file or dict, or ``{space id: kept channels}``, on ``model``.
 
     Raises:
-        ValueError: naming the entry of ``where`` (a file name) missing for a space.
+        ConfigError: the subnet does not fit the supernet; the message names the file
+            (or ``subnet``) and the entry at fault.
     """
-    subnet = {}
-    for gid in pruner.channel_spaces:
-        selection = cfg.kept(gid, 'out')
-        if selection is None:
-            raise ValueError(f'{where}: modules.{gid}.out_channels is missing; it is a search '
-                             'space of this supernet (was the file exported from another one?)')
-        keep = torch.zeros(selection.raw, dtype=torch.bool)
-        keep[list(selection.index)] = True
-        subnet[gid] = keep
-    return subnet
-
-
-def resolve_subnet(model: BaseModel, subnet: SubnetSpec) -> Dict[str, torch.Tensor]:
-    """A subnet dict from a channel config file or dict, or from ``{space: width}``."""
-    if isinstance(subnet, (str, Path)):
-        return subnet_from_channel_config(model.pruner, ChannelConfig.load(subnet), str(subnet))
-    if 'modules' in subnet:
-        return subnet_from_channel_config(model.pruner, ChannelConfig.from_dict(dict(subnet)),
-                                          'subnet')
-    return WidthSpace(model.pruner).masks(subnet)
-
-
-def _running_stats(norm: torch.nn.Module) -> Tuple[torch.Tensor, ...]:
-    return norm.running_mean, norm.running_var, norm.num_batches_tracked
-
-
-@contextmanager
-def kept_subnet_and_bn(model: BaseModel) -> Iterator[None]:
-    """Restore the model's subnet and BatchNorm running statistics on exit."""
-    subnet = model.pruner.current_subnet
-    norms = batchnorms(model)
-    saved = [[buf.clone() for buf in _running_stats(norm)] for norm in norms]
+    if isinstance(subnet, Mapping) and 'modules' not in subnet:
+        try:
+            model.set_subnet(WidthSpace(model.pruner).masks(subnet))
+        except ValueError as err:
+            raise ConfigError(str(err)) from err
+        return
+    where = 'subnet' if isinstance(subnet, Mapping) else str(subnet)
     try:
-        yield
-    finally:
-        model.set_subnet(subnet)
-        for norm, values in zip(norms, saved):
-            for buf, value in zip(_running_stats(norm), values):
-                buf.copy_(value)
+        model.set_subnet(ChannelConfig.from_dict(dict(subnet))
+                         if isinstance(subnet, Mapping) else subnet)
+    except ValueError as err:
+        raise ConfigError(f'{where}: {err}') from err
 
 
 @LOOPS.register_module()
@@ -93,9 +79,9 @@ class SubnetValLoop(CalibrationData, ValLoop):
                  seed: int = 0, fp16: bool = False):
         super().__init__(runner, dataloader, evaluator, fp16)
         if recalib_batches < 0:
-            raise ValueError(f'recalib_batches must be >= 0, got {recalib_batches}')
+            raise ConfigError(f'recalib_batches must be >= 0, got {recalib_batches}')
         if isinstance(subnet, (str, Path)) and not Path(subnet).is_file():
-            raise FileNotFoundError(f'subnet: no such file {subnet}')
+            raise ConfigError(f'subnet: {subnet} does not exist')
         self.subnet = subnet
         self.recalib_batches = recalib_batches
         self.seed = seed
@@ -104,14 +90,10 @@ class SubnetValLoop(CalibrationData, ValLoop):
     def run(self) -> dict:
         """Set the subnet, recalibrate BatchNorm, validate, restore; return the metrics."""
         model = unwrap(self.runner.model)
-        where = str(self.subnet) if isinstance(self.subnet, (str, Path)) else 'subnet'
-        masks = resolve_subnet(model, self.subnet)
-        with kept_subnet_and_bn(model):
-            try:
-                model.set_subnet(masks)
-            except ValueError as err:
-                raise ValueError(f'{where}: {err}') from err
+        with kept_subnet(model):
+            set_subnet(model, self.subnet)
             used = recalibrate_bn(model, self.calib_dataloader, self.recalib_batches, self.seed)
-            self.runner.logger.info(f'validating {where} after BatchNorm recalibration on '
+            name = self.subnet if isinstance(self.subnet, (str, Path)) else 'the given subnet'
+            self.runner.logger.info(f'validating {name} after BatchNorm recalibration on '
                                     f'{used} batches')
             return super().run()
