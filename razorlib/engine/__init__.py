@@ -1,6 +1,8 @@
-"""Training engine: checkpoint loading, config checks and hooks for mmengine's Runner."""
+"""Training engine: checkpoint loading, config checks, hooks and loops for mmengine's Runner."""
 from .checkpoint import CHECKPOINT_GLOBALS, checkpoint_getattr, register_checkpoint_globals
 from .hooks import DumpSubnetHook, EpochSeedHook, ResourceEstimatorHook
+from .loops import EvolutionSearchLoop, GreedySearchLoop, SubnetValLoop
 
-__all__ = ['CHECKPOINT_GLOBALS', 'DumpSubnetHook', 'EpochSeedHook', 'ResourceEstimatorHook',
-           'checkpoint_getattr', 'register_checkpoint_globals']
+__all__ = ['CHECKPOINT_GLOBALS', 'DumpSubnetHook', 'EpochSeedHook', 'EvolutionSearchLoop',
+           'GreedySearchLoop', 'ResourceEstimatorHook', 'SubnetValLoop', 'checkpoint_getattr',
+           'register_checkpoint_globals']

@@ -140,8 +140,15 @@ class StructurePruner(metaclass=ABCMeta):
         keep[torch.from_numpy(order[:count].copy())] = True
         return keep
 
-    def _subnet_at(self, ratios: Mapping[str, float]) -> SubnetDict:
+    def subnet_at(self, ratios: Union[float, Mapping[str, float]]) -> SubnetDict:
+        """The subnet keeping ``ratios`` of each space's channels, best channels first.
+
+        Args:
+            ratios: one ratio for every space (a uniform-width subnet), or per space id.
+        """
         groups = self._require_prepared().prunable
+        if not isinstance(ratios, Mapping):
+            ratios = {gid: float(ratios) for gid in groups}
         orders = self.channel_orders()
         return {gid: self.keep_ratio(groups[gid], ratio, orders[gid])
                 for gid, ratio in ratios.items()}
@@ -154,15 +161,14 @@ class StructurePruner(metaclass=ABCMeta):
                 generator seeded alike on every process samples the same subnet on each.
         """
         draw = (rng or random).choice
-        return self._subnet_at({gid: draw(self.ratios)
+        return self.subnet_at({gid: draw(self.ratios)
                                 for gid in self._require_prepared().prunable})
 
     def set_max_channel(self) -> None:
-        self.set_subnet(self._subnet_at({gid: 1.0 for gid in self._require_prepared().prunable}))
+        self.set_subnet(self.subnet_at(1.0))
 
     def set_min_channel(self) -> None:
-        low = min(self.ratios)
-        self.set_subnet(self._subnet_at({gid: low for gid in self._require_prepared().prunable}))
+        self.set_subnet(self.subnet_at(min(self.ratios)))
 
     def get_max_channel_bins(self, max_channel_bins: int) -> Dict[str, torch.Tensor]:
         """Per space, ``max_channel_bins`` ones: the bins AutoSlim's greedy search drops."""
@@ -172,7 +178,7 @@ class StructurePruner(metaclass=ABCMeta):
     def set_channel_bins(self, channel_bins_dict: Mapping[str, torch.Tensor],
                          max_channel_bins: int) -> None:
         """Keep ``sum(bins) / max_channel_bins`` of each space's channels."""
-        self.set_subnet(self._subnet_at({gid: float(bins.sum()) / max_channel_bins
+        self.set_subnet(self.subnet_at({gid: float(bins.sum()) / max_channel_bins
                                          for gid, bins in channel_bins_dict.items()}))
 
     def set_subnet(self, subnet_dict: Mapping[str, Any]) -> None:

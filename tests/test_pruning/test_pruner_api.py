@@ -151,6 +151,13 @@ def test_l1_score_sums_producers_and_consumers():
     assert keep[4] and int(keep.sum()) == 3
 
 
+def test_uniform_and_per_space_ratios():
+    model, pruner = prepared(RatioPruner)
+    uniform = pruner.subnet_at(0.5)
+    assert {k: int(v.sum()) for k, v in uniform.items()} == {'conv1': 2, 'gconv': 2, 'conv3': 6}
+    assert int(pruner.subnet_at({'conv3': 0.25})['conv3'].sum()) == 3
+
+
 def test_channel_bins():
     model, pruner = prepared(RatioPruner)
     bins = pruner.get_max_channel_bins(max_channel_bins=4)

@@ -1,0 +1,184 @@
+"""EvolutionSearchLoop: evolve subnets of a trained supernet under FLOPs/params limits."""
+import json
+import random
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Set, Tuple, Union
+
+from ...registry import LOOPS
+from ...utils.complexity import human
+from ..config import ConfigError
+from .base_search_loop import BaseSearchLoop
+from .results import SearchResult, SubnetRecord
+from .search_state import SearchState
+from .width_space import Widths
+
+CONSTRAINT_KEYS = ('flops', 'params')
+
+
+@LOOPS.register_module()
+class EvolutionSearchLoop(BaseSearchLoop):
+    """Evolutionary search over per-space widths, as in mmrazor's loop of that name.
+
+    Generation 0 is ``num_candidates`` random subnets.  Each generation scores its new
+    candidates (BatchNorm recalibrated, then validated) and keeps the ``top_k`` best
+    subnets seen so far; the next generation is ``num_mutation`` mutants of them (each
+    space redrawn with ``mutate_prob``), ``num_crossover`` crossovers of two of them,
+    and random subnets up to ``num_candidates``.  Every candidate meets
+    ``constraints`` (drawn again until it does) and none repeats a scored subnet.
+
+    After each generation the state (generation, next population, every score, the
+    random generator) goes to ``work_dir/search_state.json``, atomically; a search
+    started with ``resume_from`` set to that file continues with the next generation
+    and ends exactly as an uninterrupted one would.  The best subnet is written to
+    ``work_dir/best_subnet.yaml``.
+
+    Args:
+        runner: the mmengine runner.
+        dataloader: the data candidates are scored on, or its config.
+        evaluator: the evaluator or its config.
+        max_epochs: generations to run.
+        num_candidates: population size.
+        top_k: how many of the best subnets parent the next generation.
+        num_mutation: mutants per generation.
+        num_crossover: crossovers per generation.
+        mutate_prob: the chance that a mutation redraws a space.
+        constraints: upper limits, ``dict(flops=..., params=...)`` (either or both).
+        resume_from: a ``search_state.json`` to continue from.
+        max_trials: draws allowed per candidate before a generation is left short.
+        **kwargs: ``recalib_batches``, ``val_batches``, ``calib_dataloader``,
+            ``score_key`` and ``seed`` (also the search's seed) of
+            :class:`BaseSearchLoop`.
+
+    Example:
+        >>> search_cfg = dict(type='EvolutionSearchLoop', max_epochs=10, num_candidates=20,
+        ...                   top_k=5, num_mutation=8, num_crossover=8, mutate_prob=0.2,
+        ...                   constraints=dict(flops=100e6), recalib_batches=8)
+    """
+
+    def __init__(self, runner, dataloader, evaluator, max_epochs: int = 20,
+                 num_candidates: int = 50, top_k: int = 10, num_mutation: int = 25,
+                 num_crossover: int = 25, mutate_prob: float = 0.1,
+                 constraints: Optional[Dict[str, float]] = None,
+                 resume_from: Union[str, Path, None] = None, max_trials: int = 100, **kwargs):
+        super().__init__(runner, dataloader, evaluator, **kwargs)
+        self.constraints = self._check_constraints(constraints or {})
+        rules = [('max_epochs', max_epochs, max_epochs >= 1, '>= 1'),
+                 ('num_candidates', num_candidates, num_candidates >= 1, '>= 1'),
+                 ('top_k', top_k, 1 <= top_k <= num_candidates, 'in [1, num_candidates]'),
+                 ('num_crossover', num_crossover, num_crossover >= 0, '>= 0'),
+                 ('num_mutation', num_mutation,
+                  0 <= num_mutation <= num_candidates - num_crossover,
+                  'in [0, num_candidates - num_crossover]'),
+                 ('top_k', top_k, num_crossover == 0 or top_k >= 2,
+                  '>= 2 when num_crossover > 0'),
+                 ('mutate_prob', mutate_prob, 0 <= mutate_prob <= 1, 'in [0, 1]'),
+                 ('max_trials', max_trials, max_trials >= 1, '>= 1')]
+        for key, value, ok, rule in rules:
+            if not ok:
+                raise ConfigError(f'{key} must be {rule}, got {value!r}')
+        self.max_epochs, self.num_candidates, self.top_k = max_epochs, num_candidates, top_k
+        self.num_mutation, self.num_crossover = num_mutation, num_crossover
+        self.mutate_prob, self.max_trials = mutate_prob, max_trials
+        self.resume_from = resume_from
+        self.state_path = Path(runner.work_dir) / 'search_state.json'
+        self.rng = random.Random(self.seed)
+
+    @staticmethod
+    def _check_constraints(constraints: Dict[str, float]) -> Dict[str, float]:
+        for key, value in constraints.items():
+            if key not in CONSTRAINT_KEYS:
+                raise ConfigError(f'constraints.{key}: unknown constraint; use {CONSTRAINT_KEYS}')
+            if not isinstance(value, (int, float)) or value <= 0:
+                raise ConfigError(f'constraints.{key} must be a positive number, got {value!r}')
+        return {key: float(value) for key, value in constraints.items()}
+
+    def settings(self) -> Dict[str, object]:
+        """What a resumed search must share with the saved one (JSON types)."""
+        return json.loads(json.dumps(dict(
+            num_candidates=self.num_candidates, top_k=self.top_k,
+            num_mutation=self.num_mutation, num_crossover=self.num_crossover,
+            mutate_prob=self.mutate_prob, constraints=self.constraints, seed=self.seed,
+            score_key=self.score_key, recalib_batches=self.recalib_batches,
+            val_batches=self.val_batches, spaces=self.space.sizes)))
+
+    def feasible(self, widths: Widths) -> bool:
+        """Whether the subnet meets every constraint."""
+        flops, params = self.measure(widths)
+        return all(value <= self.constraints[key]
+                   for key, value in (('flops', flops), ('params', params))
+                   if key in self.constraints)
+
+    def draw(self, make: Callable[[], Widths], count: int, taken: Set[Tuple[int, ...]]
+             ) -> List[Widths]:
+        """Up to ``count`` new feasible subnets from ``make``; their keys join ``taken``."""
+        drawn: List[Widths] = []
+        for _ in range(count * self.max_trials):
+            if len(drawn) == count:
+                break
+            widths = make()
+            key = self.space.key(widths)
+            if key not in taken and self.feasible(widths):
+                taken.add(key)
+                drawn.append(widths)
+        if len(drawn) < count:
+            self.runner.logger.warning(f'found {len(drawn)} of {count} new subnets within the '
+                                       f'constraints in {count * self.max_trials} draws')
+        return drawn
+
+    def next_population(self, top: List[SubnetRecord]) -> List[Widths]:
+        """Mutants and crossovers of ``top``, then random subnets, all new and feasible."""
+        taken = {self.space.key(r.widths) for r in self.records}
+        parents = [r.widths for r in top]
+        population = self.draw(lambda: self.space.mutate(self.rng.choice(parents),
+                                                         self.mutate_prob, self.rng),
+                               self.num_mutation, taken)
+        if len(parents) >= 2:  # top_k >= 2 is checked, but a first generation may be short
+            population += self.draw(lambda: self.space.crossover(*self.rng.sample(parents, 2),
+                                                                 self.rng),
+                                    self.num_crossover, taken)
+        return population + self.draw(lambda: self.space.sample(self.rng),
+                                      self.num_candidates - len(population), taken)
+
+    def best(self) -> List[SubnetRecord]:
+        """The ``top_k`` best records so far: highest score, then fewest FLOPs."""
+        return sorted(self.records, key=lambda r: (-r.score, r.flops))[:self.top_k]
+
+    def start(self) -> SearchState:
+        """A fresh search's state, or the saved one of ``resume_from``."""
+        if self.resume_from is not None:
+            try:
+                state = SearchState.load(self.resume_from)
+                state.check_settings(self.settings(), self.resume_from)
+            except (OSError, ValueError) as err:
+                raise ConfigError(f'resume_from: {err}') from err
+            self.records = list(state.records)
+            self.rng.setstate(state.rng)
+            self.runner.logger.info(f'resumed {self.resume_from} at generation '
+                                    f'{state.generation}')
+            return state
+        narrowest = {gid: choices[0] for gid, choices in self.space.choices.items()}
+        if not self.feasible(narrowest):
+            flops, params = self.measure(narrowest)
+            raise ConfigError(f'constraints: {self.constraints} exclude even the narrowest '
+                             f'subnet (FLOPs {human(flops)}, params {human(params)})')
+        population = self.draw(lambda: self.space.sample(self.rng), self.num_candidates, set())
+        return SearchState(0, self.settings(), population, [], self.rng.getstate(), [])
+
+    def run(self) -> SearchResult:
+        """Evolve for ``max_epochs`` generations; return every record and the best."""
+        state = self.start()
+        for generation in range(state.generation, self.max_epochs):
+            for widths in state.population:
+                self.records.append(self.evaluate(widths, f'generation {generation}'))
+            top = self.best()
+            self.runner.logger.info(
+                f'generation {generation}: best {self.score_key} {top[0].score:.2f} at FLOPs '
+                f'{human(top[0].flops)}; top {len(top)} from {len(self.records)} subnets')
+            state = SearchState(generation + 1, state.settings, self.next_population(top),
+                                list(self.records), self.rng.getstate(),
+                                state.best + [self.records.index(top[0])])
+            state.dump(self.state_path)
+        best = self.best()[0]
+        return SearchResult(list(self.records), {'best_subnet': best},
+                            {'best_subnet': self.save_subnet('best_subnet', best.widths)},
+                            [self.records[i] for i in state.best])

@@ -1,0 +1,68 @@
+"""GreedySearchLoop: every target met by the first subnet under it, widths only shrink."""
+import pytest
+import torch
+import yaml
+from search_helpers import ARCHITECTURE, INPUT_SHAPE, build_runner, one_thread  # noqa: F401
+
+from razorlib.engine.loops import GreedySearchLoop, SubnetRecord
+from razorlib.pruning import slim_model
+from razorlib.registry import MODELS
+from razorlib.utils import get_model_complexity
+
+TARGETS = [40000, 20000, 8000]  # from 51,904 FLOPs (widest) to 6,064 (1 of 4 bins)
+
+
+def greedy(tmp_path, **kwargs):
+    cfg = dict(type='GreedySearchLoop', target_flops=TARGETS, max_channel_bins=4,
+               recalib_batches=1, val_batches=1)
+    return build_runner(tmp_path, dict(cfg, **kwargs))
+
+
+def test_each_target_gets_the_first_subnet_at_or_under_it_and_widths_only_shrink(tmp_path):
+    result = greedy(tmp_path).val()
+    history = result.history
+    assert [h.flops for h in history] == sorted((h.flops for h in history), reverse=True)
+    for before, after in zip(history, history[1:]):
+        assert all(after.widths[gid] <= width for gid, width in before.widths.items())
+    for target in TARGETS:
+        record = result.chosen[f'subnet_flops{target}']
+        assert record.flops <= target
+        assert record is next(h for h in history if h.flops <= target)
+    assert len({tuple(r.widths.values()) for r in result.records}) == len(result.records)
+
+
+def test_the_yaml_of_a_target_slims_a_fresh_model_to_the_recorded_flops(tmp_path):
+    result = greedy(tmp_path).val()
+    record, path = result.chosen['subnet_flops20000'], result.files['subnet_flops20000']
+    assert path == tmp_path / 'subnet_flops20000.yaml' and 'modules' in yaml.safe_load(
+        path.read_text())
+    slim = slim_model(MODELS.build(ARCHITECTURE), path)
+    assert get_model_complexity(slim, torch.randn(1, *INPUT_SHAPE)).flops == record.flops
+
+
+def test_each_step_keeps_the_candidate_that_scores_best(tmp_path, monkeypatch):
+    """Scored so that narrowing the last stage costs most: it is narrowed last."""
+    def evaluate(self, widths, tag, full=False):
+        flops, params = self.measure(widths)
+        cost = sum(w * (10 if gid.endswith('2.conv') else 1) for gid, w in widths.items())
+        return SubnetRecord(dict(widths), flops, params, float(cost), tag)
+
+    monkeypatch.setattr(GreedySearchLoop, 'evaluate', evaluate)
+    runner = greedy(tmp_path, target_flops=[6100])
+    history = runner.val().history
+    first_cut = next(i for i, h in enumerate(history) if h.widths['backbone.stages.2.conv'] < 32)
+    # the cheap spaces are at one bin of four before the last stage loses any
+    assert history[first_cut - 1].widths == {'backbone.stages.0.conv': 2,
+                                             'backbone.stages.1.conv': 4,
+                                             'backbone.stages.2.conv': 32}
+
+
+def test_a_target_below_the_narrowest_subnet_names_target_flops(tmp_path):
+    with pytest.raises(ValueError, match=r'target_flops: 1.00k is below .* narrowest'):
+        greedy(tmp_path, target_flops=[20000, 1000]).val()
+
+
+@pytest.mark.parametrize('targets', [[], [20000, 20000], [-5]])
+def test_bad_targets_name_target_flops(tmp_path, targets):
+    with pytest.raises(ValueError, match='target_flops must be distinct positive'):
+        greedy(tmp_path, target_flops=targets).val()

@@ -1,0 +1,79 @@
+"""SubnetValLoop: validates the subnet it is given, recalibrated, and puts the supernet back."""
+import pytest
+import torch
+import yaml
+from search_helpers import build_runner, one_thread  # noqa: F401 (fixture)
+
+from razorlib.algorithms import AutoSlim
+from razorlib.engine.config import ConfigError
+from razorlib.engine.loops import WidthSpace, recalibrate_bn
+
+WIDTHS = {'backbone.stages.0.conv': 4, 'backbone.stages.1.conv': 8,
+          'backbone.stages.2.conv': 24}
+
+
+def export(runner, path, widths=WIDTHS):
+    """Write the channel config of ``widths`` and put the supernet back at full width."""
+    model = runner.model
+    model.set_subnet(WidthSpace(model.pruner).masks(widths))
+    model.export_subnet().dump(path)
+    model.set_max_subnet()
+    return path
+
+
+def subnet_val(tmp_path, subnet, recalib_batches=2):
+    return build_runner(tmp_path / 'val', dict(type='SubnetValLoop', subnet=subnet,
+                                               recalib_batches=recalib_batches))
+
+
+def test_it_validates_the_given_subnet_after_recalibration(tmp_path, monkeypatch):
+    path = export(build_runner(tmp_path / 'export'), tmp_path / 'subnet.yaml')
+    seen = []
+    val_step = AutoSlim.val_step
+    monkeypatch.setattr(AutoSlim, 'val_step', lambda self, data: (
+        seen.append(WidthSpace(self.pruner).widths(self.pruner.current_subnet)),
+        val_step(self, data))[1])
+    metrics = subnet_val(tmp_path, str(path)).val()
+    assert seen and all(widths == WIDTHS for widths in seen)
+    monkeypatch.undo()
+
+    reference = build_runner(tmp_path / 'reference')
+    reference.model.set_subnet(WidthSpace(reference.model.pruner).masks(WIDTHS))
+    recalibrate_bn(reference.model, reference.train_dataloader, num_batches=2)
+    assert metrics == reference.val()
+
+
+def test_widths_and_a_channel_config_dict_validate_the_same_subnet(tmp_path):
+    path = export(build_runner(tmp_path / 'export'), tmp_path / 'subnet.yaml')
+    from_file = subnet_val(tmp_path / 'a', str(path)).val()
+    assert subnet_val(tmp_path / 'b', dict(WIDTHS)).val() == from_file
+    assert subnet_val(tmp_path / 'c', yaml.safe_load(path.read_text())).val() == from_file
+
+
+def test_the_supernet_subnet_and_bn_statistics_are_restored(tmp_path):
+    path = export(build_runner(tmp_path / 'export'), tmp_path / 'subnet.yaml')
+    runner = subnet_val(tmp_path, str(path))
+    model = runner.model
+    model.set_subnet(WidthSpace(model.pruner).masks(dict(WIDTHS, **{
+        'backbone.stages.0.conv': 6})))
+    before_subnet = model.pruner.current_subnet
+    before_bn = {k: v.clone() for k, v in model.state_dict().items() if 'running' in k}
+    runner.val()
+    after = model.pruner.current_subnet
+    assert all(torch.equal(before_subnet[k], after[k]) for k in before_subnet)
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in before_bn.items())
+
+
+def test_subnet_file_errors_name_the_file_and_key(tmp_path):
+    runner = build_runner(tmp_path / 'export')
+    data = yaml.safe_load(export(runner, tmp_path / 'subnet.yaml').read_text())
+    data['modules']['backbone.stages.1.conv']['raw_out_channels'] = 20  # another supernet
+    (tmp_path / 'other.yaml').write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError, match=r'other.yaml: modules.backbone.stages.1.conv: '
+                                          r'raw_out_channels is 20, the supernet layer has 16'):
+        subnet_val(tmp_path, str(tmp_path / 'other.yaml')).val()
+    with pytest.raises(ConfigError, match=r'subnet.backbone.stages.2.conv: a width is a '
+                                          r'channel count in \[1, 32\], got 40'):
+        subnet_val(tmp_path, dict(WIDTHS, **{'backbone.stages.2.conv': 40})).val()
+    with pytest.raises(ConfigError, match='subnet: .*nope.yaml does not exist'):
+        subnet_val(tmp_path, str(tmp_path / 'nope.yaml')).val()

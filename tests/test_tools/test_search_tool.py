@@ -1,0 +1,114 @@
+"""tools/search.py: YAMLs, results JSON, plot and table; resume; errors name the bad key."""
+import json
+from pathlib import Path
+
+import pytest
+from conftest import REPO, TINY, LogCapture, load_tool
+from mmengine.registry import init_default_scope
+from search_helpers import one_thread  # noqa: F401 (fixture)
+
+from razorlib.engine.config import check_config, load_config
+from razorlib.engine.loops import SubnetRecord
+from razorlib.registry import MODELS
+
+# The tiny supernet spans 132k FLOPs (whole) to 19k (1 of 4 bins per space).
+GREEDY = dict(type='GreedySearchLoop', target_flops=[100000, 60000, 30000],
+              max_channel_bins=4, recalib_batches=1)
+EVOLUTION = dict(type='EvolutionSearchLoop', max_epochs=1, num_candidates=4, top_k=2,
+                 num_mutation=1, num_crossover=1, constraints=dict(flops=60000),
+                 recalib_batches=1)
+
+
+def search_config(path: Path, search_cfg) -> str:
+    """A search config on top of the tiny supernet config."""
+    lines = [f'_base_ = [{str(TINY)!r}]', 'custom_hooks = []']
+    if search_cfg is not None:
+        lines.append(f'search_cfg = {search_cfg!r}')
+    path.write_text('\n'.join(lines) + '\n')
+    return str(path)
+
+
+def run(tool, checkpoint, search_cfg, work_dir, *extra) -> int:
+    config = search_config(work_dir.parent / f'{work_dir.name}_search.py', search_cfg)
+    options = ['--cfg-options', f'experiment_name=search_{work_dir.name}', *extra]
+    return tool.main([config, str(checkpoint), '--work-dir', str(work_dir), *options])
+
+
+def test_greedy_search_writes_subnets_results_plot_and_a_table(tiny_supernet, tmp_path):
+    assert run(load_tool('search'), tiny_supernet, GREEDY, tmp_path / 'greedy') == 0
+    work_dir = tmp_path / 'greedy'
+    for target in GREEDY['target_flops']:
+        assert (work_dir / f'subnet_flops{target}.yaml').is_file()
+    results = json.loads((work_dir / 'search_results.json').read_text())
+    assert results['search'] == 'GreedySearchLoop' and results['records']
+    assert all({'flops', 'params', 'score', 'widths'} <= set(r) for r in results['records'])
+    assert len(results['uniform']) == 11 and results['uniform_full_val'] == results['uniform']
+    chosen = results['chosen']['subnet_flops60000']
+    assert chosen['full_val']['flops'] == chosen['search']['flops'] <= 60000
+    assert (work_dir / 'search_plot.png').read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
+    log = next(work_dir.glob('*/*.log')).read_text()
+    assert 'chosen subnets vs uniform widths (whole validation set)' in log
+    assert 'subnet_flops30000' in log and 'uniform x' in log
+
+
+def test_the_table_compares_with_the_nearest_width_and_the_curve_at_equal_flops():
+    tool = load_tool('search')
+    uniform = [SubnetRecord({}, 100, 1, 60.0, 'uniform x0.50'),
+               SubnetRecord({}, 300, 1, 80.0, 'uniform x1.00')]
+    assert tool.uniform_at(uniform, 150) == 65.0
+    _, row = tool.comparison_table({'s': SubnetRecord({}, 150, 1, 70.0)}, uniform, 'top1')
+    assert row.split() == ['s', '150', '1', '70.00', '|', 'uniform', 'x0.50', '100', '60.00',
+                           '|', '65.00', '+5.00']
+
+
+def test_resume_continues_an_evolution_search(tiny_supernet, tmp_path):
+    tool = load_tool('search')
+    assert run(tool, tiny_supernet, EVOLUTION, tmp_path / 'evo') == 0
+    assert run(tool, tiny_supernet, EVOLUTION, tmp_path / 'evo', 'search_cfg.max_epochs=2',
+               '--resume') == 0
+    results = json.loads((tmp_path / 'evo' / 'search_results.json').read_text())
+    assert len(results['records']) == 8 and len(results['history']) == 2
+    assert all(r['flops'] <= 60000 for r in results['records'])
+    assert (tmp_path / 'evo' / 'best_subnet.yaml').is_file()
+
+
+@pytest.mark.parametrize('search_cfg, extra, message', [
+    (None, (), "search_cfg: missing; this tool needs"),
+    (dict(type='ValLoop'), (), "search_cfg.type: 'ValLoop' is not a search loop"),
+    (GREEDY, ('search_cfg.target_flop=3', ), "search_cfg.target_flop: GreedySearchLoop takes "
+                                              "no argument 'target_flop'"),
+    (GREEDY, ('search_cfg.target_flops=[10]', ), 'target_flops: 10 is below'),
+    (GREEDY, ('--resume', ), '--resume: GreedySearchLoop does not checkpoint'),
+    (EVOLUTION, ('search_cfg.constraints.latency=3', ), 'constraints.latency: unknown'),
+    (EVOLUTION, ('search_cfg.top_k=9', ), r'top_k must be in [1, num_candidates], got 9'),
+])
+def test_errors_name_the_key_at_fault(tiny_supernet, tmp_path, monkeypatch, search_cfg, extra,
+                                      message):
+    tool = load_tool('search')
+    log = LogCapture(tool, monkeypatch)
+    assert run(tool, tiny_supernet, search_cfg, tmp_path / 'bad', *extra) == 2
+    assert message in log.text
+
+
+def test_a_missing_checkpoint_is_named(tmp_path, monkeypatch):
+    tool = load_tool('search')
+    log = LogCapture(tool, monkeypatch)
+    assert run(tool, tmp_path / 'none.pth', GREEDY, tmp_path / 'bad') == 2
+    assert 'checkpoint: ' in log.text and 'none.pth does not exist' in log.text
+
+
+@pytest.mark.parametrize('name', ['autoslim_plaincnn_digits_search.py',
+                                  'autoslim_plaincnn_digits_evolution_search.py'])
+def test_the_search_configs_fit_their_supernet(name):
+    """Their targets and limits lie between the supernet's narrowest and widest subnets."""
+    tool = load_tool('search')
+    cfg = load_config(REPO / 'configs' / 'pruning' / 'autoslim' / name)
+    check_config(cfg, tool.SEARCH_KEYS)
+    tool.search_loop_class(cfg.search_cfg)
+    init_default_scope('razorlib')
+    supernet = MODELS.build(cfg.model)
+    widest = supernet.flops_params().flops
+    supernet.set_min_subnet()
+    narrowest = supernet.flops_params().flops
+    limits = cfg.search_cfg.get('target_flops') or [cfg.search_cfg.constraints.flops]
+    assert all(narrowest < limit < widest for limit in limits)
