@@ -31,6 +31,7 @@ from mmengine.registry import init_default_scope
 from mmengine.runner import Runner
 
 from razorlib.engine.config import ConfigError, check_config, load_config
+from razorlib.engine.loops import recalibrate_bn
 from razorlib.pruning import remove_masks, slim_model
 from razorlib.quantization import (DISPATCHERS, OBSERVERS, QuantExecutor, analyse_error,
                                    export_graph, quantize_torch_model)
@@ -95,22 +96,6 @@ def load_classifier(args: argparse.Namespace) -> Tuple[Config, nn.Module, nn.Mod
     return cfg, model, classifier
 
 
-@torch.no_grad()
-def recalibrate_bn(model: nn.Module, batches: List[Batch]) -> None:
-    """Recompute every batch norm's running statistics as the average over ``batches``."""
-    norms = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
-    momenta = [bn.momentum for bn in norms]
-    for bn in norms:
-        bn.reset_running_stats()
-        bn.momentum = None  # a cumulative average
-    model.train()
-    for images, _ in batches:
-        model(images)
-    model.eval()
-    for bn, momentum in zip(norms, momenta):
-        bn.momentum = momentum
-
-
 def preprocessed(loader, preprocessor: nn.Module, steps: Optional[int] = None) -> List[Batch]:
     """``(images, labels)`` of the first ``steps`` batches, through the data preprocessor."""
     batches = []
@@ -157,16 +142,15 @@ def main(argv=None) -> int:
         return 2
 
     preprocessor = model.data_preprocessor
+    train_loader = Runner.build_dataloader(cfg.train_dataloader, seed=args.seed)
     bn_steps = args.recalibrate_bn
     if bn_steps is None:
         bn_steps = args.calib_steps if args.subnet else 0
-    train = preprocessed(Runner.build_dataloader(cfg.train_dataloader, seed=args.seed),
-                         preprocessor, max(args.calib_steps, bn_steps))
-    if bn_steps:
-        recalibrate_bn(classifier, train[:bn_steps])
+    recalibrate_bn(classifier, train_loader, bn_steps, seed=args.seed)
     classifier.eval()
+    train = preprocessed(train_loader, preprocessor, args.calib_steps)
     shape = train[0][0].shape
-    calibration = [images for images, _ in train[:args.calib_steps] if images.shape == shape]
+    calibration = [images for images, _ in train if images.shape == shape]
     logger.info(f'{name}: {type(classifier).__name__}'
                 f"{' sliced to ' + args.subnet if args.subnet else ''}, batch-norm statistics "
                 f'from {bn_steps} batches; {args.platform}, {len(calibration)} calibration '
