@@ -2,7 +2,6 @@
 import uuid
 from typing import Optional
 
-import pytest
 import torch
 from mmengine.runner import Runner
 
@@ -11,16 +10,6 @@ ARCHITECTURE = dict(
     type='ImageClassifier', backbone=dict(type='PlainCNN', channels=(8, 16, 32)),
     head=dict(type='LinearClsHead', num_classes=10),
     data_preprocessor=dict(type='ClsDataPreprocessor', mean=[0.5] * 3, std=[0.5] * 3))
-
-
-@pytest.fixture(autouse=True, scope='module')
-def one_thread():
-    """Run on one thread: for models this small, two OpenMP threads on a busy two-core
-    machine spin-wait each other and make every conv tens of times slower."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def runner_cfg(work_dir, val_cfg: Optional[dict] = None) -> dict:

@@ -2,7 +2,7 @@
 import json
 
 import pytest
-from search_helpers import build_runner, one_thread  # noqa: F401 (fixture)
+from search_helpers import build_runner
 
 from razorlib.engine.loops import EvolutionSearchLoop
 

@@ -2,7 +2,7 @@
 import pytest
 import torch
 import yaml
-from search_helpers import ARCHITECTURE, INPUT_SHAPE, build_runner, one_thread  # noqa: F401
+from search_helpers import ARCHITECTURE, INPUT_SHAPE, build_runner
 
 from razorlib.engine.loops import GreedySearchLoop, SubnetRecord
 from razorlib.pruning import slim_model

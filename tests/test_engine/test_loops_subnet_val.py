@@ -2,7 +2,7 @@
 import pytest
 import torch
 import yaml
-from search_helpers import build_runner, one_thread  # noqa: F401 (fixture)
+from search_helpers import build_runner
 
 from razorlib.algorithms import AutoSlim
 from razorlib.engine.config import ConfigError

@@ -5,7 +5,6 @@ from pathlib import Path
 import pytest
 from conftest import REPO, TINY, LogCapture, load_tool
 from mmengine.registry import init_default_scope
-from search_helpers import one_thread  # noqa: F401 (fixture)
 
 from razorlib.engine.config import check_config, load_config
 from razorlib.engine.loops import SubnetRecord
