@@ -147,6 +147,28 @@ class AutoSlim(BaseModel):
         """FLOPs and parameters of the current subnet on one ``input_shape`` image."""
         return get_model_complexity(self.architecture, self.example_inputs())
 
+    def uniform_subnet(self, flops: float, steps: int = 30) -> SubnetDict:
+        """The uniform-width subnet (one ratio for every space) whose FLOPs are closest
+        to ``flops``: the baseline a searched subnet of that cost is compared with.
+
+        The current subnet is left as it was.
+        """
+        previous = self.current_subnet
+
+        def cost(ratio: float) -> float:
+            self.set_subnet(self.pruner.subnet_at(ratio))
+            return self.flops_params().flops
+
+        low, high = min(self.pruner.ratios), 1.0
+        try:
+            for _ in range(steps):  # bisect the smallest ratio that reaches ``flops``
+                middle = (low + high) / 2
+                low, high = (middle, high) if cost(middle) < flops else (low, middle)
+            best = min((low, high), key=lambda ratio: abs(cost(ratio) - flops))
+        finally:
+            self.set_subnet(previous)
+        return self.pruner.subnet_at(best)
+
     # ------------------------------------------------------------------ training
     def forward(self, inputs: torch.Tensor, data_samples: Optional[list] = None,
                 mode: str = 'tensor') -> Any:

@@ -183,3 +183,17 @@ def test_architecture_without_a_head_is_refused():
     net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3))
     with pytest.raises(TypeError, match='head'):
         AutoSlim(architecture=net, input_shape=(3, 8, 8))
+
+
+def test_uniform_subnet_matches_a_flops_budget_and_leaves_the_current_subnet(model):
+    model.set_subnet(model.sample_subnet(random.Random(1)))
+    current = model.current_subnet
+    model.set_max_subnet()
+    full = model.flops_params().flops
+    model.set_subnet(current)
+    uniform = model.uniform_subnet(0.4 * full)
+    assert all(torch.equal(current[k], v) for k, v in model.current_subnet.items())
+    widths = {gid: int(keep.sum()) / keep.numel() for gid, keep in uniform.items()}
+    assert max(widths.values()) - min(widths.values()) < 0.25  # one ratio, up to rounding
+    model.set_subnet(uniform)
+    assert abs(model.flops_params().flops - 0.4 * full) < 0.1 * full
