@@ -5,8 +5,10 @@ groups and the masks) on ResNet-50 at 224x224 and on ResNet-50/101/152, next to
 Torch-Pruning's ``DependencyGraph().build_dependency`` (its forward and its graph) on the
 same model and input, when ``torch-pruning`` is installed (``pip install -r
 requirements/dev.txt``).  Each figure is the median of ``--repeat`` runs after a warm-up.
+Torch-Pruning's time is mostly a real forward, which more threads speed up; razorlib's
+forward is shape-only, so ``--threads`` changes the ratio: report it.
 
-    python benchmarks/trace_speed.py [--repeat 5] [--size 224]
+    python benchmarks/trace_speed.py [--repeat 5] [--size 224] [--threads N]
 """
 import argparse
 import platform
@@ -48,8 +50,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--repeat', type=int, default=5)
     parser.add_argument('--size', type=int, default=224)
+    parser.add_argument('--threads', type=int, default=torch.get_num_threads(),
+                        help='torch threads (default: all cores)')
     args = parser.parse_args()
-    torch.set_num_threads(max(1, torch.get_num_threads()))
+    torch.set_num_threads(args.threads)
     print(f'machine: {platform.processor() or platform.machine()}, '
           f'{torch.get_num_threads()} threads, torch {torch.__version__}')
     print(f'input 1x3x{args.size}x{args.size}, median of {args.repeat} runs\n')

@@ -68,7 +68,8 @@ def take(tensor: torch.Tensor, dim: int, index: Sequence[int]) -> torch.Tensor:
     return tensor.index_select(dim, torch.as_tensor(index, device=tensor.device))
 
 
-def plan_conv(name: str, conv: nn.modules.conv._ConvNd, axes: Dict[str, ChannelSelection]) -> SlicePlan:
+def plan_conv(name: str, conv: nn.modules.conv._ConvNd,
+              axes: Dict[str, ChannelSelection]) -> SlicePlan:
     """Conv1d/2d/3d and ConvTranspose1d/2d/3d, including depthwise and group convs."""
     in_c, out_c, groups = conv.in_channels, conv.out_channels, conv.groups
     in_idx = _indices(name, 'input', axes.get('in'), in_c)
@@ -193,6 +194,31 @@ def _plan_param(name: str, owner: nn.Module, attr: str,
     return SlicePlan(buffers={attr: tensor})
 
 
+def plan_slices(model: nn.Module, channel_cfg: ChannelConfig) -> List[Tuple[nn.Module, SlicePlan]]:
+    """A plan for every module and parameter ``channel_cfg`` names, touching nothing.
+
+    Raises:
+        ValueError: naming the module or parameter at fault (unknown name, wrong channel
+            count, a depthwise or group conv the selection would break).
+    """
+    modules = dict(model.named_modules())
+    plans: List[Tuple[nn.Module, SlicePlan]] = []
+    with torch.no_grad():
+        for name, axes in channel_cfg.modules.items():
+            if name not in modules:
+                raise ValueError(f'channel config names module {name!r}, which the model '
+                                 'does not have')
+            plans.append((modules[name], plan_module(name, modules[name], axes)))
+        for name, dims in channel_cfg.params.items():
+            owner_name, _, attr = name.rpartition('.')
+            owner = modules.get(owner_name)
+            if owner is None or not isinstance(getattr(owner, attr, None), torch.Tensor):
+                raise ValueError(f'channel config names parameter {name!r}, which the model '
+                                 'does not have')
+            plans.append((owner, _plan_param(name, owner, attr, dims)))
+    return plans
+
+
 def slim_model(model: nn.Module,
                channel_cfg: Union[ChannelConfig, Dict[str, Any], str, Path]) -> nn.Module:
     """Physically slice ``model`` (in place) to the channels ``channel_cfg`` keeps.
@@ -210,22 +236,7 @@ def slim_model(model: nn.Module,
         >>> slim_model(net, cfg)[1].in_channels
         2
     """
-    cfg = as_channel_config(channel_cfg)
-    modules = dict(model.named_modules())
-    plans: List[Tuple[nn.Module, SlicePlan]] = []
-    with torch.no_grad():
-        for name, axes in cfg.modules.items():
-            if name not in modules:
-                raise ValueError(f'channel config names module {name!r}, which the model '
-                                 'does not have')
-            plans.append((modules[name], plan_module(name, modules[name], axes)))
-        for name, dims in cfg.params.items():
-            owner_name, _, attr = name.rpartition('.')
-            owner = modules.get(owner_name)
-            if owner is None or not isinstance(getattr(owner, attr, None), torch.Tensor):
-                raise ValueError(f'channel config names parameter {name!r}, which the model '
-                                 'does not have')
-            plans.append((owner, _plan_param(name, owner, attr, dims)))
+    plans = plan_slices(model, as_channel_config(channel_cfg))
     remove_masks(model)
     for module, plan in plans:
         plan.apply(module)

@@ -54,8 +54,9 @@ class StructurePruner(metaclass=ABCMeta):
         except_start_keys: module-name prefixes whose output channels are never pruned.
         strict: raise on an op or shape the tracer cannot prune through, instead of
             freezing the channels that reach it.
-        verify: run a shape-only copy of the model with every group pruned and freeze
-            the groups whose pruning its code cannot follow (``pruning/verify.py``).
+        verify: run the model once, shape-only, with the groups whose channels reach
+            code that may size them by hand pruned, and freeze those whose pruning the
+            code cannot follow (``pruning/verify.py``).
 
     Example:
         >>> from razorlib.pruning import L1NormPruner
@@ -85,7 +86,7 @@ class StructurePruner(metaclass=ABCMeta):
         """Trace ``supernet``, build its channel spaces and give its modules masks.
 
         Groups whose pruning the model's code cannot follow (a reshape or split size
-        computed in the code) are found by running a shape-only copy and frozen.
+        written in the code) are found by a shape-only run and frozen.
         """
         if example_inputs is None:
             example_inputs = default_example_inputs(supernet)
@@ -162,7 +163,7 @@ class StructurePruner(metaclass=ABCMeta):
         """
         draw = (rng or random).choice
         return self.subnet_at({gid: draw(self.ratios)
-                                for gid in self._require_prepared().prunable})
+                               for gid in self._require_prepared().prunable})
 
     def set_max_channel(self) -> None:
         self.set_subnet(self.subnet_at(1.0))
@@ -179,7 +180,7 @@ class StructurePruner(metaclass=ABCMeta):
                          max_channel_bins: int) -> None:
         """Keep ``sum(bins) / max_channel_bins`` of each space's channels."""
         self.set_subnet(self.subnet_at({gid: float(bins.sum()) / max_channel_bins
-                                         for gid, bins in channel_bins_dict.items()}))
+                                        for gid, bins in channel_bins_dict.items()}))
 
     def set_subnet(self, subnet_dict: Mapping[str, Any]) -> None:
         """Write a subnet into the masks; spaces it does not name keep every channel.

@@ -3,12 +3,12 @@
 Autograd cannot see how the model's code computes its reshape targets or split sizes:
 ``x.reshape(B, N, heads, C // heads)`` with ``C`` read from another tensor, or
 ``x.split(self.width, 1)``, break once channels are cut.  Before a pruner hands out its
-spaces, it slices a shape-only (``meta``) copy of the model with every group halved and
-runs it once; if that fails it bisects the groups and freezes the ones whose pruning
-breaks the forward, with the error as the reason.
+spaces, it runs the model once on shape-only (``meta``) stand-ins of its tensors with every
+group that reaches such code halved (``tracing/literal_sizes.py`` tells which); if that
+fails it bisects those groups and freezes the ones whose pruning breaks the forward, with
+the error as the reason.
 """
 import contextlib
-import copy
 from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
@@ -16,30 +16,23 @@ import torch
 import torch.nn as nn
 
 from ..tracing import ChannelGroups, ChannelUse, FrozenReason, TracingError
-from ..tracing.forward import FastMetaNorms, call_model, to_meta
-from .slicing import slim_model
+from ..tracing.forward import FastMetaOps, call_model, shadow_tensors, shadowed, to_meta
+from .slicing import plan_slices
 from .subnet_config import subnet_channel_config
 
 
-def _copy(model: nn.Module, meta: bool) -> nn.Module:
-    """A structural copy; on ``meta`` its tensors hold no data, so copying is cheap."""
-    if not meta:
-        return copy.deepcopy(model)
-    memo: Dict[int, Any] = {}
-    for tensor in list(model.parameters()) + list(model.buffers()):
-        stand_in = torch.empty_like(tensor, device='meta')
-        memo[id(tensor)] = nn.Parameter(stand_in, tensor.requires_grad) \
-            if isinstance(tensor, nn.Parameter) else stand_in
-    return copy.deepcopy(model, memo)
-
-
 class _Probe:
-    """Runs the model with some groups halved and reports the error, if any."""
+    """Runs the model with some groups halved and reports the error, if any.
+
+    The halved tensors live only inside :func:`shadowed`: the model itself is sliced for
+    the length of one forward and then put back, which costs far less than a copy.
+    """
 
     def __init__(self, model: nn.Module, groups: ChannelGroups, uses: Sequence[ChannelUse],
                  example_inputs: Any, meta: bool):
         self.model, self.groups, self.uses, self.meta = model, groups, uses, meta
         self.inputs = to_meta(example_inputs) if meta else example_inputs
+        self.shadows = shadow_tensors(model, meta)
 
     def error(self, ids: Sequence[str]) -> Optional[str]:
         keep = {}
@@ -49,11 +42,13 @@ class _Probe:
             mask[:max(1, group.num_channels // 2)] = True
             keep[gid] = mask
         try:
-            model = slim_model(_copy(self.model, self.meta),
-                               subnet_channel_config(self.groups, self.uses, keep))
-            model.eval()
-            with torch.no_grad(), (FastMetaNorms() if self.meta else contextlib.nullcontext()):
-                call_model(model, self.inputs)
+            with shadowed(self.model, self.shadows):
+                cfg = subnet_channel_config(self.groups, self.uses, keep)
+                for module, plan in plan_slices(self.model, cfg):
+                    plan.apply(module)
+                self.model.eval()
+                with torch.no_grad(), (FastMetaOps() if self.meta else contextlib.nullcontext()):
+                    call_model(self.model, self.inputs)
         except Exception as err:  # any failure means the code cannot follow the widths
             return f'{type(err).__name__}: {err}'.splitlines()[0][:300]
         return None
@@ -72,15 +67,21 @@ class _Probe:
 
 def freeze_unrunnable_groups(model: nn.Module, groups: ChannelGroups,
                              uses: Sequence[ChannelUse], example_inputs: Any,
-                             strict: bool = False) -> Dict[str, str]:
+                             strict: bool = False,
+                             ids: Optional[Sequence[str]] = None) -> Dict[str, str]:
     """Freeze the prunable groups whose pruning the model's code cannot follow.
+
+    Args:
+        ids: the groups to check; default the prunable groups whose channels reach code
+            that may size them by hand (``groups.size_dependent``).  When there are none,
+            nothing runs.
 
     Returns:
         ``{group id: error}`` for each group frozen.
     Raises:
         TracingError: under ``strict`` instead of freezing.
     """
-    ids = list(groups.prunable)
+    ids = list(groups.size_dependent if ids is None else ids)
     if not ids:
         return {}
     probe = _Probe(model, groups, uses, example_inputs, meta=groups.graph.device == 'meta')

@@ -124,6 +124,10 @@ class TraceContext:
             self._leaf_channels[key] = TensorChannels(shape, slots)
         return self._leaf_channels[key]
 
+    def traced_leaf_channels(self, tensor: torch.Tensor) -> Optional[TensorChannels]:
+        """Channels of a parameter/buffer leaf if a rule has read them, else None."""
+        return self._leaf_channels.get(id(tensor))
+
     def use(self, name: str, role: str, slots: np.ndarray, dim: int = 0) -> None:
         """Record that ``name``'s ``role`` axis follows ``slots``.
 

@@ -1,23 +1,23 @@
 """One forward pass that records the autograd graph and which module produced what.
 
-The forward runs through ``torch.func.functional_call`` on *shadow* parameters and
-buffers: by default on the ``meta`` device (shapes only, no arithmetic, so tracing a
+The forward runs on *shadow* parameters and buffers swapped in for the model's own
+(:func:`shadowed`): by default on the ``meta`` device (shapes only, no arithmetic, so tracing a
 ResNet-152 costs no convolutions), and, if the model's code needs real values (``.item()``,
 data-dependent control flow), again on detached aliases of the real tensors.  Either way
 the model's own tensors, ``requires_grad`` flags, modes and attributes are never changed:
 the session snapshots every module's ``__dict__`` and puts it back.
 """
 import contextlib
-import copy
 import itertools
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, Iterator, List, Tuple
 
 import torch
 import torch.nn as nn
-from torch.func import functional_call
 from torch.utils._python_dispatch import TorchDispatchMode
+
+from .literal_sizes import SizeWatch
 
 _NORM_STAT_BUFFERS = ('running_mean', 'running_var')
 
@@ -60,39 +60,127 @@ def to_meta(obj: Any) -> Any:
     return obj
 
 
-def _batch_norm(x, *args, **kwargs):
-    channels = x.shape[1]
-    return torch.empty_like(x), x.new_empty(channels), x.new_empty(channels)
+def _like(x: torch.Tensor) -> torch.Tensor:
+    """A fresh meta tensor with ``x``'s shape, strides and dtype.
+
+    Inside a dispatch mode ``empty_like``/``new_empty`` run torch's Python reference
+    kernels (~20 us); ``empty_strided`` on ``meta`` costs ~2 us.
+    """
+    return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device='meta')
 
 
-def _layer_norm(x, normalized_shape, *args, **kwargs):
-    stats = x.shape[:x.dim() - len(normalized_shape)] + (1, ) * len(normalized_shape)
-    return torch.empty_like(x), x.new_empty(stats), x.new_empty(stats)
+def _new(x: torch.Tensor, size) -> torch.Tensor:
+    """A fresh contiguous meta tensor of ``size`` with ``x``'s dtype."""
+    return torch.empty(size, dtype=x.dtype, device='meta')
+
+
+def _per_channel(n: int, *tensors) -> bool:
+    """Whether each of ``tensors`` is absent or holds exactly ``n`` values in one dim."""
+    return all(t is None or tuple(t.shape) == (n, ) for t in tensors)
+
+
+# The shape kernels below return None for anything they do not fully check (mismatched
+# sizes, unusual layouts): torch's own kernel then runs and raises its usual error, which
+# is what the pruned run in ``pruning/verify.py`` relies on.
+
+def _batch_norm(x, weight, bias, running_mean, running_var, *args):
+    channels = x.shape[1] if x.dim() > 1 else 0
+    if not channels or not _per_channel(channels, weight, bias, running_mean, running_var):
+        return None
+    return _like(x), _new(x, channels), _new(x, channels)
+
+
+def _layer_norm(x, normalized_shape, weight, bias, eps):
+    count = len(normalized_shape)
+    if tuple(x.shape[x.dim() - count:]) != tuple(normalized_shape) or any(
+            t is not None and tuple(t.shape) != tuple(normalized_shape) for t in (weight, bias)):
+        return None
+    stats = x.shape[:x.dim() - count] + (1, ) * count
+    return _like(x), _new(x, stats), _new(x, stats)
 
 
 def _group_norm(x, weight, bias, n, c, hxw, group, eps):
-    return torch.empty_like(x), x.new_empty((n, group)), x.new_empty((n, group))
+    if x.dim() < 2 or x.shape[1] != c or c % group or not _per_channel(c, weight, bias):
+        return None
+    return _like(x), _new(x, (n, group)), _new(x, (n, group))
 
 
-class FastMetaNorms(TorchDispatchMode):
-    """Shape-only norms on the ``meta`` device.
+def _convolution(x, weight, bias, stride, padding, dilation, transposed, output_padding,
+                 groups):
+    """Output of ``aten.convolution`` from the textbook size formula."""
+    spatial = x.dim() - 2
+    if spatial < 1 or weight.dim() != x.dim() or not x.is_contiguous() \
+            or len(stride) != spatial or len(padding) != spatial:
+        return None
+    in_channels = weight.shape[0] if transposed else weight.shape[1] * groups
+    out_channels = weight.shape[1] * groups if transposed else weight.shape[0]
+    if x.shape[1] != in_channels or out_channels % groups or not _per_channel(out_channels,
+                                                                              bias):
+        return None
+    size = [x.shape[0], out_channels]
+    kernel = weight.shape[2:]
+    for i in range(spatial):
+        span = dilation[i] * (kernel[i] - 1)
+        if transposed:
+            size.append((x.shape[i + 2] - 1) * stride[i] - 2 * padding[i] + span
+                        + output_padding[i] + 1)
+        else:
+            size.append((x.shape[i + 2] + 2 * padding[i] - span - 1) // stride[i] + 1)
+    return _new(x, size) if min(size) > 0 else None
 
-    torch's meta kernels for batch/layer/group norm are Python decompositions that cost
-    ~1 ms each, most of a meta forward; shapes are all tracing needs.  The mode sits below
-    autograd, so the grad_fn nodes (``NativeBatchNormBackward0``...) are recorded as usual.
+
+#: Elementwise ops whose output has their first input's shape and dtype when every
+#: tensor operand matches it (no broadcasting, no type promotion).
+_SAME_AS_INPUT = tuple(getattr(torch.ops.aten, name) for name in (
+    'add', 'sub', 'mul', 'div', 'relu', 'gelu', 'silu', 'sigmoid', 'tanh', 'hardtanh',
+    'hardswish', 'hardsigmoid', 'leaky_relu', 'elu', 'clamp', 'clamp_min', 'neg', 'mish',
+    'softplus'))
+_IN_PLACE = tuple(getattr(torch.ops.aten, name + '_') for name in (
+    'add', 'sub', 'mul', 'div', 'relu', 'silu', 'sigmoid', 'hardtanh', 'hardswish',
+    'hardsigmoid', 'leaky_relu', 'elu', 'clamp', 'clamp_min'))
+_ELEMENTWISE = {op: False for op in _SAME_AS_INPUT}
+_ELEMENTWISE.update({op: True for op in _IN_PLACE})
+
+
+def _elementwise(in_place: bool, x, *args, **kwargs):
+    """An elementwise op whose tensor operands all look like ``x``; None to fall back."""
+    if not x.is_floating_point() or not x.is_contiguous():
+        return None
+    for arg in itertools.chain(args, kwargs.values()):
+        if isinstance(arg, torch.Tensor) and (arg.shape != x.shape or arg.dtype != x.dtype
+                                              or not arg.is_contiguous()):
+            return None
+    return x if in_place else _like(x)
+
+
+class FastMetaOps(TorchDispatchMode):
+    """Shape-only kernels for the ops a meta forward spends its time in.
+
+    torch's meta kernels for norms, convolutions and many elementwise ops are Python
+    decompositions costing 20 us to 1 ms each, most of a meta forward; tracing needs only
+    the shapes.  Unusual cases (broadcasting, type promotion, strided layouts) fall back
+    to torch's own kernels.  The mode sits below autograd, so the grad_fn nodes
+    (``NativeBatchNormBackward0``...) are recorded as usual.
     """
 
-    _FAST = {
+    _SHAPE_KERNELS = {
         torch.ops.aten.native_batch_norm.default: _batch_norm,
         torch.ops.aten.native_layer_norm.default: _layer_norm,
         torch.ops.aten.native_group_norm.default: _group_norm,
+        torch.ops.aten.convolution.default: _convolution,
     }
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        fast = self._FAST.get(func)
-        if fast is not None and args[0].device.type == 'meta':
-            return fast(*args, **kwargs)
+        if args and isinstance(args[0], torch.Tensor) and args[0].device.type == 'meta':
+            fast = self._SHAPE_KERNELS.get(func)
+            if fast is not None:
+                out = fast(*args, **kwargs)
+            else:
+                in_place = _ELEMENTWISE.get(func.overloadpacket)
+                out = None if in_place is None else _elementwise(in_place, *args, **kwargs)
+            if out is not None:
+                return out
         return func(*args, **kwargs)
 
 
@@ -107,6 +195,8 @@ class ForwardRecord:
         calls: module name -> number of calls.
         owners: ``id`` of each shadow tensor -> ``(module name, attribute)``.
         device: ``'meta'`` or ``'real'``: how the forward ran.
+        shadows: the stand-in tensors the forward ran on, by parameter/buffer name.
+        sizes: how the model's code sized its views and which sizes it read.
     """
     outputs: List[torch.Tensor]
     node_modules: Dict[Any, List[str]] = field(default_factory=lambda: defaultdict(list))
@@ -115,9 +205,10 @@ class ForwardRecord:
     owners: Dict[int, Tuple[str, str]] = field(default_factory=dict)
     device: str = 'meta'
     shadows: Dict[str, torch.Tensor] = field(default_factory=dict, repr=False)
+    sizes: SizeWatch = field(default_factory=SizeWatch, repr=False)
 
 
-def _shadows(model: nn.Module, meta: bool) -> Dict[str, torch.Tensor]:
+def shadow_tensors(model: nn.Module, meta: bool) -> Dict[str, torch.Tensor]:
     """Stand-ins for every parameter and buffer, tied ones kept tied.
 
     Float tensors (but norm running statistics) require grad, so frozen layers and
@@ -142,8 +233,8 @@ _CONTAINERS = (dict, list, set)
 
 def _snapshot(module: nn.Module) -> Dict[str, Tuple[Any, Any]]:
     """Each attribute with a copy of its contents if it is a plain dict/list/set (a cache
-    that forward fills in place)."""
-    return {key: (value, copy.copy(value) if type(value) in _CONTAINERS else None)
+    that forward fills in place, or the parameter and buffer tables)."""
+    return {key: (value, value.copy() if type(value) in _CONTAINERS else None)
             for key, value in vars(module).items()}
 
 
@@ -159,8 +250,31 @@ def _restore(module: nn.Module, attrs: Dict[str, Tuple[Any, Any]]) -> None:
         vars(module)[key] = value
 
 
+@contextlib.contextmanager
+def shadowed(model: nn.Module, shadows: Dict[str, torch.Tensor]) -> Iterator[None]:
+    """Put ``shadows`` in place of the model's parameters and buffers for a while.
+
+    Inside, anything may change the modules (their tensors, attributes, caches, modes):
+    on exit every module's ``__dict__`` and parameter/buffer tables are put back as they
+    were, so the real tensors are never touched.  Cheaper than ``functional_call`` or a
+    deep copy, which is what makes shape-only forwards of large models fast.
+    """
+    modules = dict(model.named_modules(remove_duplicate=False))
+    snapshot = {module: _snapshot(module) for module in modules.values()}
+    try:
+        for name, tensor in shadows.items():
+            owner, _, attr = name.rpartition('.')
+            module = modules[owner]
+            table = module._parameters if attr in module._parameters else module._buffers
+            table[attr] = tensor
+        yield
+    finally:
+        for module, attrs in snapshot.items():
+            _restore(module, attrs)
+
+
 def _run(model: nn.Module, example_inputs: Any, meta: bool) -> ForwardRecord:
-    shadows = _shadows(model, meta)
+    shadows = shadow_tensors(model, meta)
     record = ForwardRecord([], device='meta' if meta else 'real', shadows=shadows)
     for name, tensor in shadows.items():
         owner, _, attr = name.rpartition('.')
@@ -169,28 +283,24 @@ def _run(model: nn.Module, example_inputs: Any, meta: bool) -> ForwardRecord:
     def hook_for(name: str):
         def hook(module, args, output):
             record.calls[name] += 1
-            for tensor in flatten_tensors(output):
-                if tensor.grad_fn is not None:
-                    record.node_modules[tensor.grad_fn].append(name)
-                    record.module_outputs.append((tensor.grad_fn, tensor.output_nr, name))
+            with torch._C.DisableTorchFunction():  # not the model's code: SizeWatch skips it
+                for tensor in flatten_tensors(output):
+                    if tensor.grad_fn is not None:
+                        record.node_modules[tensor.grad_fn].append(name)
+                        record.module_outputs.append((tensor.grad_fn, tensor.output_nr, name))
         return hook
 
-    snapshot = {m: _snapshot(m) for m in model.modules()}
     handles = [m.register_forward_hook(hook_for(name)) for name, m in model.named_modules()]
     try:
-        model.eval()
-        inputs = to_meta(example_inputs) if meta else example_inputs
-        if isinstance(inputs, dict):
-            args, kwargs = (), inputs
-        else:
-            args, kwargs = (tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs, )), {}
-        with torch.enable_grad(), (FastMetaNorms() if meta else contextlib.nullcontext()):
-            outputs = functional_call(model, shadows, args, kwargs, strict=False)
+        with shadowed(model, shadows):
+            model.eval()
+            inputs = to_meta(example_inputs) if meta else example_inputs
+            with torch.enable_grad(), record.sizes, \
+                    (FastMetaOps() if meta else contextlib.nullcontext()):
+                outputs = call_model(model, inputs)
     finally:
         for handle in handles:
             handle.remove()
-        for module, attrs in snapshot.items():
-            _restore(module, attrs)
     record.outputs = [t for t in flatten_tensors(outputs)
                       if t.requires_grad and t.is_floating_point()]
     return record

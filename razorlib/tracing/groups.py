@@ -81,6 +81,14 @@ class ChannelGroups:
     def prunable(self) -> Dict[str, ChannelGroup]:
         return {gid: g for gid, g in self.groups.items() if g.prunable}
 
+    @property
+    def size_dependent(self) -> List[str]:
+        """Prunable groups whose channels reach code that may size them by hand (a view,
+        split or norm whose sizes the code chose, or a size the code read)."""
+        touched = np.zeros(len(self.labels), dtype=bool)
+        touched[self.labels[self.graph.size_dependent]] = True
+        return [gid for gid, g in self.prunable.items() if touched[g.classes].any()]
+
     def use_masks(self, keep: Dict[str, np.ndarray]) -> Dict[Tuple[str, str, int], np.ndarray]:
         """Boolean keep-mask of every module/parameter axis, given per-group keep masks."""
         class_keep = np.ones(len(self.labels), dtype=bool)
@@ -129,16 +137,28 @@ def build_groups(graph: ChannelGraph) -> ChannelGroups:
                              positions=leader_labels)
         groups[leader.name] = by_label[key] = group
 
-    for use in graph.uses:
-        keys = np.unique(group_of[labels[use.slots]])
-        for key in keys.tolist():
-            group = by_label.get(key)
-            names = getattr(group, _ROLE_FIELD[use.role]) if group else None
-            if names is not None and use.name not in names:
-                names.append(use.name)
-    for slots, reason in table.freezes:
-        for key in np.unique(group_of[labels[slots]]).tolist():
-            group = by_label.get(key)
-            if group is not None and reason not in group.frozen_reasons:
-                group.frozen_reasons.append(reason)
+    for i, key in _owner_keys([use.slots for use in graph.uses], group_of[labels]):
+        group = by_label.get(key)
+        use = graph.uses[i]
+        names = getattr(group, _ROLE_FIELD[use.role]) if group else None
+        if names is not None and use.name not in names:
+            names.append(use.name)
+    for i, key in _owner_keys([slots for slots, _ in table.freezes], group_of[labels]):
+        group = by_label.get(key)
+        reason = table.freezes[i][1]
+        if group is not None and reason not in group.frozen_reasons:
+            group.frozen_reasons.append(reason)
     return ChannelGroups(groups, labels, graph.uses, graph)
+
+
+def _owner_keys(slot_lists: List[np.ndarray], key_of_slot: np.ndarray) -> List[Tuple[int, int]]:
+    """Distinct ``(list index, key)`` pairs over the slots of each list, in list order
+    (one vectorised pass instead of a ``np.unique`` per list)."""
+    if not slot_lists:
+        return []
+    sizes = np.fromiter((len(s) for s in slot_lists), dtype=np.int64, count=len(slot_lists))
+    owners = np.repeat(np.arange(len(slot_lists), dtype=np.int64), sizes)
+    keys = key_of_slot[np.concatenate(slot_lists)] if sizes.sum() else owners
+    pairs = np.unique(owners * (len(key_of_slot) + 1) + keys)
+    return list(zip((pairs // (len(key_of_slot) + 1)).tolist(),
+                    (pairs % (len(key_of_slot) + 1)).tolist()))

@@ -25,7 +25,8 @@ def _leaf(node, index: int, through_transpose: bool = False):
     return getattr(child, 'variable', None) if child is not None else None
 
 
-def _owner(ctx: TraceContext, tensor, types, attr: str = 'weight') -> Optional[Tuple[str, nn.Module]]:
+def _owner(ctx: TraceContext, tensor, types,
+           attr: str = 'weight') -> Optional[Tuple[str, nn.Module]]:
     found = ctx.owner(tensor)
     if found is None or found[1] != attr:
         return None

@@ -38,15 +38,21 @@ class Rule:
         keeps_pending: the rule understands dims split by a reshape that still have to
             be merged back (elementwise ops, permutes, reshapes); for any other rule the
             tracer freezes such channels first.
+        sizes: where the op's sizes come from: ``'none'`` (its inputs, or dims only),
+            ``'code'`` (view, expand, split, slice: the model's code, maybe as literals),
+            ``'module'`` (norms: the module owning them, else the code).  Channels that
+            reach code-sized ops are checked by a pruned run (``tracing/literal_sizes.py``).
     """
     fn: Callable
     kind: str
     keeps_pending: bool = False
+    sizes: str = 'none'
 
 
 PASS = Rule(basic.pass_through, 'pass', keeps_pending=True)
 BIND = Rule(basic.elementwise, 'bind', keeps_pending=True)
-RESHAPE = Rule(shape.reshape, 'expand', keeps_pending=True)
+RESHAPE = Rule(shape.reshape, 'expand', keeps_pending=True, sizes='code')
+SQUEEZE = Rule(shape.reshape, 'expand', keeps_pending=True)
 PERMUTE = Rule(shape.permute, 'permute', keeps_pending=True)
 REDUCE = Rule(basic.reduction, 'reduce')
 MIXING = Rule(basic.mixing, 'mixing')
@@ -94,8 +100,8 @@ _REDUCE_NAMES = ('SumBackward0', 'SumBackward1', 'MeanBackward0', 'MeanBackward1
                  'LinalgVectorNormBackward0', 'NormBackward1', 'LogsumexpBackward0',
                  'ProdBackward1')
 
-_RESHAPE_NAMES = ('ViewBackward0', 'UnsafeViewBackward0', 'ReshapeAliasBackward0',
-                  'SqueezeBackward0', 'SqueezeBackward1', 'SqueezeBackward2',
+_RESHAPE_NAMES = ('ViewBackward0', 'UnsafeViewBackward0', 'ReshapeAliasBackward0')
+_SQUEEZE_NAMES = ('SqueezeBackward0', 'SqueezeBackward1', 'SqueezeBackward2',
                   'UnsqueezeBackward0')
 
 _MIXING_NAMES = ('IndexBackward0', 'IndexSelectBackward0', 'GatherBackward0',
@@ -112,6 +118,7 @@ RULES: Dict[str, Rule] = {
     **{name: BIND for name in _BIND_NAMES},
     **{name: REDUCE for name in _REDUCE_NAMES},
     **{name: RESHAPE for name in _RESHAPE_NAMES},
+    **{name: SQUEEZE for name in _SQUEEZE_NAMES},
     **{name: MIXING for name in _MIXING_NAMES},
     'SoftmaxBackward0': ALONG_DIM,
     'SafeSoftmaxBackward0': ALONG_DIM,
@@ -120,26 +127,26 @@ RULES: Dict[str, Rule] = {
     'PermuteBackward0': PERMUTE,
     'TransposeBackward0': PERMUTE,
     'TBackward0': PERMUTE,
-    'ExpandBackward0': Rule(shape.expand, 'expand', keeps_pending=True),
-    'RepeatBackward0': Rule(shape.repeat, 'expand'),
+    'ExpandBackward0': Rule(shape.expand, 'expand', keeps_pending=True, sizes='code'),
+    'RepeatBackward0': Rule(shape.repeat, 'expand', sizes='code'),
     'FlipBackward0': Rule(shape.flip, 'permute'),
     'CatBackward0': Rule(shape.concat, 'concat'),
     'StackBackward0': Rule(shape.stack, 'concat'),
-    'SplitBackward0': Rule(shape.split, 'split'),
-    'SplitWithSizesBackward0': Rule(shape.split, 'split'),
-    'UnbindBackward0': Rule(shape.unbind, 'split'),
-    'SliceBackward0': Rule(shape.slice_, 'split'),
-    'SelectBackward0': Rule(shape.select, 'split'),
+    'SplitBackward0': Rule(shape.split, 'split', sizes='code'),
+    'SplitWithSizesBackward0': Rule(shape.split, 'split', sizes='code'),
+    'UnbindBackward0': Rule(shape.unbind, 'split', sizes='code'),
+    'SliceBackward0': Rule(shape.slice_, 'split', sizes='code'),
+    'SelectBackward0': Rule(shape.select, 'split', sizes='code'),
     'BmmBackward0': Rule(basic.matmul, 'bind'),
     'ConvolutionBackward0': Rule(layer.convolution, 'layer'),
     'AddmmBackward0': Rule(layer.addmm, 'layer'),
     'MmBackward0': Rule(layer.mm, 'layer'),
     'EmbeddingBackward0': Rule(layer.embedding, 'layer'),
-    'NativeBatchNormBackward0': Rule(layer.batch_norm, 'layer'),
-    'CudnnBatchNormBackward0': Rule(layer.batch_norm, 'layer'),
-    'MiopenBatchNormBackward0': Rule(layer.batch_norm, 'layer'),
-    'NativeLayerNormBackward0': Rule(layer.layer_norm, 'layer'),
-    'NativeGroupNormBackward0': Rule(layer.group_norm, 'layer'),
+    'NativeBatchNormBackward0': Rule(layer.batch_norm, 'layer', sizes='module'),
+    'CudnnBatchNormBackward0': Rule(layer.batch_norm, 'layer', sizes='module'),
+    'MiopenBatchNormBackward0': Rule(layer.batch_norm, 'layer', sizes='module'),
+    'NativeLayerNormBackward0': Rule(layer.layer_norm, 'layer', sizes='module'),
+    'NativeGroupNormBackward0': Rule(layer.group_norm, 'layer', sizes='module'),
     'PreluKernelBackward0': Rule(layer.prelu, 'layer'),
 }
 

@@ -16,6 +16,7 @@ import torch.nn as nn
 from .channels import InputInfo, TensorChannels
 from .context import ChannelUse, TraceContext
 from .forward import default_example_inputs, record_forward
+from .literal_sizes import size_dependent_slots
 from .rules import rule_for
 from .slots import FrozenReason, SlotTable
 
@@ -36,6 +37,8 @@ class ChannelGraph:
             needed real values.
         out_dims: module name -> the (negative) dim of its output that holds its output
             channels, as traced (``-3`` for NCHW, ``-1`` for channels-last).
+        size_dependent: slots whose pruning the model's code might not follow: they reach
+            a view, split or norm the code may size by hand (``literal_sizes.py``).
     """
     slots: SlotTable
     uses: List[ChannelUse]
@@ -44,6 +47,7 @@ class ChannelGraph:
     op_counts: Dict[str, int] = field(default_factory=dict)
     device: str = 'meta'
     out_dims: Dict[str, int] = field(default_factory=dict)
+    size_dependent: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
 
 def _topological_order(roots: Sequence[Any]) -> Tuple[List[Any], Dict[Any, List[Any]]]:
@@ -109,6 +113,7 @@ def trace(model: nn.Module, example_inputs: Any = None, strict: bool = False,
     _freeze_outputs(ctx, channels, record.outputs)
     _freeze_dead_ends(ctx, channels, record.module_outputs)
     _freeze_excepted(ctx, except_start_keys)
+    size_dependent = size_dependent_slots(ctx, order, record.sizes, channels)
     untraced = [name for name, m in model.named_modules()
                 if any(True for _ in m.parameters(recurse=False)) and name not in record.calls]
     op_counts: Dict[str, int] = defaultdict(int)
@@ -116,7 +121,7 @@ def trace(model: nn.Module, example_inputs: Any = None, strict: bool = False,
         op_counts[node.name()] += 1
     return ChannelGraph(ctx.slots, list(ctx.uses.values()), dict(record.calls), untraced,
                         dict(op_counts), record.device,
-                        _output_dims(ctx, channels, record.module_outputs))
+                        _output_dims(ctx, channels, record.module_outputs), size_dependent)
 
 
 def _input_info(ctx: TraceContext, channels: Dict, child, nr: int) -> InputInfo:
@@ -149,6 +154,8 @@ def _walk(ctx: TraceContext, order: Sequence[Any]) -> Dict[Tuple[Any, int], Tens
 
 def _settle_pending(ctx: TraceContext, node, inp: InputInfo) -> InputInfo:
     """Freeze channels still split by a reshape before a rule that cannot handle that."""
+    if inp.resolve is not None:  # a parameter leaf: never split, and left unresolved
+        return inp
     tc = inp.channels
     if tc is None or not tc.pending:
         return inp

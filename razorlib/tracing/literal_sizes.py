@@ -1,0 +1,192 @@
+"""Which channels the model's code may size by hand, so only those need a pruned run.
+
+Autograd records what a view, an expand or a split produced, not where its sizes came
+from: ``torch.flatten(x, 1)`` and ``x.view(1, 2048)`` leave the same ``ViewBackward0``,
+and only the second breaks once channels are cut.  During the traced forward a light
+function mode, :class:`SizeWatch`, sees the model code's own calls: the sizes each view,
+reshape or expand asked for (``-1`` is inferred, so it follows the channels), the splits,
+flattens and builtins (Linear on 3-D input) whose sizes torch computes itself, and the
+tensors whose sizes the code read (``x.shape``, ``x.size(1)``).  After the walk,
+:func:`size_dependent_slots` collects the slots that reach
+
+- an op whose sizes come from the code (rule ``sizes='code'``) and were not seen to
+  follow the channels;
+- a norm (rule ``sizes='module'``) that no norm module owns, so its shape is the code's;
+- an elementwise op or concat with an operand autograd does not track that is more than
+  a scalar (a tensor the code built with a size of its own);
+- a size the code read.
+
+``pruning/verify.py`` runs the model with exactly those groups pruned; a group none of
+them touches has nothing in the code that could size it by hand.
+"""
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
+
+from .channels import TensorChannels
+from .context import LAYER_MODULES, TraceContext, normalize_dim
+from .rules import rule_for
+
+#: A view/split whose sizes torch derived from its input.
+COMPUTED = 'computed'
+
+_WATCHED: Dict[Any, str] = {
+    **{fn: 'read' for fn in (torch.Tensor.size, torch.Tensor.shape.__get__,
+                             torch.Tensor.numel, torch.Tensor.__len__)},
+    **{fn: 'request' for fn in (torch.Tensor.view, torch.Tensor.reshape, torch.reshape,
+                                torch.Tensor.expand)},
+    **{fn: COMPUTED for fn in (torch.flatten, torch.Tensor.flatten, torch.chunk,
+                               torch.Tensor.chunk, torch.Tensor.expand_as,
+                               torch.Tensor.view_as, torch.Tensor.reshape_as)},
+    # builtins that reshape their operands internally (Linear on 3-D input is a view, a
+    # matrix product and a view), with sizes torch takes from those operands
+    **{fn: 'internal' for fn in (F.linear, torch.matmul, torch.Tensor.matmul,
+                                 torch.Tensor.__matmul__)},
+}
+
+#: The walk's channels of every ``(node, output_nr)``.
+Channels = Dict[Tuple[Any, int], TensorChannels]
+
+
+def _traced(ctx: TraceContext, channels: Channels, node, nr: int) -> Optional[TensorChannels]:
+    """Channels the walk gave an output or a leaf (leaves no rule read have none)."""
+    variable = getattr(node, 'variable', None)
+    if variable is not None:
+        return ctx.traced_leaf_channels(variable)
+    return channels.get((node, nr))
+
+
+def _requested_sizes(args: Sequence[Any], kwargs: Dict[str, Any]) -> Optional[Tuple[int, ...]]:
+    """The sizes a ``view``/``reshape``/``expand`` call asked for, or None if not ints."""
+    sizes = args[0] if len(args) == 1 and isinstance(args[0], (tuple, list)) else args
+    if not args:
+        sizes = kwargs.get('shape', kwargs.get('size', ()))
+    return tuple(sizes) if sizes and all(type(s) is int for s in sizes) else None
+
+
+class SizeWatch(TorchFunctionMode):
+    """Records, during a forward, how the model's code sizes its views and reads sizes.
+
+    Attributes:
+        requested: grad_fn of a view/reshape/expand output -> the sizes its call asked
+            for, or :data:`COMPUTED` for flatten/chunk/``*_as`` calls.
+        reads: ``(grad_fn, output_nr, tensor, dim)`` of every size the code read; ``dim``
+            None when it read them all (``x.shape``).
+        untracked_sized: grad_fn of an op with operands autograd does not track -> whether
+            one of them is a tensor of more than one element (not a scalar).
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.requested: Dict[Any, Any] = {}
+        self.reads: List[Tuple[Any, int, torch.Tensor, Optional[int]]] = []
+        self.untracked_sized: Dict[Any, bool] = {}
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        kind = _WATCHED.get(func)
+        if kind is None:
+            self._note_operands(out, args, kwargs)
+            return out
+        if not args or not isinstance(args[0], torch.Tensor):
+            return out
+        if kind == 'internal':
+            self._note_internal_views(out, args)
+        elif kind == 'read':
+            dim = (args[1] if len(args) > 1 else kwargs.get('dim')) if func is \
+                torch.Tensor.size else (0 if func is torch.Tensor.__len__ else None)
+            x = args[0]
+            self.reads.append((x.grad_fn, x.output_nr, x, dim))
+        else:
+            request = kind if kind == COMPUTED else _requested_sizes(args[1:], kwargs)
+            for tensor in (out if isinstance(out, (tuple, list)) else (out, )):
+                if isinstance(tensor, torch.Tensor) and tensor.grad_fn is not None:
+                    self.requested[tensor.grad_fn] = request
+        return out
+
+    def _note_internal_views(self, out: Any, args: Sequence[Any]) -> None:
+        """Mark the nodes a builtin made between its operands and its output as sized
+        by torch."""
+        stop = {t.grad_fn for t in args if isinstance(t, torch.Tensor)}
+        stack = [out.grad_fn] if isinstance(out, torch.Tensor) else []
+        while stack:
+            node = stack.pop()
+            if node is None or node in stop or node in self.requested:
+                continue
+            self.requested[node] = COMPUTED
+            stack.extend(child for child, _ in node.next_functions)
+
+    def _note_operands(self, out: Any, args: Sequence[Any], kwargs: Dict[str, Any]) -> None:
+        """For an op with operands autograd does not track, whether any of them is more
+        than a scalar (a tensor the code built with sizes of its own)."""
+        node = out.grad_fn if isinstance(out, torch.Tensor) else None
+        if node is None or all(child is not None for child, _ in node.next_functions):
+            return
+        operands = list(args) + list(kwargs.values())
+        operands += [t for arg in operands if isinstance(arg, (tuple, list)) for t in arg]
+        self.untracked_sized[node] = any(
+            isinstance(t, torch.Tensor) and not t.requires_grad and t.numel() > 1
+            for t in operands)
+
+
+def _follows_channels(request: Any, out: Optional[TensorChannels]) -> bool:
+    """Whether a call's requested sizes leave every channel-carrying dim to torch."""
+    if request == COMPUTED:
+        return True
+    if request is None:
+        return False
+    if out is None or not out.slots:
+        return True
+    return len(request) == out.ndim and all(request[d] == -1 for d in out.slots)
+
+
+def _owned_by_layer(ctx: TraceContext, node) -> bool:
+    name = ctx.module_of_node(node)
+    return name is not None and isinstance(ctx.modules[name], LAYER_MODULES)
+
+
+def _node_is_sized_by_code(ctx: TraceContext, node, watch: SizeWatch,
+                           channels: Channels) -> bool:
+    rule = rule_for(node.name())
+    if rule.sizes == 'code':
+        return not _follows_channels(watch.requested.get(node), channels.get((node, 0)))
+    if rule.sizes == 'module':
+        return not _owned_by_layer(ctx, node)
+    return rule.kind in ('bind', 'concat') and watch.untracked_sized.get(node, any(
+        child is None for child, _ in node.next_functions))
+
+
+def _node_slots(ctx: TraceContext, node, channels: Channels) -> List[np.ndarray]:
+    found = [_traced(ctx, channels, child, nr) for child, nr in node.next_functions
+             if child is not None]
+    found += [channels.get((node, nr)) for nr in range(len(node._input_metadata))]
+    return [tc.all_slots() for tc in found if tc is not None and tc.slots]
+
+
+def _read_slots(ctx: TraceContext, reads, channels: Channels) -> List[np.ndarray]:
+    out = []
+    for node, nr, tensor, dim in reads:
+        tc = channels.get((node, nr)) if node is not None else \
+            ctx.traced_leaf_channels(tensor)
+        if tc is None or not tc.slots:
+            continue
+        if dim is None:
+            out.append(tc.all_slots())
+        elif normalize_dim(dim, tc.ndim) in tc.slots:
+            out.append(tc.slots[normalize_dim(dim, tc.ndim)])
+    return out
+
+
+def size_dependent_slots(ctx: TraceContext, order: Sequence[Any], watch: SizeWatch,
+                         channels: Channels) -> np.ndarray:
+    """Slots whose pruning the model's code might not follow (see the module docstring)."""
+    found = _read_slots(ctx, watch.reads, channels)
+    for node in order:
+        if getattr(node, 'variable', None) is None and \
+                _node_is_sized_by_code(ctx, node, watch, channels):
+            found += _node_slots(ctx, node, channels)
+    return np.unique(np.concatenate(found)) if found else np.zeros(0, dtype=np.int64)

@@ -1,0 +1,102 @@
+"""The pruned run that finds groups the model's code cannot follow (``pruning/verify.py``).
+
+It checks only the size-dependent groups (``tracing/literal_sizes.py``); these tests hold
+it to the same answer as checking every prunable group, and to leaving the model as it was.
+"""
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from razorlib.pruning import L1NormPruner
+from razorlib.pruning import verify
+from razorlib.tracing import build_groups, trace
+from zoo import ZOO
+
+X = torch.randn(2, 3, 8, 8)
+
+
+class Widths(nn.Module):
+    """Two conv stages; ``step`` runs on stage a (8 channels) before stage b (6 channels)."""
+
+    def __init__(self, step):
+        super().__init__()
+        self.a = nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = nn.BatchNorm2d(8)
+        self.b = nn.Conv2d(8, 6, 3, padding=1)
+        self.fc = nn.Linear(6, 4)
+        self.step = step
+        self.width = 8
+
+    def forward(self, x):
+        y = self.step(self, torch.relu(self.bn(self.a(x))))
+        return self.fc(torch.relu(self.b(y)).mean((2, 3)))
+
+
+def _assert_width(m, y):
+    assert y.shape[1] == m.width, 'unexpected width'
+    return y
+
+
+HARD_CODED = {
+    'view': lambda m, y: y.reshape(y.shape[0], m.width, 64).view_as(y),
+    'assert': _assert_width,
+    'constant': lambda m, y: y + torch.ones(1, m.width, 1, 1),
+    'functional norm': lambda m, y: F.layer_norm(
+        y.permute(0, 2, 3, 1), (m.width, )).permute(0, 3, 1, 2),
+}
+
+
+def _runtime_frozen(model, inputs, every_group: bool):
+    groups = build_groups(trace(model, inputs))
+    ids = list(groups.prunable) if every_group else None
+    return verify.freeze_unrunnable_groups(model, groups, groups.uses, inputs, ids=ids)
+
+
+@pytest.mark.parametrize('name', HARD_CODED)
+def test_a_hard_coded_width_freezes_its_group_and_only_it(name):
+    model = Widths(HARD_CODED[name]).eval()
+    failing = _runtime_frozen(model, X, every_group=False)
+    assert list(failing) == ['a']
+    assert failing == _runtime_frozen(model, X, every_group=True)
+    pruner = L1NormPruner(ratio=0.5)
+    pruner.prepare_from_supernet(model, X)
+    assert set(pruner.channel_spaces) == {'b'}
+    assert pruner.groups.groups['a'].frozen_reasons[-1].kind == 'runtime'
+
+
+@pytest.mark.parametrize('name', sorted(ZOO))
+def test_checking_size_dependent_groups_finds_what_checking_all_does(name):
+    entry = ZOO[name]
+    torch.manual_seed(0)
+    model, inputs = entry.build().eval(), entry.example_inputs()
+    assert _runtime_frozen(model, inputs, every_group=False) == \
+        _runtime_frozen(model, inputs, every_group=True)
+
+
+@pytest.mark.parametrize('name', ['resnet_bottleneck', 'mobilenet_v2', 'densenet', 'vgg'])
+def test_models_without_code_sized_channels_need_no_run(name, monkeypatch):
+    def no_probe(*args, **kwargs):
+        raise AssertionError('the pruned run should not be needed')
+    monkeypatch.setattr(verify, '_Probe', no_probe)
+    torch.manual_seed(0)
+    model = ZOO[name].build().eval()
+    pruner = L1NormPruner(ratio=0.5)
+    pruner.prepare_from_supernet(model, ZOO[name].example_inputs())
+    assert pruner.channel_spaces
+
+
+@pytest.mark.parametrize('meta', [True, False])
+def test_the_pruned_run_leaves_the_model_as_it_was(meta):
+    model = Widths(HARD_CODED['view']).eval()
+    model.bn.train()
+    tensors = {k: (v, v.clone()) for k, v in model.state_dict(keep_vars=True).items()}
+    attrs = {name: dict(vars(m)) for name, m in model.named_modules()}
+    groups = build_groups(trace(model, X, meta=meta))
+    assert groups.graph.device == ('meta' if meta else 'real')
+    assert list(verify.freeze_unrunnable_groups(model, groups, groups.uses, X)) == ['a']
+    assert model.bn.training and not model.training
+    assert {name: dict(vars(m)) for name, m in model.named_modules()} == attrs
+    for key, tensor in model.state_dict(keep_vars=True).items():
+        assert tensor is tensors[key][0] and torch.equal(tensor, tensors[key][1])
+    assert model.a.out_channels == 8 and model.a.weight.shape == (8, 3, 3, 3)

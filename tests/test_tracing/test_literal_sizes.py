@@ -1,0 +1,130 @@
+"""Which channels the model's code may size by hand (``tracing/literal_sizes.py``).
+
+Each model below has one place between ``conv`` and ``head``; the groups that place makes
+size-dependent are exactly the ones a pruned run has to check.  (Splits and slices with
+literal bounds on the channel dim are frozen by their rules already, see
+``test_shape_rules.py``.)
+"""
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from helpers import Traced
+
+X = torch.randn(2, 3, 8, 8)
+
+
+class Probe(nn.Module):
+    """conv (8 channels) -> ``step`` -> a 1x1 conv head (4 channels) -> pooled output."""
+
+    def __init__(self, step, head_in: int = 8):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.head = nn.Conv2d(head_in, 4, 1)
+        self.step = step
+        self.width = 8
+
+    def forward(self, x):
+        return self.head(self.step(self, self.conv(x))).mean((2, 3))
+
+
+class Flat(nn.Module):
+    """conv (8 channels) -> global pool -> ``step`` (flatten) -> fc."""
+
+    def __init__(self, step):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.fc = nn.Linear(8, 4)
+        self.step = step
+
+    def forward(self, x):
+        return self.fc(self.step(self, F.adaptive_avg_pool2d(self.conv(x), 1)))
+
+
+def _assert_width(m, y):
+    assert y.shape[1] == m.width
+    return y
+
+
+def _tail_layer_norm(m, y):
+    return F.layer_norm(y.permute(0, 2, 3, 1), (m.width, )).permute(0, 3, 1, 2)
+
+
+SIZED_BY_CODE = {
+    'view with a literal channel count': lambda m, y: y.view(y.shape[0], m.width, -1).view_as(y),
+    'split into a literal width': lambda m, y: torch.cat(y.split(m.width // 2, 1)[::-1], 1),
+    'a size read by the code': _assert_width,
+    'an operand built with a literal size': lambda m, y: y + torch.ones(1, m.width, 1, 1),
+    'a norm no module owns': _tail_layer_norm,
+    'an expand to literal sizes': lambda m, y: y * y.mean((2, 3), keepdim=True).expand(
+        2, m.width, 8, 8),
+}
+
+FOLLOWS_CHANNELS = {
+    'chunk': lambda m, y: torch.cat(y.chunk(2, 1)[::-1], 1),
+    'expand of -1 channels': lambda m, y: y * y.mean((2, 3), keepdim=True).expand(
+        -1, -1, 8, 8),
+    'expand_as': lambda m, y: y * y.mean((2, 3), keepdim=True).expand_as(y),
+    'permute': lambda m, y: y.permute(0, 2, 3, 1).relu().permute(0, 3, 1, 2),
+    'a scalar': lambda m, y: y * 2 + torch.tensor(1.0),
+}
+
+
+@pytest.mark.parametrize('name', SIZED_BY_CODE)
+def test_channels_that_reach_code_sized_ops_are_size_dependent(name):
+    traced = Traced(Probe(SIZED_BY_CODE[name]), X)
+    assert traced.groups.size_dependent == ['conv']
+
+
+@pytest.mark.parametrize('name', FOLLOWS_CHANNELS)
+def test_ops_that_follow_the_channels_are_not(name):
+    traced = Traced(Probe(FOLLOWS_CHANNELS[name]), X)
+    assert traced.group_of('conv').prunable
+    assert traced.groups.size_dependent == []
+
+
+@pytest.mark.parametrize('step, dependent', [
+    (lambda m, y: torch.flatten(y, 1), []),
+    (lambda m, y: y.flatten(1), []),
+    (lambda m, y: nn.Flatten()(y), []),
+    (lambda m, y: y.view(y.size(0), -1), []),
+    (lambda m, y: y.reshape(len(y), -1), []),
+    (lambda m, y: y.view(-1, 8), ['conv']),
+    (lambda m, y: y.reshape(y.shape[0], 8), ['conv']),
+    (lambda m, y: y.view(y.size(0), y.size(1)), ['conv']),
+])
+def test_flatten_into_a_linear(step, dependent):
+    assert Traced(Flat(step), X).groups.size_dependent == dependent
+
+
+def test_reads_of_other_dims_do_not_count():
+    def step(m, y):
+        n, h = y.size(0), y.size(-1)
+        return y * (n * h / len(y))
+    assert Traced(Probe(step), X).groups.size_dependent == []
+
+
+def test_the_watch_leaves_no_mode_behind():
+    Traced(Probe(_assert_width), X)
+    assert not torch.overrides._get_current_function_mode_stack()
+
+
+class ChannelsLast(nn.Module):
+    """conv -> NHWC -> Linear (a view, a matrix product and a view inside) -> NCHW."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.fc = nn.Linear(8, 6)
+        self.head = nn.Conv2d(6, 4, 1)
+
+    def forward(self, x):
+        y = self.fc(self.conv(x).permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+        return self.head(y).mean((2, 3))
+
+
+def test_views_inside_a_linear_on_tokens_follow_the_channels():
+    traced = Traced(ChannelsLast(), X)
+    assert set(traced.groups.prunable) == {'conv', 'fc'}
+    assert traced.groups.size_dependent == []
