@@ -161,6 +161,14 @@ class FastMetaOps(TorchDispatchMode):
     the shapes.  Unusual cases (broadcasting, type promotion, strided layouts) fall back
     to torch's own kernels.  The mode sits below autograd, so the grad_fn nodes
     (``NativeBatchNormBackward0``...) are recorded as usual.
+
+    Example:
+        >>> x = torch.empty(1, 3, 32, 32, device='meta', requires_grad=True)
+        >>> w = torch.empty(8, 3, 3, 3, device='meta', requires_grad=True)
+        >>> with FastMetaOps():
+        ...     y = torch.relu(torch.conv2d(x, w, stride=2))
+        >>> tuple(y.shape), y.grad_fn.name()
+        ((1, 8, 15, 15), 'ReluBackward0')
     """
 
     _SHAPE_KERNELS = {
@@ -258,6 +266,14 @@ def shadowed(model: nn.Module, shadows: Dict[str, torch.Tensor]) -> Iterator[Non
     on exit every module's ``__dict__`` and parameter/buffer tables are put back as they
     were, so the real tensors are never touched.  Cheaper than ``functional_call`` or a
     deep copy, which is what makes shape-only forwards of large models fast.
+
+    Example:
+        >>> conv = nn.Conv2d(3, 8, 3)
+        >>> with shadowed(conv, shadow_tensors(conv, meta=True)):
+        ...     conv.weight.device.type
+        'meta'
+        >>> conv.weight.device.type
+        'cpu'
     """
     modules = dict(model.named_modules(remove_duplicate=False))
     snapshot = {module: _snapshot(module) for module in modules.values()}

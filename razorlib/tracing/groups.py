@@ -84,7 +84,20 @@ class ChannelGroups:
     @property
     def size_dependent(self) -> List[str]:
         """Prunable groups whose channels reach code that may size them by hand (a view,
-        split or norm whose sizes the code chose, or a size the code read)."""
+        split or norm whose sizes the code chose, or a size the code read).
+
+        Example:
+            >>> import torch, torch.nn as nn
+            >>> from razorlib.tracing import build_groups, trace
+            >>> class Net(nn.Module):
+            ...     def __init__(self):
+            ...         super().__init__()
+            ...         self.a, self.b = nn.Conv2d(3, 8, 1), nn.Conv2d(8, 4, 1)
+            ...     def forward(self, x):
+            ...         return self.b(self.a(x).view(1, 8, -1).unsqueeze(-1))
+            >>> build_groups(trace(Net(), torch.randn(1, 3, 4, 4))).size_dependent
+            ['a']
+        """
         touched = np.zeros(len(self.labels), dtype=bool)
         touched[self.labels[self.graph.size_dependent]] = True
         return [gid for gid, g in self.prunable.items() if touched[g.classes].any()]

@@ -77,6 +77,15 @@ class SizeWatch(TorchFunctionMode):
             None when it read them all (``x.shape``).
         untracked_sized: grad_fn of an op with operands autograd does not track -> whether
             one of them is a tensor of more than one element (not a scalar).
+
+    Example:
+        >>> x = torch.randn(2, 8, requires_grad=True) * 1
+        >>> with SizeWatch() as watch:
+        ...     y, z = x.view(2, 2, 4), x.view(x.size(0), -1)
+        >>> watch.requested[y.grad_fn], watch.requested[z.grad_fn]
+        ((2, 2, 4), (2, -1))
+        >>> [dim for *_, dim in watch.reads]
+        [0]
     """
 
     def __init__(self):
