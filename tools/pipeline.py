@@ -1,13 +1,14 @@
 """The whole AutoSlim pipeline on the offline digits, end to end, in one command.
 
-    python tools/pipeline.py [--work-dir work_dirs/pipeline] [--threads 1]
+    python tools/pipeline.py [--work-dir work_dirs/pipeline] [--threads 1] [--seeds 3]
 
 1. Train the AutoSlim supernet (``tools/train.py``, sandwich rule, 30 epochs).
 2. Greedy search down to three FLOPs targets (``tools/search.py``).
 3. For each searched subnet, and for the uniform-width subnet of the same FLOPs: slice it
-   out of the supernet (``tools/prune.py``), fine-tune it (``tools/train.py``), measure
-   top-1 and latency on this CPU, and quantize it to INT8 (``tools/ptq.py``, onnxruntime
-   top-1 of the QDQ model).
+   out of the supernet (``tools/prune.py``), fine-tune it (``tools/train.py``) once per
+   seed, measure top-1 (the mean over the seeds: one run's top-1 moves by an image or two
+   of 360, as much as the subnets differ) and latency on this CPU, and quantize the first
+   seed's model to INT8 (``tools/ptq.py``, onnxruntime top-1 of the QDQ model).
 4. Print the table, searched subnets beside their uniform-width baselines, and write
    ``pipeline.json``.
 
@@ -51,7 +52,12 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help='torch threads (one is fastest for these tiny models)')
     parser.add_argument('--supernet-epochs', type=int, default=30)
     parser.add_argument('--finetune-epochs', type=int, default=10)
-    return parser.parse_args(argv)
+    parser.add_argument('--seeds', type=int, default=3,
+                        help='fine-tune runs per subnet (seeds 0..N-1); top-1 is their mean')
+    args = parser.parse_args(argv)
+    if args.seeds < 1:
+        parser.error(f'--seeds must be at least 1, got {args.seeds}')
+    return args
 
 
 class Pipeline:
@@ -104,11 +110,15 @@ def latency_ms(model: nn.Module, shape, runs: int = 300) -> float:
     return 1000 * statistics.median(times)
 
 
-def measure(name: str, model: nn.Module, cfg, shape, ptq_json: Path) -> Dict:
+def measure(name: str, models: List[nn.Module], cfg, shape, ptq_json: Path) -> Dict:
+    """FLOPs, params, INT8 top-1 and latency of ``models[0]``; top-1 the mean over all
+    (the same subnet fine-tuned with different seeds), each run's in ``top1_runs``."""
     ptq = json.loads(ptq_json.read_text())['top1']
-    size = get_model_complexity(model, torch.randn(1, *shape))
-    return dict(subnet=name, flops=size.flops, params=size.params, top1=top1(model, cfg),
-                int8_top1=ptq['int8_onnxruntime'], latency_ms=latency_ms(model, shape))
+    size = get_model_complexity(models[0], torch.randn(1, *shape))
+    runs = [top1(model, cfg) for model in models]
+    return dict(subnet=name, flops=size.flops, params=size.params, top1=statistics.mean(runs),
+                top1_runs=runs, int8_top1=ptq['int8_onnxruntime'],
+                latency_ms=latency_ms(models[0], shape))
 
 
 def table(rows: List[Dict], pairs: List[tuple]) -> List[str]:
@@ -152,7 +162,8 @@ def main(argv=None) -> int:
     shape = supernet.input_shape
     subnets: Dict[str, Path] = {}
     pairs = []
-    targets = {float(p.stem[len('subnet_flops'):]): p for p in search_dir.glob('subnet_flops*.yaml')}
+    targets = {float(p.stem[len('subnet_flops'):]): p
+               for p in search_dir.glob('subnet_flops*.yaml')}
     for target, path in sorted(targets.items(), reverse=True):
         searched = f'searched {human(target)}'
         supernet.set_subnet(path)
@@ -172,7 +183,8 @@ def main(argv=None) -> int:
     supernet.set_max_subnet()
     full = copy.deepcopy(supernet.architecture)
     remove_masks(full)
-    rows.append(measure('supernet max', full, cfg, shape, work_dir / 'ptq_supernet' / 'ptq.json'))
+    rows.append(measure('supernet max', [full], cfg, shape,
+                        work_dir / 'ptq_supernet' / 'ptq.json'))
     finetune_cfg = load_config(FINETUNE)
     finetune_epochs = args.finetune_epochs
     for index, (name, path) in enumerate(subnets.items()):
@@ -180,27 +192,37 @@ def main(argv=None) -> int:
         run.tool(f'4_{index}_prune', 'prune', str(SUPERNET), str(checkpoint), '--subnet',
                  str(path), '--work-dir', str(folder / 'prune'))
         options = [f'model.channel_cfg={folder / "prune" / "channel_cfg.yaml"}']
-        run.tool(f'4_{index}_finetune', 'train', str(FINETUNE), '--work-dir',
-                 str(folder / 'finetune'), '--cfg-options', *options,
-                 f'load_from={folder / "prune" / "slim.pth"}',
-                 f'train_cfg.max_epochs={finetune_epochs}',
-                 f'param_scheduler.0.T_max={finetune_epochs}',
-                 f'param_scheduler.0.end={finetune_epochs}',
-                 f'train_cfg.val_interval={finetune_epochs}',
-                 f'default_hooks.checkpoint.interval={finetune_epochs}')
-        tuned = folder / 'finetune' / f'epoch_{finetune_epochs}.pth'
-        run.tool(f'4_{index}_ptq', 'ptq', str(FINETUNE), str(tuned), '--work-dir',
-                 str(folder / 'ptq'), '--cfg-options', *options)
-        model = MODELS.build(dict(finetune_cfg.model, channel_cfg=options[0].split('=', 1)[1]))
-        load_checkpoint(model, str(tuned), map_location='cpu', logger='silent')
-        rows.append(measure(name, model, finetune_cfg, shape, folder / 'ptq' / 'ptq.json'))
+        models = []
+        for seed in range(args.seeds):
+            tuned_dir = folder / f'finetune_seed{seed}'
+            run.tool(f'4_{index}_finetune_seed{seed}', 'train', str(FINETUNE), '--work-dir',
+                     str(tuned_dir), '--cfg-options', *options,
+                     f'load_from={folder / "prune" / "slim.pth"}', f'randomness.seed={seed}',
+                     f'train_cfg.max_epochs={finetune_epochs}',
+                     f'param_scheduler.0.T_max={finetune_epochs}',
+                     f'param_scheduler.0.end={finetune_epochs}',
+                     f'train_cfg.val_interval={finetune_epochs}',
+                     f'default_hooks.checkpoint.interval={finetune_epochs}')
+            model = MODELS.build(dict(finetune_cfg.model,
+                                      channel_cfg=options[0].split('=', 1)[1]))
+            load_checkpoint(model, str(tuned_dir / f'epoch_{finetune_epochs}.pth'),
+                            map_location='cpu', logger='silent')
+            models.append(model)
+        run.tool(f'4_{index}_ptq', 'ptq', str(FINETUNE),
+                 str(folder / 'finetune_seed0' / f'epoch_{finetune_epochs}.pth'),
+                 '--work-dir', str(folder / 'ptq'), '--cfg-options', *options)
+        rows.append(measure(name, models, finetune_cfg, shape, folder / 'ptq' / 'ptq.json'))
 
     lines = table(rows, [('supernet max', None)] + pairs)
     logger.info(f'pipeline done in {time.perf_counter() - start:.0f} s; top-1 on the 360 '
-                'validation digits (fine-tuned subnets), INT8 = onnxruntime running the QDQ '
-                f'model, batch-1 latency on this CPU with {args.threads} thread(s):')
+                f'validation digits (fine-tuned subnets: mean of {args.seeds} seeds), INT8 = '
+                'onnxruntime running the QDQ model of seed 0, batch-1 latency on this CPU '
+                f'with {args.threads} thread(s):')
     for line in lines:
         logger.info(line)
+    logger.info('top-1 of each fine-tune seed: ' + '; '.join(
+        f"{row['subnet']}: {' '.join(f'{t:.2f}' for t in row['top1_runs'])}"
+        for row in rows[1:]))
     (work_dir / 'pipeline.json').write_text(json.dumps(dict(rows=rows, pairs=pairs), indent=1))
     return 0
 
