@@ -66,3 +66,33 @@ def test_a_target_below_the_narrowest_subnet_names_target_flops(tmp_path):
 def test_bad_targets_name_target_flops(tmp_path, targets):
     with pytest.raises(ValueError, match='target_flops must be distinct positive'):
         greedy(tmp_path, target_flops=targets).val()
+
+
+def test_ties_on_the_score_go_to_the_lower_tie_break_metric(tmp_path, monkeypatch):
+    """Every candidate ties on the score.  Without a tie-break the step takes the fewest
+    FLOPs; a tie-break metric that is lowest when stage 0 narrows takes stage 0."""
+    def evaluate(self, widths, tag, full=False):
+        flops, params = self.measure(widths)
+        loss = float(widths['backbone.stages.0.conv'])
+        return SubnetRecord(dict(widths), flops, params, 50.0, tag, {'accuracy/nll': loss})
+
+    def first_cut(**kwargs):
+        history = greedy(tmp_path, target_flops=[50000], **kwargs).val().history
+        return {gid for gid, width in history[1].widths.items()
+                if width < history[0].widths[gid]}
+
+    monkeypatch.setattr(GreedySearchLoop, 'evaluate', evaluate)
+    assert first_cut() == {'backbone.stages.1.conv'}  # the most FLOPs per bin
+    assert first_cut(tie_break_key='accuracy/nll') == {'backbone.stages.0.conv'}
+
+
+def test_a_tie_break_key_the_evaluator_does_not_report_is_named(tmp_path):
+    with pytest.raises(KeyError, match="tie_break_key 'accuracy/nll' is not among the metrics"):
+        greedy(tmp_path, tie_break_key='accuracy/nll').val()
+
+
+def test_accuracy_with_nll_breaks_ties_in_a_real_search(tmp_path):
+    runner = greedy(tmp_path, tie_break_key='accuracy/nll',
+                    evaluator=dict(type='Accuracy', topk=1, nll=True))
+    result = runner.val()
+    assert all('accuracy/nll' in record.metrics for record in result.records)

@@ -44,3 +44,14 @@ def test_missing_fields_and_bad_topk_are_named():
         Accuracy().process(None, [ClsDataSample(gt_label=1)])
     with pytest.raises(ValueError, match='topk'):
         Accuracy(topk=0)
+
+
+def test_nll_is_the_mean_negative_log_likelihood_of_the_true_class():
+    import math
+    metric = Accuracy(topk=1, nll=True)
+    metric.process(None, [dict(pred_score=torch.tensor([0.25, 0.75]), gt_label=1),
+                          dict(pred_score=torch.tensor([1.0, 0.0]), gt_label=1)])
+    result = metric.compute_metrics(metric.results)
+    assert result['top1'] == 50.0
+    assert result['nll'] == pytest.approx((-math.log(0.75) - math.log(1e-12)) / 2)
+    assert 'nll' not in Accuracy(topk=1).compute_metrics(metric.results)

@@ -61,13 +61,18 @@ class BaseSearchLoop(CalibrationData, BaseLoop):
         calib_dataloader: the recalibration data or its config; default the runner's
             training dataloader.
         score_key: the metric to maximise.
+        tie_break_key: a second metric, lower is better (``'accuracy/nll'`` of
+            ``Accuracy(nll=True)``), that ranks subnets whose ``score_key`` ties; top-1 on
+            a few hundred images ties often, and the choice between tied candidates is
+            otherwise arbitrary.  None: ties go to the fewer FLOPs.
         seed: the seed of the recalibration data order and augmentations.
     """
 
     def __init__(self, runner, dataloader: LoaderOrCfg, evaluator: Union[Evaluator, dict, list],
                  recalib_batches: int = 16, val_batches: Optional[int] = None,
                  calib_dataloader: Optional[LoaderOrCfg] = None,
-                 score_key: str = 'accuracy/top1', seed: int = 0):
+                 score_key: str = 'accuracy/top1', tie_break_key: Optional[str] = None,
+                 seed: int = 0):
         super().__init__(runner, dataloader)
         if recalib_batches < 0:
             raise ConfigError(f'recalib_batches must be >= 0, got {recalib_batches}')
@@ -79,6 +84,7 @@ class BaseSearchLoop(CalibrationData, BaseLoop):
         self.recalib_batches = recalib_batches
         self.val_batches = val_batches
         self.score_key = score_key
+        self.tie_break_key = tie_break_key
         self.seed = seed
         self._calib_cfg = calib_dataloader
         self._space: Optional[WidthSpace] = None
@@ -115,14 +121,21 @@ class BaseSearchLoop(CalibrationData, BaseLoop):
         flops, params = self.measure(widths)
         recalibrate_bn(self.model, self.calib_dataloader, self.recalib_batches, self.seed)
         metrics = self.validate(None if full else self.val_batches)
-        if self.score_key not in metrics:
-            raise KeyError(f'score_key {self.score_key!r} is not among the metrics '
-                           f'{sorted(metrics)}')
+        for key in filter(None, (self.score_key, self.tie_break_key)):
+            if key not in metrics:
+                raise KeyError(f'{"score_key" if key == self.score_key else "tie_break_key"} '
+                               f'{key!r} is not among the metrics {sorted(metrics)}')
         record = SubnetRecord(dict(widths), flops, params, float(metrics[self.score_key]), tag,
                               {k: float(v) for k, v in metrics.items()})
         self.runner.logger.info(f'{tag}: FLOPs {human(flops)}, params {human(params)}, '
                                 f'{self.score_key} {record.score:.2f}')
         return record
+
+    def rank(self, record: SubnetRecord) -> Tuple[float, float]:
+        """Sort key of a scored subnet, higher is better: its score, then the negated
+        tie-break metric (0 without one)."""
+        tie = -record.metrics[self.tie_break_key] if self.tie_break_key else 0.0
+        return record.score, tie
 
     @torch.no_grad()
     def validate(self, num_batches: Optional[int]) -> Dict[str, float]:

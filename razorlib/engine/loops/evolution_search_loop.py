@@ -46,7 +46,7 @@ class EvolutionSearchLoop(BaseSearchLoop):
         resume_from: a ``search_state.json`` to continue from.
         max_trials: draws allowed per candidate before a generation is left short.
         **kwargs: ``recalib_batches``, ``val_batches``, ``calib_dataloader``,
-            ``score_key`` and ``seed`` (also the search's seed) of
+            ``score_key``, ``tie_break_key`` and ``seed`` (also the search's seed) of
             :class:`BaseSearchLoop`.
 
     Example:
@@ -98,7 +98,8 @@ class EvolutionSearchLoop(BaseSearchLoop):
             num_candidates=self.num_candidates, top_k=self.top_k,
             num_mutation=self.num_mutation, num_crossover=self.num_crossover,
             mutate_prob=self.mutate_prob, constraints=self.constraints, seed=self.seed,
-            score_key=self.score_key, recalib_batches=self.recalib_batches,
+            score_key=self.score_key, tie_break_key=self.tie_break_key,
+            recalib_batches=self.recalib_batches,
             val_batches=self.val_batches, spaces=self.space.sizes)))
 
     def feasible(self, widths: Widths) -> bool:
@@ -140,8 +141,10 @@ class EvolutionSearchLoop(BaseSearchLoop):
                                       self.num_candidates - len(population), taken)
 
     def best(self) -> List[SubnetRecord]:
-        """The ``top_k`` best records so far: highest score, then fewest FLOPs."""
-        return sorted(self.records, key=lambda r: (-r.score, r.flops))[:self.top_k]
+        """The ``top_k`` best records so far: highest score (then the lower tie-break
+        metric), then fewest FLOPs."""
+        return sorted(self.records,
+                      key=lambda r: (tuple(-v for v in self.rank(r)), r.flops))[:self.top_k]
 
     def start(self) -> SearchState:
         """A fresh search's state, or the saved one of ``resume_from``."""

@@ -19,7 +19,8 @@ class GreedySearchLoop(BaseSearchLoop):
 
     Every space starts with all ``max_channel_bins`` bins (the widest subnet).  Each
     step tries removing one bin from each space that has more than one, scores every
-    such candidate (BatchNorm recalibrated, then validated) and keeps the best; the
+    such candidate (BatchNorm recalibrated, then validated) and keeps the best (ties: the
+    lower ``tie_break_key`` metric, then the fewer FLOPs); the
     FLOPs never grow from one step to the next.  The first subnet at or under each
     FLOPs target is that target's result, written to
     ``work_dir/subnet_flops<target>.yaml``.
@@ -37,7 +38,7 @@ class GreedySearchLoop(BaseSearchLoop):
         max_channel_bins: bins per space; a space keeps ``bins / max_channel_bins``
             of its channels.
         **kwargs: ``recalib_batches``, ``val_batches``, ``calib_dataloader``,
-            ``score_key`` and ``seed`` of :class:`BaseSearchLoop`.
+            ``score_key``, ``tie_break_key`` and ``seed`` of :class:`BaseSearchLoop`.
 
     Example:
         >>> search_cfg = dict(type='GreedySearchLoop', target_flops=[120e6, 80e6, 50e6],
@@ -100,7 +101,7 @@ class GreedySearchLoop(BaseSearchLoop):
             trials = {gid: {**bins, gid: bins[gid] - 1} for gid in bins if bins[gid] > 1}
             candidates = [(self.score(trial, f'greedy step {step} -1 bin {gid}'), trial)
                           for gid, trial in trials.items()]
-            current, bins = max(candidates, key=lambda c: (c[0].score, -c[0].flops))
+            current, bins = max(candidates, key=lambda c: (*self.rank(c[0]), -c[0].flops))
             history.append(current)
             logger.info(f'greedy step {step}: keep {bins} bins, FLOPs {human(current.flops)}')
         files = {name: self.save_subnet(name, record.widths) for name, record in chosen.items()}
