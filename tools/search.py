@@ -33,7 +33,7 @@ from mmengine.runner import Runner
 
 from razorlib.engine.config import ConfigError, check_config, load_config, set_work_dir
 from razorlib.engine.loops import BaseSearchLoop, SearchResult, SubnetRecord, nearest, pareto_front
-from razorlib.engine.loops.search_state import atomic_write_text
+from razorlib.utils import atomic_write_text
 from razorlib.registry import LOOPS
 from razorlib.utils.complexity import human
 

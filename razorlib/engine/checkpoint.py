@@ -2,8 +2,8 @@
 
 torch >= 2.6 loads with ``weights_only=True`` by default, which only rebuilds tensors,
 plain containers and allow-listed globals.  mmengine 0.10.7 calls ``torch.load`` without
-``weights_only``, so resuming from its own checkpoints fails.  Loading user files with
-``weights_only=False`` would let a checkpoint run arbitrary code; instead we allow-list
+``weights_only``, so resuming from its own checkpoints fails.  Switching the weights-only
+mode off for user files would let a checkpoint run arbitrary code; instead we allow-list
 exactly the globals that the checkpoints written by ``Runner.save_checkpoint`` (and so
 ``CheckpointHook``) contain.  They were found by saving real checkpoints (SGD, Adam,
 AdamW, RMSprop; LinearLR, MultiStepLR, StepLR, PolyLR, ExponentialLR, CosineRestartLR,

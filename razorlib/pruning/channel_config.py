@@ -17,13 +17,13 @@ File layout (YAML shown; JSON has the same keys)::
 An ``*_index`` key is left out when every channel is kept.
 """
 import json
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Union
 
 import yaml
+
+from ..utils.files import atomic_write_text
 
 FORMAT_VERSION = 1
 
@@ -128,15 +128,7 @@ class ChannelConfig:
             text = yaml.safe_dump(data, default_flow_style=None, sort_keys=False, width=100)
         else:
             text = json.dumps(data, indent=1)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f'.{path.name}.')
-        try:
-            with os.fdopen(fd, 'w') as f:
-                f.write(text)
-            os.replace(tmp, path)
-        except BaseException:
-            os.unlink(tmp)
-            raise
+        atomic_write_text(path, text)
 
     @classmethod
     def load(cls, path: Union[str, Path]) -> 'ChannelConfig':

@@ -1,22 +1,17 @@
 """The examples in the IR's docstrings and in docs/ir.md run and print what they claim."""
 import doctest
 import enum
-import importlib
-import pkgutil
 from pathlib import Path
 
 import pytest
+from doctest_helpers import assert_examples_pass, modules_of
 
 import razorlib.ir
 
-MODULES = sorted(info.name for info in pkgutil.iter_modules(razorlib.ir.__path__,
-                                                            'razorlib.ir.'))
 
-
-@pytest.mark.parametrize('name', ['razorlib.ir'] + MODULES)
+@pytest.mark.parametrize('name', modules_of(razorlib.ir))
 def test_docstring_examples(name):
-    result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
-    assert result.failed == 0
+    assert_examples_pass(name)
 
 
 def test_every_public_class_has_an_example():

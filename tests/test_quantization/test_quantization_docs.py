@@ -1,23 +1,19 @@
 """The examples in the quantization docstrings and docs/quantization/ run as they claim."""
 import doctest
 import enum
-import importlib
-import pkgutil
 from pathlib import Path
 
 import pytest
+from doctest_helpers import assert_examples_pass, modules_of
 
 import razorlib.quantization
 
-MODULES = sorted(info.name for info in pkgutil.walk_packages(razorlib.quantization.__path__,
-                                                             'razorlib.quantization.'))
 PAGES = sorted((Path(__file__).resolve().parents[2] / 'docs' / 'quantization').glob('*.md'))
 
 
-@pytest.mark.parametrize('name', ['razorlib.quantization'] + MODULES)
+@pytest.mark.parametrize('name', modules_of(razorlib.quantization, recursive=True))
 def test_quantization_docstring_examples(name):
-    result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
-    assert result.failed == 0
+    assert_examples_pass(name)
 
 
 def test_every_public_class_has_an_example():

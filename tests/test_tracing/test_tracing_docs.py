@@ -1,18 +1,11 @@
 """The examples in the tracing and pruning docstrings run and print what they claim."""
-import doctest
-import importlib
-import pkgutil
-
 import pytest
+from doctest_helpers import assert_examples_pass, modules_of
 
 import razorlib.pruning
 import razorlib.tracing
 
-MODULES = sorted(info.name for package in (razorlib.tracing, razorlib.pruning)
-                 for info in pkgutil.iter_modules(package.__path__, package.__name__ + '.'))
 
-
-@pytest.mark.parametrize('name', MODULES)
+@pytest.mark.parametrize('name', modules_of(razorlib.tracing) + modules_of(razorlib.pruning))
 def test_docstring_examples(name):
-    result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
-    assert result.failed == 0
+    assert_examples_pass(name)

@@ -1,29 +1,14 @@
 """The checkpoint of an evolution search: plain JSON, written atomically each generation."""
 import json
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Union
 
+from ...utils.files import atomic_write_text
 from .results import SubnetRecord
 from .width_space import Widths
 
 STATE_VERSION = 1
-
-
-def atomic_write_text(path: Union[str, Path], text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file, so a kill leaves the old file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f'.{path.name}.')
-    try:
-        with os.fdopen(fd, 'w') as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
 
 
 @dataclass
