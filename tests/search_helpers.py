@@ -2,7 +2,6 @@
 import uuid
 from typing import Optional
 
-import torch
 from mmengine.runner import Runner
 
 INPUT_SHAPE = (3, 8, 8)

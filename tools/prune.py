@@ -66,8 +66,8 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
-def prune_built_in(args, logger: MMLogger) -> Tuple[nn.Module, nn.Module, ChannelConfig,
-                                                     torch.Tensor]:
+def prune_built_in(args, logger: MMLogger
+                   ) -> Tuple[nn.Module, nn.Module, ChannelConfig, torch.Tensor]:
     """A built-in model, masked by a pruner at ``--ratio``, and its example input."""
     model = BUILT_IN[args.model]().eval()
     x = torch.randn(1, 3, args.input_size, args.input_size)

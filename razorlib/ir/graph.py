@@ -328,4 +328,3 @@ class BaseGraph(GraphStore):
 
     def _adopt(self, op: Operation) -> None:
         self.operations.setdefault(op.name, op)
-

@@ -264,4 +264,3 @@ def _encode(name: str, value: Any, op: Operation) -> AttributeProto:
 
 def _value_info(var: Variable) -> ValueInfoProto:
     return helper.make_tensor_value_info(var.name, onnx_dtype(var.dtype), var.shape)
-

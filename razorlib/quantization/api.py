@@ -180,4 +180,3 @@ def quantize_onnx_model(model: Union[onnx.ModelProto, str, os.PathLike],
     return _quantize(graph, calib_dataloader, example_inputs, platform, calib_steps, observer,
                      dispatcher, dispatching_table, collate_fn, device, observer_options,
                      progress)
-

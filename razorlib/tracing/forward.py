@@ -203,7 +203,8 @@ class ForwardRecord:
         calls: module name -> number of calls.
         owners: ``id`` of each shadow tensor -> ``(module name, attribute)``.
         device: ``'meta'`` or ``'real'``: how the forward ran.
-        shadows: the stand-in tensors the forward ran on, by parameter/buffer name.
+        shadows: the stand-in tensors the forward ran on, by parameter/buffer name; kept
+            alive with the record so the ``id`` keys of ``owners`` stay unique.
         sizes: how the model's code sized its views and which sizes it read.
     """
     outputs: List[torch.Tensor]

@@ -150,28 +150,15 @@ def build_groups(graph: ChannelGraph) -> ChannelGroups:
                              positions=leader_labels)
         groups[leader.name] = by_label[key] = group
 
-    for i, key in _owner_keys([use.slots for use in graph.uses], group_of[labels]):
-        group = by_label.get(key)
-        use = graph.uses[i]
-        names = getattr(group, _ROLE_FIELD[use.role]) if group else None
-        if names is not None and use.name not in names:
-            names.append(use.name)
-    for i, key in _owner_keys([slots for slots, _ in table.freezes], group_of[labels]):
-        group = by_label.get(key)
-        reason = table.freezes[i][1]
-        if group is not None and reason not in group.frozen_reasons:
-            group.frozen_reasons.append(reason)
+    for use in graph.uses:
+        for key in np.unique(group_of[labels[use.slots]]).tolist():
+            group = by_label.get(key)
+            names = getattr(group, _ROLE_FIELD[use.role]) if group else None
+            if names is not None and use.name not in names:
+                names.append(use.name)
+    for slots, reason in table.freezes:
+        for key in np.unique(group_of[labels[slots]]).tolist():
+            group = by_label.get(key)
+            if group is not None and reason not in group.frozen_reasons:
+                group.frozen_reasons.append(reason)
     return ChannelGroups(groups, labels, graph.uses, graph)
-
-
-def _owner_keys(slot_lists: List[np.ndarray], key_of_slot: np.ndarray) -> List[Tuple[int, int]]:
-    """Distinct ``(list index, key)`` pairs over the slots of each list, in list order
-    (one vectorised pass instead of a ``np.unique`` per list)."""
-    if not slot_lists:
-        return []
-    sizes = np.fromiter((len(s) for s in slot_lists), dtype=np.int64, count=len(slot_lists))
-    owners = np.repeat(np.arange(len(slot_lists), dtype=np.int64), sizes)
-    keys = key_of_slot[np.concatenate(slot_lists)] if sizes.sum() else owners
-    pairs = np.unique(owners * (len(key_of_slot) + 1) + keys)
-    return list(zip((pairs // (len(key_of_slot) + 1)).tolist(),
-                    (pairs % (len(key_of_slot) + 1)).tolist()))

@@ -91,7 +91,7 @@ def test_a_tie_break_key_the_evaluator_does_not_report_is_named(tmp_path):
         greedy(tmp_path, tie_break_key='accuracy/nll').val()
 
 
-def test_accuracy_with_nll_breaks_ties_in_a_real_search(tmp_path):
+def test_a_real_search_records_accuracy_nll_for_every_subnet(tmp_path):
     runner = greedy(tmp_path, tie_break_key='accuracy/nll',
                     evaluator=dict(type='Accuracy', topk=1, nll=True))
     result = runner.val()

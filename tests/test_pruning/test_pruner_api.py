@@ -3,7 +3,6 @@ import copy
 import io
 import pickle
 
-import numpy as np
 import pytest
 import torch
 import torch.nn as nn

@@ -163,7 +163,7 @@ class EvolutionSearchLoop(BaseSearchLoop):
         if not self.feasible(narrowest):
             flops, params = self.measure(narrowest)
             raise ConfigError(f'constraints: {self.constraints} exclude even the narrowest '
-                             f'subnet (FLOPs {human(flops)}, params {human(params)})')
+                              f'subnet (FLOPs {human(flops)}, params {human(params)})')
         population = self.draw(lambda: self.space.sample(self.rng), self.num_candidates, set())
         return SearchState(0, self.settings(), population, [], self.rng.getstate(), [])
 

@@ -51,7 +51,7 @@ class GreedySearchLoop(BaseSearchLoop):
         targets = [float(t) for t in target_flops]
         if not targets or any(t <= 0 for t in targets) or len(set(targets)) != len(targets):
             raise ConfigError(f'target_flops must be distinct positive FLOPs counts, '
-                             f'got {list(target_flops)}')
+                              f'got {list(target_flops)}')
         if max_channel_bins < 2:
             raise ConfigError(f'max_channel_bins must be >= 2, got {max_channel_bins}')
         self.target_flops = sorted(targets, reverse=True)
@@ -79,8 +79,8 @@ class GreedySearchLoop(BaseSearchLoop):
         flops, _ = self.measure(narrowest)
         if self.target_flops[-1] < flops:
             raise ConfigError(f'target_flops: {human(self.target_flops[-1])} is below the '
-                             f'FLOPs of the narrowest subnet (1 of {self.max_channel_bins} '
-                             f'bins per space), {human(flops)}')
+                              f'FLOPs of the narrowest subnet (1 of {self.max_channel_bins} '
+                              f'bins per space), {human(flops)}')
 
     def run(self) -> SearchResult:
         """Search; return every scored subnet and the one chosen per target."""

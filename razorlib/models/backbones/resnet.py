@@ -136,4 +136,3 @@ class ResNet(BaseBackbone):
         stem_module = make_stem(in_channels, base_channels, stem, kernel_size=7)
         super().__init__(stem_module, stages, stage_channels, num_classes, out_indices)
         self.depth = depth
-

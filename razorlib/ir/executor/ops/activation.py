@@ -29,22 +29,15 @@ def _prelu(x: torch.Tensor, slope: torch.Tensor) -> torch.Tensor:
 register_function(_prelu, 'PRelu')
 
 
-@register_kernel('LeakyRelu')
-def _leaky_relu(op: Operation, device: torch.device):
-    alpha = op.attributes.get('alpha', 0.01)
-    return lambda x: F.leaky_relu(x, alpha)
+#: ONNX op type -> (torch function taking ``alpha``, ONNX's default ``alpha``).
+_WITH_ALPHA = {'LeakyRelu': (F.leaky_relu, 0.01), 'Elu': (F.elu, 1.0), 'Celu': (F.celu, 1.0)}
 
 
-@register_kernel('Elu')
-def _elu(op: Operation, device: torch.device):
-    alpha = op.attributes.get('alpha', 1.0)
-    return lambda x: F.elu(x, alpha)
-
-
-@register_kernel('Celu')
-def _celu(op: Operation, device: torch.device):
-    alpha = op.attributes.get('alpha', 1.0)
-    return lambda x: F.celu(x, alpha)
+@register_kernel(*_WITH_ALPHA)
+def _with_alpha(op: Operation, device: torch.device):
+    function, default = _WITH_ALPHA[op.type]
+    alpha = op.attributes.get('alpha', default)
+    return lambda x: function(x, alpha)
 
 
 @register_kernel('Selu')

@@ -54,8 +54,8 @@ def _conv_transpose(op: Operation, device: torch.device):
     output_shape = op.attributes.get('output_shape')
     if output_shape is None and not window.same and window.begins == window.ends:
         padding = window.begins
-        return lambda x, w, b=None: conv(x, w, b, strides, padding, output_padding, group,
-                                          dilations)
+        return lambda x, w, b=None: conv(x, w, b, strides, padding, output_padding,
+                                         group, dilations)
 
     def kernel(x, w, b=None):
         full = conv(x, w, None, strides, 0, 0, group, dilations)
