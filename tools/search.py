@@ -11,7 +11,8 @@ evaluator) is the supernet's.  Written to the work dir:
 - ``search_results.json``: every evaluated subnet (FLOPs, params, score), the Pareto
   front, the uniform-width baseline (every ratio of the pruner, each with BatchNorm
   recalibration), and the chosen subnets and the baseline on the whole validation set;
-- ``search_plot.png``: FLOPs vs score of all of it.
+- ``search_plot.png``: FLOPs vs score of all of it (and vs top-1 beside it when the
+  score is another metric, e.g. the validation loss).
 
 The log ends with a table of each chosen subnet next to the uniform width of nearest
 FLOPs and the uniform curve interpolated at the subnet's FLOPs, all on the whole
@@ -24,7 +25,7 @@ import json
 import logging
 import sys
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 from mmengine.config import Config, DictAction
@@ -40,6 +41,7 @@ from razorlib.utils.complexity import human
 SEARCH_KEYS = ('model', 'val_dataloader', 'val_evaluator', 'search_cfg')
 #: Arguments the Runner passes to a loop itself.
 RUNNER_ARGS = ('runner', 'dataloader', 'evaluator')
+TOP1 = 'accuracy/top1'
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -113,39 +115,57 @@ def on_full_val(loop: BaseSearchLoop, records: Dict[str, SubnetRecord]) -> Dict[
             for name, r in records.items()}
 
 
+def panels(loop: BaseSearchLoop, records: List[SubnetRecord]) -> List[Tuple[str, str]]:
+    """The (metric, rule) pairs the plot draws: the search's score, and top-1 beside it
+    when the search ranked by something else (a loss) and the evaluator reports top-1."""
+    drawn = [(loop.score_key, loop.score_rule)]
+    if loop.score_key != TOP1 and all(TOP1 in r.metrics for r in records):
+        drawn.append((TOP1, 'greater'))
+    return drawn
+
+
 def plot(path: Path, records: List[SubnetRecord], uniform: List[SubnetRecord],
-         chosen: Dict[str, SubnetRecord], score_key: str, title: str) -> None:
-    """FLOPs vs score: every evaluated subnet, their Pareto front, uniform widths, chosen."""
+         chosen: Dict[str, SubnetRecord], metrics: List[Tuple[str, str]], title: str) -> None:
+    """FLOPs vs each of ``metrics`` (one panel per ``(key, rule)``, better upwards):
+    every evaluated subnet, their Pareto front, uniform widths and the chosen subnets."""
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FuncFormatter
 
-    # The axis starts a little under the uniform curve and the chosen subnets, so that a
-    # few very poor candidates do not squash the part that matters.
-    low = min(r.score for r in uniform + list(chosen.values()))
-    high = max(r.score for r in uniform + records)
-    pad = max(0.5, 0.1 * (high - low))
-    hidden = sum(r.score < low - pad for r in records)
-    fig, ax = plt.subplots(figsize=(7, 5), dpi=120)
-    ax.scatter([r.flops for r in records], [r.score for r in records], s=10, c='0.6',
-               label=f'evaluated subnets ({len(records)}'
-               + (f', {hidden} below the axis)' if hidden else ')'))
-    ax.set_ylim(low - pad, high + pad)
-    front = pareto_front(records)
-    ax.step([r.flops for r in front], [r.score for r in front], where='post', c='tab:red',
-            label='Pareto front')
-    ax.plot([r.flops for r in uniform], [r.score for r in uniform], 'o--', c='tab:blue',
-            label='uniform width (BN recalibrated)')
-    ax.plot([r.flops for r in chosen.values()], [r.score for r in chosen.values()], '*',
-            c='tab:green', ms=14, label='chosen')
-    for name, record in chosen.items():
-        ax.annotate(name, (record.flops, record.score), textcoords='offset points',
-                    xytext=(6, -12), fontsize=8)
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: human(v)))
-    ax.set(xlabel='FLOPs', ylabel=score_key, title=title)
-    ax.grid(alpha=0.3)
-    ax.legend(loc='lower right')
+    fig, axes = plt.subplots(1, len(metrics), figsize=(7 * len(metrics), 5), dpi=120,
+                             squeeze=False)
+    for ax, (key, rule) in zip(axes[0], metrics):
+        sign = 1.0 if rule == 'greater' else -1.0
+
+        def value(record: SubnetRecord) -> float:
+            return record.metrics[key]
+
+        # The axis ends a little beyond the uniform curve and the chosen subnets, so that
+        # a few very poor candidates do not squash the part that matters.
+        worst = min(sign * value(r) for r in uniform + list(chosen.values()))
+        best = max(sign * value(r) for r in uniform + records)
+        pad = 0.1 * (best - worst) or 0.5
+        hidden = sum(sign * value(r) < worst - pad for r in records)
+        ax.scatter([r.flops for r in records], [value(r) for r in records], s=10, c='0.6',
+                   label=f'evaluated subnets ({len(records)}'
+                   + (f', {hidden} off the axis)' if hidden else ')'))
+        ax.set_ylim(sign * (worst - pad), sign * (best + pad))
+        front = pareto_front(records, rule, key)
+        ax.step([r.flops for r in front], [value(r) for r in front], where='post',
+                c='tab:red', label='Pareto front')
+        ax.plot([r.flops for r in uniform], [value(r) for r in uniform], 'o--', c='tab:blue',
+                label='uniform width (BN recalibrated)')
+        ax.plot([r.flops for r in chosen.values()], [value(r) for r in chosen.values()], '*',
+                c='tab:green', ms=14, label='chosen')
+        for name, record in chosen.items():
+            ax.annotate(name, (record.flops, value(record)), textcoords='offset points',
+                        xytext=(6, -12), fontsize=8)
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: human(v)))
+        ax.set(xlabel='FLOPs', ylabel=key + ('' if rule == 'greater' else ' (lower is better)'))
+        ax.grid(alpha=0.3)
+        ax.legend(loc='lower right')
+    fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -158,16 +178,18 @@ def uniform_at(uniform: List[SubnetRecord], flops: float) -> float:
 
 
 def comparison_table(chosen: Dict[str, SubnetRecord], uniform: List[SubnetRecord],
-                     score_key: str) -> List[str]:
-    """Each chosen subnet, the uniform width of nearest FLOPs, and the uniform curve at
-    the subnet's own FLOPs (``delta`` is against that)."""
-    lines = [f"{'subnet':24}{'FLOPs':>9}{'params':>9}{score_key:>15}  | {'nearest uniform':>15}"
-             f"{'FLOPs':>9}{score_key:>15}  | {'uniform@FLOPs':>14}{'delta':>8}"]
+                     key: str) -> List[str]:
+    """Each chosen subnet's metric ``key``, that of the uniform width of nearest FLOPs,
+    and the uniform curve at the subnet's own FLOPs (``delta`` is against that)."""
+    lines = [f"{'subnet':24}{'FLOPs':>9}{'params':>9}{key:>15}  | {'nearest uniform':>15}"
+             f"{'FLOPs':>9}{key:>15}  | {'uniform@FLOPs':>14}{'delta':>9}"]
+    curve = [SubnetRecord(r.widths, r.flops, r.params, r.metrics[key], r.tag) for r in uniform]
     for name, record in chosen.items():
-        base, level = nearest(uniform, record.flops), uniform_at(uniform, record.flops)
+        base, level = nearest(curve, record.flops), uniform_at(curve, record.flops)
+        value = record.metrics[key]
         lines.append(f'{name:24}{human(record.flops):>9}{human(record.params):>9}'
-                     f'{record.score:>15.2f}  | {base.tag:>15}{human(base.flops):>9}'
-                     f'{base.score:>15.2f}  | {level:>14.2f}{record.score - level:>+8.2f}')
+                     f'{value:>15.4f}  | {base.tag:>15}{human(base.flops):>9}'
+                     f'{base.score:>15.4f}  | {level:>14.4f}{value - level:>+9.4f}')
     return lines
 
 
@@ -189,9 +211,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     split = ('whole validation set' if loop.val_batches is None
              else f'first {loop.val_batches} validation batches')
     results = dict(
-        search=cfg.search_cfg.type, score_key=loop.score_key, scored_on=split,
-        records=[r.to_dict() for r in result.records],
-        pareto_front=[r.to_dict() for r in pareto_front(result.records)],
+        search=cfg.search_cfg.type, score_key=loop.score_key, score_rule=loop.score_rule,
+        scored_on=split, records=[r.to_dict() for r in result.records],
+        pareto_front=[r.to_dict() for r in pareto_front(result.records, loop.score_rule)],
         history=[r.to_dict() for r in result.history],
         uniform=[r.to_dict() for r in uniform],
         chosen={name: dict(file=str(result.files[name]), search=r.to_dict(),
@@ -199,11 +221,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 for name, r in result.chosen.items()},
         uniform_full_val=[r.to_dict() for r in uniform_full])
     atomic_write_text(work_dir / 'search_results.json', json.dumps(results, indent=1))
-    plot(work_dir / 'search_plot.png', result.records, uniform, result.chosen, loop.score_key,
-         f'{cfg.search_cfg.type}, scored on the {split}')
+    plot(work_dir / 'search_plot.png', result.records, uniform, result.chosen,
+         panels(loop, result.records), f'{cfg.search_cfg.type}, scored on the {split}')
     logger.info('chosen subnets vs uniform widths (whole validation set):')
-    for line in comparison_table(chosen_full, uniform_full, loop.score_key):
-        logger.info(line)
+    for key, _ in panels(loop, result.records):
+        for line in comparison_table(chosen_full, uniform_full, key):
+            logger.info(line)
     logger.info(f'wrote {", ".join(str(p) for p in result.files.values())}, '
                 f'{work_dir / "search_results.json"} and {work_dir / "search_plot.png"}')
     return 0

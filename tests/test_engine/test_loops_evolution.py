@@ -72,6 +72,7 @@ def test_resuming_with_other_settings_names_the_setting(tmp_path):
     (dict(top_k=9), r'top_k must be in \[1, num_candidates\], got 9'),
     (dict(num_mutation=4), r'num_mutation must be in \[0, num_candidates - num_crossover\]'),
     (dict(mutate_prob=1.5), r'mutate_prob must be in \[0, 1\]'),
+    (dict(score_rule='lower'), r"score_rule must be one of \('greater', 'less'\), got 'lower'"),
 ])
 def test_bad_settings_name_the_key(tmp_path, kwargs, message):
     with pytest.raises(ValueError, match=message):

@@ -86,6 +86,25 @@ def test_ties_on_the_score_go_to_the_lower_tie_break_metric(tmp_path, monkeypatc
     assert first_cut(tie_break_key='accuracy/nll') == {'backbone.stages.0.conv'}
 
 
+def test_score_rule_less_keeps_the_candidate_with_the_lowest_score(tmp_path, monkeypatch):
+    """The score is a loss that is lowest when stage 0 narrows: under ``score_rule='less'``
+    each step cuts stage 0 while it can; read as higher-is-better it is cut last."""
+    def evaluate(self, widths, tag, full=False):
+        flops, params = self.measure(widths)
+        loss = float(widths['backbone.stages.0.conv'])
+        return SubnetRecord(dict(widths), flops, params, loss, tag, {'accuracy/nll': loss})
+
+    def cuts(**kwargs):
+        history = greedy(tmp_path, target_flops=[30000], score_key='accuracy/nll',
+                         **kwargs).val().history
+        return [next(gid for gid in after.widths if after.widths[gid] < before.widths[gid])
+                for before, after in zip(history, history[1:])]
+
+    monkeypatch.setattr(GreedySearchLoop, 'evaluate', evaluate)
+    assert cuts(score_rule='less')[:3] == ['backbone.stages.0.conv'] * 3
+    assert 'backbone.stages.0.conv' not in cuts()
+
+
 def test_a_tie_break_key_the_evaluator_does_not_report_is_named(tmp_path):
     with pytest.raises(KeyError, match="tie_break_key 'accuracy/nll' is not among the metrics"):
         greedy(tmp_path, tie_break_key='accuracy/nll').val()

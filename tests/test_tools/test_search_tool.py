@@ -18,6 +18,13 @@ EVOLUTION = dict(type='EvolutionSearchLoop', max_epochs=1, num_candidates=4, top
                  recalib_batches=1)
 
 
+PANEL_WIDTH = 7 * 120  # pixels: 7 inches at 120 dpi
+
+
+def png_width(path: Path) -> int:
+    return int.from_bytes(path.read_bytes()[16:20], 'big')
+
+
 def search_config(path: Path, search_cfg) -> str:
     """A search config on top of the tiny supernet config."""
     lines = [f'_base_ = [{str(TINY)!r}]', 'custom_hooks = []']
@@ -45,19 +52,39 @@ def test_greedy_search_writes_subnets_results_plot_and_a_table(tiny_supernet, tm
     chosen = results['chosen']['subnet_flops60000']
     assert chosen['full_val']['flops'] == chosen['search']['flops'] <= 60000
     assert (work_dir / 'search_plot.png').read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
+    assert png_width(work_dir / 'search_plot.png') == PANEL_WIDTH  # top-1 only
     log = next(work_dir.glob('*/*.log')).read_text()
     assert 'chosen subnets vs uniform widths (whole validation set)' in log
     assert 'subnet_flops30000' in log and 'uniform x' in log
 
 
+def test_a_search_ranked_by_a_loss_plots_and_tabulates_it_beside_top1(tiny_supernet, tmp_path):
+    work_dir = tmp_path / 'nll'
+    greedy = dict(GREEDY, score_key='accuracy/nll', score_rule='less')
+    assert run(load_tool('search'), tiny_supernet, greedy, work_dir,
+               'val_evaluator.nll=True') == 0
+    results = json.loads((work_dir / 'search_results.json').read_text())
+    assert results['score_key'] == 'accuracy/nll' and results['score_rule'] == 'less'
+    front = [r['score'] for r in results['pareto_front']]
+    assert front == sorted(front, reverse=True)  # more FLOPs, lower loss
+    assert all(r['score'] == r['metrics']['accuracy/nll'] for r in results['records'])
+    # one panel per metric: the loss the search ranked by, and top-1
+    assert png_width(work_dir / 'search_plot.png') == 2 * PANEL_WIDTH
+    log = next(work_dir.glob('*/*.log')).read_text()
+    assert 'accuracy/nll  | nearest uniform' in log and 'accuracy/top1  | nearest uniform' in log
+
+
 def test_the_table_compares_with_the_nearest_width_and_the_curve_at_equal_flops():
     tool = load_tool('search')
-    uniform = [SubnetRecord({}, 100, 1, 60.0, 'uniform x0.50'),
-               SubnetRecord({}, 300, 1, 80.0, 'uniform x1.00')]
+    uniform = [SubnetRecord({}, 100, 1, 60.0, 'uniform x0.50', {'top1': 60.0, 'nll': 0.4}),
+               SubnetRecord({}, 300, 1, 80.0, 'uniform x1.00', {'top1': 80.0, 'nll': 0.2})]
     assert tool.uniform_at(uniform, 150) == 65.0
-    _, row = tool.comparison_table({'s': SubnetRecord({}, 150, 1, 70.0)}, uniform, 'top1')
-    assert row.split() == ['s', '150', '1', '70.00', '|', 'uniform', 'x0.50', '100', '60.00',
-                           '|', '65.00', '+5.00']
+    chosen = {'s': SubnetRecord({}, 150, 1, 70.0, '', {'top1': 70.0, 'nll': 0.3})}
+    _, row = tool.comparison_table(chosen, uniform, 'top1')
+    assert row.split() == ['s', '150', '1', '70.0000', '|', 'uniform', 'x0.50', '100',
+                           '60.0000', '|', '65.0000', '+5.0000']
+    _, row = tool.comparison_table(chosen, uniform, 'nll')
+    assert row.split()[-4:] == ['0.4000', '|', '0.3500', '-0.0500']
 
 
 def test_resume_continues_an_evolution_search(tiny_supernet, tmp_path):

@@ -13,7 +13,13 @@ search_cfg = dict(
     max_channel_bins=12,
     recalib_batches=16,  # 512 training images per BatchNorm recalibration
     # Candidates are ranked on the whole (360-image) validation set: one batch here.
-    val_batches=None)
+    val_batches=None,
+    # ... by its cross-entropy, not top-1: the supernet's subnets get 99% of these digits
+    # right, so most candidates of a step tie on top-1 and the tie, not the data, would
+    # decide which layer is cut (benchmarks/README.md, "The digits pipeline").
+    score_key='accuracy/nll',
+    score_rule='less')
+val_evaluator = dict(type='Accuracy', topk=(1, 5), nll=True)
 
 # The supernet's training hooks (FLOPs logging, subnet dumps) have nothing to do here.
 custom_hooks = []

@@ -14,7 +14,7 @@ from ...utils.complexity import human
 from ..config import ConfigError
 from ..utils import unwrap
 from .bn_calibration import recalibrate_bn
-from .results import SubnetRecord
+from .results import SCORE_RULES, SubnetRecord
 from .width_space import Widths, WidthSpace
 
 LoaderOrCfg = Union[DataLoader, dict]
@@ -60,30 +60,36 @@ class BaseSearchLoop(CalibrationData, BaseLoop):
             seeded shuffling sampler so they are a fixed random subset); None: all.
         calib_dataloader: the recalibration data or its config; default the runner's
             training dataloader.
-        score_key: the metric to maximise.
-        tie_break_key: a second metric, lower is better (``'accuracy/nll'`` of
-            ``Accuracy(nll=True)``), that ranks subnets whose ``score_key`` ties; top-1 on
-            a few hundred images ties often, and the choice between tied candidates is
-            otherwise arbitrary.  None: ties go to the fewer FLOPs.
+        score_key: the metric subnets are ranked by.
+        score_rule: ``'greater'`` (the default: accuracy) or ``'less'`` (a loss, e.g.
+            ``'accuracy/nll'`` of ``Accuracy(nll=True)``): which way ``score_key`` is
+            better, as in mmengine's ``CheckpointHook(rule=...)``.
+        tie_break_key: a second metric, lower is better (``'accuracy/nll'``), that ranks
+            subnets whose ``score_key`` ties; top-1 on a few hundred images ties often,
+            and the choice between tied candidates is otherwise arbitrary.  None: ties go
+            to the fewer FLOPs.
         seed: the seed of the recalibration data order and augmentations.
     """
 
     def __init__(self, runner, dataloader: LoaderOrCfg, evaluator: Union[Evaluator, dict, list],
                  recalib_batches: int = 16, val_batches: Optional[int] = None,
                  calib_dataloader: Optional[LoaderOrCfg] = None,
-                 score_key: str = 'accuracy/top1', tie_break_key: Optional[str] = None,
-                 seed: int = 0):
+                 score_key: str = 'accuracy/top1', score_rule: str = 'greater',
+                 tie_break_key: Optional[str] = None, seed: int = 0):
         super().__init__(runner, dataloader)
         if recalib_batches < 0:
             raise ConfigError(f'recalib_batches must be >= 0, got {recalib_batches}')
         if val_batches is not None and val_batches < 1:
             raise ConfigError(f'val_batches must be None or >= 1, got {val_batches}')
+        if score_rule not in SCORE_RULES:
+            raise ConfigError(f'score_rule must be one of {SCORE_RULES}, got {score_rule!r}')
         self.evaluator = (runner.build_evaluator(evaluator)
                           if isinstance(evaluator, (dict, list)) else evaluator)
         self.evaluator.dataset_meta = getattr(self.dataloader.dataset, 'metainfo', None)
         self.recalib_batches = recalib_batches
         self.val_batches = val_batches
         self.score_key = score_key
+        self.score_rule = score_rule
         self.tie_break_key = tie_break_key
         self.seed = seed
         self._calib_cfg = calib_dataloader
@@ -128,14 +134,14 @@ class BaseSearchLoop(CalibrationData, BaseLoop):
         record = SubnetRecord(dict(widths), flops, params, float(metrics[self.score_key]), tag,
                               {k: float(v) for k, v in metrics.items()})
         self.runner.logger.info(f'{tag}: FLOPs {human(flops)}, params {human(params)}, '
-                                f'{self.score_key} {record.score:.2f}')
+                                f'{self.score_key} {record.score:.4g}')
         return record
 
     def rank(self, record: SubnetRecord) -> Tuple[float, float]:
-        """Sort key of a scored subnet, higher is better: its score, then the negated
-        tie-break metric (0 without one)."""
+        """Sort key of a scored subnet, higher is better: its score (negated under
+        ``score_rule='less'``), then the negated tie-break metric (0 without one)."""
         tie = -record.metrics[self.tie_break_key] if self.tie_break_key else 0.0
-        return record.score, tie
+        return (record.score if self.score_rule == 'greater' else -record.score), tie
 
     @torch.no_grad()
     def validate(self, num_batches: Optional[int]) -> Dict[str, float]:

@@ -45,8 +45,8 @@ class EvolutionSearchLoop(BaseSearchLoop):
         constraints: upper limits, ``dict(flops=..., params=...)`` (either or both).
         resume_from: a ``search_state.json`` to continue from.
         max_trials: draws allowed per candidate before a generation is left short.
-        **kwargs: ``recalib_batches``, ``val_batches``, ``calib_dataloader``,
-            ``score_key``, ``tie_break_key`` and ``seed`` (also the search's seed) of
+        **kwargs: ``recalib_batches``, ``val_batches``, ``calib_dataloader``, ``score_key``,
+            ``score_rule``, ``tie_break_key`` and ``seed`` (also the search's seed) of
             :class:`BaseSearchLoop`.
 
     Example:
@@ -98,7 +98,8 @@ class EvolutionSearchLoop(BaseSearchLoop):
             num_candidates=self.num_candidates, top_k=self.top_k,
             num_mutation=self.num_mutation, num_crossover=self.num_crossover,
             mutate_prob=self.mutate_prob, constraints=self.constraints, seed=self.seed,
-            score_key=self.score_key, tie_break_key=self.tie_break_key,
+            score_key=self.score_key, score_rule=self.score_rule,
+            tie_break_key=self.tie_break_key,
             recalib_batches=self.recalib_batches,
             val_batches=self.val_batches, spaces=self.space.sizes)))
 
@@ -141,8 +142,8 @@ class EvolutionSearchLoop(BaseSearchLoop):
                                       self.num_candidates - len(population), taken)
 
     def best(self) -> List[SubnetRecord]:
-        """The ``top_k`` best records so far: highest score (then the lower tie-break
-        metric), then fewest FLOPs."""
+        """The ``top_k`` best records so far: best score (``score_rule``; then the lower
+        tie-break metric), then fewest FLOPs."""
         return sorted(self.records,
                       key=lambda r: (tuple(-v for v in self.rank(r)), r.flops))[:self.top_k]
 
@@ -175,7 +176,7 @@ class EvolutionSearchLoop(BaseSearchLoop):
                 self.records.append(self.evaluate(widths, f'generation {generation}'))
             top = self.best()
             self.runner.logger.info(
-                f'generation {generation}: best {self.score_key} {top[0].score:.2f} at FLOPs '
+                f'generation {generation}: best {self.score_key} {top[0].score:.4g} at FLOPs '
                 f'{human(top[0].flops)}; top {len(top)} from {len(self.records)} subnets')
             state = SearchState(generation + 1, state.settings, self.next_population(top),
                                 list(self.records), self.rng.getstate(),

@@ -19,8 +19,8 @@ class GreedySearchLoop(BaseSearchLoop):
 
     Every space starts with all ``max_channel_bins`` bins (the widest subnet).  Each
     step tries removing one bin from each space that has more than one, scores every
-    such candidate (BatchNorm recalibrated, then validated) and keeps the best (ties: the
-    lower ``tie_break_key`` metric, then the fewer FLOPs); the
+    such candidate (BatchNorm recalibrated, then validated) and keeps the best score
+    (``score_rule``; ties: the lower ``tie_break_key`` metric, then the fewer FLOPs); the
     FLOPs never grow from one step to the next.  The first subnet at or under each
     FLOPs target is that target's result, written to
     ``work_dir/subnet_flops<target>.yaml``.
@@ -37,8 +37,8 @@ class GreedySearchLoop(BaseSearchLoop):
         target_flops: the FLOPs targets (absolute counts), any order, no duplicates.
         max_channel_bins: bins per space; a space keeps ``bins / max_channel_bins``
             of its channels.
-        **kwargs: ``recalib_batches``, ``val_batches``, ``calib_dataloader``,
-            ``score_key``, ``tie_break_key`` and ``seed`` of :class:`BaseSearchLoop`.
+        **kwargs: ``recalib_batches``, ``val_batches``, ``calib_dataloader``, ``score_key``,
+            ``score_rule``, ``tie_break_key`` and ``seed`` of :class:`BaseSearchLoop`.
 
     Example:
         >>> search_cfg = dict(type='GreedySearchLoop', target_flops=[120e6, 80e6, 50e6],
@@ -94,7 +94,7 @@ class GreedySearchLoop(BaseSearchLoop):
                 name = f'subnet_flops{int(targets.pop(0))}'
                 chosen[name] = current
                 logger.info(f'{name}: step {len(history) - 1}, FLOPs {human(current.flops)}, '
-                            f'{self.score_key} {current.score:.2f}')
+                            f'{self.score_key} {current.score:.4g}')
             if not targets:
                 break
             step = len(history)

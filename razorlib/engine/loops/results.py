@@ -5,6 +5,9 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from .width_space import Widths
 
+#: Which way a score is better: ``'greater'`` (accuracy) or ``'less'`` (a loss).
+SCORE_RULES = ('greater', 'less')
+
 
 @dataclass
 class SubnetRecord:
@@ -55,20 +58,36 @@ class SearchResult:
     history: List[SubnetRecord]
 
 
-def pareto_front(records: Sequence[SubnetRecord]) -> List[SubnetRecord]:
-    """The records no other record beats on both FLOPs (lower) and score (higher).
+def pareto_front(records: Sequence[SubnetRecord], rule: str = 'greater',
+                 key: Optional[str] = None) -> List[SubnetRecord]:
+    """The records no other record beats on both FLOPs (lower) and score.
 
-    Returned by increasing FLOPs (and so increasing score).
+    Args:
+        records: the evaluated subnets.
+        rule: ``'greater'`` or ``'less'``: which way the score is better.
+        key: rank by this metric of ``record.metrics`` instead of ``record.score``.
+
+    Returns:
+        The front by increasing FLOPs (and so improving score).
 
     Example:
         >>> records = [SubnetRecord({}, 10, 0, 50.0), SubnetRecord({}, 20, 0, 40.0),
         ...            SubnetRecord({}, 30, 0, 70.0)]
         >>> [r.flops for r in pareto_front(records)]
         [10, 30]
+        >>> [r.flops for r in pareto_front(records, rule='less')]
+        [10, 20]
     """
+    if rule not in SCORE_RULES:
+        raise ValueError(f'rule must be one of {SCORE_RULES}, got {rule!r}')
+    sign = 1.0 if rule == 'greater' else -1.0
+
+    def goodness(record: SubnetRecord) -> float:
+        return sign * (record.score if key is None else record.metrics[key])
+
     front: List[SubnetRecord] = []
-    for record in sorted(records, key=lambda r: (r.flops, -r.score)):
-        if not front or record.score > front[-1].score:
+    for record in sorted(records, key=lambda r: (r.flops, -goodness(r))):
+        if not front or goodness(record) > goodness(front[-1]):
             front.append(record)
     return front
 
