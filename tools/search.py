@@ -137,29 +137,25 @@ def plot(path: Path, records: List[SubnetRecord], uniform: List[SubnetRecord],
                              squeeze=False)
     for ax, (key, rule) in zip(axes[0], metrics):
         sign = 1.0 if rule == 'greater' else -1.0
-
-        def value(record: SubnetRecord) -> float:
-            return record.metrics[key]
-
         # The axis ends a little beyond the uniform curve and the chosen subnets, so that
         # a few very poor candidates do not squash the part that matters.
-        worst = min(sign * value(r) for r in uniform + list(chosen.values()))
-        best = max(sign * value(r) for r in uniform + records)
+        worst = min(sign * r.value(key) for r in uniform + list(chosen.values()))
+        best = max(sign * r.value(key) for r in uniform + records)
         pad = 0.1 * (best - worst) or 0.5
-        hidden = sum(sign * value(r) < worst - pad for r in records)
-        ax.scatter([r.flops for r in records], [value(r) for r in records], s=10, c='0.6',
+        hidden = sum(sign * r.value(key) < worst - pad for r in records)
+        ax.scatter([r.flops for r in records], [r.value(key) for r in records], s=10, c='0.6',
                    label=f'evaluated subnets ({len(records)}'
                    + (f', {hidden} off the axis)' if hidden else ')'))
         ax.set_ylim(sign * (worst - pad), sign * (best + pad))
         front = pareto_front(records, rule, key)
-        ax.step([r.flops for r in front], [value(r) for r in front], where='post',
+        ax.step([r.flops for r in front], [r.value(key) for r in front], where='post',
                 c='tab:red', label='Pareto front')
-        ax.plot([r.flops for r in uniform], [value(r) for r in uniform], 'o--', c='tab:blue',
+        ax.plot([r.flops for r in uniform], [r.value(key) for r in uniform], 'o--', c='tab:blue',
                 label='uniform width (BN recalibrated)')
-        ax.plot([r.flops for r in chosen.values()], [value(r) for r in chosen.values()], '*',
+        ax.plot([r.flops for r in chosen.values()], [r.value(key) for r in chosen.values()], '*',
                 c='tab:green', ms=14, label='chosen')
         for name, record in chosen.items():
-            ax.annotate(name, (record.flops, value(record)), textcoords='offset points',
+            ax.annotate(name, (record.flops, record.value(key)), textcoords='offset points',
                         xytext=(6, -12), fontsize=8)
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: human(v)))
         ax.set(xlabel='FLOPs', ylabel=key + ('' if rule == 'greater' else ' (lower is better)'))
@@ -171,10 +167,11 @@ def plot(path: Path, records: List[SubnetRecord], uniform: List[SubnetRecord],
     plt.close(fig)
 
 
-def uniform_at(uniform: List[SubnetRecord], flops: float) -> float:
-    """The uniform-width score at ``flops``, linear between the nearest two widths."""
+def uniform_at(uniform: List[SubnetRecord], flops: float, key: Optional[str] = None) -> float:
+    """The uniform-width score (or metric ``key``) at ``flops``, linear between the
+    nearest two widths."""
     ordered = sorted(uniform, key=lambda r: r.flops)
-    return float(np.interp(flops, [r.flops for r in ordered], [r.score for r in ordered]))
+    return float(np.interp(flops, [r.flops for r in ordered], [r.value(key) for r in ordered]))
 
 
 def comparison_table(chosen: Dict[str, SubnetRecord], uniform: List[SubnetRecord],
@@ -183,13 +180,12 @@ def comparison_table(chosen: Dict[str, SubnetRecord], uniform: List[SubnetRecord
     and the uniform curve at the subnet's own FLOPs (``delta`` is against that)."""
     lines = [f"{'subnet':24}{'FLOPs':>9}{'params':>9}{key:>15}  | {'nearest uniform':>15}"
              f"{'FLOPs':>9}{key:>15}  | {'uniform@FLOPs':>14}{'delta':>9}"]
-    curve = [SubnetRecord(r.widths, r.flops, r.params, r.metrics[key], r.tag) for r in uniform]
     for name, record in chosen.items():
-        base, level = nearest(curve, record.flops), uniform_at(curve, record.flops)
-        value = record.metrics[key]
+        base, level = nearest(uniform, record.flops), uniform_at(uniform, record.flops, key)
+        value = record.value(key)
         lines.append(f'{name:24}{human(record.flops):>9}{human(record.params):>9}'
                      f'{value:>15.4f}  | {base.tag:>15}{human(base.flops):>9}'
-                     f'{base.score:>15.4f}  | {level:>14.4f}{value - level:>+9.4f}')
+                     f'{base.value(key):>15.4f}  | {level:>14.4f}{value - level:>+9.4f}')
     return lines
 
 

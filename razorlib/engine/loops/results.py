@@ -33,6 +33,10 @@ class SubnetRecord:
     tag: str = ''
     metrics: Dict[str, float] = field(default_factory=dict)
 
+    def value(self, key: Optional[str] = None) -> float:
+        """``metrics[key]``, or the score when ``key`` is None."""
+        return self.score if key is None else self.metrics[key]
+
     def to_dict(self) -> Dict[str, Any]:
         return asdict(self)
 
@@ -81,13 +85,9 @@ def pareto_front(records: Sequence[SubnetRecord], rule: str = 'greater',
     if rule not in SCORE_RULES:
         raise ValueError(f'rule must be one of {SCORE_RULES}, got {rule!r}')
     sign = 1.0 if rule == 'greater' else -1.0
-
-    def goodness(record: SubnetRecord) -> float:
-        return sign * (record.score if key is None else record.metrics[key])
-
     front: List[SubnetRecord] = []
-    for record in sorted(records, key=lambda r: (r.flops, -goodness(r))):
-        if not front or goodness(record) > goodness(front[-1]):
+    for record in sorted(records, key=lambda r: (r.flops, -sign * r.value(key))):
+        if not front or sign * record.value(key) > sign * front[-1].value(key):
             front.append(record)
     return front
 
