@@ -32,5 +32,10 @@ setup(
     version=read_version(),
     packages=find_packages(include=['razorlib', 'razorlib.*']),
     install_requires=runtime_requirements(),
-    extras_require={'dev': ['torch-pruning']},
+    extras_require={
+        'dev': ['torch-pruning'],
+        # tools/deploy.py and benchmarks/gpu_latency.py build TensorRT engines where this is
+        # installed (a machine with an NVIDIA GPU); never needed otherwise
+        'tensorrt': ['tensorrt>=10'],
+    },
 )

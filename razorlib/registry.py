@@ -53,6 +53,11 @@ MODEL_WRAPPERS = Registry('model_wrapper', parent=MMENGINE_MODEL_WRAPPERS, scope
                           locations=_present('razorlib.engine', 'razorlib.algorithms'))
 # Pruners have no counterpart among mmengine's roots; they get a root of their own.
 PRUNERS = Registry('pruner', scope=SCOPE, locations=_present('razorlib.pruning'))
+# What razorlib knows about a module type (razorlib.layers.LayerKind), keyed by kind name;
+# razorlib.layers.kind_of looks a module up by its type, the most derived class winning.
+LAYER_KINDS = Registry('layer kind', scope=SCOPE, locations=_present('razorlib.layers'))
+# grad_fn name (as torch emits it, 'ConvolutionBackward0') -> razorlib.tracing.rules.Rule.
+TRACING_RULES = Registry('tracing rule', scope=SCOPE, locations=_present('razorlib.tracing'))
 TASK_UTILS = Registry('task util', parent=MMENGINE_TASK_UTILS, scope=SCOPE,
                       locations=_present('razorlib.utils'))
 LOOPS = Registry('loop', parent=MMENGINE_LOOPS, scope=SCOPE,
@@ -81,6 +86,34 @@ PARAM_SCHEDULERS = Registry('parameter scheduler', parent=MMENGINE_PARAM_SCHEDUL
 FUNCTIONS = Registry('function', parent=MMENGINE_FUNCTIONS, scope=SCOPE)
 VISUALIZERS = Registry('visualizer', parent=MMENGINE_VISUALIZERS, scope=SCOPE)
 VISBACKENDS = Registry('vis_backend', parent=MMENGINE_VISBACKENDS, scope=SCOPE)
+
+
+# The IR, quantization, NAS and importance criteria: roots of their own, as mmengine has
+# none of these.  Keys are class names, with the short aliases the classes declare ('kl',
+# 'conservative', 'TRT_INT8', 'fuse_bn'); kernels are keyed by op type ('Conv', and
+# 'domain::Type' outside the default domain).
+# Observer (a config's observer_algorithm) -> razorlib.quantization.Observer subclass.
+OBSERVERS = Registry('observer', scope=SCOPE, locations=_present('razorlib.quantization'))
+# Quantized platform name ('TRT_INT8') or class name -> razorlib.quantization.BaseQuantizer.
+QUANTIZERS = Registry('quantizer', scope=SCOPE, locations=_present('razorlib.quantization'))
+# Dispatcher name ('conservative') or class name -> razorlib.quantization.GraphDispatcher.
+DISPATCHERS = Registry('dispatcher', scope=SCOPE, locations=_present('razorlib.quantization'))
+# Export format name ('QDQ_ONNX') -> the function writing it, (graph, path, **options).
+EXPORTERS = Registry('exporter', scope=SCOPE, locations=_present('razorlib.quantization'))
+# Graph passes (razorlib.ir.passes.GraphPass): the IR's rewrites and quantization's links.
+GRAPH_PASSES = Registry('graph pass', scope=SCOPE,
+                        locations=_present('razorlib.ir', 'razorlib.quantization'))
+# Post-training quantization passes that need calibration data (equalization, bias
+# correction, AdaRound, mixed precision): razorlib.quantization.passes.PTQPass.
+PTQ_PASSES = Registry('ptq pass', scope=SCOPE, locations=_present('razorlib.quantization'))
+# ONNX op type -> the builder of its torch kernel (razorlib.ir.executor.kernels).
+KERNELS = Registry('kernel', scope=SCOPE, locations=_present('razorlib.ir'))
+# NAS mutables (razorlib.nas): OneShotMutableOP, DiffMutableOP, OneShotMutableValue.
+MUTABLES = Registry('mutable', scope=SCOPE, locations=_present('razorlib.nas'))
+# Channel importance criteria (razorlib.pruning.importance.Importance), by class name and
+# short alias ('l1', 'l2', 'bn_scale', 'fpgm', 'taylor', 'fisher', 'activation', 'apoz',
+# 'random').
+IMPORTANCES = Registry('importance', scope=SCOPE, locations=_present('razorlib.pruning'))
 
 
 def register_all_modules(init_default_scope: bool = True) -> None:

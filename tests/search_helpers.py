@@ -32,6 +32,7 @@ def runner_cfg(work_dir, val_cfg: Optional[dict] = None) -> dict:
         val_evaluator=dict(type='Accuracy', topk=(1, )),
         val_cfg=val_cfg or dict(),
         default_hooks=dict(checkpoint=None, logger=dict(type='LoggerHook', interval=1000)),
+        custom_hooks=[dict(type='DumpSubnetHook')],  # writes the chosen subnets
         default_scope='razorlib',
         randomness=dict(seed=0),
         log_level='WARNING',

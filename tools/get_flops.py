@@ -1,5 +1,6 @@
 """Count the FLOPs and parameters of a config's model.
 
+Examples:
     python tools/get_flops.py configs/pruning/autoslim/autoslim_plaincnn_digits_supernet.py
     python tools/get_flops.py CONFIG --subnet work_dirs/.../subnet_best.yaml
     python tools/get_flops.py CONFIG --shape 3 224 224
@@ -9,36 +10,45 @@ that subnet; for any other model the model as built, or sliced to ``--subnet``. 
 input is ``--shape`` (``C H W``, ``H W`` or one size), else the supernet's
 ``input_shape``, else 3x224x224.  See docs/tools/get_flops.md.
 """
+from __future__ import annotations
+
 import argparse
 import logging
 import sys
-from typing import List, Tuple
+from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple
 
-import torch
+# Only what the arguments need is imported here (no torch), so that --help is instant.
 from mmengine.config import DictAction
 from mmengine.logging import print_log
-from mmengine.registry import init_default_scope
 
-from razorlib.engine.config import ConfigError, check_config, load_config
-from razorlib.pruning import slim_model
-from razorlib.registry import MODELS, SCOPE
-from razorlib.utils import get_model_complexity
-from razorlib.utils.complexity import human
+if TYPE_CHECKING:
+    import torch
 
 
-def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description="Count a config's FLOPs and parameters.")
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('config', help='the config file')
     parser.add_argument('--shape', type=int, nargs='+', metavar='N',
-                        help='input C H W, H W, or one size (square, 3 channels)')
-    parser.add_argument('--subnet', help='a subnet channel config (YAML/JSON) to count')
+                        help="input C H W, H W, or one size (square, 3 channels) (default: "
+                        "the supernet's input_shape, else 3 224 224)")
+    parser.add_argument('--subnet', help='also count this subnet channel config (YAML/JSON) '
+                        '(default: none)')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction, metavar='KEY=VALUE',
-                        help='override config keys')
-    return parser.parse_args(argv)
+                        help='override config keys (default: none)')
+    parser.add_argument('--threads', type=int, metavar='N',
+                        help='torch threads (default: 1 for a model under 1M parameters, '
+                        'else the idle cores; OMP_NUM_THREADS if set)')
+    args = parser.parse_args(argv)
+    if args.threads is not None and args.threads < 1:
+        parser.error(f'--threads: at least 1, got {args.threads}')
+    return args
 
 
 def input_shape(shape: List[int], model: torch.nn.Module) -> Tuple[int, ...]:
     """``(C, H, W)`` from ``--shape``, the model's ``input_shape`` or 3x224x224."""
+    from razorlib.engine.config import ConfigError
+
     if not shape:
         return tuple(getattr(model, 'input_shape', (3, 224, 224)))
     if len(shape) > 3:
@@ -46,8 +56,18 @@ def input_shape(shape: List[int], model: torch.nn.Module) -> Tuple[int, ...]:
     return tuple([3] * (3 - len(shape)) + shape) if len(shape) > 1 else (3, shape[0], shape[0])
 
 
-def main(argv=None) -> int:
+def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
+    import torch
+    from mmengine.registry import init_default_scope
+
+    from razorlib.engine.config import ConfigError, check_config, load_config
+    from razorlib.engine.threads import set_threads
+    from razorlib.pruning import slim_model
+    from razorlib.registry import MODELS, SCOPE
+    from razorlib.utils import get_model_complexity
+    from razorlib.utils.complexity import human
+
     try:
         cfg = load_config(args.config, args.cfg_options)
         check_config(cfg, required=('model', ))
@@ -56,6 +76,7 @@ def main(argv=None) -> int:
         return 2
     init_default_scope(cfg.get('default_scope') or SCOPE)
     model = MODELS.build(cfg.model).eval()
+    set_threads(args.threads, model)
     try:
         shape = input_shape(args.shape, model)
     except ConfigError as err:

@@ -1,9 +1,11 @@
 """The whole AutoSlim pipeline on the offline digits, end to end, in one command.
 
+Example:
     python tools/pipeline.py [--work-dir work_dirs/pipeline] [--threads 1] [--seeds 3]
 
 1. Train the AutoSlim supernet (``tools/train.py``, sandwich rule, 30 epochs).
-2. Greedy search down to three FLOPs targets (``tools/search.py``).
+2. Greedy search down to three FLOPs targets (``tools/search.py``); the chosen subnets
+   and their targets are read from its ``search_results.json``.
 3. For each searched subnet, and for the uniform-width subnet of the same FLOPs: slice it
    out of the supernet (``tools/prune.py``), fine-tune it (``tools/train.py``) once per
    seed, measure top-1 (the mean over the seeds: one run's top-1 moves by an image or two
@@ -14,7 +16,19 @@
 
 Each step is the tool a user would run, started as a subprocess; its log is in
 ``<work-dir>/logs/``.  See docs/getting_started.md.
+
+From a fixed subnet instead (a NAS subnet config, or any classifier config)::
+
+    python tools/pipeline.py --from-subnet configs/nas/spos/spos_shufflenet_digits_subnet.py \
+        --cfg-options model.fix_subnet=work_dirs/spos_shufflenet_digits_search/best_subnet.yaml \
+        [--train-epochs 20] [--prune-flops 0.5 0.25] [--finetune-epochs 10] [--seeds 3]
+
+trains the config's model from scratch, quantizes it, prunes it to each FLOPs fraction
+(L1 norms), fine-tunes and quantizes each pruned model, and prints the same table
+without the uniform column.  See docs/tools/pipeline.md.
 """
+from __future__ import annotations
+
 import argparse
 import copy
 import json
@@ -24,19 +38,16 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
-import torch
-import torch.nn as nn
-from mmengine.logging import MMLogger
-from mmengine.registry import init_default_scope
-from mmengine.runner import Runner, load_checkpoint
+from mmengine.config import DictAction
 
-from razorlib.engine.config import load_config
-from razorlib.pruning import remove_masks
-from razorlib.registry import MODELS, SCOPE
-from razorlib.utils import get_model_complexity
-from razorlib.utils.complexity import human
+# Nothing heavy is imported here (no torch), so that --help is instant; the functions
+# import what they use.
+if TYPE_CHECKING:
+    import torch.nn as nn
+    from mmengine.config import Config
+    from mmengine.logging import MMLogger
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / 'configs' / 'pruning' / 'autoslim'
@@ -46,17 +57,42 @@ FINETUNE = CONFIGS / 'autoslim_plaincnn_digits_subnet_finetune.py'
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('--work-dir', default='work_dirs/pipeline')
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument('--work-dir', default='work_dirs/pipeline',
+                        help='where every step writes (default: %(default)s)')
     parser.add_argument('--threads', type=int, default=1,
-                        help='torch threads (one is fastest for these tiny models)')
-    parser.add_argument('--supernet-epochs', type=int, default=30)
-    parser.add_argument('--finetune-epochs', type=int, default=10)
+                        help='torch threads of every step (one is fastest for these tiny '
+                        'models) (default: %(default)s)')
+    parser.add_argument('--supernet-epochs', type=int, default=30,
+                        help='epochs of supernet training (default: %(default)s)')
+    parser.add_argument('--finetune-epochs', type=int, default=10,
+                        help='epochs of each subnet fine-tune (default: %(default)s)')
     parser.add_argument('--seeds', type=int, default=3,
-                        help='fine-tune runs per subnet (seeds 0..N-1); top-1 is their mean')
+                        help='fine-tune runs per subnet (seeds 0..N-1); top-1 is their mean '
+                        '(default: %(default)s)')
+    subnet = parser.add_argument_group('starting from a fixed subnet (instead of AutoSlim)')
+    subnet.add_argument('--from-subnet', metavar='CONFIG',
+                        help='train, quantize, prune and fine-tune the model of this config '
+                        '(a NAS subnet config: model.fix_subnet names its YAML) (default: none, '
+                        'the AutoSlim pipeline)')
+    subnet.add_argument('--cfg-options', nargs='+', action=DictAction, metavar='KEY=VALUE',
+                        help='override keys of --from-subnet CONFIG, e.g. model.fix_subnet=PATH '
+                        '(default: none)')
+    subnet.add_argument('--train-epochs', type=int,
+                        help="epochs of training CONFIG's model (default: the config's)")
+    subnet.add_argument('--prune-flops', type=float, nargs='+', default=[0.5], metavar='F',
+                        help="prune the trained model to each fraction F of its FLOPs "
+                        '(default: %(default)s)')
     args = parser.parse_args(argv)
     if args.seeds < 1:
         parser.error(f'--seeds must be at least 1, got {args.seeds}')
+    if not args.from_subnet and args.cfg_options:
+        parser.error('--cfg-options: for --from-subnet CONFIG only')
+    if any(not 0 < f < 1 for f in args.prune_flops):
+        parser.error(f'--prune-flops: fractions in (0, 1), got {args.prune_flops}')
+    if args.train_epochs is not None and args.train_epochs < 1:
+        parser.error(f'--train-epochs must be at least 1, got {args.train_epochs}')
     return args
 
 
@@ -85,6 +121,9 @@ class Pipeline:
 
 def top1(model: nn.Module, cfg) -> float:
     """Top-1 of an ImageClassifier on the config's validation set."""
+    import torch
+    from mmengine.runner import Runner
+
     correct = total = 0
     model.eval()
     with torch.no_grad():
@@ -98,6 +137,8 @@ def top1(model: nn.Module, cfg) -> float:
 
 def latency_ms(model: nn.Module, shape, runs: int = 300) -> float:
     """Median batch-1 latency of ``model`` on this CPU, in milliseconds."""
+    import torch
+
     x = torch.randn(1, *shape)
     model.eval()
     times = []
@@ -113,6 +154,10 @@ def latency_ms(model: nn.Module, shape, runs: int = 300) -> float:
 def measure(name: str, models: List[nn.Module], cfg, shape, ptq_json: Path) -> Dict:
     """FLOPs, params, INT8 top-1 and latency of ``models[0]``; top-1 the mean over all
     (the same subnet fine-tuned with different seeds), each run's in ``top1_runs``."""
+    import torch
+
+    from razorlib.utils import get_model_complexity
+
     ptq = json.loads(ptq_json.read_text())['top1']
     size = get_model_complexity(models[0], torch.randn(1, *shape))
     runs = [top1(model, cfg) for model in models]
@@ -121,13 +166,32 @@ def measure(name: str, models: List[nn.Module], cfg, shape, ptq_json: Path) -> D
                 latency_ms=latency_ms(models[0], shape))
 
 
+def searched_subnets(results_json: Path) -> List[Tuple[float, Path]]:
+    """``(FLOPs target, channel config file)`` of each subnet the search chose, largest
+    target first, from its results JSON (``DumpSubnetHook``)."""
+    results = json.loads(results_json.read_text())
+    chosen = sorted(((entry['limits']['flops'], results_json.parent / entry['file'])
+                     for entry in results['chosen'].values()), reverse=True)
+    if not chosen:
+        raise RuntimeError(f'{results_json}: the search chose no subnet')
+    return chosen
+
+
+HEAD = f"{'FLOPs':>9}{'params':>9}{'top-1':>8}{'INT8':>8}{'lat ms':>9}"
+
+
+def cells(row: Optional[Dict]) -> str:
+    """One row's figures under :data:`HEAD` (blank for None)."""
+    from razorlib.utils.complexity import human
+
+    if row is None:
+        return f"{'':>9}{'':>9}{'':>8}{'':>8}{'':>9}"
+    return (f"{human(row['flops']):>9}{human(row['params']):>9}{row['top1']:>8.2f}"
+            f"{row['int8_top1']:>8.2f}{row['latency_ms']:>9.3f}")
+
+
 def table(rows: List[Dict], pairs: List[tuple]) -> List[str]:
-    def cells(row: Optional[Dict]) -> str:
-        if row is None:
-            return f"{'':>9}{'':>9}{'':>8}{'':>8}{'':>9}"
-        return (f"{human(row['flops']):>9}{human(row['params']):>9}{row['top1']:>8.2f}"
-                f"{row['int8_top1']:>8.2f}{row['latency_ms']:>9.3f}")
-    head = f"{'FLOPs':>9}{'params':>9}{'top-1':>8}{'INT8':>8}{'lat ms':>9}"
+    head = HEAD
     lines = [f"{'subnet':<14}{head} | {'uniform, same FLOPs':<20}{head}{'gain':>7}"]
     by_name = {row['subnet']: row for row in rows}
     for searched, uniform in pairs:
@@ -139,13 +203,26 @@ def table(rows: List[Dict], pairs: List[tuple]) -> List[str]:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    import torch
+    from mmengine.logging import MMLogger
+    from mmengine.registry import init_default_scope
+    from mmengine.runner import load_checkpoint
+
+    from razorlib.engine.config import load_config
+    from razorlib.pruning import remove_masks
+    from razorlib.registry import MODELS, SCOPE
+    from razorlib.utils.complexity import human
+
     torch.set_num_threads(args.threads)
     work_dir = Path(args.work_dir).resolve()
     work_dir.mkdir(parents=True, exist_ok=True)
-    logger = MMLogger.get_instance('razorlib_pipeline', log_file=str(work_dir / 'pipeline.log'))
+    logger = MMLogger.get_instance(f'razorlib_pipeline:{work_dir}',
+                                   log_file=str(work_dir / 'pipeline.log'))
     init_default_scope(SCOPE)
     run = Pipeline(work_dir, args.threads, logger)
     start = time.perf_counter()
+    if args.from_subnet:
+        return from_subnet(args, run)
 
     supernet_dir = work_dir / 'supernet'
     epochs = args.supernet_epochs
@@ -162,9 +239,7 @@ def main(argv=None) -> int:
     shape = supernet.input_shape
     subnets: Dict[str, Path] = {}
     pairs = []
-    targets = {float(p.stem[len('subnet_flops'):]): p
-               for p in search_dir.glob('subnet_flops*.yaml')}
-    for target, path in sorted(targets.items(), reverse=True):
+    for target, path in searched_subnets(search_dir / 'search_results.json'):
         searched = f'searched {human(target)}'
         supernet.set_subnet(path)
         flops = supernet.flops_params().flops
@@ -174,8 +249,6 @@ def main(argv=None) -> int:
         uniform = f'uniform {human(supernet.flops_params().flops)}'
         subnets.update({searched: path, uniform: uniform_path})
         pairs.append((searched, uniform))
-    if not pairs:
-        raise RuntimeError(f'the search wrote no subnet_flops*.yaml into {search_dir}')
 
     rows = []
     run.tool('3_ptq_supernet', 'ptq', str(SUPERNET), str(checkpoint),
@@ -226,6 +299,146 @@ def main(argv=None) -> int:
     (work_dir / 'pipeline.json').write_text(json.dumps(dict(rows=rows, pairs=pairs), indent=1))
     return 0
 
+
+
+# ---------------------------------------------------------------- from a fixed subnet
+def set_epochs(cfg: Config, epochs: int) -> None:
+    """Train ``cfg`` for ``epochs``: validate and save at the end, and stretch each
+    epoch-based scheduler that ended with the old schedule to end with the new one."""
+    old = cfg.train_cfg.max_epochs
+    cfg.merge_from_dict({'train_cfg.max_epochs': epochs, 'train_cfg.val_interval': epochs,
+                         'default_hooks.checkpoint.interval': epochs})
+    schedulers = cfg.get('param_scheduler') or []
+    for scheduler in schedulers if isinstance(schedulers, list) else [schedulers]:
+        for key in ('T_max', 'end'):
+            if scheduler.get('by_epoch', True) and scheduler.get(key) == old:
+                scheduler[key] = epochs
+
+
+def subnet_config(args: argparse.Namespace, work_dir: Path) -> Path:
+    """``--from-subnet CONFIG`` with ``--cfg-options`` and ``--train-epochs``, its subnet
+    file made absolute and checked, written as ``<work-dir>/subnet_config.py``: what
+    every step reads."""
+    from razorlib.engine.config import ConfigError, load_config
+
+    cfg = load_config(args.from_subnet, args.cfg_options)
+    fix = cfg.model.get('fix_subnet')
+    if isinstance(fix, str):
+        if not Path(fix).is_file():
+            raise ConfigError(f'{args.from_subnet}: model.fix_subnet {fix} does not exist; '
+                              'pass --cfg-options model.fix_subnet=PATH (a search\'s '
+                              'best_subnet.yaml)')
+        cfg.model.fix_subnet = str(Path(fix).resolve())
+    if args.train_epochs:
+        set_epochs(cfg, args.train_epochs)
+    path = work_dir / 'subnet_config.py'
+    cfg.dump(str(path))
+    return path
+
+
+def finetune_config(cfg: Config, prune_dir: Path, epochs: int, path: Path) -> Path:
+    """The fine-tune config of a pruned model, written to ``path``: ``sub_model`` of the
+    config's model sliced to ``channel_cfg.yaml``, starting from ``slim.pth``, at a fifth
+    of the training learning rate, cosine to zero over ``epochs``."""
+    tuned = copy.deepcopy(cfg)
+    tuned.model = dict(type='sub_model', architecture=cfg.model,
+                       channel_cfg=str(prune_dir / 'channel_cfg.yaml'))
+    tuned.load_from = str(prune_dir / 'slim.pth')
+    tuned.optim_wrapper.optimizer.lr = cfg.optim_wrapper.optimizer.lr / 5
+    tuned.param_scheduler = [dict(type='CosineAnnealingLR', T_max=epochs, by_epoch=True,
+                                  begin=0, end=epochs)]
+    set_epochs(tuned, epochs)
+    tuned.dump(str(path))
+    return path
+
+
+def prune_to_flops(model: nn.Module, shape, fraction: float, folder: Path) -> None:
+    """Prune ``model`` to ``fraction`` of its FLOPs (L1 norms, one ratio per group) and
+    write ``channel_cfg.yaml`` and ``slim.pth`` into ``folder``, as tools/prune.py does."""
+    import torch
+
+    from razorlib.pruning import slim_model
+    from razorlib.registry import PRUNERS
+
+    masked = copy.deepcopy(model).eval()
+    pruner = PRUNERS.build(dict(type='ImportancePruner', flops=fraction))
+    pruner.prepare_from_supernet(masked, torch.randn(1, *shape))
+    pruner.set_subnet(pruner.allocate().subnet)
+    channel_cfg = pruner.export_subnet()
+    folder.mkdir(parents=True, exist_ok=True)
+    channel_cfg.dump(folder / 'channel_cfg.yaml')
+    torch.save(slim_model(masked, channel_cfg).state_dict(), folder / 'slim.pth')
+
+
+def input_shape(model: nn.Module, cfg: Config) -> Tuple[int, ...]:
+    """``(C, H, W)`` of one preprocessed validation image."""
+    from mmengine.runner import Runner
+
+    batch = next(iter(Runner.build_dataloader(cfg.val_dataloader)))
+    return tuple(model.data_preprocessor(batch, False)['inputs'].shape[1:])
+
+
+def trained(cfg: Config, checkpoint: Path) -> nn.Module:
+    """The config's model with the checkpoint's weights."""
+    from mmengine.runner import load_checkpoint
+
+    from razorlib.registry import MODELS
+
+    model = MODELS.build(cfg.model)
+    load_checkpoint(model, str(checkpoint), map_location='cpu', logger='silent')
+    return model.eval()
+
+
+def from_subnet(args: argparse.Namespace, run: Pipeline) -> int:
+    """The pipeline from a fixed subnet: train its config's model from scratch, INT8,
+    then per ``--prune-flops`` fraction prune, fine-tune per seed and INT8; the table."""
+    from razorlib.engine.config import ConfigError, load_config
+
+    work_dir, logger = run.work_dir, run.logger
+    start = time.perf_counter()
+    try:
+        config = subnet_config(args, work_dir)
+    except ConfigError as err:
+        logger.error(f'--from-subnet {err}')
+        return 2
+    cfg = load_config(config)
+    epochs = cfg.train_cfg.max_epochs
+    run.tool('1_train_subnet', 'train', str(config), '--work-dir', str(work_dir / 'subnet'))
+    checkpoint = work_dir / 'subnet' / f'epoch_{epochs}.pth'
+    run.tool('2_ptq_subnet', 'ptq', str(config), str(checkpoint),
+             '--work-dir', str(work_dir / 'ptq_subnet'))
+    model = trained(cfg, checkpoint)
+    shape = input_shape(model, cfg)
+    rows = [measure('subnet', [model], cfg, shape, work_dir / 'ptq_subnet' / 'ptq.json')]
+    finetune_epochs = args.finetune_epochs
+    for index, fraction in enumerate(args.prune_flops):
+        folder = work_dir / f'pruned{index}'
+        prune_to_flops(model, shape, fraction, folder / 'prune')
+        logger.info(f'3_{index}_prune: {fraction:g} of the FLOPs, {folder / "prune"}')
+        tune = finetune_config(cfg, folder / 'prune', finetune_epochs,
+                               folder / 'finetune_config.py')
+        models = []
+        for seed in range(args.seeds):
+            tuned_dir = folder / f'finetune_seed{seed}'
+            run.tool(f'3_{index}_finetune_seed{seed}', 'train', str(tune), '--work-dir',
+                     str(tuned_dir), '--cfg-options', f'randomness.seed={seed}')
+            models.append(trained(load_config(tune), tuned_dir / f'epoch_{finetune_epochs}.pth'))
+        run.tool(f'3_{index}_ptq', 'ptq', str(tune),
+                 str(folder / 'finetune_seed0' / f'epoch_{finetune_epochs}.pth'),
+                 '--work-dir', str(folder / 'ptq'))
+        rows.append(measure(f'pruned {fraction:g} FLOPs', models, cfg, shape,
+                            folder / 'ptq' / 'ptq.json'))
+    logger.info(f'pipeline from {args.from_subnet} done in {time.perf_counter() - start:.0f} s;'
+                f' top-1 on the validation split (pruned models: mean of {args.seeds} '
+                'fine-tune seeds), INT8 = onnxruntime running the QDQ model (seed 0), batch-1 '
+                f'latency on this CPU with {args.threads} thread(s):')
+    for line in [f"{'model':<22}{HEAD}"] + [f"{row['subnet']:<22}{cells(row)}" for row in rows]:
+        logger.info(line)
+    logger.info('top-1 of each fine-tune seed: ' + '; '.join(
+        f"{row['subnet']}: {' '.join(f'{t:.2f}' for t in row['top1_runs'])}"
+        for row in rows[1:]))
+    (work_dir / 'pipeline.json').write_text(json.dumps(dict(rows=rows, pairs=[]), indent=1))
+    return 0
 
 if __name__ == '__main__':
     sys.exit(main())

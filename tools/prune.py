@@ -1,126 +1,284 @@
 """Prune a model, check the slim model and save it with its channel config.
 
-Two modes:
-
+Examples:
     # a trained supernet (an AutoSlim config + its checkpoint) sliced to a searched subnet
     python tools/prune.py CONFIG CHECKPOINT --subnet SUBNET_YAML [--work-dir DIR]
     # a built-in model, pruned with a pruner at one ratio
     python tools/prune.py --model resnet50 --ratio 0.5 --work-dir work_dirs/prune_resnet50
+    # to a budget: half the FLOPs, channels ranked globally by Taylor on data batches
+    python tools/prune.py --model resnet50 --flops 0.5 --importance taylor --global \
+        --round-to 8 --max-ratio 0.9 [--data-config CONFIG]
+    # to half the latency measured on onnxruntime
+    python tools/prune.py --model mobilenet_v2 --latency 0.5 --runtime onnxruntime --global
 
-Both log parameters and FLOPs before and after, check that the masked supernet and the
-sliced model give the same outputs, and write ``channel_cfg.yaml`` and ``slim.pth`` (the
-slim model's state_dict).  Rebuild the slim model without the supernet and its pruner::
+All log parameters, FLOPs and latency before and after (and the kept channels of each
+group for --model), check that the masked supernet and the sliced model give the same
+outputs, and write ``channel_cfg.yaml`` and ``slim.pth`` (the slim model's state_dict).
+Rebuild the slim model without the supernet and its pruner::
 
     model = MODELS.build(architecture_cfg)   # cfg.model.architecture, or the built-in model
     slim_model(model, 'channel_cfg.yaml').load_state_dict(torch.load('slim.pth'))
 
-See docs/tools/prune.md.
+A mistake in the arguments, a checkpoint that is cut short or not of the supernet: one
+line, exit code 2, and no work dir.  See docs/tools/prune.md.
 """
+from __future__ import annotations
+
 import argparse
 import copy
+import logging
+import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Tuple
+from typing import TYPE_CHECKING, Optional, Sequence, Tuple
 
-import torch
-import torch.nn as nn
+# Only what the arguments need is imported here (no torch), so that --help is instant;
+# the functions import the rest.
 from mmengine.config import DictAction
-from mmengine.logging import MMLogger
-from mmengine.registry import init_default_scope
-from mmengine.runner import load_checkpoint
+from mmengine.logging import print_log
 
-from razorlib.engine.config import ConfigError, check_config, load_config
-from razorlib.models import MobileNetV2, PlainCNN, ResNet, ShuffleNetV2
-from razorlib.pruning import ChannelConfig, slim_model
-from razorlib.registry import MODELS, PRUNERS, SCOPE
-from razorlib.utils import get_model_complexity
-from razorlib.utils.complexity import human
+if TYPE_CHECKING:
+    import torch
+    import torch.nn as nn
+    from mmengine.logging import MMLogger
 
+    from razorlib.pruning import ChannelConfig
+
+#: ``--model`` name -> the registered model it builds (``razorlib.registry.MODELS``).
 BUILT_IN = {
-    **{f'resnet{d}': (lambda d=d: ResNet(depth=d, num_classes=1000))
+    **{f'resnet{d}': dict(type='ResNet', depth=d, num_classes=1000)
        for d in (18, 34, 50, 101, 152)},
-    'mobilenet_v2': lambda: MobileNetV2(num_classes=1000),
-    'shufflenet_v2': lambda: ShuffleNetV2(num_classes=1000),
-    'plain_cnn': lambda: PlainCNN(num_classes=10),
+    'mobilenet_v2': dict(type='MobileNetV2', num_classes=1000),
+    'shufflenet_v2': dict(type='ShuffleNetV2', num_classes=1000),
+    'plain_cnn': dict(type='PlainCNN', num_classes=10),
 }
+Pruned = Tuple['nn.Module', 'nn.Module', 'ChannelConfig', 'torch.Tensor', list]
 
 
-def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description='Prune a model and check the result.')
-    parser.add_argument('config', nargs='?', help='a supernet (AutoSlim) config')
-    parser.add_argument('checkpoint', nargs='?', help="the supernet's checkpoint")
-    parser.add_argument('--subnet', help='the subnet channel config (YAML/JSON) to keep')
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument('config', nargs='?',
+                        help='a supernet (AutoSlim) config (default: none, prune --model)')
+    parser.add_argument('checkpoint', nargs='?',
+                        help="the supernet's checkpoint (needed with CONFIG)")
+    parser.add_argument('--subnet', help='the subnet channel config (YAML/JSON) to keep '
+                        '(default: none; needed with CONFIG)')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction, metavar='KEY=VALUE',
-                        help='override config keys')
+                        help='override config keys (default: none)')
     parser.add_argument('--model', default='resnet50', choices=sorted(BUILT_IN),
-                        help='built-in model to prune (without CONFIG)')
-    parser.add_argument('--pruner', default='L1NormPruner', choices=['L1NormPruner', 'RatioPruner'])
-    parser.add_argument('--ratio', type=float, default=0.5, help='fraction of channels to keep')
-    parser.add_argument('--input-size', type=int, default=224)
-    parser.add_argument('--except-start-keys', nargs='*', default=[],
-                        help='module-name prefixes whose output channels stay')
+                        help='built-in model to prune without CONFIG (default: %(default)s)')
+    parser.add_argument('--pruner', default='L1NormPruner',
+                        choices=['L1NormPruner', 'RatioPruner'],
+                        help='how --model keeps channels: the largest L1 norms, or the first '
+                        'ones (default: %(default)s)')
+    budget = parser.add_mutually_exclusive_group()
+    budget.add_argument('--ratio', type=float,
+                        help='fraction of channels to keep (default: 0.5 when no budget is '
+                        'given)')
+    budget.add_argument('--flops', type=float,
+                        help="keep at most this fraction of the dense model's FLOPs "
+                        '(default: no FLOPs budget)')
+    budget.add_argument('--params', type=float,
+                        help="keep at most this fraction of the dense model's parameters "
+                        '(default: no params budget)')
+    budget.add_argument('--latency', type=float,
+                        help="run in at most this fraction of the dense model's latency on "
+                        '--runtime (default: no latency budget)')
+    parser.add_argument('--importance', default='l1',
+                        help='the criterion ranking channels: l1, l2, bn_scale, fpgm, taylor, '
+                        'fisher, activation, apoz, random (default: %(default)s)')
+    parser.add_argument('--global', dest='global_ranking', action='store_true',
+                        help="rank all groups' channels together (default: one ratio per "
+                        'group)')
+    parser.add_argument('--round-to', type=int, default=1, metavar='N',
+                        help="each group keeps a multiple of N channels (default: %(default)s)")
+    parser.add_argument('--max-ratio', type=float, metavar='R',
+                        help='the largest fraction of one group that may be pruned '
+                        '(default: none)')
+    parser.add_argument('--runtime', default='torch', choices=['torch', 'onnxruntime', 'cuda'],
+                        help='where latency is measured, on --threads threads (default: '
+                        '%(default)s)')
+    parser.add_argument('--quantile', type=float, default=0.5, metavar='Q',
+                        help='the quantile of the timed runs taken as latency: 0.5 the median; '
+                        'a low one (0.1) is steadier on a machine busier than its cores '
+                        '(default: %(default)s)')
+    parser.add_argument('--data-config', metavar='CONFIG',
+                        help="a config whose train_dataloader gives the batches data-driven "
+                        'criteria (taylor, fisher, activation, apoz) run on and batch norms '
+                        "are re-estimated on (default: the digits train split, resized to "
+                        '--input-size)')
+    parser.add_argument('--data-batches', type=int, default=8, metavar='N',
+                        help='batches read from the data (default: %(default)s)')
+    parser.add_argument('--input-size', type=int, default=224,
+                        help="--model's square input side (default: %(default)s)")
+    parser.add_argument('--except-start-keys', nargs='*', default=[], metavar='PREFIX',
+                        help="module-name prefixes whose output channels stay (default: none)")
     parser.add_argument('--work-dir', default=None,
-                        help='default: work_dirs/prune_<model or config name>')
-    parser.add_argument('--seed', type=int, default=0)
-    return parser.parse_args(argv)
+                        help='where the files go (default: work_dirs/prune_<model or config '
+                        'name>)')
+    parser.add_argument('--seed', type=int, default=0,
+                        help="random seed of --model's initial weights and the example input "
+                        '(default: %(default)s)')
+    parser.add_argument('--threads', type=int, metavar='N',
+                        help='torch threads (default: 1 for a model under 1M parameters, '
+                        'else the idle cores; OMP_NUM_THREADS if set)')
+    args = parser.parse_args(argv)
+    if args.threads is not None and args.threads < 1:
+        parser.error(f'--threads: at least 1, got {args.threads}')
+    if args.round_to < 1 or args.data_batches < 1:
+        parser.error('--round-to and --data-batches: at least 1')
+    if args.pruner == 'RatioPruner' and (args.importance != 'l1' or args.global_ranking
+                                         or args.ratio is None and budget_of(args)[0]):
+        parser.error('RatioPruner keeps the first channels at --ratio; --importance, --global '
+                     'and --flops/--params/--latency need L1NormPruner (the default)')
+    return args
 
 
-def prune_built_in(args, logger: MMLogger
-                   ) -> Tuple[nn.Module, nn.Module, ChannelConfig, torch.Tensor]:
-    """A built-in model, masked by a pruner at ``--ratio``, and its example input."""
-    model = BUILT_IN[args.model]().eval()
+def budget_of(args: argparse.Namespace) -> Tuple[str, float]:
+    """The one budget given, ``('ratio', 0.5)`` if none."""
+    for key in ('flops', 'params', 'latency', 'ratio'):
+        if getattr(args, key) is not None:
+            return key, getattr(args, key)
+    return '', 0.5
+
+
+def model_mode_options(args: argparse.Namespace) -> list:
+    """The options only --model mode takes that were given (CONFIG mode refuses them)."""
+    given = [f'--{k}' for k in ('ratio', 'flops', 'params', 'latency') if getattr(args, k)]
+    given += [o for o, on in (('--importance', args.importance != 'l1'),
+                              ('--global', args.global_ranking), ('--round-to', args.round_to > 1),
+                              ('--max-ratio', args.max_ratio is not None),
+                              ('--data-config', args.data_config is not None)) if on]
+    return given
+
+
+def load_batches(args: argparse.Namespace, size: Tuple[int, ...]) -> list:
+    """``(inputs, targets)`` batches from --data-config's train_dataloader (default: the
+    digits train split, test images held out), resized to the example input's size."""
+    import torch
+    import torch.nn.functional as F
+    from mmengine.runner import Runner
+
+    from razorlib.engine.config import ConfigError, load_config
+
+    if args.data_config:
+        cfg = load_config(args.data_config)
+        if 'train_dataloader' not in cfg:
+            raise ConfigError(f'--data-config {args.data_config}: no train_dataloader')
+        loader_cfg = cfg.train_dataloader
+    else:
+        loader_cfg = dict(batch_size=32, num_workers=0, collate_fn=dict(type='default_collate'),
+                          sampler=dict(type='DefaultSampler', shuffle=True, seed=args.seed),
+                          dataset=dict(type='DigitsDataset', split='train', test_ratio=0.2,
+                                       upscale=size[-1]))
+    batches = []
+    for batch in Runner.build_dataloader(loader_cfg):
+        inputs = batch['inputs']
+        inputs = torch.stack(inputs) if isinstance(inputs, (list, tuple)) else inputs
+        inputs = inputs.float()
+        if tuple(inputs.shape[1:]) != tuple(size):
+            inputs = F.interpolate(inputs, size=size[1:], mode='bilinear', align_corners=False)
+        targets = torch.cat([sample.gt_label for sample in batch['data_samples']])
+        batches.append((inputs, targets))
+        if len(batches) == args.data_batches:
+            break
+    return batches
+
+
+def prune_built_in(args: argparse.Namespace, model: nn.Module, logger: MMLogger) -> Pruned:
+    """A built-in model, masked by a pruner to the budget, its example input, and the
+    data batches read (empty unless the criterion needs them or --data-config is given)."""
+    import numpy as np
+    import torch
+
+    from razorlib.pruning import build_importance
+    from razorlib.registry import PRUNERS
+
     x = torch.randn(1, 3, args.input_size, args.input_size)
-    ratio_key = 'ratio' if args.pruner == 'L1NormPruner' else 'ratios'
-    ratio = args.ratio if args.pruner == 'L1NormPruner' else (args.ratio, )
-    pruner = PRUNERS.build({'type': args.pruner, ratio_key: ratio,
-                            'except_start_keys': args.except_start_keys})
+    metric, value = budget_of(args)
+    metric = metric or 'ratio'
+    if args.pruner == 'RatioPruner':
+        cfg = dict(type='RatioPruner', ratios=(value, ))
+    else:
+        cfg = dict(type=args.pruner, importance=args.importance,
+                   global_ranking=args.global_ranking, round_to=args.round_to,
+                   max_ratio=args.max_ratio,
+                   runtime=dict(type=args.runtime, threads=torch.get_num_threads(),
+                                quantile=args.quantile),
+                   **{metric: value})
+    pruner = PRUNERS.build({**cfg, 'except_start_keys': args.except_start_keys})
+    needs_data = args.pruner != 'RatioPruner' and build_importance(args.importance).needs_data
+    batches = load_batches(args, tuple(x.shape[1:])) if needs_data or args.data_config else []
     logger.info(f'{args.model}, input 1x3x{args.input_size}x{args.input_size}, '
-                f'{args.pruner} keeping {args.ratio:.0%} of each group')
+                f'{args.pruner} ({args.importance if args.pruner != "RatioPruner" else "first"} '
+                f'channels, {"global" if args.global_ranking else "local"}) to {metric} {value:g}'
+                + (f'; {len(batches)} data batches' if batches else ''))
     dense = copy.deepcopy(model)
     start = time.perf_counter()
     pruner.prepare_from_supernet(model, x)
     groups = pruner.groups
     logger.info(f'traced in {time.perf_counter() - start:.2f} s: {len(groups.prunable)} prunable '
                 f'groups, {len(groups.groups) - len(groups.prunable)} frozen')
-    pruner.set_subnet(pruner.sample_subnet())
-    return dense, model, pruner.export_subnet(), x
+    if args.pruner == 'RatioPruner':
+        pruner.set_subnet(pruner.sample_subnet())
+    else:
+        allocation = pruner.allocate(batches if needs_data else None)
+        if allocation.latency is not None:
+            logger.info(f'latency search on {args.runtime}: measured fractions '
+                        + ', '.join(f'{i}: {sum(f) / len(f):.3f}'
+                                    for i, f in allocation.latency.measured.items()))
+        pruner.set_subnet(allocation.subnet)
+    logger.info('kept channels per group:')
+    for gid, keep in pruner.current_subnet.items():
+        keep = np.asarray(keep, dtype=bool)
+        logger.info(f'  {gid}: {int(keep.sum())}/{keep.size}')
+    return dense, model, pruner.export_subnet(), x, batches
 
 
-def load_supernet(args, logger: MMLogger) -> Tuple[nn.Module, nn.Module, ChannelConfig,
-                                                   torch.Tensor]:
-    """The config's supernet with the checkpoint's weights, masked to ``--subnet``.
+def load_supernet(args: argparse.Namespace) -> Pruned:
+    """The config's supernet with the checkpoint's weights, masked to ``--subnet``; all
+    checked before the tool writes anything.
 
     Raises:
-        ConfigError: a mistake in the arguments, the config or the subnet file.
+        ConfigError: a mistake in the arguments, the config or the subnet file, or a
+            checkpoint that is cut short or not of this supernet (``CheckpointError``).
     """
+    from mmengine.registry import init_default_scope
+
+    from razorlib.engine.checkpoint_check import check_fits, read_checkpoint, state_dict_of
+    from razorlib.engine.config import ConfigError, check_config, load_config
+    from razorlib.registry import MODELS, SCOPE
+
     if not args.checkpoint or not args.subnet:
         raise ConfigError('CONFIG needs CHECKPOINT and --subnet SUBNET_YAML')
-    for what, path in (('checkpoint', args.checkpoint), ('--subnet', args.subnet)):
-        if not Path(path).is_file():
-            raise ConfigError(f'{what}: {path} does not exist')
+    if not Path(args.subnet).is_file():
+        raise ConfigError(f'--subnet: {args.subnet} does not exist')
     cfg = load_config(args.config, args.cfg_options)
     check_config(cfg, required=('model', ))
+    state = state_dict_of(read_checkpoint(args.checkpoint))
     init_default_scope(cfg.get('default_scope') or SCOPE)
     supernet = MODELS.build(cfg.model)
     if not hasattr(supernet, 'architecture') or not hasattr(supernet, 'set_subnet'):
         raise ConfigError(f'model: a supernet with an architecture and subnets (AutoSlim) '
                           f'is needed, got {type(supernet).__name__}')
-    load_checkpoint(supernet, args.checkpoint, map_location='cpu', strict=True,
-                    logger=logger.instance_name)
+    check_fits(supernet, state, args.checkpoint)
+    supernet.load_state_dict(state)
     dense = copy.deepcopy(supernet.architecture).eval()
     try:
         supernet.set_subnet(args.subnet)
     except ValueError as err:
         raise ConfigError(f'--subnet {args.subnet}: {err}') from err
-    logger.info(f'{Path(args.config).name} with {args.checkpoint}, subnet {args.subnet}')
     return dense, supernet.architecture.eval(), supernet.export_subnet(), \
-        supernet.example_inputs()
+        supernet.example_inputs(), []
 
 
 def check_slim(masked: nn.Module, slim: nn.Module, x: torch.Tensor,
                logger: MMLogger) -> bool:
     """Log whether the slim model gives the masked supernet's outputs and runs."""
+    import torch
+
     with torch.no_grad():
         masked_out, slim_out = masked(x), slim(x)
     scale = float(masked_out.abs().max())
@@ -134,32 +292,88 @@ def check_slim(masked: nn.Module, slim: nn.Module, x: torch.Tensor,
     return same and runs
 
 
-def main(argv=None) -> int:
+def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
+    import torch
+    from mmengine.logging import MMLogger
+    from mmengine.registry import init_default_scope
+
+    from razorlib.engine.checkpoint_check import CheckpointError
+    from razorlib.engine.config import ConfigError
+    from razorlib.engine.threads import set_threads
+    from razorlib.pruning import slim_model
+    from razorlib.registry import MODELS, SCOPE
+    from razorlib.utils.batch_norm import reestimate_bn_stats
+
+    torch.manual_seed(args.seed)
+    try:
+        if args.config and model_mode_options(args):
+            raise ConfigError(f'{", ".join(model_mode_options(args))}: for --model only; '
+                              'CONFIG mode keeps the channels of --subnet')
+        loaded = load_supernet(args) if args.config else None
+    except CheckpointError as err:
+        print_log(str(err), logger='current', level=logging.ERROR)
+        return 2
+    except ConfigError as err:
+        print_log(f'{args.config}: {err}', logger='current', level=logging.ERROR)
+        return 2
     name = Path(args.config).stem if args.config else args.model
     work_dir = Path(args.work_dir or f'work_dirs/prune_{name}')
+    fresh = not work_dir.exists()
     work_dir.mkdir(parents=True, exist_ok=True)
     logger = MMLogger.get_instance(f'razorlib_prune:{work_dir.resolve()}',
                                    log_file=str(work_dir / 'prune.log'))
-    torch.manual_seed(args.seed)
-    try:
-        dense, masked, cfg, x = (load_supernet if args.config else prune_built_in)(args, logger)
-    except ConfigError as err:
-        logger.error(f'{args.config or args.model}: {err}')
-        return 2
+    if loaded is not None:
+        logger.info(f'{Path(args.config).name} with {args.checkpoint}, subnet {args.subnet}')
+        logger.info(f'threads: {set_threads(args.threads, loaded[1])}')
+        dense, masked, cfg, x, batches = loaded
+    else:
+        init_default_scope(SCOPE)
+        model = MODELS.build(BUILT_IN[args.model]).eval()
+        logger.info(f'threads: {set_threads(args.threads, model)}')
+        try:
+            dense, masked, cfg, x, batches = prune_built_in(args, model, logger)
+        except (ValueError, ConfigError) as err:  # a budget out of reach, a bad data config
+            logger.error(f'{args.model}: {err}')
+            if fresh:
+                shutil.rmtree(work_dir, ignore_errors=True)
+            return 2
     slim = slim_model(copy.deepcopy(masked), cfg)
-    before = get_model_complexity(dense, x)
-    after = get_model_complexity(slim, x)
-    logger.info(f"{'':8}{'params':>10}{'FLOPs':>10}")
-    logger.info(f"{'dense':8}{human(before.params):>10}{human(before.flops):>10}")
-    logger.info(f"{'slim':8}{human(after.params):>10}{human(after.flops):>10}")
-    logger.info(f"{'ratio':8}{after.params / before.params:>10.3f}"
-                f"{after.flops / before.flops:>10.3f}")
+    log_costs(args, dense, slim, x, logger)
     ok = check_slim(masked, slim, x, logger)
+    if batches:
+        reestimate_bn_stats(slim, (inputs for inputs, _ in batches))
+        logger.info(f'batch norms of the slim model re-estimated on {len(batches)} batches')
     cfg.dump(work_dir / 'channel_cfg.yaml')
     torch.save(slim.state_dict(), work_dir / 'slim.pth')
     logger.info(f"wrote {work_dir / 'channel_cfg.yaml'} and {work_dir / 'slim.pth'}")
     return 0 if ok else 1
+
+
+def log_costs(args: argparse.Namespace, dense: nn.Module, slim: nn.Module, x: torch.Tensor,
+              logger: MMLogger) -> None:
+    """Log params, FLOPs and latency (measured on --runtime, dense and slim runs
+    interleaved, medians) before and after."""
+    import torch
+
+    from razorlib.pruning.runtimes import build_runtime
+    from razorlib.utils import get_model_complexity
+    from razorlib.utils.complexity import human
+
+    before = get_model_complexity(dense, x)
+    after = get_model_complexity(slim, x)
+    runtime = build_runtime(dict(type=args.runtime, threads=torch.get_num_threads(),
+                                 repeat=30, cache_dir=False, quantile=args.quantile))
+    dense_ms, slim_ms = runtime.latency([copy.deepcopy(dense), copy.deepcopy(slim)], (x, ))
+    logger.info(f"{'':8}{'params':>10}{'FLOPs':>10}{'latency':>12}  ({args.runtime}, "
+                f'{runtime.threads} thread(s), quantile {runtime.quantile:g} of '
+                f'{runtime.repeat} interleaved runs)')
+    logger.info(f"{'dense':8}{human(before.params):>10}{human(before.flops):>10}"
+                f"{dense_ms:>9.3f} ms")
+    logger.info(f"{'slim':8}{human(after.params):>10}{human(after.flops):>10}"
+                f"{slim_ms:>9.3f} ms")
+    logger.info(f"{'ratio':8}{after.params / before.params:>10.3f}"
+                f"{after.flops / before.flops:>10.3f}{slim_ms / dense_ms:>12.3f}")
 
 
 if __name__ == '__main__':

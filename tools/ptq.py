@@ -1,67 +1,100 @@
-"""Post-training INT8 quantization of a trained classifier, from its config.
+"""Post-training INT8 quantization of a trained classifier, from a PTQ config.
 
-    python tools/ptq.py configs/pruning/autoslim/autoslim_plaincnn_digits_supernet.py \\
+Examples:
+    python tools/ptq.py configs/quantization/ptq/autoslim_plaincnn_digits_trt_int8.py \\
         work_dirs/autoslim_plaincnn_digits_supernet/epoch_30.pth
     python tools/ptq.py CONFIG CHECKPOINT --subnet work_dirs/<search>/subnet.yaml
 
-Builds the model of CONFIG and loads CHECKPOINT (an mmengine checkpoint or a plain
-state_dict, of the whole model or of its ``architecture``); an AutoSlim supernet is
+CONFIG is a PTQ config (``configs/quantization/ptq/``: the model's config through
+``_base_``, a ``ptq`` section with the platform, observer, dispatcher, calibration steps,
+dynamic batch, graph passes and export format, and a ``calib_dataloader``), or any model
+config (the ``ptq`` defaults, calibration on its ``train_dataloader``); the options below
+override ``ptq``.  Builds the model and loads CHECKPOINT (an mmengine checkpoint or a
+plain state_dict, of the whole model or of its ``architecture``); an AutoSlim supernet is
 quantized at full width, or at the channel config given with ``--subnet`` (sliced with
-``slim_model``, its batch-norm statistics recalibrated on training batches).  Calibration
-batches come from the config's ``train_dataloader``; the model is quantized with
-``quantize_torch_model``, exported as a QDQ ONNX model and evaluated on the
-``val_dataloader``: top-1 of FP32, of the simulated INT8 (``QuantExecutor``) and of
+``slim_model``, its batch-norm statistics recalibrated on training batches).  The model is
+quantized with ``quantize_torch_model``, exported (QDQ ONNX by default) and evaluated on
+the ``val_dataloader``: top-1 of FP32, of the simulated INT8 (``QuantExecutor``) and of
 onnxruntime running the QDQ model, then the SNR table of ``analyse_error``.  Writes
-``<work_dir>/<config name>_int8.onnx``, ``ptq.json`` (the figures) and ``ptq.log``; exit
-code 2 for a mistake in the arguments, the config, the checkpoint or the subnet.  See
-docs/tools/ptq.md.
+``<work_dir>/<config name>_int8.onnx`` (and ``.json`` for TRT_JSON), ``ptq.json`` (the
+figures and settings) and ``ptq.log``; exit code 2 for a mistake in the arguments, the
+config, the checkpoint or the subnet.  See docs/tools/ptq.md.
 """
+from __future__ import annotations
+
 import argparse
 import json
+import logging
 import sys
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple
 
-import onnxruntime as ort
-import torch
-import torch.nn as nn
+# Only what the arguments need is imported here (no torch), so that --help is instant;
+# the functions import the rest.
 from mmengine.config import Config, DictAction
-from mmengine.logging import MMLogger
-from mmengine.registry import init_default_scope
-from mmengine.runner import Runner
+from mmengine.logging import print_log
 
-from razorlib.engine.config import ConfigError, check_config, load_config
-from razorlib.engine.loops import recalibrate_bn
-from razorlib.pruning import remove_masks, slim_model
-from razorlib.quantization import (DISPATCHERS, OBSERVERS, QuantExecutor, analyse_error,
-                                   export_graph, quantize_torch_model)
-from razorlib.registry import MODELS, SCOPE
+if TYPE_CHECKING:
+    import torch
+    import torch.nn as nn
+
+    from razorlib.quantization import PTQSettings
 
 PLATFORMS = ('TRT_INT8', 'ORT_INT8')
-Batch = Tuple[torch.Tensor, torch.Tensor]  # preprocessed images, labels
+EXPORT_FORMATS = ('QDQ_ONNX', 'TRT_JSON', 'ONNX')
+#: Names in razorlib.quantization's OBSERVERS and DISPATCHERS (tests/test_tools/test_help.py
+#: checks that they are registered).
+OBSERVER_NAMES = ('kl', 'minmax', 'mse', 'percentile')
+DISPATCHER_NAMES = ('aggressive', 'allin', 'conservative', 'pointwise')
+Batch = Tuple['torch.Tensor', 'torch.Tensor']  # preprocessed images, labels
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description='Quantize a trained classifier to INT8.')
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('config', help='the config file')
     parser.add_argument('checkpoint', help='the checkpoint or state_dict to quantize')
-    parser.add_argument('--subnet', help='channel config (YAML/JSON) of a supernet subnet')
-    parser.add_argument('--platform', default='TRT_INT8', choices=PLATFORMS)
-    parser.add_argument('--calib-steps', type=int, default=32, help='calibration batches')
-    parser.add_argument('--observer', default='percentile', choices=sorted(OBSERVERS),
-                        help='activation observer')
-    parser.add_argument('--dispatcher', default='conservative', choices=sorted(DISPATCHERS))
+    parser.add_argument('--subnet', help='channel config (YAML/JSON) of a supernet subnet '
+                        '(default: none, the full width)')
+    parser.add_argument('--platform', choices=PLATFORMS,
+                        help="target platform (default: the config's ptq.platform, else "
+                        'TRT_INT8)')
+    parser.add_argument('--calib-steps', type=int,
+                        help="calibration batches (default: the config's ptq.calib_steps, "
+                        'else 32)')
+    parser.add_argument('--observer', choices=OBSERVER_NAMES,
+                        help="activation observer (default: the config's ptq.observer, "
+                        'else percentile)')
+    parser.add_argument('--dispatcher', choices=DISPATCHER_NAMES,
+                        help="which operations run in INT8 (default: the config's "
+                        'ptq.dispatcher, else conservative)')
+    parser.add_argument('--export-format', choices=EXPORT_FORMATS,
+                        help="what to write (default: the config's ptq.export, else the "
+                        "platform's: QDQ_ONNX)")
+    parser.add_argument('--dynamic-batch', action=argparse.BooleanOptionalAction,
+                        help='a symbolic batch axis, so the ONNX model takes any batch size '
+                        "(default: the config's ptq.dynamic_batch, else on)")
     parser.add_argument('--recalibrate-bn', type=int, default=None, metavar='STEPS',
                         help='batches to recompute batch-norm statistics on; default '
                         '--calib-steps with --subnet, else 0')
     parser.add_argument('--analyse-steps', type=int, default=4,
-                        help='validation batches of the SNR analysis')
-    parser.add_argument('--top', type=int, default=20, help='rows of the SNR table')
-    parser.add_argument('--work-dir', help='default: work_dirs/ptq_<config name>')
+                        help='validation batches of the SNR analysis (default: %(default)s)')
+    parser.add_argument('--top', type=int, default=20,
+                        help='rows of the SNR table (default: %(default)s)')
+    parser.add_argument('--work-dir', help='where the files go (default: '
+                        'work_dirs/ptq_<config name>)')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction, metavar='KEY=VALUE',
-                        help='override config keys, e.g. val_dataloader.batch_size=100')
-    parser.add_argument('--seed', type=int, default=0)
-    return parser.parse_args(argv)
+                        help='override config keys, e.g. val_dataloader.batch_size=100 '
+                        '(default: none)')
+    parser.add_argument('--seed', type=int, default=0,
+                        help='random seed of the dataloaders (default: %(default)s)')
+    parser.add_argument('--threads', type=int, metavar='N',
+                        help='torch threads (default: 1 for a model under 1M parameters, '
+                        'else the idle cores; OMP_NUM_THREADS if set)')
+    args = parser.parse_args(argv)
+    if args.threads is not None and args.threads < 1:
+        parser.error(f'--threads: at least 1, got {args.threads}')
+    return args
 
 
 def load_classifier(args: argparse.Namespace) -> Tuple[Config, nn.Module, nn.Module]:
@@ -72,6 +105,13 @@ def load_classifier(args: argparse.Namespace) -> Tuple[Config, nn.Module, nn.Mod
         ConfigError: a missing file, a config without what the tool needs, a checkpoint
             or subnet that does not fit the model.
     """
+    from mmengine.registry import init_default_scope
+
+    from razorlib.engine.checkpoint_check import check_fits, read_checkpoint, state_dict_of
+    from razorlib.engine.config import ConfigError, check_config, load_config
+    from razorlib.pruning import remove_masks, slim_model
+    from razorlib.registry import MODELS, SCOPE
+
     for what, path in (('checkpoint', args.checkpoint), ('--subnet', args.subnet)):
         if path is not None and not Path(path).is_file():
             raise ConfigError(f'{what}: {path} does not exist')
@@ -79,14 +119,11 @@ def load_classifier(args: argparse.Namespace) -> Tuple[Config, nn.Module, nn.Mod
     check_config(cfg, required=('model', 'train_dataloader', 'val_dataloader'))
     init_default_scope(cfg.get('default_scope') or SCOPE)
     model = MODELS.build(cfg.model)
-    state = torch.load(args.checkpoint, map_location='cpu')
-    state = state.get('state_dict', state)
+    state = state_dict_of(read_checkpoint(args.checkpoint))
     classifier = getattr(model, 'architecture', model)
     whole = any(key.startswith('architecture.') for key in state)
-    try:
-        (model if whole else classifier).load_state_dict(state)
-    except RuntimeError as err:
-        raise ConfigError(f'checkpoint {args.checkpoint}: {err}') from err
+    check_fits(model if whole else classifier, state, args.checkpoint)
+    (model if whole else classifier).load_state_dict(state)
     if args.subnet:
         try:
             slim_model(classifier, args.subnet)
@@ -98,6 +135,8 @@ def load_classifier(args: argparse.Namespace) -> Tuple[Config, nn.Module, nn.Mod
 
 def preprocessed(loader, preprocessor: nn.Module, steps: Optional[int] = None) -> List[Batch]:
     """``(images, labels)`` of the first ``steps`` batches, through the data preprocessor."""
+    import torch
+
     batches = []
     for step, data in enumerate(loader):
         if step == steps:
@@ -111,6 +150,8 @@ def preprocessed(loader, preprocessor: nn.Module, steps: Optional[int] = None) -
 def fixed_size(images: torch.Tensor, batch_size: int) -> List[Tuple[torch.Tensor, int]]:
     """``images`` in chunks of ``batch_size`` (the graph's static batch), the last one padded
     with copies of its last image; each with its count of real images."""
+    import torch
+
     chunks = []
     for start in range(0, len(images), batch_size):
         chunk = images[start:start + batch_size]
@@ -120,15 +161,66 @@ def fixed_size(images: torch.Tensor, batch_size: int) -> List[Tuple[torch.Tensor
     return chunks
 
 
-def top1(run: Callable[[torch.Tensor], torch.Tensor], images: torch.Tensor,
-         labels: torch.Tensor, batch_size: int) -> float:
-    """Top-1 accuracy in percent of ``run`` (images -> logits) over fixed-size chunks."""
-    logits = torch.cat([run(chunk)[:count] for chunk, count in fixed_size(images, batch_size)])
+def top1(run: Callable[[torch.Tensor], torch.Tensor], chunks: List[Tuple[torch.Tensor, int]],
+         labels: torch.Tensor) -> float:
+    """Top-1 accuracy in percent of ``run`` (images -> logits) over the ``chunks`` of
+    :func:`evaluation_chunks`."""
+    import torch
+
+    logits = torch.cat([run(chunk)[:count] for chunk, count in chunks])
     return 100.0 * float((logits.argmax(1) == labels).float().mean())
+
+
+def ptq_settings(cfg: Config, args: argparse.Namespace) -> PTQSettings:
+    """The config's ``ptq`` section with the options given on the command line over it.
+
+    Raises:
+        ConfigError: a ``ptq`` key that is no setting, or a value that is not valid.
+    """
+    from razorlib.engine.config import ConfigError
+    from razorlib.quantization import PTQSettings
+
+    try:
+        return PTQSettings.from_config(
+            cfg.get('ptq'), platform=args.platform, observer=args.observer,
+            dispatcher=args.dispatcher, calib_steps=args.calib_steps,
+            dynamic_batch=args.dynamic_batch,
+            export=args.export_format)
+    except (KeyError, TypeError, ValueError) as err:
+        raise ConfigError(str(err).strip('"')) from err
+
+
+def evaluation_chunks(val: List[Batch], batch_size: Optional[int]
+                      ) -> List[Tuple[torch.Tensor, int]]:
+    """The validation images as the graph takes them: the batches as they are for a
+    dynamic batch axis (``batch_size`` None), else re-cut to the static ``batch_size``."""
+    import torch
+
+    if batch_size is None:
+        return [(images, len(images)) for images, _ in val]
+    return fixed_size(torch.cat([images for images, _ in val]), batch_size)
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    import onnxruntime as ort
+    import torch
+    from mmengine.logging import MMLogger
+    from mmengine.runner import Runner
+
+    from razorlib.engine.checkpoint_check import CheckpointError, read_checkpoint
+    from razorlib.engine.config import ConfigError
+    from razorlib.engine.loops import recalibrate_bn
+    from razorlib.engine.threads import set_threads
+    from razorlib.quantization import (QuantExecutor, analyse_error, export_graph,
+                                       quantize_torch_model)
+
+    if Path(args.checkpoint).is_file():  # one cut short stops the tool before its work dir
+        try:
+            read_checkpoint(args.checkpoint)
+        except CheckpointError as err:
+            print_log(str(err), logger='current', level=logging.ERROR)
+            return 2
     name = Path(args.config).stem
     work_dir = Path(args.work_dir or f'work_dirs/ptq_{name}')
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -137,54 +229,59 @@ def main(argv=None) -> int:
     torch.manual_seed(args.seed)
     try:
         cfg, model, classifier = load_classifier(args)
+        settings = ptq_settings(cfg, args)
     except ConfigError as err:
         logger.error(f'{args.config}: {err}')
         return 2
+    logger.info(f'threads: {set_threads(args.threads, classifier)}')
 
     preprocessor = model.data_preprocessor
     train_loader = Runner.build_dataloader(cfg.train_dataloader, seed=args.seed)
     bn_steps = args.recalibrate_bn
     if bn_steps is None:
-        bn_steps = args.calib_steps if args.subnet else 0
+        bn_steps = settings.calib_steps if args.subnet else 0
     recalibrate_bn(classifier, train_loader, bn_steps, seed=args.seed)
     classifier.eval()
-    train = preprocessed(train_loader, preprocessor, args.calib_steps)
-    shape = train[0][0].shape
-    calibration = [images for images, _ in train if images.shape == shape]
+    calib_loader = Runner.build_dataloader(cfg.get('calib_dataloader') or cfg.train_dataloader,
+                                           seed=args.seed)
+    calib = preprocessed(calib_loader, preprocessor, settings.calib_steps)
+    shape = calib[0][0].shape
+    # A static graph takes one batch shape only: a shorter last batch is left out.
+    calibration = [images for images, _ in calib
+                   if settings.dynamic_batch or images.shape == shape]
     logger.info(f'{name}: {type(classifier).__name__}'
                 f"{' sliced to ' + args.subnet if args.subnet else ''}, batch-norm statistics "
-                f'from {bn_steps} batches; {args.platform}, {len(calibration)} calibration '
-                f'batches of {tuple(shape)}, {args.observer} activations, {args.dispatcher} '
-                'dispatch')
+                f'from {bn_steps} batches; {len(calibration)} calibration batches of '
+                f'{tuple(shape)}; {", ".join(settings.describe())}')
 
-    graph = quantize_torch_model(classifier, calibration, calibration[0], args.platform,
-                                 args.calib_steps, args.observer, args.dispatcher)
+    graph = quantize_torch_model(classifier, calibration, calibration[0],
+                                 **settings.quantize_kwargs())
     onnx_path = work_dir / f'{name}_int8.onnx'
-    export_graph(graph, onnx_path)
-    session = ort.InferenceSession(str(onnx_path), providers=['CPUExecutionProvider'])
-    input_name = session.get_inputs()[0].name
+    export_graph(graph, onnx_path, settings.export or settings.platform)
     executor = QuantExecutor(graph)
+    runs: Dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+        'fp32': classifier, 'int8_simulated': lambda x: executor(x)[0]}
+    if settings.export_format.name == 'QDQ_ONNX':  # the other formats are not INT8 in ORT
+        session = ort.InferenceSession(str(onnx_path), providers=['CPUExecutionProvider'])
+        input_name = session.get_inputs()[0].name
+        runs['int8_onnxruntime'] = lambda x: torch.from_numpy(
+            session.run(None, {input_name: x.numpy()})[0])
 
     val = preprocessed(Runner.build_dataloader(cfg.val_dataloader), preprocessor)
-    images, labels = torch.cat([b[0] for b in val]), torch.cat([b[1] for b in val])
-    runs: Dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
-        'fp32': classifier,
-        'int8_simulated': lambda x: executor(x)[0],
-        'int8_onnxruntime': lambda x: torch.from_numpy(
-            session.run(None, {input_name: x.numpy()})[0]),
-    }
+    labels = torch.cat([b[1] for b in val])
+    chunks = evaluation_chunks(val, None if settings.dynamic_batch else shape[0])
     with torch.no_grad():
-        accuracy = {key: top1(run, images, labels, shape[0]) for key, run in runs.items()}
-    report = analyse_error(graph, [chunk for chunk, _ in fixed_size(images, shape[0])],
-                           args.analyse_steps)
-    logger.info(f'top-1 on {len(labels)} validation images: FP32 {accuracy["fp32"]:.2f}, '
-                f'INT8 simulated {accuracy["int8_simulated"]:.2f}, INT8 onnxruntime '
-                f'{accuracy["int8_onnxruntime"]:.2f}')
+        accuracy = {key: top1(run, chunks, labels) for key, run in runs.items()}
+    report = analyse_error(graph, [chunk for chunk, _ in chunks], args.analyse_steps)
+    labelled = {'fp32': 'FP32', 'int8_simulated': 'INT8 simulated',
+                'int8_onnxruntime': 'INT8 onnxruntime'}
+    logger.info(f'top-1 on {len(labels)} validation images: '
+                + ', '.join(f'{labelled[key]} {value:.2f}' for key, value in accuracy.items()))
     logger.info(f'SNR of the quantized vs FP32 outputs ({args.analyse_steps} validation '
                 f'batches), worst first:\n{report.table(top=args.top)}')
     results = dict(config=args.config, checkpoint=args.checkpoint, subnet=args.subnet,
-                   platform=args.platform, onnx=str(onnx_path), top1=accuracy,
-                   output_snr_db=report.outputs)
+                   platform=settings.platform, onnx=str(onnx_path), top1=accuracy,
+                   output_snr_db=report.outputs, settings=settings.to_dict())
     (work_dir / 'ptq.json').write_text(json.dumps(results, indent=2))
     logger.info(f'wrote {onnx_path} and {work_dir / "ptq.json"}')
     return 0

@@ -1,60 +1,80 @@
 """Search a trained AutoSlim supernet for subnets, and compare them with uniform widths.
 
+Example:
     python tools/search.py configs/pruning/autoslim/autoslim_plaincnn_digits_search.py \
         work_dirs/autoslim_plaincnn_digits_supernet/epoch_30.pth
 
 The config's ``search_cfg`` names the loop (``GreedySearchLoop`` or
 ``EvolutionSearchLoop``) and its settings; the rest of the config (model, dataloaders,
-evaluator) is the supernet's.  Written to the work dir:
+evaluator) is the supernet's.  Written to the work dir, by ``DumpSubnetHook`` (added to
+``custom_hooks`` when the config has none):
 
-- the channel config (YAML) of every chosen subnet, from the loop;
-- ``search_results.json``: every evaluated subnet (FLOPs, params, score), the Pareto
-  front, the uniform-width baseline (every ratio of the pruner, each with BatchNorm
+- the channel config (YAML) of every chosen subnet;
+- ``search_results.json``: each chosen subnet (file, limits, FLOPs, params, score,
+  metrics), every evaluated subnet, the Pareto front, and this tool's sections: the
+  uniform-width baseline (every ratio of the pruner, each with BatchNorm
   recalibration), and the chosen subnets and the baseline on the whole validation set;
-- ``search_plot.png``: FLOPs vs score of all of it (and vs top-1 beside it when the
-  score is another metric, e.g. the validation loss).
+
+and by the tool, ``search_plot.png``: FLOPs vs score of all of it (and vs top-1 beside
+it when the score is another metric, e.g. the validation loss).
 
 The log ends with a table of each chosen subnet next to the uniform width of nearest
 FLOPs and the uniform curve interpolated at the subnet's FLOPs, all on the whole
-validation set.  A config mistake is reported with its key and exit code 2.  See
-docs/tools/search.md.
+validation set.  A config mistake is reported with its key and exit code 2; an evolution
+search refuses to start over an existing ``search_state.json`` unless told
+``--resume`` or ``--overwrite``; Ctrl-C ends with one line saying how to resume (exit
+code 130).  See docs/tools/search.md.
 """
+from __future__ import annotations
+
 import argparse
 import inspect
-import json
 import logging
 import sys
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
-import numpy as np
+# Only what the arguments need is imported here (no torch), so that --help is instant;
+# the functions import the rest.
 from mmengine.config import Config, DictAction
 from mmengine.logging import print_log
-from mmengine.runner import Runner
 
-from razorlib.engine.config import ConfigError, check_config, load_config, set_work_dir
-from razorlib.engine.loops import BaseSearchLoop, SearchResult, SubnetRecord, nearest, pareto_front
-from razorlib.utils import atomic_write_text
-from razorlib.registry import LOOPS
-from razorlib.utils.complexity import human
+if TYPE_CHECKING:
+    from razorlib.engine.hooks import SearchHook
+    from razorlib.engine.loops import BaseSearchLoop, SearchResult, SubnetRecord
 
 SEARCH_KEYS = ('model', 'val_dataloader', 'val_evaluator', 'search_cfg')
 #: Arguments the Runner passes to a loop itself.
 RUNNER_ARGS = ('runner', 'dataloader', 'evaluator')
 TOP1 = 'accuracy/top1'
+#: The evolution's resumable state, in the work dir.
+STATE_FILE = 'search_state.json'
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description='Search subnets of a trained supernet.')
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('config', help='search config: the supernet config plus search_cfg')
     parser.add_argument('checkpoint', help='the trained supernet checkpoint')
-    parser.add_argument('--work-dir', help="default: the config's work_dir, else "
-                        'work_dirs/<config name>')
-    parser.add_argument('--resume', action='store_true',
-                        help='continue an evolution search from work_dir/search_state.json')
+    parser.add_argument('--work-dir', help="where the results go (default: the config's "
+                        'work_dir, else work_dirs/<config name>)')
+    start = parser.add_mutually_exclusive_group()
+    start.add_argument('--resume', action='store_true',
+                       help=f'continue an evolution search from work_dir/{STATE_FILE} '
+                       '(default: refuse to start over a saved state)')
+    start.add_argument('--overwrite', action='store_true',
+                       help=f'start an evolution search afresh over an existing '
+                       f'work_dir/{STATE_FILE} (deleted) (default: refuse)')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction, metavar='KEY=VALUE',
-                        help='override config keys, e.g. search_cfg.max_epochs=5')
-    return parser.parse_args(argv)
+                        help='override config keys, e.g. search_cfg.max_epochs=5 '
+                        '(default: none)')
+    parser.add_argument('--threads', type=int, metavar='N',
+                        help='torch threads (default: 1 for a model under 1M parameters, '
+                        'else the idle cores; OMP_NUM_THREADS if set)')
+    args = parser.parse_args(argv)
+    if args.threads is not None and args.threads < 1:
+        parser.error(f'--threads: at least 1, got {args.threads}')
+    return args
 
 
 def search_loop_class(search_cfg: dict) -> type:
@@ -63,6 +83,10 @@ def search_loop_class(search_cfg: dict) -> type:
     Raises:
         ConfigError: naming ``search_cfg.type`` or the unknown argument.
     """
+    from razorlib.engine.config import ConfigError
+    from razorlib.engine.loops import BaseSearchLoop
+    from razorlib.registry import LOOPS
+
     loop_cls = LOOPS.get(search_cfg.get('type', ''))
     if not (inspect.isclass(loop_cls) and issubclass(loop_cls, BaseSearchLoop)):
         raise ConfigError(f"search_cfg.type: {search_cfg.get('type')!r} is not a search loop; "
@@ -78,11 +102,15 @@ def search_loop_class(search_cfg: dict) -> type:
 
 
 def prepare_config(args: argparse.Namespace) -> Config:
-    """The runner config: ``search_cfg`` as its val loop, the checkpoint to load.
+    """The runner config: ``search_cfg`` as its val loop, the checkpoint to load, a
+    ``DumpSubnetHook`` among its hooks.
 
     Raises:
-        ConfigError: naming the missing or wrong key.
+        ConfigError: naming the missing or wrong key; or an evolution's saved state in
+            the work dir that neither ``--resume`` nor ``--overwrite`` says what to do with.
     """
+    from razorlib.engine.config import ConfigError, check_config, load_config, set_work_dir
+
     cfg = load_config(args.config, args.cfg_options)
     check_config(cfg, SEARCH_KEYS)
     loop_cls = search_loop_class(cfg.search_cfg)
@@ -92,17 +120,69 @@ def prepare_config(args: argparse.Namespace) -> Config:
     if not Path(args.checkpoint).is_file():
         raise ConfigError(f'checkpoint: {args.checkpoint} does not exist')
     set_work_dir(cfg, args.config, args.work_dir)
+    state = Path(cfg.work_dir) / STATE_FILE
+    resumable = 'resume_from' in inspect.signature(loop_cls).parameters
     if args.resume:
-        if 'resume_from' not in inspect.signature(loop_cls).parameters:
+        if not resumable:
             raise ConfigError(f'--resume: {loop_cls.__name__} does not checkpoint its state')
-        cfg.search_cfg.resume_from = str(Path(cfg.work_dir) / 'search_state.json')
+        if not state.is_file():
+            raise ConfigError(f'--resume: {state} does not exist; run without --resume to '
+                              'start the search')
+        cfg.search_cfg.resume_from = str(state)
+    elif resumable and state.is_file() and not args.overwrite:
+        raise ConfigError(f'{state}: a search was saved here ({generations(state)}); pass '
+                          '--resume to continue it, or --overwrite to start again')
+    hooks = list(cfg.get('custom_hooks') or [])
+    if not has_dump_hook(hooks):
+        cfg.custom_hooks = hooks + [dict(type='razorlib.DumpSubnetHook')]
     cfg.val_cfg = cfg.search_cfg
     cfg.load_from, cfg.resume = args.checkpoint, False
     return cfg
 
 
+def generations(state: Path) -> str:
+    """How far the search saved in ``state`` got, for a message."""
+    from razorlib.engine.loops import SearchState
+
+    try:
+        return f'{SearchState.load(state).generation} generation(s) done'
+    except (OSError, ValueError):
+        return 'not a readable search state'
+
+
+def has_dump_hook(hooks: Sequence) -> bool:
+    """Whether a ``custom_hooks`` list holds a ``DumpSubnetHook`` (a config, scoped or
+    not, or an object)."""
+    from razorlib.engine.hooks import DumpSubnetHook
+
+    for hook in hooks:
+        kind = hook.get('type') if isinstance(hook, dict) else type(hook)
+        if kind is DumpSubnetHook or (isinstance(kind, str)
+                                      and kind.split('.')[-1] == DumpSubnetHook.__name__):
+            return True
+    return False
+
+
+def interrupted(args: argparse.Namespace, cfg: Optional[Config]) -> str:
+    """The one line Ctrl-C ends with: where the state is and how to resume."""
+    if cfg is None or 'resume_from' not in inspect.signature(
+            search_loop_class(cfg.search_cfg)).parameters:
+        return 'interrupted; this search keeps no state, run the same command to start again'
+    state = Path(cfg.work_dir) / STATE_FILE
+    if not state.is_file():
+        return (f'interrupted before the first generation ended; nothing saved, run the '
+                f'same command (with --overwrite if asked) to start again')
+    command = ' '.join(['python tools/search.py', args.config, args.checkpoint,
+                        '--work-dir', str(cfg.work_dir), '--resume'])
+    return f'interrupted; the search state ({generations(state)}) is in {state}: ' \
+        f'continue with `{command}`'
+
+
 def uniform_baseline(loop: BaseSearchLoop, full: bool) -> List[SubnetRecord]:
-    """Every space at each of the pruner's ratios, scored as the search scores."""
+    """Every space at each of the pruner's ratios, scored as the search scores; none for
+    a space without widths (a NAS space of op choices)."""
+    if not hasattr(loop.space, 'uniform'):
+        return []
     return [loop.evaluate(loop.space.uniform(ratio), f'uniform x{ratio:.2f}', full)
             for ratio in sorted(loop.space.pruner.ratios)]
 
@@ -113,6 +193,36 @@ def on_full_val(loop: BaseSearchLoop, records: Dict[str, SubnetRecord]) -> Dict[
         return dict(records)
     return {name: loop.evaluate(r.widths, f'{name} (full val)', full=True)
             for name, r in records.items()}
+
+
+def baseline_hook() -> SearchHook:
+    """A :class:`Baseline` hook (defined here: its base class imports torch)."""
+    from razorlib.engine.hooks import SearchHook
+
+    class Baseline(SearchHook):
+        """At the end of the search, score the uniform widths as the candidates were scored,
+        and the chosen subnets and the uniform widths on the whole validation set, into the
+        results' ``extra`` sections (``uniform``, ``uniform_full_val``,
+        ``chosen_full_val``) that ``DumpSubnetHook`` writes after it."""
+        priority = 'NORMAL'  # before DumpSubnetHook (LOW)
+
+        def __init__(self):
+            self.uniform: List[SubnetRecord] = []
+            self.uniform_full: List[SubnetRecord] = []
+            self.chosen_full: Dict[str, SubnetRecord] = {}
+
+        def after_search(self, runner, result: SearchResult) -> None:
+            loop: BaseSearchLoop = runner.val_loop
+            self.uniform = uniform_baseline(loop, full=False)
+            self.uniform_full = self.uniform if loop.val_batches is None \
+                else uniform_baseline(loop, full=True)
+            self.chosen_full = on_full_val(loop, result.chosen)
+            result.extra.update(
+                uniform=[r.to_dict() for r in self.uniform],
+                uniform_full_val=[r.to_dict() for r in self.uniform_full],
+                chosen_full_val={name: r.to_dict() for name, r in self.chosen_full.items()})
+
+    return Baseline()
 
 
 def panels(loop: BaseSearchLoop, records: List[SubnetRecord]) -> List[Tuple[str, str]]:
@@ -128,6 +238,8 @@ def plot(path: Path, records: List[SubnetRecord], uniform: List[SubnetRecord],
          chosen: Dict[str, SubnetRecord], metrics: List[Tuple[str, str]], title: str) -> None:
     """FLOPs vs each of ``metrics`` (one panel per ``(key, rule)``, better upwards):
     every evaluated subnet, their Pareto front, uniform widths and the chosen subnets."""
+    from razorlib.engine.loops import pareto_front
+    from razorlib.utils.complexity import human
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
@@ -170,6 +282,8 @@ def plot(path: Path, records: List[SubnetRecord], uniform: List[SubnetRecord],
 def uniform_at(uniform: List[SubnetRecord], flops: float, key: Optional[str] = None) -> float:
     """The uniform-width score (or metric ``key``) at ``flops``, linear between the
     nearest two widths."""
+    import numpy as np
+
     ordered = sorted(uniform, key=lambda r: r.flops)
     return float(np.interp(flops, [r.flops for r in ordered], [r.value(key) for r in ordered]))
 
@@ -178,6 +292,9 @@ def comparison_table(chosen: Dict[str, SubnetRecord], uniform: List[SubnetRecord
                      key: str) -> List[str]:
     """Each chosen subnet's metric ``key``, that of the uniform width of nearest FLOPs,
     and the uniform curve at the subnet's own FLOPs (``delta`` is against that)."""
+    from razorlib.engine.loops import nearest
+    from razorlib.utils.complexity import human
+
     lines = [f"{'subnet':24}{'FLOPs':>9}{'params':>9}{key:>15}  | {'nearest uniform':>15}"
              f"{'FLOPs':>9}{key:>15}  | {'uniform@FLOPs':>14}{'delta':>9}"]
     for name, record in chosen.items():
@@ -191,40 +308,47 @@ def comparison_table(chosen: Dict[str, SubnetRecord], uniform: List[SubnetRecord
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
+    from mmengine.runner import Runner
+
+    from razorlib.engine.checkpoint_check import (CheckpointError, check_fits,
+                                                  read_checkpoint, state_dict_of)
+    from razorlib.engine.config import ConfigError
+    from razorlib.engine.threads import set_threads
+    from razorlib.engine.utils import unwrap
+
+    cfg = None
     try:
         cfg = prepare_config(args)
+        checkpoint = read_checkpoint(args.checkpoint)  # before the Runner makes the work dir
         runner = Runner.from_cfg(cfg)
+        runner.logger.info(f'threads: {set_threads(args.threads, unwrap(runner.model))}')
+        check_fits(unwrap(runner.model), state_dict_of(checkpoint), args.checkpoint)
         loop: BaseSearchLoop = runner.val_loop  # built here: its settings are checked
+        baseline = baseline_hook()
+        runner.register_hook(baseline)
+        if args.overwrite:
+            (Path(cfg.work_dir) / STATE_FILE).unlink(missing_ok=True)
         result: SearchResult = runner.val()
+    except CheckpointError as err:
+        print_log(str(err), logger='current', level=logging.ERROR)
+        return 2
     except ConfigError as err:
         print_log(f'{args.config}: {err}', logger='current', level=logging.ERROR)
         return 2
+    except KeyboardInterrupt:
+        print_log(interrupted(args, cfg), logger='current', level=logging.WARNING)
+        return 130
     logger, work_dir = runner.logger, Path(cfg.work_dir)
-
-    uniform = uniform_baseline(loop, full=False)
-    uniform_full = uniform if loop.val_batches is None else uniform_baseline(loop, full=True)
-    chosen_full = on_full_val(loop, result.chosen)
     split = ('whole validation set' if loop.val_batches is None
              else f'first {loop.val_batches} validation batches')
-    results = dict(
-        search=cfg.search_cfg.type, score_key=loop.score_key, score_rule=loop.score_rule,
-        scored_on=split, records=[r.to_dict() for r in result.records],
-        pareto_front=[r.to_dict() for r in pareto_front(result.records, loop.score_rule)],
-        history=[r.to_dict() for r in result.history],
-        uniform=[r.to_dict() for r in uniform],
-        chosen={name: dict(file=str(result.files[name]), search=r.to_dict(),
-                           full_val=chosen_full[name].to_dict())
-                for name, r in result.chosen.items()},
-        uniform_full_val=[r.to_dict() for r in uniform_full])
-    atomic_write_text(work_dir / 'search_results.json', json.dumps(results, indent=1))
-    plot(work_dir / 'search_plot.png', result.records, uniform, result.chosen,
+    plot(work_dir / 'search_plot.png', result.records, baseline.uniform, result.chosen,
          panels(loop, result.records), f'{cfg.search_cfg.type}, scored on the {split}')
-    logger.info('chosen subnets vs uniform widths (whole validation set):')
-    for key, _ in panels(loop, result.records):
-        for line in comparison_table(chosen_full, uniform_full, key):
-            logger.info(line)
-    logger.info(f'wrote {", ".join(str(p) for p in result.files.values())}, '
-                f'{work_dir / "search_results.json"} and {work_dir / "search_plot.png"}')
+    if baseline.uniform_full:
+        logger.info('chosen subnets vs uniform widths (whole validation set):')
+        for key, _ in panels(loop, result.records):
+            for line in comparison_table(baseline.chosen_full, baseline.uniform_full, key):
+                logger.info(line)
+    logger.info(f'wrote {work_dir / "search_plot.png"}')
     return 0
 
 

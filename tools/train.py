@@ -1,57 +1,92 @@
-"""Train a model with mmengine's Runner, e.g. an AutoSlim supernet.
+"""Train a model from a config with mmengine's Runner, e.g. an AutoSlim supernet.
 
+Examples:
     python tools/train.py configs/pruning/autoslim/autoslim_plaincnn_digits_supernet.py
     python tools/train.py CONFIG --work-dir work_dirs/run1 --cfg-options train_cfg.max_epochs=5
     python tools/train.py CONFIG --resume                  # the last checkpoint in work_dir
     python tools/train.py CONFIG --resume work_dirs/run1/epoch_2.pth
     torchrun --nproc_per_node 2 tools/train.py CONFIG --launcher pytorch   # DDP; gloo on CPU
 
-See docs/tools/train.md.
+A config mistake, a checkpoint that is cut short or of another model: one line, exit
+code 2.  See docs/tools/train.md.
 """
 import argparse
 import logging
 import sys
+from typing import Optional, Sequence
 
+# Only what the arguments need is imported here (no torch), so that --help is instant.
 from mmengine.config import DictAction
 from mmengine.logging import print_log
-from mmengine.runner import Runner
-
-from razorlib.engine.config import (TRAIN_KEYS, ConfigError, check_config, load_config,
-                                    set_work_dir)
-from razorlib.engine.distributed import prepare_cpu_distributed
 
 
-def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description='Train a model from a config.')
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('config', help='the config file')
-    parser.add_argument('--work-dir', help='where logs and checkpoints go; default the '
-                        "config's work_dir, else work_dirs/<config name>")
+    parser.add_argument('--work-dir', help="where logs and checkpoints go (default: the "
+                        "config's work_dir, else work_dirs/<config name>)")
     parser.add_argument('--resume', nargs='?', const='auto', metavar='CKPT',
                         help='resume from CKPT, or, without CKPT, from the last checkpoint '
-                        'in the work dir')
+                        'in the work dir (default: start afresh, or from load_from)')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction, metavar='KEY=VALUE',
-                        help='override config keys, e.g. train_cfg.max_epochs=5')
+                        help='override config keys, e.g. train_cfg.max_epochs=5 (default: none)')
     parser.add_argument('--launcher', choices=['none', 'pytorch'], default='none',
-                        help="'pytorch' under torchrun for distributed training")
-    return parser.parse_args(argv)
+                        help="'pytorch' under torchrun for distributed training "
+                        '(default: %(default)s)')
+    parser.add_argument('--threads', type=int, metavar='N',
+                        help='torch threads (default: 1 for a model under 1M parameters, '
+                        'else the idle cores; OMP_NUM_THREADS if set)')
+    args = parser.parse_args(argv)
+    if args.threads is not None and args.threads < 1:
+        parser.error(f'--threads: at least 1, got {args.threads}')
+    return args
 
 
-def main(argv=None) -> int:
+def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
+    from mmengine.runner import Runner
+    from mmengine.runner.checkpoint import find_latest_checkpoint
+
+    from razorlib.engine.checkpoint_check import (CheckpointError, check_fits,
+                                                  read_checkpoint, state_dict_of)
+    from razorlib.engine.config import (TRAIN_KEYS, ConfigError, check_config, load_config,
+                                        set_work_dir)
+    from razorlib.engine.distributed import prepare_cpu_distributed
+    from razorlib.engine.threads import set_threads
+    from razorlib.engine.utils import unwrap
+
     try:
         cfg = load_config(args.config, args.cfg_options)
         check_config(cfg, TRAIN_KEYS)
+        set_work_dir(cfg, args.config, args.work_dir)
+        if args.resume is not None:
+            cfg.resume = True
+            cfg.load_from = None if args.resume == 'auto' else args.resume
+        # the checkpoint the Runner will read: read first, so a cut-short one stops the
+        # run before its work dir is made (a URL is mmengine's to download and check)
+        path = (find_latest_checkpoint(cfg.work_dir) if args.resume == 'auto'
+                else cfg.get('load_from'))
+        checkpoint = read_checkpoint(path) if path and '://' not in str(path) else None
+    except CheckpointError as err:
+        print_log(str(err), logger='current', level=logging.ERROR)
+        return 2
     except ConfigError as err:
         print_log(f'{args.config}: {err}', logger='current', level=logging.ERROR)
         return 2
-    set_work_dir(cfg, args.config, args.work_dir)
-    if args.resume is not None:
-        cfg.resume = True
-        cfg.load_from = None if args.resume == 'auto' else args.resume
     cfg.launcher = args.launcher
     if args.launcher != 'none':
         prepare_cpu_distributed(cfg)
     runner = Runner.from_cfg(cfg)
+    model = unwrap(runner.model)
+    try:
+        runner.logger.info(f'threads: {set_threads(args.threads, model)}')
+        if checkpoint is not None:
+            # resuming needs the same model; load_from may leave out parts (a new head)
+            check_fits(model, state_dict_of(checkpoint), path, partial=args.resume is None)
+    except ConfigError as err:
+        print_log(str(err), logger='current', level=logging.ERROR)
+        return 2
     runner.train()
     return 0
 

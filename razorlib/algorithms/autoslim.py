@@ -20,8 +20,8 @@ from ..pruning import ChannelConfig, StructurePruner
 from ..pruning.structure import SubnetDict
 from ..registry import MODELS, PRUNERS, SCOPE
 from ..utils import Complexity, get_model_complexity, preserved_bn_stats
+from .building import ModuleOrCfg, build_architecture, preprocessor_of
 
-ModuleOrCfg = Union[nn.Module, dict]
 
 
 @contextmanager
@@ -85,13 +85,9 @@ class AutoSlim(BaseModel):
                  num_random_samples: int = 2, input_shape: Sequence[int] = (3, 224, 224),
                  data_preprocessor: Optional[ModuleOrCfg] = None,
                  init_cfg: Optional[dict] = None):
-        if isinstance(architecture, dict):
-            architecture = MODELS.build(architecture)
-        if isinstance(data_preprocessor, dict):
-            data_preprocessor = MODELS.build(data_preprocessor)
-        elif data_preprocessor is None:
-            data_preprocessor = getattr(architecture, 'data_preprocessor', None)
-        super().__init__(data_preprocessor=data_preprocessor, init_cfg=init_cfg)
+        architecture = build_architecture(architecture)
+        super().__init__(data_preprocessor=preprocessor_of(architecture, data_preprocessor),
+                         init_cfg=init_cfg)
         if not isinstance(getattr(architecture, 'head', None), nn.Module):
             raise TypeError(f'AutoSlim distils from the logits of architecture.head, but a '
                             f'{type(architecture).__name__} has no head module')

@@ -14,9 +14,10 @@ Example:
     ...
     razorlib.engine.config.ConfigError: model.backbone.type: 'ResNt' is not registered ...
 """
+import ast
 import inspect
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set, Union
 
 from mmengine.config import Config
 from mmengine.registry import (DATA_SAMPLERS, DATASETS, FUNCTIONS, HOOKS, LOOPS, METRICS,
@@ -32,6 +33,9 @@ NESTED = {'pruner': PRUNERS, 'data_preprocessor': MODELS, 'dataset': DATASETS,
 #: Nested keys of a model that hold its sub-models.
 MODEL_PARTS = ('architecture', 'backbone', 'neck', 'head')
 
+#: Keys whose config is a loop (``search_cfg``: what tools/search.py runs as its val loop).
+LOOP_KEYS = ('train_cfg', 'val_cfg', 'test_cfg', 'search_cfg')
+
 #: What each tool needs in its config.
 TRAIN_KEYS = ('model', 'train_dataloader', 'train_cfg', 'optim_wrapper')
 TEST_KEYS = ('model', 'test_dataloader', 'test_cfg', 'test_evaluator')
@@ -44,16 +48,72 @@ class ConfigError(ValueError):
 def load_config(path: Union[str, Path], cfg_options: Optional[Dict[str, Any]] = None) -> Config:
     """Read a config file and merge ``--cfg-options`` into it.
 
+    The file and its ``_base_`` files are compiled first, so that a syntax error names the
+    file and line (mmengine's own parse reports ``File "<unknown>"``); a config that fails
+    while it runs is reported with its exception in one line.
+
     Args:
         path: the config file.
         cfg_options: ``{'dotted.key': value}`` overrides, as ``DictAction`` parses them.
+
+    Raises:
+        ConfigError: a missing file, a syntax error (``line N: ...``, prefixed by the base
+            file's path when it is in a ``_base_`` file) or an error while the config runs.
+
+    Example:
+        >>> import tempfile
+        >>> bad = Path(tempfile.mkdtemp()) / 'bad.py'
+        >>> _ = bad.write_text("model = dict(type='PlainCNN')\\nsizes = (8,\\n")
+        >>> load_config(bad)
+        Traceback (most recent call last):
+        ...
+        razorlib.engine.config.ConfigError: line 2: '(' was never closed: sizes = (8,
     """
-    if not Path(path).is_file():
+    path = Path(path)
+    if not path.is_file():
         raise ConfigError(f'config file {path} does not exist')
-    cfg = Config.fromfile(str(path))
+    _check_syntax(path, path, set())
+    try:
+        cfg = Config.fromfile(str(path))
+    except FileNotFoundError as err:
+        raise ConfigError(f'_base_: {err.filename} does not exist') from err
+    except Exception as err:  # the user's Python, run by mmengine: any error it raises
+        raise ConfigError(f'the config failed while it ran: {type(err).__name__}: {err}') \
+            from err
     if cfg_options:
         cfg.merge_from_dict(cfg_options)
     return cfg
+
+
+def _check_syntax(path: Path, config: Path, seen: Set[Path]) -> None:
+    """Compile ``path`` (a Python config) and, recursively, its local ``_base_`` files."""
+    if path.suffix != '.py' or path.resolve() in seen:
+        return
+    seen.add(path.resolve())
+    try:
+        tree = ast.parse(path.read_text(), filename=str(path))
+    except SyntaxError as err:
+        where = '' if path == config else f'{path}, '
+        text = (err.text or '').strip()
+        raise ConfigError(f'{where}line {err.lineno}: {err.msg}'
+                          + (f': {text}' if text else '')) from None
+    for base in _local_bases(tree, path.parent):
+        _check_syntax(base, config, seen)
+
+
+def _local_bases(tree: ast.Module, folder: Path) -> Iterator[Path]:
+    """The existing files a config's literal ``_base_`` names (not ``package::`` ones)."""
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+                isinstance(target, ast.Name) and target.id == '_base_' for target in node.targets):
+            try:
+                bases = ast.literal_eval(node.value)
+            except ValueError:
+                return
+            bases = [bases] if isinstance(bases, str) else bases
+            for base in bases if isinstance(bases, (list, tuple)) else ():
+                if isinstance(base, str) and '::' not in base and (folder / base).is_file():
+                    yield folder / base
 
 
 def set_work_dir(cfg: Config, config_path: Union[str, Path],
@@ -77,6 +137,12 @@ def check_config(cfg: Config, required: Sequence[str] = TRAIN_KEYS) -> None:
     ``default_scope`` (default ``'razorlib'``); arguments are checked against the
     signatures of classes that do not take ``**kwargs``.  Parts the Runner does not
     build from a registry, and sub-configs of unknown nested keys, are left alone.
+
+    A config of another OpenMMLab project (``default_scope='mmpretrain'``) names
+    razorlib's components ``'razorlib.X'``: a type its scope lacks but another scope
+    registers is reported with the qualified name to write, and arguments that the
+    class found does not take, when another scope registers a class of the same name,
+    with that scope (see docs/mm_projects.md).
 
     Raises:
         ConfigError: the first mistake, its message starting with the dotted key.
@@ -103,7 +169,7 @@ def check_config(cfg: Config, required: Sequence[str] = TRAIN_KEYS) -> None:
     _check_each(cfg.get('custom_hooks'), 'custom_hooks', HOOKS, scope)
     for name, hook in (cfg.get('default_hooks') or {}).items():
         _check_each(hook, f'default_hooks.{name}', HOOKS, scope)
-    for key in ('train_cfg', 'val_cfg', 'test_cfg'):
+    for key in LOOP_KEYS:
         if isinstance(cfg.get(key), dict) and 'type' in cfg[key]:
             _check_node(cfg[key], key, LOOPS, scope, check_args=False)
     wrapper = cfg.get('model_wrapper_cfg')
@@ -155,7 +221,7 @@ def _check_node(cfg: dict, where: str, registry: Registry, scope: str,
     if 'type' in cfg:
         obj = _lookup(cfg['type'], registry, scope, f'{where}.type')
         if check_args and obj is not None:
-            _check_arguments(obj, cfg, where)
+            _check_arguments(obj, cfg, where, registry, scope)
     _check_children(cfg, where, scope, children)
 
 
@@ -167,12 +233,31 @@ def _lookup(name: Any, registry: Registry, scope: str, where: str) -> Any:
     with registry.switch_scope_and_registry(scope) as scoped:
         obj = scoped.get(name)
     if obj is None:
+        others = _scopes_having(registry, name)
+        hint = (f"; scope {others[0]!r} registers it: write type='{others[0]}.{name}' (a "
+                "config reaches another project's components by their scoped names)"
+                if others else '')
         raise ConfigError(f'{where}: {name!r} is not registered in the {registry.name} '
-                          f'registry (scope {scope!r})')
+                          f'registry (scope {scope!r}){hint}')
     return obj
 
 
-def _check_arguments(obj: Any, cfg: dict, where: str) -> None:
+def _scopes_having(registry: Registry, name: str) -> List[str]:
+    """The scopes (besides mmengine's root) whose registry of ``registry``'s kind
+    registers the unscoped ``name``, their lazy ``locations`` imported first."""
+    if '.' in name:
+        return []
+    found, stack = [], list(registry.root.children.values())
+    while stack:
+        node = stack.pop()
+        stack.extend(node.children.values())
+        node.import_from_location()
+        if name in node.module_dict:
+            found.append(node.scope)
+    return sorted(found)
+
+
+def _check_arguments(obj: Any, cfg: dict, where: str, registry: Registry, scope: str) -> None:
     try:
         params = inspect.signature(obj).parameters
     except (TypeError, ValueError):
@@ -183,4 +268,20 @@ def _check_arguments(obj: Any, cfg: dict, where: str) -> None:
         if key != 'type' and not key.startswith('_') and key not in params:
             accepted = [name for name in params if name != 'self']
             raise ConfigError(f'{where}.{key}: {getattr(obj, "__name__", obj)} takes no '
-                              f'argument {key!r}; it takes {accepted}')
+                              f'argument {key!r}; it takes {accepted}'
+                              + _namesake_hint(obj, cfg['type'], registry, scope))
+
+
+def _namesake_hint(obj: Any, name: Any, registry: Registry, scope: str) -> str:
+    """When other scopes register a different class under ``name``: which one the
+    default scope picked, and how to name another."""
+    if not isinstance(name, str):
+        return ''
+    others = [other for other in _scopes_having(registry, name)
+              if registry.get(f'{other}.{name}') is not obj]
+    if not others:
+        return ''
+    return (f"; default_scope {scope!r} picked {obj.__module__}.{obj.__name__}, and scope "
+            f"{others[0]!r} has another {name!r}: write type='{others[0]}.{name}', or set "
+            f"default_scope={others[0]!r} and name razorlib's components 'razorlib.X' "
+            '(docs/mm_projects.md)')

@@ -18,7 +18,7 @@ from .graph_store import GraphStore
 from .onnx_io import from_onnx, to_onnx
 from .operation import DEFAULT_OPSET, UNSPECIFIED_PLATFORM, Operation, Opset
 from .opsocket import SOCKET_RULES, OpSocket, SocketRule, TensorRole, socket_for
-from .passes import GraphFormatter, GraphMerger
+from .passes import GraphPass, PassManager, PassResult
 from .quant_config import (DEFAULT_POLICY, OperationQuantizationConfig, QuantizationProperty,
                            QuantizationStates, RoundingPolicy, TensorQuantizationConfig,
                            copy_configs, copy_operation_configs)
@@ -29,12 +29,11 @@ from .variable import EMPTY_NAME, Dim, Variable
 
 __all__ = [
     'BaseGraph', 'DEFAULT_OPSET', 'DEFAULT_POLICY', 'Dim', 'EMPTY_NAME', 'GraphCheckError',
-    'GraphFormatter', 'GraphMerger', 'GraphStore', 'OpSocket', 'Operation',
-    'OperationQuantizationConfig', 'Opset', 'QuantFunction', 'QuantableOperation',
-    'QuantizationProperty', 'QuantizationStates', 'RoundingPolicy', 'SOCKET_RULES',
-    'SearchableGraph', 'SocketRule', 'TensorQuantizationConfig', 'TensorRole', 'TorchExecutor',
-    'UNSPECIFIED_PLATFORM', 'UnsupportedOperationError', 'Variable', 'check_inputs_provided',
-    'copy_configs', 'copy_operation_configs', 'find_graph_problems', 'find_unprovided_inputs',
-    'from_onnx', 'from_torch', 'graphs_structurally_equal', 'socket_for',
-    'structural_differences', 'to_onnx'
+    'GraphPass', 'GraphStore', 'OpSocket', 'Operation', 'OperationQuantizationConfig', 'Opset',
+    'PassManager', 'PassResult', 'QuantFunction', 'QuantableOperation', 'QuantizationProperty',
+    'QuantizationStates', 'RoundingPolicy', 'SOCKET_RULES', 'SearchableGraph', 'SocketRule',
+    'TensorQuantizationConfig', 'TensorRole', 'TorchExecutor', 'UNSPECIFIED_PLATFORM',
+    'UnsupportedOperationError', 'Variable', 'check_inputs_provided', 'copy_configs',
+    'copy_operation_configs', 'find_graph_problems', 'find_unprovided_inputs', 'from_onnx',
+    'from_torch', 'graphs_structurally_equal', 'socket_for', 'structural_differences', 'to_onnx'
 ]

@@ -109,6 +109,49 @@ class QuantableOperation(Operation):
             if var.value is not None:
                 self._parked_values[index] = var.value.detach().to('cpu', copy=True)
 
+    def set_parameter_value(self, index: int, value: torch.Tensor) -> None:
+        """Give parameter input ``index`` a new value in the quantized graph only.
+
+        Its fp32 value is kept aside first (once), so :meth:`dequantize` brings the
+        original back; the config's state is left as it is.  What post-training passes
+        use to correct a bias or choose a weight's rounding without changing the FP32
+        reference.
+
+        Args:
+            index: the input index of a parameter.
+            value: its new value, shaped like the old one.
+
+        Raises:
+            RuntimeError: the operation is dequantized.
+            ValueError: input ``index`` is no parameter, or the shapes differ.
+
+        Example:
+            >>> import torch
+            >>> from razorlib.ir import BaseGraph, TensorQuantizationConfig
+            >>> graph = BaseGraph()
+            >>> x = graph.create_variable('x')
+            >>> b = graph.create_variable('b', torch.tensor([1.0]), is_parameter=True)
+            >>> add = graph.create_operation('Add', inputs=[x, b],
+            ...                              outputs=[graph.create_variable()])
+            >>> configs = [TensorQuantizationConfig() for _ in range(3)]
+            >>> qadd = QuantableOperation(add, OperationQuantizationConfig(configs[:2],
+            ...                                                            configs[2:]))
+            >>> qadd.set_parameter_value(1, torch.tensor([1.5]))
+            >>> qadd.dequantize(); b.value
+            tensor([1.])
+        """
+        self._require_quantized('set a parameter value')
+        var = self.inputs[index]
+        if not var.is_parameter or var.value is None:
+            raise ValueError(f'operation {self.name!r}: input {index} ({var.name!r}) is no '
+                             'parameter with a value')
+        if tuple(value.shape) != tuple(var.value.shape):
+            raise ValueError(f'operation {self.name!r}: parameter {var.name!r} has shape '
+                             f'{tuple(var.value.shape)}, the new value {tuple(value.shape)}')
+        if index not in self._parked_values:
+            self._parked_values[index] = var.value.detach().to('cpu', copy=True)
+        var.value = value.to(var.value)
+
     def baking_parameters(self, quant_func: QuantFunction) -> None:
         """Quantize the activated parameters in place, once, keeping their fp32 values aside.
 

@@ -6,6 +6,7 @@ import torch
 from mmengine.structures import BaseDataElement
 
 LabelLike = Union[int, Sequence[int], np.ndarray, torch.Tensor]
+ScoreLike = Union[Sequence[float], np.ndarray, torch.Tensor]
 
 
 def to_label_tensor(value: LabelLike) -> torch.Tensor:
@@ -24,7 +25,7 @@ def to_label_tensor(value: LabelLike) -> torch.Tensor:
     return tensor.to(torch.long).reshape(-1)
 
 
-def to_score_tensor(value: Union[Sequence[float], np.ndarray, torch.Tensor]) -> torch.Tensor:
+def to_score_tensor(value: ScoreLike) -> torch.Tensor:
     """A 1-D float tensor of class scores; a tensor keeps its dtype and device.
 
     Args:
@@ -58,8 +59,11 @@ class ClsDataSample(BaseDataElement):
     """The data fields of one classified image: ``gt_label``, ``pred_label``, ``pred_score``.
 
     ``gt_label`` and ``pred_label`` are stored as 1-D int64 tensors whatever they are set
-    from; ``pred_score`` is a 1-D float tensor of class scores.  Image metadata goes into
-    ``metainfo`` as with any mmengine data element.
+    from; ``pred_score`` (and ``gt_score``, soft targets) is a 1-D float tensor of class
+    scores.  Image metadata goes into ``metainfo`` as with any mmengine data element.
+    The ``set_*`` methods are mmpretrain's ``DataSample`` API (they return the sample
+    and record ``num_classes``), so mmpretrain's heads and metrics work on razorlib's
+    datasets.
 
     Args:
         metainfo: metadata such as ``img_path``.
@@ -75,5 +79,43 @@ class ClsDataSample(BaseDataElement):
     """
 
     gt_label = _tensor_field('gt_label', to_label_tensor, 'The true class, 1-D int64.')
+    gt_score = _tensor_field('gt_score', to_score_tensor,
+                             'Soft targets (e.g. after mixup), 1-D float.')
     pred_label = _tensor_field('pred_label', to_label_tensor, 'The predicted class, 1-D int64.')
     pred_score = _tensor_field('pred_score', to_score_tensor, 'Class scores, 1-D float.')
+
+    # mmpretrain's DataSample setters, so its heads, preprocessors and metrics can fill
+    # and read the samples razorlib's datasets make (docs/mm_projects.md).
+    def set_gt_label(self, value: LabelLike) -> 'ClsDataSample':
+        """Set ``gt_label``; returns the sample (mmpretrain's ``DataSample`` API)."""
+        self.gt_label = value
+        return self
+
+    def set_gt_score(self, value: ScoreLike) -> 'ClsDataSample':
+        """Set ``gt_score`` and the ``num_classes`` metainfo; returns the sample."""
+        self.gt_score = value
+        self._set_num_classes(len(self.gt_score))
+        return self
+
+    def set_pred_label(self, value: LabelLike) -> 'ClsDataSample':
+        """Set ``pred_label``; returns the sample."""
+        self.pred_label = value
+        return self
+
+    def set_pred_score(self, value: ScoreLike) -> 'ClsDataSample':
+        """Set ``pred_score`` and the ``num_classes`` metainfo; returns the sample.
+
+        Example:
+            >>> sample = ClsDataSample(gt_label=1).set_pred_score([0.2, 0.8]).set_pred_label(1)
+            >>> sample.pred_label, sample.num_classes
+            (tensor([1]), 2)
+        """
+        self.pred_score = value
+        self._set_num_classes(len(self.pred_score))
+        return self
+
+    def _set_num_classes(self, count: int) -> None:
+        known = self.metainfo.get('num_classes')
+        if known is not None and known != count:
+            raise ValueError(f'ClsDataSample: {count} class scores, but num_classes is {known}')
+        self.set_metainfo(dict(num_classes=count))

@@ -1,28 +1,74 @@
-"""``razorlib.prune``: trace, pick channels and slim a model in one call."""
+"""``razorlib.prune``: trace, score, allocate to a budget and slim a model in one call."""
 import copy
-from typing import Any, Union
+import warnings
+from typing import Any, Callable, Dict, List, Optional, Union
 
 import torch
 import torch.nn as nn
 
 from ..registry import PRUNERS
 from ..tracing.forward import call_model, default_example_inputs
+from ..utils.batch_norm import reestimate_bn_stats
+from .allocation import allocate, budget_of
+from .importance import ImportanceArg
+from .importance.pruner import ImportancePruner
+from .runtimes import RuntimeArg
+from .structure import StructurePruner, SubnetDict
+
+_BUDGET_KEYS = ('ratio', 'ratios', 'flops', 'params', 'latency')
 
 
-def prune(model: nn.Module, example_inputs: Any = None, ratio: float = 0.5,
-          pruner: Union[str, dict] = 'L1NormPruner', **pruner_kwargs) -> nn.Module:
-    """Return a slimmed copy of ``model`` that keeps ``ratio`` of each prunable group.
+def prune(model: nn.Module, example_inputs: Any = None, *, ratio: Optional[float] = None,
+          flops: Optional[float] = None, params: Optional[float] = None,
+          latency: Optional[float] = None, runtime: RuntimeArg = 'torch',
+          importance: ImportanceArg = 'l1', global_ranking: bool = False,
+          data: Optional[Any] = None,
+          loss_fn: Optional[Callable[[Any, Any], torch.Tensor]] = None, round_to: int = 1,
+          max_ratio: Optional[float] = None, pruner: Union[str, dict] = 'ImportancePruner',
+          **pruner_kwargs: Any) -> nn.Module:
+    """Return a slimmed copy of ``model`` within one budget.
 
-    The original model is left untouched.  The slim copy is run once on
-    ``example_inputs`` before it is returned, so a model whose code cannot follow the
-    new widths fails here, with the module at fault named, rather than later.
+    The original model is left untouched.  Channels are ranked by ``importance`` in each
+    group; the budget is a ratio of channels or a fraction of the dense model's FLOPs,
+    params or latency (measured on ``runtime``), met by one ratio for every group or,
+    with ``global_ranking``, by ranking all groups' channels together
+    (:mod:`razorlib.pruning.allocation`).  A budget that cannot
+    be met raises before anything is sliced, naming the smallest reachable value.
+
+    The slim copy is run once on ``example_inputs`` before it is returned, so a model
+    whose code cannot follow the new widths fails here, with the module at fault named,
+    rather than later.  Layers left unpruned around an op razorlib cannot prune through
+    (an op missing from the rule table such as ``torch.fft.rfft2``, a custom
+    ``autograd.Function``) are named in one warning per call; ``strict=True`` raises on
+    the first instead.
 
     Args:
         model: the model to prune.
         example_inputs: a tensor, tuple of args or dict of kwargs for one forward;
-            default a random 1x3x224x224 image.
-        ratio: fraction of channels to keep in each prunable group.
-        pruner: a pruner type registered in ``PRUNERS`` or a config dict.
+            default a random 1x3x224x224 image.  FLOPs are counted on it.
+        ratio: fraction of channels to keep in each prunable group (of all channels with
+            ``global_ranking``); 0.5 if no budget is given.
+        flops: keep at most this fraction of the dense model's FLOPs.
+        params: keep at most this fraction of the dense model's parameters.
+        latency: run in at most this fraction of the dense model's latency, measured on
+            ``runtime`` (:mod:`razorlib.pruning.latency`; per-layer tables are cached on
+            disk).
+        runtime: where latency is measured: ``'torch'`` (eager CPU), ``'onnxruntime'``
+            (CPU), ``'cuda'``, a config dict (``dict(type='onnxruntime', repeat=50)``) or
+            a :class:`~razorlib.pruning.runtimes.Runtime`.
+        importance: the criterion: ``'l1'``, ``'l2'``, ``'bn_scale'``, ``'fpgm'``,
+            ``'taylor'``, ``'fisher'``, ``'activation'``, ``'apoz'``, ``'random'``, a config
+            dict (``dict(type='l1', normalize='lamp')``) or an ``Importance``.
+        global_ranking: rank all groups' channels together instead of one ratio each.
+        data: an iterable of ``(inputs, targets)`` batches: what data-driven criteria
+            run on, and, after slicing, what the batch norms' running statistics are
+            re-estimated on.  A one-shot iterator is read into a list first.
+        loss_fn: ``loss_fn(outputs, targets)`` for gradient criteria; default
+            cross-entropy.
+        round_to: each leader layer keeps a multiple of this many channels (or all).
+        max_ratio: the largest fraction of one group that may be pruned.
+        pruner: a pruner type registered in ``PRUNERS`` or a config dict; a pruner that
+            is not an ``ImportancePruner`` (``'RatioPruner'``) ranks channels its own way.
         **pruner_kwargs: extra pruner arguments (``except_start_keys``, ``strict``).
 
     Example:
@@ -31,19 +77,82 @@ def prune(model: nn.Module, example_inputs: Any = None, ratio: float = 0.5,
         ...                           torch.nn.ReLU(), torch.nn.Conv2d(16, 4, 1))
         >>> razorlib.prune(net, torch.randn(1, 3, 8, 8), ratio=0.25)[1].num_features
         4
+        >>> razorlib.prune(net, torch.randn(1, 3, 8, 8), flops=0.4, round_to=4)[0]
+        Conv2d(3, 4, kernel_size=(3, 3), stride=(1, 1))
     """
-    cfg = dict(type=pruner) if isinstance(pruner, str) else dict(pruner)
-    if 'ratio' not in cfg and 'ratios' not in cfg:
-        cfg['ratio' if cfg['type'] == 'L1NormPruner' else 'ratios'] = \
-            ratio if cfg['type'] == 'L1NormPruner' else (ratio, )
-    cfg.update(pruner_kwargs)
-    structure_pruner = PRUNERS.build(cfg)
+    budget_of(ratio, flops, params, latency)
+    if data is not None and iter(data) is data:
+        data = list(data)
+    budget = {k: v for k, v in (('ratio', ratio), ('flops', flops), ('params', params),
+                                ('latency', latency)) if v is not None}
+    options = dict(importance=importance, global_ranking=global_ranking, round_to=round_to,
+                   max_ratio=max_ratio, runtime=runtime)
+    structure_pruner = PRUNERS.build(_pruner_cfg(pruner, budget, options, pruner_kwargs))
     if example_inputs is None:
         example_inputs = default_example_inputs(model)
     slim = copy.deepcopy(model)
     structure_pruner.prepare_from_supernet(slim, example_inputs)
-    structure_pruner.set_subnet(structure_pruner.sample_subnet())
+    if not structure_pruner.strict:
+        _warn_unpruned(structure_pruner.groups.strict_reasons())
+    subnet = _choose_subnet(structure_pruner, budget, options, example_inputs, data, loss_fn)
+    structure_pruner.set_subnet(subnet)
     structure_pruner.deploy_subnet(slim, structure_pruner.export_subnet())
+    _check_runs(slim, example_inputs)
+    if data is not None:
+        reestimate_bn_stats(slim, (batch[0] for batch in data))
+    return slim
+
+
+def _pruner_cfg(pruner: Union[str, dict], budget: Dict[str, float], options: Dict[str, Any],
+                pruner_kwargs: Dict[str, Any]) -> dict:
+    """The pruner's config: the call's budget and options over an ``ImportancePruner``'s
+    own; a ratio for a pruner that ranks channels its own way."""
+    cfg = dict(type=pruner) if isinstance(pruner, str) else dict(pruner)
+    cfg.update(pruner_kwargs)
+    cls = PRUNERS.get(cfg['type']) if isinstance(cfg.get('type'), str) else cfg.get('type')
+    if isinstance(cls, type) and issubclass(cls, ImportancePruner):
+        for key, value in options.items():
+            cfg.setdefault(key, value)
+        if budget:
+            for key in _BUDGET_KEYS:
+                cfg.pop(key, None)
+            cfg.update(budget)
+        return cfg
+    if options['importance'] != 'l1' or options['global_ranking']:
+        raise ValueError(f'pruner {cfg["type"]!r} ranks channels its own way; importance= and '
+                         'global_ranking= need an ImportancePruner (the default pruner)')
+    if 'latency' in budget:
+        raise ValueError(f'pruner {cfg["type"]!r}: a latency budget needs an ImportancePruner '
+                         '(the default pruner)')
+    if 'ratio' not in cfg and 'ratios' not in cfg:
+        cfg['ratios'] = (budget.get('ratio', 0.5), )
+    return cfg
+
+
+def _choose_subnet(pruner: StructurePruner, budget: Dict[str, float], options: Dict[str, Any],
+                   example_inputs: Any, data: Any, loss_fn: Any) -> SubnetDict:
+    """The subnet to slim to: allocated to the budget, or sampled from the pruner's
+    ratios when its config holds several and the call gives no budget."""
+    if isinstance(pruner, ImportancePruner):
+        if not pruner.has_budget and len(pruner.ratios) > 1:
+            if pruner.importance.needs_data:
+                pruner.score(data, loss_fn)
+            return pruner.sample_subnet()
+        allocation = pruner.allocate(data, loss_fn)
+        if allocation.unscored:
+            warnings.warn(f'{pruner.importance!r} scores no channel of '
+                          f'{", ".join(allocation.unscored)}: kept whole', UserWarning,
+                          stacklevel=3)
+        return allocation.subnet
+    if not budget and len(pruner.ratios) > 1:
+        return pruner.sample_subnet()
+    if not budget:
+        budget = {'ratio': pruner.ratios[0]}
+    return allocate(pruner, None, **budget, round_to=options['round_to'],
+                    max_ratio=options['max_ratio'], example_inputs=example_inputs).subnet
+
+
+def _check_runs(slim: nn.Module, example_inputs: Any) -> None:
     training = slim.training
     slim.eval()
     try:
@@ -55,4 +164,13 @@ def prune(model: nn.Module, example_inputs: Any = None, ratio: float = 0.5,
                            'except_start_keys') from err
     finally:
         slim.train(training)
-    return slim
+
+
+def _warn_unpruned(reasons: Dict[str, List[str]]) -> None:
+    """One warning, one line per reason, for the groups strict=True would have refused."""
+    if not reasons:
+        return
+    lines = [f'  {reason} (left unpruned: {", ".join(ids)})' for reason, ids in reasons.items()]
+    warnings.warn('razorlib.prune left some layers unpruned; strict=True raises instead:\n'
+                  + '\n'.join(lines) + '\nAdd a rule for an unknown op '
+                  '(docs/tracing_rules.md) to prune through it.', UserWarning, stacklevel=3)

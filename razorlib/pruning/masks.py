@@ -3,80 +3,81 @@
 A masked module multiplies its input by ``in_mask`` and its output by ``out_mask``.  Each
 mask is a float buffer shaped to broadcast on the module's channel dim (``(C, 1, 1)`` for
 an NCHW conv output, ``(C,)`` for a channels-last one), which gives exactly the outputs of
-the sliced model.  LayerNorm and GroupNorm recompute their statistics over the kept
-channels only, so they match the sliced model too.  Hooks are module-level functions and
-the masks are persistent buffers: a masked model deep-copies, pickles and round-trips its
+the sliced model; where a layer's kept outputs depend on its pruned channels (LayerNorm,
+GroupNorm statistics) its :class:`~razorlib.layers.LayerKind` computes the masked output.
+A bare parameter (layer scale, position embedding) gets a keep-mask per pruned dim
+(:func:`~razorlib.layers.param_mask_name`), read by the counter only: its pruned entries
+meet channels that are zero already.
+
+Hooks are module-level functions (bound to the kind with ``functools.partial``) and the
+masks are persistent buffers: a masked model deep-copies, pickles and round-trips its
 ``state_dict``.
 """
-from typing import Dict, Optional, Tuple
+import re
+from functools import partial
+from typing import Dict, Tuple
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
-IN_MASK, OUT_MASK = 'in_mask', 'out_mask'
+from ..layers import IN_MASK, OUT_MASK, LayerKind, param_mask_name
+
+__all__ = ['IN_MASK', 'OUT_MASK', 'add_masks', 'add_param_mask', 'set_mask', 'remove_masks']
+
+_PARAM_MASK = re.compile(r'^(?P<attr>.+)_mask_dim\d+$')
 
 
 def _mask_input(module: nn.Module, args: Tuple) -> Tuple:
     return (args[0] * module.in_mask, ) + tuple(args[1:])
 
 
-def _mask_output(module: nn.Module, args: Tuple, output: torch.Tensor) -> torch.Tensor:
-    keep = module.out_mask
-    if isinstance(module, (nn.LayerNorm, nn.GroupNorm)) and not bool(keep.all()):
-        exact = _kept_norm(module, args[0], keep.flatten().bool(), -keep.dim())
-        if exact is not None:
-            return exact
-    return output * keep
-
-
-def _kept_norm(module: nn.Module, x: torch.Tensor, keep: torch.Tensor,
-               dim: int) -> Optional[torch.Tensor]:
-    """LayerNorm/GroupNorm output computed over the kept channels only (pruned ones 0).
-
-    A LayerNorm normalises along its channel dim ``dim`` (the last one, or dim 1 for
-    channels-first subclasses such as timm's ``LayerNorm2d``).
-    """
-    weight = module.weight[keep] if module.weight is not None else None
-    bias = module.bias[keep] if module.bias is not None else None
-    out = x.new_zeros(x.shape)
-    if isinstance(module, nn.LayerNorm) and len(module.normalized_shape) == 1:
-        kept = x.movedim(dim, -1)[..., keep]
-        out.movedim(dim, -1)[..., keep] = F.layer_norm(kept, (kept.shape[-1], ), weight, bias,
-                                                       module.eps)
-        return out
-    if type(module).forward is nn.GroupNorm.forward:
-        groups = module.num_groups if module.num_groups < module.num_channels else int(keep.sum())
-        out[:, keep] = F.group_norm(x[:, keep], groups, weight, bias, module.eps)
-        return out
-    return None
+def _mask_output(kind: LayerKind, module: nn.Module, args: Tuple,
+                 output: torch.Tensor) -> torch.Tensor:
+    return kind.masked_output(module, args[0], output, module.out_mask)
 
 
 _HOOK_DICTS = ('_forward_pre_hooks', '_forward_hooks', '_forward_hooks_with_kwargs',
                '_forward_hooks_always_called', '_forward_pre_hooks_with_kwargs')
 
 
-def _ones(channels: int, trailing: int, ref: Optional[torch.Tensor]) -> torch.Tensor:
+def _ones(channels: int, trailing: int, ref: torch.Tensor = None) -> torch.Tensor:
     kwargs = dict(device=ref.device, dtype=ref.dtype) if ref is not None else {}
     return torch.ones((channels, ) + (1, ) * trailing, **kwargs)
 
 
-def add_masks(module: nn.Module, in_channels: Optional[int], out_channels: int,
-              out_dim: int) -> None:
-    """Give ``module`` all-ones masks and the hooks that apply them.
+def add_masks(module: nn.Module, kind: LayerKind, out_dim: int) -> None:
+    """Give ``module`` all-ones masks on the axes of its ``kind`` and the hooks that apply
+    them.
 
     Args:
-        in_channels: input channels (conv/linear), or None for norms and embeddings.
-        out_channels: output channels.
+        module: a module with a layer kind.
+        kind: its kind (widths, how the input mask broadcasts, the masked output).
         out_dim: the negative dim of the module's output that holds the channels.
+
+    Example:
+        >>> from razorlib.layers import kind_of
+        >>> conv = nn.Conv2d(2, 3, 3)
+        >>> add_masks(conv, kind_of(conv), -3)
+        >>> conv.in_mask.shape, conv.out_mask.shape
+        (torch.Size([2, 1, 1]), torch.Size([3, 1, 1]))
     """
     ref = next(module.parameters(), None)
-    if in_channels is not None:
-        kernel = getattr(module, 'kernel_size', ())
-        module.register_buffer(IN_MASK, _ones(in_channels, len(kernel), ref))
+    widths = kind.widths(module)
+    if 'in' in widths:
+        module.register_buffer(IN_MASK, _ones(widths['in'], kind.in_mask_trailing(module), ref))
         module.register_forward_pre_hook(_mask_input)
-    module.register_buffer(OUT_MASK, _ones(out_channels, -out_dim - 1, ref))
-    module.register_forward_hook(_mask_output)
+    if 'out' in widths:
+        module.register_buffer(OUT_MASK, _ones(widths['out'], -out_dim - 1, ref))
+        module.register_forward_hook(partial(_mask_output, kind))
+
+
+def add_param_mask(owner: nn.Module, attr: str, dim: int) -> str:
+    """Give ``owner`` an all-ones keep-mask of dim ``dim`` of its tensor ``attr``; returns
+    the buffer's name."""
+    tensor = getattr(owner, attr)
+    name = param_mask_name(attr, dim)
+    owner.register_buffer(name, torch.ones(tensor.shape[dim], device=tensor.device))
+    return name
 
 
 def set_mask(module: nn.Module, name: str, keep: torch.Tensor) -> None:
@@ -85,15 +86,25 @@ def set_mask(module: nn.Module, name: str, keep: torch.Tensor) -> None:
     buffer.copy_(keep.to(device=buffer.device, dtype=buffer.dtype).view(buffer.shape))
 
 
+def _is_ours(hook) -> bool:
+    return getattr(hook, 'func', hook) in (_mask_input, _mask_output)
+
+
 def remove_masks(model: nn.Module) -> None:
     """Remove every mask buffer and masking hook: the model computes as before masking."""
-    ours = (_mask_input, _mask_output)
     for module in model.modules():
-        for name in (IN_MASK, OUT_MASK):
-            module._buffers.pop(name, None)
+        for name in [n for n in module._buffers
+                     if n in (IN_MASK, OUT_MASK) or _param_mask_of(module, n)]:
+            module._buffers.pop(name)
         hook_ids = [key for attr in ('_forward_pre_hooks', '_forward_hooks')
-                    for key, fn in getattr(module, attr).items() if fn in ours]
+                    for key, fn in getattr(module, attr).items() if _is_ours(fn)]
         for attr in _HOOK_DICTS:
             hooks: Dict = getattr(module, attr, None) or {}
             for key in hook_ids:
                 hooks.pop(key, None)
+
+
+def _param_mask_of(module: nn.Module, buffer: str) -> bool:
+    """Whether ``buffer`` is a keep-mask of one of ``module``'s tensors."""
+    match = _PARAM_MASK.match(buffer)
+    return match is not None and isinstance(getattr(module, match['attr'], None), torch.Tensor)

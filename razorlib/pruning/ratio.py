@@ -1,5 +1,5 @@
 """RatioPruner: AutoSlim-style width sampling that keeps the first channels."""
-from typing import Dict, Sequence
+from typing import Dict, Sequence, Union
 
 import numpy as np
 
@@ -17,7 +17,8 @@ class RatioPruner(StructurePruner):
     Keeping a prefix is what lets a slimmable supernet share weights between widths.
 
     Args:
-        ratios: the width ratios to sample from.
+        ratios: the width ratios to sample from, or one ratio (``ratio=`` is the same
+            argument).
         except_start_keys: module-name prefixes whose output channels are never pruned.
         strict: raise instead of freezing channels the tracer cannot handle.
 
@@ -27,7 +28,9 @@ class RatioPruner(StructurePruner):
         >>> pruner.set_subnet(pruner.sample_subnet())  # doctest: +SKIP
     """
 
-    def __init__(self, ratios: Sequence[float] = AUTOSLIM_RATIOS, **kwargs):
+    def __init__(self, ratios: Union[float, Sequence[float], None] = None, **kwargs):
+        if ratios is None and kwargs.get('ratio') is None:
+            ratios = AUTOSLIM_RATIOS
         super().__init__(ratios=ratios, **kwargs)
 
     def channel_orders(self) -> Dict[str, np.ndarray]:

@@ -15,10 +15,11 @@ import numpy as np
 import torch
 import torch.nn as nn
 
+from ..layers import KindTable, LayerKindsArg, as_table, param_mask_name
 from ..tracing import ChannelGroup, ChannelGroups, build_groups, trace
 from ..tracing.forward import default_example_inputs
 from .channel_config import ChannelConfig, ChannelSelection, as_channel_config
-from .masks import IN_MASK, OUT_MASK, add_masks, remove_masks, set_mask
+from .masks import IN_MASK, OUT_MASK, add_masks, add_param_mask, remove_masks, set_mask
 from .slicing import slim_model
 from .subnet_config import subnet_channel_config
 from .verify import freeze_unrunnable_groups
@@ -33,30 +34,20 @@ def _describe(axes: Optional[Dict[str, ChannelSelection]]) -> str:
     return ', '.join(f'{axis} {sel.count}/{sel.raw}' for axis, sel in sorted(axes.items()))
 
 
-def _channel_counts(module: nn.Module):
-    """(in, out) channel counts of a maskable module; in is None for norms/embeddings."""
-    for attrs in (('in_channels', 'out_channels'), ('in_features', 'out_features')):
-        if all(hasattr(module, a) for a in attrs):
-            return getattr(module, attrs[0]), getattr(module, attrs[1])
-    if isinstance(module, nn.LayerNorm):
-        return None, module.normalized_shape[-1]
-    for attr in ('num_features', 'num_channels', 'embedding_dim'):
-        if hasattr(module, attr):
-            return None, getattr(module, attr)
-    raise TypeError(f'cannot mask a {type(module).__name__}')
-
-
 class StructurePruner(metaclass=ABCMeta):
     """Base class of structured channel pruners.
 
     Args:
-        ratios: width ratios a subnet may keep per space, each in (0, 1].
+        ratios: the width ratio a subnet keeps per space, or a sequence of ratios to
+            sample from, each in (0, 1].  ``ratio=`` is the same argument.
         except_start_keys: module-name prefixes whose output channels are never pruned.
         strict: raise on an op or shape the tracer cannot prune through, instead of
             freezing the channels that reach it.
         verify: run the model once, shape-only, with the groups whose channels reach
             code that may size them by hand pruned, and freeze those whose pruning the
             code cannot follow (``pruning/verify.py``).
+        layer_kinds: layer kinds for this pruner only, over the registered ones
+            (:mod:`razorlib.layers`): tracing, masks and slicing all use them.
 
     Example:
         >>> from razorlib.pruning import L1NormPruner
@@ -66,8 +57,15 @@ class StructurePruner(metaclass=ABCMeta):
         >>> slim = pruner.deploy_subnet(model, pruner.export_subnet())       # doctest: +SKIP
     """
 
-    def __init__(self, ratios: Sequence[float] = (1.0, ), except_start_keys: Sequence[str] = (),
-                 strict: bool = False, verify: bool = True):
+    def __init__(self, ratios: Union[float, Sequence[float], None] = None,
+                 except_start_keys: Sequence[str] = (), strict: bool = False,
+                 verify: bool = True, layer_kinds: LayerKindsArg = None,
+                 ratio: Union[float, Sequence[float], None] = None):
+        if ratios is not None and ratio is not None:
+            raise ValueError('give ratios= or ratio= (the same argument), not both')
+        ratios = ratio if ratios is None else ratios
+        ratios = (1.0, ) if ratios is None else ratios
+        ratios = (ratios, ) if isinstance(ratios, (int, float)) else ratios
         ratios = tuple(float(r) for r in ratios)
         if not ratios or any(not 0 < r <= 1 for r in ratios):
             raise ValueError(f'ratios must be in (0, 1], got {ratios}')
@@ -76,6 +74,8 @@ class StructurePruner(metaclass=ABCMeta):
                                        else except_start_keys)
         self.strict = strict
         self.verify = verify
+        self.kinds: KindTable = as_table(layer_kinds)
+        self._deployed = False
         self.groups: Optional[ChannelGroups] = None
         self.model: Optional[nn.Module] = None
         self._subnet: Dict[str, np.ndarray] = {}
@@ -90,27 +90,38 @@ class StructurePruner(metaclass=ABCMeta):
         """
         if example_inputs is None:
             example_inputs = default_example_inputs(supernet)
-        graph = trace(supernet, example_inputs, self.strict, self.except_start_keys)
+        graph = trace(supernet, example_inputs, self.strict, self.except_start_keys,
+                      layer_kinds=self.kinds)
         groups = build_groups(graph)
         relevant = np.zeros(len(groups.labels), dtype=bool)
         for group in groups.prunable.values():
             relevant[group.classes] = True
         uses = [u for u in groups.uses if relevant[groups.labels[u.slots]].any()]
         if self.verify:
-            freeze_unrunnable_groups(supernet, groups, uses, example_inputs, self.strict)
+            freeze_unrunnable_groups(supernet, groups, uses, example_inputs, self.strict,
+                                     kinds=self.kinds)
         self.groups, self.model, self._uses = groups, supernet, uses
+        self._deployed = False
         modules = dict(supernet.named_modules())
         self._masked = {}
         for use in uses:
-            if use.role != 'param' and use.name not in self._masked:
+            if use.role == 'param':
+                owner, _, attr = use.name.rpartition('.')
+                add_param_mask(modules[owner], attr, use.dim)
+            elif use.name not in self._masked:
                 module = modules[use.name]
-                add_masks(module, *_channel_counts(module), graph.out_dims[use.name])
+                add_masks(module, self.kinds.kind_of(module), graph.out_dims[use.name])
                 self._masked[use.name] = module
         self._subnet = {gid: np.ones(g.num_channels, dtype=bool)
                         for gid, g in groups.prunable.items()}
 
     def _require_prepared(self) -> ChannelGroups:
         if self.groups is None:
+            if self._deployed:
+                raise RuntimeError(
+                    'this pruner was consumed by deploy_subnet(): its model is sliced and its '
+                    'spaces no longer describe it; call prepare_from_supernet(model) on the '
+                    'slim model to prune it again')
             raise RuntimeError('call prepare_from_supernet(model) first')
         return self.groups
 
@@ -135,11 +146,10 @@ class StructurePruner(metaclass=ABCMeta):
 
     @staticmethod
     def keep_ratio(group: ChannelGroup, ratio: float, order: np.ndarray) -> torch.Tensor:
-        """Keep-mask of the first ``round(ratio * channels)`` (at least 1) of ``order``."""
+        """Keep-mask of the first ``round(ratio * channels)`` (at least 1) of ``order``,
+        with a channel of each layer and chunk input in the group (``keep_best``)."""
         count = max(1, int(round(ratio * group.num_channels)))
-        keep = torch.zeros(group.num_channels, dtype=torch.bool)
-        keep[torch.from_numpy(order[:count].copy())] = True
-        return keep
+        return torch.from_numpy(group.keep_best(np.asarray(order), count))
 
     def subnet_at(self, ratios: Union[float, Mapping[str, float]]) -> SubnetDict:
         """The subnet keeping ``ratios`` of each space's channels, best channels first.
@@ -193,11 +203,15 @@ class StructurePruner(metaclass=ABCMeta):
         keep = self._validate(subnet_dict)
         groups = self._require_prepared()
         masks = groups.use_masks(keep)
+        modules = dict(self.model.named_modules())
         for use in self._uses:
-            module = self._masked.get(use.name)
-            if module is not None:
-                mask = torch.from_numpy(masks[(use.name, use.role, use.dim)])
-                set_mask(module, IN_MASK if use.role == 'in' else OUT_MASK, mask)
+            mask = torch.from_numpy(masks[(use.name, use.role, use.dim)])
+            if use.role == 'param':
+                owner, _, attr = use.name.rpartition('.')
+                set_mask(modules[owner], param_mask_name(attr, use.dim), mask)
+            else:
+                set_mask(self._masked[use.name], IN_MASK if use.role == 'in' else OUT_MASK,
+                         mask)
         self._subnet = keep
 
     def subnet_from_channel_config(
@@ -257,6 +271,7 @@ class StructurePruner(metaclass=ABCMeta):
         keep = {gid: np.ones(g.num_channels, dtype=bool) for gid, g in prunable.items()}
         for gid, mask in subnet_dict.items():
             keep[gid] = self._space_mask(prunable[gid], mask)
+        groups.check_keep(keep)
         return keep
 
     def _space_mask(self, group: ChannelGroup, mask: Any) -> np.ndarray:
@@ -305,11 +320,14 @@ class StructurePruner(metaclass=ABCMeta):
         """Slice ``supernet`` (in place) to ``channel_cfg`` and return it.
 
         Works on the masked supernet or on a freshly built model of the same
-        architecture; this pruner's spaces no longer describe the model afterwards.
+        architecture.  Deploying the pruner's own supernet consumes the pruner: its
+        spaces no longer describe the model, and reading them raises an error that
+        says so.
         """
-        model = slim_model(supernet, channel_cfg)
+        model = slim_model(supernet, channel_cfg, self.kinds)
         if model is self.model:
             self.groups, self.model, self._masked, self._subnet = None, None, {}, {}
+            self._deployed = True
         return model
 
     def remove_masks(self) -> None:

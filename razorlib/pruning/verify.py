@@ -15,6 +15,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
+from ..layers import KindTable
 from ..tracing import ChannelGroups, ChannelUse, FrozenReason, TracingError
 from ..tracing.forward import FastMetaOps, call_model, shadow_tensors, shadowed, to_meta
 from .slicing import plan_slices
@@ -29,8 +30,9 @@ class _Probe:
     """
 
     def __init__(self, model: nn.Module, groups: ChannelGroups, uses: Sequence[ChannelUse],
-                 example_inputs: Any, meta: bool):
+                 example_inputs: Any, meta: bool, kinds: Optional[KindTable] = None):
         self.model, self.groups, self.uses, self.meta = model, groups, uses, meta
+        self.kinds = kinds
         self.inputs = to_meta(example_inputs) if meta else example_inputs
         self.shadows = shadow_tensors(model, meta)
 
@@ -38,13 +40,12 @@ class _Probe:
         keep = {}
         for gid in ids:
             group = self.groups.groups[gid]
-            mask = np.zeros(group.num_channels, dtype=bool)
-            mask[:max(1, group.num_channels // 2)] = True
-            keep[gid] = mask
+            keep[gid] = group.keep_best(np.arange(group.num_channels),
+                                        group.num_channels // 2)
         try:
             with shadowed(self.model, self.shadows):
                 cfg = subnet_channel_config(self.groups, self.uses, keep)
-                for module, plan in plan_slices(self.model, cfg):
+                for module, plan in plan_slices(self.model, cfg, self.kinds):
                     plan.apply(module)
                 self.model.eval()
                 with torch.no_grad(), (FastMetaOps() if self.meta else contextlib.nullcontext()):
@@ -67,14 +68,15 @@ class _Probe:
 
 def freeze_unrunnable_groups(model: nn.Module, groups: ChannelGroups,
                              uses: Sequence[ChannelUse], example_inputs: Any,
-                             strict: bool = False,
-                             ids: Optional[Sequence[str]] = None) -> Dict[str, str]:
+                             strict: bool = False, ids: Optional[Sequence[str]] = None,
+                             kinds: Optional[KindTable] = None) -> Dict[str, str]:
     """Freeze the prunable groups whose pruning the model's code cannot follow.
 
     Args:
         ids: the groups to check; default the prunable groups whose channels reach code
             that may size them by hand (``groups.size_dependent``).  When there are none,
             nothing runs.
+        kinds: the layer kinds the trace used (default the registered ones).
 
     Returns:
         ``{group id: error}`` for each group frozen.
@@ -84,7 +86,8 @@ def freeze_unrunnable_groups(model: nn.Module, groups: ChannelGroups,
     ids = list(groups.size_dependent if ids is None else ids)
     if not ids:
         return {}
-    probe = _Probe(model, groups, uses, example_inputs, meta=groups.graph.device == 'meta')
+    probe = _Probe(model, groups, uses, example_inputs, meta=groups.graph.device == 'meta',
+                   kinds=kinds)
     failing = probe.failing(ids)
     for gid, error in failing.items():
         reason = FrozenReason('runtime', gid, 'the model code fails when these channels are '

@@ -190,7 +190,7 @@ def analyse_error(graph: BaseGraph, dataloader: Iterable, steps: int = 8,
         ...                           torch.nn.Conv2d(8, 4, 3))
         >>> batches = [torch.randn(2, 3, 8, 8) for _ in range(2)]
         >>> graph = quantize_graph(from_torch(net, batches[0]), 'TRT_INT8')
-        >>> calibrate(graph, batches, progress=False)
+        >>> graph = calibrate(graph, batches, progress=False)
         >>> report = analyse_error(graph, batches)
         >>> [row.op_type for row in report.layers], 20 < report.outputs['conv2d_1'] < 60
         (['Conv', 'Relu', 'Conv'], True)

@@ -2,49 +2,69 @@
 
 ``quantize_torch_model`` exports the model (:func:`~razorlib.ir.from_torch`),
 ``quantize_onnx_model`` reads the ONNX model (:func:`~razorlib.ir.from_onnx`); both then
-record shapes and dtypes, dispatch and quantize for the platform
+record shapes and dtypes, run the graph passes (:data:`DEFAULT_PASSES` through a
+:class:`~razorlib.ir.PassManager`), dispatch and quantize for the platform
 (:func:`~razorlib.quantization.quantize_graph`), set the activations' observer and
-calibrate (:func:`~razorlib.quantization.calibrate`).  The graph that comes back runs
+calibrate (:func:`~razorlib.quantization.calibrate`), with the PTQ passes
+(:mod:`razorlib.quantization.passes`) before quantizing and after calibrating.  The graph that comes back runs
 quantized in a :class:`~razorlib.quantization.QuantExecutor` and exports with
 :func:`~razorlib.quantization.export_graph`.
 
-The exported graph has the shapes of the example inputs fixed, so the calibration batches
-must have those shapes too.
+Observers and dispatchers are given as registered names (``'kl'``, ``'conservative'``)
+or as config dicts (``dict(type='KLObserver', bins=2048)``), as in a PTQ config file
+(``configs/quantization/ptq/``).  A graph exported with ``dynamic_batch=True`` takes any
+batch size; otherwise its shapes are the example inputs', and a calibration batch of
+another shape is an error naming it.
 """
 import os
-from typing import Any, Dict, Iterable, Mapping, Optional, Union
+from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Union
 
 import onnx
 import torch
 
-from ..ir import BaseGraph, QuantizationStates, TorchExecutor, from_onnx, from_torch
+from ..ir import BaseGraph, PassManager, QuantizationStates, TorchExecutor, from_onnx, from_torch
+from ..ir.components import split_type
 from .batches import BatchToInputs, graph_batches
 from .calibration import calibrate
 from .dispatch import DispatchingTable
-from .observers import OBSERVERS
+from .observers import observer_class
+from .passes import build_ptq_passes, run_ptq_passes
 from .platform import TargetPlatform
 from .quantize import quantize_graph
 from .state import quantable_operations
 
-__all__ = ['quantize_onnx_model', 'quantize_torch_model', 'set_activation_observer']
+__all__ = ['DEFAULT_PASSES', 'prepare_graph', 'quantize_onnx_model', 'quantize_torch_model',
+           'set_activation_observer']
 
 _Platform = Union[TargetPlatform, str]
+_Spec = Union[str, Mapping[str, Any]]
+
+DEFAULT_PASSES = ('FormatConstant', 'FormatParameter', 'FuseBatchNorm', 'FuseGemm',
+                  'FuseBiasAdd', 'FuseLayerNorm', 'FuseGelu', 'DeleteIsolated')
+"""The graph passes run before quantizing: Constant nodes become parameters (quantizers
+see weights), shared parameters are split (each reader's can be baked), BatchNorm, bias
+Adds and MatMul + Add fold into their layers (one quantized layer each), primitive
+LayerNorm and GELU become single ops, and what no output needs goes."""
 
 
-def set_activation_observer(graph: BaseGraph, observer: str) -> int:
+def set_activation_observer(graph: BaseGraph, observer: _Spec) -> BaseGraph:
     """Calibrate every INITIAL activation config of a quantized graph with ``observer``.
 
-    Weights and passive configs keep their observers (weights: ``minmax``).
+    Weights and passive configs keep their observers (weights: ``minmax``).  Only the
+    observer's name is stored in the configs; pass a dict's options to
+    :func:`~razorlib.quantization.calibrate` as ``observer_options``.
 
     Args:
-        graph: a graph from :func:`~razorlib.quantization.quantize_graph`.
-        observer: a registered observer name (``minmax``, ``percentile``, ``kl``, ``mse``).
+        graph: a graph from :func:`~razorlib.quantization.quantize_graph`, changed in
+            place.
+        observer: a registered observer (``'minmax'``, ``'percentile'``, ``'kl'``,
+            ``'mse'`` or a class name), or a ``dict(type=...)``.
 
     Returns:
-        How many configs were set.
+        ``graph``, so calls chain.
 
     Raises:
-        ValueError: no observer has that name.
+        KeyError: no observer has that name; the message lists the registered ones.
 
     Example:
         >>> import torch
@@ -55,96 +75,156 @@ def set_activation_observer(graph: BaseGraph, observer: str) -> int:
         >>> w = graph.create_variable('w', torch.randn(4, 3, 1, 1), is_parameter=True)
         >>> _ = graph.create_operation('Conv', 'conv', inputs=[graph.variables['x'], w],
         ...                            outputs=[graph.create_variable('y')])
-        >>> graph = quantize_graph(graph, 'ORT_INT8')
-        >>> set_activation_observer(graph, 'kl')
-        2
+        >>> graph = set_activation_observer(quantize_graph(graph, 'ORT_INT8'), 'kl')
         >>> [c.observer_algorithm for c in graph.operations['conv'].input_quant_config]
         ['kl', 'minmax']
     """
-    OBSERVERS.lookup(observer)
-    count = 0
+    name, _ = split_type(observer, 'observer')
+    observer_class(name)
     for op in quantable_operations(graph):
         for config, var in op.config_with_variable:
             if (config.state is QuantizationStates.INITIAL and config.master_by is None
                     and not var.is_parameter):
-                config.observer_algorithm = observer
-                count += 1
-    return count
+                config.observer_algorithm = name
+    return graph
+
+
+def prepare_graph(graph: BaseGraph, example_inputs: Any,
+                  passes: Sequence[Any] = DEFAULT_PASSES,
+                  device: Union[str, torch.device] = 'cpu') -> BaseGraph:
+    """Record the graph's shapes and dtypes on ``example_inputs``, then run ``passes``.
+
+    Args:
+        graph: a graph straight from ``from_torch`` or ``from_onnx``, changed in place.
+        example_inputs: graph inputs for one run (a tensor, a sequence, a dict by name).
+        passes: graph passes (names, config dicts or passes), run through a
+            :class:`~razorlib.ir.PassManager` until nothing changes (3 rounds at most).
+        device: where to run the graph.
+
+    Returns:
+        ``graph``, so calls chain.
+
+    Example:
+        >>> net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.Flatten(),
+        ...                           torch.nn.Linear(8 * 6 * 6, 10))
+        >>> x = torch.randn(2, 3, 8, 8)
+        >>> graph = prepare_graph(from_torch(net, x, exporter='torchscript'), x)
+        >>> [op.type for op in graph.operations.values()]
+        ['Conv', 'Flatten', 'Gemm']
+    """
+    TorchExecutor(graph, device).tracing_operation_meta(example_inputs)
+    if passes:
+        PassManager(passes, steps=3)(graph)
+    return graph
 
 
 def _quantize(graph: BaseGraph, calib_dataloader: Iterable, example_inputs: Any,
-              platform: _Platform, calib_steps: int, observer: Optional[str],
-              dispatcher: str, dispatching_table: Optional[Union[DispatchingTable, Mapping]],
+              platform: _Platform, calib_steps: int, observer: Optional[_Spec],
+              dispatcher: _Spec, dispatching_table: Optional[Union[DispatchingTable, Mapping]],
               collate_fn: Optional[BatchToInputs], device: Union[str, torch.device],
-              observer_options: Optional[Mapping[str, Dict[str, Any]]],
-              progress: bool) -> BaseGraph:
-    TorchExecutor(graph, device).tracing_operation_meta(example_inputs)
+              observer_options: Optional[Mapping[str, Dict[str, Any]]], progress: bool,
+              passes: Sequence[Any], ptq_passes: Sequence[Any]) -> BaseGraph:
+    options = dict(observer_options or {})
+    if observer is not None:
+        name, given = split_type(observer, 'observer')
+        if given:
+            options[name] = {**options.get(name, {}), **given}
+    before, after = build_ptq_passes(ptq_passes)
+    if before or after:  # the passes run the batches again: take them once
+        calib_dataloader = list(graph_batches(calib_dataloader, calib_steps, collate_fn))
+        collate_fn = None
+    prepare_graph(graph, example_inputs, passes, device)
+    run_ptq_passes(graph, before, calib_dataloader, device)
     quantize_graph(graph, platform, dispatcher, dispatching_table)
     if observer is not None:
         set_activation_observer(graph, observer)
-    calibrate(graph, calib_dataloader, calib_steps, collate_fn, device, progress,
-              observer_options)
+    calibrate(graph, calib_dataloader, calib_steps, collate_fn, device, progress, options)
+    run_ptq_passes(graph, after, calib_dataloader, device)
     return graph
 
 
 def quantize_torch_model(model: torch.nn.Module, calib_dataloader: Iterable,
                          example_inputs: Any,
                          platform: _Platform = TargetPlatform.TRT_INT8,
-                         calib_steps: int = 32, observer: Optional[str] = 'percentile',
-                         dispatcher: str = 'conservative',
+                         calib_steps: int = 32, observer: Optional[_Spec] = 'percentile',
+                         dispatcher: _Spec = 'conservative',
                          dispatching_table: Optional[Union[DispatchingTable, Mapping]] = None,
                          collate_fn: Optional[BatchToInputs] = None,
                          device: Union[str, torch.device] = 'cpu',
                          observer_options: Optional[Mapping[str, Dict[str, Any]]] = None,
-                         progress: bool = True) -> BaseGraph:
+                         progress: bool = True, passes: Sequence[Any] = DEFAULT_PASSES,
+                         dynamic_batch: bool = True,
+                         ptq_passes: Sequence[Any] = ()) -> BaseGraph:
     """Export, quantize and calibrate a PyTorch model (a slimmed subnet too).
 
     Args:
         model: the model; exported in eval mode, left unchanged.
         calib_dataloader: any iterable of calibration batches, shaped like
-            ``example_inputs``.
+            ``example_inputs`` (any batch size with ``dynamic_batch``).
         example_inputs: a tensor, a tuple of positional arguments or a dict of keyword
             arguments for one forward; the graph's shapes.
         platform: the quantized platform, ``TRT_INT8`` or ``ORT_INT8``.
         calib_steps: how many calibration batches to run at most.
-        observer: the observer of every activation (weights use ``minmax``); None keeps
-            the platform's (TensorRT ``percentile``, ONNX Runtime ``minmax``).
-        dispatcher: ``conservative``, ``aggressive``, ``pointwise`` or ``allin``.
+        observer: the observer of every activation (weights use ``minmax``), a name or a
+            ``dict(type=..., **options)``; None keeps the platform's (TensorRT
+            ``percentile``, ONNX Runtime ``minmax``).
+        dispatcher: a name (``conservative``, ``aggressive``, ``pointwise``, ``allin``)
+            or a ``dict(type=...)``.
         dispatching_table: ``op name -> platform`` overrides.
         collate_fn: maps a batch to graph inputs; batches are taken as they are when None.
         device: where to calibrate.
-        observer_options: observer name -> constructor arguments.
+        observer_options: observer name -> constructor arguments (also for the weights').
         progress: show a progress bar while calibrating.
+        passes: the graph passes run before quantizing (see :data:`DEFAULT_PASSES`).
+        dynamic_batch: export axis 0 as a symbolic batch axis (see
+            :func:`~razorlib.ir.from_torch`): the graph, its executors and its exported
+            ONNX models take any batch size.  False fixes it to the example's.
+        ptq_passes: post-training passes that use the calibration batches
+            (:mod:`razorlib.quantization.passes`: names or config dicts, such as
+            ``dict(type='AdaRound', steps=500)``): ``'float'`` ones run on the FP32 graph
+            after ``passes``, the others after calibration, in the order given.
 
     Returns:
         The quantized, calibrated graph.
+
+    Raises:
+        ValueError: the dataloader gives no batch, or a batch of a shape the graph does
+            not take (the message names the batch and both shapes).
 
     Example:
         >>> from razorlib.quantization import QuantExecutor
         >>> net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(),
         ...                           torch.nn.Flatten(), torch.nn.Linear(8 * 6 * 6, 10))
         >>> batches = [torch.randn(4, 3, 8, 8) for _ in range(4)]
-        >>> graph = quantize_torch_model(net, batches, batches[0], progress=False)
-        >>> QuantExecutor(graph)(batches[0])[0].shape
-        torch.Size([4, 10])
+        >>> graph = quantize_torch_model(net, batches, batches[0], progress=False,
+        ...                              observer=dict(type='PercentileObserver',
+        ...                                            percentile=99.9))
+        >>> QuantExecutor(graph)(batches[0])[0].shape, QuantExecutor(graph)(
+        ...     torch.randn(7, 3, 8, 8))[0].shape
+        (torch.Size([4, 10]), torch.Size([7, 10]))
     """
-    graph = from_torch(model, example_inputs)
+    graph = from_torch(model, example_inputs, dynamic_batch=dynamic_batch)
     return _quantize(graph, calib_dataloader, example_inputs, platform, calib_steps, observer,
                      dispatcher, dispatching_table, collate_fn, device, observer_options,
-                     progress)
+                     progress, passes, ptq_passes)
 
 
 def quantize_onnx_model(model: Union[onnx.ModelProto, str, os.PathLike],
                         calib_dataloader: Iterable, example_inputs: Any = None,
                         platform: _Platform = TargetPlatform.TRT_INT8,
-                        calib_steps: int = 32, observer: Optional[str] = 'percentile',
-                        dispatcher: str = 'conservative',
+                        calib_steps: int = 32, observer: Optional[_Spec] = 'percentile',
+                        dispatcher: _Spec = 'conservative',
                         dispatching_table: Optional[Union[DispatchingTable, Mapping]] = None,
                         collate_fn: Optional[BatchToInputs] = None,
                         device: Union[str, torch.device] = 'cpu',
                         observer_options: Optional[Mapping[str, Dict[str, Any]]] = None,
-                        progress: bool = True) -> BaseGraph:
+                        progress: bool = True,
+                        passes: Sequence[Any] = DEFAULT_PASSES,
+                        ptq_passes: Sequence[Any] = ()) -> BaseGraph:
     """Read, quantize and calibrate an FP32 ONNX model (a ``ModelProto`` or a file).
+
+    The model's symbolic axes stay symbolic: a model with a ``batch`` axis takes any
+    batch size.
 
     Args:
         model: the ONNX model.
@@ -161,9 +241,14 @@ def quantize_onnx_model(model: Union[onnx.ModelProto, str, os.PathLike],
         device: see :func:`quantize_torch_model`.
         observer_options: see :func:`quantize_torch_model`.
         progress: see :func:`quantize_torch_model`.
+        passes: see :func:`quantize_torch_model`.
+        ptq_passes: see :func:`quantize_torch_model`.
 
     Returns:
         The quantized, calibrated graph.
+
+    Raises:
+        ValueError: see :func:`quantize_torch_model`.
 
     Example:
         >>> from razorlib.ir import to_onnx
@@ -176,7 +261,10 @@ def quantize_onnx_model(model: Union[onnx.ModelProto, str, os.PathLike],
     """
     graph = from_onnx(model)
     if example_inputs is None:
-        example_inputs = next(iter(graph_batches(calib_dataloader, 1, collate_fn)))
+        example_inputs = next(iter(graph_batches(calib_dataloader, 1, collate_fn)), None)
+        if example_inputs is None:
+            raise ValueError(f'quantize_onnx_model: the calibration dataloader of graph '
+                             f'{graph.name!r} gave no batch; calibration needs at least one')
     return _quantize(graph, calib_dataloader, example_inputs, platform, calib_steps, observer,
                      dispatcher, dispatching_table, collate_fn, device, observer_options,
-                     progress)
+                     progress, passes, ptq_passes)

@@ -7,6 +7,9 @@ rendered (ACTIVATED), and passive configs get their derived scale: a bias master
 layer's weight gets ``input scale x weight scale`` and the state PASSIVE, or FP32 when its
 layer's input or weight stays unquantized.  A set that saw only zeros (a dead activation)
 stays FP32: no scale fits it, and the smallest one breaks integer kernels downstream.
+A dataloader that yields no batch, or a batch whose shape the graph does not take (a
+fixed axis of another size: a graph exported with static shapes), is an error naming the
+batch and both shapes.
 """
 import logging
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Set, Tuple, Union
@@ -14,9 +17,10 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Set, Tuple, Uni
 import torch
 
 from ..ir import BaseGraph, QuantableOperation, QuantizationStates, TensorQuantizationConfig
+from ..ir.executor.shapes import InputShapeError
 from .batches import BatchToInputs, graph_batches
 from .executor import QuantExecutor
-from .observers import MIN_SCALE, Observer, build_observer
+from .observers import MIN_SCALE, Observer, build_observer, observer_class
 from .state import quantable_operations
 
 logger = logging.getLogger(__name__)
@@ -31,7 +35,8 @@ class _Taps:
     """Which tensors of which operations feed which observer."""
 
     def __init__(self, options: Mapping[str, dict]) -> None:
-        self.options = options
+        # By class, so that options given under 'kl' reach configs naming 'KLObserver'.
+        self.options = {observer_class(key): value for key, value in options.items()}
         self.observers: Dict[TensorQuantizationConfig, Observer] = {}
         self.inputs: Dict[QuantableOperation, List[_Tap]] = {}
         self.outputs: Dict[QuantableOperation, List[_Tap]] = {}
@@ -58,7 +63,7 @@ class _Taps:
 
     def _observer(self, root: TensorQuantizationConfig) -> Observer:
         if root not in self.observers:
-            options = self.options.get(root.observer_algorithm, {})
+            options = self.options.get(observer_class(root.observer_algorithm), {})
             self.observers[root] = build_observer(root, **options)
         return self.observers[root]
 
@@ -76,7 +81,7 @@ class _Taps:
 def calibrate(graph: BaseGraph, dataloader: Iterable, steps: int = 32,
               collate_fn: Optional[BatchToInputs] = None,
               device: Union[str, torch.device] = 'cpu', progress: bool = True,
-              observer_options: Optional[Mapping[str, Dict[str, Any]]] = None) -> None:
+              observer_options: Optional[Mapping[str, Dict[str, Any]]] = None) -> BaseGraph:
     """Calibrate the INITIAL configs of a quantized graph on ``steps`` batches.
 
     The graph runs in a :class:`~razorlib.quantization.QuantExecutor`, so configs that
@@ -92,12 +97,19 @@ def calibrate(graph: BaseGraph, dataloader: Iterable, steps: int = 32,
             :func:`~razorlib.quantization.batches.graph_batches`).
         device: where to run the graph.
         progress: show a progress bar.
-        observer_options: observer name -> keyword arguments of its constructor, e.g.
-            ``{'percentile': {'percentile': 99.9}}``.
+        observer_options: observer (class or short name) -> keyword arguments of its
+            constructor, e.g. ``{'percentile': {'percentile': 99.9}}``.
+
+    Returns:
+        ``graph``, so calls chain.
 
     Raises:
-        ValueError: ``steps`` is not positive; what an observer raises on a tensor it
-            cannot observe (inf or nan).
+        ValueError: ``steps`` is not positive, the dataloader yields no batch, a batch
+            does not fit the graph's input shapes
+            (:class:`~razorlib.ir.executor.shapes.InputShapeError`, naming the batch,
+            the input and both shapes); what an observer raises on a tensor it cannot
+            observe (inf or nan).
+        KeyError: ``observer_options`` names no registered observer.
 
     Example:
         >>> from razorlib.ir import BaseGraph
@@ -109,7 +121,7 @@ def calibrate(graph: BaseGraph, dataloader: Iterable, steps: int = 32,
         >>> conv = graph.create_operation('Conv', 'conv', inputs=[graph.variables['x'], w, b],
         ...                               outputs=[graph.create_variable('y')])
         >>> graph = quantize_graph(graph, 'ORT_INT8')
-        >>> calibrate(graph, [torch.randn(2, 3, 8, 8) for _ in range(4)], progress=False)
+        >>> graph = calibrate(graph, [torch.randn(2, 3, 8, 8) for _ in range(4)], progress=False)
         >>> x, w, b = graph.operations['conv'].input_quant_config
         >>> x.state.name, w.state.name, b.state.name
         ('ACTIVATED', 'ACTIVATED', 'PASSIVE')
@@ -122,12 +134,16 @@ def calibrate(graph: BaseGraph, dataloader: Iterable, steps: int = 32,
     executor = QuantExecutor(graph, device)
     handles = [executor.register_forward_pre_hook(taps.pre_hook),
                executor.register_forward_hook(taps.post_hook)]
+    seen = 0
     try:
-        for inputs in graph_batches(dataloader, steps, collate_fn, progress):
-            executor(inputs)
+        for seen, inputs in enumerate(graph_batches(dataloader, steps, collate_fn, progress), 1):
+            _run_batch(executor, inputs, seen - 1)
     finally:
         for handle in handles:
             handle.remove()
+    if seen == 0:
+        raise ValueError(f'calibrate: the dataloader of graph {graph.name!r} gave no batch; '
+                         'calibration needs at least one')
     for root, observer in taps.observers.items():
         if root not in taps.observed:
             logger.warning('calibrate: a %s config of graph %r saw no tensor and stays '
@@ -138,10 +154,19 @@ def calibrate(graph: BaseGraph, dataloader: Iterable, steps: int = 32,
             logger.warning('calibrate: a %s config of graph %r saw only zeros and stays FP32',
                            root.observer_algorithm, graph.name)
             root.state = _S.FP32
-    render_passive_configs(graph)
+    return render_passive_configs(graph)
 
 
-def render_passive_configs(graph: BaseGraph) -> int:
+def _run_batch(executor: QuantExecutor, inputs: Any, index: int) -> None:
+    """Run one calibration batch; a shape the graph does not take names the batch."""
+    try:
+        executor(inputs)
+    except InputShapeError as error:
+        raise InputShapeError(error.graph_name, error.input_name, error.expected, error.given,
+                              where=f'calibration batch {index}') from None
+
+
+def render_passive_configs(graph: BaseGraph) -> BaseGraph:
     """Give every INITIAL bias mastered by a weight its scale, input scale x weight scale.
 
     A bias stays in floating point (FP32) when its layer's input (input 0) or weight is
@@ -152,7 +177,7 @@ def render_passive_configs(graph: BaseGraph) -> int:
         graph: a graph whose activations and weights are calibrated, changed in place.
 
     Returns:
-        How many configs became PASSIVE.
+        ``graph``, so calls chain.
 
     Example:
         >>> from razorlib.ir import BaseGraph
@@ -166,10 +191,9 @@ def render_passive_configs(graph: BaseGraph) -> int:
         >>> x, w, b = quantize_graph(graph, 'ORT_INT8').operations['conv'].input_quant_config
         >>> x.scale, x.state = torch.tensor(0.5), QuantizationStates.ACTIVATED
         >>> w.scale, w.state = torch.tensor([0.25, 0.5]), QuantizationStates.ACTIVATED
-        >>> render_passive_configs(graph), b.scale, b.state.name
-        (1, tensor([0.1250, 0.2500]), 'PASSIVE')
+        >>> render_passive_configs(graph) is graph, b.scale, b.state.name
+        (True, tensor([0.1250, 0.2500]), 'PASSIVE')
     """
-    rendered = 0
     for op in quantable_operations(graph):
         for config in op.input_quant_config:
             if config.state is not _S.INITIAL or config.master_by is None:
@@ -187,5 +211,4 @@ def render_passive_configs(graph: BaseGraph) -> int:
                 continue
             config.scale, config.offset = scale, torch.zeros_like(scale)
             config.state = _S.PASSIVE
-            rendered += 1
-    return rendered
+    return graph

@@ -60,7 +60,7 @@ def quantized_inputs(op: Operation) -> List[int]:
         ...                            inputs=[graph.variables['y']],
         ...                            outputs=[graph.create_variable('z')])
         >>> graph = quantize_graph(graph, 'TRT_INT8')
-        >>> calibrate(graph, [torch.randn(1, 3, 4, 4)], progress=False)
+        >>> graph = calibrate(graph, [torch.randn(1, 3, 4, 4)], progress=False)
         >>> quantized_inputs(graph.operations['conv']), quantized_inputs(graph.operations['pool'])
         ([0, 1], [])
     """
@@ -97,7 +97,7 @@ class QuantExecutor(TorchExecutor):
         ...                             outputs=[graph.create_variable('y')])
         >>> graph.mark_variable_as_graph_output(fc.outputs[0])
         >>> graph = quantize_graph(graph, 'TRT_INT8')
-        >>> calibrate(graph, [torch.tensor([[1.27], [-0.5]])], progress=False)
+        >>> graph = calibrate(graph, [torch.tensor([[1.27], [-0.5]])], progress=False)
         >>> x, w = graph.operations['fc'].input_quant_config
         >>> y, = graph.operations['fc'].output_quant_config
         >>> round(x.scale.item(), 4), round(y.scale.item(), 4)

@@ -1,19 +1,22 @@
-"""Target platforms: where an operation runs (or what a graph is exported to), as one enum.
+"""Target platforms (where an operation runs) and export formats (what a graph is written as).
 
 A dispatcher puts every operation of a graph on a platform: a quantized one (the int8
 platform the graph is being quantized for), a floating one (FP32, FP16), or SOI for the
-shape-or-index subgraphs that compute shapes and indices and are never quantized.  Export
-targets name the files a quantized graph is written to.  :data:`QUANTIZABLE_OP_TYPES` says
-which op types each quantized platform runs in int8.
+shape-or-index subgraphs that compute shapes and indices and are never quantized.
+:data:`QUANTIZABLE_OP_TYPES` says which op types each quantized platform runs in int8.
+An :class:`ExportFormat` names the files a quantized graph is written to; each quantized
+platform has a default one (:data:`DEFAULT_EXPORT_FORMATS`), so a platform's name also
+names a format: ``export_graph(graph, path, 'TRT_INT8')``.
 """
 import enum
-from typing import Any, Dict, FrozenSet
+from typing import Any, Dict, FrozenSet, Union
 
 from .op_types import COMPUTE_TYPES, FUSED_ACTIVATION_TYPES, PASSIVE_TYPES, POOLING_TYPES
 
 __all__ = [
-    'PlatformKind', 'QUANTIZABLE_OP_TYPES', 'TargetPlatform', 'as_platform', 'is_export_platform',
-    'is_float_platform', 'is_quantized_platform'
+    'DEFAULT_EXPORT_FORMATS', 'ExportFormat', 'PlatformKind', 'QUANTIZABLE_OP_TYPES',
+    'TargetPlatform', 'as_export_format', 'as_platform', 'is_float_platform',
+    'is_quantized_platform'
 ]
 
 
@@ -21,8 +24,8 @@ class PlatformKind(enum.Enum):
     """What a :class:`TargetPlatform` stands for.
 
     Example:
-        >>> TargetPlatform.TRT_INT8.kind, TargetPlatform.QDQ_ONNX.kind
-        (<PlatformKind.QUANTIZED: 'quantized'>, <PlatformKind.EXPORT: 'export'>)
+        >>> TargetPlatform.TRT_INT8.kind, TargetPlatform.SOI.kind
+        (<PlatformKind.QUANTIZED: 'quantized'>, <PlatformKind.SHAPE_OR_INDEX: 'shape_or_index'>)
     """
     QUANTIZED = 'quantized'
     """Runs quantized operations in int8."""
@@ -32,12 +35,10 @@ class PlatformKind(enum.Enum):
     """Computes shapes and indices; never quantized."""
     UNSPECIFIED = 'unspecified'
     """Not dispatched yet."""
-    EXPORT = 'export'
-    """A file format a quantized graph is exported to, not a place to run an operation."""
 
 
 class TargetPlatform(enum.Enum):
-    """A platform an operation runs on, or an export target.
+    """A platform an operation runs on.
 
     Each value is the member's name, so an operation's default platform, the string
     ``'UNSPECIFIED'``, converts with ``TargetPlatform('UNSPECIFIED')``.
@@ -57,12 +58,6 @@ class TargetPlatform(enum.Enum):
     SOI = 'SOI'
     """Shape or index: operations that compute shapes, indices and other control values."""
     UNSPECIFIED = 'UNSPECIFIED'
-    ONNX = 'ONNX'
-    """Export target: a plain floating-point ONNX model."""
-    QDQ_ONNX = 'QDQ_ONNX'
-    """Export target: an ONNX model with QuantizeLinear/DequantizeLinear pairs."""
-    TRT_JSON = 'TRT_JSON'
-    """Export target: an ONNX model plus a JSON file of TensorRT dynamic ranges."""
 
     @property
     def kind(self) -> PlatformKind:
@@ -77,9 +72,6 @@ _KINDS: Dict[TargetPlatform, PlatformKind] = {
     TargetPlatform.FP16: PlatformKind.FLOATING,
     TargetPlatform.SOI: PlatformKind.SHAPE_OR_INDEX,
     TargetPlatform.UNSPECIFIED: PlatformKind.UNSPECIFIED,
-    TargetPlatform.ONNX: PlatformKind.EXPORT,
-    TargetPlatform.QDQ_ONNX: PlatformKind.EXPORT,
-    TargetPlatform.TRT_JSON: PlatformKind.EXPORT,
 }
 
 QUANTIZABLE_OP_TYPES: Dict[TargetPlatform, FrozenSet[str]] = {
@@ -94,6 +86,30 @@ QUANTIZABLE_OP_TYPES: Dict[TargetPlatform, FrozenSet[str]] = {
                        'InstanceNormalization'},
 }
 """Op types each quantized platform runs in int8; dispatchers consult it."""
+
+
+class ExportFormat(enum.Enum):
+    """A file format a quantized graph is written to (an exporter of
+    :data:`razorlib.registry.EXPORTERS` is registered under each name).
+
+    Example:
+        >>> ExportFormat('QDQ_ONNX') is ExportFormat.QDQ_ONNX
+        True
+    """
+    ONNX = 'ONNX'
+    """A plain floating-point ONNX model (quantized parameters dequantized)."""
+    QDQ_ONNX = 'QDQ_ONNX'
+    """An ONNX model with QuantizeLinear/DequantizeLinear pairs: onnxruntime, TensorRT."""
+    TRT_JSON = 'TRT_JSON'
+    """A plain ONNX model plus a JSON file of TensorRT dynamic ranges."""
+
+
+DEFAULT_EXPORT_FORMATS: Dict[TargetPlatform, ExportFormat] = {
+    # TensorRT's explicit quantization reads QDQ models; TRT_JSON is its implicit mode.
+    TargetPlatform.TRT_INT8: ExportFormat.QDQ_ONNX,
+    TargetPlatform.ORT_INT8: ExportFormat.QDQ_ONNX,
+}
+"""The format a graph quantized for a platform is written in when no format is named."""
 
 
 def as_platform(value: Any, parameter: str = 'platform') -> TargetPlatform:
@@ -146,11 +162,37 @@ def is_float_platform(value: Any) -> bool:
     return as_platform(value).kind is PlatformKind.FLOATING
 
 
-def is_export_platform(value: Any) -> bool:
-    """Whether ``value`` (a platform or its name) is an export target.
+def as_export_format(value: Union[ExportFormat, TargetPlatform, str],
+                     parameter: str = 'format') -> ExportFormat:
+    """``value`` as an :class:`ExportFormat`: a format, or a quantized platform (its default).
+
+    Args:
+        value: an :class:`ExportFormat`, a quantized :class:`TargetPlatform`, or the name
+            of either in any case.
+        parameter: the parameter name errors report.
+
+    Raises:
+        TypeError: ``value`` is no format, platform or string.
+        ValueError: it names neither a format nor a quantized platform; the message lists
+            both.
 
     Example:
-        >>> is_export_platform(TargetPlatform.TRT_JSON), is_export_platform('TRT_INT8')
-        (True, False)
+        >>> as_export_format('trt_json'), as_export_format('TRT_INT8')
+        (<ExportFormat.TRT_JSON: 'TRT_JSON'>, <ExportFormat.QDQ_ONNX: 'QDQ_ONNX'>)
     """
-    return as_platform(value).kind is PlatformKind.EXPORT
+    if isinstance(value, ExportFormat):
+        return value
+    if isinstance(value, str) and value.upper() in ExportFormat.__members__:
+        return ExportFormat[value.upper()]
+    if isinstance(value, (str, TargetPlatform)):
+        platform = TargetPlatform.__members__.get(value.upper()) if isinstance(value, str) \
+            else value
+        if platform in DEFAULT_EXPORT_FORMATS:
+            return DEFAULT_EXPORT_FORMATS[platform]
+        formats = ', '.join(ExportFormat.__members__)
+        platforms = ', '.join(member.name for member in DEFAULT_EXPORT_FORMATS)
+        raise ValueError(f'{parameter}: {getattr(value, "name", value)!r} is no export format '
+                         f'({formats}) and no quantized platform ({platforms}, which name '
+                         'their default format)')
+    raise TypeError(f'{parameter} must be an ExportFormat, a TargetPlatform or the name of '
+                    f'one, got {type(value).__name__} {value!r}')

@@ -1,37 +1,40 @@
 """quantize_graph: dispatch a graph, then quantize what runs on the quantized platform."""
 from collections.abc import Mapping
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 from ..ir import BaseGraph
 from .dispatch import DispatchingTable, dispatch_graph
 from .platform import TargetPlatform, as_platform
-from .quantizers import QUANTIZERS
+from .quantizers import quantizer_class
 
 __all__ = ['quantize_graph']
 
 
 def quantize_graph(graph: BaseGraph, platform: Union[TargetPlatform, str],
-                   dispatcher: str = 'conservative',
+                   dispatcher: Any = 'conservative',
                    dispatching_table: Optional[Union[DispatchingTable, Mapping]] = None
                    ) -> BaseGraph:
     """Dispatch ``graph`` and turn its operations on ``platform`` into quantable ones.
 
     Operations dispatched to FP32, FP16 or SOI stay plain operations.  The configs are
-    INITIAL (or FP32 for tensors that stay in floating point) and linked; calibration
-    fills in their scales.
+    INITIAL (or FP32 for tensors that stay in floating point) and linked by the
+    quantizer's link passes (run through a :class:`~razorlib.ir.PassManager`);
+    calibration fills in their scales.
 
     Args:
         graph: the graph, changed in place; it must hold no quantable operation yet.
-        platform: a platform with a registered quantizer (``TRT_INT8``, ``ORT_INT8``).
-        dispatcher: see :func:`~razorlib.quantization.dispatch.dispatch_graph`.
+        platform: a platform with a quantizer in :data:`~razorlib.registry.QUANTIZERS`
+            (``TRT_INT8``, ``ORT_INT8``).
+        dispatcher: a name, config dict or dispatcher; see
+            :func:`~razorlib.quantization.dispatch.dispatch_graph`.
         dispatching_table: see :func:`~razorlib.quantization.dispatch.dispatch_graph`.
 
     Returns:
-        ``graph``.
+        ``graph``, so calls chain.
 
     Raises:
-        ValueError: no quantizer for ``platform`` (the message lists the platforms); and
-            what ``dispatch_graph`` raises (a graph quantized already, ...).
+        KeyError: no quantizer for ``platform`` (the message lists the registered ones);
+            and what ``dispatch_graph`` raises (a graph quantized already, ...).
 
     Example:
         >>> import torch
@@ -49,7 +52,7 @@ def quantize_graph(graph: BaseGraph, platform: Union[TargetPlatform, str],
         ['QuantableOperation', 'Operation']
     """
     platform = as_platform(platform)
-    quantizer = QUANTIZERS.lookup(platform)(graph)
+    quantizer = quantizer_class(platform)(graph)
     dispatch_graph(graph, platform, dispatcher, dispatching_table)
     for op in graph.topological_sort():
         if op.platform is platform:

@@ -26,7 +26,7 @@ def quantable_operations(graph: BaseGraph) -> List[QuantableOperation]:
     return [op for op in graph.topological_sort() if isinstance(op, QuantableOperation)]
 
 
-def bake_parameters(graph: BaseGraph) -> None:
+def bake_parameters(graph: BaseGraph) -> BaseGraph:
     """Replace every calibrated parameter by its fake-quantized value, once.
 
     ACTIVATED parameters become BAKED and PASSIVE ones (biases) PASSIVE_BAKED; their fp32
@@ -35,6 +35,9 @@ def bake_parameters(graph: BaseGraph) -> None:
 
     Args:
         graph: a calibrated graph, changed in place.
+
+    Returns:
+        ``graph``, so calls chain.
 
     Example:
         >>> import torch
@@ -46,22 +49,26 @@ def bake_parameters(graph: BaseGraph) -> None:
         >>> fc = graph.create_operation('MatMul', 'fc', inputs=[graph.variables['x'], w],
         ...                             outputs=[graph.create_variable('y')])
         >>> graph = quantize_graph(graph, 'TRT_INT8')
-        >>> calibrate(graph, [torch.randn(4, 2)], progress=False)
-        >>> bake_parameters(graph)
+        >>> graph = calibrate(graph, [torch.randn(4, 2)], progress=False)
+        >>> graph = bake_parameters(graph)
         >>> w.value, graph.operations['fc'].input_quant_config[1].state.name
         (tensor([[ 0.3300],
                 [-1.2700]]), 'BAKED')
     """
     for op in quantable_operations(graph):
         op.baking_parameters(fake_quantize)
+    return graph
 
 
-def dequantize_graph(graph: BaseGraph, parameter_only: bool = False) -> None:
+def dequantize_graph(graph: BaseGraph, parameter_only: bool = False) -> BaseGraph:
     """Dequantize every quantable operation: fp32 parameters back, configs FP32.
 
     Args:
         graph: the graph, changed in place.
         parameter_only: see :meth:`~razorlib.ir.QuantableOperation.dequantize`.
+
+    Returns:
+        ``graph``, so calls chain.
 
     Example:
         >>> import torch
@@ -73,30 +80,35 @@ def dequantize_graph(graph: BaseGraph, parameter_only: bool = False) -> None:
         >>> _ = graph.create_operation('MatMul', 'fc', inputs=[graph.variables['x'], w],
         ...                            outputs=[graph.create_variable('y')])
         >>> graph = quantize_graph(graph, 'TRT_INT8')
-        >>> calibrate(graph, [torch.randn(4, 2)], progress=False)
-        >>> bake_parameters(graph)
-        >>> dequantize_graph(graph)
+        >>> graph = calibrate(graph, [torch.randn(4, 2)], progress=False)
+        >>> graph = bake_parameters(graph)
+        >>> graph = dequantize_graph(graph)
         >>> round(w.value[0].item(), 4), graph.operations['fc'].input_quant_config[1].state.name
         (0.333, 'FP32')
-        >>> restore_quantize_state(graph)
+        >>> graph = restore_quantize_state(graph)
         >>> round(w.value[0].item(), 4), graph.operations['fc'].input_quant_config[1].state.name
         (0.33, 'BAKED')
     """
     for op in quantable_operations(graph):
         op.dequantize(parameter_only=parameter_only)
+    return graph
 
 
-def restore_quantize_state(graph: BaseGraph) -> None:
+def restore_quantize_state(graph: BaseGraph) -> BaseGraph:
     """Undo :func:`dequantize_graph` (and any operation's ``dequantize``).
 
     Args:
         graph: the graph, changed in place.
+
+    Returns:
+        ``graph``, so calls chain.
 
     Example:
         See :func:`dequantize_graph`.
     """
     for op in quantable_operations(graph):
         op.restore_quantize_state()
+    return graph
 
 
 @contextmanager
@@ -130,3 +142,4 @@ def dequantized(graph: BaseGraph) -> Iterator[BaseGraph]:
     finally:
         for op in switched:
             op.restore_quantize_state()
+    return graph

@@ -1,19 +1,14 @@
 """The state a channel rule reads and writes while the tracer walks the autograd graph."""
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
-import torch.nn as nn
 
+from ..layers import KindTable, LayerKind
 from .channels import InputInfo, TensorChannels
 from .slots import STRICT_KINDS, FrozenReason, SlotTable
-
-
-#: Modules whose parameters are sliced by their own rule (see ``pruning/slicing.py``).
-LAYER_MODULES = (nn.modules.conv._ConvNd, nn.Linear, nn.modules.batchnorm._BatchNorm,
-                 nn.LayerNorm, nn.GroupNorm, nn.Embedding)
 
 
 class TracingError(ValueError):
@@ -40,18 +35,28 @@ class ChannelUse:
 
 
 class TraceContext:
-    """Shared state of one trace: slots, channel uses and the graph around each node."""
+    """Shared state of one trace: slots, channel uses and the graph around each node.
+
+    ``kinds`` says which modules are layers (:mod:`razorlib.layers`): their parameters
+    are sliced with the layer, every other parameter the forward uses is a bare one.
+    """
 
     def __init__(self, model: torch.nn.Module, strict: bool,
-                 node_modules: Dict[object, List[str]], owners: Dict[int, Tuple[str, str]]):
+                 node_modules: Dict[object, List[str]], owners: Dict[int, Tuple[str, str]],
+                 kinds: Optional[KindTable] = None,
+                 modules: Optional[Dict[str, torch.nn.Module]] = None):
         self.strict = strict
+        self.kinds = kinds or KindTable()
         self.slots = SlotTable()
         self.uses: Dict[Tuple[str, str, int], ChannelUse] = {}
         self.node_modules = node_modules
         self.consumers: Dict[object, List[object]] = defaultdict(list)
         self._layer_out: Dict[str, np.ndarray] = {}
         self._leaf_channels: Dict[int, TensorChannels] = {}
-        self.modules = dict(model.named_modules())
+        self.modules = dict(model.named_modules()) if modules is None else modules
+        #: node -> a function that applies its rule when a rule first reads its output
+        #: (the tracer defers transposed parameters, see ``tracer._walk``).
+        self.lazy_channels: Dict[object, Callable[[], Optional[TensorChannels]]] = {}
         self._owners = owners
 
     # ----------------------------------------------------------------- lookups
@@ -69,6 +74,11 @@ class TraceContext:
         """The innermost module whose forward returned this node's output."""
         names = [n for n in self.node_modules.get(node, ()) if n]
         return max(names, key=lambda n: n.count('.')) if names else None
+
+    def layer_kind(self, module_name: Optional[str]) -> Optional[LayerKind]:
+        """The layer kind of a module of the model (None for a name or module without)."""
+        module = self.modules.get(module_name) if module_name is not None else None
+        return self.kinds.kind_of(module) if module is not None else None
 
     # ----------------------------------------------------------------- slots
     def bind(self, a: np.ndarray, b: np.ndarray, reason: str) -> None:
@@ -114,7 +124,7 @@ class TraceContext:
                 return self._leaf_channels[key]
             # A layer's own weight and bias are sliced with the layer, not as bare tensors
             # (nn.Linear on a non-contiguous input adds its bias as a separate op).
-            bare = not isinstance(self.modules[self.owner(tensor)[0]], LAYER_MODULES)
+            bare = self.layer_kind(self.owner(tensor)[0]) is None
             slots = {}
             for dim, size in enumerate(shape):
                 if size > 1:

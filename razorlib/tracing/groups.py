@@ -6,15 +6,17 @@ block's bottleneck, a concat branch.  Each group is one search space of a pruner
 channels are its classes, in the order of its leader layer's output channels.
 """
 from dataclasses import dataclass, field
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
 from .context import ChannelUse
-from .slots import FrozenReason, connected_labels
+from .slots import STRICT_KINDS, FrozenReason, connected_labels
 from .tracer import ChannelGraph
 
 _ROLE_FIELD = {'out': 'layers', 'in': 'consumers', 'norm': 'norms', 'param': 'params'}
+_ROLE_AXIS = {'out': 'output channels', 'in': 'input channels', 'norm': 'channels',
+              'param': 'channels'}
 
 
 @dataclass
@@ -33,6 +35,10 @@ class ChannelGroup:
         frozen_reasons: why the group cannot be pruned (empty if it can).
         classes: internal class label of each channel, in channel order.
         positions: internal class label of each of the leader's output channels.
+        parts: ``(what, channel indices)`` of which a subnet must keep at least one
+            channel each: a layer of a merged group (a concat of two convs, chunked, binds
+            their channels, and keeping only one conv's would leave the other with none),
+            the input of a chunk.  Sets that span the whole group are left out.
 
     Example:
         >>> print(group)  # doctest: +SKIP
@@ -48,6 +54,7 @@ class ChannelGroup:
     frozen_reasons: List[FrozenReason] = field(default_factory=list)
     classes: np.ndarray = field(default=None, repr=False)
     positions: np.ndarray = field(default=None, repr=False)
+    parts: List[Tuple[str, np.ndarray]] = field(default_factory=list, repr=False)
 
     @property
     def frozen(self) -> bool:
@@ -56,6 +63,51 @@ class ChannelGroup:
     @property
     def prunable(self) -> bool:
         return not self.frozen and self.num_channels > 1
+
+    def keep_best(self, order: np.ndarray, count: int) -> np.ndarray:
+        """Keep-mask of ``count`` channels (at least 1), best first by ``order``, with at
+        least one channel in every part.
+
+        The first ``count`` of ``order`` are taken; a part left without a channel gets its
+        best one, and the worst taken channels that no part needs are given back, so the
+        mask keeps exactly ``count`` channels unless the parts need more.
+
+        Args:
+            order: every channel index, most worth keeping first.
+            count: how many channels to keep.
+
+        Example:
+            >>> group = ChannelGroup('a', 4, 4, parts=[('conv b', np.array([2, 3]))])
+            >>> group.keep_best(np.arange(4), 2).nonzero()[0].tolist()
+            [0, 2]
+        """
+        n = self.num_channels
+        count = min(max(1, int(count)), n)
+        keep = np.zeros(n, dtype=bool)
+        keep[order[:count]] = True
+        if not self.parts:
+            return keep
+        rank = np.empty(n, dtype=np.int64)
+        rank[order] = np.arange(n)
+        members = np.zeros((len(self.parts), n), dtype=bool)
+        for i, (_, index) in enumerate(self.parts):
+            members[i, index] = True
+        hits = (members & keep).sum(1)
+        kept = count
+        for i, (_, index) in enumerate(self.parts):
+            if not hits[i]:
+                best = index[np.argmin(rank[index])]
+                keep[best] = True
+                hits += members[:, best]
+                kept += 1
+        for channel in order[::-1]:
+            if kept <= count:
+                break
+            if keep[channel] and (hits[members[:, channel]] > 1).all():
+                keep[channel] = False
+                hits -= members[:, channel]
+                kept -= 1
+        return keep
 
     def __str__(self) -> str:
         parts = [f'{self.id}: {self.num_channels} channels'
@@ -76,6 +128,7 @@ class ChannelGroups:
     labels: np.ndarray
     uses: List[ChannelUse]
     graph: ChannelGraph
+    _needed: Optional[Tuple] = field(default=None, init=False, repr=False)
 
     @property
     def prunable(self) -> Dict[str, ChannelGroup]:
@@ -104,10 +157,75 @@ class ChannelGroups:
 
     def use_masks(self, keep: Dict[str, np.ndarray]) -> Dict[Tuple[str, str, int], np.ndarray]:
         """Boolean keep-mask of every module/parameter axis, given per-group keep masks."""
+        class_keep = self._class_keep(keep)
+        return {(u.name, u.role, u.dim): class_keep[self.labels[u.slots]] for u in self.uses}
+
+    def check_keep(self, keep: Dict[str, np.ndarray]) -> None:
+        """Raise if per-group keep masks leave a layer axis or a chunk input with no channel.
+
+        Args:
+            keep: a boolean mask over each named group's channels; groups not named keep
+                all of theirs.
+
+        Raises:
+            ValueError: naming the space(s), the layer or op left empty and what to do.
+        """
+        if self._needed is None:
+            # chunk inputs first: an empty one also empties a layer, but names the cause
+            needed = [(slots, what, 'each piece') for slots, what in self.graph.slots.required]
+            needed += [(u.slots, f'{u.name} ({_ROLE_AXIS[u.role]})', 'a layer')
+                       for u in self.uses if u.slots.size]
+            sizes = [len(slots) for slots, _, _ in needed]
+            starts = np.cumsum([0] + sizes[:-1])
+            flat = np.concatenate([slots for slots, _, _ in needed] or [np.zeros(0, int)])
+            self._needed = (needed, self.labels[flat], starts)
+        needed, flat_labels, starts = self._needed
+        if not needed:
+            return
+        kept = np.logical_or.reduceat(self._class_keep(keep)[flat_labels], starts)
+        for i in np.nonzero(~kept)[0][:1].tolist():
+            slots, what, needs = needed[i]
+            cls = self.labels[slots]
+            spaces = [gid for gid in keep if np.isin(cls, self.groups[gid].classes).any()]
+            names = ', '.join(repr(gid) for gid in spaces)
+            raise ValueError(f'space {names}: the subnet keeps no channel of {what}, but '
+                             f'{needs} needs at least one; keep one of its channels')
+
+    def _class_keep(self, keep: Dict[str, np.ndarray]) -> np.ndarray:
         class_keep = np.ones(len(self.labels), dtype=bool)
         for gid, mask in keep.items():
             class_keep[self.groups[gid].classes] = mask
-        return {(u.name, u.role, u.dim): class_keep[self.labels[u.slots]] for u in self.uses}
+        return class_keep
+
+    def strict_reasons(self) -> Dict[str, List[str]]:
+        """Why groups were left unpruned where ``strict=True`` would have raised instead.
+
+        Returns:
+            one line per reason (an op missing from the rule table, a shape a rule cannot
+            explain, code that fails when the channels are cut) -> the ids of the groups
+            of more than one channel it froze.
+
+        Example:
+            >>> import torch, torch.nn as nn
+            >>> from razorlib.tracing import build_groups, trace
+            >>> class Net(nn.Module):
+            ...     def __init__(self):
+            ...         super().__init__()
+            ...         self.a, self.b = nn.Conv2d(3, 8, 1), nn.Conv2d(8, 4, 1)
+            ...     def forward(self, x):
+            ...         return self.b(torch.fft.rfft2(self.a(x)).abs())
+            >>> build_groups(trace(Net(), torch.randn(1, 3, 4, 4))).strict_reasons()
+            {'[unknown-op] FftR2CBackward0: this grad_fn is not in the channel rule table; \
+after a; before b': ['a']}
+        """
+        found: Dict[str, List[str]] = {}
+        for gid, group in self.groups.items():
+            if group.num_channels < 2:
+                continue
+            for reason in group.frozen_reasons:
+                if reason.kind in STRICT_KINDS:
+                    found.setdefault(str(reason), []).append(gid)
+        return found
 
     def report(self) -> str:
         """Readable list of groups, prunable first, then frozen ones with their reasons."""
@@ -135,13 +253,14 @@ def build_groups(graph: ChannelGraph) -> ChannelGroups:
     group_of = connected_labels(table.size, np.concatenate(edges_a or [np.zeros(0, int)]),
                                 np.concatenate(edges_b or [np.zeros(0, int)]))
 
-    parts: Dict[int, List] = {}
+    members_of: Dict[int, List] = {}
     for source in layer_sources:
         source_labels = labels[source.start:source.start + source.size]
-        parts.setdefault(int(group_of[source_labels[0]]), []).append((source, source_labels))
+        members_of.setdefault(int(group_of[source_labels[0]]), []).append((source,
+                                                                           source_labels))
     groups: Dict[str, ChannelGroup] = {}
     by_label: Dict[int, ChannelGroup] = {}
-    for key, members in parts.items():
+    for key, members in members_of.items():
         leader, leader_labels = members[0]
         merged = np.concatenate([member_labels for _, member_labels in members])
         _, first = np.unique(merged, return_index=True)
@@ -150,15 +269,66 @@ def build_groups(graph: ChannelGraph) -> ChannelGroups:
                              positions=leader_labels)
         groups[leader.name] = by_label[key] = group
 
-    for use in graph.uses:
-        for key in np.unique(group_of[labels[use.slots]]).tolist():
+    group_labels = group_of[labels]
+    for use, keys in zip(graph.uses, _keys_of([u.slots for u in graph.uses], group_labels)):
+        for key in keys:
             group = by_label.get(key)
             names = getattr(group, _ROLE_FIELD[use.role]) if group else None
             if names is not None and use.name not in names:
                 names.append(use.name)
-    for slots, reason in table.freezes:
-        for key in np.unique(group_of[labels[slots]]).tolist():
+    for (_, reason), keys in zip(table.freezes,
+                                 _keys_of([slots for slots, _ in table.freezes], group_labels)):
+        for key in keys:
             group = by_label.get(key)
             if group is not None and reason not in group.frozen_reasons:
                 group.frozen_reasons.append(reason)
+    _add_parts(graph, labels, group_of, members_of, by_label)
     return ChannelGroups(groups, labels, graph.uses, graph)
+
+
+def _keys_of(slot_sets: List[np.ndarray], group_labels: np.ndarray) -> List[List[int]]:
+    """The sorted distinct group labels of each slot set, in one vectorised pass (one
+    ``np.unique`` per set costs more than the rest of the grouping)."""
+    if not slot_sets:
+        return []
+    sizes = np.array([len(slots) for slots in slot_sets])
+    owner = np.repeat(np.arange(len(slot_sets)), sizes)
+    width = len(group_labels) + 1
+    pairs = np.sort(owner * width + group_labels[np.concatenate(slot_sets)])
+    pairs = pairs[np.concatenate(([True], pairs[1:] != pairs[:-1]))] if len(pairs) else pairs
+    keys: List[List[int]] = [[] for _ in slot_sets]
+    for index, key in zip((pairs // width).tolist(), (pairs % width).tolist()):
+        keys[index].append(key)
+    return keys
+
+
+def _add_parts(graph: ChannelGraph, labels: np.ndarray, group_of: np.ndarray,
+               members_of: Dict[int, List], by_label: Dict[int, ChannelGroup]) -> None:
+    """Give each group the channel sets inside it that must keep a channel each.
+
+    In a group of one layer every channel is that layer's; consumers, norms and chunk
+    pieces read all of them or a union of layers' channels.  So only the layers of a
+    group of several (which a chunk or a group conv over their concat may bind in part)
+    and chunk inputs are looked at.  A set that reaches into another group is left to
+    :meth:`ChannelGroups.check_keep`.
+    """
+    needed = []  # chunk inputs first: a layer with the same channels is named by them
+    for slots, what in graph.slots.required:
+        keys = np.unique(group_of[labels[slots]])
+        if len(keys) == 1 and int(keys[0]) in by_label:
+            needed.append((by_label[int(keys[0])], labels[slots], what))
+    for key, members in members_of.items():
+        if len(members) > 1:
+            needed += [(by_label[key], member_labels, source.name)
+                       for source, member_labels in members]
+    position = np.zeros(len(labels), dtype=np.int64)
+    for group in {id(group): group for group, _, _ in needed}.values():
+        position[group.classes] = np.arange(group.num_channels)
+    seen = set()
+    for group, cls, what in needed:
+        present = np.zeros(group.num_channels, dtype=bool)
+        present[position[cls]] = True
+        index = np.nonzero(present)[0]
+        if len(index) < group.num_channels and (group.id, index.tobytes()) not in seen:
+            seen.add((group.id, index.tobytes()))
+            group.parts.append((what, index))

@@ -1,164 +1,144 @@
-"""Channel rules for parametric layers: conv, linear, embedding and normalisation.
+"""Channel rules for the ops that layers run on their weights: conv, linear, embedding
+and normalisation.
 
-A layer is recognised by the module that owns the weight leaf of its grad_fn (or, for a
-norm without affine parameters, by the module whose forward returned the node), so
-``ConvolutionBackward0`` is told apart as Conv1d/2d/3d or ConvTranspose by the module.
-A layer op whose weight belongs to no known module is treated as channel mixing.
+A rule finds the layer behind its node (the module owning the weight leaf, a saved
+running-mean buffer, or, for kinds that allow it, the module whose forward returned the
+node) and hands the node to that module's :class:`~razorlib.layers.LayerKind`, which binds
+the layer's channel axes.  What happens when no kind claims the op (a functional
+convolution, a matmul of two activations, a norm without a module) is the op's own
+knowledge and stays here.
 """
-from typing import Optional, Sequence, Tuple
+from typing import Any, Iterator, Optional, Sequence, Tuple
 
-import numpy as np
-import torch.nn as nn
-
+from ..layers import LayerKind
 from .basic_rules import Outputs, matmul, mixing, pass_through
 from .channels import InputInfo, TensorChannels
 from .context import TraceContext, output_shapes
 
+#: grad_fn name -> (input index of the layer's weight, whether a TBackward0 sits between).
+WEIGHT_INPUT = {
+    'ConvolutionBackward0': (1, False),
+    'AddmmBackward0': (2, True),
+    'MmBackward0': (1, True),
+    'EmbeddingBackward0': (0, False),
+    'NativeBatchNormBackward0': (1, False),
+    'CudnnBatchNormBackward0': (1, False),
+    'MiopenBatchNormBackward0': (1, False),
+    'NativeLayerNormBackward0': (1, False),
+    'NativeGroupNormBackward0': (1, False),
+}
+
 
 def _leaf(node, index: int, through_transpose: bool = False):
-    """The tensor behind input ``index`` of ``node`` if it is a leaf (a parameter)."""
+    """The tensor behind input ``index`` of ``node`` if it is a leaf (a parameter), also
+    through a transpose (``F.linear``) or a repeat (``F.instance_norm`` repeats its
+    affine parameters over the batch)."""
     if index >= len(node.next_functions):
         return None
     child = node.next_functions[index][0]
-    if child is not None and through_transpose and child.name() == 'TBackward0':
+    if child is not None and (through_transpose and child.name() == 'TBackward0' or
+                              child.name() == 'RepeatBackward0'):
         child = child.next_functions[0][0]
     return getattr(child, 'variable', None) if child is not None else None
 
 
-def _owner(ctx: TraceContext, tensor, types,
-           attr: str = 'weight') -> Optional[Tuple[str, nn.Module]]:
-    found = ctx.owner(tensor)
-    if found is None or found[1] != attr:
-        return None
-    module = ctx.modules.get(found[0])
-    return (found[0], module) if isinstance(module, types) else None
-
-
-def _bind_blocks(ctx: TraceContext, slots: np.ndarray, groups: int, reason: str) -> None:
-    blocks = slots.reshape(groups, -1)
-    ctx.bind(np.tile(blocks[0], groups - 1), blocks[1:].ravel(), reason)
-
-
-def convolution(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
-    """``ConvolutionBackward0`` of nn.Conv1d/2d/3d and nn.ConvTranspose1d/2d/3d.
-
-    - groups == 1: output channels are the layer's own slots.
-    - depthwise (groups == in_channels): output channel ``o`` reads input ``o // m``
-      (``m = out / in``), so the output slots are the input's, each repeated ``m`` times:
-      the conv is bound to its producer.
-    - group conv (1 < groups < in_channels): input and output channels are bound across
-      the groups, so every group keeps the same channels and the conv is cut equally.
-    """
-    found = _owner(ctx, _leaf(node, 1), nn.modules.conv._ConvNd)
-    if found is None:
-        return mixing(ctx, node, ins, 'convolution whose weight is not the weight of an '
-                      'nn.Conv*/nn.ConvTranspose* module')
-    name, conv = found
-    (out_shape, ) = output_shapes(node)
-    in_c, out_c, groups = conv.in_channels, conv.out_channels, conv.groups
-    in_slots = ctx.channel_input(ins[0], 1, in_c, name, node)
-    if groups == 1:
-        out_slots = ctx.layer_out(name, out_c)
-    elif groups == in_c:
-        out_slots = np.repeat(in_slots, out_c // in_c)
-    else:
-        reason = f'{name} is a group conv (groups={groups})'
-        _bind_blocks(ctx, in_slots, groups, reason)
-        out_slots = ctx.layer_out(name, out_c)
-        _bind_blocks(ctx, out_slots, groups, reason)
-    ctx.use(name, 'in', in_slots)
-    ctx.use(name, 'out', out_slots)
-    return [TensorChannels(out_shape, {1: out_slots})]
-
-
-def _linear(ctx: TraceContext, node, ins: Sequence[InputInfo], mat1: int,
-            mat2: int) -> Outputs:
-    found = _owner(ctx, _leaf(node, mat2, through_transpose=True), nn.Linear)
-    if found is None:
-        if node.name() == 'MmBackward0':
-            return matmul(ctx, node, [ins[mat1], ins[mat2]])
-        return mixing(ctx, node, ins, 'addmm whose weight is not an nn.Linear weight')
-    name, linear = found
-    (out_shape, ) = output_shapes(node)
-    in_slots = ctx.channel_input(ins[mat1], 1, linear.in_features, name, node)
-    out_slots = ctx.layer_out(name, linear.out_features)
-    ctx.use(name, 'in', in_slots)
-    ctx.use(name, 'out', out_slots)
-    return [TensorChannels(out_shape, {1: out_slots})]
-
-
-def addmm(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
-    """``AddmmBackward0``: nn.Linear with bias on 2-D input (on 3-D input it is wrapped in
-    views that merge and split the token dims, which the reshape rule follows)."""
-    return _linear(ctx, node, ins, mat1=1, mat2=2)
-
-
-def mm(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
-    """``MmBackward0``: nn.Linear without bias, or a plain matmul of activations."""
-    return _linear(ctx, node, ins, mat1=0, mat2=1)
-
-
-def embedding(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
-    """``EmbeddingBackward0``: the embedding dim is the layer's own output slots."""
-    found = _owner(ctx, _leaf(node, 0), nn.Embedding)
-    (out_shape, ) = output_shapes(node)
-    if found is None:
-        return mixing(ctx, node, ins, 'embedding whose weight is not an nn.Embedding weight')
-    name, emb = found
-    out_slots = ctx.layer_out(name, emb.embedding_dim)
-    ctx.use(name, 'out', out_slots)
-    return [TensorChannels(out_shape, {len(out_shape) - 1: out_slots})]
-
-
-def _norm_owner(ctx: TraceContext, node, types, weight_index: int,
-                buffer=None) -> Optional[str]:
-    for tensor, attr in ((_leaf(node, weight_index), 'weight'), (buffer, 'running_mean')):
-        found = _owner(ctx, tensor, types, attr)
-        if found is not None:
-            return found[0]
+def _returning_module(ctx: TraceContext, node) -> Optional[str]:
+    """The module whose forward returned the node's output, directly or through the one
+    view that consumes it (``F.instance_norm`` views its result back to the input's
+    shape)."""
     name = ctx.module_of_node(node)
-    return name if name is not None and isinstance(ctx.modules[name], types) else None
+    consumers = ctx.consumers.get(node, [])
+    if name is None and len(consumers) == 1 and consumers[0].name() == 'ViewBackward0':
+        name = ctx.module_of_node(consumers[0])
+    return name
 
 
-def _norm(ctx: TraceContext, node, ins, name: Optional[str], dim: int,
-          groups: int = 1) -> Outputs:
+def _candidates(ctx: TraceContext, node) -> Iterator[Tuple[str, Optional[str]]]:
+    """``(module name, attribute)`` of the tensors that may identify the layer; attribute
+    None for the module whose forward returned the node."""
+    index, through = WEIGHT_INPUT[node.name()]
+    for tensor in (_leaf(node, index, through), getattr(node, '_saved_running_mean', None)):
+        found = ctx.owner(tensor)
+        if found is not None:
+            yield found
+    name = _returning_module(ctx, node)
+    if name is not None:
+        yield name, None
+
+
+def find_layer(ctx: TraceContext, node) -> Optional[Tuple[str, Any, LayerKind]]:
+    """The layer whose kind claims ``node``: ``(name, module, kind)``, or None."""
+    op = node.name()
+    for name, attr in _candidates(ctx, node):
+        module = ctx.modules.get(name)
+        kind = ctx.kinds.kind_of(module) if module is not None else None
+        if kind is None or op not in kind.grad_fns:
+            continue
+        if attr in kind.weight_attrs or (attr is None and kind.trace_by_output):
+            return name, module, kind
+    return None
+
+
+def _traced_by_kind(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Optional[Outputs]:
+    found = find_layer(ctx, node)
+    if found is None:
+        return None
+    name, module, kind = found
+    traced = kind.trace(ctx, node, ins, name, module)
+    if traced is None:
+        return None
+    slots, dim = traced
     shapes = output_shapes(node)
-    if name is None:
-        if any(inp.channels is not None and inp.channels.slots for inp in ins[1:]):
-            ctx.freeze_all(ins, 'shape', node, 'normalisation whose affine parameters '
-                           'belong to no BatchNorm/GroupNorm/LayerNorm module')
-        return pass_through(ctx, node, ins[:1])
     out_shape = shapes[0]
-    slots = ctx.channel_input(ins[0], dim, out_shape[dim], name, node)
-    if 1 < groups < len(slots):
-        _bind_blocks(ctx, slots, groups, f'{name} normalises {groups} channel groups')
-    ctx.use(name, 'norm', slots)
     return [TensorChannels(out_shape, {dim % len(out_shape): slots})] + \
         [None] * (len(shapes) - 1)
 
 
-def batch_norm(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
-    """``NativeBatchNormBackward0``: per-channel, so its channels are its input's."""
-    name = _norm_owner(ctx, node, nn.modules.batchnorm._BatchNorm, 1,
-                       getattr(node, '_saved_running_mean', None))
-    return _norm(ctx, node, ins, name, 1)
+def convolution(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
+    """``ConvolutionBackward0``; without a layer kind (a functional conv), mixing."""
+    return _traced_by_kind(ctx, node, ins) or mixing(
+        ctx, node, ins, 'convolution whose weight belongs to no nn.Conv* or other module with a layer kind')
 
 
-def group_norm(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
-    """``NativeGroupNormBackward0``: channels are bound across the groups, so each group
-    keeps the same channels and ``num_groups`` still divides the pruned width."""
-    name = _norm_owner(ctx, node, nn.GroupNorm, 1)
-    return _norm(ctx, node, ins, name, 1, groups=int(node._saved_group))
+def addmm(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
+    """``AddmmBackward0``: a linear layer with bias on 2-D input (on N-D input it is
+    wrapped in views that merge and split the token dims, which the reshape rule
+    follows); without a layer kind, mixing."""
+    return _traced_by_kind(ctx, node, ins) or mixing(
+        ctx, node, ins, 'addmm whose weight belongs to no nn.Linear or other module with a layer kind')
+
+
+def mm(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
+    """``MmBackward0``: a linear layer without bias, or a plain matmul of activations."""
+    return _traced_by_kind(ctx, node, ins) or matmul(ctx, node, ins[:2])
+
+
+def embedding(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
+    """``EmbeddingBackward0``; without a layer kind, mixing."""
+    return _traced_by_kind(ctx, node, ins) or mixing(
+        ctx, node, ins, 'embedding whose weight belongs to no nn.Embedding or other module with a layer kind')
+
+
+def _unowned_norm(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
+    if any(inp.channels is not None and inp.channels.slots for inp in ins[1:]):
+        ctx.freeze_all(ins, 'shape', node, 'normalisation whose affine parameters belong to '
+                       'no module with a layer kind')
+    return pass_through(ctx, node, ins[:1])
+
+
+def norm(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
+    """Batch and group norms: the layer kind binds the channels; a norm no kind claims
+    (``F.batch_norm`` without a module, running statistics only) passes its channels
+    through unless its affine parameters carry slots."""
+    return _traced_by_kind(ctx, node, ins) or _unowned_norm(ctx, node, ins)
 
 
 def layer_norm(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
-    """``NativeLayerNormBackward0`` over the last dim (channels-last layouts, tokens).
-
-    Normalising over several trailing dims mixes the channels with them: frozen.
-    """
+    """``NativeLayerNormBackward0``: over one dim the layer kind binds the channels;
+    normalising over several trailing dims mixes the channels with them: frozen."""
     normalized = len(node._saved_normalized_shape)
     if normalized == 1:
-        return _norm(ctx, node, ins, _norm_owner(ctx, node, nn.LayerNorm, 1), -1)
+        return norm(ctx, node, ins)
     x = ins[0].channels
     (out_shape, ) = output_shapes(node)[:1]
     if x is None:
@@ -184,3 +164,7 @@ def prelu(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
     else:
         ctx.bind(x_slots, weight_slots, f'{node.name()} has a per-channel weight')
     return outs
+
+
+__all__ = ['WEIGHT_INPUT', 'find_layer', 'convolution', 'addmm', 'mm', 'embedding', 'norm',
+           'layer_norm', 'prelu']

@@ -19,6 +19,7 @@ tensors whose sizes the code read (``x.shape``, ``x.size(1)``).  After the walk,
 ``pruning/verify.py`` runs the model with exactly those groups pruned; a group none of
 them touches has nothing in the code that could size it by hand.
 """
+import itertools
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -27,7 +28,8 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 from .channels import TensorChannels
-from .context import LAYER_MODULES, TraceContext, normalize_dim
+from .context import TraceContext, normalize_dim
+from .layer_rules import find_layer
 from .rules import rule_for
 
 #: A view/split whose sizes torch derived from its input.
@@ -68,24 +70,40 @@ def _requested_sizes(args: Sequence[Any], kwargs: Dict[str, Any]) -> Optional[Tu
 
 
 class SizeWatch(TorchFunctionMode):
-    """Records, during a forward, how the model's code sizes its views and reads sizes.
+    """Records, during a forward, how the model's code sizes its views and reads sizes,
+    and the grad_fn of every tensor its torch calls return.
+
+    The autograd graph only links a node to its inputs, so a walk from the outputs never
+    meets an op whose result nothing uses (an SE gate multiplied into a map that is then
+    dropped, an ``add`` or ``cat`` computed and discarded).  Such an op still runs in the
+    pruned model and still needs its operands' channels to agree, so the tracer walks
+    from :attr:`created` too.  (A custom ``autograd.Function`` is not a torch call: its
+    node is seen only through the ops that consume its result or the module that
+    returns it.)  One mode does both jobs, so each torch call of the model pays for one.
 
     Attributes:
         requested: grad_fn of a view/reshape/expand output -> the sizes its call asked
             for, or :data:`COMPUTED` for flatten/chunk/``*_as`` calls.
         reads: ``(grad_fn, output_nr, tensor, dim)`` of every size the code read; ``dim``
             None when it read them all (``x.shape``).
-        untracked_sized: grad_fn of an op with operands autograd does not track -> whether
-            one of them is a tensor of more than one element (not a scalar).
+        untracked_sized: grad_fn of an op with an operand autograd does not track that is
+            a tensor of more than one element (not a scalar): one the code built with a
+            size of its own.
+        norm_shapes: grad_fn of an ``F.layer_norm`` output -> the ``normalized_shape``
+            object the code passed (a layer's own attribute follows its pruning).
+        created: every grad_fn seen, each once, in the order the forward created them.
 
     Example:
         >>> x = torch.randn(2, 8, requires_grad=True) * 1
         >>> with SizeWatch() as watch:
         ...     y, z = x.view(2, 2, 4), x.view(x.size(0), -1)
+        ...     _ = y + 1  # computed and dropped
         >>> watch.requested[y.grad_fn], watch.requested[z.grad_fn]
         ((2, 2, 4), (2, -1))
         >>> [dim for *_, dim in watch.reads]
         [0]
+        >>> [node.name() for node in watch.created]
+        ['ViewBackward0', 'ViewBackward0', 'AddBackward0']
     """
 
     def __init__(self):
@@ -93,15 +111,30 @@ class SizeWatch(TorchFunctionMode):
         self.requested: Dict[Any, Any] = {}
         self.reads: List[Tuple[Any, int, torch.Tensor, Optional[int]]] = []
         self.untracked_sized: Dict[Any, bool] = {}
+        self.norm_shapes: Dict[Any, Any] = {}
+        self._created: Dict[Any, None] = {}
+
+    @property
+    def created(self) -> List[Any]:
+        return list(self._created)
+
+    def seen(self, node) -> bool:
+        """Whether a torch call of the forward returned ``node``'s output."""
+        return node in self._created
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
+        for tensor in (out if isinstance(out, (tuple, list)) else (out, )):
+            if isinstance(tensor, torch.Tensor) and tensor.grad_fn is not None \
+                    and tensor.grad_fn not in self._created:
+                self._created[tensor.grad_fn] = None
+                self._note_operands(tensor.grad_fn, args, kwargs)
         kind = _WATCHED.get(func)
-        if kind is None:
-            self._note_operands(out, args, kwargs)
-            return out
-        if not args or not isinstance(args[0], torch.Tensor):
+        if kind is None or not args or not isinstance(args[0], torch.Tensor):
+            if func is F.layer_norm and isinstance(out, torch.Tensor):
+                self.norm_shapes[out.grad_fn] = args[1] if len(args) > 1 else \
+                    kwargs.get('normalized_shape')
             return out
         if kind == 'internal':
             self._note_internal_views(out, args)
@@ -129,17 +162,21 @@ class SizeWatch(TorchFunctionMode):
             self.requested[node] = COMPUTED
             stack.extend(child for child, _ in node.next_functions)
 
-    def _note_operands(self, out: Any, args: Sequence[Any], kwargs: Dict[str, Any]) -> None:
-        """For an op with operands autograd does not track, whether any of them is more
-        than a scalar (a tensor the code built with sizes of its own)."""
-        node = out.grad_fn if isinstance(out, torch.Tensor) else None
-        if node is None or all(child is not None for child, _ in node.next_functions):
+    def _note_operands(self, node, args: Sequence[Any], kwargs: Dict[str, Any]) -> None:
+        """Note ``node`` if an operand autograd does not track is more than a scalar."""
+        for arg in itertools.chain(args, kwargs.values()):
+            if type(arg) in (tuple, list):
+                if any(_untracked_sized(t) for t in arg):
+                    break
+            elif _untracked_sized(arg):
+                break
+        else:
             return
-        operands = list(args) + list(kwargs.values())
-        operands += [t for arg in operands if isinstance(arg, (tuple, list)) for t in arg]
-        self.untracked_sized[node] = any(
-            isinstance(t, torch.Tensor) and not t.requires_grad and t.numel() > 1
-            for t in operands)
+        self.untracked_sized[node] = True
+
+
+def _untracked_sized(t: Any) -> bool:
+    return isinstance(t, torch.Tensor) and not t.requires_grad and t.numel() > 1
 
 
 def _follows_channels(request: Any, out: Optional[TensorChannels]) -> bool:
@@ -153,9 +190,20 @@ def _follows_channels(request: Any, out: Optional[TensorChannels]) -> bool:
     return len(request) == out.ndim and all(request[d] == -1 for d in out.slots)
 
 
-def _owned_by_layer(ctx: TraceContext, node) -> bool:
-    name = ctx.module_of_node(node)
-    return name is not None and isinstance(ctx.modules[name], LAYER_MODULES)
+def _owned_by_layer(ctx: TraceContext, node, watch: SizeWatch) -> bool:
+    """Whether a norm's sizes come from a layer that slicing updates: the module that
+    returns it has a kind, or the kind of the module owning its weight claims it and the
+    code passed that module's own ``normalized_shape`` (``LayerNorm2d`` permuting around
+    ``F.layer_norm``)."""
+    if ctx.layer_kind(ctx.module_of_node(node)) is not None:
+        return True
+    found = find_layer(ctx, node)
+    if found is None:
+        return False
+    if node.name() == 'NativeLayerNormBackward0':
+        return watch.norm_shapes.get(node, node) is getattr(found[1], 'normalized_shape', None)
+    # a batch norm takes its sizes from its tensors; a group norm's group count is the code's
+    return 'BatchNorm' in node.name()
 
 
 def _node_is_sized_by_code(ctx: TraceContext, node, watch: SizeWatch,
@@ -164,9 +212,12 @@ def _node_is_sized_by_code(ctx: TraceContext, node, watch: SizeWatch,
     if rule.sizes == 'code':
         return not _follows_channels(watch.requested.get(node), channels.get((node, 0)))
     if rule.sizes == 'module':
-        return not _owned_by_layer(ctx, node)
-    return rule.kind in ('bind', 'concat') and watch.untracked_sized.get(node, any(
-        child is None for child, _ in node.next_functions))
+        return not _owned_by_layer(ctx, node, watch)
+    if rule.kind not in ('bind', 'concat'):
+        return False
+    if watch.seen(node):  # the call's operands were looked at
+        return node in watch.untracked_sized
+    return any(child is None for child, _ in node.next_functions)
 
 
 def _node_slots(ctx: TraceContext, node, channels: Channels) -> List[np.ndarray]:

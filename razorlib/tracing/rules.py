@@ -16,13 +16,20 @@ binding slots that must be pruned together and freezing those that cannot be pru
 An op missing from the table freezes the channels that reach it (kind ``unknown-op``),
 or raises :class:`TracingError` under ``strict=True``.
 
-To add a rule, map the grad_fn name (``tensor.grad_fn.name()``) to a :class:`Rule`
-here, with a test in ``tests/test_tracing/test_rules.py`` that builds the op and checks
-the slots it produces.
+The table is the ``TRACING_RULES`` registry (grad_fn name -> :class:`Rule`).  To add or
+override a rule from outside razorlib, register it under the grad_fn name
+(``tensor.grad_fn.name()``)::
+
+    TRACING_RULES.register_module('MyOpBackward0', module=Rule(my_rule, 'bind'),
+                                  force=True)
+
+Rules for the ops layers run on their weights live in the layer kinds
+(:mod:`razorlib.layers`); add a kind there, not a rule, for a new module type.
 """
 from dataclasses import dataclass
 from typing import Callable, Dict
 
+from ..registry import TRACING_RULES
 from . import basic_rules as basic
 from . import layer_rules as layer
 from . import shape_rules as shape
@@ -47,6 +54,9 @@ class Rule:
     kind: str
     keeps_pending: bool = False
     sizes: str = 'none'
+
+    def __call__(self, ctx, node, ins):
+        return self.fn(ctx, node, ins)
 
 
 PASS = Rule(basic.pass_through, 'pass', keeps_pending=True)
@@ -113,7 +123,7 @@ _MIXING_NAMES = ('IndexBackward0', 'IndexSelectBackward0', 'GatherBackward0',
                  'ScaledDotProductFlashAttentionBackward0',
                  'ScaledDotProductCudnnAttentionBackward0')
 
-RULES: Dict[str, Rule] = {
+_BUILT_IN: Dict[str, Rule] = {
     **{name: PASS for name in _PASS_NAMES},
     **{name: BIND for name in _BIND_NAMES},
     **{name: REDUCE for name in _REDUCE_NAMES},
@@ -142,17 +152,28 @@ RULES: Dict[str, Rule] = {
     'AddmmBackward0': Rule(layer.addmm, 'layer'),
     'MmBackward0': Rule(layer.mm, 'layer'),
     'EmbeddingBackward0': Rule(layer.embedding, 'layer'),
-    'NativeBatchNormBackward0': Rule(layer.batch_norm, 'layer', sizes='module'),
-    'CudnnBatchNormBackward0': Rule(layer.batch_norm, 'layer', sizes='module'),
-    'MiopenBatchNormBackward0': Rule(layer.batch_norm, 'layer', sizes='module'),
+    'NativeBatchNormBackward0': Rule(layer.norm, 'layer', sizes='module'),
+    'CudnnBatchNormBackward0': Rule(layer.norm, 'layer', sizes='module'),
+    'MiopenBatchNormBackward0': Rule(layer.norm, 'layer', sizes='module'),
     'NativeLayerNormBackward0': Rule(layer.layer_norm, 'layer', sizes='module'),
-    'NativeGroupNormBackward0': Rule(layer.group_norm, 'layer', sizes='module'),
+    'NativeGroupNormBackward0': Rule(layer.norm, 'layer', sizes='module'),
     'PreluKernelBackward0': Rule(layer.prelu, 'layer'),
 }
+
+for _name, _rule in _BUILT_IN.items():
+    TRACING_RULES.register_module(_name, module=_rule)
+
+#: The live table (the registry's dict): grad_fn name -> rule.
+RULES: Dict[str, Rule] = TRACING_RULES.module_dict
 
 UNKNOWN = Rule(basic.unknown, 'unknown')
 
 
 def rule_for(grad_fn_name: str) -> Rule:
-    """The rule for a grad_fn name; the freezing fallback for names not in the table."""
+    """The rule for a grad_fn name; the freezing fallback for names not in the table.
+
+    Example:
+        >>> rule_for('ReluBackward0').kind, rule_for('NoSuchBackward0').kind
+        ('pass', 'unknown')
+    """
     return RULES.get(grad_fn_name, UNKNOWN)

@@ -202,7 +202,8 @@ def split(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
 
     ``chunk`` (``SplitBackward0``) into equal parts binds the parts elementwise so every
     part keeps the same number of channels and ``chunk`` still splits evenly after
-    pruning (ShuffleNetV2).  Uneven parts and ``split(sizes)`` (``SplitWithSizesBackward0``,
+    pruning (ShuffleNetV2); a subnet must keep at least one channel of its input, so no
+    piece vanishes.  Uneven parts and ``split(sizes)`` (``SplitWithSizesBackward0``,
     sizes fixed in the model code) freeze the channels.
     """
     x = ins[0].channels
@@ -218,6 +219,9 @@ def split(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
             blocks = dim_slots.reshape(len(sizes), sizes[0])
             ctx.bind(np.tile(blocks[0], len(sizes) - 1), blocks[1:].ravel(),
                      f'{node.name()} chunks channels into {len(sizes)} equal parts')
+            after = ', '.join(ctx.neighbours(node)[0]) or 'the model input'
+            ctx.slots.require(dim_slots, f'the input of a chunk into {len(sizes)} pieces '
+                              f'({node.name()} after {after})')
             for part, block in zip(parts, blocks):
                 part[dim] = block
         else:

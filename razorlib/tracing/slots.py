@@ -68,6 +68,7 @@ class SlotTable:
     sources: List[SlotSource] = field(default_factory=list)
     bindings: List[_Binding] = field(default_factory=list)
     freezes: List[Tuple[np.ndarray, FrozenReason]] = field(default_factory=list)
+    required: List[Tuple[np.ndarray, str]] = field(default_factory=list)
     size: int = 0
 
     def allocate(self, size: int, kind: str, name: str) -> np.ndarray:
@@ -88,6 +89,16 @@ class SlotTable:
         """Mark ``slots`` (and everything bound to them) as never prunable."""
         if slots.size:
             self.freezes.append((slots, reason))
+
+    def require(self, slots: np.ndarray, what: str) -> None:
+        """Record that a subnet must keep at least one of ``slots``.
+
+        A layer's channel axis needs one channel, which the groups know from the layers'
+        uses; a rule records here what else would break with none (the input of a
+        ``chunk``, whose pieces would vanish).  ``what`` names it in error messages.
+        """
+        if slots.size:
+            self.required.append((slots, what))
 
     def classes(self) -> np.ndarray:
         """Label every slot with the smallest slot id it is (transitively) bound to."""

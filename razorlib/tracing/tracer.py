@@ -1,21 +1,25 @@
 """Trace a model: one forward, then an iterative walk of its autograd graph.
 
 Forward hooks map every module call's output grad_fn to the module.  The walk visits each
-node reachable from the outputs (and from every module output, so dead branches count)
-once, in topological order, and applies the node's channel rule: the cost is linear in
-nodes + edges, with no recursion and no enumeration of paths.
+node the forward created once, in topological order, and applies the node's channel rule:
+the nodes reachable from the outputs and module outputs first, then those whose results
+nothing uses (dead branches: they still run in the pruned model, so their operands'
+channels must still agree).  The cost is linear in nodes + edges, with no recursion and
+no enumeration of paths.
 """
 from collections import defaultdict
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 import torch.nn as nn
 
+from ..layers import LayerKindsArg, as_table
 from .channels import InputInfo, TensorChannels
 from .context import ChannelUse, TraceContext
-from .forward import default_example_inputs, record_forward
+from .forward import all_modules, default_example_inputs, record_forward
 from .literal_sizes import size_dependent_slots
 from .rules import rule_for
 from .slots import FrozenReason, SlotTable
@@ -51,7 +55,10 @@ class ChannelGraph:
 
 
 def _topological_order(roots: Sequence[Any]) -> Tuple[List[Any], Dict[Any, List[Any]]]:
-    """Nodes reachable from ``roots``, inputs first, and each node's consumers."""
+    """Nodes reachable from ``roots``, inputs first, and each node's consumers.
+
+    The last root is walked first: nodes reached from it come earliest in the order.
+    """
     order: List[Any] = []
     consumers: Dict[Any, List[Any]] = defaultdict(list)
     seen = set()
@@ -74,7 +81,8 @@ def _topological_order(roots: Sequence[Any]) -> Tuple[List[Any], Dict[Any, List[
 
 
 def trace(model: nn.Module, example_inputs: Any = None, strict: bool = False,
-          except_start_keys: Sequence[str] = (), meta: bool = True) -> ChannelGraph:
+          except_start_keys: Sequence[str] = (), meta: bool = True,
+          layer_kinds: LayerKindsArg = None) -> ChannelGraph:
     """Trace ``model`` into a :class:`ChannelGraph`.
 
     Args:
@@ -86,6 +94,8 @@ def trace(model: nn.Module, example_inputs: Any = None, strict: bool = False,
         except_start_keys: module-name prefixes whose output channels are never pruned.
         meta: run the forward on the ``meta`` device (shapes only) when the model allows
             it; False always computes on the real tensors.
+        layer_kinds: layer kinds for this trace only, over the registered ones
+            (:class:`~razorlib.layers.LayerKind` instances, classes, names or config dicts).
 
     Example:
         >>> import torch.nn as nn
@@ -94,28 +104,34 @@ def trace(model: nn.Module, example_inputs: Any = None, strict: bool = False,
         >>> sorted(u.name for u in graph.uses if u.role == 'out')
         ['0', '2']
     """
-    for name, module in model.named_modules():
+    modules = all_modules(model)
+    for name, module in modules:
         for buffer in MASK_BUFFERS:
             if buffer in module._buffers:
                 raise ValueError(f'module {name!r} already has a {buffer!r} buffer: the model '
                                  'was prepared by a pruner; call remove_masks(model) first')
     if example_inputs is None:
         example_inputs = default_example_inputs(model)
-    record = record_forward(model, example_inputs, meta)
+    record = record_forward(model, example_inputs, meta, modules)
     if not record.outputs:
         raise ValueError('the model outputs no tensor that depends on its parameters; '
                          'nothing to trace')
     pseudo_loss = sum(t.sum() for t in record.outputs)
-    ctx = TraceContext(model, strict, record.node_modules, record.owners)
-    roots = [pseudo_loss.grad_fn] + [node for node, _, _ in record.module_outputs]
+    ctx = TraceContext(model, strict, record.node_modules, record.owners,
+                       as_table(layer_kinds), modules=record.modules)
+    # Created nodes go first in the list, so they are walked last: the order (and so the
+    # slots and group ids) of everything the outputs reach does not depend on dead code.
+    roots = record.created + [pseudo_loss.grad_fn] + \
+        [node for node, _, _ in record.module_outputs]
     order, ctx.consumers = _topological_order(roots)
     channels = _walk(ctx, order)
     _freeze_outputs(ctx, channels, record.outputs)
     _freeze_dead_ends(ctx, channels, record.module_outputs)
     _freeze_excepted(ctx, except_start_keys)
+    _freeze_uncalled_layers(ctx, record.calls)
     size_dependent = size_dependent_slots(ctx, order, record.sizes, channels)
-    untraced = [name for name, m in model.named_modules()
-                if any(True for _ in m.parameters(recurse=False)) and name not in record.calls]
+    untraced = [name for name, m in record.modules.items() if name not in record.calls
+                and any(p is not None for p in m._parameters.values())]
     op_counts: Dict[str, int] = defaultdict(int)
     for node in order:
         op_counts[node.name()] += 1
@@ -132,24 +148,50 @@ def _input_info(ctx: TraceContext, channels: Dict, child, nr: int) -> InputInfo:
         return InputInfo(child, nr, tuple(variable.shape), None,
                          param=ctx.tensor_name(variable), tensor=variable,
                          resolve=lambda: ctx.leaf_channels(variable))
-    return InputInfo(child, nr, tuple(child._input_metadata[nr].shape),
-                     channels.get((child, nr)))
+    shape = tuple(child._input_metadata[nr].shape)
+    lazy = ctx.lazy_channels.get(child)
+    if lazy is not None and (child, nr) not in channels:
+        return InputInfo(child, nr, shape, None, resolve=lazy)
+    return InputInfo(child, nr, shape, channels.get((child, nr)))
+
+
+def _of_leaf_only(node) -> bool:
+    """A transpose of a parameter (``F.linear``'s ``weight.t()``)."""
+    return node.name() == 'TBackward0' and \
+        getattr(node.next_functions[0][0], 'variable', None) is not None
 
 
 def _walk(ctx: TraceContext, order: Sequence[Any]) -> Dict[Tuple[Any, int], TensorChannels]:
+    """Apply every node's rule in ``order``.
+
+    A transposed parameter is left to whoever reads it (:attr:`TraceContext.lazy_channels`):
+    a linear layer's kind reads its module's widths, not the transposed weight, so the
+    weight needs no slots, and most parameters of a transformer are such weights.
+    """
     channels: Dict[Tuple[Any, int], TensorChannels] = {}
     for node in order:
         if getattr(node, 'variable', None) is not None:
             continue
         rule = rule_for(node.name())
-        ins = [_input_info(ctx, channels, child, nr) for child, nr in node.next_functions]
-        if not rule.keeps_pending:
-            ins = [_settle_pending(ctx, node, inp) for inp in ins]
-        outs = rule.fn(ctx, node, ins)
-        for nr, meta in enumerate(node._input_metadata):
-            tc = outs[nr] if nr < len(outs) else None
-            channels[(node, nr)] = tc if tc is not None else TensorChannels(tuple(meta.shape))
+        if rule.kind == 'permute' and _of_leaf_only(node):
+            ctx.lazy_channels[node] = partial(_apply, ctx, channels, node, rule)
+            continue
+        _apply(ctx, channels, node, rule)
     return channels
+
+
+def _apply(ctx: TraceContext, channels: Dict, node, rule) -> Optional[TensorChannels]:
+    """Run ``rule`` on ``node`` and record its outputs' channels; returns output 0's."""
+    if (node, 0) in channels:
+        return channels[(node, 0)]
+    ins = [_input_info(ctx, channels, child, nr) for child, nr in node.next_functions]
+    if not rule.keeps_pending:
+        ins = [_settle_pending(ctx, node, inp) for inp in ins]
+    outs = rule.fn(ctx, node, ins)
+    for nr, meta in enumerate(node._input_metadata):
+        tc = outs[nr] if nr < len(outs) else None
+        channels[(node, nr)] = tc if tc is not None else TensorChannels(tuple(meta.shape))
+    return channels.get((node, 0))
 
 
 def _settle_pending(ctx: TraceContext, node, inp: InputInfo) -> InputInfo:
@@ -171,6 +213,9 @@ def _channels_of(ctx: TraceContext, channels: Dict, node, nr: int) -> Optional[T
     variable = getattr(node, 'variable', None)
     if variable is not None:
         return ctx.leaf_channels(variable)
+    lazy = ctx.lazy_channels.get(node)
+    if lazy is not None:
+        lazy()
     return channels.get((node, nr))
 
 
@@ -208,7 +253,7 @@ def _output_dims(ctx: TraceContext, channels: Dict,
         if use is None or tc is None or name in dims:
             continue
         for dim, slots in tc.slots.items():
-            if np.array_equal(slots, use.slots):
+            if slots is use.slots or np.array_equal(slots, use.slots):
                 dims[name] = dim - tc.ndim
                 break
     return dims
@@ -221,3 +266,15 @@ def _freeze_excepted(ctx: TraceContext, keys: Sequence[str]) -> None:
         if use.role in ('out', 'norm', 'param') and any(use.name.startswith(k) for k in keys):
             ctx.slots.freeze(use.slots, FrozenReason(
                 'except-key', use.name, 'excluded by except_start_keys'))
+
+
+def _freeze_uncalled_layers(ctx: TraceContext, calls: Dict[str, int]) -> None:
+    """Freeze the axes of layers whose weights an op used while their own forward never
+    ran (``F.linear(x, module.weight)``): masks live in the forward, so the masked
+    model could not follow their pruning."""
+    for use in ctx.uses.values():
+        if use.role != 'param' and use.name not in calls:
+            ctx.slots.freeze(use.slots, FrozenReason(
+                'mixing', use.name, f'{use.name}\'s weight is used outside its forward '
+                '(e.g. F.linear on it), where its channel masks cannot apply',
+                upstream=(use.name, )))

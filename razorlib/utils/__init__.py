@@ -1,7 +1,7 @@
 """Utilities: FLOPs / parameter counting, batch-norm statistics, atomic file writes."""
-from .batch_norm import preserved_bn_stats
+from .batch_norm import preserved_bn_stats, reestimate_bn_stats
 from .complexity import Complexity, count_params, get_model_complexity
 from .files import atomic_write_text
 
 __all__ = ['Complexity', 'atomic_write_text', 'count_params', 'get_model_complexity',
-           'preserved_bn_stats']
+           'preserved_bn_stats', 'reestimate_bn_stats']

@@ -1,98 +1,28 @@
 """FLOPs and parameter counts that know masked supernets and slimmed subnets.
 
-FLOPs here are multiply-accumulates of conv, transposed conv and linear layers plus one
-operation per normalised element, the convention of OpenMMLab's counters.  A masked
-module counts the channels its ``in_mask``/``out_mask`` keep, so a supernet set to a
-subnet reports what the sliced subnet will cost.
+Every module with a :class:`~razorlib.layers.LayerKind` is counted by its kind, at the
+widths its ``in_mask``/``out_mask`` keep; a bare parameter (layer scale, position
+embedding) at the entries its keep-masks keep.  So a supernet set to a subnet reports
+exactly what the sliced subnet has: parameters as ``sum(p.numel())`` of the slim model.
+
+FLOPs are multiply-accumulates of conv, transposed conv and linear layers (and attention
+projections) plus one operation per normalised element: OpenMMLab's convention.  The
+products of two activations (``QK^T``, ``AV`` in attention) are left out unless
+``attention=True``.
 """
 from dataclasses import dataclass
 from typing import Any, Dict, Optional
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
 
+from ..layers import (KindTable, LayerKindsArg, as_table, kept_param_size, kept_widths,
+                      param_mask_name)
 from ..tracing.forward import call_model, default_example_inputs
 
-
-def _kept(module: nn.Module, mask: str, full: int) -> int:
-    buffer = module._buffers.get(mask)
-    return int(buffer.count_nonzero()) if buffer is not None else full
-
-
-def _io(module: nn.Module):
-    """(kept input channels, kept output channels) of a conv/linear."""
-    if isinstance(module, nn.Linear):
-        return (_kept(module, 'in_mask', module.in_features),
-                _kept(module, 'out_mask', module.out_features))
-    return (_kept(module, 'in_mask', module.in_channels),
-            _kept(module, 'out_mask', module.out_channels))
-
-
-def _inputs_per_group(module: nn.modules.conv._ConvNd, kept_in: int) -> float:
-    if module.groups == module.in_channels:  # depthwise: one input per group
-        return 1
-    return kept_in / module.groups
-
-
-def conv_params(module: nn.modules.conv._ConvNd) -> int:
-    kept_in, kept_out = _io(module)
-    kernel = int(torch.tensor(module.kernel_size).prod())
-    per_out = _inputs_per_group(module, kept_in) * kernel
-    bias = kept_out if module.bias is not None else 0
-    return int(round(kept_out * per_out)) + bias
-
-
-def conv_flops(module: nn.modules.conv._ConvNd, x: torch.Tensor, output: torch.Tensor) -> int:
-    kept_in, kept_out = _io(module)
-    kernel = int(torch.tensor(module.kernel_size).prod())
-    if module.transposed:  # each input position scatters into (out / groups) * k outputs
-        positions = x.shape[0] * int(torch.tensor(x.shape[2:]).prod())
-        depthwise = module.groups == module.in_channels
-        per_input = kept_out / kept_in if depthwise else kept_out / module.groups
-        return int(round(positions * kept_in * per_input * kernel))
-    positions = output.shape[0] * int(torch.tensor(output.shape[2:]).prod())
-    return int(round(positions * kept_out * _inputs_per_group(module, kept_in) * kernel))
-
-
-def linear_params(module: nn.Linear) -> int:
-    kept_in, kept_out = _io(module)
-    return kept_in * kept_out + (kept_out if module.bias is not None else 0)
-
-
-def linear_flops(module: nn.Linear, x: torch.Tensor, output: torch.Tensor) -> int:
-    kept_in, kept_out = _io(module)
-    return (output.numel() // module.out_features) * kept_in * kept_out
-
-
-def _norm_channels(module: nn.Module) -> int:
-    if isinstance(module, nn.LayerNorm):
-        return module.normalized_shape[-1]
-    return getattr(module, 'num_features', getattr(module, 'num_channels', 0))
-
-
-def norm_params(module: nn.Module) -> int:
-    kept = _kept(module, 'out_mask', _norm_channels(module))
-    affine = sum(1 for name in ('weight', 'bias') if getattr(module, name, None) is not None)
-    return kept * affine
-
-
-def norm_flops(module: nn.Module, x: torch.Tensor, output: torch.Tensor) -> int:
-    channels = _norm_channels(module)
-    return output.numel() // max(channels, 1) * _kept(module, 'out_mask', channels)
-
-
-_COUNTERS = [
-    (nn.modules.conv._ConvNd, conv_params, conv_flops),
-    (nn.Linear, linear_params, linear_flops),
-    ((nn.modules.batchnorm._BatchNorm, nn.LayerNorm, nn.GroupNorm), norm_params, norm_flops),
-]
-
-
-def _counter(module: nn.Module):
-    for kind, params, flops in _COUNTERS:
-        if isinstance(module, kind):
-            return params, flops
-    return None
+__all__ = ['Complexity', 'count_params', 'get_model_complexity', 'human']
 
 
 @dataclass
@@ -113,25 +43,87 @@ def human(value: float) -> str:
     return f'{value:.0f}'
 
 
-def count_params(model: nn.Module) -> int:
-    """Parameters, with masked conv/linear/norm layers counted at their kept width."""
-    total, counted = 0, set()
+def _bare_param_size(module: nn.Module, attr: str, tensor: torch.Tensor) -> int:
+    kept = {}
+    for dim in range(tensor.dim()):
+        mask = module._buffers.get(param_mask_name(attr, dim))
+        if mask is not None:
+            kept[dim] = int(mask.count_nonzero())
+    return kept_param_size(tensor, kept)
+
+
+def count_params(model: nn.Module, layer_kinds: LayerKindsArg = None) -> int:
+    """Parameters, each layer counted by its kind at its kept widths and each bare
+    parameter at its kept entries.
+
+    Example:
+        >>> count_params(nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8)))
+        240
+    """
+    kinds = as_table(layer_kinds)
+    total, seen = 0, set()
     for module in model.modules():
-        found = _counter(module)
-        if found is not None:
-            total += found[0](module)
-            counted.update(id(p) for p in module.parameters(recurse=False))
-    return total + sum(p.numel() for p in model.parameters() if id(p) not in counted)
+        kind = kinds.kind_of(module)
+        if kind is not None:
+            own = list(module.parameters(recurse=False))
+            total += kind.params(module, kept_widths(module, kind.widths(module)))
+            # a weight tied to a module counted before (lm_head = embeddings) counts once
+            total -= sum(p.numel() for p in own if id(p) in seen)
+            seen.update(id(p) for p in own)
+            continue
+        for attr, param in module._parameters.items():
+            if param is not None and id(param) not in seen:
+                total += _bare_param_size(module, attr, param)
+                seen.add(id(param))
+    return total
+
+
+def _activation(tensor: Any) -> bool:
+    return isinstance(tensor, torch.Tensor) and not isinstance(tensor, nn.Parameter)
+
+
+class _AttentionProducts(TorchFunctionMode):
+    """Counts the multiply-accumulates of products of two activations: ``matmul``,
+    ``bmm``, ``@``, ``scaled_dot_product_attention`` and ``nn.MultiheadAttention``'s
+    ``F.multi_head_attention_forward`` (whose inner products the mode does not see)."""
+
+    MATMULS = (torch.matmul, torch.bmm, torch.Tensor.matmul, torch.Tensor.__matmul__,
+               torch.Tensor.bmm)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.flops = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if func in self.MATMULS and len(args) >= 2 and all(map(_activation, args[:2])):
+            a = args[0]
+            self.flops += out.numel() * a.shape[-1]
+        elif func is F.scaled_dot_product_attention:
+            q, k, v = args[:3]
+            scores = q.numel() // q.shape[-1] * k.shape[-2]
+            self.flops += scores * q.shape[-1] + scores * v.shape[-1]
+        elif func is F.multi_head_attention_forward:  # sequence-first (L, N, E)
+            q, k = args[:2]
+            self.flops += 2 * q.numel() * k.shape[0]
+        return out
 
 
 def get_model_complexity(model: nn.Module, example_inputs: Any = None,
-                         per_module: Optional[Dict[str, int]] = None) -> Complexity:
+                         per_module: Optional[Dict[str, int]] = None,
+                         layer_kinds: LayerKindsArg = None,
+                         attention: bool = False) -> Complexity:
     """Count FLOPs with one forward (eval mode, no grad) and parameters.
 
     Args:
         model: a dense, masked or slimmed model.
         example_inputs: tensor, tuple or dict for the forward; default 1x3x224x224.
-        per_module: if given, filled with the FLOPs of each counted module.
+        per_module: if given, filled with the FLOPs of each counted module (and
+            ``'<attention>'`` for attention products).
+        layer_kinds: layer kinds for this count, over the registered ones.
+        attention: also count products of two activations (attention's ``QK^T`` and
+            ``AV``, ``scaled_dot_product_attention``); OpenMMLab's counters do not.
 
     Example:
         >>> net = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.Flatten(), nn.Linear(8 * 16, 2))
@@ -141,23 +133,34 @@ def get_model_complexity(model: nn.Module, example_inputs: Any = None,
     """
     if example_inputs is None:
         example_inputs = default_example_inputs(model)
+    kinds: KindTable = as_table(layer_kinds)
     flops: Dict[str, int] = {}
     handles = []
     for name, module in model.named_modules():
-        found = _counter(module)
-        if found is not None:
-            def hook(mod, args, output, name=name, count=found[1]):
-                flops[name] = flops.get(name, 0) + count(mod, args[0], output)
-            handles.append(module.register_forward_hook(hook))
+        kind = kinds.kind_of(module)
+        if kind is not None:
+            def hook(mod, args, kwargs, output, name=name, kind=kind):
+                inputs = tuple(args) + tuple(v for v in kwargs.values()
+                                             if isinstance(v, torch.Tensor))
+                kept = kept_widths(mod, kind.widths(mod))
+                flops[name] = flops.get(name, 0) + kind.flops(mod, inputs, output, kept)
+            handles.append(module.register_forward_hook(hook, with_kwargs=True))
     training = model.training
+    products = _AttentionProducts()
     try:
         model.eval()
         with torch.no_grad():
-            call_model(model, example_inputs)
+            if attention:
+                with products:
+                    call_model(model, example_inputs)
+            else:
+                call_model(model, example_inputs)
     finally:
         model.train(training)
         for handle in handles:
             handle.remove()
+    if attention:
+        flops['<attention>'] = products.flops
     if per_module is not None:
         per_module.update(flops)
-    return Complexity(sum(flops.values()), count_params(model))
+    return Complexity(sum(flops.values()), count_params(model, kinds))

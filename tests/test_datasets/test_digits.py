@@ -20,6 +20,23 @@ def test_splits_are_disjoint_complete_and_deterministic():
     assert set(other_seed.indices) != set(train.indices)
 
 
+def test_a_test_split_is_held_out_deterministically_and_stratified():
+    splits = {s: DigitsDataset(s, test_ratio=0.2) for s in ('train', 'val', 'test')}
+    assert [len(d) for d in splits.values()] == [1077, 360, 360]
+    indices = [set(d.indices) for d in splits.values()]
+    assert set.union(*indices) == set(range(1797)) and sum(map(len, indices)) == 1797
+    again = DigitsDataset('test', test_ratio=0.2)
+    assert (again.indices == splits['test'].indices).all()
+    counts = torch.bincount(torch.tensor(splits['test'].labels), minlength=10)
+    assert counts.min() >= 35 and counts.max() <= 37
+
+
+def test_test_ratio_zero_leaves_train_and_val_as_they_were():
+    for split in ('train', 'val'):
+        plain, zero = DigitsDataset(split), DigitsDataset(split, test_ratio=0.0)
+        assert (plain.indices == zero.indices).all()
+
+
 def test_split_is_stratified():
     val = DigitsDataset('val')
     counts = torch.bincount(torch.tensor(val.labels), minlength=10)
@@ -75,7 +92,11 @@ def test_both_collates_feed_the_preprocessor():
 
 def test_bad_arguments_are_named():
     with pytest.raises(ValueError, match='split must be one of'):
+        DigitsDataset('tset')
+    with pytest.raises(ValueError, match="split 'test' needs test_ratio > 0"):
         DigitsDataset('test')
+    with pytest.raises(ValueError, match='must leave images for training'):
+        DigitsDataset('train', val_ratio=0.5, test_ratio=0.5)
     with pytest.raises(ValueError, match='in_channels'):
         DigitsDataset(in_channels=2)
 

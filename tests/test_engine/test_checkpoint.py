@@ -1,4 +1,5 @@
-"""mmengine checkpoints load with weights_only=True; anything else stays refused."""
+"""mmengine checkpoints load with weights_only=True; anything else stays refused; a
+checkpoint cut short or of another model is named as such."""
 import io
 import os
 import pickle
@@ -10,7 +11,9 @@ from mmengine.runner import Runner
 from mmengine.runner.checkpoint import _load_checkpoint
 
 import razorlib  # noqa: F401  (registers the globals)
+from doctest_helpers import assert_examples_pass
 from razorlib.engine import checkpoint_getattr
+from razorlib.engine.checkpoint_check import CheckpointError, check_fits, read_checkpoint
 
 
 @pytest.fixture(scope='module')
@@ -72,3 +75,37 @@ def test_getattr_answers_only_the_lookups_of_mmengine_checkpoints(owner, name):
     with pytest.raises(pickle.UnpicklingError, match='refusing getattr'):
         checkpoint_getattr(owner, name)
     assert checkpoint_getattr(HistoryBuffer, 'mean') is HistoryBuffer.mean
+
+
+def test_the_checks_examples_run():
+    assert_examples_pass('razorlib.engine.checkpoint_check')
+
+
+def test_read_checkpoint_names_what_is_wrong_with_the_file(checkpoint, tmp_path):
+    data = open(checkpoint, 'rb').read()
+    for size in (0, 10, len(data) // 2, len(data) - 1):  # cut anywhere
+        (tmp_path / 'cut.pth').write_bytes(data[:size])
+        with pytest.raises(CheckpointError, match=r'cut.pth: not a complete checkpoint \('):
+            read_checkpoint(tmp_path / 'cut.pth')
+    torch.save({'state_dict': {}, 'hook': os.system}, tmp_path / 'code.pth')
+    with pytest.raises(CheckpointError, match='code.pth: refused by weights-only loading '
+                       r'\(Trying to load unsupported GLOBAL posix.system'):
+        read_checkpoint(tmp_path / 'code.pth')
+    with pytest.raises(CheckpointError, match='checkpoint .*none.pth does not exist'):
+        read_checkpoint(tmp_path / 'none.pth')
+    # torch's legacy (non-zip) format cannot be memory-mapped; it is read as a whole
+    torch.save({'w': torch.ones(2)}, tmp_path / 'legacy.pth', _use_new_zipfile_serialization=False)
+    assert torch.equal(read_checkpoint(tmp_path / 'legacy.pth')['w'], torch.ones(2))
+    assert read_checkpoint(checkpoint)['meta']['epoch'] == 1
+
+
+def test_check_fits_accepts_a_partial_checkpoint_only_when_asked(tmp_path):
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 3))
+    head_swapped = dict(model.state_dict(), **{'1.weight': torch.zeros(5, 8),
+                                                '1.bias': torch.zeros(5)})
+    with pytest.raises(CheckpointError, match=r'2 tensors of another shape \(1.weight: '
+                       r'\(5, 8\) here, \(3, 8\) in the model, 1.bias'):
+        check_fits(model, head_swapped, 'ft.pth')
+    check_fits(model, head_swapped, 'ft.pth', partial=True)  # a new head: fine-tuning
+    with pytest.raises(CheckpointError, match=r"ft.pth: .*4 of the model's 4 tensors missing"):
+        check_fits(model, {'other.weight': torch.zeros(1)}, 'ft.pth', partial=True)

@@ -1,10 +1,12 @@
-"""check_config names the key at fault; prepare_cpu_distributed fixes mmengine's CPU traps."""
+"""load_config names the file and line of a syntax error; check_config names the key at
+fault; prepare_cpu_distributed fixes mmengine's CPU traps."""
 from pathlib import Path
 
 import pytest
 import torch.distributed as dist
 from mmengine.config import Config
 
+from doctest_helpers import assert_examples_pass
 from razorlib.engine.config import TEST_KEYS, ConfigError, check_config, load_config
 from razorlib.engine.distributed import prepare_cpu_distributed
 
@@ -70,6 +72,32 @@ def test_types_resolve_in_the_configs_default_scope(cfg):
 def test_a_missing_config_file_is_named(tmp_path):
     with pytest.raises(ConfigError, match='nope.py does not exist'):
         load_config(tmp_path / 'nope.py')
+
+
+def test_a_syntax_error_is_named_with_its_file_and_line(tmp_path):
+    (tmp_path / 'base.py').write_text(''.join(f'v{i} = {i}\n' for i in range(19))
+                                      + 'x = (\nwork_dir = None\n')
+    (tmp_path / 'child.py').write_text("_base_ = ['./base.py']\nwork_dir = 'w'\n")
+    (tmp_path / 'own.py').write_text("_base_ = ['./child.py']\nmodel = dict(type='AutoSlim'\n")
+    with pytest.raises(ConfigError, match=r"^line 2: '\(' was never closed: model = dict"):
+        load_config(tmp_path / 'own.py')
+    # mmengine's own parse of a base file says 'File "<unknown>", line 20'
+    with pytest.raises(ConfigError, match=f"^{tmp_path / 'base.py'}, line 20: "):
+        load_config(tmp_path / 'child.py')
+
+
+@pytest.mark.parametrize('text, message', [
+    ("x = undefined + 1\n", "the config failed while it ran: NameError: name 'undefined'"),
+    ("_base_ = ['./nope.py']\n", '_base_: .*nope.py does not exist'),
+])
+def test_a_config_that_fails_while_it_runs_is_one_error(tmp_path, text, message):
+    (tmp_path / 'cfg.py').write_text(text)
+    with pytest.raises(ConfigError, match=message):
+        load_config(tmp_path / 'cfg.py')
+
+
+def test_the_examples_run():
+    assert_examples_pass('razorlib.engine.config')
 
 
 def test_cpu_distributed_gets_device_ids_none(tmp_path):

@@ -1,5 +1,5 @@
 """Graphs from ONNX node lists, and running a pass with the executor before and after."""
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 import onnx
@@ -8,6 +8,7 @@ import torch
 from onnx import TensorProto, helper, numpy_helper
 
 from razorlib.ir import BaseGraph, TorchExecutor, from_onnx, to_onnx
+from razorlib.ir.passes import build_pass
 
 TOLERANCE = 1e-5
 
@@ -53,13 +54,20 @@ def assert_close(got: Sequence[torch.Tensor], expected: Sequence[torch.Tensor]) 
         torch.testing.assert_close(tensor, reference, atol=TOLERANCE, rtol=TOLERANCE)
 
 
-def run_pass(graph: BaseGraph, apply: Callable[[BaseGraph], int],
+def changes(graph: BaseGraph, graph_pass: Any) -> int:
+    """Run a pass (a registered name, a config dict or a pass); how many changes it made."""
+    result = build_pass(graph_pass)(graph)
+    assert result.graph is graph and result.modified == (result.changes > 0)
+    return result.changes
+
+
+def run_pass(graph: BaseGraph, graph_pass: Any,
              inputs: Optional[Sequence[torch.Tensor]] = None) -> int:
     """Apply a pass; the graph stays coherent and the executor's outputs stay the same."""
     inputs = random_inputs(graph) if inputs is None else inputs
     outputs = list(graph.outputs)
     expected = TorchExecutor(graph)(inputs)
-    changed = apply(graph)
+    changed = changes(graph, graph_pass)
     graph.check()
     assert list(graph.outputs) == outputs
     assert_close(TorchExecutor(graph)(inputs), expected)

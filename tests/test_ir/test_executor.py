@@ -1,10 +1,14 @@
-"""TorchExecutor: errors that name the node, hooks, tracing metadata, inputs, devices."""
+"""TorchExecutor: errors that name the node, hooks, tracing metadata, inputs and their
+shapes, devices."""
+import numpy as np
 import pytest
 import torch
 
 from razorlib.ir import (BaseGraph, TorchExecutor, UnsupportedOperationError,
                          find_unprovided_inputs, from_torch)
-from razorlib.ir.executor import OP_TABLE, register_function
+from razorlib.ir.executor import KERNELS, OP_TABLE, register_function
+from razorlib.ir.executor.shapes import InputShapeError
+from pass_helpers import node, onnx_graph
 from zoo import ZOO
 
 
@@ -158,8 +162,15 @@ def test_parameter_values_are_read_at_every_run():
 
 def test_kernels_registered_at_run_time_are_used(monkeypatch):
     monkeypatch.setitem(OP_TABLE, 'Twice', None)  # removed again after the test
-    register_function(lambda x: 2 * x, 'Twice')
+    register_function(lambda x: 2 * x, 'Twice', force=True)
     assert TorchExecutor(_chain('Twice'))(torch.tensor([4.0]))[0].item() == 8.0
+    assert KERNELS.get('Twice') is OP_TABLE['Twice']
+
+
+def test_a_kernel_registered_twice_needs_force(monkeypatch):
+    monkeypatch.setitem(OP_TABLE, 'Twice', OP_TABLE['Neg'])
+    with pytest.raises(KeyError, match='Twice is already registered in kernel'):
+        register_function(lambda x: 2 * x, 'Twice')
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason='needs CUDA')
@@ -169,3 +180,30 @@ def test_runs_on_cuda_like_on_cpu(se_graph):
     got = TorchExecutor(graph.copy(copy_value=True), device='cuda')(entry.example_inputs())
     assert got[0].device.type == 'cuda'
     torch.testing.assert_close(got[0].cpu(), expected[0], rtol=1e-4, atol=1e-5)
+
+
+def test_input_shapes_are_checked_and_dynamic_axes_kept_by_tracing():
+    weight = np.ones((4, 3), np.float32)
+    graph = onnx_graph([node('MatMul', ['x', 'w'], 'y'), node('Relu', ['y'], 'out')],
+                       {'x': ['batch', 4]}, {'out': None}, {'w': weight})
+    executor = TorchExecutor(graph)
+    executor.tracing_operation_meta(torch.ones(1, 4))
+    assert [graph.variables[name].shape for name in ('x', 'y', 'out')] == [('batch', 4),
+                                                                           ('batch', 3),
+                                                                           ('batch', 3)]
+    assert executor(torch.ones(7, 4))[0].shape == (7, 3)
+    with pytest.raises(InputShapeError, match=r"input 'x' expects shape \(batch, 4\), got "
+                       r'\(7, 5\); axis 1 is fixed to 4') as error:
+        executor(torch.ones(7, 5))
+    assert (error.value.input_name, error.value.expected, error.value.given) == (
+        'x', ('batch', 4), (7, 5))
+
+
+def test_a_kernel_error_keeps_its_type_and_names_the_operation(monkeypatch):
+    def boom(x):
+        raise ZeroDivisionError('no')
+
+    monkeypatch.setitem(OP_TABLE, 'Boom', lambda op, device: boom)
+    with pytest.raises(ZeroDivisionError, match='no') as error:
+        TorchExecutor(_chain('Relu', 'Boom'))(torch.ones(1))
+    assert error.value.__notes__ == ["Boom operation 'op1' of graph 'chain' failed"]

@@ -1,10 +1,9 @@
-"""GraphFormatter: truncation, dead-code removal, unshared parameters, constants."""
+"""The format passes: DeleteIsolated, FormatParameter, FormatConstant."""
 import numpy as np
 import torch
 from onnx import numpy_helper
 
-from razorlib.ir import GraphFormatter, TorchExecutor
-from pass_helpers import node, onnx_graph, op_types, random_inputs, run_pass
+from pass_helpers import changes, node, onnx_graph, op_types, random_inputs, run_pass
 
 W = np.random.default_rng(0).standard_normal((4, 3, 3, 3)).astype(np.float32)
 
@@ -19,39 +18,18 @@ def branching_graph():
         {'w': W, 'w2': [2.0], 'w3': [3.0]})
 
 
-def test_truncate_on_var_removes_what_the_variable_feeds():
-    graph = branching_graph()
-    inputs = random_inputs(graph)
-    (conv_out, ) = TorchExecutor(graph)(inputs, output_names=['c'])
-    removed = GraphFormatter(graph).truncate_on_var(graph.variables['c'])
-    # relu, neg and mul, their outputs and the parameter only mul read.
-    assert removed == 7
-    assert list(graph.operations) == ['c', 'dead', 'dead2'] and list(graph.outputs) == ['c']
-    assert 'w2' not in graph.variables and 'w' in graph.variables
-    graph.check()
-    torch.testing.assert_close(TorchExecutor(graph)(inputs)[0], conv_out)
-
-
-def test_truncate_on_var_can_leave_the_outputs_alone():
-    graph = branching_graph()
-    GraphFormatter(graph).truncate_on_var(graph.variables['n'], mark_as_output=False)
-    assert list(graph.outputs) == ['out'] and 'n' in graph.variables
-    assert op_types(graph) == ['Conv', 'Relu', 'Neg', 'Sigmoid', 'Mul']
-    graph.check()
-
-
 def test_delete_isolated_keeps_what_the_outputs_need():
     graph = branching_graph()
     graph.create_variable('loose')
     unused_input = graph.create_variable('unused', shape=(1, ))
     graph.mark_variable_as_graph_input(unused_input)
     inputs = random_inputs(graph)
-    removed = run_pass(graph, lambda g: GraphFormatter(g).delete_isolated(), inputs)
+    removed = run_pass(graph, 'delete_isolated', inputs)
     # dead, dead2, their outputs, w3 and loose; the unused graph input stays.
     assert removed == 6
     assert op_types(graph) == ['Conv', 'Relu', 'Neg', 'Mul']
     assert 'unused' in graph.inputs and 'loose' not in graph.variables
-    assert run_pass(graph, lambda g: GraphFormatter(g).delete_isolated(), inputs) == 0
+    assert run_pass(graph, 'delete_isolated', inputs) == 0
 
 
 def test_format_parameter_gives_each_reader_its_own_copy():
@@ -62,7 +40,7 @@ def test_format_parameter_gives_each_reader_its_own_copy():
         {'x': [1, 4, 6, 6]}, {'out': None},
         {'w': np.random.default_rng(1).standard_normal((4, 4, 3, 3)).astype(np.float32),
          'scale': [1.5]})
-    copies = run_pass(graph, lambda g: GraphFormatter(g).format_parameter())
+    copies = run_pass(graph, 'format_parameter')
     assert copies == 2
     ops = graph.operations
     assert [var.name for var in ops['b'].inputs] == ['a', 'w_1']
@@ -72,13 +50,13 @@ def test_format_parameter_gives_each_reader_its_own_copy():
     # The copies are tensors of their own.
     ops['b'].inputs[1].value.zero_()
     assert graph.variables['w'].value.abs().sum() > 0
-    assert GraphFormatter(graph).format_parameter() == 0
+    assert changes(graph, 'format_parameter') == 0
 
 
 def test_format_parameter_leaves_graph_inputs_shared():
     graph = onnx_graph([node('Add', ['x', 'w'], 'a'), node('Mul', ['a', 'w'], 'out')],
                        {'x': [2], 'w': [2]}, {'out': None}, {'w': [1.0, 2.0]})
-    assert GraphFormatter(graph).format_parameter() == 0
+    assert changes(graph, 'format_parameter') == 0
 
 
 def test_format_constant_turns_constants_into_parameters():
@@ -89,7 +67,7 @@ def test_format_constant_turns_constants_into_parameters():
          node('Mul', ['x', 'two'], 'doubled'), node('Reshape', ['doubled', 'shape'], 'r'),
          node('Add', ['r', 'bias'], 'out')],
         {'x': [6]}, {'out': None})
-    assert run_pass(graph, lambda g: GraphFormatter(g).format_constant()) == 3
+    assert run_pass(graph, 'format_constant') == 3
     assert op_types(graph) == ['Mul', 'Reshape', 'Add']
     shape = graph.variables['shape']
     assert shape.is_parameter and shape.source_op is None and shape.value.tolist() == [2, 3]
@@ -98,5 +76,5 @@ def test_format_constant_turns_constants_into_parameters():
 
 def test_format_constant_keeps_constants_it_cannot_hold():
     graph = onnx_graph([node('Constant', [], 'label', value_string='kept')], {}, {'label': None})
-    assert GraphFormatter(graph).format_constant() == 0
+    assert changes(graph, 'format_constant') == 0
     assert op_types(graph) == ['Constant']

@@ -127,5 +127,21 @@ def test_steps_must_be_positive():
 
 
 def test_unknown_observer_is_refused():
-    with pytest.raises(ValueError, match='unknown observer'):
+    with pytest.raises(KeyError, match="no observer 'median'"):
         set_activation_observer(minmax_graph(), 'median')
+    with pytest.raises(KeyError, match="no observer 'median'"):
+        calibrate(minmax_graph(), [torch.ones(2)], observer_options={'median': {}})
+
+
+def test_in_place_functions_return_their_graph_so_calls_chain():
+    from razorlib.quantization import (bake_parameters, dequantize_graph, dispatch_graph,
+                                       render_passive_configs, restore_quantize_state)
+    graph = float_graph()
+    assert dispatch_graph(graph, 'TRT_INT8') is graph
+    graph = float_graph()
+    assert quantize_graph(graph, 'ORT_INT8') is graph
+    assert set_activation_observer(graph, 'minmax') is graph
+    assert calibrate(graph, batches(2), progress=False) is graph
+    for function in (render_passive_configs, bake_parameters, dequantize_graph,
+                     restore_quantize_state):
+        assert function(graph) is graph, function.__name__

@@ -77,14 +77,23 @@ def test_redispatching_replaces_earlier_platforms():
 
 
 def test_unknown_dispatcher_lists_the_known_ones():
-    with pytest.raises(ValueError, match="unknown dispatcher 'fancy'; known dispatchers: "
-                       'aggressive, allin, conservative, pointwise'):
+    with pytest.raises(KeyError, match="no dispatcher 'fancy' in razorlib's registry; "
+                       'registered: AggressiveDispatcher, .*, aggressive, allin, conservative, '
+                       'pointwise'):
         dispatch_graph(dispatcher_graph(), T, 'fancy')
+
+
+def test_dispatchers_are_built_from_names_dicts_or_taken_as_they_are():
+    by_name = placement(dispatch_graph(dispatcher_graph(), T, 'allin'))
+    assert placement(dispatch_graph(dispatcher_graph(), T, 'AllInDispatcher')) == by_name
+    assert placement(dispatch_graph(dispatcher_graph(), T, dict(type='allin'))) == by_name
+    built = DISPATCHERS.build(dict(type='AllInDispatcher'))
+    assert placement(dispatch_graph(dispatcher_graph(), T, built)) == by_name
 
 
 @pytest.mark.parametrize('kwargs,parameter', [
     (dict(dispatcher=3), 'dispatcher'),
-    (dict(dispatcher=DISPATCHERS['allin']), 'dispatcher'),
+    (dict(dispatcher=DISPATCHERS.get('allin')), 'dispatcher'),
     (dict(dispatching_table=[('conv1', 'FP32')]), 'dispatching_table'),
     (dict(platform=8), 'platform'),
     (dict(graph='graph'), 'graph'),
@@ -105,7 +114,9 @@ def test_platform_must_be_a_quantized_one():
 def test_table_entries_are_validated():
     with pytest.raises(ValueError, match=r"names operations not in graph 'dispatch': \['nope'\]"):
         dispatch_graph(dispatcher_graph(), T, dispatching_table={'nope': 'FP32'})
-    with pytest.raises(ValueError, match='QDQ_ONNX is not a platform an operation runs on'):
+    with pytest.raises(ValueError, match='UNSPECIFIED is not a platform an operation runs on'):
+        DispatchingTable({'conv1': 'UNSPECIFIED'})
+    with pytest.raises(ValueError, match="no platform named 'QDQ_ONNX'"):  # an export format
         DispatchingTable({'conv1': 'QDQ_ONNX'})
     with pytest.raises(TypeError, match='operation names must be strings'):
         DispatchingTable({1: 'FP32'})
@@ -128,7 +139,7 @@ def test_table_is_a_readable_mapping():
     assert repr(table) == "DispatchingTable({'a': 'FP32', 'b': 'SOI'})"
 
 
-def test_custom_dispatchers_register_by_name():
+def test_custom_dispatchers_register_by_class_and_short_name():
     @register_dispatcher
     class ComputeOnly(GraphDispatcher):
         name = 'compute_only'
@@ -137,12 +148,14 @@ def test_custom_dispatchers_register_by_name():
             return {name for name, op in graph.operations.items() if op.type == 'Conv'}
 
     try:
-        graph = dispatch_graph(dispatcher_graph(), T, 'compute_only')
-        assert [n for n, p in placement(graph).items() if p == T] == ['conv1', 'conv2']
-        with pytest.raises(ValueError, match="dispatcher 'compute_only' is registered already"):
+        for key in ('compute_only', 'ComputeOnly', dict(type='ComputeOnly')):
+            graph = dispatch_graph(dispatcher_graph(), T, key)
+            assert [n for n, p in placement(graph).items() if p == T] == ['conv1', 'conv2']
+        with pytest.raises(KeyError, match='compute_only is already registered in dispatcher'):
             register_dispatcher(type('Other', (GraphDispatcher, ), {'name': 'compute_only'}))
     finally:
-        del DISPATCHERS['compute_only']
+        for key in ('compute_only', 'ComputeOnly'):
+            DISPATCHERS.module_dict.pop(key, None)
 
 
 def test_empty_graph():

@@ -1,5 +1,7 @@
-"""export_graph: QDQ ONNX structure, onnxruntime agreement, TensorRT JSON, no mutation."""
+"""export_graph: QDQ ONNX structure, onnxruntime agreement, TensorRT JSON, no mutation,
+the format a platform's name stands for."""
 import json
+import os
 
 import onnx
 import pytest
@@ -131,11 +133,40 @@ def test_a_quantized_graph_output_keeps_its_name():
 
 def test_errors(tmp_path):
     graph = calibrated(float_graph(), 'ORT_INT8')
-    with pytest.raises(ValueError, match='not an export platform; export to one of QDQ_ONNX'):
-        export_graph(graph, tmp_path / 'x.onnx', 'TRT_INT8')
+    with pytest.raises(KeyError, match="'FP32' is no export format .*registered export formats"):
+        export_graph(graph, tmp_path / 'x.onnx', 'FP32')
     with pytest.raises(ValueError, match='TensorRT dynamic ranges are per-tensor and symmetric'):
         export_graph(graph, tmp_path / 'x.onnx', 'TRT_JSON')
     for op in graph.operations.values():
         op.opset = Opset(11)
     with pytest.raises(ValueError, match='needs opset 13 or later'):
         export_graph(graph, tmp_path / 'x.onnx')
+
+
+def op_types(model):
+    return [node.op_type for node in model.graph.node]
+
+
+def test_a_platform_names_its_format_and_none_names_the_graphs(tmp_path):
+    graph = calibrated(float_graph(), 'TRT_INT8')
+    qdq = op_types(export_graph(graph, tmp_path / 'qdq.onnx', 'QDQ_ONNX'))
+    assert 'QuantizeLinear' in qdq
+    assert op_types(export_graph(graph, tmp_path / 'trt.onnx', 'TRT_INT8')) == qdq
+    assert op_types(export_graph(graph, tmp_path / 'default.onnx')) == qdq
+    assert op_types(export_graph(graph, tmp_path / 'dict.onnx', dict(type='QDQ_ONNX'))) == qdq
+    plain = op_types(export_graph(float_graph(), tmp_path / 'plain.onnx'))  # not quantized
+    assert 'QuantizeLinear' not in plain and plain == op_types(export_onnx(graph))
+    ort = calibrated(float_graph(), 'ORT_INT8')
+    assert op_types(export_graph(ort, tmp_path / 'ort.onnx')) == op_types(
+        export_graph(ort, tmp_path / 'ort_qdq.onnx', 'ORT_INT8'))
+
+
+def test_trt_json_never_writes_both_files_to_one_path(tmp_path):
+    graph = calibrated(float_graph(), 'TRT_INT8')
+    model = export_graph(graph, tmp_path / 'ranges.json', platform='TRT_JSON')
+    assert sorted(os.listdir(tmp_path)) == ['ranges.json', 'ranges.onnx']
+    assert onnx.load(tmp_path / 'ranges.onnx').graph == model.graph
+    ranges = json.loads((tmp_path / 'ranges.json').read_text())['act_quant_info']
+    assert ranges == pytest.approx(activation_ranges(graph))
+    export_graph(graph, tmp_path / 'bare', dict(type='TRT_JSON'))
+    assert {'bare.onnx', 'bare.json'} <= set(os.listdir(tmp_path))

@@ -70,10 +70,15 @@ def test_build_observer_follows_the_config():
     assert isinstance(observer, PercentileObserver)
     assert (observer.channel_axis, observer.percentile) == (1, 99.0)
     assert build_observer(TensorQuantizationConfig()).channel_axis is None
-    with pytest.raises(ValueError, match="unknown observer 'fancy'; known observers: kl, "
+    with pytest.raises(KeyError, match="no observer 'fancy' in razorlib's registry; registered: "
+                       'KLObserver, MSEObserver, MinMaxObserver, PercentileObserver, kl, '
                        'minmax, mse, percentile'):
         build_observer(TensorQuantizationConfig(observer_algorithm='fancy'))
-    assert sorted(OBSERVERS) == ['kl', 'minmax', 'mse', 'percentile']
+    for cls in (KLObserver, MinMaxObserver, MSEObserver, PercentileObserver):
+        assert OBSERVERS.get(cls.name) is OBSERVERS.get(cls.__name__) is cls
+    by_class = build_observer(TensorQuantizationConfig(observer_algorithm='PercentileObserver'),
+                              percentile=99.0)
+    assert isinstance(by_class, PercentileObserver) and by_class.percentile == 99.0
 
 
 def test_percentile_ignores_an_outlier():

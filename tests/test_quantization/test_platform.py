@@ -1,10 +1,10 @@
-"""TargetPlatform, its kinds and the helpers that accept a platform or its name."""
+"""TargetPlatform, its kinds, the export formats, and the helpers that accept names."""
 import pytest
 
 from razorlib.ir import UNSPECIFIED_PLATFORM
-from razorlib.quantization import (QUANTIZABLE_OP_TYPES, PlatformKind, TargetPlatform,
-                                   as_platform, is_export_platform, is_float_platform,
-                                   is_quantized_platform)
+from razorlib.quantization import (DEFAULT_EXPORT_FORMATS, QUANTIZABLE_OP_TYPES, ExportFormat,
+                                   PlatformKind, TargetPlatform, as_export_format, as_platform,
+                                   is_float_platform, is_quantized_platform)
 
 
 def test_every_platform_has_a_kind():
@@ -13,8 +13,6 @@ def test_every_platform_has_a_kind():
         'TRT_INT8': PlatformKind.QUANTIZED, 'ORT_INT8': PlatformKind.QUANTIZED,
         'FP32': PlatformKind.FLOATING, 'FP16': PlatformKind.FLOATING,
         'SOI': PlatformKind.SHAPE_OR_INDEX, 'UNSPECIFIED': PlatformKind.UNSPECIFIED,
-        'ONNX': PlatformKind.EXPORT, 'QDQ_ONNX': PlatformKind.EXPORT,
-        'TRT_JSON': PlatformKind.EXPORT,
     }
 
 
@@ -25,7 +23,6 @@ def test_operations_default_platform_converts():
 @pytest.mark.parametrize('helper,true_for', [
     (is_quantized_platform, {'TRT_INT8', 'ORT_INT8'}),
     (is_float_platform, {'FP32', 'FP16'}),
-    (is_export_platform, {'ONNX', 'QDQ_ONNX', 'TRT_JSON'}),
 ])
 def test_helpers_accept_members_and_names(helper, true_for):
     assert {p.name for p in TargetPlatform if helper(p)} == true_for
@@ -44,3 +41,16 @@ def test_every_quantized_platform_lists_its_op_types():
     for types in QUANTIZABLE_OP_TYPES.values():
         assert {'Conv', 'Gemm', 'MatMul', 'Concat', 'Relu'} <= types
     assert 'Softmax' not in QUANTIZABLE_OP_TYPES[TargetPlatform.TRT_INT8]
+
+
+def test_export_formats_are_named_by_themselves_or_by_a_quantized_platform():
+    assert {item.name for item in ExportFormat} == {'ONNX', 'QDQ_ONNX', 'TRT_JSON'}
+    assert set(DEFAULT_EXPORT_FORMATS) == set(QUANTIZABLE_OP_TYPES)
+    assert as_export_format('trt_json') is ExportFormat.TRT_JSON
+    assert as_export_format('TRT_INT8') is as_export_format(TargetPlatform.ORT_INT8) \
+        is ExportFormat.QDQ_ONNX
+    with pytest.raises(ValueError, match="'FP32' is no export format .* and no quantized "
+                       'platform'):
+        as_export_format('FP32')
+    with pytest.raises(TypeError, match='^format must be an ExportFormat'):
+        as_export_format(3)

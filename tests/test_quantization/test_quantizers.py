@@ -6,7 +6,9 @@ from razorlib.ir import Operation, QuantableOperation
 from razorlib.ir import QuantizationProperty as P
 from razorlib.ir import QuantizationStates as S
 from razorlib.quantization import (QUANTIZERS, ORTQDQQuantizer, TargetPlatform, TensorRTQuantizer,
-                                   quantize_graph)
+                                   quantize_graph, quantizer_class)
+from razorlib.quantization.quantizers import LINK_PASSES, ShareScales
+from razorlib.registry import GRAPH_PASSES
 
 from quant_graphs import GraphBuilder, conv_concat_graph, residual_graph
 
@@ -128,8 +130,20 @@ def test_link_counts():
     for name in ('conv_a', 'relu_a', 'conv_b', 'concat'):  # undispatched ops are accepted
         quantizer.quantize_operation(name)
     # readers: x (conv_a, conv_b), relu_a -> concat, conv_b -> concat
-    assert quantizer.link_configs() == {'fuse_activations': 1, 'share_scales': 2,
-                                        'master_biases': 2, 'join_variable_readers': 3}
+    graph = quantizer.graph
+    links = {link.__name__: link(quantizer)(graph).changes for link in LINK_PASSES}
+    assert links == {'FuseActivations': 1, 'ShareScales': 2, 'MasterBiases': 2,
+                     'JoinVariableReaders': 3}
+    assert not quantizer.link_configs().modified  # linked already: nothing left to link
+
+
+def test_link_configs_runs_the_link_passes_through_a_pass_manager():
+    quantizer = ORTQDQQuantizer(conv_concat_graph())
+    for name in ('conv_a', 'relu_a', 'conv_b', 'concat'):
+        quantizer.quantize_operation(name)
+    result = quantizer.link_configs()
+    assert result.graph is quantizer.graph and (result.modified, result.changes) == (True, 8)
+    assert GRAPH_PASSES.get('share_scales') is GRAPH_PASSES.get('ShareScales') is ShareScales
 
 
 def test_fp32_and_soi_ops_are_left_untouched():
@@ -174,17 +188,20 @@ def test_quantize_operation_refuses():
 
 
 def test_quantize_graph_refuses():
-    with pytest.raises(ValueError, match="unknown quantizer 'FP32'; known quantizers: ORT_INT8, "
-                       'TRT_INT8'):
+    with pytest.raises(KeyError, match="no quantizer 'FP32' in razorlib's registry"):
         quantize_graph(conv_concat_graph(), TargetPlatform.FP32)
     graph = quantize_graph(conv_concat_graph(), 'TRT_INT8')
     with pytest.raises(ValueError, match='is quantized already'):
         quantize_graph(graph, 'TRT_INT8')
 
 
-def test_quantizers_are_registered_by_platform():
-    assert QUANTIZERS == {TargetPlatform.TRT_INT8: TensorRTQuantizer,
-                          TargetPlatform.ORT_INT8: ORTQDQQuantizer}
+def test_quantizers_are_registered_by_platform_and_class_name():
+    assert quantizer_class(TargetPlatform.TRT_INT8) is QUANTIZERS.get('TRT_INT8') \
+        is QUANTIZERS.get('TensorRTQuantizer') is TensorRTQuantizer
+    assert quantizer_class('ORT_INT8') is ORTQDQQuantizer
+    with pytest.raises(KeyError, match="no quantizer 'FP16'.*registered: ORTQDQQuantizer, "
+                       'ORT_INT8, TRT_INT8, TensorRTQuantizer'):
+        quantizer_class('FP16')
 
 
 def test_copies_keep_the_links():

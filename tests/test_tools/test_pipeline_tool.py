@@ -1,16 +1,32 @@
 """tools/pipeline.py end to end (one epoch per training step): every tool runs in turn
-and the table pairs each searched subnet with a uniform-width subnet of the same FLOPs."""
+and the table pairs each searched subnet with a uniform-width subnet of the same FLOPs;
+from a fixed NAS subnet, its model is trained, quantized, pruned and fine-tuned."""
 import importlib.util
 import json
 from pathlib import Path
 
-TOOL = Path(__file__).parents[2] / 'tools' / 'pipeline.py'
+import pytest
+from mmengine.config import Config
+
+ROOT = Path(__file__).parents[2]
+TOOL = ROOT / 'tools' / 'pipeline.py'
+SUBNET_CFG = ROOT / 'configs' / 'nas' / 'spos' / 'spos_shufflenet_digits_subnet.py'
+#: A subnet of the SPOS digits space (configs/nas/_base_/spos_shufflenet_digits_space.py).
+SUBNET = {'backbone.stages.0.1': 'shuffle_xception', 'backbone.stages.0.2': 'shuffle_5x5',
+          'backbone.stages.1.1': 'shuffle_3x3', 'backbone.stages.1.2': 'shuffle_7x7',
+          'backbone.stages.1.3': 'shuffle_xception', 'backbone.stages.2.1': 'shuffle_3x3',
+          'backbone.stages.2.2': 'shuffle_7x7'}
 
 
-def test_pipeline_runs_every_step_and_pairs_subnets_with_uniform_baselines(tmp_path):
+def load_tool():
     spec = importlib.util.spec_from_file_location('pipeline_tool', TOOL)
     tool = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tool)
+    return tool
+
+
+def test_pipeline_runs_every_step_and_pairs_subnets_with_uniform_baselines(tmp_path):
+    tool = load_tool()
     assert tool.main(['--work-dir', str(tmp_path), '--supernet-epochs', '1',
                       '--finetune-epochs', '1', '--seeds', '2']) == 0
     result = json.loads((tmp_path / 'pipeline.json').read_text())
@@ -29,3 +45,70 @@ def test_pipeline_runs_every_step_and_pairs_subnets_with_uniform_baselines(tmp_p
     assert 'uniform, same FLOPs' in log and 'searched 1.20M' in log
     assert 'top-1 of each fine-tune seed' in log
     assert (tmp_path / 'subnet0' / 'finetune_seed1').is_dir()
+
+
+def test_the_pipeline_reads_the_searched_subnets_from_the_results_json(tmp_path):
+    """The FLOPs targets and files come from ``chosen`` of the search's results JSON, as
+    DumpSubnetHook writes it, largest target first; no file names are parsed."""
+    from razorlib.engine.loops import SearchResult, SubnetRecord
+
+    tool = load_tool()
+    records = {f'pick{i}': SubnetRecord({'conv': i}, 100 * i, 10, 90.0) for i in (1, 2)}
+    result = SearchResult(list(records.values()), records, [],
+                          limits={'pick1': {'flops': 150.0}, 'pick2': {'flops': 250.0}})
+    result.files = {name: tmp_path / f'{name}.yaml' for name in records}
+    (tmp_path / 'search_results.json').write_text(json.dumps(result.to_dict(tmp_path)))
+    assert tool.searched_subnets(tmp_path / 'search_results.json') == [
+        (250.0, tmp_path / 'pick2.yaml'), (150.0, tmp_path / 'pick1.yaml')]
+
+
+@pytest.mark.slow
+def test_the_pipeline_starts_from_a_fixed_subnet(tmp_path):
+    """--from-subnet: the subnet config's model trains, quantizes, prunes to half its
+    FLOPs, fine-tunes (a sub_model of the fixed subnet) and quantizes again."""
+    from razorlib.nas import FixedSubnet
+
+    subnet = tmp_path / 'subnet.yaml'
+    FixedSubnet(SUBNET).dump(subnet)
+    run = tmp_path / 'run'
+    assert load_tool().main([
+        '--work-dir', str(run), '--from-subnet', str(SUBNET_CFG), '--cfg-options',
+        f'model.fix_subnet={subnet}', '--train-epochs', '1', '--finetune-epochs', '1',
+        '--seeds', '1', '--prune-flops', '0.5']) == 0
+    rows = json.loads((run / 'pipeline.json').read_text())['rows']
+    assert [row['subnet'] for row in rows] == ['subnet', 'pruned 0.5 FLOPs']
+    trained, pruned = rows
+    assert pruned['flops'] <= 0.5 * trained['flops'] and pruned['params'] < trained['params']
+    for row in rows:
+        assert 0 <= row['int8_top1'] <= 100 and row['latency_ms'] > 0
+    tune = Config.fromfile(str(run / 'pruned0' / 'finetune_config.py'))
+    assert tune.model.type == 'sub_model' and tune.model.architecture.type == 'nas_subnet'
+    assert tune.model.architecture.fix_subnet == str(subnet)
+    assert tune.load_from == str(run / 'pruned0' / 'prune' / 'slim.pth')
+    assert 'pruned 0.5 FLOPs' in (run / 'pipeline.log').read_text()
+
+
+def test_from_subnet_refuses_a_missing_subnet_file_before_any_step(tmp_path):
+    missing = tmp_path / 'nope.yaml'
+    assert load_tool().main(['--work-dir', str(tmp_path / 'run'), '--from-subnet',
+                             str(SUBNET_CFG), '--cfg-options',
+                             f'model.fix_subnet={missing}']) == 2
+    assert f'model.fix_subnet {missing} does not exist' in \
+        (tmp_path / 'run' / 'pipeline.log').read_text()
+    assert not (tmp_path / 'run' / 'logs').exists()
+
+
+def test_cfg_options_are_for_from_subnet_only():
+    with pytest.raises(SystemExit):
+        load_tool().parse_args(['--cfg-options', 'model.fix_subnet=x.yaml'])
+
+
+def test_set_epochs_stretches_the_schedulers_that_ended_with_the_old_schedule():
+    cfg = Config(dict(train_cfg=dict(max_epochs=20, val_interval=20), param_scheduler=[
+        dict(type='LinearLR', by_epoch=False, begin=0, end=50),
+        dict(type='CosineAnnealingLR', T_max=20, by_epoch=True, begin=0, end=20)]))
+    load_tool().set_epochs(cfg, 3)
+    assert cfg.train_cfg.max_epochs == cfg.train_cfg.val_interval == 3
+    assert cfg.default_hooks.checkpoint.interval == 3
+    assert cfg.param_scheduler[0].end == 50  # iteration-based warm-up left alone
+    assert cfg.param_scheduler[1].T_max == cfg.param_scheduler[1].end == 3

@@ -1,11 +1,14 @@
 """tools/prune.py: a built-in model, or a trained supernet sliced to a subnet file."""
 import random
+import re
+
+import pytest
 
 import torch
 from mmengine.config import Config
 from mmengine.registry import init_default_scope
 
-from conftest import TINY, load_tool
+from conftest import TINY, LogCapture, load_tool
 from razorlib.models import PlainCNN
 from razorlib.pruning import slim_model
 from razorlib.registry import MODELS
@@ -50,16 +53,103 @@ def test_a_supernet_subnet_becomes_a_slim_model_without_the_supernet(tiny_supern
     assert slim.backbone.stages[1].conv.out_channels < 16
 
 
-def test_a_bad_subnet_file_is_reported_with_its_key(tiny_supernet, tmp_path):
+def test_a_bad_subnet_file_is_reported_with_its_key(tiny_supernet, tmp_path, monkeypatch):
     (tmp_path / 'subnet.yaml').write_text(
         'version: 1\nmodules:\n  backbone.stages.0.conv: {out_channels: 4}\n')
-    code = load_tool('prune').main([str(TINY), str(tiny_supernet), '--subnet',
-                                    str(tmp_path / 'subnet.yaml'), '--work-dir', str(tmp_path)])
+    tool = load_tool('prune')
+    log = LogCapture(tool, monkeypatch)
+    code = tool.main([str(TINY), str(tiny_supernet), '--subnet', str(tmp_path / 'subnet.yaml'),
+                      '--work-dir', str(tmp_path / 'out')])
     assert code == 2
-    assert "modules.backbone.stages.0.conv: missing key 'raw_out_channels'" in \
-        (tmp_path / 'prune.log').read_text()
+    assert "modules.backbone.stages.0.conv: missing key 'raw_out_channels'" in log.text
+    assert not (tmp_path / 'out').exists()  # refused before anything is written
 
 
-def test_config_mode_needs_a_checkpoint_and_a_subnet(tmp_path):
-    assert load_tool('prune').main([str(TINY), '--work-dir', str(tmp_path)]) == 2
-    assert 'needs CHECKPOINT and --subnet' in (tmp_path / 'prune.log').read_text()
+def test_config_mode_needs_a_checkpoint_and_a_subnet(tmp_path, monkeypatch):
+    tool = load_tool('prune')
+    log = LogCapture(tool, monkeypatch)
+    assert tool.main([str(TINY), '--work-dir', str(tmp_path / 'out')]) == 2
+    assert 'needs CHECKPOINT and --subnet' in log.text
+    assert not (tmp_path / 'out').exists()
+
+
+def kept_counts(log):
+    """Group id -> (kept, channels) from the tool's 'kept channels per group' lines."""
+    lines = log.split('kept channels per group:')[1].splitlines()[1:]
+    counts = {}
+    for line in lines:
+        match = re.search(r' - INFO -   (\S+): (\d+)/(\d+)$', line)
+        if match is None:
+            break
+        counts[match[1]] = (int(match[2]), int(match[3]))
+    return counts
+
+
+def ratio_row(log):
+    """The params, FLOPs and latency ratios of the tool's cost table."""
+    row = next(line for line in log.splitlines() if ' - INFO - ratio ' in line)
+    return [float(v) for v in row.split(' - INFO - ratio ')[1].split()]
+
+
+def test_a_flops_budget_with_a_data_criterion_ranked_globally(tmp_path):
+    code = load_tool('prune').main(['--model', 'plain_cnn', '--input-size', '16', '--flops',
+                                    '0.4', '--importance', 'taylor', '--global', '--round-to',
+                                    '4', '--data-batches', '2', '--work-dir', str(tmp_path)])
+    assert code == 0
+    log = (tmp_path / 'prune.log').read_text()
+    assert 'taylor channels, global) to flops 0.4; 2 data batches' in log
+    counts = kept_counts(log)
+    assert len(counts) == 3 and all(k % 4 == 0 or k == n for k, n in counts.values())
+    params, flops, latency = ratio_row(log)
+    assert flops <= 0.4 and params < 1 and latency > 0
+    assert 'latency' in log and log.count('OK') == 2
+    assert 'batch norms of the slim model re-estimated on 2 batches' in log
+    slim = slim_model(PlainCNN(num_classes=10), tmp_path / 'channel_cfg.yaml')
+    slim.load_state_dict(torch.load(tmp_path / 'slim.pth'))
+
+
+def test_the_data_config_gives_the_batches(tmp_path):
+    config = tmp_path / 'data.py'
+    config.write_text("train_dataloader = dict(batch_size=8, num_workers=0, "
+                      "collate_fn=dict(type='default_collate'), "
+                      "sampler=dict(type='DefaultSampler', shuffle=False), "
+                      "dataset=dict(type='DigitsDataset', split='train', test_ratio=0.2))\n")
+    code = load_tool('prune').main(['--model', 'plain_cnn', '--input-size', '16', '--ratio',
+                                    '0.5', '--importance', 'activation', '--data-config',
+                                    str(config), '--data-batches', '3', '--work-dir',
+                                    str(tmp_path / 'out')])
+    assert code == 0
+    log = (tmp_path / 'out' / 'prune.log').read_text()
+    assert '3 data batches' in log  # the 8x8 digits resized to the 16x16 input
+    assert all(k == n // 2 for k, n in kept_counts(log).values())
+
+
+def test_a_latency_budget_is_searched_on_the_runtime(tmp_path, monkeypatch):
+    monkeypatch.setenv('RAZORLIB_CACHE_DIR', str(tmp_path / 'cache'))
+    code = load_tool('prune').main(['--model', 'plain_cnn', '--input-size', '16', '--latency',
+                                    '0.85', '--work-dir', str(tmp_path / 'out')])
+    assert code == 0
+    log = (tmp_path / 'out' / 'prune.log').read_text()
+    assert 'latency search on torch: measured fractions' in log
+    assert len(list((tmp_path / 'cache' / 'latency').glob('PlainCNN-*.json'))) == 1
+
+
+def test_an_unreachable_budget_exits_2_and_writes_nothing(tmp_path):
+    code = load_tool('prune').main(['--model', 'plain_cnn', '--input-size', '16', '--flops',
+                                    '0.01', '--max-ratio', '0.5', '--work-dir',
+                                    str(tmp_path / 'out')])
+    assert code == 2 and not (tmp_path / 'out').exists()
+
+
+def test_budget_options_are_refused_where_they_do_not_apply(tiny_supernet, tmp_path,
+                                                            monkeypatch):
+    tool = load_tool('prune')
+    log = LogCapture(tool, monkeypatch)
+    code = tool.main([str(TINY), str(tiny_supernet), '--subnet', 'x.yaml', '--flops', '0.5',
+                      '--work-dir', str(tmp_path / 'out')])
+    assert code == 2 and '--flops: for --model only' in log.text
+    assert not (tmp_path / 'out').exists()
+    with pytest.raises(SystemExit):
+        tool.parse_args(['--pruner', 'RatioPruner', '--importance', 'taylor'])
+    with pytest.raises(SystemExit):
+        tool.parse_args(['--flops', '0.5', '--params', '0.5'])

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from mmengine.config import Config
 from mmengine.registry import init_default_scope
 
-from conftest import TINY, load_tool
+from conftest import REPO, TINY, load_tool
 from razorlib.datasets import DigitsDataset
 from razorlib.pruning import L1NormPruner
 from razorlib.registry import MODELS
@@ -106,6 +106,65 @@ def test_an_autoslim_checkpoint_at_full_width_and_at_a_subnet(tiny_supernet, tmp
     assert widths[0] == [8, 16] and all(a < b for a, b in zip(widths[1], widths[0]))
 
 
+PTQ_CONFIG = """
+_base_ = ['./digits_cnn.py']
+ptq = dict(platform='ORT_INT8', observer=dict(type='PercentileObserver', percentile=99.9),
+           dispatcher=dict(type='ConservativeDispatcher'), calib_steps=4, dynamic_batch=True,
+           export=dict(type='QDQ_ONNX'))
+calib_dataloader = dict(batch_size=50, num_workers=0, collate_fn=dict(type='default_collate'),
+                        dataset=dict(type='DigitsDataset', split='train'),
+                        sampler=dict(type='DefaultSampler', shuffle=False))
+"""
+
+
+def test_a_ptq_config_sets_the_quantization(trained, tmp_path):
+    config, checkpoint, _ = trained
+    ptq_config = config.parent / 'digits_cnn_ptq.py'
+    ptq_config.write_text(PTQ_CONFIG)
+    code, results = run(ptq_config, checkpoint, tmp_path)
+    assert code == 0
+    settings = results['settings']
+    assert settings['platform'] == results['platform'] == 'ORT_INT8'
+    assert settings['observer'] == {'type': 'PercentileObserver', 'percentile': 99.9}
+    assert settings['calib_steps'] == 8  # --calib-steps 8 of run() overrides ptq.calib_steps
+    log = (tmp_path / 'ptq.log').read_text()
+    assert '8 calibration batches of (50, 3, 8, 8)' in log and 'ORT_INT8' in log
+    model = onnx.load(results['onnx'])
+    assert model.graph.input[0].type.tensor_type.shape.dim[0].dim_param == 'batch'
+    top1 = results['top1']
+    assert abs(top1['int8_onnxruntime'] - top1['fp32']) <= 1.0
+
+
+@pytest.mark.parametrize('name', ['autoslim_plaincnn_digits_trt_int8.py',
+                                  'autoslim_plaincnn_digits_ort_int8_kl.py'])
+def test_the_shipped_ptq_configs_run(name, tmp_path):
+    config = REPO / 'configs' / 'quantization' / 'ptq' / name
+    init_default_scope('razorlib')
+    torch.manual_seed(0)
+    supernet = MODELS.build(Config.fromfile(str(config)).model)  # untrained: a smoke test
+    torch.save(supernet.state_dict(), tmp_path / 'supernet.pth')
+    code, results = run(config, tmp_path / 'supernet.pth', tmp_path / 'out')
+    assert code == 0
+    expected = Config.fromfile(str(config)).ptq
+    assert results['settings']['platform'] == expected.platform
+    assert results['settings']['observer'] == dict(expected.observer)
+    assert set(results['top1']) == {'fp32', 'int8_simulated', 'int8_onnxruntime'}
+
+
+def test_trt_json_export_and_a_static_batch(trained, tmp_path):
+    config, checkpoint, _ = trained
+    code, results = run(config, checkpoint, tmp_path, '--export-format', 'TRT_JSON',
+                        '--no-dynamic-batch')
+    assert code == 0
+    assert sorted(path.name for path in tmp_path.glob('digits_cnn_int8.*')) == [
+        'digits_cnn_int8.json', 'digits_cnn_int8.onnx']
+    assert set(results['top1']) == {'fp32', 'int8_simulated'}  # no INT8 model for onnxruntime
+    assert results['settings']['dynamic_batch'] is False
+    model = onnx.load(results['onnx'])
+    assert model.graph.input[0].type.tensor_type.shape.dim[0].dim_value == 32
+    assert abs(results['top1']['int8_simulated'] - results['top1']['fp32']) <= 0.5
+
+
 def test_mistakes_are_reported_with_exit_code_2(trained, tmp_path):
     config, checkpoint, _ = trained
     code, _ = run(config, tmp_path / 'missing.pth', tmp_path)
@@ -114,9 +173,15 @@ def test_mistakes_are_reported_with_exit_code_2(trained, tmp_path):
     torch.save({'head.fc.weight': torch.zeros(3, 3)}, tmp_path / 'other.pth')
     code, _ = run(config, tmp_path / 'other.pth', tmp_path / 'other')
     assert code == 2
-    assert 'Missing key(s) in state_dict' in (tmp_path / 'other' / 'ptq.log').read_text()
+    assert 'other.pth: not a checkpoint of this ImageClassifier' in \
+        (tmp_path / 'other' / 'ptq.log').read_text()
     (tmp_path / 'subnet.yaml').write_text(
         'version: 1\nmodules:\n  backbone.stages.0.conv: {out_channels: 4}\n')
     code, _ = run(config, checkpoint, tmp_path / 'bad', '--subnet', str(tmp_path / 'subnet.yaml'))
     assert code == 2
     assert "missing key 'raw_out_channels'" in (tmp_path / 'bad' / 'ptq.log').read_text()
+    bad_ptq = config.parent / 'bad_ptq.py'
+    bad_ptq.write_text("_base_ = ['./digits_cnn.py']\nptq = dict(observers='kl')\n")
+    code, _ = run(bad_ptq, checkpoint, tmp_path / 'bad_ptq')
+    assert code == 2
+    assert 'ptq.observers: no such setting' in (tmp_path / 'bad_ptq' / 'ptq.log').read_text()

@@ -1,12 +1,18 @@
-"""tools/search.py: YAMLs, results JSON, plot and table; resume; errors name the bad key."""
+"""tools/search.py: YAMLs, results JSON, plot and table; resume, overwrite and Ctrl-C;
+errors name the bad key."""
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 from conftest import REPO, TINY, LogCapture, load_tool
 from mmengine.registry import init_default_scope
 
-from razorlib.engine.config import check_config, load_config
+from razorlib.engine.config import ConfigError, check_config, load_config
 from razorlib.engine.loops import SubnetRecord
 from razorlib.registry import MODELS
 
@@ -26,7 +32,8 @@ def png_width(path: Path) -> int:
 
 
 def search_config(path: Path, search_cfg) -> str:
-    """A search config on top of the tiny supernet config."""
+    """A search config on top of the tiny supernet config (no hooks: the tool adds the
+    DumpSubnetHook)."""
     lines = [f'_base_ = [{str(TINY)!r}]', 'custom_hooks = []']
     if search_cfg is not None:
         lines.append(f'search_cfg = {search_cfg!r}')
@@ -50,7 +57,8 @@ def test_greedy_search_writes_subnets_results_plot_and_a_table(tiny_supernet, tm
     assert all({'flops', 'params', 'score', 'widths'} <= set(r) for r in results['records'])
     assert len(results['uniform']) == 11 and results['uniform_full_val'] == results['uniform']
     chosen = results['chosen']['subnet_flops60000']
-    assert chosen['full_val']['flops'] == chosen['search']['flops'] <= 60000
+    assert chosen['file'] == 'subnet_flops60000.yaml' and chosen['limits'] == {'flops': 60000}
+    assert results['chosen_full_val']['subnet_flops60000']['flops'] == chosen['flops'] <= 60000
     assert (work_dir / 'search_plot.png').read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
     assert png_width(work_dir / 'search_plot.png') == PANEL_WIDTH  # top-1 only
     log = next(work_dir.glob('*/*.log')).read_text()
@@ -98,6 +106,52 @@ def test_resume_continues_an_evolution_search(tiny_supernet, tmp_path):
     assert (tmp_path / 'evo' / 'best_subnet.yaml').is_file()
 
 
+def test_a_saved_search_is_neither_restarted_nor_overwritten_without_being_told(
+        tiny_supernet, tmp_path, monkeypatch):
+    tool = load_tool('search')
+    assert run(tool, tiny_supernet, EVOLUTION, tmp_path / 'evo') == 0
+    state = tmp_path / 'evo' / 'search_state.json'
+    saved = state.read_text()
+    log = LogCapture(tool, monkeypatch)
+    assert run(tool, tiny_supernet, EVOLUTION, tmp_path / 'evo') == 2
+    assert f'{state}: a search was saved here (1 generation(s) done); pass --resume' in log.text
+    assert '--overwrite to start again' in log.text and state.read_text() == saved
+    assert run(tool, tiny_supernet, EVOLUTION, tmp_path / 'evo', 'search_cfg.max_epochs=2',
+               '--overwrite') == 0
+    assert json.loads(state.read_text())['generation'] == 2  # started at generation 0
+
+
+def test_resume_without_a_saved_search_names_the_file(tiny_supernet, tmp_path, monkeypatch):
+    tool = load_tool('search')
+    log = LogCapture(tool, monkeypatch)
+    assert run(tool, tiny_supernet, EVOLUTION, tmp_path / 'none', '--resume') == 2
+    assert f"--resume: {tmp_path / 'none' / 'search_state.json'} does not exist" in log.text
+
+
+def test_ctrl_c_ends_with_one_line_saying_how_to_resume(tiny_supernet, tmp_path):
+    """SIGINT once a generation is saved: no traceback, exit 130, and the line names the
+    state file and the command that continues the search."""
+    work_dir = tmp_path / 'sigint'
+    config = search_config(tmp_path / 'sigint_search.py', dict(EVOLUTION, max_epochs=1000))
+    command = [sys.executable, str(REPO / 'tools' / 'search.py'), config, str(tiny_supernet),
+               '--work-dir', str(work_dir)]
+    process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True,
+                               env=dict(os.environ, PYTHONPATH=str(REPO)))
+    state = work_dir / 'search_state.json'
+    deadline = time.monotonic() + 120
+    while not state.is_file() and time.monotonic() < deadline and process.poll() is None:
+        time.sleep(0.2)
+    process.send_signal(signal.SIGINT)
+    output, _ = process.communicate(timeout=60)
+    assert process.returncode == 130, output[-3000:]
+    assert 'Traceback' not in output and 'KeyboardInterrupt' not in output
+    lines = [line for line in output.splitlines() if 'interrupted' in line]
+    assert len(lines) == 1
+    assert f'is in {state}: continue with `python tools/search.py {config} ' in lines[0]
+    assert lines[0].endswith(f'--work-dir {work_dir} --resume`')
+
+
 @pytest.mark.parametrize('search_cfg, extra, message', [
     (None, (), "search_cfg: missing; this tool needs"),
     (dict(type='ValLoop'), (), "search_cfg.type: 'ValLoop' is not a search loop"),
@@ -138,3 +192,62 @@ def test_the_search_configs_fit_their_supernet(name):
     narrowest = supernet.flops_params().flops
     limits = cfg.search_cfg.get('target_flops') or [cfg.search_cfg.constraints.flops]
     assert all(narrowest < limit < widest for limit in limits)
+
+
+EXTPROJ = REPO / 'tests' / 'data' / 'configs' / 'extproj_autoslim_search.py'
+
+
+def test_another_projects_config_trains_validates_and_searches_with_razorlib(
+        tmp_path, run_python):
+    """extproj stands in for mmpretrain (docs/mm_projects.md): its head calls
+    ``set_pred_score`` on razorlib's data samples in validation, and the search runs as
+    ``razorlib.GreedySearchLoop`` under the project's default scope."""
+    script = (
+        'import importlib.util, sys\n'
+        'from pathlib import Path\n'
+        'from mmengine.config import Config\n'
+        'from mmengine.runner import Runner\n'
+        'config, work = sys.argv[1], Path(sys.argv[2])\n'
+        'cfg = Config.fromfile(config)\n'  # custom_imports imports razorlib and extproj
+        'cfg.work_dir = str(work / "train")\n'
+        'runner = Runner.from_cfg(cfg)\n'
+        'runner.train()\n'
+        'print("top1", runner.message_hub.get_scalar("val/accuracy/top1").current())\n'
+        'spec = importlib.util.spec_from_file_location("search", "tools/search.py")\n'
+        'tool = importlib.util.module_from_spec(spec)\n'
+        'spec.loader.exec_module(tool)\n'
+        'print("search exit", tool.main([config, str(work / "train" / "epoch_3.pth"),\n'
+        '                                "--work-dir", str(work / "search")]))\n')
+    result = run_python('-c', script, str(EXTPROJ), str(tmp_path), timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert 'search exit 0' in result.stdout, result.stdout[-3000:] + result.stderr[-3000:]
+    top1 = float(next(line.split()[1] for line in result.stdout.splitlines()
+                      if line.startswith('top1')))
+    assert top1 > 40  # validation ran through the predicting head of the project
+    results = json.loads((tmp_path / 'search' / 'search_results.json').read_text())
+    assert set(results['chosen']) == {'subnet_flops25000', 'subnet_flops12000'}
+    assert all(entry['flops'] <= entry['limits']['flops']
+               for entry in results['chosen'].values())
+
+
+@pytest.mark.parametrize('options, message', [
+    ({'search_cfg.type': 'GreedySearchLoop'},
+     "search_cfg.type: 'GreedySearchLoop' is not registered in the loop registry (scope "
+     "'extproj'); scope 'razorlib' registers it: write type='razorlib.GreedySearchLoop'"),
+    ({'default_scope': 'razorlib'},
+     "model.architecture.width: ImageClassifier takes no argument 'width'; it takes "),
+    ({'default_scope': 'razorlib'},
+     "default_scope 'razorlib' picked razorlib.models.classifiers.image_classifier."
+     "ImageClassifier, and scope 'extproj' has another 'ImageClassifier': write "
+     "type='extproj.ImageClassifier', or set default_scope='extproj'"),
+    ({'model.pruner.type': 'razorlib.RatioPruner'}, None),
+])
+def test_another_projects_config_is_checked_in_its_scope(monkeypatch, options, message):
+    monkeypatch.syspath_prepend(str(REPO / 'tests' / 'data'))
+    cfg = load_config(EXTPROJ, options)
+    if message is None:
+        check_config(cfg, load_tool('search').SEARCH_KEYS)
+        return
+    with pytest.raises(ConfigError) as info:
+        check_config(cfg, load_tool('search').SEARCH_KEYS)
+    assert message in str(info.value)

@@ -14,4 +14,4 @@ def test_test_tool_names_a_missing_checkpoint(tmp_path, monkeypatch):
     tool = load_tool('test')
     log = LogCapture(tool, monkeypatch)
     assert tool.main([str(TINY), str(tmp_path / 'none.pth')]) == 2
-    assert 'checkpoint: ' in log.text and 'none.pth does not exist' in log.text
+    assert 'checkpoint ' in log.text and 'none.pth does not exist' in log.text

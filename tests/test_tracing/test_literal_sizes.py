@@ -128,3 +128,40 @@ def test_views_inside_a_linear_on_tokens_follow_the_channels():
     traced = Traced(ChannelsLast(), X)
     assert set(traced.groups.prunable) == {'conv', 'fc'}
     assert traced.groups.size_dependent == []
+
+
+class LayerNorm2d(nn.LayerNorm):
+    """ConvNeXt's channels-first LayerNorm: ``F.layer_norm`` between two permutes, with
+    the module's own ``normalized_shape`` (or, in a faulty copy, a literal)."""
+
+    literal = False
+
+    def forward(self, x):
+        shape = (8, ) if self.literal else self.normalized_shape
+        x = F.layer_norm(x.permute(0, 2, 3, 1), shape, self.weight, self.bias, self.eps)
+        return x.permute(0, 3, 1, 2)
+
+
+@pytest.mark.parametrize('literal, dependent', [(False, []), (True, ['conv'])])
+def test_a_layer_norm_called_with_its_modules_shape_follows_the_channels(literal, dependent):
+    probe = Probe(lambda m, y: m.norm(y))
+    probe.norm = LayerNorm2d(8)
+    probe.norm.literal = literal
+    traced = Traced(probe, X)
+    assert traced.groups.size_dependent == dependent
+    assert traced.group_of('conv').norms == ['norm']
+
+
+class LiteralGroupNorm(nn.GroupNorm):
+    """A GroupNorm whose forward passes a literal group count and scales the result."""
+
+    def forward(self, x):
+        return F.group_norm(x, 8, self.weight, self.bias) * 2
+
+
+def test_a_group_norm_with_a_literal_group_count_is_size_dependent():
+    probe = Probe(lambda m, y: m.gn(y))
+    probe.gn = LiteralGroupNorm(8, 8)
+    traced = Traced(probe, X)
+    assert traced.group_of('conv').norms == ['gn']
+    assert traced.groups.size_dependent == ['conv']

@@ -196,3 +196,49 @@ def test_meta_and_real_forwards_give_the_same_groups(name):
         summaries.append({gid: (g.num_channels, g.layers, g.consumers, g.norms, g.params,
                                 [str(r) for r in g.frozen_reasons]) for gid, g in groups.items()})
     assert summaries[0] == summaries[1]
+
+
+class Caching(nn.Module):
+    """Fills an empty cache, appends to a list and rewrites a filled table in forward."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 1)
+        self.cache, self.history, self.table = {}, [], {'scale': 1.0}
+
+    def forward(self, x):
+        y = self.conv(x)
+        self.cache['last'] = y
+        self.history.append(y.shape)
+        self.table['scale'] = 2.0
+        self.conv = self.conv  # a reassignment leaves the attribute as it was
+        return y
+
+
+def test_containers_the_forward_fills_are_put_back():
+    model = Caching()
+    cache, history, table = model.cache, model.history, model.table
+    trace(model, torch.randn(1, 3, 4, 4))
+    assert model.cache is cache and cache == {}
+    assert model.history is history and history == []
+    assert model.table is table and table == {'scale': 1.0}
+    assert model.conv.weight.device.type == 'cpu'
+
+
+class Tokens(nn.Module):
+    """Linear layers on tokens, and a bare weight used through ``F.linear``."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(6, 8), nn.Linear(8, 4)
+        self.w = nn.Parameter(torch.randn(3, 4))
+
+    def forward(self, x):
+        return nn.functional.linear(self.fc2(self.fc1(x).relu()), self.w)
+
+
+def test_transposed_weights_get_slots_only_when_a_rule_reads_them():
+    graph = trace(Tokens(), torch.randn(2, 5, 6))
+    params = {s.name for s in graph.slots.sources if s.kind == 'param'}
+    assert params == {'w:0', 'w:1'}  # fc1/fc2's kinds read their widths, not their weights
+    assert {u.name for u in graph.uses if u.role == 'param'} == {'w'}

@@ -1,6 +1,12 @@
-"""atomic_write_text: a failed write leaves the old file and no temporary file."""
+"""atomic_write_text: a failed write leaves the old file and no temporary file; the file
+gets the mode the umask gives, as ``open`` would."""
+import os
+import stat
+
 import pytest
 
+from doctest_helpers import assert_examples_pass
+from razorlib.pruning import ChannelConfig
 from razorlib.utils import atomic_write_text
 
 
@@ -19,3 +25,31 @@ def test_a_failed_write_keeps_the_old_file(tmp_path):
         atomic_write_text(target, b'not text')
     assert target.read_text() == 'old'
     assert [p.name for p in tmp_path.iterdir()] == ['out.json']
+
+
+@pytest.mark.parametrize('umask', [0o022, 0o077, 0o002])
+def test_a_written_file_gets_the_mode_of_the_umask_like_open_does(tmp_path, umask):
+    old = os.umask(umask)
+    try:
+        atomic_write_text(tmp_path / 'cfg.yaml', 'a: 1\n')
+        with open(tmp_path / 'plain.txt', 'w') as f:  # what checkpoints and logs get
+            f.write('x')
+    finally:
+        os.umask(old)
+    mode = stat.S_IMODE((tmp_path / 'cfg.yaml').stat().st_mode)
+    assert mode == 0o666 & ~umask == stat.S_IMODE((tmp_path / 'plain.txt').stat().st_mode)
+
+
+def test_a_channel_config_and_a_search_state_are_readable_by_the_group_and_others(tmp_path):
+    old = os.umask(0o022)
+    try:
+        ChannelConfig({}).dump(tmp_path / 'subnet.yaml')
+        atomic_write_text(tmp_path / 'search_state.json', '{}')
+    finally:
+        os.umask(old)
+    for name in ('subnet.yaml', 'search_state.json'):
+        assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o644, name
+
+
+def test_the_example_runs():
+    assert_examples_pass('razorlib.utils.files')

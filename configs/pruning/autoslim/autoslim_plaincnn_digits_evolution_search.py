@@ -16,4 +16,6 @@ search_cfg = dict(
     constraints=dict(flops=1.2e6),  # uniform 6/12 of every layer: 1.30M
     recalib_batches=16)
 
-custom_hooks = []
+# Not the supernet's training hooks: only the one that writes best_subnet.yaml and
+# search_results.json when the search ends.
+custom_hooks = [dict(type='DumpSubnetHook')]

@@ -21,5 +21,6 @@ search_cfg = dict(
     score_rule='less')
 val_evaluator = dict(type='Accuracy', topk=(1, 5), nll=True)
 
-# The supernet's training hooks (FLOPs logging, subnet dumps) have nothing to do here.
-custom_hooks = []
+# Not the supernet's training hooks: only the one that writes the chosen subnets and
+# search_results.json when the search ends.
+custom_hooks = [dict(type='DumpSubnetHook')]

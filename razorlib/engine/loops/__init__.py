@@ -6,9 +6,10 @@ from .greedy_search_loop import GreedySearchLoop
 from .results import SearchResult, SubnetRecord, nearest, pareto_front
 from .search_state import SearchState
 from .subnet_val_loop import SubnetValLoop
-from .width_space import WidthSpace
+from .width_space import SearchSpace, WidthSpace
 
 __all__ = [
-    'BaseSearchLoop', 'EvolutionSearchLoop', 'GreedySearchLoop', 'SearchResult', 'SearchState',
+    'BaseSearchLoop', 'EvolutionSearchLoop', 'GreedySearchLoop', 'SearchResult', 'SearchSpace',
+    'SearchState',
     'SubnetRecord', 'SubnetValLoop', 'WidthSpace', 'nearest', 'pareto_front', 'recalibrate_bn'
 ]

@@ -1,54 +1,40 @@
 """BaseSearchLoop: what every search loop shares; set a subnet, recalibrate, score it."""
-from itertools import islice
-from pathlib import Path
-from typing import Dict, List, Optional, Tuple, Union
+from typing import Any, Dict, List, Optional, Tuple, Union
 
-import torch
-from mmengine.dist import get_world_size
 from mmengine.evaluator import Evaluator
 from mmengine.model import BaseModel
 from mmengine.runner import BaseLoop
-from torch.utils.data import DataLoader
 
+from ...pruning import ChannelConfig
 from ...utils.complexity import human
 from ..config import ConfigError
 from ..utils import unwrap
-from .bn_calibration import recalibrate_bn
-from .results import SCORE_RULES, SubnetRecord
-from .width_space import Widths, WidthSpace
-
-LoaderOrCfg = Union[DataLoader, dict]
+from .results import SCORE_RULES, SearchResult, SubnetRecord
+from .subnet_val_loop import LoaderOrCfg, SubnetValLoop
+from .width_space import SearchSpace, Widths, WidthSpace
 
 
-class CalibrationData:
-    """Mixin: a loop's BatchNorm recalibration data, built on first use.
-
-    Set ``_calib_cfg`` to a dataloader, its config, or None for the runner's training
-    dataloader (built only when needed, after the runner is set up).
-    """
-    _calib_cfg: Optional[LoaderOrCfg] = None
-    _calib: Optional[DataLoader] = None
-
-    @property
-    def calib_dataloader(self) -> DataLoader:
-        if self._calib is None:
-            if self._calib_cfg is None:
-                self._calib = self.runner.train_dataloader
-            elif isinstance(self._calib_cfg, dict):
-                self._calib = self.runner.build_dataloader(self._calib_cfg, seed=self.runner.seed)
-            else:
-                self._calib = self._calib_cfg
-        return self._calib
-
-
-class BaseSearchLoop(CalibrationData, BaseLoop):
-    """Scores subnets of the runner's AutoSlim supernet; subclasses implement ``run``.
+class BaseSearchLoop(BaseLoop):
+    """Scores subnets of the runner's AutoSlim supernet; subclasses implement ``search``.
 
     The model (``runner.model``, unwrapped from DDP) must have ``.pruner``,
     ``set_subnet(dict)``, ``export_subnet()``, ``flops_params()`` (a
     :class:`~razorlib.utils.Complexity`) and ``val_step``, as ``AutoSlim`` has.
     Everything that reads the model happens in ``run``, after the runner has loaded
     the checkpoint.
+
+    A candidate is scored by a :class:`SubnetValLoop` (``self.scorer``) on the loop's
+    dataloader and evaluator: BatchNorm recalibrated, then mmengine's validation
+    iterations and hook stages.  :meth:`run` calls the search stages of
+    :class:`~razorlib.engine.hooks.SearchHook` around :meth:`search`; nothing is
+    written by the loop itself but the evolution's resumable state:
+    :class:`~razorlib.engine.hooks.DumpSubnetHook` writes the chosen subnets and the
+    results JSON at ``after_search``.
+
+    The candidates are the members of a search space (:meth:`build_space`): the
+    model's ``search_space`` when it has one (a NAS supernet's op and value choices,
+    ``razorlib.nas.NasMutator``), else its pruner's :class:`WidthSpace`; any object of
+    the :class:`SearchSpace` interface plugs in.
 
     Args:
         runner: the mmengine runner.
@@ -68,33 +54,34 @@ class BaseSearchLoop(CalibrationData, BaseLoop):
             subnets whose ``score_key`` ties; top-1 on a few hundred images ties often,
             and the choice between tied candidates is otherwise arbitrary.  None: ties go
             to the fewer FLOPs.
-        seed: the seed of the recalibration data order and augmentations.
+        seed: the seed of the recalibration data order and augmentations (and of an
+            evolution's own random generator).
+        fp16: score under autocast.
     """
 
     def __init__(self, runner, dataloader: LoaderOrCfg, evaluator: Union[Evaluator, dict, list],
                  recalib_batches: int = 16, val_batches: Optional[int] = None,
                  calib_dataloader: Optional[LoaderOrCfg] = None,
                  score_key: str = 'accuracy/top1', score_rule: str = 'greater',
-                 tie_break_key: Optional[str] = None, seed: int = 0):
+                 tie_break_key: Optional[str] = None, seed: int = 0, fp16: bool = False):
         super().__init__(runner, dataloader)
-        if recalib_batches < 0:
-            raise ConfigError(f'recalib_batches must be >= 0, got {recalib_batches}')
         if val_batches is not None and val_batches < 1:
             raise ConfigError(f'val_batches must be None or >= 1, got {val_batches}')
         if score_rule not in SCORE_RULES:
             raise ConfigError(f'score_rule must be one of {SCORE_RULES}, got {score_rule!r}')
-        self.evaluator = (runner.build_evaluator(evaluator)
-                          if isinstance(evaluator, (dict, list)) else evaluator)
-        self.evaluator.dataset_meta = getattr(self.dataloader.dataset, 'metainfo', None)
+        self.scorer = SubnetValLoop(runner, self.dataloader, evaluator, subnet=None,
+                                    recalib_batches=recalib_batches,
+                                    calib_dataloader=calib_dataloader, seed=seed, fp16=fp16,
+                                    max_batches=val_batches)
+        self.evaluator = self.scorer.evaluator
         self.recalib_batches = recalib_batches
         self.val_batches = val_batches
         self.score_key = score_key
         self.score_rule = score_rule
         self.tie_break_key = tie_break_key
         self.seed = seed
-        self._calib_cfg = calib_dataloader
-        self._space: Optional[WidthSpace] = None
-        self._complexity: Dict[Tuple[int, ...], Tuple[int, int]] = {}
+        self._space: Optional[SearchSpace] = None
+        self._complexity: Dict[Tuple[Any, ...], Tuple[int, int]] = {}
         self.records: List[SubnetRecord] = []
 
     @property
@@ -102,14 +89,46 @@ class BaseSearchLoop(CalibrationData, BaseLoop):
         return unwrap(self.runner.model)
 
     @property
-    def space(self) -> WidthSpace:
+    def space(self) -> SearchSpace:
+        """The search space, built on first use (after the checkpoint is loaded)."""
         if self._space is None:
-            self._space = WidthSpace(self.model.pruner)
+            self._space = self.build_space()
         return self._space
+
+    def build_space(self) -> SearchSpace:
+        """The space the candidates come from: the model's own ``search_space`` when it
+        has one (a NAS supernet's op and value choices, ``SPOS.search_space``), else
+        the widths of its pruner (AutoSlim)."""
+        space = getattr(self.model, 'search_space', None)
+        if space is not None:
+            return space
+        if not hasattr(self.model, 'pruner'):
+            raise TypeError(f'{type(self).__name__} searches a supernet with a search_space '
+                            f'(SPOS, DARTS) or a pruner (AutoSlim); '
+                            f'{type(self.model).__name__} has neither')
+        return WidthSpace(self.model.pruner)
+
+    def run(self) -> SearchResult:
+        """Run :meth:`search` inside ``before_val``/``before_search`` and
+        ``after_search(result)``/``after_val``; return its result."""
+        if not any(hasattr(hook, 'after_search') for hook in self.runner.hooks):
+            self.runner.logger.warning(
+                'no hook has after_search, so nothing will write the chosen subnets; add '
+                "custom_hooks=[dict(type='razorlib.DumpSubnetHook')] to the config")
+        self.runner.call_hook('before_val')
+        self.runner.call_hook('before_search')
+        result = self.search()
+        self.runner.call_hook('after_search', result=result)
+        self.runner.call_hook('after_val')
+        return result
+
+    def search(self) -> SearchResult:
+        """Search; return every record and the chosen subnets (see :meth:`result`)."""
+        raise NotImplementedError
 
     def measure(self, widths: Widths) -> Tuple[int, int]:
         """Set the subnet and return its (FLOPs, params); cached per subnet."""
-        self.model.set_subnet(self.space.masks(widths))
+        self.model.set_subnet(self.space.subnet(widths))
         key = self.space.key(widths)
         if key not in self._complexity:
             complexity = self.model.flops_params()
@@ -117,16 +136,16 @@ class BaseSearchLoop(CalibrationData, BaseLoop):
         return self._complexity[key]
 
     def evaluate(self, widths: Widths, tag: str, full: bool = False) -> SubnetRecord:
-        """Score one subnet: set it, recalibrate BatchNorm, validate.
+        """Score one subnet with ``self.scorer`` and call ``after_search_candidate``.
 
         Args:
-            widths: kept channels per space.
+            widths: the candidate (kept channels per space).
             tag: a label for the log and the record.
             full: validate on the whole dataloader instead of ``val_batches``.
         """
         flops, params = self.measure(widths)
-        recalibrate_bn(self.model, self.calib_dataloader, self.recalib_batches, self.seed)
-        metrics = self.validate(None if full else self.val_batches)
+        metrics = self.scorer.validate(self.space.subnet(widths),
+                                       None if full else self.val_batches)
         for key in filter(None, (self.score_key, self.tie_break_key)):
             if key not in metrics:
                 raise KeyError(f'{"score_key" if key == self.score_key else "tie_break_key"} '
@@ -135,6 +154,7 @@ class BaseSearchLoop(CalibrationData, BaseLoop):
                               {k: float(v) for k, v in metrics.items()})
         self.runner.logger.info(f'{tag}: FLOPs {human(flops)}, params {human(params)}, '
                                 f'{self.score_key} {record.score:.4g}')
+        self.runner.call_hook('after_search_candidate', record=record)
         return record
 
     def rank(self, record: SubnetRecord) -> Tuple[float, float]:
@@ -143,21 +163,17 @@ class BaseSearchLoop(CalibrationData, BaseLoop):
         tie = -record.metrics[self.tie_break_key] if self.tie_break_key else 0.0
         return (record.score if self.score_rule == 'greater' else -record.score), tie
 
-    @torch.no_grad()
-    def validate(self, num_batches: Optional[int]) -> Dict[str, float]:
-        """Metrics of the current subnet on the first ``num_batches`` batches (None: all)."""
-        self.runner.model.eval()
-        seen = 0
-        for batch in islice(self.dataloader, num_batches):
-            outputs = self.runner.model.val_step(batch)
-            self.evaluator.process(data_samples=outputs, data_batch=batch)
-            seen += len(outputs)
-        size = len(self.dataloader.dataset) if num_batches is None else seen * get_world_size()
-        return self.evaluator.evaluate(size)
+    def subnet_config(self, widths: Widths) -> ChannelConfig:
+        """The channel config of a subnet, as ``export_subnet()`` writes it."""
+        self.model.set_subnet(self.space.subnet(widths))
+        return self.model.export_subnet()
 
-    def save_subnet(self, name: str, widths: Widths) -> Path:
-        """Write the subnet's channel config to ``work_dir/<name>.yaml``."""
-        self.model.set_subnet(self.space.masks(widths))
-        path = Path(self.runner.work_dir) / f'{name}.yaml'
-        self.model.export_subnet().dump(path)
-        return path
+    def result(self, chosen: Dict[str, SubnetRecord], history: List[SubnetRecord],
+               limits: Dict[str, Dict[str, float]]) -> SearchResult:
+        """The :class:`SearchResult` of a finished search: every record so far, the
+        chosen subnets with their channel configs and limits, and the search's meta."""
+        meta = dict(search=type(self).__name__, score_key=self.score_key,
+                    score_rule=self.score_rule, tie_break_key=self.tie_break_key,
+                    val_batches=self.val_batches)
+        configs = {name: self.subnet_config(record.widths) for name, record in chosen.items()}
+        return SearchResult(list(self.records), chosen, history, configs, limits, meta)

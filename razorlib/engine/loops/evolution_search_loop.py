@@ -27,10 +27,13 @@ class EvolutionSearchLoop(BaseSearchLoop):
     ``constraints`` (drawn again until it does) and none repeats a scored subnet.
 
     After each generation the state (generation, next population, every score, the
-    random generator) goes to ``work_dir/search_state.json``, atomically; a search
-    started with ``resume_from`` set to that file continues with the next generation
-    and ends exactly as an uninterrupted one would.  The best subnet is written to
-    ``work_dir/best_subnet.yaml``.
+    random generator) goes to ``work_dir/search_state.json``, atomically, and the hooks'
+    ``after_search_step(step=generation, best=...)`` is called; a search started with
+    ``resume_from`` set to that file continues with the next generation and ends
+    exactly as an uninterrupted one would.  Every random draw comes from the loop's own
+    ``random.Random(seed)`` (``self.rng``), never from the global generators.  The best
+    subnet is chosen as ``'best_subnet'`` (``DumpSubnetHook`` writes
+    ``best_subnet.yaml``).
 
     Args:
         runner: the mmengine runner.
@@ -101,7 +104,7 @@ class EvolutionSearchLoop(BaseSearchLoop):
             score_key=self.score_key, score_rule=self.score_rule,
             tie_break_key=self.tie_break_key,
             recalib_batches=self.recalib_batches,
-            val_batches=self.val_batches, spaces=self.space.sizes)))
+            val_batches=self.val_batches, spaces=self.space.choices)))
 
     def feasible(self, widths: Widths) -> bool:
         """Whether the subnet meets every constraint."""
@@ -168,7 +171,7 @@ class EvolutionSearchLoop(BaseSearchLoop):
         population = self.draw(lambda: self.space.sample(self.rng), self.num_candidates, set())
         return SearchState(0, self.settings(), population, [], self.rng.getstate(), [])
 
-    def run(self) -> SearchResult:
+    def search(self) -> SearchResult:
         """Evolve for ``max_epochs`` generations; return every record and the best."""
         state = self.start()
         for generation in range(state.generation, self.max_epochs):
@@ -182,7 +185,7 @@ class EvolutionSearchLoop(BaseSearchLoop):
                                 list(self.records), self.rng.getstate(),
                                 state.best + [self.records.index(top[0])])
             state.dump(self.state_path)
-        best = self.best()[0]
-        return SearchResult(list(self.records), {'best_subnet': best},
-                            {'best_subnet': self.save_subnet('best_subnet', best.widths)},
-                            [self.records[i] for i in state.best])
+            self.runner.call_hook('after_search_step', step=generation, best=top[0])
+        return self.result({'best_subnet': self.best()[0]},
+                           [self.records[i] for i in state.best],
+                           {'best_subnet': dict(self.constraints)})

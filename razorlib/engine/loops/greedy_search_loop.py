@@ -22,8 +22,11 @@ class GreedySearchLoop(BaseSearchLoop):
     such candidate (BatchNorm recalibrated, then validated) and keeps the best score
     (``score_rule``; ties: the lower ``tie_break_key`` metric, then the fewer FLOPs); the
     FLOPs never grow from one step to the next.  The first subnet at or under each
-    FLOPs target is that target's result, written to
-    ``work_dir/subnet_flops<target>.yaml``.
+    FLOPs target is that target's result, chosen as ``'subnet_flops<target>'``
+    (``DumpSubnetHook`` writes ``subnet_flops<target>.yaml``; the results JSON gives
+    each one's target as ``limits``).  After each step, the hooks'
+    ``after_search_step(step=..., best=<the kept subnet>)`` is called (step 0: the
+    widest subnet).
 
     Cost: a step scores one candidate per space, and reaching the smallest target
     takes up to ``spaces * (max_channel_bins - 1)`` steps, so score on a small fixed
@@ -82,17 +85,20 @@ class GreedySearchLoop(BaseSearchLoop):
                               f'FLOPs of the narrowest subnet (1 of {self.max_channel_bins} '
                               f'bins per space), {human(flops)}')
 
-    def run(self) -> SearchResult:
+    def search(self) -> SearchResult:
         """Search; return every scored subnet and the one chosen per target."""
         self._check_targets()
         logger = self.runner.logger
         bins = {gid: self.max_channel_bins for gid in self.space.sizes}
         current = self.score(bins, 'greedy step 0 (widest)')
+        self.runner.call_hook('after_search_step', step=0, best=current)
         targets, chosen, history = list(self.target_flops), {}, [current]
+        limits: Dict[str, Dict[str, float]] = {}
         while True:
             while targets and current.flops <= targets[0]:
-                name = f'subnet_flops{int(targets.pop(0))}'
-                chosen[name] = current
+                target = targets.pop(0)
+                name = f'subnet_flops{int(target)}'
+                chosen[name], limits[name] = current, {'flops': target}
                 logger.info(f'{name}: step {len(history) - 1}, FLOPs {human(current.flops)}, '
                             f'{self.score_key} {current.score:.4g}')
             if not targets:
@@ -104,5 +110,5 @@ class GreedySearchLoop(BaseSearchLoop):
             current, bins = max(candidates, key=lambda c: (*self.rank(c[0]), -c[0].flops))
             history.append(current)
             logger.info(f'greedy step {step}: keep {bins} bins, FLOPs {human(current.flops)}')
-        files = {name: self.save_subnet(name, record.widths) for name, record in chosen.items()}
-        return SearchResult(list(self.records), chosen, files, history)
+            self.runner.call_hook('after_search_step', step=step, best=current)
+        return self.result(chosen, history, limits)

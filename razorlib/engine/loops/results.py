@@ -1,8 +1,11 @@
-"""What a search evaluates: one record per subnet, and the Pareto front of a set."""
+"""What a search evaluates and returns: one record per subnet, the search's result (and
+its results JSON), and the Pareto front of a set of records."""
+import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
+from ...pruning import ChannelConfig
 from .width_space import Widths
 
 #: Which way a score is better: ``'greater'`` (accuracy) or ``'less'`` (a loss).
@@ -45,21 +48,68 @@ class SubnetRecord:
         return cls(**data)
 
 
+#: The version of the results JSON that :meth:`SearchResult.to_dict` writes.
+RESULTS_VERSION = 1
+
+
 @dataclass
 class SearchResult:
-    """What a search loop's ``run`` returns.
+    """What a search loop's ``run`` returns and its ``after_search`` hooks receive.
+
+    :class:`~razorlib.engine.hooks.DumpSubnetHook` writes ``configs`` as YAML files,
+    fills ``files`` and writes :meth:`to_dict` as the results JSON; an ``after_search``
+    hook that runs before it (a higher priority) can add sections to ``extra``.
 
     Args:
         records: every subnet scored during the search, in order.
         chosen: the subnets the search picked, by name (also their file stems).
-        files: the channel config written for each chosen subnet.
         history: the search's course: the subnet kept after each greedy step, or the
             best subnet after each generation.
+        configs: the channel config of each chosen subnet.
+        limits: per chosen subnet, the limits it was chosen under, e.g.
+            ``{'flops': 1.2e6}`` (a greedy target, or an evolution's constraints).
+        meta: what a reader of the results needs to know about the search: ``search``
+            (the loop's type), ``score_key``, ``score_rule``, ``tie_break_key`` and
+            ``val_batches``.
+        files: the file of each chosen subnet, once written.
+        extra: more sections of the results JSON, by name.
+
+    Example:
+        >>> record = SubnetRecord({'conv': 4}, flops=1000, params=50, score=91.5)
+        >>> result = SearchResult([record], {'best_subnet': record}, [record],
+        ...                       limits={'best_subnet': {'flops': 1200.0}},
+        ...                       meta=dict(search='EvolutionSearchLoop', score_rule='greater'))
+        >>> result.files['best_subnet'] = Path('work_dir/best_subnet.yaml')
+        >>> entry = result.to_dict(Path('work_dir'))['chosen']['best_subnet']
+        >>> entry['file'], entry['limits'], entry['flops'], entry['score']
+        ('best_subnet.yaml', {'flops': 1200.0}, 1000, 91.5)
     """
     records: List[SubnetRecord]
     chosen: Dict[str, SubnetRecord]
-    files: Dict[str, Path]
     history: List[SubnetRecord]
+    configs: Dict[str, ChannelConfig] = field(default_factory=dict)
+    limits: Dict[str, Dict[str, float]] = field(default_factory=dict)
+    meta: Dict[str, Any] = field(default_factory=dict)
+    files: Dict[str, Path] = field(default_factory=dict)
+    extra: Dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self, folder: Optional[Path] = None) -> Dict[str, Any]:
+        """The results JSON: ``meta``, then per chosen subnet its ``file`` (relative to
+        ``folder``, where the JSON goes), ``limits`` and record (``flops``, ``params``,
+        ``score``, ``metrics``, ``widths``, ``tag``), the ``history``, the Pareto
+        front of ``records`` (by ``meta['score_rule']``), the records and ``extra``."""
+        chosen = {}
+        for name, record in self.chosen.items():
+            path = self.files.get(name)
+            if path is not None and folder is not None:
+                path = os.path.relpath(path, folder)
+            chosen[name] = dict(file=None if path is None else str(path),
+                                limits=self.limits.get(name, {}), **record.to_dict())
+        rule = self.meta.get('score_rule', 'greater')
+        return dict(version=RESULTS_VERSION, **self.meta, chosen=chosen,
+                    history=[r.to_dict() for r in self.history],
+                    pareto_front=[r.to_dict() for r in pareto_front(self.records, rule)],
+                    records=[r.to_dict() for r in self.records], **self.extra)
 
 
 def pareto_front(records: Sequence[SubnetRecord], rule: str = 'greater',

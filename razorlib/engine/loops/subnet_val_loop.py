@@ -1,21 +1,31 @@
-"""SubnetValLoop: validate one fixed subnet of a supernet after BatchNorm recalibration."""
-from contextlib import contextmanager
-from pathlib import Path
-from typing import Any, Iterator, Mapping, Optional, Union
+"""SubnetValLoop: validate one subnet of a supernet after BatchNorm recalibration.
 
+It is also how the search loops score each candidate (:meth:`SubnetValLoop.validate`):
+mmengine's ``ValLoop.run_iter`` per batch, the evaluator, and the validation-epoch hook
+stages, on the first ``max_batches`` batches.
+"""
+from contextlib import contextmanager
+from itertools import islice
+from pathlib import Path
+from typing import Any, Dict, Iterator, Mapping, Optional, Union
+
+import torch
+from mmengine.dist import get_world_size
 from mmengine.model import BaseModel
 from mmengine.runner import ValLoop
+from mmengine.runner.loops import _parse_losses
+from torch.utils.data import DataLoader
 
 from ...pruning import ChannelConfig
 from ...registry import LOOPS
 from ...utils import preserved_bn_stats
 from ..config import ConfigError
 from ..utils import unwrap
-from .base_search_loop import CalibrationData, LoaderOrCfg
 from .bn_calibration import recalibrate_bn
 from .width_space import WidthSpace
 
 SubnetSpec = Union[str, Path, Mapping[str, Any]]
+LoaderOrCfg = Union[DataLoader, dict]
 
 
 @contextmanager
@@ -30,13 +40,17 @@ def kept_subnet(model: BaseModel) -> Iterator[None]:
 
 
 def set_subnet(model: BaseModel, subnet: SubnetSpec) -> None:
-    """Set a channel config file or dict, or ``{space id: kept channels}``, on ``model``.
+    """Set a subnet on ``model``: a channel config file or dict, ``{space id: kept
+    channels}``, or the pruner's own ``{space id: keep-mask}``.
 
     Raises:
         ConfigError: the subnet does not fit the supernet; the message names the file
             (or ``subnet``) and the entry at fault.
     """
     if isinstance(subnet, Mapping) and 'modules' not in subnet:
+        if all(isinstance(value, torch.Tensor) for value in subnet.values()):
+            model.set_subnet(dict(subnet))  # keep-masks, as WidthSpace.masks gives them
+            return
         try:
             model.set_subnet(WidthSpace(model.pruner).masks(subnet))
         except ValueError as err:
@@ -50,50 +64,121 @@ def set_subnet(model: BaseModel, subnet: SubnetSpec) -> None:
         raise ConfigError(f'{where}: {err}') from err
 
 
+def batch_size(batch: Any) -> int:
+    """Images in a collated batch: ``len(batch['inputs'])`` (mmengine's batches are dicts
+    with ``inputs``), else ``len(batch)``."""
+    return len(batch['inputs']) if isinstance(batch, Mapping) and 'inputs' in batch \
+        else len(batch)
+
+
+class CalibrationData:
+    """Mixin: a loop's BatchNorm recalibration data, built on first use.
+
+    Set ``_calib_cfg`` to a dataloader, its config, or None for the runner's training
+    dataloader (built only when needed, after the runner is set up).
+    """
+    _calib_cfg: Optional[LoaderOrCfg] = None
+    _calib: Optional[DataLoader] = None
+
+    @property
+    def calib_dataloader(self) -> DataLoader:
+        if self._calib is None:
+            if self._calib_cfg is None:
+                self._calib = self.runner.train_dataloader
+            elif isinstance(self._calib_cfg, dict):
+                self._calib = self.runner.build_dataloader(self._calib_cfg, seed=self.runner.seed)
+            else:
+                self._calib = self._calib_cfg
+        return self._calib
+
+
 @LOOPS.register_module()
 class SubnetValLoop(CalibrationData, ValLoop):
     """mmengine's ``ValLoop`` on one subnet, with BatchNorm recalibrated for it first.
 
     The supernet's subnet and BatchNorm statistics are restored afterwards, so the loop
-    can validate a fixed subnet in the middle of supernet training.
+    can validate a fixed subnet in the middle of supernet training.  :meth:`run` calls
+    the hooks as ``ValLoop.run`` does (``before_val``, ``before_val_epoch``,
+    ``before/after_val_iter``, ``after_val_epoch(metrics)``, ``after_val``).
 
     Args:
         runner: the mmengine runner.
         dataloader: the validation data or its config.
         evaluator: the evaluator or its config.
         subnet: a channel config file (``.yaml``/``.json``, as the searches write), a
-            channel config dict, or ``{space id: kept channels}``.
+            channel config dict, ``{space id: kept channels}``, or None for whatever
+            subnet the model is set to.
         recalib_batches: training batches for recalibration; 0 keeps the statistics.
         calib_dataloader: the recalibration data or its config; default the runner's
             training dataloader.
         seed: the seed of the recalibration data order and augmentations.
         fp16: validate under autocast.
+        max_batches: validate on the first ``max_batches`` batches only (give the loader
+            a seeded shuffling sampler so they are a fixed random subset); None: all.
 
     Example:
         >>> val_cfg = dict(type='SubnetValLoop', subnet='work_dirs/search/best_subnet.yaml',
         ...                recalib_batches=16)
     """
 
-    def __init__(self, runner, dataloader: LoaderOrCfg, evaluator, subnet: SubnetSpec,
+    def __init__(self, runner, dataloader: LoaderOrCfg, evaluator, subnet: Optional[SubnetSpec],
                  recalib_batches: int = 16, calib_dataloader: Optional[LoaderOrCfg] = None,
-                 seed: int = 0, fp16: bool = False):
+                 seed: int = 0, fp16: bool = False, max_batches: Optional[int] = None):
         super().__init__(runner, dataloader, evaluator, fp16)
         if recalib_batches < 0:
             raise ConfigError(f'recalib_batches must be >= 0, got {recalib_batches}')
+        if max_batches is not None and max_batches < 1:
+            raise ConfigError(f'max_batches must be None or >= 1, got {max_batches}')
         if isinstance(subnet, (str, Path)) and not Path(subnet).is_file():
             raise ConfigError(f'subnet: {subnet} does not exist')
         self.subnet = subnet
         self.recalib_batches = recalib_batches
         self.seed = seed
+        self.max_batches = max_batches
         self._calib_cfg = calib_dataloader
 
     def run(self) -> dict:
-        """Set the subnet, recalibrate BatchNorm, validate, restore; return the metrics."""
+        """Validate ``subnet`` (see :meth:`validate`) between ``before_val`` and
+        ``after_val``; return the metrics."""
+        self.runner.call_hook('before_val')
+        metrics = self.validate(self.subnet, self.max_batches)
+        self.runner.call_hook('after_val')
+        return metrics
+
+    @torch.no_grad()
+    def validate(self, subnet: Optional[SubnetSpec], max_batches: Optional[int] = None
+                 ) -> Dict[str, float]:
+        """One validation epoch of a subnet: set it, recalibrate BatchNorm, run
+        ``before_val_epoch``, mmengine's ``run_iter`` on the first ``max_batches``
+        batches (None: all), evaluate, ``after_val_epoch(metrics)``; restore the model's
+        subnet and BatchNorm statistics.
+
+        Args:
+            subnet: what :func:`set_subnet` takes, or None for the current subnet.
+            max_batches: how many batches to validate on; None: the whole loader.
+
+        Returns:
+            The evaluator's metrics (and the validation losses, as ``ValLoop`` adds them).
+        """
         model = unwrap(self.runner.model)
         with kept_subnet(model):
-            set_subnet(model, self.subnet)
+            if subnet is not None:
+                set_subnet(model, subnet)
             used = recalibrate_bn(model, self.calib_dataloader, self.recalib_batches, self.seed)
-            name = self.subnet if isinstance(self.subnet, (str, Path)) else 'the given subnet'
-            self.runner.logger.info(f'validating {name} after BatchNorm recalibration on '
-                                    f'{used} batches')
-            return super().run()
+            if isinstance(subnet, (str, Path)):
+                self.runner.logger.info(f'validating {subnet} after BatchNorm recalibration '
+                                        f'on {used} batches')
+            self.runner.call_hook('before_val_epoch')
+            self.runner.model.eval()
+            self.val_loss.clear()
+            seen = 0
+            for idx, data_batch in enumerate(islice(self.dataloader, max_batches)):
+                self.run_iter(idx, data_batch)
+                seen += batch_size(data_batch)
+            size = len(self.dataloader.dataset) if max_batches is None \
+                else seen * get_world_size()
+            metrics = self.evaluator.evaluate(size)
+            if self.val_loss:
+                metrics.update(_parse_losses(self.val_loss, 'val'))
+            self.runner.call_hook('after_val_epoch', metrics=metrics)
+        return metrics

@@ -5,19 +5,57 @@ small, hashable through :meth:`WidthSpace.key`, JSON-friendly and turns into the
 pruner's keep-masks by taking each space's channels in the pruner's own order
 (``channel_orders()``: a prefix for ``RatioPruner``, largest L1 norm first for
 ``L1NormPruner``).
+
+:class:`SearchSpace` is what the search loops need of a space; ``WidthSpace`` is one,
+and a space of other decisions (an operation per layer) plugs into the same loops.
 """
 import random
-from typing import Dict, Mapping, Tuple
+from typing import Any, Dict, List, Mapping, Protocol, Tuple
 
 import torch
 
 from ...pruning import StructurePruner
 
 Widths = Dict[str, int]
+#: A candidate of a search: one JSON-friendly choice per decision of the space.
+Candidate = Dict[str, Any]
+
+
+class SearchSpace(Protocol):
+    """The interface of a search space, as the search loops use it.
+
+    A candidate is a dict ``{decision id: choice}`` with JSON-friendly choices (a
+    channel count in :class:`WidthSpace`), so records and the evolution's state are
+    plain JSON.  Every random draw takes the caller's ``random.Random``, so a seeded
+    search repeats and resumes exactly.
+
+    Attributes:
+        choices: per decision, the choices it may take, cheapest first (the
+            evolution's feasibility check starts from every decision's first choice).
+    """
+    choices: Dict[str, List[Any]]
+
+    def key(self, candidate: Mapping[str, Any]) -> Tuple[Any, ...]:
+        """The candidate as a hashable tuple in decision order."""
+
+    def subnet(self, candidate: Mapping[str, Any]) -> Any:
+        """What the model's ``set_subnet`` takes for the candidate."""
+
+    def sample(self, rng: random.Random) -> Candidate:
+        """A random candidate."""
+
+    def mutate(self, candidate: Mapping[str, Any], prob: float,
+               rng: random.Random) -> Candidate:
+        """The candidate with each decision redrawn with probability ``prob``."""
+
+    def crossover(self, first: Mapping[str, Any], second: Mapping[str, Any],
+                  rng: random.Random) -> Candidate:
+        """Each decision from ``first`` or ``second`` with equal chance."""
 
 
 class WidthSpace:
-    """The widths each space of a prepared pruner may take and the moves of a search.
+    """The widths each space of a prepared pruner may take and the moves of a search
+    (a :class:`SearchSpace` whose decisions are the pruner's spaces).
 
     Args:
         pruner: a pruner after ``prepare_from_supernet``; a space's choices are the
@@ -75,13 +113,15 @@ class WidthSpace:
         return checked
 
     def masks(self, widths: Mapping[str, int]) -> Dict[str, torch.Tensor]:
-        """The pruner's subnet dict (keep-masks) for ``widths``."""
+        """The pruner's subnet dict (keep-masks) for ``widths``; also :meth:`subnet`."""
         masks = {}
         for gid, width in self.check(widths).items():
             keep = torch.zeros(self.sizes[gid], dtype=torch.bool)
             keep[self._orders[gid][:width]] = True
             masks[gid] = keep
         return masks
+
+    subnet = masks
 
     def widths(self, subnet: Mapping[str, torch.Tensor]) -> Widths:
         """Kept channels per space of a subnet dict (e.g. ``pruner.current_subnet``)."""

@@ -6,9 +6,9 @@ Example:
     True
 """
 from .executor import PostHook, PreHook, TorchExecutor
-from .registry import (OP_TABLE, Kernel, KernelBuilder, UnsupportedOperationError,
-                       build_kernel, register_function, register_kernel, table_key)
+from .kernels import (KERNELS, OP_TABLE, Kernel, KernelBuilder, UnsupportedOperationError,
+                      build_kernel, register_function, register_kernel, table_key)
 
-__all__ = ['Kernel', 'KernelBuilder', 'OP_TABLE', 'PostHook', 'PreHook', 'TorchExecutor',
-           'UnsupportedOperationError', 'build_kernel', 'register_function',
+__all__ = ['KERNELS', 'Kernel', 'KernelBuilder', 'OP_TABLE', 'PostHook', 'PreHook',
+           'TorchExecutor', 'UnsupportedOperationError', 'build_kernel', 'register_function',
            'register_kernel', 'table_key']

@@ -4,8 +4,11 @@ The executor is an interpreter in the style of ``torch.fx.Interpreter``: a loop 
 operations in topological order that calls :meth:`TorchExecutor.run_operation` on each.
 Kernels are resolved (and attributes and constant control inputs decoded) once, when the
 executor is built; the loop only gathers tensors, calls hooks and kernels, and frees each
-intermediate tensor after its last reader.
+intermediate tensor after its last reader.  Every graph input is checked against its
+shape (:mod:`~razorlib.ir.executor.shapes`): fixed axes must match, dynamic ones take any
+size.
 """
+import logging
 from collections import OrderedDict
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -15,9 +18,12 @@ from torch.utils.hooks import RemovableHandle
 from ..graph import BaseGraph
 from ..graph_check import check_inputs_provided
 from ..operation import Operation
-from ..variable import EMPTY_NAME, Variable
+from ..variable import EMPTY_NAME
 from . import ops  # noqa: F401  fills OP_TABLE
-from .registry import Kernel, build_kernel
+from .kernels import Kernel, build_kernel
+from .shapes import check_input_shape, dynamic_axes, grow_along, merge_shape
+
+logger = logging.getLogger(__name__)
 
 __all__ = ['PostHook', 'PreHook', 'TorchExecutor']
 
@@ -37,7 +43,7 @@ class TorchExecutor:
 
     Building the executor moves the graph's constants (parameters and other values no
     operation produces) to ``device``, in place, and resolves one kernel per operation
-    from :data:`~razorlib.ir.executor.registry.OP_TABLE`.  Parameter values are read
+    from :data:`~razorlib.ir.executor.kernels.OP_TABLE`.  Parameter values are read
     from the graph at every run, so new values set on the variables take effect; attributes,
     the graph's structure and constant control inputs (shapes, axes, pads, bounds) are
     read once, so build a new executor after editing those.  Runs happen under
@@ -55,6 +61,10 @@ class TorchExecutor:
             and node.
         ValueError: an operation reads a variable nothing provides (see
             :func:`~razorlib.ir.graph_check.check_inputs_provided`).
+
+    Running raises :class:`~razorlib.ir.executor.shapes.InputShapeError` (a
+    ``ValueError``) for a tensor whose shape differs from its graph input's on a fixed
+    axis, naming the input, the expected and the given shape.
 
     Example:
         >>> import torch
@@ -127,26 +137,59 @@ class TorchExecutor:
     __call__ = forward
 
     def tracing_operation_meta(self, inputs: GraphInputs) -> None:
-        """Run the graph once and set the shape and dtype of every variable it computes.
+        """Run the graph and set the shape and dtype of every variable it computes.
 
-        Graph inputs and operation outputs get the shape (ints) and dtype of their
-        tensors; variables with a value report the value's already.
+        Graph inputs and operation outputs get the shape and dtype of their tensors;
+        variables with a value report the value's already.  Axes stay dynamic where the
+        graph has dynamic input axes (``'batch'``): the graph runs a second time with
+        those axes one longer, and every axis whose size follows becomes a named dynamic
+        axis (the input axis's name when the sizes match), so an exported graph keeps
+        them.
 
         Args:
             inputs: as for :meth:`forward`.
         """
         env = self._feed(inputs)
-        for name in self.graph.inputs:
-            _record(self.graph.variables[name], env[name])
+        traced = self._trace_shapes(env)
+        grown = {name: dynamic_axes(self.graph.variables[name]) for name in self.graph.inputs}
+        other = None
+        if any(grown.values()):
+            env = self._feed(inputs)
+            for name, axes in grown.items():
+                if env.get(name) is not None:
+                    env[name] = grow_along(env[name], axes)
+            try:
+                other = self._trace_shapes(env)
+            except Exception as error:  # a graph that fixes its "dynamic" axis somewhere
+                logger.warning('tracing_operation_meta: graph %r did not run with its dynamic '
+                               'input axes grown (%s: %s); every shape is recorded as traced',
+                               self.graph.name, type(error).__name__, error)
+        names = {traced[name][0][axis]: var.shape[axis]
+                 for name, var in self.graph.inputs.items() if name in traced
+                 for axis in dynamic_axes(var) if isinstance(var.shape[axis], str)}
+        for name, (shape, dtype) in traced.items():
+            var = self.graph.variables[name]
+            if var.value is None:
+                var.shape = merge_shape(var.shape, shape, other[name][0] if other else None,
+                                        names, name)
+                var.dtype = dtype
+
+    def _trace_shapes(self, env: Dict[str, Optional[torch.Tensor]]
+                      ) -> Dict[str, Tuple[Tuple[int, ...], torch.dtype]]:
+        """``name -> (shape, dtype)`` of the graph inputs and every output computed."""
+        found = {name: (tuple(env[name].shape), env[name].dtype) for name in self.graph.inputs
+                 if env.get(name) is not None}
 
         def record(op: Operation, op_inputs: Tensors, outputs: List[torch.Tensor]) -> None:
             for var, value in zip(op.outputs, outputs):
-                _record(var, value)
+                if value is not None:
+                    found[var.name] = (tuple(value.shape), value.dtype)
         handle = self.register_forward_hook(record)
         try:
             self._run(env, self._names(None))
         finally:
             handle.remove()
+        return found
 
     # Hooks.
 
@@ -188,11 +231,11 @@ class TorchExecutor:
                     env.update(zip(names, outputs))
                     for name in release:
                         del env[name]
-        except Exception as error:
-            if op is None:
-                raise
-            raise RuntimeError(f'{op.type} operation {op.name!r} of graph '
-                               f'{self.graph.name!r} failed: {error}') from error
+        except Exception as error:  # keeps its type; the note says where, as torch.fx does
+            if op is not None:
+                error.add_note(f'{op.type} operation {op.name!r} of graph {self.graph.name!r} '
+                               'failed')
+            raise
         return [env[name] for name in output_names]
 
     def _names(self, output_names: Optional[Sequence[str]]) -> Tuple[str, ...]:
@@ -238,14 +281,11 @@ class TorchExecutor:
             if name not in self.graph.inputs:
                 raise KeyError(f'graph {self.graph.name!r} has no input named {name!r}; its '
                                f'inputs are {names}')
-            env[name] = torch.as_tensor(value).to(self.device)
+            tensor = torch.as_tensor(value)
+            check_input_shape(self.graph.name, self.graph.inputs[name], tensor)
+            env[name] = tensor.to(self.device)
         return env
 
 
 def _replaced(tensors: List, replacement: Optional[Sequence]) -> List:
     return tensors if replacement is None else list(replacement)
-
-
-def _record(var: Variable, value: Optional[torch.Tensor]) -> None:
-    if value is not None and var.value is None:
-        var.shape, var.dtype = tuple(value.shape), value.dtype

@@ -1,28 +1,42 @@
-"""Graph passes: tidying (:class:`GraphFormatter`) and fusing (:class:`GraphMerger`).
+"""Graph passes in the onnx-ir style: GraphPass, PassResult and PassManager.
 
-Each pass is a function ``pass(graph, ...) -> int`` that changes the graph in place and
-returns how much it changed (0: nothing); the two classes bind them to one graph.  After
-every pass ``graph.check()`` holds and the graph computes what it computed before.
+A pass is a small class, configured when built, whose ``call(graph)`` rewrites the graph in
+place and returns ``PassResult(graph, modified, changes)``; calling the pass checks its
+requirements before and ``graph.check()`` after.  Every pass is registered in
+:data:`razorlib.registry.GRAPH_PASSES` under its class name and a short alias, so a
+:class:`PassManager` (or a config) lists them as names or dicts.  After every pass the
+graph computes what it computed before.
+
+=====================  ===================  ==================================================
+class                  alias                rewrite
+=====================  ===================  ==================================================
+``FormatConstant``     ``format_constant``  Constant operations become parameters
+``FormatParameter``    ``format_parameter`` one copy of a shared parameter per reader
+``FuseBatchNorm``      ``fuse_bn``          BatchNormalization folded into Conv/Gemm/MatMul
+``FuseGemm``           ``fuse_gemm``        2-D MatMul + constant Add -> Gemm
+``FuseBiasAdd``        ``fuse_bias_add``    Add of a per-channel constant -> the layer's bias
+``FuseLayerNorm``      ``fuse_layernorm``   primitive LayerNorm -> LayerNormalization
+``FuseGelu``           ``fuse_gelu``        Erf GELU -> Gelu
+``DeleteIsolated``     ``delete_isolated``  what no graph output needs goes
+=====================  ===================  ==================================================
 
 Example:
     >>> from razorlib.ir import BaseGraph
-    >>> from razorlib.ir.passes import delete_isolated
-    >>> delete_isolated(BaseGraph())
-    0
+    >>> result = PassManager(['format_constant', 'delete_isolated'])(BaseGraph())
+    >>> result.modified
+    False
 """
-from .dead_code import delete_isolated
-from .format_constant import format_constant
-from .format_parameter import format_parameter
-from .formatter import GraphFormatter
-from .fuse_bias_add import fuse_bias_add
-from .fuse_bn import fuse_bn
-from .fuse_gelu import fuse_gelu
-from .fuse_gemm import fuse_gemm
-from .fuse_layernorm import fuse_layernorm
-from .fuse_skiplayernorm import SKIP_LAYER_NORM_OPSET, fuse_skiplayernorm
-from .merger import GraphMerger
-from .truncate import truncate_on_var
+from .base import GraphPass, PassResult
+from .dead_code import DeleteIsolated
+from .format_constant import FormatConstant
+from .format_parameter import FormatParameter
+from .fuse_bias_add import FuseBiasAdd
+from .fuse_bn import FuseBatchNorm
+from .fuse_gelu import FuseGelu
+from .fuse_gemm import FuseGemm
+from .fuse_layernorm import FuseLayerNorm
+from .manager import PassManager, build_pass
 
-__all__ = ['GraphFormatter', 'GraphMerger', 'SKIP_LAYER_NORM_OPSET', 'delete_isolated',
-           'format_constant', 'format_parameter', 'fuse_bias_add', 'fuse_bn', 'fuse_gelu',
-           'fuse_gemm', 'fuse_layernorm', 'fuse_skiplayernorm', 'truncate_on_var']
+__all__ = ['DeleteIsolated', 'FormatConstant', 'FormatParameter', 'FuseBatchNorm', 'FuseBiasAdd',
+           'FuseGelu', 'FuseGemm', 'FuseLayerNorm', 'GraphPass', 'PassManager', 'PassResult',
+           'build_pass']

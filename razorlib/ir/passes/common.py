@@ -1,7 +1,5 @@
 """Helpers the passes share: reading constants, checking and replacing matched operations."""
-import functools
-from typing import (Any, Callable, Collection, Dict, Iterable, List, Optional, Sequence,
-                    Tuple)
+from typing import Any, Callable, Collection, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -10,17 +8,9 @@ from ..operation import DEFAULT_OPSET, Operation, Opset
 from ..search import OpExpr, SearchableGraph
 from ..variable import EMPTY_NAME, Variable
 
-__all__ = ['constant_value', 'fresh_name', 'graph_method', 'has_input', 'is_sealed',
+__all__ = ['constant_value', 'fresh_name', 'has_input', 'is_sealed',
            'new_parameter', 'other_input', 'replace_with_operation', 'rewrite_matches',
            'scalar_value', 'sole_consumer', 'writable_parameter']
-
-
-def graph_method(function: Callable[..., int]) -> Callable[..., int]:
-    """Turn a pass ``function(graph, *args)`` into a method running on ``self.graph``."""
-    @functools.wraps(function)
-    def method(self: Any, *args: Any, **kwargs: Any) -> int:
-        return function(self.graph, *args, **kwargs)
-    return method
 
 
 def fresh_name(taken: Collection[str], base: str) -> str:

@@ -1,11 +1,14 @@
-"""format_parameter: give every operation reading a shared parameter its own copy."""
+"""FormatParameter: give every operation reading a shared parameter its own copy."""
+from ...registry import GRAPH_PASSES
 from ..graph import BaseGraph
+from .base import GraphPass, PassResult
 from .common import constant_value, new_parameter
 
-__all__ = ['format_parameter']
+__all__ = ['FormatParameter']
 
 
-def format_parameter(graph: BaseGraph) -> int:
+@GRAPH_PASSES.register_module(name=['FormatParameter', 'format_parameter'])
+class FormatParameter(GraphPass):
     """Split each parameter that several operations read into one copy per operation.
 
     The first reader keeps the original; each other one reads a clone (named after the
@@ -13,11 +16,7 @@ def format_parameter(graph: BaseGraph) -> int:
     change one operation's parameter without touching the others.  Parameters that are
     graph inputs or outputs stay shared.
 
-    Args:
-        graph: the graph, changed in place.
-
-    Returns:
-        How many copies were made.
+    ``changes`` counts the copies made.
 
     Example:
         >>> import torch
@@ -26,19 +25,24 @@ def format_parameter(graph: BaseGraph) -> int:
         >>> w = graph.create_variable('w', torch.ones(3), is_parameter=True)
         >>> for name in ('a', 'b'):
         ...     op = graph.create_operation('Mul', name, inputs=[graph.create_variable(), w])
-        >>> format_parameter(graph), [op.inputs[1].name for op in graph.operations.values()]
-        (1, ['w', 'w_1'])
+        >>> FormatParameter()(graph).changes
+        1
+        >>> [op.inputs[1].name for op in graph.operations.values()]
+        ['w', 'w_1']
     """
-    copies = 0
-    for var in list(graph.variables.values()):
-        readers = list(dict.fromkeys(var.dest_ops))
-        if (constant_value(var) is None or len(readers) < 2 or var.name in graph.inputs
-                or var.name in graph.outputs):
-            continue
-        for op in readers[1:]:
-            copy = new_parameter(graph, var.name, var.value.clone())
-            for index, read in enumerate(op.inputs):
-                if read is var:
-                    graph.replace_input(op, index, copy)
-            copies += 1
-    return copies
+
+    def call(self, graph: BaseGraph) -> PassResult:
+        """Rewrite ``graph``; the result counts the copies made."""
+        copies = 0
+        for var in list(graph.variables.values()):
+            readers = list(dict.fromkeys(var.dest_ops))
+            if (constant_value(var) is None or len(readers) < 2 or var.name in graph.inputs
+                    or var.name in graph.outputs):
+                continue
+            for op in readers[1:]:
+                copy = new_parameter(graph, var.name, var.value.clone())
+                for index, read in enumerate(op.inputs):
+                    if read is var:
+                        graph.replace_input(op, index, copy)
+                copies += 1
+        return PassResult.counted(graph, copies)

@@ -1,17 +1,20 @@
-"""fuse_bias_add: fold an Add of a per-channel constant into the Conv or Gemm before it."""
+"""FuseBiasAdd: fold an Add of a per-channel constant into the Conv or Gemm before it."""
 from typing import List
 
+from ...registry import GRAPH_PASSES
 from ..graph import BaseGraph
 from ..operation import Operation
+from .base import GraphPass, PassResult
 from .common import constant_value, other_input, rewrite_matches
 from .linear_ops import fold_into_linear, linear_view
 
-__all__ = ['fuse_bias_add']
+__all__ = ['FuseBiasAdd']
 
 _BIASED_TYPES = frozenset({'Conv', 'ConvTranspose', 'Gemm'})
 
 
-def fuse_bias_add(graph: BaseGraph) -> int:
+@GRAPH_PASSES.register_module(name=['FuseBiasAdd', 'fuse_bias_add'])
+class FuseBiasAdd(GraphPass):
     """Fold ``Add(linear(x), c)`` into the linear operation's bias.
 
     ``c`` must be a constant holding one value per output channel (or one value), shaped
@@ -20,11 +23,7 @@ def fuse_bias_add(graph: BaseGraph) -> int:
     must feed only the Add; its bias, if any, gets ``c`` added (``beta * C + c`` with
     ``beta = 1`` for a Gemm), else ``c`` becomes its bias.
 
-    Args:
-        graph: the graph, changed in place.
-
-    Returns:
-        How many Adds were folded.
+    ``changes`` counts the Adds folded.
 
     Example:
         >>> import torch
@@ -38,10 +37,15 @@ def fuse_bias_add(graph: BaseGraph) -> int:
         >>> c = graph.create_variable('c', torch.ones(1, 4), is_parameter=True)
         >>> add = graph.create_operation('Add', 'add', inputs=[fc.outputs[0], c],
         ...                              outputs=[graph.create_variable('z')])
-        >>> fuse_bias_add(graph), graph.operations['fc'].inputs[2].value.tolist()
+        >>> FuseBiasAdd()(graph).changes, graph.operations['fc'].inputs[2].value.tolist()
         (1, [1.0, 1.0, 1.0, 1.0])
     """
-    return rewrite_matches(graph, [_BIASED_TYPES, 'Add'], [(0, 1)], _fold, name='fuse_bias_add')
+
+    def call(self, graph: BaseGraph) -> PassResult:
+        """Rewrite ``graph``; the result counts the Adds folded."""
+        folded = rewrite_matches(graph, [_BIASED_TYPES, 'Add'], [(0, 1)], _fold,
+                                 name='fuse_bias_add')
+        return PassResult.counted(graph, folded)
 
 
 def _fold(graph: BaseGraph, match: List[Operation]) -> bool:

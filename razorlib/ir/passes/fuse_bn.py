@@ -1,17 +1,20 @@
-"""fuse_bn: fold an inference BatchNormalization into the linear operation before it."""
+"""FuseBatchNorm: fold an inference BatchNormalization into the linear op before it."""
 from typing import List
 
 import torch
 
+from ...registry import GRAPH_PASSES
 from ..graph import BaseGraph
 from ..operation import Operation
+from .base import GraphPass, PassResult
 from .common import constant_value, rewrite_matches
 from .linear_ops import LINEAR_TYPES, fold_into_linear, linear_view
 
-__all__ = ['fuse_bn']
+__all__ = ['FuseBatchNorm']
 
 
-def fuse_bn(graph: BaseGraph) -> int:
+@GRAPH_PASSES.register_module(name=['FuseBatchNorm', 'fuse_bn'])
+class FuseBatchNorm(GraphPass):
     """Fold each BatchNormalization into the linear operation that alone feeds it.
 
     With ``scale = gamma / sqrt(var + epsilon)`` per output channel, the weight is scaled
@@ -22,11 +25,7 @@ def fuse_bn(graph: BaseGraph) -> int:
     with constant statistics qualifies, fed by a linear operation with constant weights
     whose output nothing else reads; a MatMul also needs a data input known to be 2-D.
 
-    Args:
-        graph: the graph, changed in place.
-
-    Returns:
-        How many BatchNormalizations were folded.
+    ``changes`` counts the BatchNormalizations folded.
 
     Example:
         >>> import torch
@@ -43,13 +42,17 @@ def fuse_bn(graph: BaseGraph) -> int:
         ...                             inputs=[conv.outputs[0], *stats],
         ...                             outputs=[graph.create_variable('z')])
         >>> graph.mark_variable_as_graph_output(bn.outputs[0])
-        >>> fuse_bn(graph), [(op.name, op.type) for op in graph.operations.values()]
+        >>> FuseBatchNorm()(graph).changes, [(op.name, op.type) for op in graph.operations.values()]
         (1, [('conv', 'Conv')])
         >>> [var.name for var in graph.operations['conv'].inputs], list(graph.outputs)
         (['x', 'w', 'conv.bias'], ['z'])
     """
-    return rewrite_matches(graph, [set(LINEAR_TYPES), 'BatchNormalization'], [(0, 1)],
-                           _fold, name='fuse_bn')
+
+    def call(self, graph: BaseGraph) -> PassResult:
+        """Rewrite ``graph``; the result counts the BatchNormalizations folded."""
+        folded = rewrite_matches(graph, [set(LINEAR_TYPES), 'BatchNormalization'], [(0, 1)],
+                                 _fold, name='fuse_bn')
+        return PassResult.counted(graph, folded)
 
 
 def _fold(graph: BaseGraph, match: List[Operation]) -> bool:

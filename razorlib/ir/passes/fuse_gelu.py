@@ -1,14 +1,16 @@
-"""fuse_gelu: turn the exact GELU written with Erf into one Gelu operation."""
+"""FuseGelu: turn the exact GELU written with Erf into one Gelu operation."""
 import math
 from typing import List, Optional, Tuple
 
+from ...registry import GRAPH_PASSES
 from ..graph import BaseGraph
 from ..operation import Operation, Opset
 from ..variable import Variable
+from .base import GraphPass, PassResult
 from .common import (is_sealed, other_input, replace_with_operation, rewrite_matches,
                      scalar_value, sole_consumer)
 
-__all__ = ['fuse_gelu']
+__all__ = ['FuseGelu']
 
 _GELU_OPSET = 20
 _SCALINGS = {'Div': math.sqrt(2.0), 'Mul': math.sqrt(0.5)}
@@ -19,7 +21,8 @@ def _is(value: Optional[float], expected: float) -> bool:
     return value is not None and math.isclose(value, expected, rel_tol=1e-6)
 
 
-def fuse_gelu(graph: BaseGraph) -> int:
+@GRAPH_PASSES.register_module(name=['FuseGelu', 'fuse_gelu'])
+class FuseGelu(GraphPass):
     """Replace ``x * 0.5 * (1 + erf(x / sqrt(2)))`` by ``Gelu(x)`` (opset 20).
 
     The chain Div(x, sqrt 2) (or Mul by sqrt 1/2), Erf, Add(1), Mul is matched; the two
@@ -28,11 +31,7 @@ def fuse_gelu(graph: BaseGraph) -> int:
     ``Mul(Mul(erf_term, 0.5), x)``.  Constants are compared with a relative tolerance of
     1e-6, and nothing outside may read the intermediate results.
 
-    Args:
-        graph: the graph, changed in place.
-
-    Returns:
-        How many Gelus were made.
+    ``changes`` counts the Gelus made.
 
     Example:
         >>> import torch
@@ -47,11 +46,18 @@ def fuse_gelu(graph: BaseGraph) -> int:
         >>> half = op('Mul', x, constant(0.5))
         >>> erf_term = op('Add', op('Erf', op('Div', x, constant(2 ** 0.5))), constant(1.0))
         >>> y = op('Mul', half, erf_term)
-        >>> fuse_gelu(graph), [(op.type, op.outputs[0] is y) for op in graph.operations.values()]
-        (1, [('Gelu', True)])
+        >>> FuseGelu()(graph).changes
+        1
+        >>> [(op.type, op.outputs[0] is y) for op in graph.operations.values()]
+        [('Gelu', True)]
     """
-    return rewrite_matches(graph, [set(_SCALINGS), 'Erf', 'Add', 'Mul'],
-                           [(0, 1), (1, 2), (2, 3)], _fuse, name='fuse_gelu', exclusive=False)
+
+    def call(self, graph: BaseGraph) -> PassResult:
+        """Rewrite ``graph``; the result counts the Gelus made."""
+        fused = rewrite_matches(graph, [set(_SCALINGS), 'Erf', 'Add', 'Mul'],
+                                [(0, 1), (1, 2), (2, 3)], _fuse, name='fuse_gelu',
+                                exclusive=False)
+        return PassResult.counted(graph, fused)
 
 
 def _fuse(graph: BaseGraph, match: List[Operation]) -> bool:

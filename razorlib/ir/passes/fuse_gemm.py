@@ -1,14 +1,17 @@
-"""fuse_gemm: turn MatMul of a 2-D input by a constant, plus a constant bias, into a Gemm."""
+"""FuseGemm: turn MatMul of a 2-D input by a constant, plus a constant bias, into a Gemm."""
 from typing import List
 
+from ...registry import GRAPH_PASSES
 from ..graph import BaseGraph
 from ..operation import Operation
+from .base import GraphPass, PassResult
 from .common import constant_value, other_input, replace_with_operation, rewrite_matches
 
-__all__ = ['fuse_gemm']
+__all__ = ['FuseGemm']
 
 
-def fuse_gemm(graph: BaseGraph) -> int:
+@GRAPH_PASSES.register_module(name=['FuseGemm', 'fuse_gemm'])
+class FuseGemm(GraphPass):
     """Replace ``Add(MatMul(x, W), b)`` by ``Gemm(x, W, b)``.
 
     Only where Gemm computes the same thing: ``x`` is known to be 2-D (an N-D MatMul
@@ -16,11 +19,7 @@ def fuse_gemm(graph: BaseGraph) -> int:
     column or one value (``(N,)``, ``(1, N)``, ``(1,)``, a scalar), and the MatMul feeds
     only the Add.  The Gemm takes the MatMul's name and writes the Add's output.
 
-    Args:
-        graph: the graph, changed in place.
-
-    Returns:
-        How many MatMul + Add pairs became a Gemm.
+    ``changes`` counts the MatMul + Add pairs that became a Gemm.
 
     Example:
         >>> import torch
@@ -34,11 +33,17 @@ def fuse_gemm(graph: BaseGraph) -> int:
         >>> b = graph.create_variable('b', torch.zeros(4), is_parameter=True)
         >>> add = graph.create_operation('Add', 'add', inputs=[mm.outputs[0], b],
         ...                              outputs=[graph.create_variable('z')])
-        >>> fuse_gemm(graph), [(op.type, [var.name for var in op.inputs], op.outputs[0].name)
-        ...                    for op in graph.operations.values()]
-        (1, [('Gemm', ['x', 'w', 'b'], 'z')])
+        >>> FuseGemm()(graph).changes
+        1
+        >>> [(op.type, [var.name for var in op.inputs], op.outputs[0].name)
+        ...  for op in graph.operations.values()]
+        [('Gemm', ['x', 'w', 'b'], 'z')]
     """
-    return rewrite_matches(graph, ['MatMul', 'Add'], [(0, 1)], _fuse, name='fuse_gemm')
+
+    def call(self, graph: BaseGraph) -> PassResult:
+        """Rewrite ``graph``; the result counts the MatMul + Add pairs that became a Gemm."""
+        fused = rewrite_matches(graph, ['MatMul', 'Add'], [(0, 1)], _fuse, name='fuse_gemm')
+        return PassResult.counted(graph, fused)
 
 
 def _fuse(graph: BaseGraph, match: List[Operation]) -> bool:

@@ -1,20 +1,23 @@
-"""fuse_layernorm: turn a LayerNorm written out in primitive operations into LayerNormalization."""
+"""FuseLayerNorm: turn a LayerNorm written in primitive ops into LayerNormalization."""
 from typing import List, Optional, Sequence, Tuple
 
 import torch
 
+from ...registry import GRAPH_PASSES
 from ..graph import BaseGraph
 from ..operation import Operation, Opset
+from .base import GraphPass, PassResult
 from .common import (constant_value, is_sealed, new_parameter, other_input,
                      replace_with_operation, rewrite_matches, scalar_value, sole_consumer)
 
-__all__ = ['fuse_layernorm']
+__all__ = ['FuseLayerNorm']
 
 _PATTERN = ['ReduceMean', 'Sub', 'Pow', 'ReduceMean', 'Add', 'Sqrt', 'Div']
 _LAYER_NORM_OPSET = 17
 
 
-def fuse_layernorm(graph: BaseGraph) -> int:
+@GRAPH_PASSES.register_module(name=['FuseLayerNorm', 'fuse_layernorm'])
+class FuseLayerNorm(GraphPass):
     """Replace ``(x - mean(x)) / sqrt(mean((x - mean(x))^2) + eps) * scale + bias``.
 
     The operations ReduceMean, Sub, Pow(2), ReduceMean, Add(eps), Sqrt, Div, and an
@@ -26,11 +29,7 @@ def fuse_layernorm(graph: BaseGraph) -> int:
     along other axes stays outside.  Nothing outside may read the operations'
     intermediate results.
 
-    Args:
-        graph: the graph, changed in place.
-
-    Returns:
-        How many LayerNormalizations were made.
+    ``changes`` counts the LayerNormalizations made.
 
     Example:
         >>> import onnx
@@ -50,13 +49,17 @@ def fuse_layernorm(graph: BaseGraph) -> int:
         >>> graph = from_onnx(helper.make_model(
         ...     helper.make_graph(nodes, 'ln', [x], [y], constants),
         ...     opset_imports=[helper.make_opsetid('', 13)]))
-        >>> fuse_layernorm(graph), [op.type for op in graph.operations.values()]
+        >>> FuseLayerNorm()(graph).changes, [op.type for op in graph.operations.values()]
         (1, ['LayerNormalization'])
         >>> [var.name for var in graph.operations['op_0'].inputs]
         ['x', 'op_0.scale']
     """
-    return rewrite_matches(graph, _PATTERN, [(index, index + 1) for index in range(6)], _fuse,
-                           name='fuse_layernorm', exclusive=False)
+
+    def call(self, graph: BaseGraph) -> PassResult:
+        """Rewrite ``graph``; the result counts the LayerNormalizations made."""
+        fused = rewrite_matches(graph, _PATTERN, [(index, index + 1) for index in range(6)],
+                                _fuse, name='fuse_layernorm', exclusive=False)
+        return PassResult.counted(graph, fused)
 
 
 def _fuse(graph: BaseGraph, match: List[Operation]) -> bool:

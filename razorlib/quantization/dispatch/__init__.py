@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any, Optional, Union
 
 from ...ir import BaseGraph, QuantableOperation
+from ...ir.components import build_component
 from ..platform import QUANTIZABLE_OP_TYPES, TargetPlatform, as_platform
 from .dispatchers import (DISPATCHERS, AggressiveDispatcher, AllInDispatcher,
                           ConservativeDispatcher, GraphDispatcher, PointwiseDispatcher,
@@ -34,7 +35,7 @@ __all__ = [
 
 
 def dispatch_graph(graph: BaseGraph, platform: Union[TargetPlatform, str],
-                   dispatcher: str = 'conservative',
+                   dispatcher: Union[str, Mapping, GraphDispatcher] = 'conservative',
                    dispatching_table: Optional[Union[DispatchingTable, Mapping]] = None
                    ) -> BaseGraph:
     """Set ``platform`` of every operation: SOI, the quantized platform, FP32 or an override.
@@ -46,19 +47,20 @@ def dispatch_graph(graph: BaseGraph, platform: Union[TargetPlatform, str],
     Args:
         graph: the graph; its operations' ``platform`` is set in place.
         platform: the quantized platform (``TRT_INT8``, ``ORT_INT8``), or its name.
-        dispatcher: the name of a registered dispatcher: ``'conservative'``,
-            ``'aggressive'``, ``'pointwise'`` or ``'allin'``.
+        dispatcher: a registered dispatcher's name (``'conservative'``,
+            ``'aggressive'``, ``'pointwise'``, ``'allin'`` or a class name), a config dict
+            (``dict(type='ConservativeDispatcher')``) or a :class:`GraphDispatcher`.
         dispatching_table: ``op name -> platform`` overrides, as a
             :class:`DispatchingTable` or a mapping.
 
     Returns:
-        ``graph``.
+        ``graph``, so calls chain.
 
     Raises:
         TypeError: an argument has the wrong type; the message names the parameter.
-        ValueError: an unknown dispatcher (the message lists the known ones), a platform
-            that is not quantized, a table entry for an operation not in the graph, or a
-            graph that holds quantable operations already.
+        KeyError: an unknown dispatcher (the message lists the registered ones).
+        ValueError: a platform that is not quantized, a table entry for an operation not
+            in the graph, or a graph that holds quantable operations already.
     """
     if not isinstance(graph, BaseGraph):
         raise TypeError(f'graph must be a BaseGraph, got {type(graph).__name__}')
@@ -68,10 +70,7 @@ def dispatch_graph(graph: BaseGraph, platform: Union[TargetPlatform, str],
         raise ValueError(f'graph {graph.name!r} is quantized already (operations {quantized}); '
                          'dispatch a graph straight from from_onnx/from_torch')
     platform = _quantized_platform(platform)
-    if not isinstance(dispatcher, str):
-        raise TypeError(f'dispatcher must be the name of a dispatcher (a str), got '
-                        f'{type(dispatcher).__name__} {dispatcher!r}')
-    rule = DISPATCHERS.lookup(dispatcher)()
+    rule = build_component(DISPATCHERS, dispatcher, base=GraphDispatcher, parameter='dispatcher')
     table = _as_table(dispatching_table)
     unknown = [name for name in table if name not in graph.operations]
     if unknown:

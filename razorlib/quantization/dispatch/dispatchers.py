@@ -23,16 +23,17 @@ Example:
     ...                               outputs=[graph.create_variable()])
     >>> add = graph.create_operation('Add', 'add', inputs=[soft.outputs[0], x],
     ...                              outputs=[graph.create_variable()])
-    >>> {name: DISPATCHERS[name]().dispatch(graph, TargetPlatform.TRT_INT8, {})['add'].name
-    ...  for name in sorted(DISPATCHERS)}
+    >>> {name: DISPATCHERS.build(dict(type=name)).dispatch(
+    ...     graph, TargetPlatform.TRT_INT8, {})['add'].name
+    ...  for name in ('aggressive', 'allin', 'conservative', 'pointwise')}
     {'aggressive': 'TRT_INT8', 'allin': 'TRT_INT8', 'conservative': 'FP32', 'pointwise': 'FP32'}
 """
-from typing import ClassVar, Dict, Mapping, Set
+from typing import ClassVar, Dict, Mapping, Set, TypeVar
 
 from ...ir import BaseGraph, Operation, TensorRole, Variable
+from ...registry import DISPATCHERS
 from ..op_types import COMPUTE_TYPES, CONSTANT_TYPES, POINTWISE_TYPES
 from ..platform import QUANTIZABLE_OP_TYPES, TargetPlatform
-from ..registry import ClassRegistry
 
 __all__ = [
     'AggressiveDispatcher', 'AllInDispatcher', 'ConservativeDispatcher', 'DISPATCHERS',
@@ -40,11 +41,14 @@ __all__ = [
 ]
 
 Placement = Dict[str, TargetPlatform]
+_DispatcherClass = TypeVar('_DispatcherClass', bound=type)
 
-DISPATCHERS = ClassRegistry('dispatcher', 'name')
-"""Dispatcher name -> class; add one with :func:`register_dispatcher`."""
 
-register_dispatcher = DISPATCHERS.register
+def register_dispatcher(cls: _DispatcherClass) -> _DispatcherClass:
+    """Class decorator: register a dispatcher in :data:`~razorlib.registry.DISPATCHERS`
+    under its class name and its short ``name``."""
+    DISPATCHERS.register_module(name=[cls.__name__, cls.name], module=cls)
+    return cls
 
 
 class GraphDispatcher:
@@ -52,7 +56,8 @@ class GraphDispatcher:
     which of the others run quantized, everything else goes to FP32.
 
     Subclasses set ``name`` and implement :meth:`select`; register them with
-    :func:`register_dispatcher` to make them known to ``dispatch_graph``.
+    :func:`register_dispatcher` to make them known to ``dispatch_graph`` (and to configs)
+    by class name and by ``name``.
 
     Example:
         >>> @register_dispatcher
@@ -60,9 +65,10 @@ class GraphDispatcher:
         ...     name = 'nothing'
         ...     def select(self, graph, platform, pinned):
         ...         return set()
-        >>> DISPATCHERS.lookup('nothing') is NothingDispatcher
+        >>> DISPATCHERS.get('nothing') is DISPATCHERS.get('NothingDispatcher')
         True
-        >>> del DISPATCHERS['nothing']
+        >>> for key in ('nothing', 'NothingDispatcher'):
+        ...     del DISPATCHERS.module_dict[key]
     """
     name: ClassVar[str]
 

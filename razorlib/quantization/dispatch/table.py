@@ -21,7 +21,7 @@ class DispatchingTable:
 
     Raises:
         TypeError: a name is not a string, or a platform neither a platform nor a string.
-        ValueError: a platform no operation can run on (UNSPECIFIED, an export target).
+        ValueError: a platform no operation can run on (UNSPECIFIED).
 
     Example:
         >>> table = DispatchingTable({'head': 'FP32'})

@@ -190,7 +190,7 @@ def export_qdq_onnx(graph: BaseGraph, path: Union[str, os.PathLike, None] = None
         >>> _ = graph.create_operation('Gemm', 'fc', {'transB': 1}, [x, w], [y])
         >>> graph.mark_variable_as_graph_output(y)
         >>> graph = quantize_graph(graph, 'TRT_INT8')
-        >>> calibrate(graph, [torch.randn(2, 3)], progress=False)
+        >>> graph = calibrate(graph, [torch.randn(2, 3)], progress=False)
         >>> model = export_qdq_onnx(graph)
         >>> onnx.checker.check_model(model)
         >>> [node.op_type for node in model.graph.node]  # doctest: +NORMALIZE_WHITESPACE

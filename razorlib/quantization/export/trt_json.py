@@ -1,8 +1,9 @@
 """TensorRT dynamic ranges: a plain FP32 ONNX model and a JSON file of activation ranges.
 
 TensorRT's implicit int8 mode takes one symmetric range per tensor
-(``ITensor.setDynamicRange(-amax, amax)``) and computes weight scales itself.  The JSON
-file sits beside the model (same path, ``.json`` suffix)::
+(``ITensor.setDynamicRange(-amax, amax)``) and computes weight scales itself.  Both files
+are named after the path given, the model with the suffix ``.onnx`` and the ranges with
+``.json`` (:func:`trt_json_paths`), so neither overwrites the other::
 
     {"act_quant_info": {"<tensor name>": amax, ...}}
 
@@ -12,7 +13,7 @@ output config, else the first reader that quantizes it itself.
 import json
 import os
 from pathlib import Path
-from typing import Dict, Union
+from typing import Dict, Tuple, Union
 
 import onnx
 
@@ -21,7 +22,7 @@ from ..executor import quantized_inputs
 from ..state import quantable_operations
 from .plain import export_onnx
 
-__all__ = ['activation_ranges', 'export_trt_json']
+__all__ = ['activation_ranges', 'export_trt_json', 'trt_json_paths']
 
 
 def _amax(name: str, config: TensorQuantizationConfig) -> float:
@@ -53,7 +54,7 @@ def activation_ranges(graph: BaseGraph) -> Dict[str, float]:
         >>> relu = graph.create_operation('Relu', 'relu', inputs=[graph.variables['x']],
         ...                               outputs=[graph.create_variable('y')])
         >>> graph = quantize_graph(graph, 'TRT_INT8')
-        >>> calibrate(graph, [torch.tensor([-2.54, 1.27])], observer_options={
+        >>> graph = calibrate(graph, [torch.tensor([-2.54, 1.27])], observer_options={
         ...     'percentile': {'percentile': 100.0}}, progress=False)
         >>> {name: round(amax, 4) for name, amax in activation_ranges(graph).items()}
         {'x': 2.54, 'y': 1.27}
@@ -70,12 +71,27 @@ def activation_ranges(graph: BaseGraph) -> Dict[str, float]:
     return ranges
 
 
+def trt_json_paths(path: Union[str, os.PathLike]) -> Tuple[Path, Path]:
+    """The model and ranges files of a TRT_JSON export to ``path``: its suffix replaced by
+    ``.onnx`` and by ``.json`` (added when it has none), so they never collide.
+
+    Example:
+        >>> [str(item) for item in trt_json_paths('out/ranges.json')]
+        ['out/ranges.onnx', 'out/ranges.json']
+        >>> [str(item) for item in trt_json_paths('out/net')]
+        ['out/net.onnx', 'out/net.json']
+    """
+    path = Path(path)
+    return path.with_suffix('.onnx'), path.with_suffix('.json')
+
+
 def export_trt_json(graph: BaseGraph, path: Union[str, os.PathLike]) -> onnx.ModelProto:
     """Save the graph as a plain FP32 ONNX model and its dynamic ranges as JSON beside it.
 
     Args:
         graph: a calibrated graph quantized for TRT_INT8; it is left as it is.
-        path: the ``.onnx`` path; the ranges go to the same path with a ``.json`` suffix.
+        path: names both files (:func:`trt_json_paths`): ``net.onnx`` or ``net.json``
+            writes ``net.onnx`` and ``net.json``.
 
     Returns:
         The ONNX model.
@@ -93,7 +109,7 @@ def export_trt_json(graph: BaseGraph, path: Union[str, os.PathLike]) -> onnx.Mod
         ['input', 'relu']
     """
     ranges = activation_ranges(graph)
-    model = export_onnx(graph, path)
-    Path(path).with_suffix('.json').write_text(
-        json.dumps({'act_quant_info': ranges}, indent=2))
+    model_path, ranges_path = trt_json_paths(path)
+    model = export_onnx(graph, model_path)
+    ranges_path.write_text(json.dumps({'act_quant_info': ranges}, indent=2))
     return model

@@ -4,23 +4,51 @@ An observer reduces what it sees to a range ``[lo, hi]`` (one per channel when i
 per channel); :func:`range_to_scale_offset` turns the range into the config's scale and
 offset, following the config's symmetry and integer range.
 """
-from typing import ClassVar, Optional, Tuple
+from typing import ClassVar, Optional, Tuple, Type, TypeVar
 
 import torch
 
 from ...ir import QuantizationProperty, QuantizationStates, TensorQuantizationConfig
-from ..registry import ClassRegistry
+from ...ir.components import registered
+from ...registry import OBSERVERS
 
-__all__ = ['MIN_SCALE', 'OBSERVERS', 'Observer', 'build_observer', 'range_to_scale_offset',
-           'register_observer']
+__all__ = ['MIN_SCALE', 'OBSERVERS', 'Observer', 'build_observer', 'observer_class',
+           'range_to_scale_offset', 'register_observer']
 
 MIN_SCALE = 2.0**-23
 """The smallest scale rendered, so a constant-zero tensor still gets a usable config."""
 
-OBSERVERS = ClassRegistry('observer', 'name')
-"""Observer name (a config's ``observer_algorithm``) -> class."""
+_ObserverClass = TypeVar('_ObserverClass', bound=type)
 
-register_observer = OBSERVERS.register
+
+def register_observer(cls: _ObserverClass) -> _ObserverClass:
+    """Class decorator: register an observer in :data:`~razorlib.registry.OBSERVERS` under
+    its class name and its short ``name`` (what configs' ``observer_algorithm`` holds).
+
+    Example:
+        >>> @register_observer
+        ... class ZeroObserver(Observer):
+        ...     name = 'zero'
+        >>> observer_class('zero') is observer_class('ZeroObserver') is ZeroObserver
+        True
+        >>> for key in ('zero', 'ZeroObserver'):
+        ...     del OBSERVERS.module_dict[key]
+    """
+    OBSERVERS.register_module(name=[cls.__name__, cls.name], module=cls)
+    return cls
+
+
+def observer_class(key: str) -> Type['Observer']:
+    """The observer class registered under ``key`` (a class name or a short name).
+
+    Raises:
+        KeyError: no observer has that name; the message lists the registered ones.
+
+    Example:
+        >>> observer_class('kl').__name__, observer_class('KLObserver').name
+        ('KLObserver', 'kl')
+    """
+    return registered(OBSERVERS, key)
 
 _RENDERABLE = (QuantizationStates.INITIAL, QuantizationStates.ACTIVATED)
 
@@ -178,12 +206,12 @@ def build_observer(config: TensorQuantizationConfig, **options) -> Observer:
         A new observer.
 
     Raises:
-        ValueError: no observer has that name; the message lists the known ones.
+        KeyError: no observer has that name; the message lists the registered ones.
 
     Example:
         >>> build_observer(TensorQuantizationConfig(observer_algorithm='kl')).name
         'kl'
     """
     per_channel = QuantizationProperty.PER_CHANNEL in config.policy
-    return OBSERVERS.lookup(config.observer_algorithm)(
+    return observer_class(config.observer_algorithm)(
         channel_axis=config.channel_axis if per_channel else None, **options)

@@ -3,7 +3,9 @@
 :class:`SymmetricHistogram` counts values per channel in equal bins over
 ``[-limit, limit]``.  The limit starts at the first batch's largest magnitude and, when a
 later batch goes beyond it, grows by a whole factor ``k``: each old bin then lies inside
-one new bin, so re-binning only adds counts together and stays exact.  Memory is
+one new bin, so re-binning only adds counts together and stays exact.  The bins mirror
+each other around 0 (``[jw, (j+1)w)`` and ``(-(j+1)w, -jw]``), so ``x`` and ``-x`` share
+a bin of ``|x|`` even when the values lie on a grid (an image's gray levels).  Memory is
 ``channels x bins`` counts, whatever the number of batches.
 """
 from typing import Optional
@@ -86,10 +88,17 @@ class SymmetricHistogram:
             self._grow(torch.ceil(magnitude / self.limit).clamp(min=1).long())
             self.min = torch.minimum(self.min, rows.amin(1))
             self.max = torch.maximum(self.max, rows.amax(1))
-        index = ((rows + self.limit[:, None]) / self.width[:, None]).floor().long()
-        index = index.clamp(0, self.bins - 1) + self.bins * torch.arange(rows.shape[0])[:, None]
+        index = self._bin(rows) + self.bins * torch.arange(rows.shape[0])[:, None]
         self.counts += torch.bincount(index.flatten(),
                                       minlength=self.counts.numel()).view_as(self.counts)
+
+    def _bin(self, rows: torch.Tensor) -> torch.Tensor:
+        # Bin half + j holds [j w, (j+1) w) and bin half - 1 - j holds (-(j+1) w, -j w]:
+        # x and -x always share a bin of |x|, whichever grid (gray levels) the values lie on.
+        half = self.bins // 2
+        steps = (rows.abs() / self.width[:, None]).floor().long()
+        index = torch.where(rows >= 0, half + steps, half - 1 - steps)
+        return index.clamp(0, self.bins - 1)
 
     def _grow(self, factor: torch.Tensor) -> None:
         if bool((factor == 1).all()):
@@ -120,7 +129,8 @@ class HistogramObserver(Observer):
 
     Example:
         >>> from razorlib.quantization.observers import OBSERVERS
-        >>> sorted(name for name, cls in OBSERVERS.items() if issubclass(cls, HistogramObserver))
+        >>> sorted({cls.name for cls in OBSERVERS.module_dict.values()
+        ...         if issubclass(cls, HistogramObserver)})
         ['kl', 'mse', 'percentile']
     """
 

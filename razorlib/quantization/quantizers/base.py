@@ -4,25 +4,44 @@ A quantizer is a set of class-level rules for one platform: the :class:`TensorFo
 activations, weights and biases, the activations it fuses into compute ops, and the op
 types whose tensors must share one scale.  :meth:`BaseQuantizer.quantize_operation` builds
 one config per tensor, following the role each tensor plays in the op's socket;
-:meth:`BaseQuantizer.link_configs` then runs the passes of
-:mod:`~razorlib.quantization.quantizers.links` over the whole graph.
+:meth:`BaseQuantizer.link_configs` then runs the link passes of
+:mod:`~razorlib.quantization.quantizers.links` over the whole graph, through a
+:class:`~razorlib.ir.PassManager`.
 """
-from typing import Callable, ClassVar, Dict, FrozenSet, Mapping, Optional
+from typing import Callable, ClassVar, Dict, FrozenSet, Mapping, Optional, Type, TypeVar
 
-from ...ir import (BaseGraph, Operation, OperationQuantizationConfig, QuantableOperation,
-                   TensorQuantizationConfig, TensorRole, Variable)
+from ...ir import (BaseGraph, Operation, OperationQuantizationConfig, PassManager, PassResult,
+                   QuantableOperation, TensorQuantizationConfig, TensorRole, Variable)
+from ...ir.components import registered
+from ...registry import QUANTIZERS
 from ..platform import TargetPlatform, as_platform
-from ..registry import ClassRegistry
 from .formats import (WEIGHT_CHANNEL_AXIS, ScaleSharing, TensorFormat, fp32_config, last_axis,
                       weight_channel_axis)
 from .links import LINK_PASSES
 
-__all__ = ['BaseQuantizer', 'QUANTIZERS', 'register_quantizer']
+__all__ = ['BaseQuantizer', 'QUANTIZERS', 'quantizer_class', 'register_quantizer']
 
-QUANTIZERS = ClassRegistry('quantizer', 'platform', key_label=lambda platform: platform.name)
-"""Quantized platform -> quantizer class."""
+_QuantizerClass = TypeVar('_QuantizerClass', bound=type)
 
-register_quantizer = QUANTIZERS.register
+
+def register_quantizer(cls: _QuantizerClass) -> _QuantizerClass:
+    """Class decorator: register a quantizer in :data:`~razorlib.registry.QUANTIZERS` under
+    its class name and the name of its platform (``'TRT_INT8'``)."""
+    QUANTIZERS.register_module(name=[cls.__name__, cls.platform.name], module=cls)
+    return cls
+
+
+def quantizer_class(platform: object) -> Type['BaseQuantizer']:
+    """The quantizer of a quantized platform (a :class:`TargetPlatform` or a name).
+
+    Raises:
+        KeyError: no quantizer is registered for it; the message lists the keys.
+
+    Example:
+        >>> quantizer_class('TRT_INT8').__name__, quantizer_class(TargetPlatform.ORT_INT8).__name__
+        ('TensorRTQuantizer', 'ORTQDQQuantizer')
+    """
+    return registered(QUANTIZERS, getattr(platform, 'name', platform))
 
 
 _ROLE = TensorRole
@@ -150,13 +169,14 @@ class BaseQuantizer:
                               and weight_channel_axis(op) is not None)
         return self.bias.build(last_axis(var) if weight_per_channel else None)
 
-    def link_configs(self) -> Dict[str, int]:
-        """Run the link passes (:data:`~razorlib.quantization.quantizers.links.LINK_PASSES`).
+    def link_configs(self) -> PassResult:
+        """Run the link passes (:data:`~razorlib.quantization.quantizers.links.LINK_PASSES`)
+        over the graph, in order, through a :class:`~razorlib.ir.PassManager`.
 
         Returns:
-            Pass name -> how many links it made.
+            The manager's result: ``changes`` counts the links made.
         """
-        return {name: link(self) for name, link in LINK_PASSES.items()}
+        return PassManager([link(self) for link in LINK_PASSES])(self.graph)
 
 
 def _is_non_float(var: Variable) -> bool:

@@ -1,20 +1,23 @@
 """Link passes: join the configs of a quantized graph that must agree, in one fixed order.
 
-Each pass walks the graph's :class:`~razorlib.ir.QuantableOperation`\\ s, links configs,
-and returns how many links it made.  Only INITIAL configs are linked; a config made
-OVERLAPPED or FP32 stays out of every later pass.
+Each pass is a :class:`~razorlib.ir.GraphPass` built with the quantizer whose rules it
+applies; it walks the graph's :class:`~razorlib.ir.QuantableOperation`\\ s, links configs,
+and returns a :class:`~razorlib.ir.PassResult` whose ``changes`` counts the links made.
+Only INITIAL configs are linked; a config made OVERLAPPED or FP32 stays out of every later
+pass.  :meth:`BaseQuantizer.link_configs` runs them, in this order, through a
+:class:`~razorlib.ir.PassManager`:
 
-1. ``fuse_activations``: a compute op whose only reader is an activation the platform
+1. ``FuseActivations``: a compute op whose only reader is an activation the platform
    fuses into it (Conv -> Relu) is quantized once, after the activation.  The compute
    op's output config and the activation's input config become OVERLAPPED, each with
    ``master_by`` set to the activation's output config, which quantizes in their place.
    (Dominance would share the state too, so an overlapped config is not dominated.)
-2. ``share_scales``: the op types of ``quantizer.shared_scales`` get their inputs (and
+2. ``ShareScales``: the op types of ``quantizer.shared_scales`` get their inputs (and
    outputs) joined with ``dominated_by``: a Concat's inputs take the Concat output's
    scale.
-3. ``master_biases``: a quantized bias gets ``master_by`` = its layer's weight config; its
+3. ``MasterBiases``: a quantized bias gets ``master_by`` = its layer's weight config; its
    scale is then input scale x weight scale, the layer's input being input 0.
-4. ``join_variable_readers``: the output config of an activation and the input configs
+4. ``JoinVariableReaders``: the output config of an activation and the input configs
    of its quantized readers are joined, so each variable is quantized with one scale.
 
 Configs are joined only when they have the same format (policy, bits, integer range,
@@ -22,13 +25,15 @@ rounding, channel axis).  Joined sets merge (a Concat input joins its producer's
 the Concat's), and which member ends up the root depends on the order of the joins:
 compare roots, ``a.dominated_by is b.dominated_by``.
 """
-from typing import Callable, Collection, Dict, List, Optional, Sequence
+from typing import Collection, List, Optional, Sequence, Tuple, Type
 
-from ...ir import QuantableOperation, QuantizationStates, TensorQuantizationConfig, TensorRole
+from ...ir import (BaseGraph, GraphPass, PassResult, QuantableOperation, QuantizationStates,
+                   TensorQuantizationConfig, TensorRole)
+from ...registry import GRAPH_PASSES
 from .formats import ScaleSharing
 
-__all__ = ['LINK_PASSES', 'fuse_activations', 'join_variable_readers', 'master_biases',
-           'share_scales']
+__all__ = ['FuseActivations', 'JoinVariableReaders', 'LINK_PASSES', 'LinkPass', 'MasterBiases',
+           'ShareScales']
 
 _INITIAL = QuantizationStates.INITIAL
 
@@ -56,7 +61,28 @@ def _join(configs: Sequence[TensorQuantizationConfig]) -> int:
     return links
 
 
-def fuse_activations(quantizer) -> int:
+class LinkPass(GraphPass):
+    """Base of the link passes: holds the quantizer whose rules (``fusions``,
+    ``shared_scales``, ``input_role``) they apply.
+
+    Args:
+        quantizer: a :class:`~razorlib.quantization.quantizers.base.BaseQuantizer`.
+    """
+
+    def __init__(self, quantizer) -> None:
+        self.quantizer = quantizer
+
+    def call(self, graph: BaseGraph) -> PassResult:
+        """Link the configs of ``graph``; ``changes`` counts the links."""
+        return PassResult.counted(graph, self.link(graph))
+
+    def link(self, graph: BaseGraph) -> int:
+        """Make this pass's links; how many."""
+        raise NotImplementedError
+
+
+@GRAPH_PASSES.register_module(name=['FuseActivations', 'fuse_activations'])
+class FuseActivations(LinkPass):
     """Pass 1: compute op + fused activation are quantized once, after the activation.
 
     Example:
@@ -72,25 +98,27 @@ def fuse_activations(quantizer) -> int:
         ...                               outputs=[graph.create_variable()])
         >>> quantizer = TensorRTQuantizer(graph)
         >>> conv, relu = [quantizer.quantize_operation(name) for name in ('conv', 'relu')]
-        >>> fuse_activations(quantizer), conv.output_quant_config[0].state.name
+        >>> FuseActivations(quantizer)(graph).changes, conv.output_quant_config[0].state.name
         (1, 'OVERLAPPED')
         >>> conv.output_quant_config[0].master_by is relu.output_quant_config[0]
         True
     """
-    links = 0
-    for op in _quantables(quantizer.graph):
-        activation = _fused_reader(quantizer.graph, op, quantizer.fusions.get(op.type, ()))
-        if activation is None:
-            continue
-        fused = activation.output_quant_config[0]
-        overlapped = (op.output_quant_config[0], activation.input_quant_config[0])
-        if any(config.state is not _INITIAL for config in (fused, *overlapped)):
-            continue
-        for config in overlapped:
-            config.state = QuantizationStates.OVERLAPPED
-            config.master_by = fused
-        links += 1
-    return links
+
+    def link(self, graph: BaseGraph) -> int:
+        links = 0
+        for op in _quantables(graph):
+            activation = _fused_reader(graph, op, self.quantizer.fusions.get(op.type, ()))
+            if activation is None:
+                continue
+            fused = activation.output_quant_config[0]
+            overlapped = (op.output_quant_config[0], activation.input_quant_config[0])
+            if any(config.state is not _INITIAL for config in (fused, *overlapped)):
+                continue
+            for config in overlapped:
+                config.state = QuantizationStates.OVERLAPPED
+                config.master_by = fused
+            links += 1
+        return links
 
 
 def _fused_reader(graph, op: QuantableOperation,
@@ -106,54 +134,61 @@ def _fused_reader(graph, op: QuantableOperation,
     return None
 
 
-def share_scales(quantizer) -> int:
+@GRAPH_PASSES.register_module(name=['ShareScales', 'share_scales'])
+class ShareScales(LinkPass):
     """Pass 2: join the tensors of the op types in ``quantizer.shared_scales``."""
-    links = 0
-    for op in _quantables(quantizer.graph):
-        sharing = quantizer.shared_scales.get(op.type)
-        if sharing is None:
-            continue
-        configs = list(op.input_quant_config)
-        if sharing is ScaleSharing.INPUTS_AND_OUTPUTS:
-            configs = list(op.output_quant_config) + configs
-        links += _join(configs)
-    return links
+
+    def link(self, graph: BaseGraph) -> int:
+        links = 0
+        for op in _quantables(graph):
+            sharing = self.quantizer.shared_scales.get(op.type)
+            if sharing is None:
+                continue
+            configs = list(op.input_quant_config)
+            if sharing is ScaleSharing.INPUTS_AND_OUTPUTS:
+                configs = list(op.output_quant_config) + configs
+            links += _join(configs)
+        return links
 
 
-def master_biases(quantizer) -> int:
+@GRAPH_PASSES.register_module(name=['MasterBiases', 'master_biases'])
+class MasterBiases(LinkPass):
     """Pass 3: each quantized bias is mastered by its layer's weight config."""
-    links = 0
-    for op in _quantables(quantizer.graph):
-        for index, config in enumerate(op.input_quant_config):
-            if (config.state is _INITIAL and index > 1
-                    and quantizer.input_role(op, index) is TensorRole.BIAS):
-                config.master_by = op.input_quant_config[1]
-                links += 1
-    return links
+
+    def link(self, graph: BaseGraph) -> int:
+        links = 0
+        for op in _quantables(graph):
+            for index, config in enumerate(op.input_quant_config):
+                weight = op.input_quant_config[1] if index > 1 else None
+                if (config.state is _INITIAL and weight is not None
+                        and config.master_by is not weight
+                        and self.quantizer.input_role(op, index) is TensorRole.BIAS):
+                    config.master_by = weight
+                    links += 1
+        return links
 
 
-def join_variable_readers(quantizer) -> int:
+@GRAPH_PASSES.register_module(name=['JoinVariableReaders', 'join_variable_readers'])
+class JoinVariableReaders(LinkPass):
     """Pass 4: one scale per activation: its producer's output config and its readers'."""
-    links = 0
-    for var in quantizer.graph.variables.values():
-        if var.is_parameter:
-            continue
-        configs: List[TensorQuantizationConfig] = []
-        source = var.source_op
-        if isinstance(source, QuantableOperation):
-            configs.append(source.output_quant_config[source.outputs.index(var)])
-        for reader in dict.fromkeys(var.dest_ops):
-            if isinstance(reader, QuantableOperation):
-                configs += [config for config, read in zip(reader.input_quant_config,
-                                                           reader.inputs) if read is var]
-        links += _join(configs)
-    return links
+
+    def link(self, graph: BaseGraph) -> int:
+        links = 0
+        for var in graph.variables.values():
+            if var.is_parameter:
+                continue
+            configs: List[TensorQuantizationConfig] = []
+            source = var.source_op
+            if isinstance(source, QuantableOperation):
+                configs.append(source.output_quant_config[source.outputs.index(var)])
+            for reader in dict.fromkeys(var.dest_ops):
+                if isinstance(reader, QuantableOperation):
+                    configs += [config for config, read in zip(reader.input_quant_config,
+                                                               reader.inputs) if read is var]
+            links += _join(configs)
+        return links
 
 
-LINK_PASSES: Dict[str, Callable[..., int]] = {
-    'fuse_activations': fuse_activations,
-    'share_scales': share_scales,
-    'master_biases': master_biases,
-    'join_variable_readers': join_variable_readers,
-}
+LINK_PASSES: Tuple[Type[LinkPass], ...] = (FuseActivations, ShareScales, MasterBiases,
+                                           JoinVariableReaders)
 """The link passes, in the order ``BaseQuantizer.link_configs`` runs them."""

@@ -35,8 +35,8 @@ class ORTQDQQuantizer(BaseQuantizer):
         >>> quantizer = ORTQDQQuantizer(graph)
         >>> conv = quantizer.quantize_operation('conv')
         >>> bias = conv.input_quant_config[2]
-        >>> bias.num_of_bits, bias.channel_axis, quantizer.link_configs()['master_biases']
-        (32, 0, 1)
+        >>> bias.num_of_bits, bias.channel_axis, quantizer.link_configs().modified
+        (32, 0, True)
         >>> bias.master_by is conv.input_quant_config[1]
         True
     """

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from ...operation import Operation
-from ..registry import register_function, register_kernel
+from ..kernels import register_function, register_kernel
 from .common import reader
 
 __all__: List[str] = []

@@ -5,7 +5,7 @@ from typing import Callable, Dict, List
 import torch
 
 from ...operation import Operation
-from ..registry import register_function, register_kernel
+from ..kernels import register_function, register_kernel
 
 __all__: List[str] = []
 

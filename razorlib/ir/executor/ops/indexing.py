@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from ...operation import Operation
-from ..registry import UnsupportedOperationError, register_kernel
+from ..kernels import UnsupportedOperationError, register_kernel
 from .common import constant_input, reader, split_pads, torch_pads
 
 __all__: List[str] = []

@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from ...operation import Operation
-from ..registry import UnsupportedOperationError, register_kernel
+from ..kernels import UnsupportedOperationError, register_kernel
 
 __all__: List[str] = []
 

@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from ...operation import Operation
-from ..registry import UnsupportedOperationError, register_function, register_kernel
+from ..kernels import UnsupportedOperationError, register_function, register_kernel
 from .common import SlidingWindow, torch_pads
 
 __all__: List[str] = []

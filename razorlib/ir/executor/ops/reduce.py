@@ -4,7 +4,7 @@ from typing import Callable, Dict, List, Tuple
 import torch
 
 from ...operation import Operation
-from ..registry import register_kernel
+from ..kernels import register_kernel
 from .common import reader
 
 __all__: List[str] = []

@@ -11,7 +11,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 
 from ...operation import Operation
-from ..registry import UnsupportedOperationError, register_kernel
+from ..kernels import UnsupportedOperationError, register_kernel
 from .common import reader
 
 __all__: List[str] = []

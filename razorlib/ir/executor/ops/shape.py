@@ -6,7 +6,7 @@ import torch
 
 from ...onnx_types import torch_dtype
 from ...operation import Operation
-from ..registry import UnsupportedOperationError, register_function, register_kernel
+from ..kernels import UnsupportedOperationError, register_function, register_kernel
 from .common import reader
 
 __all__: List[str] = []

@@ -1,0 +1,378 @@
+"""Prune quality on digits: razorlib's criteria, local and global, against Torch-Pruning's
+global Magnitude and Taylor importance and NVIDIA ModelOpt's FastNAS, at the same FLOPs.
+
+A small ResNet is trained on the digits' train split (the test split held out:
+``DigitsDataset(test_ratio=0.2)``, 1,077 / 360 / 360 images).  For each FLOPs target (a
+fraction of the dense model's, every method counted by razorlib's counter) each method
+prunes a copy of it; each slim model is then fine-tuned with the same budget twice, with
+cross-entropy and with a distillation term from the dense model.  Reported on the test
+split: top-1 right after pruning and after fine-tuning, and KL(dense || slim) of the
+softmax outputs (it does not saturate the way top-1 does on digits).
+
+Selection never sees the test split: razorlib's data criteria and batch-norm
+re-estimation read training batches, Torch-Pruning's Taylor reads the same batches, and
+FastNAS ranks its candidates by the loss on the validation split.
+
+    python benchmarks/prune_quality.py                      # about an hour on 2 busy cores
+    python benchmarks/prune_quality.py --width 8 --train-epochs 3 --ft-epochs 1 \\
+        --criteria l1 taylor --targets 0.5                  # a quick look
+"""
+import argparse
+import copy
+import json
+import math
+import platform
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import razorlib
+from razorlib.datasets import DigitsDataset
+from razorlib.models import ResNet
+from razorlib.utils import get_model_complexity
+
+CRITERIA = ('l1', 'l2', 'bn_scale', 'fpgm', 'taylor', 'fisher', 'activation', 'apoz', 'random')
+Data = Tuple[torch.Tensor, torch.Tensor]
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument('--depth', type=int, default=18, help='ResNet depth (default: 18)')
+    parser.add_argument('--width', type=int, default=16, help='base channels (default: 16)')
+    parser.add_argument('--size', type=int, default=16, help='image side (default: 16)')
+    parser.add_argument('--train-epochs', type=int, default=20,
+                        help="the dense model's epochs (default: 20)")
+    parser.add_argument('--ft-epochs', type=int, default=5,
+                        help='fine-tuning epochs of every slim model (default: 5)')
+    parser.add_argument('--targets', type=float, nargs='+', default=[0.5, 0.25, 0.1],
+                        help='FLOPs targets, fractions of the dense model (default: 0.5 0.25 0.1)')
+    parser.add_argument('--criteria', nargs='+', default=list(CRITERIA), choices=CRITERIA)
+    parser.add_argument('--peers', nargs='*',
+                        default=['tp_magnitude', 'tp_magnitude_local', 'tp_taylor', 'fastnas'],
+                        choices=['tp_magnitude', 'tp_taylor', 'tp_magnitude_local', 'fastnas'])
+    parser.add_argument('--criteria-batches', type=int, default=8,
+                        help='training batches of 64 the data criteria read (default: 8)')
+    parser.add_argument('--threads', type=int, default=1)
+    parser.add_argument('--seed', type=int, default=0)
+    parser.add_argument('--work-dir', default='work_dirs/prune_quality',
+                        help='the dense checkpoint (reused) and results.json go here')
+    parser.add_argument('--report-only', action='store_true',
+                        help="print the tables of WORK_DIR/results.json and exit")
+    return parser.parse_args(argv)
+
+
+# ---------------------------------------------------------------------------- data, training
+def load_splits(size: int) -> Dict[str, Data]:
+    """Train / val / test tensors of the digits, stratified and seeded (test held out)."""
+    splits = {}
+    for split in ('train', 'val', 'test'):
+        ds = DigitsDataset(split, upscale=size, val_ratio=0.2, test_ratio=0.2)
+        splits[split] = (ds.images, torch.tensor(ds.labels))
+    return splits
+
+
+def shuffled(data: Data, batch: int, gen: torch.Generator, shift: int = 0) -> List[Data]:
+    """One epoch of batches; each image moved by up to ``shift`` pixels (augmentation)."""
+    images, labels = data
+    order = torch.randperm(len(labels), generator=gen)
+    out = []
+    for start in range(0, len(order), batch):
+        idx = order[start:start + batch]
+        x = images[idx]
+        if shift:
+            moves = torch.randint(-shift, shift + 1, (len(idx), 2), generator=gen).tolist()
+            x = torch.stack([torch.roll(img, m, dims=(1, 2)) for img, m in zip(x, moves)])
+        out.append((x, labels[idx]))
+    return out
+
+
+def train(model: nn.Module, data: Data, epochs: int, lr: float, seed: int,
+          teacher: Optional[nn.Module] = None, temperature: float = 4.0,
+          alpha: float = 0.7) -> nn.Module:
+    """SGD with a cosine schedule; with ``teacher`` the loss is ``(1 - alpha) * CE + alpha *
+    T^2 * KL(teacher_T || student_T)`` (Hinton's logit distillation)."""
+    gen = torch.Generator().manual_seed(seed)
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9, weight_decay=5e-4)
+    steps = epochs * math.ceil(len(data[1]) / 64)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, max(steps, 1))
+    if teacher is not None:
+        teacher.eval()
+    model.train()
+    for _ in range(epochs):
+        for x, y in shuffled(data, 64, gen, shift=max(1, x_side(data) // 8)):
+            logits = model(x)
+            loss = F.cross_entropy(logits, y)
+            if teacher is not None:
+                with torch.no_grad():
+                    target = F.softmax(teacher(x) / temperature, 1)
+                kd = F.kl_div(F.log_softmax(logits / temperature, 1), target,
+                              reduction='batchmean') * temperature ** 2
+                loss = (1 - alpha) * loss + alpha * kd
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            sched.step()
+    return model.eval()
+
+
+def x_side(data: Data) -> int:
+    return data[0].shape[-1]
+
+
+@torch.no_grad()
+def logits_of(model: nn.Module, images: torch.Tensor) -> torch.Tensor:
+    model.eval()
+    return torch.cat([model(images[i:i + 256]) for i in range(0, len(images), 256)])
+
+
+def quality(model: nn.Module, test: Data, dense_logits: torch.Tensor) -> Dict[str, float]:
+    """Test top-1 (%) and KL(dense || slim) of the softmax outputs, mean over images."""
+    logits = logits_of(model, test[0])
+    kl = F.kl_div(F.log_softmax(logits, 1), F.log_softmax(dense_logits, 1), log_target=True,
+                  reduction='batchmean')
+    return dict(top1=100.0 * float((logits.argmax(1) == test[1]).float().mean()), kl=float(kl))
+
+
+# ---------------------------------------------------------------------------- the methods
+def flops_of(model: nn.Module, x: torch.Tensor) -> int:
+    return get_model_complexity(model, x).flops
+
+
+def largest_under(make: Callable[[float], nn.Module], x: torch.Tensor, limit: float,
+                  grid: Sequence[float], refine: int) -> nn.Module:
+    """The model ``make(r)`` with the most FLOPs at most ``limit``; ``r`` a pruning
+    strength (FLOPs fall as it grows, though not strictly: Torch-Pruning leaves a group
+    whole when a ratio would keep none of its channels).  Scans ``grid``, then bisects
+    ``refine`` times between the best point and the next weaker one.  A ``make`` that
+    raises ValueError (a constraint out of its reach) counts as too strong."""
+    found: Dict[float, Optional[nn.Module]] = {}
+
+    def attempt(r: float) -> Optional[nn.Module]:
+        if r not in found:
+            try:
+                found[r] = make(r)
+            except ValueError:
+                found[r] = None
+        return found[r]
+
+    def fits(r: float) -> bool:
+        model = attempt(r)
+        return model is not None and flops_of(model, x) <= limit
+
+    points = sorted(grid)
+    good = [r for r in points if fits(r)]
+    if not good:
+        raise ValueError(f'no strength in {points[0]:.2f}..{points[-1]:.2f} keeps at most '
+                         f'{limit:.0f} FLOPs')
+    best = max(good, key=lambda r: flops_of(found[r], x))
+    weaker = [r for r in points if r < best]
+    lo, hi = (weaker[-1], best) if weaker else (best, best)
+    for _ in range(refine if weaker else 0):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if fits(mid) else (mid, hi)
+    candidates = [r for r in found if fits(r)]
+    return found[max(candidates, key=lambda r: flops_of(found[r], x))]
+
+
+def torch_pruning(dense: nn.Module, x: torch.Tensor, limit: float, importance: str,
+                  global_pruning: bool, batches: List[Data]) -> nn.Module:
+    """Torch-Pruning's MetaPruner (1.6) at the pruning ratio that meets ``limit``."""
+    import torch_pruning as tp
+
+    def make(ratio: float) -> nn.Module:
+        model = copy.deepcopy(dense).eval()
+        imp = (tp.importance.MagnitudeImportance(p=2) if importance == 'magnitude'
+               else tp.importance.TaylorImportance())
+        pruner = tp.pruner.MetaPruner(model, x, importance=imp, pruning_ratio=ratio,
+                                      global_pruning=global_pruning, ignored_layers=[model.fc])
+        if importance == 'taylor':
+            model.zero_grad()
+            for inputs, targets in batches:
+                F.cross_entropy(model(inputs), targets).backward()
+        pruner.step()
+        model.zero_grad()
+        return model.eval()
+    return largest_under(make, x, limit, [0.05 * i for i in range(20)], refine=5)
+
+
+def fastnas(dense: nn.Module, x: torch.Tensor, limit: float, batches: List[Data], val: Data,
+            checkpoint: Path) -> nn.Module:
+    """ModelOpt's FastNAS prune, ranking candidates by (minus) the validation loss, at the
+    FLOPs constraint (ModelOpt's own count) whose result razorlib counts under ``limit``.
+
+    Its default search space rounds every width to a multiple of 32, which leaves a
+    16-wide ResNet almost nothing to prune; widths here are any multiple of 1 (razorlib's
+    ``round_to=1``), at its default ratios (5% steps).  Its sensitivity map is computed
+    once and read back from ``checkpoint`` for every other constraint, as it intends.
+    """
+    import modelopt.torch.prune as mtp
+
+    ratios = tuple(0.05 * i for i in range(1, 21))
+    conv = {'*': dict(channels_ratio=ratios, kernel_size=(), channel_divisor=1)}
+    feat = {'*': dict(features_ratio=ratios, feature_divisor=1)}
+    mode = [('fastnas', {'nn.Conv2d': conv, 'nn.BatchNorm2d': feat, 'nn.Linear': feat})]
+
+    def score(model: nn.Module) -> float:
+        return -float(F.cross_entropy(logits_of(model, val[0]), val[1]))
+
+    def make(ratio: float) -> nn.Module:
+        model = copy.deepcopy(dense).eval()
+        with warnings.catch_warnings():
+            warnings.simplefilter('ignore')
+            model, _ = mtp.prune(model, mode=mode,
+                                 constraints={'flops': f'{100 * (1 - ratio):.4f}%'},
+                                 dummy_input=x,
+                                 config=dict(data_loader=[b[0] for b in batches],
+                                             collect_func=lambda b: b, score_func=score,
+                                             verbose=False,
+                                             checkpoint=str(checkpoint)))
+        return model.eval()
+    fraction = limit / flops_of(dense, x)  # ModelOpt counts FLOPs its own way: scan around
+    grid = [1 - fraction * f for f in (0.7, 0.85, 1.0, 1.15, 1.3, 1.5, 1.75, 2.0) if
+            fraction * f < 1]
+    return largest_under(make, x, limit, grid, refine=4)
+
+
+def razorlib_prune(dense: nn.Module, x: torch.Tensor, target: float, criterion: str,
+                   global_ranking: bool, batches: List[Data]) -> nn.Module:
+    return razorlib.prune(dense, x, flops=target, importance=criterion,
+                          global_ranking=global_ranking, data=batches).eval()
+
+
+# ---------------------------------------------------------------------------- the run
+def evaluate_method(name: str, slim: nn.Module, dense: nn.Module, args: argparse.Namespace,
+                    splits: Dict[str, Data], dense_logits: torch.Tensor, x: torch.Tensor,
+                    dense_flops: int, seconds: float) -> Dict[str, Any]:
+    row = dict(method=name, flops=flops_of(slim, x) / dense_flops, prune_s=seconds,
+               pruned=quality(slim, splits['test'], dense_logits))
+    for kd in (False, True):
+        torch.manual_seed(args.seed)
+        tuned = train(copy.deepcopy(slim), splits['train'], args.ft_epochs, 0.01, args.seed,
+                      teacher=dense if kd else None)
+        row['kd' if kd else 'ce'] = quality(tuned, splits['test'], dense_logits)
+    print(f"  {name:28} FLOPs {row['flops']:.3f}  pruned {row['pruned']['top1']:6.2f}% "
+          f"KL {row['pruned']['kl']:.4f} | CE {row['ce']['top1']:6.2f}% {row['ce']['kl']:.4f} "
+          f"| KD {row['kd']['top1']:6.2f}% {row['kd']['kl']:.4f}  ({seconds:.1f} s)",
+          flush=True)
+    return row
+
+
+def dense_model(args: argparse.Namespace, splits: Dict[str, Data],
+                work_dir: Path) -> Tuple[nn.Module, str]:
+    torch.manual_seed(args.seed)
+    model = ResNet(depth=args.depth, base_channels=args.width, num_classes=10, stem='cifar')
+    path = work_dir / (f'dense_r{args.depth}_w{args.width}_s{args.size}_e{args.train_epochs}'
+                       f'_seed{args.seed}.pth')
+    if path.is_file():
+        model.load_state_dict(torch.load(path))
+    else:
+        train(model, splits['train'], args.train_epochs, 0.1, args.seed)
+        torch.save(model.state_dict(), path)
+    return model.eval(), path.stem
+
+
+def methods(args: argparse.Namespace) -> List[Tuple[str, Callable]]:
+    """(name, prune(dense, x, target, limit, batches, splits, work_dir, tag))."""
+    out = [(f'razorlib {c} {"global" if g else "local"}',
+            lambda d, x, t, lim, b, s, w, tag, c=c, g=g: razorlib_prune(d, x, t, c, g, b))
+           for c in args.criteria for g in (False, True)]
+    peers = {
+        'tp_magnitude': ('torch-pruning magnitude global', lambda d, x, t, lim, b, s, w, tag:
+                         torch_pruning(d, x, lim, 'magnitude', True, b)),
+        'tp_magnitude_local': ('torch-pruning magnitude local', lambda d, x, t, lim, b, s, w,
+                               tag: torch_pruning(d, x, lim, 'magnitude', False, b)),
+        'tp_taylor': ('torch-pruning taylor global', lambda d, x, t, lim, b, s, w, tag:
+                      torch_pruning(d, x, lim, 'taylor', True, b)),
+        'fastnas': ('modelopt fastnas', lambda d, x, t, lim, b, s, w, tag:
+                    fastnas(d, x, lim, b, s['val'], w / f'fastnas_{tag}.pth')),
+    }
+    return out + [peers[p] for p in args.peers]
+
+
+def report(results: Dict[str, Any]) -> str:
+    """Markdown: one table per target, then razorlib's best against each peer's best
+    (after fine-tuning, with or without distillation; top-1 higher, KL lower)."""
+    lines = []
+    rows = results['rows']
+    for target in sorted({r['target'] for r in rows}, reverse=True):
+        lines += [f'\nFLOPs target {target:g}:\n',
+                  '| method | FLOPs | pruned top-1 / KL | fine-tuned CE top-1 / KL | '
+                  'fine-tuned KD top-1 / KL |', '| --- | ---: | ---: | ---: | ---: |']
+        for r in (r for r in rows if r['target'] == target):
+            if 'error' in r:
+                lines.append(f"| {r['method']} | - | failed: {r['error'][:80]} | | |")
+                continue
+            cells = [f"{r[k]['top1']:.2f} / {r[k]['kl']:.4f}" for k in ('pruned', 'ce', 'kd')]
+            lines.append(f"| {r['method']} | {r['flops']:.3f} | " + ' | '.join(cells) + ' |')
+    lines += ['\nBest after fine-tuning (CE or KD), razorlib vs each peer:\n',
+              '| target | razorlib top-1 | razorlib KL | peer | peer top-1 | peer KL | holds |',
+              '| ---: | ---: | ---: | --- | ---: | ---: | --- |']
+    for target in sorted({r['target'] for r in rows}, reverse=True):
+        done = [r for r in rows if r['target'] == target and 'error' not in r]
+
+        def best(rs: List[Dict]) -> Tuple[float, float]:
+            return (max(r[k]['top1'] for r in rs for k in ('ce', 'kd')),
+                    min(r[k]['kl'] for r in rs for k in ('ce', 'kd')))
+        ours = best([r for r in done if r['method'].startswith('razorlib')])
+        for peer in sorted({r['method'] for r in done if not r['method'].startswith('razorlib')}):
+            theirs = best([r for r in done if r['method'] == peer])
+            holds = ours[0] >= theirs[0] and ours[1] <= theirs[1]
+            lines.append(f'| {target:g} | {ours[0]:.2f} | {ours[1]:.4f} | {peer} | '
+                         f'{theirs[0]:.2f} | {theirs[1]:.4f} | {"yes" if holds else "no"} |')
+    return '\n'.join(lines)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = parse_args(argv)
+    if args.report_only:
+        print(report(json.loads((Path(args.work_dir) / 'results.json').read_text())))
+        return 0
+    torch.set_num_threads(args.threads)
+    work_dir = Path(args.work_dir)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    splits = load_splits(args.size)
+    start = time.time()
+    dense, dense_tag = dense_model(args, splits, work_dir)
+    (work_dir / f'fastnas_{dense_tag}.pth').unlink(missing_ok=True)  # this run's map only
+    x = torch.randn(1, 3, args.size, args.size)
+    dense_flops = flops_of(dense, x)
+    dense_logits = logits_of(dense, splits['test'][0])
+    gen = torch.Generator().manual_seed(args.seed)
+    batches = shuffled(splits['train'], 64, gen)[:args.criteria_batches]
+    results = dict(machine=f'{platform.machine()}, {platform.processor() or "cpu"}, '
+                   f'{args.threads} thread(s), torch {torch.__version__}',
+                   args=vars(args), dense=dict(flops=dense_flops,
+                                               **quality(dense, splits['test'], dense_logits)),
+                   rows=[])
+    print(f"dense ResNet-{args.depth} w{args.width}: {dense_flops / 1e6:.2f} MFLOPs, test "
+          f"top-1 {results['dense']['top1']:.2f}% ({time.time() - start:.0f} s)", flush=True)
+    for target in args.targets:
+        print(f'target {target:g} of the FLOPs', flush=True)
+        for name, prune in methods(args):
+            tick = time.time()
+            try:
+                slim = prune(dense, x, target, target * dense_flops, batches, splits, work_dir,
+                             dense_tag)
+            except Exception as err:  # a peer that cannot run here: recorded, not fatal
+                print(f'  {name:28} FAILED: {type(err).__name__}: {err}', flush=True)
+                results['rows'].append(dict(method=name, target=target,
+                                            error=f'{type(err).__name__}: {err}'))
+                continue
+            row = evaluate_method(name, slim, dense, args, splits, dense_logits, x,
+                                  dense_flops, time.time() - tick)
+            results['rows'].append(dict(target=target, **row))
+            (work_dir / 'results.json').write_text(json.dumps(results, indent=1))
+    print(report(results))
+    print(f'done in {time.time() - start:.0f} s; {work_dir / "results.json"}')
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

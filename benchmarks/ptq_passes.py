@@ -1,0 +1,192 @@
+"""razorlib's PTQ passes and QAT vs onnxruntime's ``quantize_static``, on digits.
+
+    python benchmarks/ptq_passes.py [--epochs 15] [--calib-batches 8] [--threads 1]
+
+The models, their training and the calibration and validation images are those of
+``benchmarks/ptq_vs_ort.py`` (imported from it): the digits PlainCNN supernet, its two
+L1-pruned subnets, a 16-wide ResNet-18 and a MobileNetV2 x0.5.  Each is quantized for
+TRT_INT8 (symmetric int8, per-channel weights, ``mse`` activations) by razorlib
+
+- as calibrated (``baseline``);
+- with the passes: ``LayerwiseEqualization``, ``AdaRound``, ``BiasCorrection``
+  (``passes``);
+- with those and ``MixedPrecision`` targeting onnxruntime's best SNR + ``--margin`` dB on
+  the calibration batches (``+ mixed``: how many layers stay in floating point);
+- by QAT: the ``baseline`` graph trained ``--qat-epochs`` epochs with LSQ
+  (:class:`~razorlib.quantization.LSQGraph`, Adam, the training images with
+  ``ptq_vs_ort.train``'s one-pixel shifts);
+
+and by onnxruntime's ``quantize_static`` with each calibration method (its best is the
+reference).  Every INT8 model is exported to QDQ ONNX and run by onnxruntime on the 360
+validation images: logits SNR against FP32 (dB), top-1 and top-1 agreement with FP32.
+Targets: razorlib with the passes at or above onnxruntime's best + 3 dB on every model;
+QAT top-1 within 0.1 points of FP32.
+"""
+import argparse
+import contextlib
+import copy
+import io
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Dict, List
+
+import onnxruntime as ort
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import ptq_vs_ort as base  # noqa: E402  (the models, data and onnxruntime side)
+
+import razorlib  # noqa: E402
+from razorlib.ir import from_torch, to_onnx  # noqa: E402
+from razorlib.models import ImageClassifier  # noqa: E402
+from razorlib.quantization import (LSQGraph, MixedPrecision, export_graph,  # noqa: E402
+                                   quantize_torch_model)
+
+PASSES = ['LayerwiseEqualization', 'AdaRound', 'BiasCorrection']
+
+
+def quantize(model, calibration, observer: str, ptq_passes: list):
+    return quantize_torch_model(model, calibration, calibration[0], 'TRT_INT8',
+                                calib_steps=len(calibration), observer=observer,
+                                progress=False, ptq_passes=ptq_passes)
+
+
+def run_exported(graph, folder: Path, name: str, val: torch.Tensor) -> torch.Tensor:
+    path = folder / f'{name}.onnx'
+    export_graph(graph, path)
+    return base.in_batches(base.onnxruntime_runner(path), val)
+
+
+def train_qat(graph, images, labels, epochs: int, lr: float) -> LSQGraph:
+    """LSQ fine-tuning of a calibrated graph: Adam (the log-scales at 100 times ``lr``),
+    batches of 64, one-pixel shifts."""
+    lsq = LSQGraph(graph)
+    optimizer = torch.optim.Adam([dict(params=lsq.weights.parameters(), lr=lr),
+                                  dict(params=lsq.scales.parameters(), lr=100 * lr)])
+    for _ in range(epochs):
+        for index in torch.randperm(len(images)).split(64):
+            if len(index) < 64:  # the graph's batch axis is dynamic, but keep steps even
+                continue
+            shifts = tuple(torch.randint(-1, 2, (2, )).tolist())
+            batch = torch.roll(images[index], shifts, dims=(2, 3))
+            loss = F.cross_entropy(lsq(batch), labels[index])
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    return lsq
+
+
+def compare(model, calibration, val, val_labels, images, labels, args) -> Dict[str, dict]:
+    fp32 = base.in_batches(model, val)
+    results = {'FP32': base.scores(fp32, fp32, val_labels)}
+    with tempfile.TemporaryDirectory() as folder:
+        folder = Path(folder)
+        fp32_path = folder / 'fp32.onnx'
+        to_onnx(from_torch(model, calibration[0]), fp32_path)
+        for method in args.ort_methods:
+            with contextlib.redirect_stdout(io.StringIO()):
+                int8 = base.quantize_with_onnxruntime(fp32_path, calibration, method, folder)
+            results[f'ORT {method}'] = base.scores(
+                base.in_batches(base.onnxruntime_runner(int8), val), fp32, val_labels)
+        best = max(results[f'ORT {m}']['snr'] for m in args.ort_methods)
+        adaround = dict(type='AdaRound', steps=args.adaround_steps)
+        passes = [adaround if name == 'AdaRound' else name for name in PASSES]
+        mixed = dict(type='MixedPrecision', target_snr_db=best + args.margin)
+        start = time.perf_counter()
+        baseline = quantize(model, calibration, args.observer, [])
+        results['baseline'] = base.scores(run_exported(baseline, folder, 'baseline', val),
+                                          fp32, val_labels)
+        graph = quantize(model, calibration, args.observer, passes)
+        results['passes'] = base.scores(run_exported(graph, folder, 'passes', val), fp32,
+                                        val_labels)
+        results['passes']['seconds'] = time.perf_counter() - start
+        MixedPrecision(**{k: v for k, v in mixed.items() if k != 'type'})(graph, calibration)
+        results['+ mixed'] = base.scores(run_exported(graph, folder, 'mixed', val), fp32,
+                                         val_labels)
+        results['+ mixed']['float'] = len(graph.extension_attrib['mixed_precision']
+                                          ['float_layers'])
+        torch.manual_seed(0)
+        lsq = train_qat(baseline, images, labels, args.qat_epochs, args.qat_lr)
+        results['QAT'] = base.scores(
+            run_exported(lsq.calibrated_graph(), folder, 'qat', val), fp32, val_labels)
+    return results
+
+
+def tables(rows: Dict[str, Dict[str, dict]], methods: List[str], margin: float) -> str:
+    tools = ['baseline', 'passes', '+ mixed', 'QAT']
+    header = (['model', 'best ORT SNR dB'] + [f'razorlib {t} SNR dB' for t in tools[:3]]
+              + ['passes - best ORT dB', 'float layers (+ mixed)'])
+    lines = ['| ' + ' | '.join(header) + ' |', '|---|' + '---:|' * (len(header) - 1)]
+    for model, r in rows.items():
+        best = max(r[f'ORT {m}']['snr'] for m in methods)
+        lines.append('| ' + ' | '.join(
+            [model, f'{best:.2f}'] + [f"{r[t]['snr']:.2f}" for t in tools[:3]]
+            + [f"{r['passes']['snr'] - best:+.2f}", str(r['+ mixed']['float'])]) + ' |')
+    header = (['model', 'FP32 top-1', 'best ORT top-1 / agree']
+              + [f'razorlib {t} top-1 / agree' for t in tools] + ['QAT - FP32'])
+    lines += ['', '| ' + ' | '.join(header) + ' |', '|---|' + '---:|' * (len(header) - 1)]
+    for model, r in rows.items():
+        best = max((f'ORT {m}' for m in methods), key=lambda key: r[key]['snr'])
+        cells = [f"{r[t]['top1']:.2f} / {r[t]['agree']:.2f}" for t in [best] + tools]
+        lines.append('| ' + ' | '.join([model, f"{r['FP32']['top1']:.2f}"] + cells
+                                       + [f"{r['QAT']['top1'] - r['FP32']['top1']:+.2f}"])
+                     + ' |')
+    lines.append(f'\n(+ mixed: MixedPrecision to the best ORT SNR + {margin} dB, measured on '
+                 'the calibration batches)')
+    return '\n'.join(lines)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('--epochs', type=int, default=15)
+    parser.add_argument('--finetune-epochs', type=int, default=5)
+    parser.add_argument('--calib-batches', type=int, default=8)
+    parser.add_argument('--observer', default='mse', help="razorlib's activation observer")
+    parser.add_argument('--ort-methods', nargs='+',
+                        default=['MinMax', 'Entropy', 'Percentile', 'Distribution'])
+    parser.add_argument('--adaround-steps', type=int, default=500)
+    parser.add_argument('--margin', type=float, default=3.5,
+                        help='MixedPrecision target over the best ORT SNR, dB')
+    parser.add_argument('--qat-epochs', type=int, default=3)
+    parser.add_argument('--qat-lr', type=float, default=1e-4)
+    parser.add_argument('--models', nargs='+', help='a subset of the model names')
+    parser.add_argument('--threads', type=int, default=1)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    images, labels = base.digits('train')
+    val, val_labels = base.digits('val')
+    order = torch.randperm(len(images), generator=torch.Generator().manual_seed(0))
+    calibration = [b for b in list(images[order].split(base.BATCH))[:args.calib_batches]
+                   if len(b) == base.BATCH]
+    wanted = set(args.models or list(base.BACKBONES) + list(base.SUBNETS))
+    rows, supernet = {}, None
+    for name, backbone in base.BACKBONES.items():
+        if name not in wanted and not (name.startswith('PlainCNN') and wanted & set(base.SUBNETS)):
+            continue
+        start = time.perf_counter()
+        torch.manual_seed(0)
+        model = base.train(ImageClassifier(backbone, dict(type='LinearClsHead', num_classes=10)),
+                           images, labels, args.epochs, 3e-3)
+        if name.startswith('PlainCNN'):
+            supernet = model
+        if name in wanted:
+            rows[name] = compare(model, calibration, val, val_labels, images, labels, args)
+            print(f'{name}: {time.perf_counter() - start:.0f} s', flush=True)
+    for name, ratio in base.SUBNETS.items():
+        if name not in wanted:
+            continue
+        torch.manual_seed(0)
+        subnet = razorlib.prune(copy.deepcopy(supernet), calibration[0][:1], ratio=ratio)
+        subnet = base.train(subnet, images, labels, args.finetune_epochs, 1e-3)
+        rows[name] = compare(subnet, calibration, val, val_labels, images, labels, args)
+        print(f'{name}: done', flush=True)
+    print(tables(rows, args.ort_methods, args.margin))
+    print(f'calibration: {len(calibration)} batches of {base.BATCH}; validation: {len(val)} '
+          f'images; torch {torch.__version__}, onnxruntime {ort.__version__}')
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,211 @@
+"""SingleTeacherDistill: fine-tune a slim student with knowledge distillation from a
+frozen dense teacher (mmrazor's ``SingleTeacherDistill``)."""
+import copy
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from mmengine.logging import MMLogger
+from mmengine.model import BaseModel
+
+from ..engine.checkpoint_check import check_fits, read_checkpoint, state_dict_of
+from ..registry import MODELS
+from .building import ModuleOrCfg, build_architecture, preprocessor_of
+
+
+def kd_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor,
+            temperature: float = 1.0) -> torch.Tensor:
+    """Hinton et al.'s distillation loss: ``T**2 * KL(softmax(t / T) || softmax(s / T))``,
+    averaged over the batch; the ``T**2`` keeps its gradients' scale as ``T`` changes.
+
+    Example:
+        >>> teacher = torch.tensor([[2 * torch.log(torch.tensor(3.)), 0.]])
+        >>> round(float(kd_loss(torch.zeros(1, 2), teacher, temperature=2.0)), 4)
+        0.5232
+    """
+    return F.kl_div(F.log_softmax(student_logits / temperature, dim=1),
+                    F.log_softmax(teacher_logits / temperature, dim=1),
+                    reduction='batchmean', log_target=True) * temperature**2
+
+
+@contextmanager
+def recorded(model: nn.Module, names: Sequence[str], where: str) -> Iterator[Dict[str, Any]]:
+    """The outputs of the modules ``names`` of ``model`` in the forward run inside the
+    block (the last call's, for a module called twice)."""
+    modules = dict(model.named_modules())
+    missing = [name for name in names if name not in modules]
+    if missing:
+        raise KeyError(f'{where}: no module {missing[0]!r}; modules are e.g. '
+                       f'{[n for n in modules if n][:8]}')
+    outputs: Dict[str, Any] = {}
+    with ExitStack() as stack:
+        for name in names:
+            handle = modules[name].register_forward_hook(
+                lambda mod, args, out, name=name: outputs.__setitem__(name, out))
+            stack.callback(handle.remove)
+        yield outputs
+
+
+def connector_for(student: torch.Tensor, teacher: torch.Tensor) -> nn.Module:
+    """What maps a student feature onto the teacher's shape: nothing if they agree, a
+    1x1 conv (N, C, ...) or a linear layer (N, C) when only the channels differ."""
+    if student.shape == teacher.shape:
+        return nn.Identity()
+    if student.shape[0] != teacher.shape[0] or student.shape[2:] != teacher.shape[2:]:
+        raise ValueError(f'student feature {tuple(student.shape)} and teacher feature '
+                         f'{tuple(teacher.shape)} differ in more than their channels (dim 1)')
+    if student.dim() == 2:
+        return nn.Linear(student.shape[1], teacher.shape[1])
+    conv = {3: nn.Conv1d, 4: nn.Conv2d, 5: nn.Conv3d}.get(student.dim())
+    if conv is None:
+        raise ValueError(f'no connector for {student.dim()}-D features')
+    return conv(student.shape[1], teacher.shape[1], kernel_size=1, bias=False)
+
+
+@MODELS.register_module()
+class SingleTeacherDistill(BaseModel):
+    """Recovery fine-tuning: the student (a slim model) learns from the labels and from
+    a frozen teacher (the dense model).
+
+    The loss is ``label_weight * (the student's own loss) + kd_weight * kd_loss(student
+    logits, teacher logits, temperature)`` (``loss_label``, ``loss_kd``), plus, for each
+    entry of ``features``, ``weight * MSE(connector(student feature), teacher
+    feature)`` (``loss_feat_<i>``): outputs of named modules recorded by forward hooks, a
+    trained 1x1 conv (or linear) connector mapping the student's channels to the
+    teacher's when they differ.  The teacher is built from a config and a checkpoint,
+    its parameters frozen, and it stays in eval mode whatever ``train()`` says (its batch
+    norms keep their statistics).  Only the student is evaluated and deployed
+    (:meth:`slim_architecture`).
+
+    Args:
+        architecture: the student, or its config (e.g. ``dict(type='sub_model', ...)``,
+            a slim model from a channel config).
+        teacher: the teacher, or its config.
+        teacher_ckpt: the teacher's checkpoint (mmengine's, or a bare state_dict); None
+            only for a teacher module that is already trained.
+        student_ckpt: weights for the student (e.g. ``SlimExportHook``'s ``slim.pth``);
+            None to keep its own.
+        temperature: the softmax temperature of the logit loss.
+        kd_weight, label_weight: weights of the logit and label losses.
+        features: ``dict(student='backbone.stages.3', teacher='backbone.stages.3',
+            weight=1.0)`` per feature pair to match.
+        input_shape: ``(C, H, W)`` of one image: a dry run on it sizes the connectors.
+        data_preprocessor: a preprocessor or its config; default the student's.
+        init_cfg: mmengine initialisation config.
+
+    Example:
+        >>> net = dict(type='ImageClassifier', backbone=dict(type='PlainCNN', channels=(8, 16)),
+        ...            head=dict(type='LinearClsHead', num_classes=10))
+        >>> slim = dict(net, backbone=dict(type='PlainCNN', channels=(4, 8)))
+        >>> model = SingleTeacherDistill(slim, net, teacher_ckpt=None, input_shape=(3, 8, 8),
+        ...                              features=[dict(student='backbone', teacher='backbone')])
+        >>> model.connectors[0]
+        Conv2d(8, 16, kernel_size=(1, 1), stride=(1, 1), bias=False)
+    """
+
+    def __init__(self, architecture: ModuleOrCfg, teacher: ModuleOrCfg,
+                 teacher_ckpt: Union[str, Path, None] = None,
+                 student_ckpt: Union[str, Path, None] = None, temperature: float = 4.0,
+                 kd_weight: float = 1.0, label_weight: float = 1.0,
+                 features: Sequence[dict] = (), input_shape: Sequence[int] = (3, 224, 224),
+                 data_preprocessor: Optional[ModuleOrCfg] = None,
+                 init_cfg: Optional[dict] = None):
+        student = build_architecture(architecture)
+        super().__init__(data_preprocessor=preprocessor_of(student, data_preprocessor),
+                         init_cfg=init_cfg)
+        if not temperature > 0:
+            raise ValueError(f'SingleTeacherDistill: temperature must be > 0, got '
+                             f'{temperature!r}')
+        self.architecture = student
+        if isinstance(teacher, dict) and teacher_ckpt is None:
+            MMLogger.get_current_instance().warning(
+                'SingleTeacherDistill: the teacher is built from a config without '
+                'teacher_ckpt: it distils its random initialisation')
+        self.teacher = build_architecture(teacher)
+        if student_ckpt is not None:
+            _load(self.architecture, student_ckpt, 'student_ckpt')
+        if teacher_ckpt is not None:
+            _load(self.teacher, teacher_ckpt, 'teacher_ckpt')
+        self.teacher.requires_grad_(False)
+        self.teacher.eval()
+        self.temperature, self.kd_weight, self.label_weight = \
+            float(temperature), float(kd_weight), float(label_weight)
+        self.features = [dict(student=f['student'], teacher=f['teacher'],
+                              weight=float(f.get('weight', 1.0))) for f in features]
+        self.input_shape = tuple(input_shape)
+        self.connectors = nn.ModuleList(self._connectors())
+
+    def _connectors(self) -> List[nn.Module]:
+        if not self.features:
+            return []
+        x = torch.randn(2, *self.input_shape)
+        student, teacher, _, _ = self._features(x, no_grad=True)
+        return [connector_for(s, t) for s, t in zip(student, teacher)]
+
+    def _features(self, inputs: torch.Tensor, no_grad: bool = False) -> tuple:
+        names_s = [f['student'] for f in self.features]
+        names_t = [f['teacher'] for f in self.features]
+        with recorded(self.architecture, names_s, 'features: student') as out_s, \
+                recorded(self.teacher, names_t, 'features: teacher') as out_t:
+            with torch.no_grad():
+                logits_t = self.teacher(inputs)
+            training = self.architecture.training
+            if no_grad:
+                self.architecture.eval()
+            try:
+                with torch.set_grad_enabled(not no_grad):
+                    logits_s = self.architecture(inputs)
+            finally:
+                self.architecture.train(training)
+        return ([out_s[n] for n in names_s], [out_t[n] for n in names_t], logits_s, logits_t)
+
+    def train(self, mode: bool = True) -> 'SingleTeacherDistill':
+        """Set the student's mode; the teacher stays in eval mode."""
+        super().train(mode)
+        self.teacher.eval()
+        return self
+
+    def forward(self, inputs: torch.Tensor, data_samples: Optional[list] = None,
+                mode: str = 'tensor') -> Any:
+        """The student's forward; ``'loss'`` is :meth:`loss`."""
+        if mode == 'loss':
+            return self.loss(inputs, data_samples)
+        return self.architecture(inputs, data_samples, mode)
+
+    def loss(self, inputs: torch.Tensor, data_samples: Optional[list]) -> Dict[str, torch.Tensor]:
+        """``loss_label``, ``loss_kd`` and ``loss_feat_<i>`` (weighted), see the class."""
+        feats_s, feats_t, logits_s, logits_t = self._features(inputs)
+        losses = {}
+        if self.label_weight:
+            losses['loss_label'] = self.label_weight * self._label_loss(logits_s, data_samples)
+        losses['loss_kd'] = self.kd_weight * kd_loss(logits_s, logits_t, self.temperature)
+        for i, (feature, connector, s, t) in enumerate(zip(self.features, self.connectors,
+                                                           feats_s, feats_t)):
+            losses[f'loss_feat_{i}'] = feature['weight'] * F.mse_loss(connector(s), t)
+        return losses
+
+    def _label_loss(self, logits: torch.Tensor, data_samples: Optional[list]) -> torch.Tensor:
+        """The student head's loss function on its logits (cross-entropy by default)."""
+        if not data_samples or getattr(data_samples[0], 'gt_label', None) is None:
+            raise ValueError("SingleTeacherDistill: label_weight > 0 needs data samples with "
+                             'gt_label')
+        labels = torch.cat([s.gt_label for s in data_samples]).to(logits.device)
+        loss_fn = getattr(getattr(self.architecture, 'head', None), 'loss_fn', None)
+        return (loss_fn or nn.CrossEntropyLoss())(logits, labels)
+
+    def slim_architecture(self) -> nn.Module:
+        """A copy of the student: what ``SlimExportHook`` saves for deployment."""
+        return copy.deepcopy(self.architecture)
+
+
+def _load(model: nn.Module, path: Union[str, Path], key: str) -> None:
+    """Load a checkpoint that must fit ``model`` exactly, naming ``key`` on failure."""
+    try:
+        state = state_dict_of(read_checkpoint(path))
+        check_fits(model, state, path)
+    except ValueError as err:
+        raise ValueError(f'SingleTeacherDistill {key}: {err}') from err
+    model.load_state_dict(state)

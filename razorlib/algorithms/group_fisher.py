@@ -1,0 +1,237 @@
+"""GroupFisherAlgorithm: Fisher information of channel masks accumulated while
+training; every interval the channel (or group step) costing least per unit of cost is
+pruned (mmrazor's ``GroupFisherAlgorithm``; Liu et al., "Group Fisher Pruning for
+Practical Network Compression", ICML 2021)."""
+from contextlib import contextmanager
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import torch
+from mmengine.dist import all_reduce
+
+from ..pruning import ImportancePruner
+from ..pruning.allocation import SubnetMeter
+from ..pruning.importance import FisherImportance, ImportanceContext
+from ..pruning.importance.probes import _hooked, per_sample
+from ..registry import MODELS
+from .pruning_base import ModuleOrCfg, PruningAlgorithm
+
+
+class FisherRecorder:
+    """Gates of ones on the tensors a criterion's Fisher cut reads, put into the
+    training forward; after the backward their gradients give, per sample and channel,
+    ``f_n = sum(a * dL/da)``, summed over every consumer of a group channel (one mask
+    shared by the group).  :meth:`collect` adds ``sum_n f_n**2 / 2`` per group channel.
+
+    The cut (which tensors to gate: consumers' inputs, not a depthwise conv's) is
+    :class:`~razorlib.pruning.importance.FisherImportance`'s, so the Fisher accumulated
+    while training is the one the ``'fisher'`` criterion computes on given batches.
+
+    Args:
+        pruner: the prepared pruner whose groups are scored.
+        importance: the Fisher criterion (its cut and ``normalize_by``).
+    """
+
+    def __init__(self, pruner: ImportancePruner, importance: FisherImportance):
+        self.ctx = ImportanceContext.from_pruner(pruner)
+        self.points, self.entries = importance._cut(self.ctx)
+        #: indices (in the pruner's prunable groups) of the groups the cut reaches
+        self.scored = sorted({g for entry in self.entries for g in entry})
+        self._gates: Dict[int, List[torch.Tensor]] = {}
+
+    @contextmanager
+    def gating(self) -> Iterator[None]:
+        """Gate the cut's tensors in the forward run inside the block."""
+
+        def gate(i: int, tensor: torch.Tensor) -> torch.Tensor:
+            if not torch.is_grad_enabled():
+                return tensor
+            dim = self.points[i].dim % tensor.dim()
+            shape = [1] * tensor.dim()
+            shape[dim] = tensor.shape[dim]
+            if dim != 0:
+                shape[0] = tensor.shape[0]
+            ones = torch.ones(shape, dtype=tensor.dtype, device=tensor.device,
+                              requires_grad=True)
+            self._gates.setdefault(i, []).append(ones)
+            return tensor * ones
+
+        with _hooked(self.points, gate):
+            yield
+
+    def collect(self, fisher: List[torch.Tensor]) -> None:
+        """Add the Fisher of the gates' gradients (after the backward) to ``fisher``
+        (one float64 tensor per prunable group) and drop the gates."""
+        per_group: Dict[int, torch.Tensor] = {}
+        for i, calls in self._gates.items():
+            for ones in calls:
+                if ones.grad is None:
+                    continue
+                rows = per_sample(ones.grad, self.points[i].dim % ones.grad.dim())
+                for g, (columns, position) in self.entries[i].items():
+                    f = per_group.get(g)
+                    if f is None:
+                        f = per_group[g] = rows.new_zeros(
+                            rows.shape[0], self.ctx.prunable[g].num_channels,
+                            dtype=torch.float64)
+                    f.index_add_(1, position.to(rows.device), rows[:, columns.to(rows.device)]
+                                 .double())
+        for g, f in per_group.items():
+            fisher[g] += f.pow(2).sum(0).to(fisher[g].device) / 2
+        self._gates = {}
+
+
+@MODELS.register_module()
+class GroupFisherAlgorithm(PruningAlgorithm):
+    """GroupFisher pruning while training: Fisher information of channel masks is
+    accumulated over ``interval`` iterations, then one channel (or, with the pruner's
+    ``round_to``, one step of a group to its next allowed width) is pruned: the one whose
+    Fisher per unit of cost is smallest.  Pruning stops once the pruner's target
+    (``flops=``, ``params=`` or ``ratio=``) is reached; the rest of the run fine-tunes.
+
+    The cost is the criterion's ``normalize_by``: ``'flops'`` the FLOPs the step
+    removes, measured exactly at the widths pruned so far (so it follows the pruning,
+    as mmrazor's); ``'memory'`` the activation elements the channels occupy; ``None``
+    the number of channels.  Fisher sums are kept in a buffer (a resumed run goes on
+    with them) and all-reduced over processes before each decision.
+
+    Args:
+        architecture: the model to prune, or its config.
+        pruner: an ``ImportancePruner`` or its config whose importance is
+            ``dict(type='fisher', normalize_by=...)``; default
+            ``dict(type='ImportancePruner', importance='fisher', flops=0.5)``.
+        interval: training iterations between two pruning decisions.
+        start: iterations of dense training before the Fisher is accumulated.
+        input_shape: ``(C, H, W)`` of one image, for tracing and FLOPs counting.
+        data_preprocessor: a preprocessor or its config; default the architecture's.
+        init_cfg: mmengine initialisation config.
+
+    Example:
+        >>> model = GroupFisherAlgorithm(
+        ...     architecture=dict(type='ImageClassifier',
+        ...                       backbone=dict(type='PlainCNN', channels=(8, 16)),
+        ...                       head=dict(type='LinearClsHead', num_classes=10)),
+        ...     interval=5, input_shape=(3, 8, 8))
+        >>> model.target, [f.shape[0] for f in model.fisher_sums()]
+        (('flops', 0.5), [8, 16])
+    """
+
+    def __init__(self, architecture: ModuleOrCfg,
+                 pruner: Union[ImportancePruner, dict, None] = None, interval: int = 10,
+                 start: int = 0, input_shape: Sequence[int] = (3, 224, 224),
+                 data_preprocessor: Optional[ModuleOrCfg] = None,
+                 init_cfg: Optional[dict] = None):
+        if int(interval) != interval or interval < 1:
+            raise ValueError(f'GroupFisherAlgorithm: interval must be an integer >= 1, got '
+                             f'{interval!r}')
+        if int(start) != start or start < 0:
+            raise ValueError(f'GroupFisherAlgorithm: start must be an integer >= 0, got '
+                             f'{start!r}')
+        if pruner is None:
+            pruner = dict(type='ImportancePruner', importance='fisher', flops=0.5)
+        super().__init__(architecture, pruner, input_shape, data_preprocessor, init_cfg)
+        importance = self.pruner.importance
+        if not isinstance(importance, FisherImportance):
+            raise TypeError(f"GroupFisherAlgorithm accumulates Fisher information: the "
+                            f"pruner's importance must be dict(type='fisher', ...), got "
+                            f'{importance!r}')
+        self.interval, self.start = int(interval), int(start)
+        self.recorder = FisherRecorder(self.pruner, importance)
+        widths = [g.num_channels for g in self.pruner.groups.prunable.values()]
+        self.register_buffer('fisher', torch.zeros(sum(widths), dtype=torch.float64))
+        self._memory: Optional[List[float]] = None
+        self._stuck = False  # no group can lose a channel: stop trying
+
+    def fisher_sums(self) -> List[torch.Tensor]:
+        """Views of the ``fisher`` buffer, one per prunable group (in the pruner's order)."""
+        widths = [g.num_channels for g in self.pruner.groups.prunable.values()]
+        return list(self.fisher.split(widths))
+
+    @property
+    def reached(self) -> bool:
+        """Whether pruning has stopped: the subnet meets the target, or no group can
+        lose another channel."""
+        return self._stuck or float(self.kept_fraction) <= self.target[1] + 1e-12
+
+    def loss(self, inputs: torch.Tensor, data_samples: Optional[list]) -> Dict[str, torch.Tensor]:
+        """Accumulate the last backward's Fisher, prune when an interval ends, then the
+        losses of a forward whose cut tensors are gated."""
+        if not self.training:
+            return super().loss(inputs, data_samples)
+        iteration = int(self.step_count)
+        self.step_count += 1
+        if iteration < self.start or self.reached:
+            return super().loss(inputs, data_samples)
+        self.recorder.collect(self.fisher_sums())
+        if iteration > self.start and (iteration - self.start) % self.interval == 0:
+            self.prune_step(inputs)
+            if self.reached:
+                self.log(f'iteration {iteration}: target {self.target[0]}='
+                         f'{self.target[1]:g} reached; fine-tuning from here')
+                return super().loss(inputs, data_samples)
+        with self.recorder.gating():
+            return super().loss(inputs, data_samples)
+
+    def prune_step(self, inputs: torch.Tensor) -> Optional[str]:
+        """Prune the step whose accumulated Fisher per unit of cost is smallest, and
+        start a new interval.  Returns the pruned group's id (None: nothing could be
+        pruned)."""
+        all_reduce(self.fisher, 'sum')
+        fisher = [f.cpu().numpy() for f in self.fisher_sums()]
+        candidates = self.candidates(fisher, inputs)
+        self.fisher.zero_()
+        if not candidates:
+            self.log('no group can lose another channel under round_to/max_ratio; '
+                     'pruning stops short of the target')
+            self._stuck = True
+            return None
+        value, gid, keep = min(candidates, key=lambda c: c[0])
+        self.set_subnet({**self.current_subnet, gid: torch.from_numpy(keep)})
+        self.sync_subnet()
+        self.kept_fraction.fill_(self.measure())
+        kept = int(keep.sum())
+        self.log(f'iteration {int(self.step_count) - 1}: {gid} down to {kept}/{keep.size} '
+                 f'channels (Fisher/cost {value:.3g}); {self.target[0]} '
+                 f'{float(self.kept_fraction):.3f} of the dense model')
+        return gid
+
+    def candidates(self, fisher: List[np.ndarray],
+                   inputs: torch.Tensor) -> List[Tuple[float, str, np.ndarray]]:
+        """``(Fisher per unit of cost, group id, keep-mask)`` of each group's next step:
+        its lowest-Fisher live channels down to the next width its rule allows."""
+        alive = self.alive()
+        prunable = list(self.pruner.groups.prunable.values())
+        normalize_by = self.pruner.importance.normalize_by
+        meter = SubnetMeter(self.pruner, self.example_inputs())
+        current = meter(alive).flops if normalize_by == 'flops' else 0.0
+        memory = self.memory_per_channel(inputs) if normalize_by == 'memory' else None
+        found = []
+        for g in self.recorder.scored:
+            group = prunable[g]
+            live = alive[group.id]
+            allowed = self.pruner.rule.allowed(group)
+            smaller = allowed[allowed < live.sum()]
+            if not smaller.size:
+                continue
+            order = np.argsort(-np.where(live, fisher[g], -np.inf), kind='stable')
+            keep = group.keep_best(order, int(smaller[-1]))
+            removed = live & ~keep
+            if not removed.any():
+                continue
+            if normalize_by == 'flops':
+                cost = current - meter({**alive, group.id: keep}).flops
+            elif normalize_by == 'memory':
+                cost = memory[g] * removed.sum()
+            else:
+                cost = removed.sum()
+            found.append((float(fisher[g][removed].sum()) / max(float(cost), 1e-12),
+                          group.id, keep))
+        return found
+
+    def memory_per_channel(self, inputs: torch.Tensor) -> List[float]:
+        """Activation elements (per sample) one channel of each group occupies, measured
+        once on a training batch (pruning does not change them)."""
+        if self._memory is None:
+            ctx = ImportanceContext.from_pruner(self.pruner, data=[(inputs[:1], None)])
+            self._memory = self.pruner.importance._cost(ctx)
+        return self._memory

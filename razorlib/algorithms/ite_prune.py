@@ -1,0 +1,96 @@
+"""ItePruneAlgorithm: prune a step every N training iterations until the target, then
+fine-tune (mmrazor's ``ItePruneAlgorithm``)."""
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+import torch
+
+from ..pruning import ImportancePruner
+from ..registry import MODELS
+from .pruning_base import ModuleOrCfg, PruningAlgorithm, labels_of
+
+
+@MODELS.register_module()
+class ItePruneAlgorithm(PruningAlgorithm):
+    """Iterative pruning: ``prune_times`` pruning steps, ``step_freq`` training
+    iterations apart, each cutting to a budget closer to the pruner's target; the
+    iterations after the last step fine-tune the pruned subnet.
+
+    Step ``k`` (1 ... ``prune_times``) prunes to the fraction
+    ``1 - (1 - target) * k / prune_times`` of the dense model, in the target's metric
+    (channels for ``ratio=``, or FLOPs or params), before iteration
+    ``start + (k - 1) * step_freq``.  Each step scores the channels with the pruner's
+    criterion on the current weights (a criterion computed from data, such as
+    ``'taylor'``, on that iteration's batch) and ranks the channels pruned before last,
+    so they stay pruned.  The iterations before ``start`` train the dense model.
+
+    Args:
+        architecture: the model to prune, or its config.
+        pruner: an ``ImportancePruner`` or its config: its budget is the target
+            (``ratio=0.5``, ``flops=0.5`` or ``params=0.5``), with ``importance``,
+            ``global_ranking``, ``round_to`` and ``max_ratio``.
+        step_freq: training iterations between two pruning steps.
+        prune_times: the number of pruning steps.
+        start: the iteration of the first step.
+        input_shape: ``(C, H, W)`` of one image, for tracing and FLOPs counting.
+        data_preprocessor: a preprocessor or its config; default the architecture's.
+        init_cfg: mmengine initialisation config.
+
+    Example:
+        >>> model = ItePruneAlgorithm(
+        ...     architecture=dict(type='ImageClassifier',
+        ...                       backbone=dict(type='PlainCNN', channels=(8, 16)),
+        ...                       head=dict(type='LinearClsHead', num_classes=10)),
+        ...     pruner=dict(type='ImportancePruner', ratio=0.5), prune_times=2,
+        ...     input_shape=(3, 8, 8))
+        >>> model.schedule()
+        [(0, 0.75), (1, 0.5)]
+    """
+
+    def __init__(self, architecture: ModuleOrCfg,
+                 pruner: Union[ImportancePruner, dict, None] = None, step_freq: int = 1,
+                 prune_times: int = 1, start: int = 0,
+                 input_shape: Sequence[int] = (3, 224, 224),
+                 data_preprocessor: Optional[ModuleOrCfg] = None,
+                 init_cfg: Optional[dict] = None):
+        for name, value, least in (('step_freq', step_freq, 1), ('prune_times', prune_times, 1),
+                                   ('start', start, 0)):
+            if int(value) != value or value < least:
+                raise ValueError(f'{type(self).__name__}: {name} must be an integer >= '
+                                 f'{least}, got {value!r}')
+        super().__init__(architecture, pruner, input_shape, data_preprocessor, init_cfg)
+        self.step_freq, self.prune_times, self.start = int(step_freq), int(prune_times), \
+            int(start)
+
+    def schedule(self) -> List[Tuple[int, float]]:
+        """``(iteration, fraction)`` of every pruning step."""
+        _, target = self.target
+        return [(self.start + (k - 1) * self.step_freq,
+                 1 - (1 - target) * k / self.prune_times)
+                for k in range(1, self.prune_times + 1)]
+
+    @property
+    def finished(self) -> bool:
+        """Whether every pruning step was taken (the rest is fine-tuning)."""
+        return int(self.step_count) > self.schedule()[-1][0]
+
+    def loss(self, inputs: torch.Tensor, data_samples: Optional[list]) -> Dict[str, torch.Tensor]:
+        """Prune if this iteration is a step of :meth:`schedule`, then the losses."""
+        if self.training:
+            steps = dict(self.schedule())
+            iteration = int(self.step_count)
+            if iteration in steps:
+                self.prune_step(steps[iteration], inputs, data_samples)
+            self.step_count += 1
+        return super().loss(inputs, data_samples)
+
+    def prune_step(self, fraction: float, inputs: Any, data_samples: Optional[list]) -> None:
+        """Score the channels now and prune to ``fraction`` of the dense model."""
+        batch = None
+        if self.pruner.importance.needs_data:
+            batch = (inputs, labels_of(data_samples, type(self).__name__).to(inputs.device))
+        allocation = self.prune_to(fraction, self.score(batch))
+        kept = ', '.join(f'{gid} {k}/{n}' for gid, (k, n) in allocation.kept.items())
+        metric, _ = self.target
+        self.log(f'iteration {int(self.step_count)}: pruned to {metric} '
+                 f'{float(self.kept_fraction):.3f} of the dense model (step budget '
+                 f'{fraction:.3f}); kept {kept}')

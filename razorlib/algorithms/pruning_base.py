@@ -1,0 +1,214 @@
+"""PruningAlgorithm: an architecture, a prepared importance pruner and the subnet it has
+pruned so far, trained by mmengine's Runner.
+
+The base of the pruning algorithms that decide what to cut while training
+(:class:`~razorlib.algorithms.ItePruneAlgorithm`, :class:`~razorlib.algorithms.
+GroupFisherAlgorithm`, :class:`~razorlib.algorithms.SlimmingAlgorithm`).  Pruned
+channels are masked, not sliced, so training goes on at the pruned widths; at the end
+:meth:`PruningAlgorithm.slim_architecture` slices a copy and ``SlimExportHook`` writes it
+with its channel config.
+"""
+import copy
+from typing import Any, Dict, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import torch
+import torch.nn as nn
+from mmengine.dist import broadcast
+from mmengine.logging import MMLogger
+from mmengine.model import BaseModel
+
+from ..pruning import ChannelConfig, ImportancePruner, allocate
+from ..pruning.allocation import Allocation, SubnetMeter, budget_of
+from ..pruning.structure import SubnetDict
+from ..registry import PRUNERS, SCOPE
+from ..utils import Complexity, get_model_complexity
+from .building import ModuleOrCfg, build_architecture, preprocessor_of
+
+Batch = Tuple[torch.Tensor, torch.Tensor]
+
+
+def labels_of(data_samples: Optional[Sequence[Any]], where: str) -> torch.Tensor:
+    """The ``gt_label`` of every data sample, as one tensor of class indices."""
+    if not data_samples or getattr(data_samples[0], 'gt_label', None) is None:
+        raise ValueError(f'{where} scores channels from data: the batch needs data samples '
+                         'with gt_label')
+    return torch.cat([sample.gt_label for sample in data_samples])
+
+
+class PruningAlgorithm(BaseModel):
+    """An architecture masked by an :class:`~razorlib.pruning.ImportancePruner`, with
+    the subnet pruned so far.
+
+    The pruner holds the final budget (``ratio``, ``flops`` or ``params``) and how it is
+    met (``importance``, ``global_ranking``, ``round_to``, ``max_ratio``), with the same
+    options as :func:`razorlib.prune`.  Subclasses decide when to prune, in
+    :meth:`loss` (the forward of ``mode='loss'``, so that mmengine's DDP wrapper runs
+    them unchanged).  The kept channels are a buffer: a checkpoint restores them, and a
+    decision taken on one process is broadcast to the others.
+
+    Args:
+        architecture: the model to prune, or its config: an mmengine model whose
+            ``forward`` has the modes ``'tensor'`` (logits), ``'loss'`` and ``'predict'``.
+        pruner: an ``ImportancePruner`` or its config (registered in ``PRUNERS``).
+        input_shape: ``(C, H, W)`` of one image: tracing and FLOPs counting run
+            ``torch.randn(1, *input_shape)``.
+        data_preprocessor: a preprocessor or its config; default the architecture's.
+        init_cfg: mmengine initialisation config.
+    """
+
+    def __init__(self, architecture: ModuleOrCfg,
+                 pruner: Union[ImportancePruner, dict, None] = None,
+                 input_shape: Sequence[int] = (3, 224, 224),
+                 data_preprocessor: Optional[ModuleOrCfg] = None,
+                 init_cfg: Optional[dict] = None):
+        architecture = build_architecture(architecture)
+        super().__init__(data_preprocessor=preprocessor_of(architecture, data_preprocessor),
+                         init_cfg=init_cfg)
+        self.architecture = architecture
+        self.input_shape = tuple(input_shape)
+        pruner = dict(type='ImportancePruner') if pruner is None else pruner
+        # Pruners only exist in razorlib: look them up there whatever the default scope.
+        self.pruner = PRUNERS.build({'_scope_': SCOPE, **pruner}) \
+            if isinstance(pruner, dict) else pruner
+        if not isinstance(self.pruner, ImportancePruner):
+            raise TypeError(f'{type(self).__name__} ranks channels by an importance '
+                            f'criterion: pruner must be an ImportancePruner, got '
+                            f'{type(self.pruner).__name__}')
+        self.pruner.prepare_from_supernet(self.architecture, self.example_inputs())
+        by_cost = self.pruner.flops is not None or self.pruner.params is not None
+        if not by_cost and len(self.pruner.ratios) != 1:
+            raise ValueError(f'{type(self).__name__} prunes to one target: give the pruner '
+                             f'one ratio, flops= or params=, not ratios {self.pruner.ratios}')
+        #: the final budget: ('ratio' | 'flops' | 'params', fraction of the dense model)
+        self.target = budget_of(ratio=None if by_cost else self.pruner.ratios[0],
+                                flops=self.pruner.flops, params=self.pruner.params)
+        widths = [g.num_channels for g in self.pruner.groups.prunable.values()]
+        # Kept channels of every prunable group, concatenated: saved in checkpoints.
+        self.register_buffer('kept_channels', torch.ones(sum(widths), dtype=torch.bool))
+        # Training iterations taken (resumed with the checkpoint).
+        self.register_buffer('step_count', torch.zeros((), dtype=torch.long))
+        # The current subnet's budget metric over the dense model's (1: not pruned).
+        self.register_buffer('kept_fraction', torch.ones((), dtype=torch.float64))
+        self.register_load_state_dict_post_hook(_restore_subnet)
+        self._dense: Optional[Complexity] = None
+
+    # ------------------------------------------------------------------ subnets
+    def example_inputs(self) -> torch.Tensor:
+        """A random ``1 x input_shape`` batch on the model's device."""
+        param = next(self.architecture.parameters(), None)
+        return torch.randn(1, *self.input_shape,
+                           device=param.device if param is not None else 'cpu')
+
+    @property
+    def current_subnet(self) -> SubnetDict:
+        """The kept channels per prunable group id."""
+        return self.pruner.current_subnet
+
+    def set_subnet(self, subnet: Dict[str, Any]) -> None:
+        """Mask the architecture to ``subnet`` (keep-masks per group id; groups not
+        named keep every channel) and record it for checkpoints."""
+        self.pruner.set_subnet(subnet)
+        keep = self.pruner.current_subnet
+        self.kept_channels.copy_(torch.cat([keep[gid] for gid in self.pruner.groups.prunable]))
+
+    def alive(self) -> Dict[str, np.ndarray]:
+        """Per group id, the channels not pruned yet."""
+        return {gid: keep.numpy() for gid, keep in self.current_subnet.items()}
+
+    def export_subnet(self) -> ChannelConfig:
+        """The pruned subnet as a channel config (what ``sub_model`` deploys)."""
+        return self.pruner.export_subnet()
+
+    def flops_params(self) -> Complexity:
+        """FLOPs and parameters of the pruned subnet on one ``input_shape`` image."""
+        return get_model_complexity(self.architecture, self.example_inputs(),
+                                    layer_kinds=self.pruner.kinds)
+
+    def slim_architecture(self) -> nn.Module:
+        """A copy of the architecture sliced to the pruned subnet: its ``state_dict``
+        loads into ``sub_model(architecture, channel_cfg)`` built from the channel config
+        of :meth:`export_subnet`."""
+        return self.pruner.deploy_subnet(copy.deepcopy(self.architecture),
+                                         self.export_subnet())
+
+    # ------------------------------------------------------------------ pruning
+    def prune_to(self, fraction: float, scores: Dict[str, np.ndarray]) -> Allocation:
+        """Prune to ``fraction`` of the dense model in the target's metric (a ratio of
+        channels, or of FLOPs or params), ranked by ``scores``.
+
+        Channels pruned before are ranked last, so they stay pruned unless the budget
+        leaves room for more channels than remain.  The decision is taken on the main
+        process and broadcast, so every process of a distributed run masks alike.
+        """
+        metric, _ = self.target
+        alive = self.alive()
+        ranked = {gid: np.where(alive[gid], s, -np.inf) for gid, s in scores.items()}
+        rule = self.pruner.rule
+        allocation = allocate(self.pruner, ranked, **{metric: fraction},
+                              global_ranking=self.pruner.global_ranking,
+                              round_to=rule.round_to, max_ratio=rule.max_ratio,
+                              example_inputs=self.example_inputs())
+        self.set_subnet(allocation.subnet)
+        self.sync_subnet()
+        self.kept_fraction.fill_(self.measure())
+        return allocation
+
+    def sync_subnet(self) -> None:
+        """Take the main process's subnet on every process (a no-op without one)."""
+        flags = self.kept_channels.to(torch.uint8)
+        broadcast(flags, 0)
+        self.kept_channels.copy_(flags.bool())
+        _restore_subnet(self, None)
+
+    def measure(self) -> float:
+        """The current subnet's target metric over the dense model's."""
+        metric, _ = self.target
+        if metric == 'ratio':
+            return float(self.kept_channels.float().mean())
+        meter = SubnetMeter(self.pruner, self.example_inputs())
+        if self._dense is None:  # the same for the whole run: counted once
+            full = {gid: np.ones(g.num_channels, dtype=bool)
+                    for gid, g in self.pruner.groups.prunable.items()}
+            self._dense = meter(full, metric == 'flops')
+        pruned = meter(self.alive(), metric == 'flops')
+        return getattr(pruned, metric) / max(getattr(self._dense, metric), 1)
+
+    def score(self, batch: Optional[Batch] = None) -> Dict[str, np.ndarray]:
+        """The pruner's criterion on the current weights (and on ``batch``, an
+        ``(inputs, labels)`` pair, for a criterion computed from data)."""
+        if self.pruner.importance.needs_data:
+            if batch is None:
+                raise ValueError(f'{self.pruner.importance!r} is computed from data; '
+                                 f'{type(self).__name__} scores it on the training batch')
+            return self.pruner.score(data=[batch])
+        return self.pruner.score()
+
+    def log(self, message: str) -> None:
+        """Log a pruning decision in the run's log, prefixed with the algorithm."""
+        MMLogger.get_current_instance().info(f'{type(self).__name__}: {message}')
+
+    # ------------------------------------------------------------------ forward
+    def forward(self, inputs: torch.Tensor, data_samples: Optional[list] = None,
+                mode: str = 'tensor') -> Any:
+        """The architecture's forward on the pruned subnet; ``'loss'`` is :meth:`loss`."""
+        if mode == 'loss':
+            return self.loss(inputs, data_samples)
+        return self.architecture(inputs, data_samples, mode)
+
+    def loss(self, inputs: torch.Tensor, data_samples: Optional[list]) -> Dict[str, torch.Tensor]:
+        """The architecture's losses, with ``kept_fraction`` (logged, not summed)."""
+        losses = dict(self.architecture(inputs, data_samples, 'loss'))
+        losses['kept_fraction'] = self.kept_fraction.float()
+        return losses
+
+
+def _restore_subnet(algorithm: PruningAlgorithm, incompatible_keys: Any) -> None:
+    """Set the pruner's subnet from the ``kept_channels`` buffer (after a checkpoint or a
+    broadcast wrote it)."""
+    flags = algorithm.kept_channels.cpu().numpy()
+    subnet, start = {}, 0
+    for gid, group in algorithm.pruner.groups.prunable.items():
+        subnet[gid] = torch.from_numpy(flags[start:start + group.num_channels].copy())
+        start += group.num_channels
+    algorithm.pruner.set_subnet(subnet)

@@ -1,0 +1,90 @@
+"""SlimmingAlgorithm: network slimming: L1 on the batch-norm scales while training, then
+prune by them (Liu et al., "Learning Efficient Convolutional Networks through Network
+Slimming", ICCV 2017)."""
+from typing import Dict, List, Optional, Sequence, Union
+
+import torch
+import torch.nn as nn
+
+from ..pruning import ImportancePruner
+from ..registry import MODELS
+from .ite_prune import ItePruneAlgorithm
+from .pruning_base import ModuleOrCfg
+
+#: The pruner network slimming uses unless told otherwise: one threshold on the raw
+#: ``|gamma|`` of every group (global ranking, no per-group normalisation), no group
+#: pruned by more than 90%.
+DEFAULT_PRUNER = dict(type='ImportancePruner', flops=0.5, global_ranking=True, max_ratio=0.9,
+                      importance=dict(type='bn_scale', normalize='none'))
+
+
+@MODELS.register_module()
+class SlimmingAlgorithm(ItePruneAlgorithm):
+    """Network slimming in one run: ``prune_at`` iterations of sparsity training, with
+    ``sparsity * sum(|gamma|)`` over the scales of the norms of every prunable group added
+    to the loss (``loss_sparsity``), then one pruning step to the pruner's target by the
+    pruner's criterion (BN scale), then fine-tuning without the penalty.
+
+    The penalty's gradient is ``sparsity * sign(gamma)``: it drives the scales of
+    unneeded channels to zero, where pruning them changes little.  ``prune_times > 1``
+    prunes in several steps ``step_freq`` apart, as :class:`ItePruneAlgorithm`, the
+    penalty lasting until the last.
+
+    Args:
+        architecture: the model to prune, or its config.
+        pruner: an ``ImportancePruner`` or its config; default :data:`DEFAULT_PRUNER`
+            (``flops=0.5``, BN scale ranked globally).
+        sparsity: the weight of the L1 penalty (1e-4 in the paper for VGG on CIFAR).
+        prune_at: the iteration of the (first) pruning step.
+        prune_times, step_freq: see :class:`ItePruneAlgorithm`.
+        input_shape: ``(C, H, W)`` of one image, for tracing and FLOPs counting.
+        data_preprocessor: a preprocessor or its config; default the architecture's.
+        init_cfg: mmengine initialisation config.
+
+    Example:
+        >>> model = SlimmingAlgorithm(
+        ...     architecture=dict(type='ImageClassifier',
+        ...                       backbone=dict(type='PlainCNN', channels=(8, 16)),
+        ...                       head=dict(type='LinearClsHead', num_classes=10)),
+        ...     sparsity=1e-4, prune_at=100, input_shape=(3, 8, 8))
+        >>> [name for name, _ in model.penalised()]
+        ['backbone.stages.0.bn', 'backbone.stages.1.bn']
+    """
+
+    def __init__(self, architecture: ModuleOrCfg,
+                 pruner: Union[ImportancePruner, dict, None] = None, sparsity: float = 1e-4,
+                 prune_at: int = 0, prune_times: int = 1, step_freq: int = 1,
+                 input_shape: Sequence[int] = (3, 224, 224),
+                 data_preprocessor: Optional[ModuleOrCfg] = None,
+                 init_cfg: Optional[dict] = None):
+        if not sparsity >= 0:
+            raise ValueError(f'SlimmingAlgorithm: sparsity must be >= 0, got {sparsity!r}')
+        super().__init__(architecture, DEFAULT_PRUNER if pruner is None else pruner,
+                         step_freq=step_freq, prune_times=prune_times, start=prune_at,
+                         input_shape=input_shape, data_preprocessor=data_preprocessor,
+                         init_cfg=init_cfg)
+        self.sparsity = float(sparsity)
+        if not self.penalised():
+            raise ValueError('SlimmingAlgorithm penalises the scales of the norms of prunable '
+                             'channel groups, but the architecture has none (no prunable '
+                             'group holds an affine norm)')
+
+    def penalised(self) -> List[tuple]:
+        """``(name, norm)`` of the affine norms on prunable channels: whose ``weight``
+        the penalty reads."""
+        modules = dict(self.architecture.named_modules())
+        names = sorted({name for group in self.pruner.groups.prunable.values()
+                        for name in group.norms})
+        return [(name, modules[name]) for name in names
+                if isinstance(getattr(modules[name], 'weight', None), nn.Parameter)]
+
+    def sparsity_loss(self) -> torch.Tensor:
+        """``sparsity * sum(|gamma|)`` over :meth:`penalised`'s norms."""
+        return self.sparsity * sum(norm.weight.abs().sum() for _, norm in self.penalised())
+
+    def loss(self, inputs: torch.Tensor, data_samples: Optional[list]) -> Dict[str, torch.Tensor]:
+        """The losses, with ``loss_sparsity`` until the last pruning step."""
+        losses = super().loss(inputs, data_samples)
+        if self.training and not self.finished and self.sparsity > 0:
+            losses['loss_sparsity'] = self.sparsity_loss()
+        return losses

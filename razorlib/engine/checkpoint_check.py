@@ -1,0 +1,140 @@
+"""Refuse a checkpoint a tool cannot use before it runs: incomplete, or of another model.
+
+mmengine's Runner loads ``load_from`` with ``strict=False``: a checkpoint of another
+architecture only logs its missing keys, and the tool goes on with random weights (a
+test at chance accuracy, a search ranking random subnets).  A truncated file fails deep
+inside ``torch.load`` with ``OSError: [Errno 22] Invalid argument`` after the work dir
+was made.  Every tool that takes a checkpoint calls :func:`read_checkpoint` first and
+:func:`check_fits` once its model is built, and reports a :class:`CheckpointError` in
+one line with exit code 2.
+
+Example:
+    >>> import io, tempfile, torch
+    >>> path = Path(tempfile.mkdtemp()) / 'linear.pth'
+    >>> torch.save({'state_dict': torch.nn.Linear(4, 2).state_dict()}, path)
+    >>> state = state_dict_of(read_checkpoint(path))
+    >>> check_fits(torch.nn.Linear(4, 2), state, path)  # fits: nothing happens
+    >>> check_fits(torch.nn.Linear(8, 2), state, path)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    razorlib.engine.checkpoint_check.CheckpointError: .../linear.pth: not a checkpoint of \
+this Linear: 1 tensor of another shape (weight: (2, 4) here, (2, 8) in the model); ...
+"""
+import pickle
+import zipfile
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Union
+
+import torch
+import torch.nn as nn
+
+from .config import ConfigError
+
+#: How many keys of each kind a message names.
+SHOWN = 3
+
+
+class CheckpointError(ConfigError):
+    """A checkpoint a tool cannot use; the message starts with its path."""
+
+
+def read_checkpoint(path: Union[str, Path]) -> Dict[str, Any]:
+    """Load ``path`` on the CPU with ``weights_only=True``, memory-mapped when it can be
+    (so that reading it to check it, before the Runner reads it again, costs little).
+
+    Raises:
+        CheckpointError: the file is missing, cut short (``not a complete checkpoint``)
+            or holds objects that weights-only loading refuses.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f'checkpoint {path} does not exist')
+    try:
+        checkpoint = torch.load(path, map_location='cpu', weights_only=True,
+                                mmap=zipfile.is_zipfile(path))
+    except pickle.UnpicklingError as err:
+        if 'Weights only load failed' not in str(err):
+            raise CheckpointError(f'{path}: not a complete checkpoint ({_first_line(err)}); '
+                                  'was it cut short while being written or copied?') from err
+        refused = next((line.strip() for line in str(err).splitlines()
+                        if 'GLOBAL' in line), _first_line(err))
+        raise CheckpointError(f'{path}: refused by weights-only loading ({refused}); '
+                              'razorlib loads tensors and what mmengine checkpoints hold, '
+                              'never pickled code') from err
+    except PermissionError as err:
+        raise CheckpointError(f'{path}: cannot be read ({err.strerror})') from err
+    except Exception as err:  # torch reports a cut-short file as OSError, EOFError,
+        # RuntimeError (zip reader) or KeyError (unpickler), depending on where it ends
+        raise CheckpointError(f'{path}: not a complete checkpoint ({_first_line(err)}); '
+                              'was it cut short while being written or copied?') from err
+    if not isinstance(checkpoint, dict):
+        raise CheckpointError(f'{path}: holds a {type(checkpoint).__name__}, not a checkpoint '
+                              'dict or a state_dict')
+    return checkpoint
+
+
+def state_dict_of(checkpoint: Mapping[str, Any]) -> Dict[str, torch.Tensor]:
+    """The model weights of an mmengine checkpoint (its ``state_dict``) or of a bare
+    state_dict, without the ``module.`` prefix a DDP-wrapped model saves (as mmengine's
+    ``load_checkpoint`` strips it).
+
+    Example:
+        >>> sorted(state_dict_of({'meta': {}, 'state_dict': {'module.fc.weight': 1}}))
+        ['fc.weight']
+    """
+    state = checkpoint.get('state_dict', checkpoint)
+    return {key[len('module.'):] if key.startswith('module.') else key: value
+            for key, value in state.items()}
+
+
+def check_fits(model: nn.Module, state_dict: Mapping[str, Any], path: Union[str, Path],
+               partial: bool = False) -> None:
+    """Refuse ``state_dict`` unless its keys and shapes are exactly ``model``'s.
+
+    Args:
+        model: the model the tool built from its config (unwrapped).
+        state_dict: the weights to load, from :func:`state_dict_of`.
+        path: the checkpoint, for the message.
+        partial: accept any checkpoint that fits at least one of the model's tensors (by
+            name and shape): fine-tuning from ``load_from`` may leave out a new head, as
+            mmengine allows; only one of another architecture altogether is refused.
+
+    Raises:
+        CheckpointError: naming the checkpoint, the first missing and unexpected keys and
+            the first tensors of another shape.
+    """
+    expected = model.state_dict()
+    missing = [key for key in expected if key not in state_dict]
+    unexpected = [key for key in state_dict if key not in expected]
+    reshaped = [key for key in expected if key in state_dict
+                and tuple(getattr(state_dict[key], 'shape', ())) != tuple(expected[key].shape)]
+    fitting = len(expected) - len(missing) - len(reshaped)
+    if (fitting > 0 or not expected) if partial else not (missing or unexpected or reshaped):
+        return
+    parts = []
+    if missing:
+        parts.append(f'{len(missing)} of the model\'s {len(expected)} tensors missing '
+                     f'({_names(missing)})')
+    if unexpected:
+        parts.append(f'{len(unexpected)} unexpected ({_names(unexpected)})')
+    if reshaped:
+        shapes = [f'{key}: {tuple(state_dict[key].shape)} here, {tuple(expected[key].shape)} '
+                  'in the model' for key in reshaped[:SHOWN]]
+        parts.append(f"{len(reshaped)} {'tensor' if len(reshaped) == 1 else 'tensors'} of "
+                     f"another shape ({_names(reshaped, shapes)})")
+    raise CheckpointError(f'{path}: not a checkpoint of this {type(model).__name__}: '
+                          f"{'; '.join(parts)}; use the config (and --cfg-options, e.g. "
+                          'model.channel_cfg) it was saved with')
+
+
+def _names(keys: List[str], shown: Optional[List[str]] = None) -> str:
+    """The first :data:`SHOWN` of ``keys`` (or their descriptions ``shown``), then ``...``."""
+    shown = shown or keys[:SHOWN]
+    return ', '.join(shown[:SHOWN]) + (', ...' if len(keys) > SHOWN else '')
+
+
+def _first_line(err: BaseException) -> str:
+    """``Type: message``, its first line only, at most 120 characters."""
+    line = str(err).strip().splitlines()[0] if str(err).strip() else ''
+    text = f'{type(err).__name__}: {line}' if line else type(err).__name__
+    return text if len(text) <= 120 else text[:117] + '...'

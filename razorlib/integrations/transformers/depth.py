@@ -1,0 +1,106 @@
+"""Depth pruning of Hugging Face decoder/encoder stacks: drop whole layers and keep the
+config, the layers' ``layer_idx`` (the KV cache's index) and per-layer config lists in
+step, so ``save_pretrained`` + ``from_pretrained`` rebuilds the shallower model."""
+import copy
+from typing import Any, Iterable, List, Optional, Sequence
+
+import torch.nn as nn
+
+from ...pruning.depth import DepthPruned, LossFn, block_importance, remove_blocks, select_blocks
+from .config import is_hf_model
+
+__all__ = ['decoder_layers', 'remove_decoder_layers', 'prune_decoder_layers']
+
+
+def decoder_layers(model: nn.Module) -> str:
+    """The name of the ``nn.ModuleList`` holding the model's ``num_hidden_layers`` layers.
+
+    Example:
+        >>> from transformers import GPT2Config, GPT2LMHeadModel
+        >>> decoder_layers(GPT2LMHeadModel(GPT2Config(n_embd=16, n_layer=2, n_head=2,
+        ...                                           vocab_size=20, n_positions=8)))
+        'transformer.h'
+    """
+    count = getattr(model.config, 'num_hidden_layers', None)
+    for name, module in model.named_modules():
+        if isinstance(module, nn.ModuleList) and len(module) == count and \
+                len({type(layer) for layer in module}) == 1:
+            return name
+    raise ValueError(f'{type(model).__name__}: no nn.ModuleList of num_hidden_layers='
+                     f'{count} layers found; pass the blocks to razorlib.pruning.depth')
+
+
+def _per_layer_fields(config, count: int) -> List[str]:
+    """Config lists with one entry per layer (``layer_types``)."""
+    return [name for name, value in vars(config).items()
+            if 'layer' in name and isinstance(value, (list, tuple)) and len(value) == count]
+
+
+def remove_decoder_layers(model: nn.Module, indices: Sequence[int]) -> nn.Module:
+    """Remove the layers at ``indices`` from a transformers model, in place.
+
+    The config's ``num_hidden_layers`` and its per-layer lists (``layer_types``) follow,
+    and every remaining layer's modules get their new position as ``layer_idx``.
+
+    Example:
+        >>> from transformers import LlamaConfig, LlamaForCausalLM
+        >>> llama = LlamaForCausalLM(LlamaConfig(
+        ...     hidden_size=16, intermediate_size=32, num_hidden_layers=3,
+        ...     num_attention_heads=2, num_key_value_heads=1, vocab_size=20))
+        >>> llama = remove_decoder_layers(llama, [1])
+        >>> llama.config.num_hidden_layers, llama.model.layers[1].self_attn.layer_idx
+        (2, 1)
+    """
+    if not is_hf_model(model):
+        raise TypeError(f'remove_decoder_layers takes a transformers model, got a '
+                        f'{type(model).__name__}; use razorlib.pruning.depth.remove_blocks')
+    config = model.config
+    if getattr(config, 'scale_attn_by_inverse_layer_idx', False):
+        raise ValueError('this model scales attention by 1 / (layer_idx + 1) '
+                         '(scale_attn_by_inverse_layer_idx): removing layers would change '
+                         'the scale of the layers after them')
+    stack = decoder_layers(model)
+    count = len(model.get_submodule(stack))
+    drop = sorted(set(int(i) for i in indices))
+    if any(not 0 <= i < count for i in drop) or len(drop) >= count:
+        raise ValueError(f'{stack} has {count} layers: cannot remove {drop} (keep at least one)')
+    keep = [i for i in range(count) if i not in drop]
+    lists = _per_layer_fields(config, count)
+    remove_blocks(model, [f'{stack}.{i}' for i in drop])
+    for new, layer in enumerate(model.get_submodule(stack)):
+        for module in layer.modules():
+            if isinstance(getattr(module, 'layer_idx', None), int):
+                module.layer_idx = new
+    config.num_hidden_layers = len(keep)
+    for name in lists:
+        value = getattr(config, name)
+        setattr(config, name, type(value)(value[i] for i in keep))
+    return model
+
+
+def prune_decoder_layers(model: nn.Module, batches: Iterable[Any], num: Optional[int] = None,
+                         ratio: Optional[float] = None, metric: str = 'cosine',
+                         loss_fn: Optional[LossFn] = None) -> DepthPruned:
+    """A copy of a transformers model without its ``num`` (or ``ratio`` of its) least
+    important layers (:func:`razorlib.pruning.depth.block_importance`).
+
+    Args:
+        model: a transformers model; left untouched.
+        batches: calibration inputs (``{'input_ids': ...}``; with ``labels`` for
+            ``metric='loss'``).
+        num: how many layers to remove; or
+        ratio: the fraction of the layers to remove.
+        metric: ``'cosine'`` or ``'loss'``.
+        loss_fn: ``(model, batch) -> loss`` for ``'loss'``; default the model's own.
+
+    Returns:
+        the shallower copy (config and ``layer_idx`` rewritten), the removed layers'
+        names and every layer's importance.
+    """
+    stack = decoder_layers(model)
+    blocks = [f'{stack}.{i}' for i in range(len(model.get_submodule(stack)))]
+    importance = block_importance(model, batches, blocks, metric, loss_fn)
+    removed = select_blocks(importance, num, ratio)
+    slim = remove_decoder_layers(copy.deepcopy(model),
+                                 [int(name.rpartition('.')[2]) for name in removed])
+    return DepthPruned(slim, removed, importance)

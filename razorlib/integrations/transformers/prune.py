@@ -1,0 +1,115 @@
+"""One call for Hugging Face models: prune with HF defaults, then rewrite the config.
+
+The defaults: the hidden size (the residual stream that the embeddings, every norm and
+``lm_head`` share) stays whole, because pruning it changes each norm's statistics, and
+the widths of layers repeated down the stack stay uniform, so the config can describe
+them and ``from_pretrained`` rebuilds the slim model.
+"""
+import copy
+import re
+from typing import Any, Dict, List, Tuple, Union
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+from ...registry import PRUNERS
+from ...tracing.forward import call_model
+from .config import is_hf_model, sync_config
+
+__all__ = ['prune', 'hidden_size_keys', 'uniform_subnet']
+
+
+def hidden_size_keys(model: nn.Module) -> Tuple[str, ...]:
+    """The names of the modules that produce the residual stream (the input embeddings):
+    as ``except_start_keys`` they keep the hidden size whole.
+
+    Example:
+        >>> from transformers import GPT2Config, GPT2LMHeadModel
+        >>> hidden_size_keys(GPT2LMHeadModel(GPT2Config(n_embd=16, n_layer=1, n_head=2,
+        ...                                             vocab_size=20, n_positions=8)))
+        ('transformer.wte',)
+    """
+    try:
+        embeddings = model.get_input_embeddings()
+    except (AttributeError, NotImplementedError):
+        return ()
+    return tuple(name for name, module in model.named_modules() if module is embeddings)
+
+
+def _layer_pattern(space_id: str) -> str:
+    """The space id with its layer indices wild: ``model.layers.*.mlp.up_proj``."""
+    return re.sub(r'(?<=\.)\d+(?=\.|$)', '*', space_id)
+
+
+def uniform_subnet(pruner, subnet: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+    """``subnet`` with the spaces of the same layer in every block (``h.0.mlp.c_fc``,
+    ``h.1.mlp.c_fc``, ...) keeping the same number of channels: their mean count,
+    each space its best channels by the pruner's order."""
+    groups = pruner.groups.prunable
+    classes: Dict[Tuple[str, int], List[str]] = {}
+    for gid in subnet:
+        classes.setdefault((_layer_pattern(gid), groups[gid].num_channels), []).append(gid)
+    orders = pruner.channel_orders()
+    uniform = dict(subnet)
+    for ids in classes.values():
+        count = int(round(np.mean([int(subnet[gid].sum()) for gid in ids])))
+        for gid in ids:
+            uniform[gid] = torch.from_numpy(groups[gid].keep_best(np.asarray(orders[gid]),
+                                                                  count))
+    return uniform
+
+
+def prune(model: nn.Module, example_inputs: Any, ratio: float = 0.5,
+          pruner: Union[str, dict] = 'L1NormPruner', uniform: bool = True,
+          hidden: bool = False, **pruner_kwargs) -> nn.Module:
+    """A slim copy of a transformers model whose ``config`` describes it.
+
+    As :func:`razorlib.prune`, with the defaults of the module docstring; the model is
+    left untouched and the slim copy is run once on ``example_inputs``.
+
+    Args:
+        model: a transformers ``PreTrainedModel``.
+        example_inputs: the keyword inputs of one forward (``{'input_ids': ...}``,
+            ``{'pixel_values': ...}``).
+        ratio: fraction of channels to keep in each prunable group.
+        pruner: a pruner type registered in ``PRUNERS`` or a config dict.
+        uniform: keep the widths of each layer repeated down the stack equal, so the
+            config can describe them (otherwise save with
+            :func:`~razorlib.integrations.transformers.save_pruned`).
+        hidden: also prune the hidden size where the tracer finds it prunable (outputs
+            change: the norms' statistics are taken over fewer channels).
+        **pruner_kwargs: other pruner arguments (``except_start_keys``, ``strict``).
+
+    Example:
+        >>> from transformers import LlamaConfig, LlamaForCausalLM
+        >>> llama = LlamaForCausalLM(LlamaConfig(
+        ...     hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        ...     num_attention_heads=4, num_key_value_heads=2, vocab_size=50))
+        >>> slim = prune(llama, {'input_ids': torch.randint(0, 50, (1, 8))}, ratio=0.25)
+        >>> slim.config.intermediate_size, slim.model.layers[1].mlp.up_proj.out_features
+        (16, 16)
+    """
+    if not is_hf_model(model):
+        raise TypeError(f'razorlib.integrations.transformers.prune takes a transformers '
+                        f'PreTrainedModel, got a {type(model).__name__}; use razorlib.prune')
+    cfg = dict(type=pruner) if isinstance(pruner, str) else dict(pruner)
+    if 'ratio' not in cfg and 'ratios' not in cfg:
+        cfg['ratio'] = ratio
+    keys = tuple(pruner_kwargs.pop('except_start_keys', ()))
+    cfg['except_start_keys'] = keys + (() if hidden else hidden_size_keys(model))
+    cfg.update(pruner_kwargs)
+    structure_pruner = PRUNERS.build(cfg)
+    slim = copy.deepcopy(model)
+    structure_pruner.prepare_from_supernet(slim, example_inputs)
+    subnet = structure_pruner.sample_subnet()
+    if uniform:
+        subnet = uniform_subnet(structure_pruner, subnet)
+    structure_pruner.set_subnet(subnet)
+    structure_pruner.deploy_subnet(slim, structure_pruner.export_subnet())
+    sync_config(slim)
+    slim.eval()
+    with torch.no_grad():
+        call_model(slim, example_inputs)
+    slim.train(model.training)
+    return slim

@@ -1,0 +1,22 @@
+"""One home per layer kind: what razorlib knows about each module type.
+
+See :mod:`razorlib.layers.base` for what a :class:`LayerKind` answers and
+``docs/layer_kinds.md`` for adding one.
+"""
+from .attention import MultiheadAttentionKind
+from .base import IN_MASK, OUT_MASK, Kept, LayerKind, SlicePlan, kept_widths, take
+from .conv import ConvKind
+from .embedding import EmbeddingKind
+from .hf import HFConv1DKind
+from .linear import LinearKind
+from .norm import BatchNormKind, GroupNormKind, InstanceNormKind, LayerNormKind, NormKind
+from .parameter import kept_param_size, param_channel_weights, param_mask_name, plan_param
+from .table import KindTable, LayerKindsArg, as_table, kind_of
+
+__all__ = [
+    'IN_MASK', 'OUT_MASK', 'Kept', 'LayerKind', 'SlicePlan', 'kept_widths', 'take',
+    'ConvKind', 'LinearKind', 'EmbeddingKind', 'HFConv1DKind', 'NormKind', 'BatchNormKind', 'InstanceNormKind',
+    'LayerNormKind', 'GroupNormKind', 'MultiheadAttentionKind', 'KindTable', 'LayerKindsArg',
+    'as_table', 'kind_of', 'param_mask_name', 'plan_param', 'param_channel_weights',
+    'kept_param_size',
+]

@@ -1,0 +1,215 @@
+"""Kinds of the normalisation layers: BatchNorm/SyncBatchNorm, LayerNorm, GroupNorm,
+InstanceNorm.  Their one channel axis (``out``) follows their input's channels."""
+from typing import Dict, Optional, Sequence, Tuple
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ..registry import LAYER_KINDS
+from .base import Kept, LayerKind, SlicePlan, take
+from .common import bind_blocks, check_indices, per_group
+
+__all__ = ['NormKind', 'BatchNormKind', 'LayerNormKind', 'GroupNormKind', 'InstanceNormKind']
+
+
+class NormKind(LayerKind):
+    """What the norms share: per-channel affine ``weight``/``bias``, one op per
+    normalised element, channels bound to the input's on the channel dim.
+
+    Subclasses set ``channel_attr`` (the attribute holding the width), ``channel_dim``
+    (1 for NCHW norms, -1 for LayerNorm) and override :meth:`groups` where the
+    statistics span several channels.
+    """
+    axes = ('out', )
+    trace_by_output = True
+    channel_attr = 'num_features'
+    channel_dim = 1
+
+    def widths(self, module: nn.Module) -> Dict[str, int]:
+        return {'out': getattr(module, self.channel_attr)}
+
+    def groups(self, module: nn.Module) -> int:
+        """Channels are bound across this many groups (GroupNorm's statistics)."""
+        return 1
+
+    def trace(self, ctx, node, ins, name, module):
+        dim = self.channel_dim % len(ins[0].shape)
+        slots = ctx.channel_input(ins[0], dim, ins[0].shape[dim], name, node)
+        groups = self.groups(module)
+        if 1 < groups < len(slots):
+            bind_blocks(ctx, slots, groups, f'{name} normalises {groups} channel groups')
+        ctx.use(name, 'norm', slots)
+        return slots, dim
+
+    def _affine(self, module: nn.Module, idx: Sequence[int], plan: SlicePlan) -> SlicePlan:
+        for attr in ('weight', 'bias'):
+            if getattr(module, attr, None) is not None:
+                plan.params[attr] = take(getattr(module, attr), 0, idx)
+        return plan
+
+    def plan_slice(self, name: str, module: nn.Module,
+                   kept: Dict[str, Sequence[int]]) -> SlicePlan:
+        idx = check_indices(name, 'out', kept, self.widths(module)['out'])
+        plan = SlicePlan(attrs={self.channel_attr: len(idx)})
+        for attr in ('running_mean', 'running_var'):
+            if getattr(module, attr, None) is not None:
+                plan.buffers[attr] = take(getattr(module, attr), 0, idx)
+        return self._affine(module, idx, plan)
+
+    def channel_weights(self, module: nn.Module, axis: str) -> torch.Tensor:
+        """The affine scale of each channel (ones without affine parameters): what a
+        BN-scale criterion reads."""
+        weight = getattr(module, 'weight', None)
+        if weight is None:
+            return torch.ones(self.widths(module)['out'], 1)
+        return weight.detach().reshape(-1, 1)
+
+    def params(self, module: nn.Module, kept: Kept) -> int:
+        affine = sum(1 for attr in ('weight', 'bias') if getattr(module, attr, None) is not None)
+        return self.full(module, kept)['out'] * affine
+
+    def flops(self, module: nn.Module, inputs: Tuple, output, kept: Kept) -> int:
+        width = self.widths(module)['out']
+        return output.numel() // max(width, 1) * self.full(module, kept)['out']
+
+
+@LAYER_KINDS.register_module()
+class BatchNormKind(NormKind):
+    """BatchNorm1d/2d/3d and SyncBatchNorm: per-channel statistics, so a masked output
+    is the sliced one.
+
+    Example:
+        >>> BatchNormKind().params(nn.BatchNorm2d(8), {'out': 3})
+        6
+    """
+    module_types = (nn.modules.batchnorm._BatchNorm, )
+    grad_fns = ('NativeBatchNormBackward0', 'CudnnBatchNormBackward0',
+                'MiopenBatchNormBackward0')
+    weight_attrs = ('weight', 'running_mean')
+
+
+@LAYER_KINDS.register_module()
+class InstanceNormKind(BatchNormKind):
+    """InstanceNorm1d/2d/3d: per-sample, per-channel statistics; a masked output is the
+    sliced one.  torch runs it as a batch norm over ``(1, N*C, ...)``, so the tracer can
+    tie that op to the module's channels only when the traced batch is 1 (with a larger
+    batch the channels merge with it and freeze: trace with one sample).
+
+    Example:
+        >>> InstanceNormKind().widths(nn.InstanceNorm2d(6, affine=True))
+        {'out': 6}
+    """
+    module_types = (nn.modules.instancenorm._InstanceNorm, )
+    weight_attrs = ('weight', )
+
+    def trace(self, ctx, node, ins, name, module):
+        if ins[0].shape[1] != module.num_features:
+            return None
+        return super().trace(ctx, node, ins, name, module)
+
+
+class _KeptStatistics(NormKind):
+    """Norms whose statistics span channels: the masked output recomputes them over the
+    kept channels only, as the sliced layer will."""
+
+    def masked_output(self, module: nn.Module, x: torch.Tensor, output: torch.Tensor,
+                      keep: torch.Tensor) -> torch.Tensor:
+        if bool(keep.all()):
+            return output * keep
+        exact = self.kept_output(module, x, keep.flatten().bool(), -keep.dim())
+        return output * keep if exact is None else exact
+
+    def kept_output(self, module: nn.Module, x: torch.Tensor, keep: torch.Tensor,
+                    dim: int) -> Optional[torch.Tensor]:
+        """The output computed over the kept channels (pruned ones 0); None if the
+        module's forward is not the standard one."""
+        raise NotImplementedError
+
+
+@LAYER_KINDS.register_module()
+class LayerNormKind(_KeptStatistics):
+    """LayerNorm over one dim (tokens, channels-last maps; a channels-first subclass such
+    as timm's ``LayerNorm2d`` normalises dim 1).  Over several dims it mixes channels
+    with them: the tracer freezes them.
+
+    Example:
+        >>> ln = nn.LayerNorm(4)
+        >>> keep = torch.tensor([1., 0., 1., 1.])
+        >>> x = torch.randn(2, 4)
+        >>> out = LayerNormKind().masked_output(ln, x, ln(x), keep)
+        >>> torch.allclose(out[:, [0, 2, 3]], F.layer_norm(x[:, [0, 2, 3]], (3, )))
+        True
+    """
+    module_types = (nn.LayerNorm, )
+    grad_fns = ('NativeLayerNormBackward0', )
+    channel_dim = -1
+
+    def widths(self, module: nn.Module) -> Dict[str, int]:
+        return {'out': module.normalized_shape[-1]}
+
+    def trace(self, ctx, node, ins, name, module):
+        if len(module.normalized_shape) != 1:
+            return None
+        return super().trace(ctx, node, ins, name, module)
+
+    def unsliceable(self, module: nn.Module) -> Optional[str]:
+        if len(module.normalized_shape) != 1:
+            return ('only a LayerNorm over one dim can be sliced, this one normalises over '
+                    f'{tuple(module.normalized_shape)}')
+        return None
+
+    def plan_slice(self, name: str, module: nn.Module,
+                   kept: Dict[str, Sequence[int]]) -> SlicePlan:
+        idx = check_indices(name, 'out', kept, module.normalized_shape[0])
+        return self._affine(module, idx, SlicePlan(attrs={'normalized_shape': (len(idx), )}))
+
+    def kept_output(self, module, x, keep, dim):
+        if len(module.normalized_shape) != 1:
+            return None
+        weight = module.weight[keep] if module.weight is not None else None
+        bias = module.bias[keep] if module.bias is not None else None
+        out = x.new_zeros(x.shape)
+        kept = x.movedim(dim, -1)[..., keep]
+        out.movedim(dim, -1)[..., keep] = F.layer_norm(kept, (kept.shape[-1], ), weight, bias,
+                                                       module.eps)
+        return out
+
+
+@LAYER_KINDS.register_module()
+class GroupNormKind(_KeptStatistics):
+    """GroupNorm: channels are bound across the groups, so each group keeps the same
+    positions and ``num_groups`` still divides the pruned width (with one channel per
+    group, the groups follow the kept width).
+
+    Example:
+        >>> GroupNormKind().plan_slice('gn', nn.GroupNorm(2, 8), {'out': [0, 1, 4, 5]}).attrs
+        {'num_channels': 4, 'num_groups': 2}
+    """
+    module_types = (nn.GroupNorm, )
+    grad_fns = ('NativeGroupNormBackward0', )
+    channel_attr = 'num_channels'
+
+    def groups(self, module: nn.Module) -> int:
+        return module.num_groups
+
+    def plan_slice(self, name: str, module: nn.Module,
+                   kept: Dict[str, Sequence[int]]) -> SlicePlan:
+        idx = check_indices(name, 'out', kept, module.num_channels)
+        groups = module.num_groups
+        if groups == module.num_channels:
+            groups = len(idx)
+        elif groups > 1:
+            per_group(name, 'output', idx, module.num_channels, groups)
+        return self._affine(module, idx, SlicePlan(attrs={'num_channels': len(idx),
+                                                          'num_groups': groups}))
+
+    def kept_output(self, module, x, keep, dim):
+        if type(module).forward is not nn.GroupNorm.forward:
+            return None
+        weight = module.weight[keep] if module.weight is not None else None
+        bias = module.bias[keep] if module.bias is not None else None
+        groups = module.num_groups if module.num_groups < module.num_channels else int(keep.sum())
+        out = x.new_zeros(x.shape)
+        out[:, keep] = F.group_norm(x[:, keep], groups, weight, bias, module.eps)
+        return out

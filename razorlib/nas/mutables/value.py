@@ -1,0 +1,37 @@
+"""OneShotMutableValue: a value (kernel size, expand ratio, depth) that a block reads."""
+from typing import Optional, Sequence
+
+from ...registry import MUTABLES
+from .base import MutableChoice
+
+
+@MUTABLES.register_module()
+class OneShotMutableValue(MutableChoice):
+    """A number a dynamic block reads at run time: its kernel size, its expand ratio, or
+    how many blocks of a stage run (BigNAS / OFA / AutoFormer style values).
+
+    It holds no weights: the block that owns it (e.g.
+    :class:`~razorlib.nas.DynamicMBConv`) keeps the weights of its largest choice and
+    uses the part the current value selects, so every value shares weights.  In a fixed
+    subnet the block becomes a plain module of the chosen value and the mutable
+    disappears.
+
+    Args:
+        choices: the numbers it may take; sorted, so ``choices[0]`` is the smallest.
+        init_choice: the value it starts with; default the largest.
+
+    Example:
+        >>> kernel = OneShotMutableValue([7, 3, 5])
+        >>> kernel.choices, kernel.current_choice
+        ((3, 5, 7), 7)
+    """
+
+    def __init__(self, choices: Sequence[int], init_choice: Optional[int] = None):
+        if any(isinstance(c, bool) or not isinstance(c, (int, float)) for c in choices):
+            raise TypeError(f'OneShotMutableValue takes numbers, got {tuple(choices)}')
+        ordered = sorted(choices)
+        super().__init__(ordered, ordered[-1] if init_choice is None else init_choice)
+
+    @property
+    def max_choice(self) -> int:
+        return self.choices[-1]

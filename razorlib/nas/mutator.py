@@ -1,0 +1,181 @@
+"""NasMutator: a model's mutables as one search space that samples, sets and exports.
+
+A *choice dict* maps the module name of every mutable (``'backbone.stages.0.1'``) to
+the choice it takes (an op name, a kernel size, a depth).  It is plain data: it goes
+into a subnet YAML, a search state JSON and the search loops, which treat it as they
+treat a pruner's widths (the ``SearchSpace`` interface of ``razorlib.engine.loops``,
+as ``WidthSpace``).
+"""
+import random
+from dataclasses import dataclass
+from typing import Dict, FrozenSet, List, Mapping, Optional, Tuple
+
+import torch.nn as nn
+
+from ..utils.complexity import count_params
+from .mutables import Choice, MutableChoice, OneShotMutableOP
+from .ops import DynamicStage
+from .subnet import FixedSubnet
+
+Choices = Dict[str, Choice]
+
+
+@dataclass(frozen=True)
+class Condition:
+    """A mutable matters only when the mutable ``key`` takes one of ``allowed``: it sits
+    inside candidate op ``allowed`` of ``key``, or in a block that runs at those depths."""
+    key: str
+    allowed: FrozenSet[Choice]
+
+
+class NasMutator:
+    """Every mutable of a model, the moves of a search over them, and checks of a subnet.
+
+    Mutables inside a candidate op or a deep-enough block are *conditional*: they
+    count only when their op is chosen (or the depth runs their block).  A subnet
+    need not name inactive ones, :meth:`key` ignores them (two subnets that differ only
+    there are the same network), and exported subnets leave them out.
+
+    Choices of an op are ordered by the candidate's parameter count, values by size,
+    so ``choices[key][0]`` is the cheapest, as a width space's narrowest.
+
+    Args:
+        model: the supernet (architecture) holding the mutables.
+
+    Example:
+        >>> from razorlib.nas import OneShotMutableOP, OneShotMutableValue
+        >>> net = nn.Sequential(OneShotMutableOP(dict(
+        ...     wide=nn.Conv2d(4, 4, 3), skip=nn.Identity())), OneShotMutableValue([1, 2]))
+        >>> mutator = NasMutator(net)
+        >>> mutator.choices
+        {'0': ['skip', 'wide'], '1': [1, 2]}
+        >>> mutator.sample(random.Random(0))
+        {'0': 'wide', '1': 2}
+        >>> mutator.check({'0': 'wid', '1': 1}, where='subnet.yaml')
+        Traceback (most recent call last):
+        ...
+        ValueError: subnet.yaml: 0: 'wid' is not a choice of this OneShotMutableOP; its ...
+    """
+
+    def __init__(self, model: nn.Module):
+        self.mutables: Dict[str, MutableChoice] = {}
+        self.conditions: Dict[str, Tuple[Condition, ...]] = {}
+        self._collect(model, '', ())
+        self.choices: Dict[str, List[Choice]] = {
+            key: self._ordered(mutable) for key, mutable in self.mutables.items()}
+        self.sizes = {key: len(choices) for key, choices in self.choices.items()}
+
+    def _collect(self, module: nn.Module, prefix: str, conds: Tuple[Condition, ...]) -> None:
+        if isinstance(module, MutableChoice):
+            self.mutables[prefix] = module
+            self.conditions[prefix] = conds
+        for name, child in module.named_children():
+            key = f'{prefix}.{name}' if prefix else name
+            inner = conds
+            if isinstance(module, OneShotMutableOP) and name == 'candidates':
+                for op_name, candidate in child.named_children():
+                    self._collect(candidate, f'{key}.{op_name}',
+                                  conds + (Condition(prefix, frozenset([op_name])), ))
+                continue
+            if isinstance(module, DynamicStage) and name == 'blocks':
+                for index, block in child.named_children():
+                    deep = frozenset(d for d in module.depth.choices if d > int(index))
+                    extra = () if deep == frozenset(module.depth.choices) else \
+                        (Condition(f'{prefix}.depth' if prefix else 'depth', deep), )
+                    self._collect(block, f'{key}.{index}', conds + extra)
+                continue
+            self._collect(child, key, inner)
+
+    @staticmethod
+    def _ordered(mutable: MutableChoice) -> List[Choice]:
+        if isinstance(mutable, OneShotMutableOP):
+            costs = {name: count_params(candidate)
+                     for name, candidate in mutable.candidates.items()}
+            return sorted(mutable.choices, key=lambda name: costs[name])
+        return list(mutable.choices)
+
+    # ------------------------------------------------------------------ state
+    def current(self) -> Choices:
+        """Every mutable's current choice."""
+        return {key: mutable.current_choice for key, mutable in self.mutables.items()}
+
+    def active(self, choices: Mapping[str, Choice]) -> Choices:
+        """The part of ``choices`` that matters: mutables whose conditions hold."""
+        return {key: value for key, value in choices.items()
+                if all(choices.get(c.key) in c.allowed for c in self.conditions[key])}
+
+    def set(self, choices: Mapping[str, Choice], where: str = 'subnet') -> None:
+        """Make every mutable take its choice; inactive ones left out keep theirs."""
+        for key, value in self.check(choices, where).items():
+            self.mutables[key].current_choice = value
+
+    def check(self, choices: Mapping[str, Choice], where: str = 'subnet') -> Choices:
+        """``choices`` validated and completed with the current choice of every inactive
+        mutable it leaves out.
+
+        Raises:
+            ValueError: ``where: KEY: ...`` for an unknown key, a choice the mutable
+                does not have, or an active mutable left out.
+        """
+        for key, value in choices.items():
+            if key not in self.mutables:
+                known = list(self.mutables)
+                raise ValueError(f'{where}: unknown mutable {key!r}; this model has '
+                                 f'{len(known)} mutables: {known[:4]}...')
+            try:
+                self.mutables[key].check_choice(value)
+            except ValueError as err:
+                raise ValueError(f'{where}: {key}: {err}') from None
+        completed = {key: choices.get(key, mutable.current_choice)
+                     for key, mutable in self.mutables.items()}
+        missing = [key for key in self.active(completed) if key not in choices]
+        if missing:
+            raise ValueError(f'{where}: no choice for mutable {missing[0]!r} (one of '
+                             f'{self.choices[missing[0]]})')
+        return completed
+
+    def subnet(self, choices: Mapping[str, Choice]) -> FixedSubnet:
+        """What a supernet's ``set_subnet`` takes for ``choices`` (checked and
+        completed): the search loops' name for it (``masks`` in older loops)."""
+        return FixedSubnet(self.check(choices))
+
+    masks = subnet
+
+    def key(self, choices: Mapping[str, Choice]) -> Tuple[Optional[Choice], ...]:
+        """A hashable form of the network ``choices`` builds (inactive mutables None)."""
+        active = self.active(choices)
+        return tuple(active.get(key) for key in self.mutables)
+
+    # ------------------------------------------------------------------ search moves
+    def sample(self, rng: random.Random) -> Choices:
+        """A uniformly random subnet, drawn from ``rng`` only (never the global state)."""
+        return {key: rng.choice(choices) for key, choices in self.choices.items()}
+
+    def fair_samples(self, rng: random.Random) -> List[Choices]:
+        """FairNAS's strict fairness: ``max(sizes)`` subnets in which every choice of
+        every mutable appears (a mutable with fewer choices repeats random ones)."""
+        count = max(self.sizes.values(), default=1)
+        columns = {}
+        for key, choices in self.choices.items():
+            column = list(choices) + [rng.choice(choices) for _ in range(count - len(choices))]
+            rng.shuffle(column)
+            columns[key] = column
+        return [{key: column[i] for key, column in columns.items()} for i in range(count)]
+
+    def mutate(self, choices: Mapping[str, Choice], prob: float, rng: random.Random) -> Choices:
+        """``choices`` with each mutable redrawn with probability ``prob``."""
+        return {key: rng.choice(options) if rng.random() < prob else choices[key]
+                for key, options in self.choices.items()}
+
+    def crossover(self, first: Mapping[str, Choice], second: Mapping[str, Choice],
+                  rng: random.Random) -> Choices:
+        """Each mutable's choice from ``first`` or ``second`` with equal chance."""
+        return {key: (first if rng.random() < 0.5 else second)[key] for key in self.mutables}
+
+    def min_subnet(self) -> Choices:
+        """Every mutable at its cheapest choice."""
+        return {key: choices[0] for key, choices in self.choices.items()}
+
+    def max_subnet(self) -> Choices:
+        """Every mutable at its most expensive choice."""
+        return {key: choices[-1] for key, choices in self.choices.items()}

@@ -1,0 +1,36 @@
+"""Weight slicing shared by the dynamic blocks: a batch norm on its first channels, and
+copying those channels into the plain block of a fixed subnet."""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def sliced_bn(x: torch.Tensor, bn: nn.BatchNorm2d, channels: int) -> torch.Tensor:
+    """``bn`` on its first ``channels`` channels, updating their running statistics in
+    place as ``nn.BatchNorm2d`` would (``momentum=None``: a cumulative average).
+
+    Example:
+        >>> bn = nn.BatchNorm2d(8).eval()
+        >>> x = torch.randn(2, 4, 3, 3)
+        >>> torch.allclose(sliced_bn(x, bn, 4), x / (1 + bn.eps) ** 0.5)
+        True
+    """
+    factor = 0.0
+    use_batch = bn.training or not bn.track_running_stats
+    if bn.training and bn.track_running_stats:
+        bn.num_batches_tracked.add_(1)
+        factor = 1.0 / float(bn.num_batches_tracked) if bn.momentum is None else bn.momentum
+    running = (bn.running_mean[:channels], bn.running_var[:channels]) \
+        if bn.track_running_stats else (None, None)
+    return F.batch_norm(x, *running, bn.weight[:channels], bn.bias[:channels], use_batch,
+                        factor, bn.eps)
+
+
+def copy_bn(source: nn.BatchNorm2d, target: nn.BatchNorm2d) -> None:
+    """The first ``target.num_features`` channels of ``source`` (affine and running
+    statistics) into ``target``."""
+    channels = target.num_features
+    with torch.no_grad():
+        for name in ('weight', 'bias', 'running_mean', 'running_var'):
+            getattr(target, name).copy_(getattr(source, name)[:channels])
+        target.num_batches_tracked.copy_(source.num_batches_tracked)

@@ -1,0 +1,357 @@
+"""Allocation: how many channels each group keeps to meet a budget.
+
+A budget is a ratio of channels, or a fraction of the dense model's FLOPs, params or
+measured latency.
+
+- **local** (``global_ranking=False``): every group keeps the same ratio of its
+  channels, its best ones by its own scores; for a FLOPs or params budget the common
+  ratio is the largest that meets it.
+- **global**: all groups' channels are ranked together by their (normalised) scores and
+  the best ``K`` are kept, ``K`` the largest that meets the budget.
+
+Each group's kept count then obeys :class:`WidthRule`: at least one channel, a multiple
+of ``round_to`` (or the full width), no more than ``max_ratio`` of it pruned, and a
+channel in every piece the group's chunks and merged layers need (``keep_best``).
+
+FLOPs and params of a candidate are exact: its masks are set and the masked model is
+counted by :func:`~razorlib.utils.get_model_complexity`, which counts it as the sliced
+model; a bisection over the candidates finds the budget's.  Latency is measured on a
+runtime: a per-layer table predicts it and measured candidates confirm it
+(:mod:`razorlib.pruning.latency`).  A budget the rules cannot meet raises before any
+mask changes, naming the smallest reachable value.
+"""
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+
+import numpy as np
+
+from ..tracing import ChannelGroup
+from ..utils.complexity import Complexity, count_params, get_model_complexity, human
+from .latency import LatencyChoice, SubnetLatency
+from .runtimes import RuntimeArg
+
+__all__ = ['Allocation', 'SubnetMeter', 'WidthRule', 'allocate', 'budget_of']
+
+Keep = Dict[str, np.ndarray]
+
+
+class SubnetMeter:
+    """Exact FLOPs and params of a prepared pruner's subnets.
+
+    Sets the subnet's masks, counts the masked model and puts the masks back as they
+    were, so measuring changes nothing.
+
+    Args:
+        pruner: a prepared :class:`~razorlib.pruning.StructurePruner`.
+        example_inputs: the inputs FLOPs are counted on.
+    """
+
+    def __init__(self, pruner: Any, example_inputs: Any):
+        self.pruner, self.example_inputs = pruner, example_inputs
+
+    def __call__(self, keep: Keep, flops: bool = True) -> Complexity:
+        """The complexity of ``keep`` (FLOPs 0 when ``flops=False``: params need no
+        forward)."""
+        pruner = self.pruner
+        previous = pruner.current_subnet
+        pruner.set_subnet(keep)
+        try:
+            if not flops:
+                return Complexity(0, count_params(pruner.model, pruner.kinds))
+            return get_model_complexity(pruner.model, self.example_inputs,
+                                        layer_kinds=pruner.kinds)
+        finally:
+            pruner.set_subnet(previous)
+
+
+@dataclass
+class WidthRule:
+    """Which kept channel counts a group may have.
+
+    Args:
+        round_to: the leader layer's kept width is a multiple of it, or its full width.
+        max_ratio: the largest fraction of a group's channels that may be pruned (0.75:
+            every group keeps at least a quarter); None: down to one channel.
+    """
+    round_to: int = 1
+    max_ratio: Optional[float] = None
+
+    def __post_init__(self) -> None:
+        if int(self.round_to) != self.round_to or self.round_to < 1:
+            raise ValueError(f'round_to must be a positive integer, got {self.round_to!r}')
+        self.round_to = int(self.round_to)
+        if self.max_ratio is not None and not 0 <= self.max_ratio < 1:
+            raise ValueError(f'max_ratio is the largest fraction of a group that may be '
+                             f'pruned, in [0, 1), got {self.max_ratio!r}')
+
+    def allowed(self, group: ChannelGroup) -> np.ndarray:
+        """The kept counts allowed, ascending; the full width always is.
+
+        Example:
+            >>> group = ChannelGroup('conv', 10, 10)
+            >>> WidthRule(round_to=4, max_ratio=0.5).allowed(group).tolist()
+            [8, 10]
+        """
+        n = group.num_channels
+        counts = np.arange(1, n + 1)
+        per_channel = group.width // n if group.width % n == 0 else 1  # bound channels
+        ok = (counts * per_channel) % self.round_to == 0
+        if self.max_ratio is not None:
+            ok &= counts >= math.ceil((1 - self.max_ratio) * n - 1e-9)
+        ok[-1] = True
+        return counts[ok]
+
+    def fit(self, group: ChannelGroup, count: float, allowed: Optional[np.ndarray] = None) -> int:
+        """The allowed count nearest ``count`` (the larger on a tie).
+
+        Example:
+            >>> WidthRule(round_to=8).fit(ChannelGroup('conv', 64, 64), 21.0)
+            24
+        """
+        allowed = self.allowed(group) if allowed is None else allowed
+        i = int(np.searchsorted(allowed, count))
+        if i == len(allowed):
+            return int(allowed[-1])
+        if i > 0 and count - allowed[i - 1] < allowed[i] - count:
+            return int(allowed[i - 1])
+        return int(allowed[i])
+
+
+@dataclass
+class Allocation:
+    """The subnet an allocation chose and what it costs.
+
+    Args:
+        subnet: keep-mask per group id (:meth:`StructurePruner.set_subnet` takes it).
+        kept: group id -> ``(kept channels, channels)``.
+        dense: the model's complexity at full width (None when not measured: a ratio
+            budget needs no counting).
+        pruned: the subnet's complexity.
+        ratio: the common ratio of a local allocation.
+        unscored: groups the criterion could not score, kept whole.
+        latency: for a latency budget, the search's measurements (dense milliseconds,
+            the subnet's measured fraction, every candidate measured).
+    """
+    subnet: Keep
+    kept: Dict[str, Tuple[int, int]]
+    dense: Optional[Complexity] = None
+    pruned: Optional[Complexity] = None
+    ratio: Optional[float] = None
+    unscored: List[str] = field(default_factory=list)
+    latency: Optional[LatencyChoice] = None
+
+    def fraction(self, metric: str) -> Optional[float]:
+        """The subnet's ``'flops'``, ``'params'`` or measured ``'latency'`` over the
+        dense model's."""
+        if metric == 'latency':
+            return None if self.latency is None else self.latency.fraction
+        if self.dense is None or self.pruned is None:
+            return None
+        return getattr(self.pruned, metric) / max(getattr(self.dense, metric), 1)
+
+    def __str__(self) -> str:
+        lines = []
+        if self.dense is not None:
+            lines.append(f'FLOPs {human(self.dense.flops)} -> {human(self.pruned.flops)} '
+                         f'({self.fraction("flops"):.3f}), params {human(self.dense.params)} '
+                         f'-> {human(self.pruned.params)} ({self.fraction("params"):.3f})')
+        if self.latency is not None:
+            lines.append(f'latency {self.latency.dense_ms:.3f} ms -> {self.latency.ms:.3f} ms '
+                         f'({self.latency.fraction:.3f}, measured)')
+        lines += [f'  {gid}: {kept}/{total}' for gid, (kept, total) in self.kept.items()]
+        if self.unscored:
+            lines.append(f'  not scored, kept whole: {", ".join(self.unscored)}')
+        return '\n'.join(lines)
+
+
+def budget_of(ratio: Optional[float] = None, flops: Optional[float] = None,
+              params: Optional[float] = None,
+              latency: Optional[float] = None) -> Tuple[str, float]:
+    """``(metric, value)`` of the one budget given (``ratio`` 0.5 if none is).
+
+    Example:
+        >>> budget_of(flops=0.5)
+        ('flops', 0.5)
+    """
+    given = [(k, v) for k, v in (('ratio', ratio), ('flops', flops), ('params', params),
+                                 ('latency', latency)) if v is not None]
+    if len(given) > 1:
+        raise ValueError(f'give one budget, got {", ".join(f"{k}={v}" for k, v in given)}')
+    metric, value = given[0] if given else ('ratio', 0.5)
+    if not 0 < float(value) <= 1:
+        raise ValueError(f'{metric} is a fraction of the dense model in (0, 1], got {value!r}')
+    return metric, float(value)
+
+
+class _Family:
+    """Candidate subnets indexed 0..size, each keeping at least as much as the one
+    before: 0 is the smallest the rules allow, ``size`` the full model."""
+
+    def __init__(self, groups: List[ChannelGroup], scores: Dict[str, np.ndarray],
+                 rule: WidthRule, global_ranking: bool):
+        self.groups, self.rule, self.global_ranking = groups, rule, global_ranking
+        self.allowed = {g.id: rule.allowed(g) for g in groups}
+        self.orders = {g.id: np.argsort(-scores[g.id], kind='stable') for g in groups}
+        if global_ranking:
+            flat = np.concatenate([scores[g.id] for g in groups] or [np.zeros(0)])
+            owner = np.repeat(np.arange(len(groups)), [g.num_channels for g in groups])
+            # ties go to the channel higher in its own group's order (relative to the
+            # group's size), so equal scores prune every group alike, not the last ones
+            within = np.concatenate([np.argsort(self.orders[g.id]) / g.num_channels
+                                     for g in groups] or [np.zeros(0)])
+            rank = np.empty(len(flat), dtype=np.int64)
+            rank[np.lexsort((within, -flat))] = np.arange(len(flat))
+            # each group's channels' global ranks, ascending: the best K hold
+            # searchsorted(ranks, K) of them
+            self.ranks = {g.id: np.sort(rank[owner == i]) for i, g in enumerate(groups)}
+            self.size = len(flat)
+        else:
+            points = {0.0, 1.0}
+            for g in groups:  # a ratio between two breakpoints of round(r * n) per group
+                points.update((c + 0.5) / g.num_channels for c in range(g.num_channels))
+            edges = sorted(p for p in points if 0 <= p <= 1)
+            self.ratios = [0.0] + [(a + b) / 2 for a, b in zip(edges, edges[1:])] + [1.0]
+            self.size = len(self.ratios) - 1
+
+    def counts_at_ratio(self, ratio: float) -> Dict[str, int]:
+        return {g.id: self.rule.fit(g, int(round(ratio * g.num_channels)), self.allowed[g.id])
+                for g in self.groups}
+
+    def counts_at_top(self, top: int) -> Dict[str, int]:
+        return {g.id: self.rule.fit(g, int(np.searchsorted(self.ranks[g.id], top)),
+                                    self.allowed[g.id]) for g in self.groups}
+
+    def counts(self, index: int) -> Dict[str, int]:
+        if self.global_ranking:
+            return self.counts_at_top(index)
+        return self.counts_at_ratio(self.ratios[index])
+
+    def keep(self, counts: Dict[str, int]) -> Keep:
+        return {g.id: g.keep_best(self.orders[g.id], counts[g.id]) for g in self.groups}
+
+
+def _largest_within(cost: Callable[[int], float], size: int, limit: float) -> int:
+    """The largest index in ``[0, size]`` whose cost is at most ``limit``, given
+    ``cost(0) <= limit`` and a cost that does not fall as the index grows."""
+    lo, hi = 0, size
+    if cost(hi) <= limit:
+        return hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if cost(mid) <= limit else (lo, mid)
+    return lo
+
+
+def _describe_rules(rule: WidthRule) -> str:
+    parts = ['every group keeps a channel of each layer and chunk piece']
+    if rule.max_ratio is not None:
+        parts.append(f'max_ratio={rule.max_ratio}')
+    if rule.round_to > 1:
+        parts.append(f'round_to={rule.round_to}')
+    return ', '.join(parts)
+
+
+def allocate(pruner: Any, scores: Optional[Dict[str, np.ndarray]] = None, *,
+             ratio: Optional[float] = None, flops: Optional[float] = None,
+             params: Optional[float] = None, latency: Optional[float] = None,
+             global_ranking: bool = False, round_to: int = 1,
+             max_ratio: Optional[float] = None, example_inputs: Any = None,
+             runtime: Union[RuntimeArg, SubnetLatency] = 'torch') -> Allocation:
+    """Choose each group's kept channels for one budget; the pruner's masks are left as
+    they were (``pruner.set_subnet(allocation.subnet)`` applies it).
+
+    Args:
+        pruner: a prepared :class:`~razorlib.pruning.StructurePruner`.
+        scores: per group id, a score per channel (higher: keep); default the ranks of
+            ``pruner.channel_orders()`` (enough for a local allocation).  Groups not
+            named are kept whole.
+        ratio: keep this fraction of each group's channels (local), or of all channels
+            (global).  ``flops``/``params``: keep at most this fraction of the dense
+            model's FLOPs / params.  ``latency``: at most this fraction of the dense
+            model's latency measured on ``runtime``.  One of them; ratio 0.5 if none.
+        global_ranking: rank all groups' channels together (scores must be comparable
+            across groups: see the criteria's ``normalize``).
+        round_to, max_ratio: see :class:`WidthRule`.
+        example_inputs: the inputs FLOPs are counted and latency measured on.
+        runtime: where ``latency`` is measured: ``'torch'`` (eager CPU),
+            ``'onnxruntime'`` (CPU), ``'cuda'``, a config dict
+            (``dict(type='onnxruntime', repeat=50)``), a
+            :class:`~razorlib.pruning.runtimes.Runtime`, or a ready
+            :class:`~razorlib.pruning.latency.SubnetLatency` (its table and options).
+
+    Raises:
+        ValueError: the budget cannot be met; the message names the smallest value the
+            rules allow.
+    """
+    metric, target = budget_of(ratio, flops, params, latency)
+    rule = WidthRule(round_to, max_ratio)
+    prunable = pruner._require_prepared().prunable
+    if scores is None:
+        if global_ranking:
+            raise ValueError(f'{type(pruner).__name__} ranks channels by position, not by '
+                             'score; global ranking needs an importance criterion '
+                             '(ImportancePruner)')
+        scores = {gid: -np.argsort(order, kind='stable').astype(float)
+                  for gid, order in pruner.channel_orders().items()}
+    groups = [g for gid, g in prunable.items() if gid in scores]
+    unscored = [gid for gid in prunable if gid not in scores]
+    family = _Family(groups, scores, rule, global_ranking)
+    if metric == 'ratio':
+        total = sum(g.num_channels for g in groups)
+        counts = (family.counts_at_top(int(round(target * total))) if global_ranking
+                  else family.counts_at_ratio(target))
+        return _result(family, counts, unscored, None, None,
+                       None if global_ranking else target)
+    meter = SubnetMeter(pruner, example_inputs)
+    measure_flops = metric == 'flops'
+    full = {gid: np.ones(g.num_channels, dtype=bool) for gid, g in prunable.items()}
+    if metric == 'latency':
+        return _allocate_latency(family, full, unscored, meter, target, runtime)
+    dense = meter(full)
+    limit = target * getattr(dense, metric)
+    cache: Dict[tuple, float] = {}
+
+    def cost(index: int) -> float:
+        counts = family.counts(index)
+        key = tuple(counts.values())
+        if key not in cache:
+            cache[key] = getattr(meter({**full, **family.keep(counts)}, measure_flops), metric)
+        return cache[key]
+
+    if cost(0) > limit:
+        best = cost(0) / max(getattr(dense, metric), 1)
+        raise ValueError(
+            f'{metric}={target:g} cannot be met: the smallest subnet allowed '
+            f'({_describe_rules(rule)}) keeps {best:.4f} of the dense model\'s {metric} '
+            f'({human(cost(0))} of {human(getattr(dense, metric))}); ask for '
+            f'{metric}>={math.ceil(best * 1e4) / 1e4:.4f}, or lower round_to / raise '
+            'max_ratio. Nothing was changed.')
+    index = _largest_within(cost, family.size, limit)
+    counts = family.counts(index)
+    pruned = meter({**full, **family.keep(counts)})
+    return _result(family, counts, unscored, dense, pruned,
+                   None if global_ranking else family.ratios[index])
+
+
+def _allocate_latency(family: _Family, full: Keep, unscored: List[str], meter: SubnetMeter,
+                      target: float, runtime: Union[RuntimeArg, SubnetLatency]) -> Allocation:
+    """The largest candidate whose latency, measured on ``runtime``, meets ``target``."""
+    timer = (runtime if isinstance(runtime, SubnetLatency)
+             else SubnetLatency(meter.pruner, meter.example_inputs, runtime))
+    choice = timer.search(lambda i: {**full, **family.keep(family.counts(i))}, family.size,
+                          target)
+    counts = family.counts(choice.index)
+    result = _result(family, counts, unscored, meter(full),
+                     meter({**full, **family.keep(counts)}),
+                     None if family.global_ranking else family.ratios[choice.index])
+    result.latency = choice
+    return result
+
+
+def _result(family: _Family, counts: Dict[str, int], unscored: List[str],
+            dense: Optional[Complexity], pruned: Optional[Complexity],
+            ratio: Optional[float]) -> Allocation:
+    subnet = family.keep(counts)
+    kept = {gid: (int(keep.sum()), keep.size) for gid, keep in subnet.items()}
+    return Allocation(subnet, kept, dense, pruned, ratio, unscored)

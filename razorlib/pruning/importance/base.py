@@ -1,0 +1,275 @@
+"""Importance criteria: a score per channel of each prunable group, read from every
+layer the group couples.
+
+A criterion scores the channels of each prunable group (higher: more worth keeping) in
+three steps:
+
+1. **per use**: every axis that carries the group's channels (a producer's output
+   filters, a norm, a consumer's input columns, a bare parameter such as a layer scale)
+   gives a local score to each of its channels (:meth:`Importance.use_scores`);
+2. **reduction** over the uses (``reduction``): a group channel's local scores are
+   summed, averaged or maxed;
+3. **normalisation** per group (``normalize``): none, divided by the group's mean or max,
+   or LAMP, so that the channels of different groups can be ranked together.
+
+Weights are read only through :meth:`LayerKind.channel_weights
+<razorlib.layers.LayerKind.channel_weights>` (and the bare-parameter helper), so a new
+layer kind is scored by every criterion.
+"""
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ...layers import KindTable, as_table, param_channel_weights
+from ...registry import IMPORTANCES
+from ...tracing import ChannelGroup, ChannelGroups
+from ...tracing.context import ChannelUse
+
+__all__ = ['Importance', 'ImportanceContext', 'ImportanceArg', 'build_importance',
+           'NORMALIZERS', 'REDUCTIONS', 'lamp']
+
+#: A use's role -> the axis of its layer kind that carries the channels.
+ROLE_AXIS = {'in': 'in', 'out': 'out', 'norm': 'out'}
+ALL_ROLES = ('in', 'out', 'norm', 'param')
+
+Batch = Tuple[Any, Any]
+
+
+def lamp(scores: np.ndarray) -> np.ndarray:
+    """LAMP (Lee et al., 2021): each score over the sum of the scores not below it.
+
+    The group's best channel gets 1; a channel weak beside many stronger ones gets
+    little, whatever the group's scale.  Ties get the same value.
+
+    Example:
+        >>> lamp(np.array([1., 3., 2., 2.])).round(3).tolist()
+        [0.125, 1.0, 0.286, 0.286]
+    """
+    ascending = np.sort(scores)
+    suffix = np.cumsum(ascending[::-1])[::-1]  # suffix[i] = sum of ascending[i:]
+    denom = suffix[np.searchsorted(ascending, scores, side='left')]
+    return np.divide(scores, denom, out=np.zeros_like(scores, dtype=float), where=denom > 0)
+
+
+def _divide_by(scale: float, scores: np.ndarray) -> np.ndarray:
+    return scores / scale if scale > 0 else scores
+
+
+#: Per-group normalisation: name -> function of the group's scores.
+NORMALIZERS: Dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    'none': lambda s: s,
+    'mean': lambda s: _divide_by(float(np.mean(s)), s),
+    'max': lambda s: _divide_by(float(np.max(s)), s),
+    'lamp': lamp,
+}
+
+#: Reduction over a channel's uses: name -> (numpy ufunc accumulating, initial value).
+REDUCTIONS: Dict[str, Tuple[np.ufunc, float]] = {
+    'sum': (np.add, 0.0),
+    'mean': (np.add, 0.0),
+    'max': (np.maximum, -np.inf),
+}
+
+
+def default_loss(outputs: Any, targets: Any) -> torch.Tensor:
+    """Cross-entropy of a classifier's logits: the loss data-driven criteria default to."""
+    return F.cross_entropy(outputs, targets)
+
+
+@dataclass
+class ImportanceContext:
+    """What a criterion reads: a traced model, its groups and, for the criteria that
+    need them, batches and a loss.
+
+    Args:
+        model: the model the pruner traced (masked, usually at full width).
+        groups: its channel groups.
+        uses: the module/parameter axes that carry prunable channels.
+        kinds: the layer kinds in force.
+        out_dims: module name -> the (negative) dim of its output holding its channels.
+        data: an iterable of ``(inputs, targets)`` batches (data-driven criteria); a
+            one-shot iterator is read into a list.
+        loss_fn: ``loss_fn(outputs, targets)``; default cross-entropy.
+        measure: exact FLOPs/params of a subnet dict (keep-masks per group id), for
+            criteria normalised by cost (GroupFisher).
+    """
+    model: nn.Module
+    groups: ChannelGroups
+    uses: Sequence[ChannelUse]
+    kinds: KindTable = field(default_factory=lambda: as_table(None))
+    out_dims: Dict[str, int] = field(default_factory=dict)
+    data: Optional[Iterable[Batch]] = None
+    loss_fn: Optional[Callable[[Any, Any], torch.Tensor]] = None
+    measure: Optional[Callable[[Dict[str, np.ndarray]], Any]] = None
+
+    def __post_init__(self) -> None:
+        if self.data is not None and iter(self.data) is self.data:
+            self.data = list(self.data)  # a one-shot iterator: criteria may read it twice
+
+    @classmethod
+    def from_pruner(cls, pruner: Any, **kwargs: Any) -> 'ImportanceContext':
+        """The context of a prepared :class:`~razorlib.pruning.StructurePruner`."""
+        groups = pruner._require_prepared()
+        return cls(pruner.model, groups, pruner._uses, pruner.kinds, groups.graph.out_dims,
+                   **kwargs)
+
+    @cached_property
+    def modules(self) -> Dict[str, nn.Module]:
+        return dict(self.model.named_modules())
+
+    @cached_property
+    def prunable(self) -> List[ChannelGroup]:
+        return list(self.groups.prunable.values())
+
+    @cached_property
+    def _index(self) -> Tuple[np.ndarray, np.ndarray]:
+        owner = np.full(len(self.groups.labels), -1, dtype=np.int64)
+        position = np.full(len(self.groups.labels), -1, dtype=np.int64)
+        for i, group in enumerate(self.prunable):
+            owner[group.classes] = i
+            position[group.classes] = np.arange(group.num_channels)
+        return owner, position
+
+    def locate(self, use: ChannelUse) -> Tuple[np.ndarray, np.ndarray]:
+        """For each channel of ``use``'s axis: the index (in :attr:`prunable`) of the
+        group it belongs to (-1: none prunable) and its channel in that group."""
+        owner, position = self._index
+        cls = self.groups.labels[use.slots]
+        return owner[cls], position[cls]
+
+    def weights(self, use: ChannelUse) -> Optional[torch.Tensor]:
+        """``(channels, n)``: the weights each channel of ``use``'s axis owns, read
+        through its layer kind (None if the kind says no weights for that axis)."""
+        if use.role == 'param':
+            owner, _, attr = use.name.rpartition('.')
+            return param_channel_weights(getattr(self.modules[owner], attr), use.dim)
+        module = self.modules[use.name]
+        kind = self.kinds.kind_of(module)
+        try:
+            return kind.channel_weights(module, ROLE_AXIS[use.role])
+        except NotImplementedError:
+            return None
+
+    def batches(self, criterion: str) -> Iterator[Batch]:
+        """The ``(inputs, targets)`` batches of :attr:`data`, checked."""
+        if self.data is None:
+            raise ValueError(f'importance {criterion!r} is computed from data: pass data=, '
+                             'an iterable of (inputs, targets) batches')
+        count = 0
+        for count, batch in enumerate(self.data, 1):
+            if not isinstance(batch, (tuple, list)) or len(batch) != 2:
+                raise ValueError(f'data: batch {count - 1} is a {type(batch).__name__}, not an '
+                                 '(inputs, targets) pair')
+            yield batch[0], batch[1]
+        if not count:
+            raise ValueError(f'importance {criterion!r}: data= holds no batch')
+
+    def loss(self, outputs: Any, targets: Any) -> torch.Tensor:
+        return (self.loss_fn or default_loss)(outputs, targets)
+
+
+class Importance:
+    """Base class of importance criteria; subclasses give :meth:`use_scores`.
+
+    Args:
+        reduction: how a channel's local scores over the group's uses combine:
+            ``'sum'``, ``'mean'`` or ``'max'``.
+        normalize: per-group normalisation: ``'none'``, ``'mean'``, ``'max'`` or
+            ``'lamp'``; default the criterion's :attr:`default_normalize`.  Every one of
+            them keeps a group's order, so it only matters for global ranking.
+        roles: the uses read: ``'in'`` (consumers' input columns), ``'out'``
+            (producers' output filters), ``'norm'`` (norms), ``'param'`` (bare
+            parameters); default the criterion's :attr:`roles`.
+
+    Calling a criterion on an :class:`ImportanceContext` returns ``{group id: scores}``
+    for each prunable group it could score (a group none of whose uses it reads, such as
+    a group without a norm for ``bn_scale``, is left out: pruners keep it whole).
+    """
+    #: The uses read unless ``roles=`` says otherwise.
+    roles: Tuple[str, ...] = ('in', 'out')
+    #: Whether the criterion runs the model on ``data``.
+    needs_data: bool = False
+    default_normalize: str = 'mean'
+
+    def __init__(self, reduction: str = 'sum', normalize: Optional[str] = None,
+                 roles: Union[Sequence[str], str, None] = None):
+        if reduction not in REDUCTIONS:
+            raise ValueError(f'{type(self).__name__}: reduction {reduction!r} is not one of '
+                             f'{sorted(REDUCTIONS)}')
+        normalize = self.default_normalize if normalize is None else normalize
+        if normalize not in NORMALIZERS:
+            raise ValueError(f'{type(self).__name__}: normalize {normalize!r} is not one of '
+                             f'{sorted(NORMALIZERS)}')
+        roles = ALL_ROLES if roles == 'all' else (type(self).roles if roles is None else roles)
+        roles = (roles, ) if isinstance(roles, str) else tuple(roles)
+        unknown = [r for r in roles if r not in ALL_ROLES]
+        if unknown:
+            raise ValueError(f'{type(self).__name__}: unknown role {unknown[0]!r}; roles are '
+                             f'{ALL_ROLES} or "all"')
+        self.reduction, self.normalize, self.roles = reduction, normalize, roles
+
+    def __repr__(self) -> str:
+        return (f'{type(self).__name__}(reduction={self.reduction!r}, '
+                f'normalize={self.normalize!r}, roles={self.roles!r})')
+
+    def __call__(self, ctx: ImportanceContext) -> Dict[str, np.ndarray]:
+        raw = self.aggregate(ctx, self.use_scores(ctx))
+        return {gid: NORMALIZERS[self.normalize](scores) for gid, scores in raw.items()}
+
+    def use_scores(self, ctx: ImportanceContext) -> Iterable[Tuple[ChannelUse, np.ndarray]]:
+        """``(use, local score per channel of the use's axis)`` for the uses read."""
+        raise NotImplementedError
+
+    def uses(self, ctx: ImportanceContext) -> List[ChannelUse]:
+        """The context's uses in :attr:`roles`."""
+        return [use for use in ctx.uses if use.role in self.roles]
+
+    def aggregate(self, ctx: ImportanceContext,
+                  local: Iterable[Tuple[ChannelUse, np.ndarray]]) -> Dict[str, np.ndarray]:
+        """Combine local scores into one score per group channel with :attr:`reduction`;
+        a channel no use scored gets 0, a group no use reached is left out."""
+        ufunc, initial = REDUCTIONS[self.reduction]
+        totals = [np.full(g.num_channels, initial) for g in ctx.prunable]
+        counts = [np.zeros(g.num_channels) for g in ctx.prunable]
+        for use, scores in local:
+            owner, position = ctx.locate(use)
+            scores = np.asarray(scores, dtype=float).reshape(-1)
+            for i in np.unique(owner[owner >= 0]).tolist():
+                hit = owner == i
+                ufunc.at(totals[i], position[hit], scores[hit])
+                np.add.at(counts[i], position[hit], 1)
+        result = {}
+        for group, total, count in zip(ctx.prunable, totals, counts):
+            if not count.any():
+                continue
+            total = np.where(count > 0, total, 0.0)
+            if self.reduction == 'mean':
+                total = total / np.maximum(count, 1)
+            result[group.id] = total
+        return result
+
+
+ImportanceArg = Union[str, dict, Importance]
+
+
+def build_importance(importance: ImportanceArg) -> Importance:
+    """A criterion from a registered name (``'l1'``, ``'L1Importance'``), a config dict
+    (``dict(type='taylor', normalize='lamp')``) or an instance.
+
+    Example:
+        >>> build_importance(dict(type='l2', reduction='max'))
+        L2Importance(reduction='max', normalize='mean', roles=('in', 'out'))
+    """
+    if isinstance(importance, Importance):
+        return importance
+    cfg = dict(type=importance) if isinstance(importance, str) else dict(importance)
+    name = cfg.get('type')
+    if isinstance(name, str) and IMPORTANCES.get(name) is None:
+        known = sorted(k for k in IMPORTANCES.module_dict if k.islower())
+        raise KeyError(f'importance {name!r} is not registered; known: {known}')
+    return IMPORTANCES.build(cfg)

@@ -1,0 +1,162 @@
+"""Gradient criteria: first-order Taylor and GroupFisher, from batches the user gives.
+
+Both read the gradient of the loss with respect to a gate of ones on a channel
+(:func:`~.probes.gate_grads`): per sample ``n``, ``f_n = sum(a * dL/da)`` over the
+channel's positions, the first-order change of the loss if the channel were zeroed
+there (Molchanov et al., 2017).
+"""
+from typing import Dict, Iterator, List, Optional, Tuple
+
+import numpy as np
+import torch
+
+from ...registry import IMPORTANCES
+from ...tracing.context import ChannelUse
+from .base import NORMALIZERS, Importance, ImportanceContext
+from .probes import Point, gate_grads, observe, points_of
+
+__all__ = ['TaylorImportance', 'FisherImportance']
+
+
+@IMPORTANCES.register_module(name=['TaylorImportance', 'taylor'])
+class TaylorImportance(Importance):
+    """First-order Taylor: the mean over samples of ``|f_n|`` at each use of the group
+    (producers' and norms' outputs, consumers' inputs), reduced over the uses.
+
+    Needs ``data``; the model runs in eval mode and no parameter gradient is left
+    behind.  ``roles=('norm', )`` scores at the norms' outputs only, Molchanov et al.
+    (2019)'s gates after batch norm.
+    """
+    roles = ('in', 'out', 'norm')
+    needs_data = True
+
+    def use_scores(self, ctx: ImportanceContext) -> Iterator[Tuple[ChannelUse, np.ndarray]]:
+        points = points_of(ctx, self.uses(ctx))
+        totals: Dict[int, torch.Tensor] = {}
+        samples = 0
+        for batch in gate_grads(ctx, points, 'taylor'):
+            samples += max(rows.shape[0] for rows in batch.values())
+            for i, rows in batch.items():
+                total = rows.double().abs().sum(0)
+                totals[i] = totals[i] + total if i in totals else total
+        for i, total in totals.items():
+            yield points[i].use, (total / max(samples, 1)).cpu().numpy()
+
+
+@IMPORTANCES.register_module(name=['FisherImportance', 'fisher'])
+class FisherImportance(Importance):
+    """GroupFisher (Liu et al., 2021): the Fisher information of one mask shared by every
+    layer that reads a channel, over its cost.
+
+    Per sample, ``f_n`` is summed over the channel's *cut*: every consumer's input, but
+    not a depthwise conv's (whose output carries the channel on to the next consumer);
+    a group no consumer reads is gated at its producers' outputs.  The score is
+    ``sum_n f_n**2 / 2`` accumulated over every batch, divided by what one channel of the
+    group costs:
+
+    - ``normalize_by='flops'``: the FLOPs one channel of the group removes, measured
+      exactly on the masked model;
+    - ``'memory'``: the activation elements one channel occupies at its producers'
+      outputs (per sample);
+    - ``None``: no division.
+
+    Scores are per group channel, so ``reduction`` does not apply; ``normalize``
+    defaults to ``'none'`` (a per-group normalisation would cancel the cost).
+    """
+    roles = ('in', )
+    needs_data = True
+    default_normalize = 'none'
+    COSTS = (None, 'flops', 'memory')
+
+    def __init__(self, normalize_by: Optional[str] = 'flops', normalize: Optional[str] = None):
+        super().__init__(normalize=normalize)
+        if normalize_by not in self.COSTS:
+            raise ValueError(f'FisherImportance: normalize_by {normalize_by!r} is not one of '
+                             f'{self.COSTS}')
+        self.normalize_by = normalize_by
+
+    def __repr__(self) -> str:
+        return (f'FisherImportance(normalize_by={self.normalize_by!r}, '
+                f'normalize={self.normalize!r})')
+
+    def __call__(self, ctx: ImportanceContext) -> Dict[str, np.ndarray]:
+        points, entries = self._cut(ctx)
+        fisher = [torch.zeros(g.num_channels, dtype=torch.float64) for g in ctx.prunable]
+        for batch in gate_grads(ctx, points, 'fisher'):
+            per_group: Dict[int, torch.Tensor] = {}
+            for i, rows in batch.items():
+                for g, (columns, position) in entries[i].items():
+                    f = per_group.setdefault(g, rows.new_zeros(rows.shape[0],
+                                                               ctx.prunable[g].num_channels,
+                                                               dtype=torch.float64))
+                    if f.shape[0] != rows.shape[0]:  # a point called on another batch size
+                        f = per_group[g] = f.sum(0, keepdim=True)
+                        rows = rows.sum(0, keepdim=True)
+                    f.index_add_(1, position, rows[:, columns].double())
+            for g, f in per_group.items():
+                fisher[g] += f.pow(2).sum(0) / 2
+        cost = self._cost(ctx)
+        scored = {i for entry in entries for i in entry}
+        return {group.id: NORMALIZERS[self.normalize](fisher[i].numpy() / cost[i])
+                for i, group in enumerate(ctx.prunable) if i in scored}
+
+    def _cut(self, ctx: ImportanceContext) -> Tuple[List[Point], List[Dict]]:
+        """The gated points and, per point, group index -> (its channel columns, their
+        positions in the group)."""
+        outputs = {u.name: ctx.groups.labels[u.slots] for u in ctx.uses if u.role == 'out'}
+        cut = [u for u in ctx.uses if u.role == 'in']
+        reached = {int(i) for u in cut for i in ctx.locate(u)[0] if i >= 0}
+        cut += [u for u in ctx.uses if u.role == 'out' and
+                any(int(i) not in reached for i in ctx.locate(u)[0] if i >= 0)]
+        points = points_of(ctx, cut)
+        entries = []
+        for point in points:
+            owner, position = ctx.locate(point.use)
+            if point.use.role == 'in':  # a depthwise conv passes its input channels on
+                passed = outputs.get(point.use.name, np.zeros(0, dtype=np.int64))
+                owner = np.where(np.isin(ctx.groups.labels[point.use.slots], passed), -1, owner)
+            entries.append({int(g): (torch.from_numpy(np.nonzero(owner == g)[0]),
+                                     torch.from_numpy(position[owner == g]))
+                            for g in np.unique(owner[owner >= 0])})
+        return points, entries
+
+    def _cost(self, ctx: ImportanceContext) -> List[float]:
+        """What one channel of each group costs (ones without ``normalize_by``)."""
+        if self.normalize_by is None:
+            return [1.0] * len(ctx.prunable)
+        if self.normalize_by == 'memory':
+            return _memory_per_channel(ctx)
+        if ctx.measure is None:
+            raise ValueError("FisherImportance(normalize_by='flops') measures FLOPs on the "
+                             'pruner\'s masked model: score through a pruner '
+                             '(ImportancePruner.score) or use normalize_by=None')
+        full = {g.id: np.ones(g.num_channels, dtype=bool) for g in ctx.prunable}
+        dense = ctx.measure(full).flops
+        costs = []
+        for group in ctx.prunable:
+            keep = group.keep_best(np.arange(group.num_channels), group.num_channels - 1)
+            removed = group.num_channels - int(keep.sum())
+            flops = ctx.measure({**full, group.id: keep}).flops if removed else dense
+            costs.append(max(dense - flops, 1) / max(removed, 1))
+        return costs
+
+
+def _memory_per_channel(ctx: ImportanceContext) -> List[float]:
+    """Activation elements (per sample) one channel of each group occupies at the
+    outputs of the layers and norms that write it."""
+    points = points_of(ctx, [u for u in ctx.uses if u.role in ('out', 'norm')])
+    sizes: Dict[int, int] = {}
+
+    def record(i: int, tensor: torch.Tensor) -> None:
+        samples = tensor.shape[0] if tensor.dim() > 1 and points[i].dim % tensor.dim() else 1
+        sizes.setdefault(i, tensor.numel() // samples // tensor.shape[points[i].dim])
+
+    first = next(iter(ctx.batches('fisher')))
+    observe(ImportanceContext(ctx.model, ctx.groups, ctx.uses, ctx.kinds, ctx.out_dims,
+                              data=[first]), points, 'fisher', record)
+    memory = np.zeros(len(ctx.prunable))
+    for i, size in sizes.items():
+        owner, _ = ctx.locate(points[i].use)
+        for g in np.unique(owner[owner >= 0]).tolist():
+            memory[g] += size * np.count_nonzero(owner == g) / ctx.prunable[g].num_channels
+    return [float(m) if m > 0 else 1.0 for m in memory]

@@ -1,0 +1,165 @@
+"""ImportancePruner: rank each group's channels by a criterion and keep them to a budget."""
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Union
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+from ...registry import PRUNERS
+from ...tracing import ChannelGroup
+from ...tracing.forward import default_example_inputs
+from ..allocation import Allocation, SubnetMeter, WidthRule, allocate, budget_of
+from ..runtimes import RuntimeArg
+from ..structure import StructurePruner, SubnetDict
+from .base import ImportanceArg, ImportanceContext, build_importance
+
+__all__ = ['ImportancePruner']
+
+
+@PRUNERS.register_module()
+class ImportancePruner(StructurePruner):
+    """Keeps, in each space, the channels an importance criterion ranks best, to a
+    ratio, FLOPs, params or latency budget, locally or globally.
+
+    Args:
+        ratios: the fraction of channels to keep (default 0.5 when neither ``flops`` nor
+            ``params`` is given), or a sequence that :meth:`sample_subnet` draws from
+            (``ratio=`` is the same argument).
+        importance: a criterion: registered name (``'l1'``, ``'taylor'``, ...), config
+            dict or :class:`~razorlib.pruning.importance.Importance`.
+        global_ranking: rank all groups' channels together in :meth:`allocate`.
+        flops, params, latency: the budget of :meth:`allocate` as a fraction of the
+            dense model's FLOPs, params or latency measured on ``runtime`` (instead of a
+            ratio).
+        runtime: where ``latency`` is measured: ``'torch'``, ``'onnxruntime'``,
+            ``'cuda'``, a config dict or a :class:`~razorlib.pruning.runtimes.Runtime`.
+        round_to: each leader layer keeps a multiple of this many channels (or all).
+        max_ratio: the largest fraction of a group that may be pruned.
+        **kwargs: :class:`~razorlib.pruning.StructurePruner`'s (``except_start_keys``,
+            ``strict``, ``verify``, ``layer_kinds``).
+
+    Example:
+        >>> net = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(),
+        ...                     nn.Conv2d(8, 16, 3), nn.ReLU(), nn.Conv2d(16, 4, 1))
+        >>> pruner = ImportancePruner(importance='l2', flops=0.5, round_to=2)
+        >>> pruner.prepare_from_supernet(net, torch.randn(1, 3, 8, 8))
+        >>> allocation = pruner.allocate()
+        >>> allocation.fraction('flops') <= 0.5, allocation.kept['0'][0] % 2
+        (True, 0)
+    """
+
+    def __init__(self, ratios: Union[float, Sequence[float], None] = None,
+                 importance: ImportanceArg = 'l1', global_ranking: bool = False,
+                 flops: Optional[float] = None, params: Optional[float] = None,
+                 latency: Optional[float] = None, runtime: RuntimeArg = 'torch',
+                 round_to: int = 1, max_ratio: Optional[float] = None, **kwargs: Any):
+        has_ratio = ratios is not None or kwargs.get('ratio') is not None
+        has_budget = any(b is not None for b in (flops, params, latency))
+        if has_ratio and has_budget:
+            raise ValueError('give one budget: a ratio, flops, params or latency')
+        if has_budget:
+            budget_of(flops=flops, params=params, latency=latency)  # one, in (0, 1]
+        if not has_ratio:
+            ratios = 1.0 if has_budget else 0.5
+        super().__init__(ratios=ratios, **kwargs)
+        self.importance = build_importance(importance)
+        self.global_ranking = bool(global_ranking)
+        self.flops, self.params, self.latency, self.runtime = flops, params, latency, runtime
+        self.rule = WidthRule(round_to, max_ratio)
+        self._scores: Optional[Dict[str, np.ndarray]] = None
+        self._example_inputs: Any = None
+
+    def prepare_from_supernet(self, supernet: nn.Module, example_inputs: Any = None) -> None:
+        if example_inputs is None:
+            example_inputs = default_example_inputs(supernet)
+        super().prepare_from_supernet(supernet, example_inputs)
+        self._example_inputs, self._scores = example_inputs, None
+
+    # ------------------------------------------------------------------ scores
+    def score(self, data: Optional[Any] = None,
+              loss_fn: Optional[Callable[[Any, Any], torch.Tensor]] = None
+              ) -> Dict[str, np.ndarray]:
+        """Score every prunable group's channels on the model as its masks stand.
+
+        Args:
+            data: an iterable of ``(inputs, targets)`` batches, for criteria that run
+                the model (``taylor``, ``fisher``, ``activation``, ``apoz``).
+            loss_fn: ``loss_fn(outputs, targets)``; default cross-entropy.
+
+        Returns:
+            group id -> one score per channel (higher: keep), for each group the
+            criterion could score.  A data-driven criterion's scores are kept for
+            :meth:`channel_orders` until the next call or preparation.
+        """
+        self._require_prepared()
+        ctx = ImportanceContext.from_pruner(self, data=data, loss_fn=loss_fn,
+                                            measure=SubnetMeter(self, self._example_inputs))
+        scores = self.importance(ctx)
+        if self.importance.needs_data:
+            self._scores = scores
+        return scores
+
+    def group_scores(self) -> Dict[str, np.ndarray]:
+        """The criterion's scores per group: computed now from the weights, or those of
+        the last :meth:`score` call for a data-driven criterion."""
+        if not self.importance.needs_data:
+            return self.score()
+        if self._scores is None:
+            raise RuntimeError(f'{self.importance!r} is computed from data: call '
+                               'pruner.score(data=...) first')
+        return self._scores
+
+    def channel_orders(self) -> Dict[str, np.ndarray]:
+        scores = self.group_scores()
+        return {gid: (np.argsort(-scores[gid], kind='stable') if gid in scores
+                      else np.arange(g.num_channels))
+                for gid, g in self._require_prepared().prunable.items()}
+
+    # ------------------------------------------------------------------ subnets
+    def keep_ratio(self, group: ChannelGroup, ratio: float, order: np.ndarray) -> torch.Tensor:
+        """Keep-mask of the best ``round(ratio * channels)`` of ``order``, fitted to
+        ``round_to`` and ``max_ratio`` (see :class:`~razorlib.pruning.allocation.WidthRule`)."""
+        count = self.rule.fit(group, int(round(ratio * group.num_channels)))
+        return torch.from_numpy(group.keep_best(np.asarray(order), count))
+
+    def subnet_at(self, ratios: Union[float, Mapping[str, float]]) -> SubnetDict:
+        """As :meth:`StructurePruner.subnet_at`, with ``round_to`` and ``max_ratio``;
+        groups the criterion cannot score are kept whole."""
+        groups = self._require_prepared().prunable
+        if not isinstance(ratios, Mapping):
+            ratios = {gid: float(ratios) for gid in groups}
+        scores = self.group_scores()
+        return {gid: (self.keep_ratio(groups[gid], ratio, np.argsort(-scores[gid], kind='stable'))
+                      if gid in scores else torch.ones(groups[gid].num_channels, dtype=torch.bool))
+                for gid, ratio in ratios.items()}
+
+    def allocate(self, data: Optional[Any] = None,
+                 loss_fn: Optional[Callable[[Any, Any], torch.Tensor]] = None) -> Allocation:
+        """The subnet meeting this pruner's budget (its single ratio, ``flops``,
+        ``params`` or ``latency``), scored now (on ``data`` for a data-driven criterion, else on the
+        data of the last :meth:`score`).  The masks are left as they were:
+        ``pruner.set_subnet(allocation.subnet)`` applies it.
+
+        Raises:
+            ValueError: the budget cannot be met (the message names the smallest value
+                the rules allow), or ``ratios`` holds several ratios.
+        """
+        if data is None and self.importance.needs_data and self._scores is not None:
+            scores = self._scores
+        else:
+            scores = self.score(data, loss_fn)
+        ratio = None
+        if not self.has_budget:
+            if len(self.ratios) != 1:
+                raise ValueError(f'allocate() needs one budget; ratios {self.ratios} are '
+                                 'for sample_subnet()')
+            ratio = self.ratios[0]
+        return allocate(self, scores, ratio=ratio, flops=self.flops, params=self.params,
+                        latency=self.latency, global_ranking=self.global_ranking,
+                        round_to=self.rule.round_to, max_ratio=self.rule.max_ratio,
+                        example_inputs=self._example_inputs, runtime=self.runtime)
+
+    @property
+    def has_budget(self) -> bool:
+        """Whether a FLOPs, params or latency budget (not a ratio) is set."""
+        return any(b is not None for b in (self.flops, self.params, self.latency))

@@ -1,0 +1,211 @@
+"""LSQ: a calibrated graph as a trainable module, fake-quantized with learned scales.
+
+Esser et al., *Learned Step Size Quantization* (2020), as in mmrazor's LSQ fake quantize:
+``x_q = (clamp(round(x / s) + z, q_min, q_max) - z) * s`` with the straight-through
+gradient for ``round`` and the gradient of ``s`` scaled by ``1 / sqrt(n q_max)`` (``n``:
+the elements one scale covers).  :class:`LSQGraph` makes the graph's float parameters
+(weights, biases) and the logarithm of one scale per dominance set of its configs
+``nn.Parameter``\\ s, starting from the PTQ values (in log space a step of Adam, whose
+steps are about its learning rate whatever the gradient, moves a scale by a fraction of
+itself), and runs the graph with the rules of
+:class:`~razorlib.quantization.QuantExecutor` (the same tensors quantized at the same
+places, a passive bias at input scale x weight scale), only differentiably.  Zero points
+stay as calibrated.  :meth:`LSQGraph.calibrated_graph` writes the learned values into a
+copy of the graph, which ``QuantExecutor`` runs and ``export_graph`` exports like any
+PTQ graph.
+"""
+import re
+from typing import Dict, List, Optional, Union
+
+import torch
+import torch.nn as nn
+
+from ..ir import (BaseGraph, Operation, QuantableOperation, QuantizationProperty,
+                  TensorQuantizationConfig, TorchExecutor)
+from .executor import QuantExecutor, quantized_inputs
+from .observers import MIN_SCALE
+from .state import quantable_operations
+
+__all__ = ['LSQGraph', 'lsq_fake_quantize']
+
+
+def lsq_fake_quantize(tensor: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor,
+                      quant_min: int, quant_max: int, grad_factor: float = 1.0) -> torch.Tensor:
+    """Quantize-dequantize with a learnable ``scale`` (LSQ's gradients).
+
+    The forward is :func:`~razorlib.quantization.linear_fake_quantize` (half-to-even
+    rounding); backward, ``round`` passes the gradient straight through, values clipped
+    to the range get none, and ``scale`` gets LSQ's gradient times ``grad_factor``.
+
+    Args:
+        tensor: the values.
+        scale: the step, shaped to broadcast against ``tensor``.
+        offset: the zero point, shaped like ``scale``.
+        quant_min: the smallest integer.
+        quant_max: the largest integer.
+        grad_factor: multiplies the scale's gradient (LSQ: ``1 / sqrt(n quant_max)``).
+
+    Returns:
+        The fake-quantized tensor.
+
+    Example:
+        >>> x = torch.tensor([0.26, -0.14, 30.0], requires_grad=True)
+        >>> s = torch.tensor(0.1, requires_grad=True)
+        >>> y = lsq_fake_quantize(x, s, torch.tensor(0.), -128, 127)
+        >>> y.sum().backward()
+        >>> y.detach(), x.grad, round(float(s.grad), 2)  # ds: (3 - 2.6) + (-1 + 1.4) + 127
+        (tensor([ 0.3000, -0.1000, 12.7000]), tensor([1., 1., 0.]), 127.8)
+    """
+    scale = scale * grad_factor + (scale - scale * grad_factor).detach()
+    scaled = tensor / scale
+    rounded = scaled + (torch.round(scaled) - scaled).detach()
+    return ((rounded + offset).clamp(quant_min, quant_max) - offset) * scale
+
+
+def _key(name: str, taken: Dict[str, object]) -> str:
+    key = re.sub(r'\W', '_', name) or '_'
+    base, count = key, 1
+    while key in taken:
+        key, count = f'{base}_{count}', count + 1
+    return key
+
+
+class _LSQExecutor(QuantExecutor):
+    """Runs the graph of an :class:`LSQGraph` with its learned scales, with gradients."""
+
+    def __init__(self, graph: BaseGraph, owner: 'LSQGraph', device) -> None:
+        super().__init__(graph, device)
+        self.owner = owner
+
+    def run_operation(self, op: Operation, inputs: List[torch.Tensor]) -> List[torch.Tensor]:
+        with torch.enable_grad():
+            if not isinstance(op, QuantableOperation):
+                return TorchExecutor.run_operation(self, op, inputs)
+            inputs = list(inputs)
+            for index in quantized_inputs(op):
+                inputs[index] = self.owner.fake_quantize(op, op.input_quant_config[index],
+                                                         inputs[index])
+            outputs = TorchExecutor.run_operation(self, op, inputs)
+            return [self.owner.fake_quantize(op, config, tensor) if config.state.is_quantized
+                    else tensor for config, tensor in zip(op.output_quant_config, outputs)]
+
+
+class LSQGraph(nn.Module):
+    """A calibrated graph whose weights and scales train by backpropagation (LSQ).
+
+    The graph's float parameters become this module's ``weights`` (the graph's variables
+    then hold those very tensors), and the logarithm of each calibrated scale (one per
+    dominance set, not the passive ones) a parameter of ``scales``; a checkpoint of the
+    module restores both.  Keep the graph for this module alone: its variables hold
+    trainable tensors.
+
+    Args:
+        graph: a calibrated graph (from ``quantize_torch_model``), taken over.
+        device: where to run it.
+
+    Example:
+        >>> from razorlib.quantization import QuantExecutor, quantize_torch_model
+        >>> _ = torch.manual_seed(0)
+        >>> net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(),
+        ...                           torch.nn.Flatten(), torch.nn.Linear(4 * 6 * 6, 2))
+        >>> batches = [torch.randn(8, 3, 8, 8) for _ in range(2)]
+        >>> lsq = LSQGraph(quantize_torch_model(net, batches, batches[0], progress=False))
+        >>> sorted(lsq.scales)[:2], len(lsq.weights)
+        (['node_conv2d_in0', 'node_conv2d_in1'], 4)
+        >>> loss = lsq(batches[0]).square().mean()
+        >>> loss.backward()
+        >>> all(p.grad is not None for p in lsq.scales.values())
+        True
+        >>> plain = lsq.calibrated_graph()  # a PTQ graph again, with the learned values
+        >>> torch.equal(QuantExecutor(plain)(batches[1])[0], lsq(batches[1]).detach())
+        True
+    """
+
+    def __init__(self, graph: BaseGraph, device: Union[str, torch.device] = 'cpu') -> None:
+        super().__init__()
+        self.weights = nn.ParameterDict()
+        self.scales = nn.ParameterDict()
+        self._graph = graph
+        self._variables: Dict[str, str] = {}
+        for var in graph.variables.values():
+            if (var.is_parameter and var.value is not None and var.value.is_floating_point()
+                    and var.dest_ops):
+                key = _key(var.name, self.weights)
+                self.weights[key] = nn.Parameter(var.value.detach().clone())
+                var.value = self.weights[key]
+                self._variables[key] = var.name
+        self._roots: Dict[TensorQuantizationConfig, str] = {}
+        self._factors: Dict[TensorQuantizationConfig, float] = {}
+        for op in quantable_operations(graph):
+            for side, configs, variables in (('in', op.input_quant_config, op.inputs),
+                                             ('out', op.output_quant_config, op.outputs)):
+                for index, (config, var) in enumerate(zip(configs, variables)):
+                    self._add_scale(config, var, f'{op.name}_{side}{index}')
+        self._executor = _LSQExecutor(graph, self, device)
+
+    def _add_scale(self, config: TensorQuantizationConfig, var, name: str) -> None:
+        root = config.dominated_by
+        if not config.state.is_quantized or config.state.is_passive or root in self._roots:
+            return
+        key = _key(name, self.scales)
+        self.scales[key] = nn.Parameter(root.scale.detach().clone().float().log())
+        self._roots[root] = key
+        per_scale = max(_numel(var) // max(root.scale.numel(), 1), 1)
+        self._factors[root] = (per_scale * config.quant_max) ** -0.5
+
+    def scale_of(self, op: QuantableOperation, config: TensorQuantizationConfig) -> torch.Tensor:
+        """The learned scale of ``config`` (of ``op``); a passive bias's is derived."""
+        if config.state.is_passive:
+            return self.scale_of(op, op.input_quant_config[0]) * self.scale_of(op,
+                                                                              config.master_by)
+        return self.scales[self._roots[config.dominated_by]].exp().clamp_min(MIN_SCALE)
+
+    def fake_quantize(self, op: QuantableOperation, config: TensorQuantizationConfig,
+                      tensor: torch.Tensor) -> torch.Tensor:
+        """``tensor`` through LSQ with the learned scale of ``config``."""
+        scale = self.scale_of(op, config).to(tensor)
+        offset = config.offset
+        offset = torch.zeros_like(scale) if offset is None else offset.to(tensor).expand_as(scale)
+        if QuantizationProperty.PER_CHANNEL in config.policy:
+            shape = [1] * tensor.dim()
+            shape[config.channel_axis] = -1
+            scale, offset = scale.reshape(shape), offset.reshape(shape)
+        return lsq_fake_quantize(tensor, scale, offset, config.quant_min, config.quant_max,
+                                 self._factors.get(config.dominated_by, 1.0))
+
+    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+        """The graph's first output on ``inputs`` (in graph input order), differentiable."""
+        return self._executor(list(inputs))[0]
+
+    def _apply(self, fn, recurse: bool = True):
+        module = super()._apply(fn, recurse)
+        for key, name in self._variables.items():  # the graph reads the moved tensors
+            self._graph.variables[name].value = self.weights[key]
+        return module
+
+    def calibrated_graph(self) -> BaseGraph:
+        """A copy of the graph holding the learned weights and scales, detached.
+
+        It is a calibrated graph like any from ``quantize_torch_model``: run it with
+        ``QuantExecutor``, analyse it, export it with ``export_graph``.
+        """
+        for root, key in self._roots.items():
+            root.scale = self.scales[key].detach().exp().clamp_min(MIN_SCALE)
+        copy = self._graph.copy(copy_value=True)
+        for op in quantable_operations(copy):  # passive scales follow the learned ones
+            for config in op.input_quant_config:
+                if config.state.is_passive and config.master_by is not None:
+                    config.scale = op.input_quant_config[0].scale * config.master_by.scale
+        return copy
+
+
+def _numel(var) -> Optional[int]:
+    """Elements of one sample of ``var`` (its value, or its known shape past axis 0)."""
+    if var.value is not None:
+        return var.value.numel()
+    shape = var.shape or ()
+    known = [size for size in shape[1:] if isinstance(size, int)]
+    count = 1
+    for size in known:
+        count *= size
+    return count

@@ -1,0 +1,97 @@
+"""BiasCorrection: remove the mean shift that quantization adds to each layer's output.
+
+Empirical bias correction (Nagel et al. 2019; PPQ's ``BiasCorrectionPass``): rounding the
+weights of a layer is not unbiased per output channel, and neither is clipping its
+inputs, so ``E[y_int8] - E[y_fp32]`` is a systematic shift per channel that no later
+layer removes.  On the calibration batches, each weight layer's output (before its
+activation and its output quantization) is compared in the quantized graph, with every
+correction made upstream, and in the FP32 graph; the mean difference per output channel
+is subtracted from its bias.  Layers are corrected in topological order.  The FP32 bias
+stays aside: a dequantized graph (the FP32 reference) computes what it computed before.
+"""
+import logging
+from typing import Optional, Sequence
+
+import torch
+
+from ...ir import BaseGraph, PassResult
+from ...registry import PTQ_PASSES
+from ..executor import QuantExecutor
+from .base import PTQPass
+from .layers import kernel_output, output_channel_axis, record_layer, weight_layers
+
+logger = logging.getLogger(__name__)
+
+__all__ = ['BiasCorrection', 'channel_means']
+
+
+def channel_means(tensor: torch.Tensor, axis: int) -> torch.Tensor:
+    """The mean of ``tensor`` per index of ``axis``, over every other axis (float64).
+
+    Example:
+        >>> channel_means(torch.tensor([[1., 2.], [3., 6.]]), -1)
+        tensor([2., 4.], dtype=torch.float64)
+    """
+    axis = axis % tensor.dim()
+    return tensor.double().transpose(0, axis).reshape(tensor.shape[axis], -1).mean(1)
+
+
+@PTQ_PASSES.register_module(name=['BiasCorrection', 'bias_correction'])
+class BiasCorrection(PTQPass):
+    """Shift each weight layer's bias by the mean error quantization adds to its output.
+
+    Runs after calibration (``stage = 'calibrated'``), and after AdaRound when both are
+    listed (bias correction then removes what rounding left).  A layer without a bias
+    (its input 2) is skipped.
+
+    Args:
+        steps: how many of the batches to measure on (None: all).
+        layers: the names of the layers to correct (None: every weight layer).
+
+    Example:
+        >>> import torch
+        >>> from razorlib.ir import from_torch
+        >>> from razorlib.quantization import QuantExecutor, calibrate, quantize_graph
+        >>> _ = torch.manual_seed(0)
+        >>> net = torch.nn.Linear(64, 4)
+        >>> with torch.no_grad():  # every weight a third of a step above a grid point
+        ...     _ = net.weight.fill_((1 + 1 / 3) / 127); net.weight[:, 0] = 1
+        >>> batches = [torch.rand(16, 64) for _ in range(4)]
+        >>> graph = quantize_graph(from_torch(net, batches[0]), 'TRT_INT8')
+        >>> graph = calibrate(graph, batches, progress=False)
+        >>> def shift():
+        ...     with torch.no_grad():
+        ...         return float((QuantExecutor(graph)(batches[0])[0] - net(batches[0])).mean())
+        >>> round(shift(), 2)
+        -0.08
+        >>> BiasCorrection()(graph, batches).changes, abs(shift()) < 0.01
+        (1, True)
+    """
+
+    def __init__(self, steps: Optional[int] = None,
+                 layers: Optional[Sequence[str]] = None) -> None:
+        if steps is not None and steps < 1:
+            raise ValueError(f'BiasCorrection: steps must be at least 1, got {steps}')
+        self.steps, self.layers = steps, layers
+
+    def call(self, graph: BaseGraph, batches: list, device) -> PassResult:
+        """Correct every weight layer with a bias; ``changes`` counts them."""
+        batches = batches[:self.steps]
+        if not batches:
+            raise ValueError('BiasCorrection needs calibration batches; got none')
+        executor = QuantExecutor(graph, device)
+        corrected = 0
+        for op in weight_layers(graph, self.layers):
+            if len(op.inputs) < 3 or not op.inputs[2].is_parameter or op.inputs[2].value is None:
+                continue
+            axis = output_channel_axis(op)
+            shift = 0
+            for record in record_layer(executor, op, batches):
+                with torch.no_grad():
+                    quantized = kernel_output(executor, op, record.quant_inputs)
+                shift = shift + (channel_means(record.fp32_output, axis)
+                                 - channel_means(quantized, axis))
+            bias = op.inputs[2].value
+            op.set_parameter_value(2, bias + (shift / len(batches)).to(bias))
+            corrected += 1
+        return PassResult.counted(graph, corrected)

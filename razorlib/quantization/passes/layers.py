@@ -1,0 +1,164 @@
+"""What the PTQ passes share: the weight layers of a graph, and their inputs and outputs
+recorded on calibration batches, in FP32 and in the quantized graph.
+
+A *weight layer* is a quantable Conv, ConvTranspose, Gemm or MatMul whose input 1 is a
+parameter: the operations whose weights AdaRound rounds, whose biases bias correction
+shifts and which mixed precision may keep in floating point.  :func:`record_layer` runs
+the graph up to one such layer only (the rest of the graph is not computed), once
+dequantized (the FP32 reference) and once quantized.
+"""
+from typing import Any, List, NamedTuple, Optional, Sequence
+
+import torch
+
+from ...ir import Operation, QuantableOperation, TorchExecutor
+from ..executor import QuantExecutor, quantized_inputs
+from ..functional import fake_quantize
+from ..state import dequantized, quantable_operations
+
+__all__ = ['LAYER_TYPES', 'LayerRecord', 'kernel_output', 'output_channel_axis', 'record_layer',
+           'weight_layers']
+
+LAYER_TYPES = ('Conv', 'ConvTranspose', 'Gemm', 'MatMul')
+"""The op types whose weight (input 1) the PTQ passes work on."""
+
+_OUTPUT_CHANNEL_AXIS = {'Conv': 1, 'ConvTranspose': 1, 'Gemm': -1, 'MatMul': -1}
+
+
+def output_channel_axis(op: Operation) -> int:
+    """The axis of ``op``'s output that holds its channels (its bias's axis).
+
+    Example:
+        >>> from razorlib.ir import Operation
+        >>> output_channel_axis(Operation('c', 'Conv')), output_channel_axis(Operation('g', 'Gemm'))
+        (1, -1)
+    """
+    return _OUTPUT_CHANNEL_AXIS[op.type]
+
+
+def weight_layers(graph, names: Optional[Sequence[str]] = None) -> List[QuantableOperation]:
+    """The weight layers of a quantized graph, in topological order.
+
+    Args:
+        graph: a quantized graph.
+        names: keep only these operations (None: all).
+
+    Raises:
+        KeyError: a name in ``names`` is no weight layer of the graph.
+
+    Example:
+        >>> from razorlib.ir import BaseGraph
+        >>> weight_layers(BaseGraph())
+        []
+    """
+    layers = [op for op in quantable_operations(graph)
+              if op.type in LAYER_TYPES and len(op.inputs) > 1 and op.inputs[1].is_parameter
+              and op.inputs[1].value is not None]
+    if names is None:
+        return layers
+    known = {op.name for op in layers}
+    missing = [name for name in names if name not in known]
+    if missing:
+        raise KeyError(f'graph {graph.name!r} has no quantized weight layer named {missing}; '
+                       f'its weight layers are {sorted(known)}')
+    return [op for op in layers if op.name in set(names)]
+
+
+class LayerRecord(NamedTuple):
+    """One batch seen by one layer.
+
+    Args:
+        fp32_inputs: its inputs in the FP32 graph.
+        fp32_output: its output 0 in the FP32 graph.
+        quant_inputs: its inputs in the quantized graph, quantized as the layer itself
+            quantizes them (its weight and bias included), ready for its kernel.
+    """
+    fp32_inputs: List[Optional[torch.Tensor]]
+    fp32_output: torch.Tensor
+    quant_inputs: List[Optional[torch.Tensor]]
+
+
+class _Reached(Exception):
+    """Raised by a hook to stop a run once the layer of interest ran."""
+
+
+def _run_until(executor: QuantExecutor, inputs: Any, op: Operation, post: bool) -> list:
+    """Run ``executor`` up to ``op``; its inputs (and outputs when ``post``) as they were."""
+    seen: list = []
+
+    def pre_hook(current, op_inputs):
+        if current is op and not post:
+            seen.append(list(op_inputs))
+            raise _Reached
+
+    def post_hook(current, op_inputs, outputs):
+        if current is op:
+            seen.extend([list(op_inputs), list(outputs)])
+            raise _Reached
+
+    handle = (executor.register_forward_hook(post_hook) if post
+              else executor.register_forward_pre_hook(pre_hook))
+    try:
+        executor(inputs)
+    except _Reached:
+        pass
+    finally:
+        handle.remove()
+    if not seen:
+        raise RuntimeError(f'operation {op.name!r} did not run in graph '
+                           f'{executor.graph.name!r}')
+    return seen
+
+
+def _quantized_as_op_does(op: QuantableOperation, inputs: list) -> list:
+    inputs = list(inputs)
+    for index in quantized_inputs(op):
+        config = op.input_quant_config[index]
+        if inputs[index] is not None and config.state.is_activated:
+            inputs[index] = fake_quantize(inputs[index], config)
+    return inputs
+
+
+def record_layer(executor: QuantExecutor, op: QuantableOperation, batches: Sequence[Any]
+                 ) -> List[LayerRecord]:
+    """Record ``op``'s inputs and output on every batch, in FP32 and quantized.
+
+    The graph runs up to ``op`` only, twice per batch: dequantized, then quantized as it
+    stands (with every change made to the layers before ``op``).
+
+    Args:
+        executor: a :class:`~razorlib.quantization.QuantExecutor` of the graph.
+        op: a quantable operation of the graph.
+        batches: graph inputs, one run each.
+
+    Returns:
+        One :class:`LayerRecord` per batch.
+    """
+    records = []
+    for inputs in batches:
+        with dequantized(executor.graph):
+            fp32_inputs, fp32_outputs = _run_until(executor, inputs, op, post=True)
+        quant_inputs, = _run_until(executor, inputs, op, post=False)
+        records.append(LayerRecord(fp32_inputs, fp32_outputs[0],
+                                   _quantized_as_op_does(op, quant_inputs)))
+    return records
+
+
+def kernel_output(executor: TorchExecutor, op: Operation,
+                  inputs: Sequence[Optional[torch.Tensor]]) -> torch.Tensor:
+    """``op``'s kernel on ``inputs`` as they are (no quantization), output 0.
+
+    Differentiable when called under ``torch.enable_grad()``: AdaRound fits a weight
+    through it.
+
+    Example:
+        >>> from razorlib.ir import BaseGraph
+        >>> graph = BaseGraph()
+        >>> graph.mark_variable_as_graph_input(graph.create_variable('x'))
+        >>> w = graph.create_variable('w', torch.ones(1, 2), is_parameter=True)
+        >>> op = graph.create_operation('MatMul', inputs=[graph.variables['x'], w],
+        ...                             outputs=[graph.create_variable('y')])
+        >>> kernel_output(TorchExecutor(graph), op, [torch.ones(1, 1), torch.full((1, 2), 3.)])
+        tensor([[3., 3.]])
+    """
+    return TorchExecutor.run_operation(executor, op, list(inputs))[0]

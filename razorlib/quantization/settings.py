@@ -1,0 +1,133 @@
+"""PTQSettings: the ``ptq`` section of a PTQ config, as one typed, printable object.
+
+A PTQ config file (``configs/quantization/ptq/*.py``) holds the model's config (through
+``_base_``) and a ``ptq`` dict; ``tools/ptq.py`` reads it with :meth:`PTQSettings.from_config`
+and hands :meth:`PTQSettings.quantize_kwargs` to
+:func:`~razorlib.quantization.quantize_torch_model`, which takes the same names and dicts.
+"""
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
+
+from ..ir.components import split_type
+from .api import DEFAULT_PASSES
+from .dispatch import DISPATCHERS
+from .observers import observer_class
+from .passes import build_ptq_passes
+from .platform import as_export_format, as_platform, is_quantized_platform
+
+__all__ = ['PTQSettings']
+
+Spec = Union[str, Dict[str, Any]]
+
+
+@dataclass
+class PTQSettings:
+    """What post-training quantization does; every field has the API's default.
+
+    Args:
+        platform: the quantized platform, ``'TRT_INT8'`` or ``'ORT_INT8'``.
+        observer: the activations' observer: a name or ``dict(type=..., **options)``.
+        dispatcher: a dispatcher's name or ``dict(type=...)``.
+        calib_steps: how many calibration batches at most.
+        dynamic_batch: export with a symbolic batch axis (any batch size).
+        passes: the graph passes run before quantizing (names or dicts).
+        ptq_passes: the PTQ passes that use calibration data (names or dicts, see
+            :mod:`razorlib.quantization.passes`): ``'float'`` ones before quantizing,
+            the others after calibration, in the order given.
+        export: the export format (``'QDQ_ONNX'``, ``'TRT_JSON'``, ``'ONNX'``, a dict),
+            or None for the platform's default.
+
+    Raises:
+        KeyError: an observer or dispatcher that is not registered.
+        ValueError: a platform that is not quantized, an unknown export format, or
+            ``calib_steps`` below 1.
+
+    Example:
+        >>> settings = PTQSettings.from_config(dict(
+        ...     platform='ORT_INT8', observer=dict(type='KLObserver'), calib_steps=8))
+        >>> settings.quantize_kwargs()['observer'], settings.export_format.name
+        ({'type': 'KLObserver'}, 'QDQ_ONNX')
+        >>> PTQSettings.from_config(dict(observers='kl'))
+        Traceback (most recent call last):
+        ...
+        KeyError: 'ptq.observers: no such setting; the settings are platform, observer, \
+dispatcher, calib_steps, dynamic_batch, passes, export, ptq_passes'
+    """
+    platform: str = 'TRT_INT8'
+    observer: Spec = 'percentile'
+    dispatcher: Spec = 'conservative'
+    calib_steps: int = 32
+    dynamic_batch: bool = True
+    passes: Tuple[Spec, ...] = field(default=DEFAULT_PASSES)
+    export: Optional[Spec] = None
+    ptq_passes: Tuple[Spec, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not is_quantized_platform(self.platform):
+            raise ValueError(f'ptq.platform: {self.platform!r} is not a quantized platform '
+                             '(TRT_INT8, ORT_INT8)')
+        self.platform = as_platform(self.platform).name
+        observer_class(split_type(self.observer, 'ptq.observer')[0])
+        kind = split_type(self.dispatcher, 'ptq.dispatcher')[0]
+        if DISPATCHERS.get(kind) is None:
+            raise KeyError(f'ptq.dispatcher: no dispatcher {kind!r}; registered: '
+                           f'{", ".join(sorted(DISPATCHERS.module_dict))}')
+        if self.calib_steps < 1:
+            raise ValueError(f'ptq.calib_steps must be at least 1, got {self.calib_steps}')
+        self.passes = tuple(self.passes)
+        self.ptq_passes = tuple(self.ptq_passes)
+        try:
+            build_ptq_passes(self.ptq_passes)
+        except (KeyError, TypeError, ValueError) as error:
+            raise type(error)(f'ptq.ptq_passes: {str(error).strip(chr(34))}') from error
+        self.export_format  # noqa: B018  (validates ``export``)
+
+    @classmethod
+    def from_config(cls, section: Optional[Mapping[str, Any]],
+                    **overrides: Any) -> 'PTQSettings':
+        """Settings from a config's ``ptq`` dict, then ``overrides`` that are not None.
+
+        Raises:
+            KeyError: a key that is no setting; the message lists the settings.
+        """
+        names = [item.name for item in fields(cls)]
+        values = dict(section or {})
+        for key in values:
+            if key not in names:
+                raise KeyError(f'ptq.{key}: no such setting; the settings are '
+                               f'{", ".join(names)}')
+        values.update({key: value for key, value in overrides.items() if value is not None})
+        return cls(**values)
+
+    @property
+    def export_format(self):
+        """The :class:`~razorlib.quantization.ExportFormat` written (the platform's default
+        when ``export`` is None)."""
+        kind = self.platform if self.export is None else split_type(self.export,
+                                                                     'ptq.export')[0]
+        return as_export_format(kind, parameter='ptq.export')
+
+    def quantize_kwargs(self) -> Dict[str, Any]:
+        """The keyword arguments of ``quantize_torch_model`` these settings give."""
+        return dict(platform=self.platform, observer=self.observer, dispatcher=self.dispatcher,
+                    calib_steps=self.calib_steps, dynamic_batch=self.dynamic_batch,
+                    passes=self.passes, ptq_passes=self.ptq_passes)
+
+    def to_dict(self) -> Dict[str, Any]:
+        """A JSON-ready dict of the settings (lists for tuples)."""
+        values = asdict(self)
+        values['passes'] = list(self.passes)
+        values['ptq_passes'] = list(self.ptq_passes)
+        return values
+
+    def describe(self) -> Sequence[str]:
+        """One short phrase per setting, for a log line."""
+        observer = split_type(self.observer, 'observer')
+        export = self.export_format.name
+        return [self.platform, f'{observer[0]} activations' + (f' {observer[1]}' if observer[1]
+                                                              else ''),
+                f'{split_type(self.dispatcher, "dispatcher")[0]} dispatch',
+                'dynamic batch' if self.dynamic_batch else 'static batch', f'{export} export'] + (
+                    ['PTQ passes ' + ', '.join(split_type(spec, 'ptq pass')[0]
+                                               for spec in self.ptq_passes)]
+                    if self.ptq_passes else [])

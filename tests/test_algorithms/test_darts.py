@@ -1,0 +1,88 @@
+"""DARTS: alternating architecture / weight steps through an OptimWrapperDict, argmax subnet."""
+import pytest
+import torch
+from mmengine.optim import OptimWrapper, OptimWrapperDict
+
+from razorlib.algorithms import DARTS
+from razorlib.nas import ArchWeightOptimWrapperConstructor, DiffMutableOP
+from razorlib.registry import OPTIM_WRAPPER_CONSTRUCTORS
+
+ARCH = dict(type='ImageClassifier',
+            backbone=dict(type='SearchableShuffleNetV2', arch_setting=[(16, 2, 2)],
+                          stem_channels=8, stem='cifar', last_channels=None,
+                          mutable_cfg=dict(type='DiffMutableOP')),
+            head=dict(type='LinearClsHead', num_classes=10))
+OPTIM = dict(architecture=dict(optimizer=dict(type='SGD', lr=0.1)),
+             mutator=dict(optimizer=dict(type='Adam', lr=0.05)))
+
+
+def tiny_darts() -> DARTS:
+    torch.manual_seed(0)
+    return DARTS(ARCH, input_shape=(3, 8, 8))
+
+
+def batch(size: int = 8) -> dict:
+    generator = torch.Generator().manual_seed(1)
+    return dict(inputs=torch.rand(size, 3, 8, 8, generator=generator),
+                data_samples=torch.randint(0, 10, (size, ), generator=generator))
+
+
+def wrappers(model: DARTS) -> OptimWrapperDict:
+    constructor = OPTIM_WRAPPER_CONSTRUCTORS.build(
+        dict(type='ArchWeightOptimWrapperConstructor', optim_wrapper_cfg=OPTIM))
+    return constructor(model)
+
+
+def test_the_groups_split_architecture_parameters_from_weights():
+    model = tiny_darts()
+    groups = model.parameter_groups()
+    edges = [m for m in model.modules() if isinstance(m, DiffMutableOP)]
+    assert len(edges) == 2 and groups['mutator'] == [e.arch_param for e in edges]
+    assert len(groups['architecture']) + 2 == len(list(model.parameters()))
+    built = wrappers(model)
+    assert type(built['mutator'].optimizer).__name__ == 'Adam'
+
+
+def test_a_step_moves_both_groups_each_on_its_own_half_of_the_batch():
+    model = tiny_darts()
+    alphas = [p.detach().clone() for p in model.parameter_groups()['mutator']]
+    head = model.architecture.head.fc.weight.detach().clone()
+    log = model.train_step(batch(), wrappers(model))
+    assert set(log) == {'loss', 'loss_arch'} and log['loss'] != log['loss_arch']
+    moved = [p for p, a in zip(model.parameter_groups()['mutator'], alphas)
+             if not torch.equal(p, a)]
+    assert len(moved) == 2 and not torch.equal(model.architecture.head.fc.weight, head)
+    assert all(p.grad is None or not p.grad.any() for p in model.parameters())
+
+
+def test_the_architecture_step_uses_only_the_second_batch():
+    model, twin = tiny_darts(), tiny_darts()
+    weights, arch = batch(), dict(batch(8), inputs=torch.rand(8, 3, 8, 8))
+    model.train_step([weights, arch], wrappers(model))
+    twin_wrappers = wrappers(twin)
+    twin._step(twin, arch, twin_wrappers['mutator'])
+    for p, q in zip(model.parameter_groups()['mutator'], twin.parameter_groups()['mutator']):
+        assert torch.allclose(p, q)
+
+
+def test_the_derived_subnet_is_the_argmax_of_every_edge():
+    model = tiny_darts()
+    edges = model.edges
+    with torch.no_grad():
+        for edge, winner in zip(edges.values(), (2, 0)):
+            edge.arch_param.zero_()
+            edge.arch_param[winner] = 1.0
+    subnet = model.export_subnet().choices
+    assert [subnet[k] for k in edges] == [edges[k].choices[i] for k, i in zip(edges, (2, 0))]
+
+
+def test_misconfigurations_are_named():
+    model = tiny_darts()
+    with pytest.raises(TypeError, match="OptimWrapperDict of 'architecture' and 'mutator'"):
+        model.train_step(batch(), OptimWrapper(torch.optim.SGD(model.parameters(), lr=0.1)))
+    with pytest.raises(ValueError, match=r"parameter groups \['architecture', 'mutator'\]"):
+        ArchWeightOptimWrapperConstructor(dict(weights=OPTIM['architecture']))(model)
+    with pytest.raises(ValueError, match='no DiffMutableOP'):
+        DARTS(dict(ARCH, backbone=dict(ARCH['backbone'], mutable_cfg=None)))
+    with pytest.raises(ValueError, match='batch size >= 2'):
+        model.train_step(batch(1), wrappers(model))

@@ -1,0 +1,129 @@
+"""SingleTeacherDistill: the KD loss by hand, a frozen teacher in eval mode built from a
+config and a checkpoint, feature KD through connectors, the digits config in the Runner
+and the ImageNet config."""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from mmengine.config import Config
+from mmengine.optim import OptimWrapper
+from mmengine.registry import init_default_scope
+
+from pruning_helpers import CONFIGS, digits_batch, run_config, tiny_classifier
+from razorlib.algorithms import SingleTeacherDistill, sub_model
+from razorlib.algorithms.distill import kd_loss
+from razorlib.pruning import L1NormPruner
+from razorlib.registry import MODELS
+
+
+def test_the_kd_loss_is_t_squared_times_the_kl_of_the_softened_distributions():
+    # teacher softmax at T=2: (0.75, 0.25); student: (0.5, 0.5)
+    teacher = torch.tensor([[2 * math.log(3.0), 0.0]])
+    kl = 0.75 * math.log(0.75 / 0.5) + 0.25 * math.log(0.25 / 0.5)
+    assert float(kd_loss(torch.zeros(1, 2), teacher, 2.0)) == pytest.approx(4 * kl)
+    assert float(kd_loss(teacher, teacher, 3.0)) == pytest.approx(0.0, abs=1e-7)
+
+
+@pytest.fixture
+def teacher_ckpt(tmp_path):
+    torch.manual_seed(3)
+    dense = MODELS.build(tiny_classifier())
+    torch.save({'state_dict': dense.state_dict()}, tmp_path / 'teacher.pth')
+    return tmp_path / 'teacher.pth'
+
+
+def distill(teacher_ckpt, **kwargs) -> SingleTeacherDistill:
+    torch.manual_seed(0)
+    return SingleTeacherDistill(architecture=tiny_classifier((4, 8)), teacher=tiny_classifier(),
+                                teacher_ckpt=teacher_ckpt, input_shape=(3, 16, 16), **kwargs)
+
+
+def test_the_teacher_comes_from_its_checkpoint_frozen_and_stays_in_eval_mode(teacher_ckpt):
+    model = distill(teacher_ckpt).train()
+    saved = torch.load(teacher_ckpt)['state_dict']
+    assert all(torch.equal(t, saved[k]) for k, t in model.teacher.state_dict().items())
+    assert not model.teacher.training and model.architecture.training
+    assert not any(p.requires_grad for p in model.teacher.parameters())
+    model.train_step(digits_batch(), OptimWrapper(torch.optim.SGD(model.parameters(), lr=0.1)))
+    assert all(torch.equal(t, saved[k]) for k, t in model.teacher.state_dict().items())
+
+
+def test_the_losses_are_the_weighted_label_kd_and_feature_terms(teacher_ckpt):
+    model = distill(teacher_ckpt, temperature=3.0, kd_weight=0.5, label_weight=2.0,
+                    features=[dict(student='backbone', teacher='backbone', weight=0.1)]).eval()
+    data = model.data_preprocessor(digits_batch(), False)
+    x, samples = data['inputs'], data['data_samples']
+    losses = model(x, samples, mode='loss')
+    with torch.no_grad():
+        s_logits, t_logits = model.architecture(x), model.teacher(x)
+        s_feat, t_feat = model.architecture.backbone(x), model.teacher.backbone(x)
+    labels = torch.cat([s.gt_label for s in samples])
+    assert torch.isclose(losses['loss_label'], 2.0 * F.cross_entropy(s_logits, labels))
+    assert torch.isclose(losses['loss_kd'], 0.5 * kd_loss(s_logits, t_logits, 3.0))
+    connector = model.connectors[0]  # 8 student channels onto the teacher's 16
+    assert (connector.in_channels, connector.out_channels) == (8, 16)
+    assert torch.isclose(losses['loss_feat_0'], 0.1 * F.mse_loss(connector(s_feat), t_feat))
+
+
+def test_a_student_equal_to_its_teacher_has_nothing_to_distil(teacher_ckpt):
+    model = SingleTeacherDistill(architecture=tiny_classifier(), teacher=tiny_classifier(),
+                                 teacher_ckpt=teacher_ckpt, student_ckpt=teacher_ckpt,
+                                 input_shape=(3, 16, 16),
+                                 features=[dict(student='neck', teacher='neck')]).eval()
+    data = model.data_preprocessor(digits_batch(), False)
+    losses = model(data['inputs'], data['data_samples'], mode='loss')
+    assert isinstance(model.connectors[0], torch.nn.Identity)
+    assert float(losses['loss_kd']) == pytest.approx(0.0, abs=1e-6)
+    assert float(losses['loss_feat_0']) == pytest.approx(0.0, abs=1e-9)
+
+
+def test_mistakes_name_the_argument_and_the_module(teacher_ckpt, tmp_path):
+    with pytest.raises(ValueError, match='teacher_ckpt: .*missing.pth does not exist'):
+        distill(tmp_path / 'missing.pth')
+    with pytest.raises(ValueError, match='student_ckpt: .*not a checkpoint of this'):
+        distill(teacher_ckpt, student_ckpt=teacher_ckpt)  # a dense checkpoint, slim student
+    with pytest.raises(KeyError, match="features: teacher: no module 'backbone.nope'"):
+        distill(teacher_ckpt, features=[dict(student='backbone', teacher='backbone.nope')])
+
+
+def slim_files(folder, arch: dict):
+    """A channel config and the slim weights of ``arch`` pruned to half its channels."""
+    init_default_scope('razorlib')
+    dense = MODELS.build(arch)
+    pruner = L1NormPruner(ratio=0.5)
+    pruner.prepare_from_supernet(dense, torch.randn(1, 3, 16, 16))
+    pruner.set_subnet(pruner.subnet_at(0.5))
+    cfg = pruner.export_subnet()
+    cfg.dump(folder / 'slim.yaml')
+    torch.save(pruner.deploy_subnet(dense, cfg).state_dict(), folder / 'slim.pth')
+    return folder
+
+
+def test_the_digits_config_fine_tunes_the_slim_student_in_the_runner(teacher_ckpt, tmp_path):
+    channels = [8, 16]
+    arch = tiny_classifier(channels)
+    pruned = slim_files(tmp_path, arch)
+    run_config('distill/distill_plaincnn_digits.py', tmp_path / 'run', {
+        'model.architecture.channel_cfg': str(pruned / 'slim.yaml'),
+        'model.student_ckpt': str(pruned / 'slim.pth'), 'model.teacher_ckpt': str(teacher_ckpt),
+        'model.architecture.architecture.backbone.channels': channels,
+        'model.architecture.architecture.backbone.strides': [1, 2],
+        'model.teacher.backbone.channels': channels, 'model.teacher.backbone.strides': [1, 2],
+        'model.features': [dict(student='backbone.stages.1', teacher='backbone.stages.1')]})
+    student = sub_model(arch, pruned / 'slim.yaml')
+    student.load_state_dict(torch.load(tmp_path / 'run' / 'slim.pth'))  # the distilled one
+    before = torch.load(pruned / 'slim.pth')
+    assert any(not torch.equal(before[k], v) for k, v in student.state_dict().items())
+
+
+def test_the_imagenet_config_builds(tmp_path):
+    config = Config.fromfile(CONFIGS / 'distill' / 'distill_resnet50_imagenet.py')
+    arch = config.model.teacher
+    slim_files(tmp_path, arch)  # a ResNet-50 at half width stands in for the pruned one
+    config.model.architecture.channel_cfg = str(tmp_path / 'slim.yaml')
+    config.model.student_ckpt = str(tmp_path / 'slim.pth')
+    config.model.teacher_ckpt = None
+    model = MODELS.build(config.model)
+    assert model.temperature == 1.0 and not model.teacher.training
+    assert model.architecture.backbone.stem[0].conv.out_channels == 32

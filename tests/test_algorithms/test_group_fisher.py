@@ -1,0 +1,130 @@
+"""GroupFisherAlgorithm: Fisher accumulated in training steps (by hand, and against the
+'fisher' criterion), the pruning decision per unit of cost, group steps, the target,
+the digits config in the Runner and the ImageNet config."""
+import numpy as np
+import pytest
+import torch
+from mmengine.config import Config
+from mmengine.optim import OptimWrapper
+from mmengine.registry import init_default_scope
+
+from pruning_helpers import CONFIGS, LinearChain, run_config
+from razorlib.algorithms import GroupFisherAlgorithm, sub_model
+from razorlib.registry import MODELS
+
+
+def chain_fisher(normalize_by=None, **kwargs) -> GroupFisherAlgorithm:
+    pruner = dict(type='ImportancePruner', ratio=0.5,
+                  importance=dict(type='fisher', normalize_by=normalize_by))
+    return GroupFisherAlgorithm(LinearChain(), pruner={**pruner, **kwargs.pop('pruner', {})},
+                                input_shape=(2, ), **kwargs)
+
+
+def batches(count: int = 2):
+    torch.manual_seed(1)
+    return [dict(inputs=torch.randn(5, 2), data_samples=torch.randn(5, 1))
+            for _ in range(count)]
+
+
+def by_hand(model: LinearChain, inputs: torch.Tensor, targets: torch.Tensor) -> np.ndarray:
+    """Fisher of fc1's output channels, read at fc2's input: per sample
+    ``f_nc = a_nc * dL/da_nc`` with ``dL/da_n = (y_n - t_n) * (w3 W2)``, summed as
+    ``sum_n f_nc**2 / 2``."""
+    with torch.no_grad():
+        a = model.fc1(inputs)
+        residual = model.fc3(model.fc2(a)) - targets  # (N, 1)
+        grad = residual * (model.fc3.weight @ model.fc2.weight)  # (N, 3)
+    return ((a * grad)**2).sum(0).numpy() / 2
+
+
+def test_fisher_accumulates_over_training_steps_as_computed_by_hand():
+    model = chain_fisher(interval=100)
+    optim = OptimWrapper(torch.optim.SGD(model.parameters(), lr=0.0))  # weights stay put
+    data = batches(2)
+    for batch in data + data[:1]:  # the third step's forward collects the second's backward
+        model.train_step(batch, optim)
+    fc1, fc2 = model.fisher_sums()
+    expected = sum(by_hand(model.architecture, b['inputs'], b['data_samples']) for b in data)
+    assert np.allclose(fc1.numpy(), expected, rtol=1e-5)
+    assert fc2.shape == (4, ) and (fc2 > 0).all()
+
+
+def test_fisher_accumulated_in_training_equals_the_fisher_criterion():
+    model = chain_fisher(interval=100)
+    optim = OptimWrapper(torch.optim.SGD(model.parameters(), lr=0.0))
+    data = batches(2)
+    for batch in data + data[:1]:
+        model.train_step(batch, optim)
+    scores = model.pruner.score(
+        data=[(b['inputs'], b['data_samples']) for b in data],
+        loss_fn=lambda out, t: ((out - t)**2).sum() / 2)
+    accumulated = model.fisher_sums()
+    for index, gid in enumerate(model.pruner.groups.prunable):
+        assert np.allclose(accumulated[index].numpy(), scores[gid], rtol=1e-5)
+
+
+@pytest.mark.parametrize('normalize_by, pruned', [(None, 'fc2'), ('flops', 'fc1')])
+def test_the_step_with_least_fisher_per_unit_of_cost_is_pruned(normalize_by, pruned):
+    # a channel of fc1 costs 2 + 4 = 6 MACs (its row of fc1, its column of fc2), one of
+    # fc2 3 + 1 = 4: per channel fc2's 0.9 beats fc1's 1.0, per MAC fc1's 1/6 beats 0.9/4
+    model = chain_fisher(normalize_by)
+    model.fisher.copy_(torch.tensor([1.0, 5, 5, 0.9, 9, 9, 9], dtype=torch.float64))
+    found = {gid: value for value, gid, _ in model.candidates(
+        [f.numpy() for f in model.fisher_sums()], torch.randn(1, 2))}
+    cost = 1 if normalize_by is None else np.array([6, 4])
+    assert np.allclose([found['fc1'], found['fc2']], np.array([1.0, 0.9]) / cost)
+    assert model.prune_step(torch.randn(1, 2)) == pruned
+    keep = model.current_subnet[pruned]
+    assert keep.sum() == keep.numel() - 1 and not keep[0]  # its least-Fisher channel
+    assert not model.fisher.any()  # a new interval starts
+
+
+def test_with_round_to_a_group_steps_to_its_next_allowed_width():
+    model = chain_fisher(pruner=dict(round_to=2))
+    model.fisher.copy_(torch.tensor([9.0, 9, 9, 3, 1, 2, 4], dtype=torch.float64))
+    assert model.prune_step(torch.randn(1, 2)) == 'fc2'
+    assert model.current_subnet['fc2'].tolist() == [True, False, False, True]
+    # fc1 (3 channels) may only stay whole or go to 2: a step of one channel
+    assert model.prune_step(torch.randn(1, 2)) == 'fc1'
+
+
+def test_pruning_runs_every_interval_after_start_and_stops_at_the_target():
+    model = chain_fisher(interval=2, start=1)  # ratio 0.5: 3 of the 7 channels stay
+    optim = OptimWrapper(torch.optim.SGD(model.parameters(), lr=0.01))
+    batch = batches(1)[0]
+    history = []
+    for _ in range(12):
+        model.train_step(batch, optim)
+        history.append(int(model.kept_channels.sum()))
+    # accumulation from iteration 1; decisions at iterations 3, 5, 7, 9; then fine-tuning
+    assert history == [7, 7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 3]
+    assert model.reached and float(model.kept_fraction) <= 0.5
+
+
+def test_the_pruner_must_score_by_fisher():
+    with pytest.raises(TypeError, match="importance must be dict\\(type='fisher'"):
+        GroupFisherAlgorithm(LinearChain(), pruner=dict(type='ImportancePruner'),
+                             input_shape=(2, ))
+
+
+def test_the_digits_config_prunes_in_the_runner(tmp_path):
+    runner = run_config('group_fisher/group_fisher_plaincnn_digits.py', tmp_path, {
+        'model.start': 0, 'model.interval': 1, 'model.pruner.flops': 0.9,
+        'model.architecture.backbone.channels': [8, 16, 16, 32]})
+    model = runner.model
+    assert model.reached and float(model.kept_fraction) <= 0.9
+    assert sum(int(k.sum()) for k in model.current_subnet.values()) < 8 + 16 + 16 + 32
+    slim = sub_model(Config.fromfile(CONFIGS / 'group_fisher' /
+                                     'group_fisher_plaincnn_digits.py').model.architecture
+                     | {'backbone': dict(type='PlainCNN', channels=(8, 16, 16, 32))},
+                     tmp_path / 'slim.yaml')
+    slim.load_state_dict(torch.load(tmp_path / 'slim.pth'))
+
+
+def test_the_imagenet_config_builds():
+    init_default_scope('razorlib')
+    model = MODELS.build(Config.fromfile(
+        CONFIGS / 'group_fisher' / 'group_fisher_resnet50_imagenet.py').model)
+    assert model.target == ('flops', 0.5) and model.interval == 25
+    assert model.pruner.importance.normalize_by == 'flops'
+    assert len(model.recorder.points) > 30

@@ -1,0 +1,131 @@
+"""ItePruneAlgorithm: the schedule, pruning steps in training, resume, the digits config
+in tools/train.py and the slim model it exports."""
+import importlib.util
+
+import numpy as np
+import pytest
+import torch
+from mmengine.config import Config
+from mmengine.optim import OptimWrapper
+from mmengine.registry import init_default_scope
+from mmengine.runner.checkpoint import load_state_dict
+
+from pruning_helpers import CONFIGS, REPO, digits_batch, tiny_classifier
+from razorlib.algorithms import ItePruneAlgorithm, sub_model
+from razorlib.registry import MODELS
+
+
+def ite_prune(**kwargs) -> ItePruneAlgorithm:
+    torch.manual_seed(0)
+    options = dict(pruner=dict(type='ImportancePruner', ratio=0.5), step_freq=2,
+                   prune_times=2, input_shape=(3, 16, 16))
+    return ItePruneAlgorithm(architecture=tiny_classifier(), **{**options, **kwargs})
+
+
+def kept(model) -> tuple:
+    return tuple(int(keep.sum()) for keep in model.current_subnet.values())
+
+
+def train(model, steps: int, lr: float = 0.1) -> list:
+    """Kept channels after each of ``steps`` train steps."""
+    batch, optim = digits_batch(), OptimWrapper(torch.optim.SGD(model.parameters(), lr=lr))
+    model.train()
+    seen = []
+    for _ in range(steps):
+        model.train_step(batch, optim)
+        seen.append(kept(model))
+    return seen
+
+
+def test_the_schedule_steps_linearly_to_the_target():
+    model = ite_prune(pruner=dict(type='ImportancePruner', flops=0.4), step_freq=10,
+                      prune_times=3, start=5)
+    assert model.target == ('flops', 0.4)
+    iterations, fractions = zip(*model.schedule())
+    assert iterations == (5, 15, 25)
+    assert np.allclose(fractions, [0.8, 0.6, 0.4])
+
+
+def test_steps_prune_on_schedule():
+    model = ite_prune(pruner=dict(type='ImportancePruner', ratio=0.5), step_freq=2,
+                      prune_times=2, start=1)
+    # dense before iteration 1; 3/4 of each group at iteration 1, half at iteration 3
+    assert train(model, 5) == [(8, 16), (6, 12), (6, 12), (4, 8), (4, 8)]
+    assert model.finished and float(model.kept_fraction) == pytest.approx(0.5)
+
+
+def test_pruned_channels_stay_pruned_whatever_their_weights_become():
+    model = ite_prune(step_freq=1, prune_times=2)
+    train(model, 1, lr=0.0)
+    first = model.current_subnet
+    conv = model.architecture.backbone.stages[0].conv
+    with torch.no_grad():  # the pruned filters now have the largest L1 norms
+        conv.weight[~first['backbone.stages.0.conv']] *= 100
+    train(model, 1, lr=0.0)
+    for gid, keep in model.current_subnet.items():
+        assert keep.sum() < first[gid].sum() and not (keep & ~first[gid]).any()
+
+
+def test_a_criterion_computed_from_data_scores_on_the_training_batch():
+    model = ite_prune(pruner=dict(type='ImportancePruner', importance='taylor', flops=0.5),
+                      step_freq=1, prune_times=1)
+    train(model, 1, lr=0.0)
+    assert 0 < float(model.kept_fraction) <= 0.5
+    assert model.pruner.group_scores() is not None  # the Taylor scores of that batch
+
+
+def test_a_checkpoint_restores_the_pruned_subnet():
+    model = ite_prune()
+    train(model, 3)
+    resumed = ite_prune()
+    assert kept(resumed) == (8, 16)
+    load_state_dict(resumed, model.state_dict())  # as the Runner's resume loads it
+    assert kept(resumed) == kept(model) == (4, 8)
+    assert int(resumed.step_count) == 3 and resumed.finished
+    assert resumed.export_subnet() == model.export_subnet()
+
+
+def test_a_pruner_without_an_importance_criterion_is_refused():
+    with pytest.raises(TypeError, match='must be an ImportancePruner, got RatioPruner'):
+        ite_prune(pruner=dict(type='RatioPruner'))
+    with pytest.raises(ValueError, match='step_freq must be an integer >= 1'):
+        ite_prune(step_freq=0)
+
+
+def load_train_tool():
+    spec = importlib.util.spec_from_file_location('train_tool', REPO / 'tools' / 'train.py')
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    return tool
+
+
+def test_the_digits_config_prunes_in_tools_train_and_its_slim_model_deploys(tmp_path):
+    config = CONFIGS / 'ite_prune' / 'ite_prune_plaincnn_digits.py'
+    code = load_train_tool().main([
+        str(config), '--work-dir', str(tmp_path), '--cfg-options',
+        'train_dataloader.batch_size=256', 'train_cfg.max_epochs=1', 'train_cfg.val_interval=1',
+        'model.start=1', 'model.step_freq=2', 'model.prune_times=2',
+        'model.architecture.backbone.channels=[8,16,16,32]', 'experiment_name=ite_digits'])
+    assert code == 0
+    checkpoint = torch.load(tmp_path / 'epoch_1.pth', weights_only=False)
+    assert int(checkpoint['state_dict']['step_count']) == 6
+    cfg = Config.fromfile(config)
+    cfg.merge_from_dict({'model.architecture.backbone.channels': [8, 16, 16, 32]})
+    init_default_scope('razorlib')
+    pruned = MODELS.build(cfg.model)
+    pruned.load_state_dict(checkpoint['state_dict'])
+    assert float(pruned.kept_fraction) <= 0.5  # the FLOPs target, reached at iteration 3
+    slim = sub_model(cfg.model.architecture, tmp_path / 'slim.yaml')
+    slim.load_state_dict(torch.load(tmp_path / 'slim.pth'))  # strict: every tensor fits
+    x = torch.randn(4, 3, 16, 16)
+    with torch.no_grad():
+        assert torch.allclose(slim.eval()(x), pruned.eval()(x), atol=1e-5)
+    assert sum(p.numel() for p in slim.parameters()) == pruned.flops_params().params
+
+
+def test_the_imagenet_config_builds():
+    init_default_scope('razorlib')
+    model = MODELS.build(Config.fromfile(
+        CONFIGS / 'ite_prune' / 'ite_prune_resnet50_imagenet.py').model)
+    assert model.target == ('flops', 0.5) and model.pruner.rule.round_to == 8
+    assert len(model.schedule()) == 10 and len(model.pruner.groups.prunable) > 30

@@ -1,0 +1,79 @@
+"""SlimmingAlgorithm: the L1 penalty on batch-norm scales and its gradient, pruning by
+|gamma| at prune_at, no penalty afterwards, the digits config in the Runner and the
+ImageNet config."""
+import pytest
+import torch
+from mmengine.config import Config
+from mmengine.registry import init_default_scope
+
+from pruning_helpers import CONFIGS, LinearChain, digits_batch, run_config, tiny_classifier
+from razorlib.algorithms import SlimmingAlgorithm
+from razorlib.registry import MODELS
+
+
+def slimming(**kwargs) -> SlimmingAlgorithm:
+    torch.manual_seed(0)
+    return SlimmingAlgorithm(architecture=tiny_classifier(), input_shape=(3, 16, 16),
+                             **kwargs)
+
+
+def norms(model):
+    return [norm for _, norm in model.penalised()]
+
+
+def test_the_penalty_adds_sparsity_times_the_sign_of_gamma_to_the_scales_gradient():
+    model = slimming(sparsity=0.01, prune_at=5).train()
+    for norm in norms(model):  # scales of both signs, one exactly zero
+        norm.weight.data = torch.linspace(-1, 1, norm.weight.numel())
+        norm.weight.data[0] = 0.0
+    data = model.data_preprocessor(digits_batch(), True)
+    losses = model(data['inputs'], data['data_samples'], mode='loss')
+    expected = 0.01 * sum(float(n.weight.detach().abs().sum()) for n in norms(model))
+    assert losses['loss_sparsity'].item() == pytest.approx(expected)
+    grads_with = torch.autograd.grad(losses['loss'] + losses['loss_sparsity'],
+                                     [n.weight for n in norms(model)])
+    plain = model.architecture(data['inputs'], data['data_samples'], mode='loss')['loss']
+    grads_without = torch.autograd.grad(plain, [n.weight for n in norms(model)])
+    for norm, with_, without in zip(norms(model), grads_with, grads_without):
+        assert torch.allclose(with_ - without, 0.01 * torch.sign(norm.weight), atol=1e-6)
+
+
+def test_it_prunes_the_smallest_scales_across_layers_then_stops_the_penalty():
+    model = slimming(pruner=dict(type='ImportancePruner', ratio=0.5, global_ranking=True,
+                                 importance=dict(type='bn_scale', normalize='none')),
+                     sparsity=1e-3, prune_at=2).train()
+    small, large = norms(model)
+    small.weight.data = torch.arange(1.0, 9.0) / 100  # 0.01 ... 0.08: all below the others
+    large.weight.data = -torch.arange(1.0, 17.0)  # |gamma| 1 ... 16
+    data = model.data_preprocessor(digits_batch(), True)
+    for _ in range(2):
+        assert 'loss_sparsity' in model(data['inputs'], data['data_samples'], mode='loss')
+    assert all(keep.all() for keep in model.current_subnet.values())
+    losses = model(data['inputs'], data['data_samples'], mode='loss')  # iteration 2: prune
+    assert 'loss_sparsity' not in losses
+    # the best 12 of the 24 channels by |gamma| over both layers are stage 1's 5 ... 16;
+    # stage 0 still keeps one channel (every layer does), its largest scale
+    kept = model.current_subnet
+    assert kept['backbone.stages.1.conv'].tolist() == [False] * 4 + [True] * 12
+    assert kept['backbone.stages.0.conv'].tolist() == [False] * 7 + [True]
+
+
+def test_an_architecture_without_prunable_norms_is_refused():
+    with pytest.raises(ValueError, match='no prunable group holds an affine norm'):
+        SlimmingAlgorithm(architecture=LinearChain(), input_shape=(2, ))
+
+
+def test_the_digits_config_trains_sparse_then_prunes_in_the_runner(tmp_path):
+    runner = run_config('slimming/slimming_plaincnn_digits.py', tmp_path, {
+        'model.prune_at': 3, 'model.architecture.backbone.channels': [8, 16, 16, 32]})
+    model = runner.model
+    assert model.finished and float(model.kept_fraction) <= 0.5
+    assert (tmp_path / 'slim.yaml').is_file() and (tmp_path / 'slim.pth').is_file()
+
+
+def test_the_imagenet_config_builds():
+    init_default_scope('razorlib')
+    model = MODELS.build(Config.fromfile(
+        CONFIGS / 'slimming' / 'slimming_resnet50_imagenet.py').model)
+    assert model.sparsity == 1e-5 and model.target == ('flops', 0.5)
+    assert len(model.penalised()) > 30

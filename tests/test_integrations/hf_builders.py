@@ -1,0 +1,83 @@
+"""Hugging Face models built from tiny configs (no downloads), with inputs for one forward."""
+from typing import Callable, Dict, Tuple
+
+import torch
+import torch.nn as nn
+
+transformers = __import__('pytest').importorskip('transformers')
+
+VOCAB = 100
+_DECODER = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                num_attention_heads=4, num_key_value_heads=2, vocab_size=VOCAB)
+_ENCODER = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                num_attention_heads=4)
+
+
+def llama(**overrides) -> nn.Module:
+    return transformers.LlamaForCausalLM(transformers.LlamaConfig(**{**_DECODER, **overrides}))
+
+
+def qwen2(**overrides) -> nn.Module:
+    return transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**{**_DECODER, **overrides}))
+
+
+def mistral(**overrides) -> nn.Module:
+    return transformers.MistralForCausalLM(
+        transformers.MistralConfig(**{**_DECODER, **overrides}))
+
+
+def gpt2(**overrides) -> nn.Module:
+    config = dict(n_embd=64, n_layer=2, n_head=4, vocab_size=VOCAB, n_positions=32,
+                  bos_token_id=0, eos_token_id=0)
+    return transformers.GPT2LMHeadModel(transformers.GPT2Config(**{**config, **overrides}))
+
+
+def bert(**overrides) -> nn.Module:
+    config = dict(_ENCODER, vocab_size=VOCAB, max_position_embeddings=32)
+    return transformers.BertModel(transformers.BertConfig(**{**config, **overrides}))
+
+
+def vit(**overrides) -> nn.Module:
+    config = dict(_ENCODER, image_size=32, patch_size=8, num_labels=10)
+    return transformers.ViTForImageClassification(
+        transformers.ViTConfig(**{**config, **overrides}))
+
+
+def token_inputs(batch: int = 2, length: int = 8, seed: int = 0) -> Dict[str, torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+    return {'input_ids': torch.randint(0, VOCAB, (batch, length), generator=generator)}
+
+
+def image_inputs(batch: int = 2, seed: int = 0) -> Dict[str, torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+    return {'pixel_values': torch.randn(batch, 3, 32, 32, generator=generator)}
+
+
+#: name -> (builder, inputs, the MLP's input layer in block ``{i}``)
+MODELS: Dict[str, Tuple[Callable[..., nn.Module], Callable[..., Dict], str]] = {
+    'llama': (llama, token_inputs, 'model.layers.{i}.mlp.up_proj'),
+    'qwen2': (qwen2, token_inputs, 'model.layers.{i}.mlp.up_proj'),
+    'mistral': (mistral, token_inputs, 'model.layers.{i}.mlp.up_proj'),
+    'gpt2': (gpt2, token_inputs, 'transformer.h.{i}.mlp.c_fc'),
+    'bert': (bert, token_inputs, 'encoder.layer.{i}.intermediate.dense'),
+    'vit': (vit, image_inputs, 'vit.layers.{i}.mlp.fc1'),
+}
+
+
+def build(name: str, seed: int = 0, **overrides) -> Tuple[nn.Module, Dict[str, torch.Tensor]]:
+    """The model ``name`` in eval mode (weights drawn from ``seed``) and its inputs."""
+    builder, inputs, _ = MODELS[name]
+    torch.manual_seed(seed)
+    return builder(**overrides).eval(), inputs()
+
+
+def main_output(model: nn.Module, inputs: Dict[str, torch.Tensor]) -> torch.Tensor:
+    """Logits where the model has a head, else the last hidden state."""
+    with torch.no_grad():
+        output = model(**inputs)
+    logits = getattr(output, 'logits', None)
+    return logits if logits is not None else output.last_hidden_state
+
+
+def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a - b).norm() / b.norm())

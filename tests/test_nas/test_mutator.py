@@ -1,0 +1,88 @@
+"""NasMutator: lists, samples (own generator only), sets, exports and checks choices."""
+import random
+
+import pytest
+import torch.nn as nn
+
+from razorlib.nas import NasMutator, SearchableMobileNet, SearchableShuffleNetV2
+
+
+def shufflenet() -> nn.Module:
+    return SearchableShuffleNetV2(arch_setting=[(16, 2, 2), (32, 2, 2)], stem_channels=8,
+                                  stem='cifar', last_channels=None)
+
+
+def mobilenet() -> nn.Module:
+    return SearchableMobileNet(arch_setting=[(16, 3, 2)], stem_channels=8, first_channels=None,
+                               last_channels=None, stem='cifar', depths=[(2, 3)])
+
+
+def test_lists_every_mutable_with_its_choices_cheapest_first():
+    mutator = NasMutator(shufflenet())
+    assert list(mutator.choices) == ['stages.0.0', 'stages.0.1', 'stages.1.0', 'stages.1.1']
+    for choices in mutator.choices.values():
+        assert sorted(choices) == sorted(['shuffle_3x3', 'shuffle_5x5', 'shuffle_7x7',
+                                          'shuffle_xception'])
+        assert choices[0] == 'shuffle_3x3'
+    assert mutator.sizes == {key: 4 for key in mutator.choices}
+
+
+def test_sampling_is_seeded_and_leaves_the_global_generator_alone():
+    mutator = NasMutator(mobilenet())
+    random.seed(123)
+    state = random.getstate()
+    first = [mutator.sample(random.Random(5)) for _ in range(3)]
+    assert first == [mutator.sample(random.Random(5)) for _ in range(3)]
+    assert random.getstate() == state
+    rng = random.Random(0)
+    assert len({mutator.key(mutator.sample(rng)) for _ in range(30)}) > 10
+
+
+def test_set_then_export_round_trips_and_moves_keep_valid_choices():
+    model = mobilenet()
+    mutator = NasMutator(model)
+    rng = random.Random(1)
+    subnet = mutator.sample(rng)
+    mutator.set(subnet)
+    assert mutator.current() == subnet
+    assert model.stages[0].depth.current_choice == subnet['stages.0.depth']
+    for moved in (mutator.mutate(subnet, 1.0, rng), mutator.crossover(subnet, mutator.min_subnet(),
+                                                                      rng)):
+        assert mutator.check(moved) == moved
+
+
+def test_conditional_mutables_only_count_when_active():
+    mutator = NasMutator(mobilenet())
+    conditions = {key: [c.key for c in conds] for key, conds in mutator.conditions.items()}
+    assert conditions['stages.0.blocks.2'] == ['stages.0.depth']
+    assert conditions['stages.0.blocks.2.candidates.mbconv.kernel_size'] == [
+        'stages.0.depth', 'stages.0.blocks.2']
+    base = mutator.max_subnet()
+    skipped = dict(base, **{'stages.0.blocks.1': 'skip'})
+    other_kernel = dict(skipped, **{'stages.0.blocks.1.candidates.mbconv.kernel_size': 3})
+    assert mutator.key(skipped) == mutator.key(other_kernel) != mutator.key(base)
+    active = mutator.active(skipped)
+    assert 'stages.0.blocks.1.candidates.mbconv.kernel_size' not in active
+    # a subnet may leave inactive mutables out, but not active ones
+    shallow = {k: v for k, v in mutator.min_subnet().items()
+               if not k.startswith('stages.0.blocks.2')}
+    assert mutator.check(shallow)['stages.0.depth'] == 2
+    with pytest.raises(ValueError, match="no choice for mutable 'stages.0.blocks.2'"):
+        mutator.check(dict(shallow, **{'stages.0.depth': 3}))
+
+
+def test_check_names_the_unknown_key_or_choice():
+    mutator = NasMutator(shufflenet())
+    good = mutator.min_subnet()
+    with pytest.raises(ValueError, match=r"net.yaml: unknown mutable 'stages.9.0'"):
+        mutator.check(dict(good, **{'stages.9.0': 'shuffle_3x3'}), where='net.yaml')
+    with pytest.raises(ValueError, match=r"net.yaml: stages.1.0: 'shuffle_9x9' is not a choice"):
+        mutator.check(dict(good, **{'stages.1.0': 'shuffle_9x9'}), where='net.yaml')
+
+
+def test_fair_samples_use_every_choice_of_every_mutable_once():
+    mutator = NasMutator(mobilenet())
+    samples = mutator.fair_samples(random.Random(0))
+    assert len(samples) == max(mutator.sizes.values()) == 3
+    for key, choices in mutator.choices.items():
+        assert set(choices) <= {s[key] for s in samples}

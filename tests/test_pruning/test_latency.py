@@ -1,0 +1,165 @@
+"""Latency budgets: the per-layer table and its on-disk cache, allocation to a latency
+target with a deterministic stand-in runtime (no timing flakiness), an unreachable
+target's error, and the real runtimes on a tiny layer."""
+import copy
+import json
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+
+import razorlib
+from razorlib.models import ResNet
+from razorlib.pruning import ImportancePruner, allocate
+from razorlib.pruning.latency import LatencyTable, LayerLatency, SubnetLatency
+from razorlib.pruning.latency_search import monotone_fit
+from razorlib.pruning.runtimes import (CudaRuntime, OnnxRuntime, Runtime, TorchRuntime,
+                                       build_runtime)
+from razorlib.utils import get_model_complexity
+
+X = torch.randn(1, 3, 16, 16)
+
+
+class FlopsRuntime(Runtime):
+    """A deterministic 'runtime': 1 ms per MFLOP plus 0.01 ms per call; counts its calls."""
+    name = 'flops'
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.calls = 0
+
+    def latency(self, modules, inputs):
+        self.calls += 1
+        return [get_model_complexity(m, inputs).flops * 1e-6 + 0.01 for m in modules]
+
+
+def resnet():
+    torch.manual_seed(0)
+    return ResNet(depth=18, base_channels=8, num_classes=10, stem='cifar').eval()
+
+
+def prepared(model=None, x=X, **kwargs):
+    pruner = ImportancePruner(**kwargs)
+    pruner.prepare_from_supernet(resnet() if model is None else model, x)
+    return pruner
+
+
+def test_the_table_is_cached_on_disk_and_read_back_without_measuring(tmp_path):
+    runtime = FlopsRuntime(cache_dir=tmp_path)
+    table = SubnetLatency(prepared(), X, runtime).table
+    assert runtime.calls > 0 and len(list(tmp_path.iterdir())) == 1
+    calls = runtime.calls
+    again = SubnetLatency(prepared(), X, runtime).table
+    assert runtime.calls == calls  # read from the cache, nothing timed
+    assert again == table and LatencyTable.from_json(table.to_json()) == table
+    conv = table.layers['stages.1.0.conv1.conv']  # 8 -> 16 channels, 3x3, 8x8 output
+    assert conv.ins == [1, 2, 4, 6, 8] and conv.outs == [2, 4, 8, 12, 16]
+    # the stand-in's ms are FLOPs: 16 * 8 * 9 * 64 MACs at full width, 1 at the first point
+    assert conv.ms[-1][-1] == pytest.approx(16 * 8 * 9 * 64 * 1e-6 + 0.01)
+    assert conv.at(8, 16) == conv.ms[-1][-1] and conv.at(5, 16) == pytest.approx(
+        (conv.ms[2][-1] + conv.ms[3][-1]) / 2)
+
+
+def test_the_cache_key_names_model_input_runtime_and_threads(tmp_path):
+    def key(model=None, x=X, **runtime):
+        pruner = prepared(model, x)
+        return SubnetLatency(pruner, x, FlopsRuntime(cache_dir=tmp_path, **runtime)).table_key()
+
+    base, meta = key()
+    assert key()[0] == base
+    assert meta['inputs'] == [[1, 3, 16, 16]] and meta['runtime'] == 'flops'
+    assert meta['versions'] == {'torch': torch.__version__}
+    assert key(x=torch.randn(1, 3, 32, 32))[0] != base
+    assert key(threads=2)[0] != base
+    wider = ResNet(depth=18, base_channels=16, num_classes=10, stem='cifar').eval()
+    assert key(model=wider)[0] != base
+    onnx = SubnetLatency(prepared(), X, OnnxRuntime(cache_dir=tmp_path)).table_key()[1]
+    assert onnx['runtime'] == 'onnxruntime' and 'onnxruntime' in onnx['versions']
+
+
+def test_a_table_of_another_version_is_refused_by_name(tmp_path):
+    path = tmp_path / 'table.json'
+    path.write_text(json.dumps(dict(version=0, key='k', meta={}, layers={})))
+    with pytest.raises(ValueError, match=r'table\.json: latency table version 0.*delete'):
+        LatencyTable.load(path)
+
+
+def test_a_depthwise_conv_is_timed_along_its_diagonal(tmp_path):
+    net = nn.Sequential(nn.Conv2d(3, 8, 1), nn.ReLU(), nn.Conv2d(8, 8, 3, groups=8),
+                        nn.ReLU(), nn.Conv2d(8, 4, 1)).eval()
+    table = SubnetLatency(prepared(net), X, FlopsRuntime(cache_dir=False)).table
+    depthwise = table.layers['2']
+    assert depthwise.bound and depthwise.ins == depthwise.outs == [1, 2, 4, 6, 8]
+    assert not table.layers['4'].bound and table.layers['4'].outs == [4]
+
+
+@pytest.mark.parametrize('global_ranking', [False, True])
+def test_allocation_meets_a_latency_target_as_the_slim_model_measures(global_ranking):
+    runtime = FlopsRuntime(cache_dir=False)
+    pruner = prepared(latency=0.5, runtime=runtime, global_ranking=global_ranking)
+    allocation = pruner.allocate()
+    achieved = allocation.fraction('latency')
+    assert 0.45 <= achieved <= 0.5 * 1.02
+    # the slim model razorlib.prune returns runs at that fraction on the runtime
+    slim = razorlib.prune(resnet(), X, latency=0.5, runtime=runtime,
+                          global_ranking=global_ranking)
+    dense_ms, slim_ms = runtime.latency([resnet(), slim], X)
+    assert slim_ms / dense_ms == pytest.approx(achieved, rel=1e-6)
+    assert 'latency' in str(allocation) and 'measured' in str(allocation)
+
+
+def test_a_tight_tolerance_keeps_the_measured_latency_under_the_target():
+    pruner = prepared()
+    runtime = FlopsRuntime(cache_dir=False)
+    timer = SubnetLatency(pruner, X, runtime, tolerance=0.0, max_measurements=20)
+    allocation = allocate(pruner, pruner.score(), latency=0.3, global_ranking=True,
+                          example_inputs=X, runtime=timer)
+    assert 0.27 <= allocation.fraction('latency') <= 0.3
+    # few whole-model measurements: the table predicts, the measurements confirm
+    assert sum(len(s) for s in allocation.latency.measured.values()) <= 12
+
+
+def test_an_unreachable_latency_target_names_the_smallest_reachable_value():
+    pruner = prepared(latency=0.01, runtime=FlopsRuntime(cache_dir=False), max_ratio=0.5)
+    before = copy.deepcopy(pruner.current_subnet)
+    with pytest.raises(ValueError) as err:
+        pruner.allocate()
+    message = str(err.value)
+    assert 'latency=0.01 cannot be met on flops' in message
+    best = float(message.split('ask for latency>=')[1].split(',')[0])
+    assert 0.2 < best < 0.4  # max_ratio=0.5 keeps half of each group: about a quarter
+    assert all(np.array_equal(before[g], pruner.current_subnet[g]) for g in before)
+
+
+def test_monotone_fit_pools_measurements_out_of_order():
+    assert monotone_fit({0: [0.2], 3: [0.6], 4: [0.4, 0.5, 0.5], 9: [1.0]}) == {
+        0: 0.2, 3: 0.525, 4: 0.525, 9: 1.0}  # (0.6 + 3 * 0.5) / 4: weighted by samples
+
+
+def test_layer_latency_interpolates_and_clamps():
+    layer = LayerLatency(2, [4, 8], [4, 8], [[1.0, 2.0], [2.0, 4.0]])
+    assert layer.at(6, 6) == pytest.approx(2.25)
+    assert layer.at(1, 1) == 1.0 and layer.at(16, 16) == 4.0
+
+
+def test_runtimes_time_a_layer_on_torch_and_onnxruntime():
+    conv = nn.Conv2d(3, 8, 3)
+    for runtime in (TorchRuntime(warmup=1, repeat=3), OnnxRuntime(warmup=1, repeat=3)):
+        (ms, ) = runtime.latency([conv], (X, ))
+        assert 0 < ms < 1000
+    with pytest.raises(ValueError, match="unknown latency runtime 'tensorrt'"):
+        build_runtime('tensorrt')
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason='checks the message without CUDA')
+def test_the_cuda_runtime_says_when_there_is_no_gpu():
+    with pytest.raises(RuntimeError, match="runtime 'cuda': torch.cuda.is_available"):
+        CudaRuntime()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason='needs a CUDA device')
+def test_the_cuda_runtime_times_a_layer_on_the_gpu():
+    runtime = CudaRuntime(warmup=1, repeat=3)
+    (ms, ) = runtime.latency([nn.Conv2d(3, 8, 3)], (X, ))
+    assert ms > 0 and runtime.key_fields()['device'] == 'cuda'

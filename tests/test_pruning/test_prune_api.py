@@ -1,0 +1,135 @@
+"""razorlib.prune: the default is the L1 ratio pruning it always was; budgets, criteria,
+global ranking and data in one call; batch-norm statistics re-estimated on the data."""
+import copy
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+import zoo
+
+import razorlib
+from razorlib.utils import get_model_complexity
+
+X = torch.randn(2, 3, 8, 8)
+
+
+class Net(nn.Module):
+    """conv1 -> bn1 -> relu -> conv2 -> bn2 -> relu -> pool -> fc."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1, self.bn1 = nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8)
+        self.conv2, self.bn2 = nn.Conv2d(8, 12, 3, padding=1), nn.BatchNorm2d(12)
+        self.fc = nn.Linear(12, 4)
+
+    def forward(self, x):
+        x = torch.relu(self.bn1(self.conv1(x)))
+        return self.fc(torch.relu(self.bn2(self.conv2(x))).mean((2, 3)))
+
+
+def net():
+    torch.manual_seed(0)
+    model = Net()
+    zoo.randomize_norms(model)
+    return model.eval()
+
+
+def batches(count=2, size=6):
+    generator = torch.Generator().manual_seed(1)
+    return [(torch.randn(size, 3, 8, 8, generator=generator),
+             torch.randint(0, 4, (size, ), generator=generator)) for _ in range(count)]
+
+
+def test_the_default_keeps_half_of_each_group_by_summed_l1_as_before():
+    model = net()
+    slim = razorlib.prune(model, X, ratio=0.5)
+    # conv1's channels: its filters and conv2's input columns; conv2's: its filters and
+    # fc's columns.  The best half of each, by index order.
+    w1, w2, w3 = model.conv1.weight.detach(), model.conv2.weight.detach(), model.fc.weight
+    l1_a = w1.abs().sum((1, 2, 3)) + w2.abs().sum((0, 2, 3))
+    l1_b = w2.abs().sum((1, 2, 3)) + w3.detach().abs().sum(0)
+    keep_a = l1_a.argsort(descending=True)[:4].sort().values
+    keep_b = l1_b.argsort(descending=True)[:6].sort().values
+    assert torch.equal(slim.conv1.weight, w1[keep_a])
+    assert torch.equal(slim.conv2.weight, w2[keep_b][:, keep_a])
+    assert torch.equal(slim.fc.weight, w3.detach()[:, keep_b])
+    assert torch.equal(slim.bn1.running_mean, model.bn1.running_mean[keep_a])  # no data: kept
+
+
+def test_budgets_criteria_and_global_ranking_in_one_call():
+    model = zoo.MobileNetV2().eval()
+    x = torch.randn(1, 3, 32, 32)
+    dense = get_model_complexity(model, x)
+    for kwargs in (dict(flops=0.5), dict(params=0.5, global_ranking=True, round_to=4),
+                   dict(flops=0.4, importance='fpgm', max_ratio=0.8),
+                   dict(flops=0.4, importance=dict(type='l2', normalize='lamp'),
+                        global_ranking=True)):
+        metric = 'flops' if 'flops' in kwargs else 'params'
+        slim = razorlib.prune(model, x, **kwargs)
+        achieved = getattr(get_model_complexity(slim, x), metric) / getattr(dense, metric)
+        assert achieved <= kwargs[metric], (kwargs, achieved)
+        assert achieved >= kwargs[metric] - 0.1, (kwargs, achieved)
+
+
+def test_data_driven_criteria_score_on_the_batches_with_the_loss_given():
+    model = net()
+    seen = []
+
+    def loss_fn(outputs, targets):
+        seen.append(targets.shape[0])
+        return nn.functional.cross_entropy(outputs, targets)
+
+    slim = razorlib.prune(model, X, flops=0.5, importance='taylor', data=batches(3),
+                          loss_fn=loss_fn)
+    assert seen == [6, 6, 6]
+    assert slim.conv1.out_channels < 8
+    with pytest.raises(ValueError, match="'fisher' is computed from data: pass data="):
+        razorlib.prune(model, X, importance='fisher')
+
+
+def test_batch_norm_statistics_are_re_estimated_on_the_data_after_slicing():
+    model = net()
+    data = batches(2)
+    slim = razorlib.prune(model, X, ratio=0.5, importance='activation', data=iter(data))
+    # each batch norm: the mean of the batches' means and of their unbiased variances
+    # of its input, as the slim model computes it
+    with torch.no_grad():
+        inputs = [slim.conv1(x) for x, _ in data]
+        mean = torch.stack([i.mean((0, 2, 3)) for i in inputs]).mean(0)
+        var = torch.stack([i.var((0, 2, 3), unbiased=True) for i in inputs]).mean(0)
+    assert torch.allclose(slim.bn1.running_mean, mean, atol=1e-5)
+    assert torch.allclose(slim.bn1.running_var, var, atol=1e-5)
+    assert slim.bn1.momentum == model.bn1.momentum and not slim.training
+    assert not torch.allclose(slim.bn2.running_mean,
+                              razorlib.prune(model, X, ratio=0.5).bn2.running_mean)
+
+
+def test_an_unreachable_budget_raises_and_leaves_the_model_untouched():
+    model = net()
+    state = copy.deepcopy(model.state_dict())
+    with pytest.raises(ValueError, match=r'params=0.01 cannot be met: .* keeps 0\.\d+ of the '
+                                         r"dense model's params"):
+        razorlib.prune(model, X, params=0.01)
+    assert set(model.state_dict()) == set(state)  # no mask buffer
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in state.items())
+
+
+def test_other_pruners_keep_their_own_ranking():
+    model = net()
+    slim = razorlib.prune(model, X, flops=0.5, pruner='RatioPruner')
+    assert torch.equal(slim.conv1.weight, model.conv1.weight[:slim.conv1.out_channels])
+    with pytest.raises(ValueError, match="'RatioPruner' ranks channels its own way"):
+        razorlib.prune(model, X, importance='l2', pruner='RatioPruner')
+    with pytest.raises(ValueError, match='give one budget'):
+        razorlib.prune(model, X, ratio=0.5, flops=0.5)
+
+
+def test_groups_a_criterion_cannot_score_are_kept_whole_with_a_warning():
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.Conv2d(8, 8, 3), nn.BatchNorm2d(8),
+                          nn.ReLU(), nn.Conv2d(8, 2, 1)).eval()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        slim = razorlib.prune(model, X, ratio=0.5, importance='bn_scale')
+    assert slim[0].out_channels == 8 and slim[2].out_channels == 4
+    assert any('scores no channel of 0: kept whole' in str(w.message) for w in caught)

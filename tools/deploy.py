@@ -1,0 +1,259 @@
+"""Build TensorRT engines of a quantized model and check them against razorlib's simulation.
+
+Examples:
+    python tools/deploy.py configs/quantization/ptq/autoslim_plaincnn_digits_trt_int8.py \\
+        work_dirs/autoslim_plaincnn_digits_supernet/epoch_30.pth
+    python tools/deploy.py configs/quantization/qat/qat_plaincnn_digits_trt_int8.py \\
+        work_dirs/qat_plaincnn_digits_trt_int8/epoch_5.pth
+
+CONFIG is what tools/ptq.py takes (a PTQ config, or a model config with the ``ptq``
+defaults) and CHECKPOINT the trained model, or CONFIG is a QAT config
+(``configs/quantization/qat/``) and CHECKPOINT a checkpoint of its training.  The model
+is quantized (PTQ) or its trained QAT graph restored, then written twice: the QDQ ONNX
+model (INT8) and the plain ONNX model; TensorRT builds an INT8 engine from the first
+(explicit quantization: the Q/DQ pairs say what runs in int8, the rest in FP16) and an
+FP16 engine from the second.  Both run on the ``val_dataloader``; their outputs are
+compared with razorlib's simulated INT8 (``QuantExecutor``) and with FP32: SNR in dB,
+top-1, and top-1 agreement.  Writes ``<work_dir>/<config name>_int8.onnx``,
+``_fp32.onnx``, the ``.engine`` files and ``deploy.json``.
+
+TensorRT is an optional extra (``pip install 'razorlib[tensorrt]'``, on a machine with
+an NVIDIA GPU).  Where it is not installed, or no CUDA GPU is present, the tool says so in
+one line and exits with code 0 before it does anything; exit code 2 for a mistake in
+the arguments, the config or the checkpoint.  See docs/quantization/deploy.md.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Dict, Optional
+
+from mmengine.config import DictAction
+from mmengine.logging import print_log
+
+if TYPE_CHECKING:
+    import torch
+
+TOOLS = Path(__file__).resolve().parent
+#: Exit code where TensorRT or a CUDA GPU is missing: nothing to do is not a failure.
+NOT_AVAILABLE = 0
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument('config', help='a PTQ, model or QAT config file')
+    parser.add_argument('checkpoint', help='the trained model (or QAT) checkpoint')
+    parser.add_argument('--subnet', help='channel config of a supernet subnet (PTQ only; '
+                        'default: none, the full width)')
+    parser.add_argument('--batch-size', type=int, default=32,
+                        help='the engines\' largest and optimal batch (default: %(default)s)')
+    parser.add_argument('--workspace', type=int, default=1024, metavar='MIB',
+                        help='TensorRT builder workspace in MiB (default: %(default)s)')
+    parser.add_argument('--work-dir', help='where the files go (default: '
+                        'work_dirs/deploy_<config name>)')
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction, metavar='KEY=VALUE',
+                        help='override config keys (default: none)')
+    parser.add_argument('--seed', type=int, default=0,
+                        help='random seed of the dataloaders (default: %(default)s)')
+    return parser.parse_args(argv)
+
+
+def unavailable() -> Optional[str]:
+    """Why no engine can be built here (one line), or None when TensorRT and a GPU are."""
+    if importlib.util.find_spec('tensorrt') is None:
+        return ("TensorRT is not installed (pip install 'razorlib[tensorrt]' on a machine "
+                'with an NVIDIA GPU): no engine built')
+    import torch
+    if not torch.cuda.is_available():
+        return 'TensorRT is installed but no CUDA GPU is visible: no engine built'
+    return None
+
+
+def _load_ptq_tool():
+    spec = importlib.util.spec_from_file_location('ptq_tool', TOOLS / 'ptq.py')
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def quantized_graph(args: argparse.Namespace):
+    """``(graph, config, preprocessor)``: the calibrated (PTQ) or trained (QAT) graph.
+
+    Raises:
+        ConfigError: a missing file, a config or checkpoint that does not fit.
+    """
+    import torch
+    from mmengine.registry import init_default_scope
+    from mmengine.runner import Runner
+
+    from razorlib.engine.checkpoint_check import check_fits, read_checkpoint, state_dict_of
+    from razorlib.engine.config import ConfigError, check_config, load_config
+    from razorlib.registry import MODELS, SCOPE
+
+    cfg = load_config(args.config, args.cfg_options)
+    check_config(cfg, required=('model', 'val_dataloader'))
+    init_default_scope(cfg.get('default_scope') or SCOPE)
+    if cfg.model.get('type') != 'QAT':
+        ptq = _load_ptq_tool()
+        args.platform = args.calib_steps = args.observer = args.dispatcher = None
+        args.export_format = args.dynamic_batch = None
+        cfg, model, classifier = ptq.load_classifier(args)
+        settings = ptq.ptq_settings(cfg, args)
+        loader = Runner.build_dataloader(cfg.get('calib_dataloader') or cfg.train_dataloader,
+                                         seed=args.seed)
+        images = [b[0] for b in ptq.preprocessed(loader, model.data_preprocessor,
+                                                 settings.calib_steps)]
+        from razorlib.quantization import quantize_torch_model
+        graph = quantize_torch_model(classifier.eval(), images, images[0], progress=False,
+                                     **settings.quantize_kwargs())
+        return graph, cfg, model.data_preprocessor
+    if not Path(args.checkpoint).is_file():
+        raise ConfigError(f'checkpoint: {args.checkpoint} does not exist')
+    model = MODELS.build(cfg.model)
+    state = state_dict_of(read_checkpoint(args.checkpoint))
+    check_fits(model, state, args.checkpoint)
+    model.load_state_dict(state)
+    with torch.no_grad():
+        return model.calibrated_graph(), cfg, model.data_preprocessor
+
+
+class Engine:
+    """A TensorRT engine built from an ONNX model, run on torch CUDA tensors.
+
+    Args:
+        onnx_path: the model.
+        int8: build with INT8 enabled (a QDQ model: explicit quantization) besides FP16.
+        batch_size: the largest and optimal batch of a dynamic batch axis.
+        workspace_mib: the builder's workspace.
+    """
+
+    def __init__(self, onnx_path: Path, int8: bool, batch_size: int, workspace_mib: int):
+        import tensorrt as trt
+        self.trt = trt
+        logger = trt.Logger(trt.Logger.WARNING)
+        builder = trt.Builder(logger)
+        network = builder.create_network(0)
+        parser = trt.OnnxParser(network, logger)
+        if not parser.parse_from_file(str(onnx_path)):
+            errors = '; '.join(str(parser.get_error(i)) for i in range(parser.num_errors))
+            raise RuntimeError(f'TensorRT cannot parse {onnx_path}: {errors}')
+        config = builder.create_builder_config()
+        config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, workspace_mib << 20)
+        config.set_flag(trt.BuilderFlag.FP16)
+        if int8 and hasattr(trt.BuilderFlag, 'INT8'):
+            config.set_flag(trt.BuilderFlag.INT8)
+        profile = builder.create_optimization_profile()
+        for index in range(network.num_inputs):
+            tensor = network.get_input(index)
+            shape = list(tensor.shape)
+            if shape and shape[0] == -1:
+                low, high = [1] + shape[1:], [batch_size] + shape[1:]
+                profile.set_shape(tensor.name, low, high, high)
+        config.add_optimization_profile(profile)
+        serialized = builder.build_serialized_network(network, config)
+        if serialized is None:
+            raise RuntimeError(f'TensorRT failed to build an engine from {onnx_path}')
+        self.plan = bytes(serialized)
+        self.engine = trt.Runtime(logger).deserialize_cuda_engine(self.plan)
+        self.context = self.engine.create_execution_context()
+        names = [self.engine.get_tensor_name(i) for i in range(self.engine.num_io_tensors)]
+        mode = trt.TensorIOMode.INPUT
+        self.inputs = [n for n in names if self.engine.get_tensor_mode(n) == mode]
+        self.outputs = [n for n in names if self.engine.get_tensor_mode(n) != mode]
+
+    def __call__(self, images: 'torch.Tensor') -> 'torch.Tensor':
+        """The first output on ``images`` (any batch up to the build's), as float32 on
+        the CPU."""
+        import torch
+        images = images.cuda().contiguous()
+        self.context.set_input_shape(self.inputs[0], tuple(images.shape))
+        self.context.set_tensor_address(self.inputs[0], images.data_ptr())
+        results = []
+        dtypes = {self.trt.float32: torch.float32, self.trt.float16: torch.float16}
+        for name in self.outputs:
+            shape = tuple(self.context.get_tensor_shape(name))
+            out = torch.empty(shape, dtype=dtypes[self.engine.get_tensor_dtype(name)],
+                              device='cuda')
+            self.context.set_tensor_address(name, out.data_ptr())
+            results.append(out)
+        stream = torch.cuda.current_stream()
+        if not self.context.execute_async_v3(stream.cuda_stream):
+            raise RuntimeError('TensorRT execution failed')
+        stream.synchronize()
+        return results[0].float().cpu()
+
+
+def compare(run, reference, images, labels, batch_size) -> Dict[str, float]:
+    """SNR (dB) against ``reference``, top-1 and agreement with ``reference``'s top-1."""
+    import torch
+
+    from razorlib.quantization import snr_db
+    with torch.no_grad():
+        logits = torch.cat([run(chunk) for chunk in images.split(batch_size)])
+        expected = torch.cat([reference(chunk) for chunk in images.split(batch_size)])
+    return dict(snr_db=snr_db(expected, logits),
+                top1=100.0 * float((logits.argmax(1) == labels).float().mean()),
+                agreement=100.0 * float((logits.argmax(1) == expected.argmax(1)).float().mean()))
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    reason = unavailable()
+    if reason is not None:
+        print(f'tools/deploy.py: {reason}', flush=True)
+        return NOT_AVAILABLE
+    import torch
+    from mmengine.runner import Runner
+
+    from razorlib.engine.checkpoint_check import CheckpointError
+    from razorlib.engine.config import ConfigError
+    from razorlib.quantization import QuantExecutor, dequantized, export_graph
+
+    name = Path(args.config).stem
+    work_dir = Path(args.work_dir or f'work_dirs/deploy_{name}')
+    work_dir.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(args.seed)
+    try:
+        graph, cfg, preprocessor = quantized_graph(args)
+    except (ConfigError, CheckpointError, ValueError) as err:
+        print_log(f'{args.config}: {err}', logger='current', level=logging.ERROR)
+        return 2
+    paths = {'int8': work_dir / f'{name}_int8.onnx', 'fp16': work_dir / f'{name}_fp32.onnx'}
+    export_graph(graph, paths['int8'], 'QDQ_ONNX')
+    export_graph(graph, paths['fp16'], 'ONNX')
+    val = [preprocessor(data, False) for data in Runner.build_dataloader(cfg.val_dataloader)]
+    images = torch.cat([data['inputs'] for data in val])
+    labels = torch.cat([s.gt_label for data in val for s in data['data_samples']])
+    executor = QuantExecutor(graph)
+
+    def simulated(x):
+        return executor(x)[0]
+
+    def fp32(x):
+        with dequantized(graph):
+            return executor(x)[0]
+
+    results: Dict[str, Dict[str, float]] = {}
+    for kind, path in paths.items():
+        engine = Engine(path, kind == 'int8', args.batch_size, args.workspace)
+        path.with_suffix('.engine').write_bytes(engine.plan)
+        reference = simulated if kind == 'int8' else fp32
+        results[f'trt_{kind}'] = compare(engine, reference, images, labels, args.batch_size)
+    results['fp32'] = compare(fp32, fp32, images, labels, args.batch_size)
+    results['int8_simulated'] = compare(simulated, fp32, images, labels, args.batch_size)
+    for key, value in results.items():
+        print_log(f'{key}: ' + ', '.join(f'{k} {v:.2f}' for k, v in value.items()),
+                  logger='current')
+    (work_dir / 'deploy.json').write_text(json.dumps(dict(
+        config=args.config, checkpoint=args.checkpoint,
+        onnx={k: str(v) for k, v in paths.items()}, results=results), indent=2))
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
