@@ -1,9 +1,14 @@
-"""DARTS: alternating architecture / weight steps through an OptimWrapperDict, argmax subnet."""
+"""DARTS: alternating architecture / weight steps through an OptimWrapperDict, argmax
+subnet, and DDP on CPU."""
+from datetime import timedelta
+
 import pytest
 import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
 from mmengine.optim import OptimWrapper, OptimWrapperDict
 
-from razorlib.algorithms import DARTS
+from razorlib.algorithms import DARTS, SPOSDDP
 from razorlib.nas import ArchWeightOptimWrapperConstructor, DiffMutableOP
 from razorlib.registry import OPTIM_WRAPPER_CONSTRUCTORS
 
@@ -86,3 +91,37 @@ def test_misconfigurations_are_named():
         DARTS(dict(ARCH, backbone=dict(ARCH['backbone'], mutable_cfg=None)))
     with pytest.raises(ValueError, match='batch size >= 2'):
         model.train_step(batch(1), wrappers(model))
+
+
+def ddp_worker(rank: int, store: str, state: dict, result: str) -> None:
+    # A file store, not a TCP port: nothing to collide with on a shared machine.
+    dist.init_process_group('gloo', init_method=f'file://{store}', rank=rank, world_size=2,
+                            timeout=timedelta(seconds=120))
+    try:
+        model = tiny_darts()
+        model.load_state_dict(state)
+        wrapper = SPOSDDP(module=model, device_ids=None)
+        generator = torch.Generator().manual_seed(10 + rank)  # each rank its own data
+        data = dict(inputs=torch.rand(8, 3, 8, 8, generator=generator),
+                    data_samples=torch.randint(0, 10, (8, ), generator=generator))
+        wrapper.train_step(data, wrappers(model))
+        torch.save({name: p.detach() for name, p in model.named_parameters()},
+                   f'{result}.{rank}')
+        del wrapper  # free the DDP reducer while its process group is alive
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def test_under_ddp_both_steps_keep_the_ranks_identical(tmp_path):
+    start = tiny_darts()
+    state = {k: v.clone() for k, v in start.state_dict().items()}
+    result = str(tmp_path / 'params')
+    mp.spawn(ddp_worker, args=(str(tmp_path / 'store'), state, result), nprocs=2)
+    ranks = [torch.load(f'{result}.{rank}') for rank in range(2)]
+    alphas = {name for name, _ in start.named_parameters() if 'arch_param' in name}
+    assert alphas
+    for name, p in start.named_parameters():
+        assert torch.equal(ranks[0][name], ranks[1][name]), name  # gradients all-reduced
+    moved = [n for n, p in start.named_parameters() if not torch.equal(ranks[0][n], p)]
+    assert alphas <= set(moved) and len(moved) > len(alphas)  # both groups stepped
