@@ -108,7 +108,7 @@ def test_tools_train_runs_qat_and_writes_the_qdq_model(tmp_path, config):
     assert onnx_path.is_file()
     model = QAT(Config.fromfile(path).model.architecture, [torch.randn(2, 3, 16, 16)],
                 dict(calib_steps=1, platform='ORT_INT8' if config == 'ort' else 'TRT_INT8'))
-    state = torch.load(tmp_path / 'run' / 'epoch_1.pth', weights_only=False)['state_dict']
+    state = torch.load(tmp_path / 'run' / 'epoch_1.pth')['state_dict']
     model.load_state_dict(state)
     images = torch.randn(8, 3, 16, 16)
     with torch.no_grad():
