@@ -107,7 +107,7 @@ def test_the_digits_config_prunes_in_tools_train_and_its_slim_model_deploys(tmp_
         'model.start=1', 'model.step_freq=2', 'model.prune_times=2',
         'model.architecture.backbone.channels=[8,16,16,32]', 'experiment_name=ite_digits'])
     assert code == 0
-    checkpoint = torch.load(tmp_path / 'epoch_1.pth')  # weights_only: razorlib allow-lists mmengine's globals
+    checkpoint = torch.load(tmp_path / 'epoch_1.pth')  # weights only: globals allow-listed
     assert int(checkpoint['state_dict']['step_count']) == 6
     cfg = Config.fromfile(config)
     cfg.merge_from_dict({'model.architecture.backbone.channels': [8, 16, 16, 32]})
