@@ -127,12 +127,6 @@ class LayerKind:
     def __repr__(self) -> str:
         return f'{type(self).__name__}()'
 
-    def __eq__(self, other: object) -> bool:
-        return type(self) is type(other)
-
-    def __hash__(self) -> int:
-        return hash(type(self))
-
     # ------------------------------------------------------------------ tracing
     def trace(self, ctx: Any, node: Any, ins: Sequence[Any], name: str,
               module: nn.Module) -> Optional[Tuple[np.ndarray, int]]:

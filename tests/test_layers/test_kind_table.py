@@ -42,9 +42,12 @@ def test_a_later_registration_overrides_and_is_undone():
 
 
 def test_kinds_for_one_call_accept_instances_classes_names_and_dicts():
-    for spec in (FrozenConvKind(), FrozenConvKind, 'BatchNormKind', dict(type='LinearKind')):
-        KindTable([spec])
-    assert type(KindTable([FrozenConvKind]).kind_of(nn.Conv2d(2, 2, 1))) is FrozenConvKind
+    conv = nn.Conv2d(2, 2, 1)
+    for spec in (FrozenConvKind(), FrozenConvKind):
+        assert type(KindTable([spec]).kind_of(conv)) is FrozenConvKind
+    for spec, module, kind in (('BatchNormKind', nn.BatchNorm2d(2), 'BatchNormKind'),
+                               (dict(type='LinearKind'), nn.Linear(2, 2), 'LinearKind')):
+        assert type(KindTable([spec]).kind_of(module)).__name__ == kind
     assert type(kind_of(nn.Conv2d(2, 2, 1))) is ConvKind
 
 
