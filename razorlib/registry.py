@@ -56,6 +56,9 @@ PRUNERS = Registry('pruner', scope=SCOPE, locations=_present('razorlib.pruning')
 # What razorlib knows about a module type (razorlib.layers.LayerKind), keyed by kind name;
 # razorlib.layers.kind_of looks a module up by its type, the most derived class winning.
 LAYER_KINDS = Registry('layer kind', scope=SCOPE, locations=_present('razorlib.layers'))
+# How an attention module's code sizes its heads (razorlib.layers.HeadAttributes): the
+# attributes slicing rewrites once the module's projections lose heads.
+HEAD_ATTRIBUTES = Registry('head attributes', scope=SCOPE, locations=_present('razorlib.layers'))
 # grad_fn name (as torch emits it, 'ConvolutionBackward0') -> razorlib.tracing.rules.Rule.
 TRACING_RULES = Registry('tracing rule', scope=SCOPE, locations=_present('razorlib.tracing'))
 TASK_UTILS = Registry('task util', parent=MMENGINE_TASK_UTILS, scope=SCOPE,

@@ -7,6 +7,7 @@ from .attention import MultiheadAttentionKind
 from .base import IN_MASK, OUT_MASK, Kept, LayerKind, SlicePlan, kept_widths, take
 from .conv import ConvKind
 from .embedding import EmbeddingKind
+from .heads import HeadAttributes, head_attributes_of
 from .hf import HFConv1DKind
 from .linear import LinearKind
 from .norm import BatchNormKind, GroupNormKind, InstanceNormKind, LayerNormKind, NormKind
@@ -18,5 +19,5 @@ __all__ = [
     'ConvKind', 'LinearKind', 'EmbeddingKind', 'HFConv1DKind', 'NormKind', 'BatchNormKind', 'InstanceNormKind',
     'LayerNormKind', 'GroupNormKind', 'MultiheadAttentionKind', 'KindTable', 'LayerKindsArg',
     'as_table', 'kind_of', 'param_mask_name', 'plan_param', 'param_channel_weights',
-    'kept_param_size',
+    'kept_param_size', 'HeadAttributes', 'head_attributes_of',
 ]

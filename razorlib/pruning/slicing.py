@@ -11,7 +11,8 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 import torch
 import torch.nn as nn
 
-from ..layers import KindTable, LayerKindsArg, SlicePlan, as_table, plan_param
+from ..layers import (HeadAttributes, KindTable, LayerKindsArg, SlicePlan, as_table,
+                      head_attributes_of, plan_param)
 from .channel_config import ChannelConfig, ChannelSelection, as_channel_config
 from .masks import remove_masks
 
@@ -87,6 +88,30 @@ def plan_slices(model: nn.Module, channel_cfg: ChannelConfig,
                 raise ValueError(f'channel config names parameter {name!r}, which the model '
                                  'does not have')
             plans.append((owner, _plan_param(name, owner, attr, dims)))
+    plans += _head_plans(model, channel_cfg, kinds)
+    return plans
+
+
+class _HeadsPlan:
+    """Recomputes an attention module's head counts once its projections are sliced
+    (applied after them: it reads their new widths)."""
+
+    def __init__(self, spec: HeadAttributes, kinds: Optional[KindTable]):
+        self.spec, self.kinds = spec, kinds
+
+    def apply(self, module: nn.Module) -> None:
+        self.spec.update(module, self.kinds)
+
+
+def _head_plans(model: nn.Module, channel_cfg: ChannelConfig,
+                kinds: Optional[KindTable]) -> List[Tuple[nn.Module, _HeadsPlan]]:
+    """A plan for each attention module whose query projection the config slices."""
+    sliced = {name for name, axes in channel_cfg.modules.items() if 'out' in axes}
+    plans = []
+    for name, module in model.named_modules():
+        spec = head_attributes_of(module)
+        if spec is not None and (f'{name}.{spec.query}' if name else spec.query) in sliced:
+            plans.append((module, _HeadsPlan(spec, kinds)))
     return plans
 
 

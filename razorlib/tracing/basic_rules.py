@@ -7,6 +7,7 @@ from typing import Dict, Iterable, List, Optional, Sequence
 
 import numpy as np
 
+from . import heads
 from .channels import InputInfo, TensorChannels
 from .context import TraceContext, dims_tuple, output_shapes
 
@@ -43,8 +44,12 @@ def pass_through(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
             ctx.freeze(dim_slots, 'shape', node,
                        f'changes the size of channel dim {dim} '
                        f'({x.shape[dim]} -> {out_shape[dim]})')
-    pending = frozenset(d for d in x.pending if d in slots or out_shape[d] == x.shape[d])
-    return [TensorChannels(out_shape, slots, pending)] + [None] * (len(shapes) - 1)
+    split = x.split
+    if split is not None and any(out_shape[d] != x.shape[d] for d in split.dims):
+        ctx.freeze(split.grid.ravel(), 'shape', node,
+                   'changes the size of a dim of channels split by a reshape')
+        split = None
+    return [TensorChannels(out_shape, slots, split)] + [None] * (len(shapes) - 1)
 
 
 def bind_aligned(ctx: TraceContext, node, ins: Sequence[InputInfo],
@@ -96,14 +101,37 @@ def elementwise(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
     """
     shapes = output_shapes(node)
     out_shape = shapes[0]
-    slots = bind_aligned(ctx, node, ins, out_shape)
-    pending = set()
+    split = _shared_split(ctx, node, ins, len(out_shape))
+    if split is None:
+        ins = [heads.settle(ctx, node, inp) for inp in ins]
+    slots = bind_aligned(ctx, node, ins, out_shape, skip=split.dims if split else ())
+    return [TensorChannels(out_shape, slots, split)] + [None] * (len(shapes) - 1)
+
+
+def _shared_split(ctx: TraceContext, node, ins: Sequence[InputInfo], ndim: int):
+    """The split the output of an elementwise op keeps, if every input with one has it
+    on the same dims and shape (their grids are bound) and no other input has channels
+    of its own there; else None (the caller reads the splits as heads)."""
+    found = []
     for inp in ins:
-        if inp.channels is not None and inp.shape is not None:
-            offset = len(out_shape) - len(inp.shape)
-            pending.update(d + offset for d in inp.channels.pending)
-    pending = frozenset(d for d in pending if d in slots or out_shape[d] > 1)
-    return [TensorChannels(out_shape, slots, pending)] + [None] * (len(shapes) - 1)
+        tc = inp.channels if inp.resolve is None else None
+        if tc is not None and tc.split is not None:
+            offset = ndim - tc.ndim
+            found.append(tc.split.moved({d: d + offset for d in tc.split.dims}))
+    if not found or any(f.dims != found[0].dims or f.grid.shape != found[0].grid.shape
+                        for f in found):
+        return None
+    for inp in ins:
+        if inp.shape is None or (inp.resolve is None and inp.channels is not None
+                                 and inp.channels.split is not None):
+            continue
+        offset = ndim - len(inp.shape)
+        if any(d - offset >= 0 and inp.shape[d - offset] != 1 for d in found[0].dims):
+            return None
+    for other in found[1:]:
+        ctx.bind(found[0].grid.ravel(), other.grid.ravel(),
+                 f'{node.name()} combines channels elementwise')
+    return found[0]
 
 
 def _reduced_dims(node, ndim: int):

@@ -6,6 +6,33 @@ import numpy as np
 
 
 @dataclass(frozen=True)
+class Split:
+    """Channels of one dim that a reshape split over several dims, not yet read.
+
+    ``q_proj(x).view(B, N, heads, head_dim)`` splits 64 channels into a 4 x 16 grid.
+    What the split means is only known from what reads it: merged back after a permute
+    it is a channel shuffle; read by a matrix product or attention it is heads (each
+    row a head, its ``head_dim`` channels kept or pruned together).
+
+    Args:
+        dims: the tensor dim of each grid axis.
+        grid: the slot ids, one grid axis per split dim, in the order the reshape made
+            them (so ``grid.ravel()`` is the channel order before the split).
+
+    Example:
+        >>> import numpy as np
+        >>> Split((2, 3), np.arange(8).reshape(2, 4)).moved({2: 1, 3: 3}).dims
+        (1, 3)
+    """
+    dims: Tuple[int, ...]
+    grid: np.ndarray
+
+    def moved(self, position: Dict[int, int]) -> 'Split':
+        """The same split with its dims renumbered (``position[old] = new``)."""
+        return Split(tuple(position[d] for d in self.dims), self.grid)
+
+
+@dataclass(frozen=True)
 class TensorChannels:
     """Channel slots of one traced tensor.
 
@@ -14,9 +41,9 @@ class TensorChannels:
         slots: ``{dim: slot ids}``, one id per index of that dim.  A dim that is not a key
             carries no prunable channels (batch, spatial, token dims, or channels that are
             fixed because they were frozen or come from outside the model).
-        pending: dims made by a reshape that split one channel dim in two (the channel
-            shuffle's ``view(b, g, c // g, h, w)``); only elementwise ops, permutes and a
-            reshape that merges them back may touch them.
+        split: channels a reshape split over several dims (:class:`Split`); only ops
+            that keep it (elementwise ops, permutes, reshapes, selects of a grid axis)
+            carry it, any other op reads it as heads first (``tracing/heads.py``).
 
     Example:
         >>> import numpy as np
@@ -26,7 +53,7 @@ class TensorChannels:
     """
     shape: Tuple[int, ...]
     slots: Dict[int, np.ndarray] = field(default_factory=dict)
-    pending: FrozenSet[int] = frozenset()
+    split: Optional[Split] = None
 
     @property
     def ndim(self) -> int:
@@ -36,16 +63,23 @@ class TensorChannels:
     def channel_dims(self) -> Tuple[int, ...]:
         return tuple(sorted(self.slots))
 
+    @property
+    def pending(self) -> FrozenSet[int]:
+        """The dims of the split, if any."""
+        return frozenset(self.split.dims) if self.split is not None else frozenset()
+
     def all_slots(self) -> np.ndarray:
-        """Every slot on every dim, concatenated."""
-        if not self.slots:
-            return np.zeros(0, dtype=np.int64)
-        return np.concatenate([self.slots[d] for d in self.channel_dims])
+        """Every slot on every dim (and in the split), concatenated."""
+        parts = [self.slots[d] for d in self.channel_dims]
+        if self.split is not None:
+            parts.append(self.split.grid.ravel())
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
     def pending_slots(self) -> np.ndarray:
-        """Slots on the pending dims (those that must be merged back)."""
-        parts = [self.slots[d] for d in sorted(self.pending) if d in self.slots]
-        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+        """Slots of the split (those not yet read as heads or merged back)."""
+        if self.split is None:
+            return np.zeros(0, dtype=np.int64)
+        return self.split.grid.ravel()
 
 
 class InputInfo:

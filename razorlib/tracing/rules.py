@@ -31,6 +31,7 @@ from typing import Callable, Dict
 
 from ..registry import TRACING_RULES
 from . import basic_rules as basic
+from . import heads
 from . import layer_rules as layer
 from . import shape_rules as shape
 
@@ -118,10 +119,13 @@ _MIXING_NAMES = ('IndexBackward0', 'IndexSelectBackward0', 'GatherBackward0',
                  'PixelShuffleBackward0', 'PixelUnshuffleBackward0', 'GluBackward0',
                  'ChannelShuffleBackward0', 'Im2ColBackward0', 'Col2ImBackward0',
                  'AsStridedBackward0', 'torch::autograd::CopySlices', 'SortBackward0',
-                 'TopkBackward0', 'ScaledDotProductFlashAttentionForCpuBackward0',
-                 'ScaledDotProductEfficientAttentionBackward0',
-                 'ScaledDotProductFlashAttentionBackward0',
-                 'ScaledDotProductCudnnAttentionBackward0')
+                 'TopkBackward0')
+
+#: F.scaled_dot_product_attention's fused kernels (the math one decomposes into matmuls).
+_ATTENTION_NAMES = ('ScaledDotProductFlashAttentionForCpuBackward0',
+                    'ScaledDotProductEfficientAttentionBackward0',
+                    'ScaledDotProductFlashAttentionBackward0',
+                    'ScaledDotProductCudnnAttentionBackward0')
 
 _BUILT_IN: Dict[str, Rule] = {
     **{name: PASS for name in _PASS_NAMES},
@@ -130,6 +134,8 @@ _BUILT_IN: Dict[str, Rule] = {
     **{name: RESHAPE for name in _RESHAPE_NAMES},
     **{name: SQUEEZE for name in _SQUEEZE_NAMES},
     **{name: MIXING for name in _MIXING_NAMES},
+    **{name: Rule(heads.scaled_dot_product_attention, 'attention')
+       for name in _ATTENTION_NAMES},
     'SoftmaxBackward0': ALONG_DIM,
     'SafeSoftmaxBackward0': ALONG_DIM,
     'LogSoftmaxBackward0': ALONG_DIM,
@@ -144,9 +150,9 @@ _BUILT_IN: Dict[str, Rule] = {
     'StackBackward0': Rule(shape.stack, 'concat'),
     'SplitBackward0': Rule(shape.split, 'split', sizes='code'),
     'SplitWithSizesBackward0': Rule(shape.split, 'split', sizes='code'),
-    'UnbindBackward0': Rule(shape.unbind, 'split', sizes='code'),
+    'UnbindBackward0': Rule(shape.unbind, 'split', keeps_pending=True, sizes='code'),
     'SliceBackward0': Rule(shape.slice_, 'split', sizes='code'),
-    'SelectBackward0': Rule(shape.select, 'split', sizes='code'),
+    'SelectBackward0': Rule(shape.select, 'split', keeps_pending=True, sizes='code'),
     'BmmBackward0': Rule(basic.matmul, 'bind'),
     'ConvolutionBackward0': Rule(layer.convolution, 'layer'),
     'AddmmBackward0': Rule(layer.addmm, 'layer'),

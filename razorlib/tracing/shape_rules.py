@@ -3,12 +3,13 @@
 Reshape, permute, expand, repeat, concat, split/chunk, slice, select, unbind, stack and
 flip: each keeps track of which dim holds which slots, using the offsets the op applies.
 """
-from typing import List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from . import heads
 from .basic_rules import Outputs, bind_aligned, opaque
-from .channels import InputInfo, TensorChannels
+from .channels import InputInfo, Split, TensorChannels
 from .context import TraceContext, normalize_dim, output_shapes
 
 
@@ -34,7 +35,7 @@ def permute(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
         order = [1, 0]
     position = {old: new for new, old in enumerate(order)}
     slots = {position[d]: s for d, s in x.slots.items()}
-    return [TensorChannels(out_shape, slots, frozenset(position[d] for d in x.pending))]
+    return [TensorChannels(out_shape, slots, x.split and x.split.moved(position))]
 
 
 def reshape_groups(in_shape: Sequence[int],
@@ -71,12 +72,12 @@ def reshape(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
 
     - A channel dim merged with non-channel dims keeps its slots, repeated: flattening
       ``C x H x W`` for a Linear gives each channel ``H*W`` features.
-    - A channel dim split in two (``view(b, g, c // g, h, w)`` of a channel shuffle) binds
-      the ``g`` blocks elementwise (all keep the same pattern, so the code's ``c // g``
-      stays right), keeps the slots on the inner dim and marks both dims *pending*: they
-      must be merged back before anything else uses them.
-    - A split into three or more dims (``qkv.reshape(B, N, 3, heads, head_dim)``), a merge
-      of two channel dims, or a pending dim used otherwise freezes the channels.
+    - A channel dim split over several dims (``view(B, N, heads, head_dim)``, a channel
+      shuffle's ``view(b, g, c // g, h, w)``) becomes a split (``tracing/heads.py``),
+      which later ops read as heads or merge back.
+    - A split's dims merged back together give the channels in their new order; merged
+      with other dims, the split is first read as heads.
+    - A merge of two channel dims, or any other regrouping of channel dims, freezes them.
     """
     x = ins[0].channels
     (out_shape, ) = output_shapes(node)
@@ -87,33 +88,45 @@ def reshape(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
     except ValueError as err:
         ctx.freeze(x.all_slots(), 'shape', node, str(err))
         return opaque(node)
-    slots, pending = {}, set()
+    slots, split = {}, None
+    if x.split is not None:
+        split, merged = _reshaped_split(ctx, node, x.split, groups)
+        if split is None and merged is None:
+            x = heads.read_as_heads(ctx, node, x)
+        elif merged is not None:
+            slots.update(merged)
     for gi, go in groups:
         slotted = [d for d in gi if d in x.slots]
-        split_dims = [d for d in gi if d in x.pending]
-        if not slotted and not split_dims:
+        if not slotted:
             continue
         if len(gi) == 1 and len(go) == 1:
-            if slotted:
-                slots[go[0]] = x.slots[gi[0]]
-            if split_dims:
-                pending.add(go[0])
-        elif len(go) == 1 and len(slotted) == 1 and (not split_dims
-                                                     or set(split_dims) == set(gi)):
+            slots[go[0]] = x.slots[gi[0]]
+        elif len(go) == 1 and len(slotted) == 1:
             slots[go[0]] = _merged(x, gi, slotted[0])
-        elif len(gi) == 1 and len(go) == 2 and not split_dims:
-            outer, inner = out_shape[go[0]], out_shape[go[1]]
-            blocks = x.slots[gi[0]].reshape(outer, inner)
-            ctx.bind(np.tile(blocks[0], outer - 1), blocks[1:].ravel(),
-                     f'{node.name()} splits channels into {outer} blocks of {inner}')
-            slots[go[1]] = blocks[0]
-            pending.update(go)
+        elif len(gi) == 1 and split is None:
+            made, split = heads.split_channels(ctx, node, x.slots[gi[0]], go,
+                                               [out_shape[d] for d in go])
+            slots.update(made)
         else:
             for d in slotted:
                 ctx.freeze(x.slots[d], 'mixing', node,
                            f'reshape {tuple(x.shape)} -> {tuple(out_shape)} splits or '
                            'merges channel dims in a way that cannot be sliced')
-    return [TensorChannels(out_shape, slots, frozenset(pending))]
+    return [TensorChannels(out_shape, slots, split)]
+
+
+def _reshaped_split(ctx: TraceContext, node, split: Split, groups) -> Tuple:
+    """Where a reshape takes a split: ``(moved split, None)`` when each of its dims
+    maps to one dim, ``(None, {dim: merged slots})`` when they merge into one dim on
+    their own, ``(None, None)`` otherwise (the caller reads it as heads)."""
+    involved = [(gi, go) for gi, go in groups if set(gi) & set(split.dims)]
+    if all(len(gi) == 1 and len(go) == 1 for gi, go in involved):
+        return split.moved({gi[0]: go[0] for gi, go in involved}), None
+    if len(involved) == 1:
+        gi, go = involved[0]
+        if len(go) == 1 and sorted(gi) == sorted(split.dims):
+            return None, {go[0]: heads.merge(ctx, node, split, sorted(gi))}
+    return None, None
 
 
 def _merged(x: TensorChannels, dims: List[int], slotted: int) -> np.ndarray:
@@ -131,8 +144,8 @@ def expand(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
     if x is None:
         return [None]
     offset = len(out_shape) - x.ndim
-    return [TensorChannels(out_shape, {d + offset: s for d, s in x.slots.items()},
-                           frozenset(d + offset for d in x.pending))]
+    split = x.split and x.split.moved({d: d + offset for d in x.split.dims})
+    return [TensorChannels(out_shape, {d + offset: s for d, s in x.slots.items()}, split)]
 
 
 def repeat(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
@@ -242,27 +255,45 @@ def _drop_dim(ctx: TraceContext, node, x: TensorChannels, dim: int, why: str):
     return slots
 
 
+def _picked(ctx: TraceContext, node, x: TensorChannels, dim: int, count: int,
+            why: str) -> List[Tuple[Dict[int, np.ndarray], Optional[Split]]]:
+    """Slots and split of each of ``count`` pieces that drop ``dim`` by fixed index."""
+    if x.split is not None and dim in x.split.dims:
+        slots = _drop_dim(ctx, node, x, dim, why)
+        return [({**slots, **made}, split)
+                for made, split in heads.select_axis(ctx, node, x.split, dim, count)]
+    slots = _drop_dim(ctx, node, x, dim, why)
+    split = x.split and x.split.moved({d: d - (d > dim) for d in x.split.dims})
+    return [(slots, split)] * count
+
+
 def unbind(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
     """``unbind(dim)``: each output loses ``dim``; channels on it would be picked by
-    fixed index, so they freeze."""
+    fixed index, so they freeze, unless they are a split's leading axis
+    (``qkv.reshape(B, N, 3, heads, head_dim).permute(2, 0, 3, 1, 4).unbind(0)``): then
+    the pieces keep the same channels (``tracing/heads.py``)."""
     x = ins[0].channels
     shapes = output_shapes(node)
     if x is None:
         return [None] * len(shapes)
     dim = normalize_dim(node._saved_dim, x.ndim)
-    slots = _drop_dim(ctx, node, x, dim, 'picks channels by a fixed index')
-    return [TensorChannels(shape, slots) for shape in shapes]
+    return [TensorChannels(shape, slots, split)
+            for shape, (slots, split) in zip(shapes, _picked(ctx, node, x, dim, len(shapes),
+                                                              'picks channels by a fixed index'))]
 
 
 def select(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
-    """``x[:, i]``: drops a dim; selecting one channel by index freezes the channels."""
+    """``x[:, i]``: drops a dim; selecting one channel by index freezes the channels,
+    but picking one piece of a split's axis (``qkv[0]``) binds the pieces as unbind."""
     x = ins[0].channels
     (out_shape, ) = output_shapes(node)
     if x is None:
         return [None]
     dim = normalize_dim(node._saved_dim, x.ndim)
-    return [TensorChannels(out_shape, _drop_dim(ctx, node, x, dim,
-                                                'selects a channel by a fixed index'))]
+    index = normalize_dim(node._saved_index, x.shape[dim])
+    slots, split = _picked(ctx, node, x, dim, x.shape[dim],
+                           'selects a channel by a fixed index')[index]
+    return [TensorChannels(out_shape, slots, split)]
 
 
 def slice_(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:

@@ -18,6 +18,7 @@ import torch.nn as nn
 
 from ..layers import LayerKindsArg, as_table
 from .channels import InputInfo, TensorChannels
+from . import heads
 from .context import ChannelUse, TraceContext
 from .forward import all_modules, default_example_inputs, record_forward
 from .literal_sizes import size_dependent_slots
@@ -186,27 +187,12 @@ def _apply(ctx: TraceContext, channels: Dict, node, rule) -> Optional[TensorChan
         return channels[(node, 0)]
     ins = [_input_info(ctx, channels, child, nr) for child, nr in node.next_functions]
     if not rule.keeps_pending:
-        ins = [_settle_pending(ctx, node, inp) for inp in ins]
+        ins = [heads.settle(ctx, node, inp) for inp in ins]
     outs = rule.fn(ctx, node, ins)
     for nr, meta in enumerate(node._input_metadata):
         tc = outs[nr] if nr < len(outs) else None
         channels[(node, nr)] = tc if tc is not None else TensorChannels(tuple(meta.shape))
     return channels.get((node, 0))
-
-
-def _settle_pending(ctx: TraceContext, node, inp: InputInfo) -> InputInfo:
-    """Freeze channels still split by a reshape before a rule that cannot handle that."""
-    if inp.resolve is not None:  # a parameter leaf: never split, and left unresolved
-        return inp
-    tc = inp.channels
-    if tc is None or not tc.pending:
-        return inp
-    ctx.freeze(tc.pending_slots(), 'mixing', node,
-               'channels split into several dims by a reshape reach this op before being '
-               'merged back (attention heads, for example)')
-    slots = {d: s for d, s in tc.slots.items() if d not in tc.pending}
-    return InputInfo(inp.node, inp.output_nr, inp.shape, TensorChannels(tc.shape, slots),
-                     inp.param, inp.tensor)
 
 
 def _channels_of(ctx: TraceContext, channels: Dict, node, nr: int) -> Optional[TensorChannels]:

@@ -1,0 +1,134 @@
+"""Head attributes: the integers an attention module's code sizes its heads with.
+
+Pruning whole heads narrows an attention module's projections, but its code may still
+split them with numbers it keeps as attributes: timm's
+``qkv.reshape(B, N, 3, self.num_heads, self.head_dim)``, GPT-2's
+``c_attn(x).split(self.split_size, 2)``.  Each :class:`HeadAttributes` in the
+``HEAD_ATTRIBUTES`` registry recognises such modules by their attributes (Hugging Face
+families share their names: ``num_attention_heads`` and ``attention_head_size`` for
+BERT-likes, ``head_dim`` and ``num_key_value_groups`` for Llama-likes) and recomputes
+them from the projections' widths after slicing (``pruning/slicing.py``).  ``head_dim``
+itself never changes: razorlib prunes whole heads.
+
+Example:
+    >>> import torch.nn as nn
+    >>> class Attention(nn.Module):  # timm's layout
+    ...     def __init__(self):
+    ...         super().__init__()
+    ...         self.num_heads, self.head_dim = 4, 8
+    ...         self.qkv = nn.Linear(32, 96)
+    >>> attn = Attention()
+    >>> attn.qkv = nn.Linear(32, 48)  # two heads pruned
+    >>> spec = head_attributes_of(attn)
+    >>> spec.update(attn), attn.num_heads
+    ({'num_heads': 2}, 2)
+"""
+from typing import Dict, Optional, Tuple
+
+import torch.nn as nn
+
+from ..registry import HEAD_ATTRIBUTES
+from .table import KindTable
+
+__all__ = ['HeadAttributes', 'head_attributes_of']
+
+
+class HeadAttributes:
+    """Which attributes of an attention module count its heads, and from which child.
+
+    Class attributes (override them in a subclass and register it):
+        query: the child that computes the queries (a Linear or Conv1D).
+        parts: how many equal parts its output holds (3 for a fused q/k/v projection).
+        key: the child that computes the keys, when key/value heads may differ (GQA).
+        head_dim: the attribute holding the width of one head.
+        heads: attributes set to the number of query heads (those the module has).
+        kv_heads: attributes set to the number of key/value heads.
+        groups: attributes set to query heads per key/value head.
+        widths: attributes set to the width of all query heads (``heads * head_dim``).
+    """
+    query: str = 'q_proj'
+    parts: int = 1
+    key: Optional[str] = None
+    head_dim: str = 'head_dim'
+    heads: Tuple[str, ...] = ()
+    kv_heads: Tuple[str, ...] = ()
+    groups: Tuple[str, ...] = ()
+    widths: Tuple[str, ...] = ()
+
+    def matches(self, module: nn.Module) -> bool:
+        """Whether ``module`` has this layout (a head width and a query child)."""
+        return isinstance(getattr(module, self.head_dim, None), int) and \
+            isinstance(getattr(module, self.query, None), nn.Module) and \
+            (self.key is None or isinstance(getattr(module, self.key, None), nn.Module))
+
+    def update(self, module: nn.Module, kinds: Optional[KindTable] = None) -> Dict[str, int]:
+        """Set the head counts from the children's current widths; returns what it set."""
+        kinds = kinds or KindTable()
+        head_dim = getattr(module, self.head_dim)
+        width = _out_width(kinds, getattr(module, self.query)) // self.parts
+        values = {name: width // head_dim for name in self.heads}
+        values.update({name: width for name in self.widths})
+        if self.key is not None:
+            kv = _out_width(kinds, getattr(module, self.key)) // head_dim
+            values.update({name: kv for name in self.kv_heads})
+            values.update({name: width // head_dim // max(kv, 1) for name in self.groups})
+        values = {name: value for name, value in values.items()
+                  if isinstance(getattr(module, name, None), int)}
+        for name, value in values.items():
+            setattr(module, name, value)
+        return values
+
+
+def _out_width(kinds: KindTable, child: nn.Module) -> int:
+    kind = kinds.kind_of(child)
+    if kind is None or 'out' not in kind.axes:
+        raise ValueError(f'a {type(child).__name__} has no output channels razorlib knows')
+    return kind.widths(child)['out']
+
+
+@HEAD_ATTRIBUTES.register_module()
+class SeparateProjectionHeads(HeadAttributes):
+    """Llama, Qwen2, Mistral, Hugging Face ViT: ``q_proj``/``k_proj`` and ``head_dim``."""
+    key = 'k_proj'
+    heads = ('num_heads', 'num_attention_heads')
+    kv_heads = ('num_key_value_heads', 'num_kv_heads')
+    groups = ('num_key_value_groups', )
+    widths = ('all_head_size', )
+
+
+@HEAD_ATTRIBUTES.register_module()
+class BertHeads(HeadAttributes):
+    """BERT-likes (RoBERTa, DeiT, ...): ``query`` and ``attention_head_size``."""
+    query = 'query'
+    head_dim = 'attention_head_size'
+    heads = ('num_attention_heads', )
+    widths = ('all_head_size', )
+
+
+@HEAD_ATTRIBUTES.register_module()
+class FusedQKVHeads(HeadAttributes):
+    """timm's ``Attention``, torchvision-style ``qkv``: one projection for q, k and v."""
+    query = 'qkv'
+    parts = 3
+    heads = ('num_heads', )
+
+
+@HEAD_ATTRIBUTES.register_module()
+class GPT2Heads(HeadAttributes):
+    """GPT-2's ``c_attn`` (a Conv1D of q, k and v) split by ``split_size``."""
+    query = 'c_attn'
+    parts = 3
+    heads = ('num_heads', )
+    widths = ('split_size', )
+
+    def matches(self, module: nn.Module) -> bool:
+        return super().matches(module) and not getattr(module, 'is_cross_attention', False)
+
+
+def head_attributes_of(module: nn.Module) -> Optional[HeadAttributes]:
+    """The first registered :class:`HeadAttributes` that matches ``module``, or None."""
+    for cls in HEAD_ATTRIBUTES.module_dict.values():
+        spec = cls()
+        if spec.matches(module):
+            return spec
+    return None

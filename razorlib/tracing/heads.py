@@ -1,0 +1,177 @@
+"""Attention heads: channels a reshape splits into (heads, head_dim), and the ops that read them.
+
+``q_proj(x).view(B, N, -1, head_dim)`` splits a layer's channels into a grid
+(:class:`~.channels.Split`).  The reshape cannot tell what the grid means; its reader can:
+
+- merged back after a permute (a channel shuffle), every row keeps the same pattern,
+  so the code's fixed group count still splits the slim tensor right (:func:`merge`);
+- read by anything else (``q @ k.transpose(-2, -1)``, softmax, scaled dot-product
+  attention, RoPE's half slices), each row is a *head*: its ``head_dim`` channels are
+  bound into one class, so whole heads are kept or pruned, and ``head_dim`` stays whole
+  (:func:`read_as_heads`).
+
+The matrix products then bind heads the way attention pairs them: ``q @ k^T`` and
+``attn @ v`` bind head ``h`` of each operand (their batch dims), and grouped-query
+attention's ``repeat_kv`` (an expand and a merge) repeats each key/value head's slot
+over its query heads, so a kv head and its query heads form one class.
+"""
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from .channels import InputInfo, Split, TensorChannels
+from .context import TraceContext, output_shapes
+
+
+def split_channels(ctx: TraceContext, node, slots: np.ndarray, dims: Sequence[int],
+                   sizes: Sequence[int]) -> Tuple[Dict[int, np.ndarray], Optional[Split]]:
+    """Slots of one channel dim that a reshape splits over ``dims`` (of ``sizes``).
+
+    A grid axis along which every slice holds the same slots only repeats them (the
+    batch of a ``(B * heads) -> (B, heads)`` view in a batched product): it carries no
+    channels.  One axis left is a plain channel dim; more make a :class:`Split`.
+
+    Returns:
+        ``({dim: slots}, None)`` or ``({}, split)``.
+    """
+    grid = slots.reshape(tuple(sizes))
+    keep = []
+    for axis in range(grid.ndim):
+        first = np.take(grid, [0], axis=axis)
+        if not (np.take(grid, range(1, grid.shape[axis]), axis=axis) == first).all():
+            keep.append(axis)
+    if not keep:  # one slot everywhere
+        keep = [0]
+    index = tuple(slice(None) if axis in keep else 0 for axis in range(grid.ndim))
+    grid = grid[index]
+    kept_dims = tuple(dims[axis] for axis in keep)
+    if len(kept_dims) == 1:
+        return {kept_dims[0]: grid}, None
+    return {}, Split(kept_dims, grid)
+
+
+def read_as_heads(ctx: TraceContext, node, tc: TensorChannels) -> TensorChannels:
+    """``tc`` with its split read as heads: each row's channels bound into one class,
+    the head dim carrying one slot per head and ``head_dim`` no channels.
+
+    A split over three or more dims that is read before it was narrowed to two (by a
+    ``select`` or ``unbind`` of its leading axis) cannot be sliced; it freezes.
+    """
+    split = tc.split
+    if split is None:
+        return tc
+    slots = dict(tc.slots)
+    if split.grid.ndim == 2:
+        heads, width = split.grid.shape
+        ctx.bind(np.repeat(split.grid[:, 0], width - 1), split.grid[:, 1:].ravel(),
+                 f'{node.name()} reads channels split by a reshape as {heads} heads of '
+                 f'{width}')
+        slots[split.dims[0]] = split.grid[:, 0]
+    else:
+        ctx.freeze(split.grid.ravel(), 'mixing', node,
+                   f'channels split by a reshape into a {"x".join(map(str, split.grid.shape))}'
+                   ' grid reach this op before being narrowed to heads or merged back')
+    return TensorChannels(tc.shape, slots)
+
+
+def settle(ctx: TraceContext, node, inp: InputInfo) -> InputInfo:
+    """``inp`` with its split read as heads, for rules that do not handle splits."""
+    if inp.resolve is not None:  # a parameter leaf: never split, and left unresolved
+        return inp
+    tc = inp.channels
+    if tc is None or tc.split is None:
+        return inp
+    return InputInfo(inp.node, inp.output_nr, inp.shape, read_as_heads(ctx, node, tc),
+                     inp.param, inp.tensor)
+
+
+def merge(ctx: TraceContext, node, split: Split, order: Sequence[int]) -> np.ndarray:
+    """Slots of the channel dim a reshape makes by merging a split's dims back, in the
+    tensor order ``order`` (the split's dims as they now sit).
+
+    Merged in the order they were split, the channels are just where they were.  In
+    another order (a channel shuffle's ``transpose``), the slim code must still see a
+    full grid, so every row keeps the same channels: the rows are bound elementwise.
+    """
+    axes = [split.dims.index(d) for d in order]
+    grid = split.grid
+    if axes != sorted(axes):
+        rows = grid.reshape(grid.shape[0], -1)
+        ctx.bind(np.tile(rows[0], len(rows) - 1), rows[1:].ravel(),
+                 f'{node.name()} shuffles channels split into {rows.shape[0]} blocks')
+    return np.transpose(grid, axes).ravel()
+
+
+def select_axis(ctx: TraceContext, node, split: Split, dim: int,
+                count: int) -> List[Tuple[Dict[int, np.ndarray], Optional[Split]]]:
+    """The splits of ``count`` pieces that pick index 0, 1, ... of the split's ``dim``
+    (``qkv.unbind(0)`` of ``reshape(B, N, 3, heads, head_dim)``).
+
+    The code picks the pieces by fixed index, so each must keep the same channels: the
+    slices are bound elementwise.  Each piece loses ``dim`` (the caller renumbers).
+    """
+    axis = split.dims.index(dim)
+    pieces = [np.take(split.grid, i, axis=axis) for i in range(count)]
+    for piece in pieces[1:]:
+        ctx.bind(pieces[0].ravel(), piece.ravel(),
+                 f'{node.name()} picks channels split by a reshape by a fixed index')
+    dims = tuple(d - (d > dim) for d in split.dims if d != dim)
+    out = []
+    for piece in pieces:
+        if piece.ndim == 1:
+            out.append(({dims[0]: piece}, None))
+        else:
+            out.append(({}, Split(dims, piece)))
+    return out
+
+
+def scaled_dot_product_attention(ctx: TraceContext, node,
+                                 ins: Sequence[InputInfo]) -> List[TensorChannels]:
+    """``F.scaled_dot_product_attention(q, k, v)`` on ``(B, heads, N, head_dim)``.
+
+    Head ``h`` of ``q`` goes with head ``h`` of ``k`` and ``v``; with fewer key/value
+    heads (``enable_gqa``), with head ``h // (heads // kv_heads)``.  The contracted
+    ``head_dim`` of ``q`` and ``k`` is bound; the output has ``q``'s heads and ``v``'s
+    value channels.  A mask with channels of its own freezes them.
+    """
+    shapes = output_shapes(node)
+    q, k, v = (inp.channels for inp in ins[:3])
+    for extra in ins[3:]:
+        if extra.channels is not None and extra.resolve is None:
+            ctx.freeze(extra.channels.all_slots(), 'fixed', node,
+                       'an attention mask with channels of its own')
+    if q is None or k is None or v is None:
+        ctx.freeze_all(ins[:3], 'fixed', node, 'attention over a tensor razorlib does not '
+                       'track (a model input or a constant)')
+        return [TensorChannels(shape) for shape in shapes]
+    heads = q.slots.get(1)
+    kv_heads = [tc.slots.get(1) for tc in (k, v)]
+    if heads is not None and all(s is not None for s in kv_heads):
+        for kv in kv_heads:
+            groups = len(heads) // len(kv)
+            if len(heads) != groups * len(kv):
+                ctx.freeze(np.concatenate([heads, kv]), 'shape', node,
+                           f'{len(heads)} query heads over {len(kv)} key/value heads')
+                continue
+            ctx.bind(heads, np.repeat(kv, groups),
+                     f'{node.name()} pairs each query head with its key/value head')
+    else:
+        for tc in (q, k, v):
+            if tc.slots.get(1) is not None:
+                ctx.freeze(tc.slots[1], 'fixed', node,
+                           'attention between heads that can be pruned and heads that cannot')
+        heads = None
+    qd, kd = q.slots.get(3), k.slots.get(3)
+    if qd is not None and kd is not None:
+        ctx.bind(qd, kd, f'{node.name()} contracts these channels')
+    else:
+        for slots in (qd, kd):
+            if slots is not None:
+                ctx.freeze(slots, 'fixed', node, 'contracts channels with a tensor whose '
+                           'channels cannot be pruned')
+    slots = {}
+    if heads is not None:
+        slots[1] = heads
+    if v.slots.get(3) is not None:
+        slots[3] = v.slots[3]
+    return [TensorChannels(shapes[0], slots)] + [None] * (len(shapes) - 1)
