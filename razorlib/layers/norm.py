@@ -92,9 +92,9 @@ class BatchNormKind(NormKind):
 @LAYER_KINDS.register_module()
 class InstanceNormKind(BatchNormKind):
     """InstanceNorm1d/2d/3d: per-sample, per-channel statistics; a masked output is the
-    sliced one.  torch runs it as a batch norm over ``(1, N*C, ...)``, so the tracer can
-    tie that op to the module's channels only when the traced batch is 1 (with a larger
-    batch the channels merge with it and freeze: trace with one sample).
+    sliced one.  torch runs it as a batch norm over ``(1, N*C, ...)``: the merged dim
+    repeats the channels' slots once per sample, and the module's channels are one
+    repeat.
 
     Example:
         >>> InstanceNormKind().widths(nn.InstanceNorm2d(6, affine=True))
@@ -104,9 +104,17 @@ class InstanceNormKind(BatchNormKind):
     weight_attrs = ('weight', )
 
     def trace(self, ctx, node, ins, name, module):
-        if ins[0].shape[1] != module.num_features:
+        width, channels = ins[0].shape[1], module.num_features
+        if width == channels:
+            return super().trace(ctx, node, ins, name, module)
+        tc = ins[0].channels
+        if width % channels or tc is None or 1 not in tc.slots:
             return None
-        return super().trace(ctx, node, ins, name, module)
+        repeats = tc.slots[1].reshape(width // channels, channels)
+        if not (repeats == repeats[0]).all():
+            return None
+        ctx.use(name, 'norm', repeats[0])
+        return tc.slots[1], 1
 
 
 class _KeptStatistics(NormKind):

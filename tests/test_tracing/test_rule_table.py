@@ -8,7 +8,8 @@ from op_catalog import (ALONG_DIM_OPS, BIND_OPS, MIXING_OPS, NOT_ON_CPU, PASS_OP
                         REDUCE_ALL_OPS, REDUCE_CHANNEL_OPS, REDUCE_SPATIAL_OPS)
 from razorlib.tracing import RULES, TracingError
 
-# Table names with dedicated tests in test_shape_rules.py / test_layer_rules.py.
+# Table names with dedicated tests in test_shape_rules.py / test_layer_rules.py /
+# test_heads.py.
 DEDICATED = {
     'AddmmBackward0', 'BmmBackward0', 'CatBackward0', 'ConvolutionBackward0',
     'EmbeddingBackward0', 'ExpandBackward0', 'FlipBackward0', 'MmBackward0',
@@ -17,8 +18,8 @@ DEDICATED = {
     'SliceBackward0', 'SplitBackward0', 'SplitWithSizesBackward0', 'SqueezeBackward0',
     'SqueezeBackward1', 'SqueezeBackward2', 'StackBackward0', 'TBackward0',
     'TransposeBackward0', 'UnbindBackward0', 'UnsafeViewBackward0', 'UnsqueezeBackward0',
-    'ReshapeAliasBackward0',
-    'ViewBackward0',
+    'ReshapeAliasBackward0', 'ViewBackward0',
+    'ScaledDotProductFlashAttentionForCpuBackward0',  # test_heads.py
 }
 X = torch.randn(1, 3, 6, 6)
 

@@ -1,0 +1,194 @@
+"""Attention written the ways real models write it, in our own small modules.
+
+torchvision's wheel does not import against the CPU torch, so its ViT and Swin patterns
+are reproduced here: fused ``qkv`` (timm, torchvision), separate projections with
+grouped-query attention and rotary embeddings (Llama), ``F.scaled_dot_product_attention``,
+and Swin's shifted windows with a relative position bias and ``F.linear`` called on a
+module's weight inside a function.
+"""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+DIM, TOKENS = 32, 6
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def repeat_kv(x: torch.Tensor, groups: int) -> torch.Tensor:
+    """Llama's: each key/value head repeated for its ``groups`` query heads."""
+    b, kv_heads, n, d = x.shape
+    return x[:, :, None].expand(b, kv_heads, groups, n, d).reshape(b, kv_heads * groups, n, d)
+
+
+class SeparateQKV(nn.Module):
+    """Llama-style: q/k/v/o projections, ``view(B, N, -1, head_dim)``, optional GQA
+    (``repeat_kv`` or SDPA's ``enable_gqa``), RoPE, manual softmax or SDPA."""
+
+    def __init__(self, heads: int = 4, kv_heads: int = 4, head_dim: int = 8,
+                 sdpa: bool = False, rope: bool = False, gqa_in_sdpa: bool = False):
+        super().__init__()
+        self.head_dim, self.num_key_value_groups = head_dim, heads // kv_heads
+        self.sdpa, self.rope, self.gqa_in_sdpa = sdpa, rope, gqa_in_sdpa
+        self.q_proj = nn.Linear(DIM, heads * head_dim)
+        self.k_proj = nn.Linear(DIM, kv_heads * head_dim)
+        self.v_proj = nn.Linear(DIM, kv_heads * head_dim)
+        self.o_proj = nn.Linear(heads * head_dim, DIM)
+        angles = torch.arange(TOKENS)[:, None] / 10 ** (torch.arange(head_dim) / head_dim)
+        self.register_buffer('cos', angles.cos(), persistent=False)
+        self.register_buffer('sin', angles.sin(), persistent=False)
+
+    def forward(self, x):
+        shape = (*x.shape[:-1], -1, self.head_dim)
+        q, k, v = (proj(x).view(shape).transpose(1, 2)
+                   for proj in (self.q_proj, self.k_proj, self.v_proj))
+        if self.rope:
+            q = q * self.cos + rotate_half(q) * self.sin
+            k = k * self.cos + rotate_half(k) * self.sin
+        if self.sdpa and self.gqa_in_sdpa:
+            out = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+        else:
+            k, v = (repeat_kv(t, self.num_key_value_groups) for t in (k, v))
+            if self.sdpa:
+                out = F.scaled_dot_product_attention(q, k, v)
+            else:
+                attn = (q @ k.transpose(-2, -1)) * self.head_dim ** -0.5
+                out = attn.softmax(-1) @ v
+        return self.o_proj(out.transpose(1, 2).reshape(*x.shape[:-1], -1))
+
+
+class FusedQKV(nn.Module):
+    """timm's ``Attention``: ``qkv.reshape(B, N, 3, self.num_heads, self.head_dim)``
+    with the head count as a literal attribute."""
+
+    def __init__(self, heads: int = 4, head_dim: int = 8):
+        super().__init__()
+        self.num_heads, self.head_dim = heads, head_dim
+        self.qkv = nn.Linear(DIM, 3 * heads * head_dim)
+        self.proj = nn.Linear(heads * head_dim, DIM)
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        qkv = self.qkv(x).reshape(b, n, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv.unbind(0)
+        attn = (q * self.head_dim ** -0.5) @ k.transpose(-2, -1)
+        return self.proj((attn.softmax(-1) @ v).transpose(1, 2).reshape(b, n, -1))
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block around any attention above."""
+
+    def __init__(self, attn: nn.Module, hidden: int = 64):
+        super().__init__()
+        self.norm1, self.attn = nn.LayerNorm(DIM), attn
+        self.norm2 = nn.LayerNorm(DIM)
+        self.mlp = nn.Sequential(nn.Linear(DIM, hidden), nn.GELU(), nn.Linear(hidden, DIM))
+
+    def forward(self, x):
+        x = x + self.attn(self.norm1(x))
+        return x + self.mlp(self.norm2(x))
+
+
+class Encoder(nn.Module):
+    """Tokens in, a Linear head out (the hidden size reaches the output and stays whole)."""
+
+    def __init__(self, *blocks: nn.Module):
+        super().__init__()
+        self.embed = nn.Linear(8, DIM)
+        self.blocks = nn.Sequential(*blocks)
+        self.head = nn.Linear(DIM, 5)
+
+    def forward(self, x):
+        return self.head(self.blocks(self.embed(x)).mean(1))
+
+
+def shifted_window_attention(x, qkv_weight, proj_weight, relative_position_bias, window,
+                             num_heads, shift, qkv_bias=None, proj_bias=None):
+    """torchvision's ``shifted_window_attention`` for square windows, cut down: the
+    module's weights come in as tensors and go through ``F.linear``."""
+    b, h, w, c = x.shape
+    if shift:
+        x = torch.roll(x, shifts=(-shift, -shift), dims=(1, 2))
+    x = x.view(b, h // window, window, w // window, window, c).permute(0, 1, 3, 2, 4, 5)
+    x = x.reshape(-1, window * window, c)
+    qkv = F.linear(x, qkv_weight, qkv_bias)
+    qkv = qkv.reshape(x.size(0), x.size(1), 3, num_heads, c // num_heads).permute(2, 0, 3, 1, 4)
+    q, k, v = qkv[0], qkv[1], qkv[2]
+    attn = (q * (c // num_heads) ** -0.5).matmul(k.transpose(-2, -1))
+    attn = attn + relative_position_bias
+    x = attn.softmax(-1).matmul(v).transpose(1, 2).reshape(x.size(0), x.size(1), c)
+    x = F.linear(x, proj_weight, proj_bias)
+    x = x.view(b, h // window, w // window, window, window, c).permute(0, 1, 3, 2, 4, 5)
+    x = x.reshape(b, h, w, c)
+    if shift:
+        x = torch.roll(x, shifts=(shift, shift), dims=(1, 2))
+    return x
+
+
+class ShiftedWindowAttention(nn.Module):
+    """torchvision's layout: a relative position bias table indexed by a buffer."""
+
+    def __init__(self, dim: int, heads: int, window: int = 2, shift: int = 0):
+        super().__init__()
+        self.window, self.shift, self.num_heads = window, shift, heads
+        self.qkv, self.proj = nn.Linear(dim, dim * 3), nn.Linear(dim, dim)
+        self.relative_position_bias_table = nn.Parameter(
+            torch.randn((2 * window - 1) ** 2, heads) * 0.02)
+        coords = torch.stack(torch.meshgrid(torch.arange(window), torch.arange(window),
+                                            indexing='ij')).flatten(1)
+        rel = (coords[:, :, None] - coords[:, None, :]).permute(1, 2, 0) + window - 1
+        self.register_buffer('relative_position_index',
+                             (rel[..., 0] * (2 * window - 1) + rel[..., 1]).flatten())
+
+    def forward(self, x):
+        n = self.window ** 2
+        bias = self.relative_position_bias_table[self.relative_position_index]
+        bias = bias.view(n, n, -1).permute(2, 0, 1).contiguous().unsqueeze(0)
+        return shifted_window_attention(x, self.qkv.weight, self.proj.weight, bias,
+                                        self.window, self.num_heads, self.shift,
+                                        qkv_bias=self.qkv.bias, proj_bias=self.proj.bias)
+
+
+class SwinBlock(nn.Module):
+    def __init__(self, dim: int, heads: int, shift: int):
+        super().__init__()
+        self.norm1, self.attn = nn.LayerNorm(dim), ShiftedWindowAttention(dim, heads, shift=shift)
+        self.norm2 = nn.LayerNorm(dim)
+        self.mlp = nn.Sequential(nn.Linear(dim, 2 * dim), nn.GELU(), nn.Linear(2 * dim, dim))
+
+    def forward(self, x):
+        x = x + self.attn(self.norm1(x))
+        return x + self.mlp(self.norm2(x))
+
+
+class PatchMerging(nn.Module):
+    """torchvision's: four strided slices concatenated, a norm and a reduction."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.norm, self.reduction = nn.LayerNorm(4 * dim), nn.Linear(4 * dim, 2 * dim, bias=False)
+
+    def forward(self, x):
+        x = torch.cat([x[..., 0::2, 0::2, :], x[..., 1::2, 0::2, :],
+                       x[..., 0::2, 1::2, :], x[..., 1::2, 1::2, :]], -1)
+        return self.reduction(self.norm(x))
+
+
+class TinySwin(nn.Module):
+    """Patch embedding, two shifted-window blocks, patch merging, one more block."""
+
+    def __init__(self):
+        super().__init__()
+        self.patch = nn.Conv2d(3, 16, 2, 2)
+        self.stage1 = nn.Sequential(SwinBlock(16, 2, 0), SwinBlock(16, 2, 1))
+        self.merge = PatchMerging(16)
+        self.stage2 = SwinBlock(32, 4, 0)
+        self.norm, self.head = nn.LayerNorm(32), nn.Linear(32, 5)
+
+    def forward(self, x):
+        x = self.patch(x).permute(0, 2, 3, 1)
+        x = self.stage2(self.merge(self.stage1(x)))
+        return self.head(self.norm(x).mean((1, 2)))
