@@ -7,7 +7,7 @@ import torch
 import torch.nn as nn
 
 from ..registry import PRUNERS
-from ..tracing.forward import call_model, default_example_inputs
+from ..tracing.forward import call_model, default_example_inputs, is_transformers_model
 from ..utils.batch_norm import reestimate_bn_stats
 from .allocation import allocate, budget_of
 from .importance import ImportanceArg
@@ -25,7 +25,7 @@ def prune(model: nn.Module, example_inputs: Any = None, *, ratio: Optional[float
           data: Optional[Any] = None,
           loss_fn: Optional[Callable[[Any, Any], torch.Tensor]] = None, round_to: int = 1,
           max_ratio: Optional[float] = None, pruner: Union[str, dict] = 'ImportancePruner',
-          **pruner_kwargs: Any) -> nn.Module:
+          hidden: bool = False, **pruner_kwargs: Any) -> nn.Module:
     """Return a slimmed copy of ``model`` within one budget.
 
     The original model is left untouched.  Channels are ranked by ``importance`` in each
@@ -41,6 +41,10 @@ def prune(model: nn.Module, example_inputs: Any = None, *, ratio: Optional[float
     (an op missing from the rule table such as ``torch.fft.rfft2``, a custom
     ``autograd.Function``) are named in one warning per call; ``strict=True`` raises on
     the first instead.
+
+    A transformers ``PreTrainedModel`` (dict inputs: ``{'input_ids': ...}``) loses whole
+    attention heads and MLP channels; its hidden size stays whole unless ``hidden=True``.
+    :func:`razorlib.integrations.transformers.prune` also rewrites its config.
 
     Args:
         model: the model to prune.
@@ -69,6 +73,12 @@ def prune(model: nn.Module, example_inputs: Any = None, *, ratio: Optional[float
         max_ratio: the largest fraction of one group that may be pruned.
         pruner: a pruner type registered in ``PRUNERS`` or a config dict; a pruner that
             is not an ``ImportancePruner`` (``'RatioPruner'``) ranks channels its own way.
+        hidden: for a transformers ``PreTrainedModel``, also prune the hidden size (the
+            residual stream from the input embeddings) where the tracer finds it
+            prunable.  Off by default: every norm then normalises over fewer channels,
+            so the outputs change by more than the pruned channels' share (the slim
+            model still computes what the masked supernet does); a warning says so when
+            it happens.  Other models have no such default: this flag changes nothing.
         **pruner_kwargs: extra pruner arguments (``except_start_keys``, ``strict``).
 
     Example:
@@ -87,7 +97,11 @@ def prune(model: nn.Module, example_inputs: Any = None, *, ratio: Optional[float
                                 ('latency', latency)) if v is not None}
     options = dict(importance=importance, global_ranking=global_ranking, round_to=round_to,
                    max_ratio=max_ratio, runtime=runtime)
-    structure_pruner = PRUNERS.build(_pruner_cfg(pruner, budget, options, pruner_kwargs))
+    cfg = _pruner_cfg(pruner, budget, options, pruner_kwargs)
+    if is_transformers_model(model) and not hidden:  # the integration loads for HF models only
+        from ..integrations.transformers.prune import with_hidden_size_keys
+        cfg['except_start_keys'] = with_hidden_size_keys(model, cfg.get('except_start_keys'))
+    structure_pruner = PRUNERS.build(cfg)
     if example_inputs is None:
         example_inputs = default_example_inputs(model)
     slim = copy.deepcopy(model)
@@ -98,6 +112,9 @@ def prune(model: nn.Module, example_inputs: Any = None, *, ratio: Optional[float
     structure_pruner.set_subnet(subnet)
     structure_pruner.deploy_subnet(slim, structure_pruner.export_subnet())
     _check_runs(slim, example_inputs)
+    if hidden and is_transformers_model(model):
+        from ..integrations.transformers.prune import warn_if_hidden_pruned
+        warn_if_hidden_pruned(model, slim, 'razorlib.prune')
     if data is not None:
         reestimate_bn_stats(slim, (batch[0] for batch in data))
     return slim

@@ -35,13 +35,67 @@ def default_example_inputs(model: nn.Module) -> torch.Tensor:
     return image.to(device)
 
 
+def is_transformers_model(module: nn.Module) -> bool:
+    """Whether ``module`` is a transformers ``PreTrainedModel``, told by its classes'
+    names so that transformers is never imported here.
+
+    Example:
+        >>> is_transformers_model(nn.Linear(2, 2))
+        False
+    """
+    return any(cls.__name__ == 'PreTrainedModel' and cls.__module__.startswith('transformers.')
+               for cls in type(module).__mro__)
+
+
+@contextlib.contextmanager
+def without_kv_cache(model: nn.Module) -> Iterator[None]:
+    """Set ``config.use_cache = False`` on the transformers models in ``model`` for a while.
+
+    With it on, a decoder builds a key/value cache in its forward: the keys and values go
+    through the cache's ``torch.cat`` and come out as cache outputs, which would tie
+    their channels to what the caller may read and freeze the key/value heads.  One
+    forward of a trace, a check or a score never needs the cache.
+
+    Example:
+        >>> class Config:
+        ...     use_cache = True
+        >>> class PreTrainedModel(nn.Module):  # stands in for transformers' own
+        ...     pass
+        >>> PreTrainedModel.__module__ = 'transformers.modeling_utils'
+        >>> class Decoder(PreTrainedModel):
+        ...     def __init__(self):
+        ...         super().__init__()
+        ...         self.config = Config()
+        >>> decoder = Decoder()
+        >>> with without_kv_cache(decoder):
+        ...     decoder.config.use_cache
+        False
+        >>> decoder.config.use_cache
+        True
+    """
+    saved = {}  # id -> (config, its use_cache); a config shared by nested models once
+    for module in model.modules():
+        config = vars(module).get('config')
+        if getattr(config, 'use_cache', False) and is_transformers_model(module):
+            saved[id(config)] = (config, config.use_cache)
+    for config, _ in saved.values():
+        config.use_cache = False
+    try:
+        yield
+    finally:
+        for config, use_cache in saved.values():
+            config.use_cache = use_cache
+
+
 def call_model(model: nn.Module, example_inputs: Any) -> Any:
-    """Call ``model`` with a tensor, a tuple/list of positional args or a dict of kwargs."""
-    if isinstance(example_inputs, dict):
-        return model(**example_inputs)
-    if isinstance(example_inputs, (tuple, list)):
-        return model(*example_inputs)
-    return model(example_inputs)
+    """Call ``model`` with a tensor, a tuple/list of positional args or a dict of kwargs;
+    transformers models run without their key/value cache (:func:`without_kv_cache`)."""
+    with without_kv_cache(model):
+        if isinstance(example_inputs, dict):
+            return model(**example_inputs)
+        if isinstance(example_inputs, (tuple, list)):
+            return model(*example_inputs)
+        return model(example_inputs)
 
 
 def flatten_tensors(obj: Any) -> List[torch.Tensor]:

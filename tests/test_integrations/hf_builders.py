@@ -4,6 +4,8 @@ from typing import Callable, Dict, Tuple
 import torch
 import torch.nn as nn
 
+from razorlib.layers import kind_of
+
 transformers = __import__('pytest').importorskip('transformers')
 
 VOCAB = 100
@@ -62,6 +64,34 @@ MODELS: Dict[str, Tuple[Callable[..., nn.Module], Callable[..., Dict], str]] = {
     'bert': (bert, token_inputs, 'encoder.layer.{i}.intermediate.dense'),
     'vit': (vit, image_inputs, 'vit.layers.{i}.mlp.fc1'),
 }
+
+
+#: name -> block ``{i}``'s attention projections: (query, key, value, output); GPT-2's fused
+#: ``c_attn`` computes all three.
+ATTENTION: Dict[str, Tuple[str, str, str, str]] = {
+    'llama': tuple(f'model.layers.{{i}}.self_attn.{p}_proj' for p in 'qkvo'),
+    'qwen2': tuple(f'model.layers.{{i}}.self_attn.{p}_proj' for p in 'qkvo'),
+    'mistral': tuple(f'model.layers.{{i}}.self_attn.{p}_proj' for p in 'qkvo'),
+    'gpt2': ('transformer.h.{i}.attn.c_attn', ) * 3 + ('transformer.h.{i}.attn.c_proj', ),
+    'bert': tuple(f'encoder.layer.{{i}}.attention.self.{p}' for p in ('query', 'key', 'value'))
+    + ('encoder.layer.{i}.attention.output.dense', ),
+    'vit': tuple(f'vit.layers.{{i}}.attention.{p}_proj' for p in 'qkvo'),
+}
+
+
+#: The attention widths of :data:`ATTENTION` in every block at ratio 0.5 (query, key,
+#: value outputs; the output projection's input): half the heads of 16, for Llama-likes one
+#: of two key/value heads with its two query heads.
+HALF_ATTENTION: Dict[str, Tuple[int, int, int, int]] = {
+    'llama': (32, 16, 16, 32), 'qwen2': (32, 16, 16, 32), 'mistral': (32, 16, 16, 32),
+    'gpt2': (96, 96, 96, 32), 'bert': (32, 32, 32, 32), 'vit': (32, 32, 32, 32)}
+
+
+def attention_widths(model: nn.Module, name: str, block: int) -> Tuple[int, int, int, int]:
+    """Block ``block``'s widths in the order of :data:`HALF_ATTENTION`."""
+    *qkv, out = (kind_of(m).widths(m) for m in
+                 (model.get_submodule(path.format(i=block)) for path in ATTENTION[name]))
+    return tuple(widths['out'] for widths in qkv) + (out['in'], )
 
 
 def build(name: str, seed: int = 0, **overrides) -> Tuple[nn.Module, Dict[str, torch.Tensor]]:

@@ -1,14 +1,18 @@
-"""Hugging Face models from tiny configs: the one-call razorlib.prune with dict inputs, a
-masked supernet that computes and counts what its slim model does, and transformers'
-Conv1D (GPT-2) as a layer kind."""
+"""Hugging Face models from tiny configs: the one-call razorlib.prune with dict inputs
+(whole heads and MLP channels; the hidden size only on request), a masked supernet that
+computes and counts what its slim model does, tracing without the key/value cache, and
+transformers' Conv1D (GPT-2) as a layer kind."""
 import copy
+import warnings
 
 import pytest
 import torch
 import torch.nn as nn
-from hf_builders import MODELS, build, main_output, relative_error
+from hf_builders import (HALF_ATTENTION, MODELS, attention_widths, build, main_output,
+                         relative_error)
 
 import razorlib
+from razorlib.integrations.transformers import hidden_size_keys
 from razorlib.layers import kind_of
 from razorlib.pruning import L1NormPruner
 from razorlib.utils import get_model_complexity
@@ -16,32 +20,78 @@ from razorlib.utils import get_model_complexity
 Conv1D = pytest.importorskip('transformers.pytorch_utils').Conv1D
 
 
-@pytest.mark.parametrize('name', sorted(MODELS))
-def test_one_call_prune_takes_dict_inputs_and_halves_every_mlp(name):
-    model, inputs = build(name)
-    slim = razorlib.prune(model, inputs, ratio=0.5)
+def _shapes(module: nn.Module):
+    return [tuple(p.shape) for p in module.parameters()]
+
+
+def _assert_heads_and_mlps_halved(model: nn.Module, slim: nn.Module, name: str) -> None:
     mlp_in = MODELS[name][2]
-    modules = dict(model.named_modules())
     for i in range(model.config.num_hidden_layers):
-        dense, pruned = modules[mlp_in.format(i=i)], slim.get_submodule(mlp_in.format(i=i))
-        width = kind_of(dense).widths(dense)['out']
-        assert kind_of(pruned).widths(pruned)['out'] == width // 2
+        dense, pruned = (m.get_submodule(mlp_in.format(i=i)) for m in (model, slim))
+        assert kind_of(pruned).widths(pruned)['out'] == kind_of(dense).widths(dense)['out'] // 2
+        assert attention_widths(slim, name, i) == HALF_ATTENTION[name]
+
+
+@pytest.mark.parametrize('name', sorted(MODELS))
+def test_one_call_prune_halves_heads_and_mlps_and_keeps_the_hidden_size(name):
+    model, inputs = build(name)
+    with warnings.catch_warnings():  # nothing left unpruned, nothing about the hidden size
+        warnings.filterwarnings('error', message='razorlib.prune')
+        slim = razorlib.prune(model, inputs, ratio=0.5)
+    _assert_heads_and_mlps_halved(model, slim, name)
+    assert _shapes(slim.get_input_embeddings()) == _shapes(model.get_input_embeddings())
     assert main_output(slim, inputs).shape == main_output(model, inputs).shape
 
 
+def test_one_call_prune_opts_in_to_the_hidden_size_and_says_outputs_change():
+    model, inputs = build('vit')
+    with pytest.warns(UserWarning, match=r'hidden=True\) pruned the hidden size of '
+                      r'ViTForImageClassification .*outputs change'):
+        slim = razorlib.prune(model, inputs, ratio=0.5, hidden=True)
+    assert slim.vit.embeddings.patch_embeddings.projection.out_channels == 32
+    assert slim.classifier.in_features == 32
+    assert attention_widths(slim, 'vit', 1) == HALF_ATTENTION['vit']
+    assert main_output(slim, inputs).shape == main_output(model, inputs).shape
+
+
+@pytest.mark.parametrize('hidden', [False, True], ids=['hidden-whole', 'hidden-pruned'])
 @pytest.mark.parametrize('name', sorted(MODELS))
-def test_masked_model_computes_and_counts_what_the_slim_model_does(name):
+def test_masked_model_computes_and_counts_what_the_slim_model_does(name, hidden):
     model, inputs = build(name)
-    pruner = L1NormPruner(ratio=0.5)
+    pruner = L1NormPruner(ratio=0.5, except_start_keys=() if hidden else hidden_size_keys(model))
     pruner.prepare_from_supernet(model, inputs)
-    assert len(pruner.groups.prunable) >= model.config.num_hidden_layers
     pruner.set_subnet(pruner.sample_subnet())
     masked = main_output(model, inputs)
     masked_count = get_model_complexity(model, inputs)
     slim = pruner.deploy_subnet(copy.deepcopy(model), pruner.export_subnet())
+    _assert_heads_and_mlps_halved(model, slim, name)
+    embeddings = _shapes(slim.get_input_embeddings())
+    if not hidden:
+        assert embeddings == _shapes(model.get_input_embeddings())
+    elif name == 'vit':  # LayerNorms only: its hidden size is prunable
+        assert embeddings == [(32, 3, 8, 8), (32, )]
     assert relative_error(main_output(slim, inputs), masked) <= 1e-4
     slim_params = sum(p.numel() for p in slim.parameters())
     assert masked_count.params == slim_params < sum(p.numel() for p in model.parameters())
+
+
+@pytest.mark.parametrize('implementation', ['eager', 'sdpa'])
+def test_key_value_heads_prune_with_the_cache_on_which_tracing_turns_off(implementation):
+    model, inputs = build('llama', attn_implementation=implementation, use_cache=True)
+    seen = []
+    handle = model.register_forward_pre_hook(lambda module, args: seen.append(
+        module.config.use_cache))
+    pruner = L1NormPruner(ratio=0.5, except_start_keys=hidden_size_keys(model))
+    pruner.prepare_from_supernet(model, inputs)
+    handle.remove()
+    assert seen and not any(seen)  # every traced or checked forward ran without the cache
+    assert model.config.use_cache is True
+    assert pruner.groups.prunable['model.layers.0.self_attn.v_proj'].num_channels == 2
+    pruner.set_subnet(pruner.sample_subnet())
+    masked = main_output(model, inputs)
+    slim = pruner.deploy_subnet(copy.deepcopy(model), pruner.export_subnet())
+    assert attention_widths(slim, 'llama', 0) == (32, 16, 16, 32)
+    assert relative_error(main_output(slim, inputs), masked) <= 1e-4
 
 
 @pytest.mark.parametrize('name, embed', [('llama', 'model.embed_tokens'),

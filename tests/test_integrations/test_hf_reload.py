@@ -1,26 +1,68 @@
 """Slim Hugging Face models whose config describes them: the integration's prune rewrites
-the config, save_pretrained + from_pretrained gives the same outputs, and per-layer
-widths restore in one call from a channel config."""
+the config (MLP widths, head counts), save_pretrained + from_pretrained gives the same
+outputs, and what a config cannot say (per-layer widths, the heads of models whose head
+width is hidden / heads) restores in one call from a channel config."""
+import copy
 import random
 
+import numpy as np
 import pytest
-from hf_builders import MODELS, build, main_output, relative_error
+import torch
+from hf_builders import (HALF_ATTENTION, MODELS, attention_widths, build, main_output,
+                         relative_error)
 
 from razorlib.integrations.transformers import (CHANNELS_FILE, hidden_size_keys, load_pruned,
                                                 prune, save_pruned, sync_config)
+from razorlib.pruning import L1NormPruner
+
+transformers = pytest.importorskip('transformers')
+
+#: What the config of each model says after prune(ratio=0.5), where it can say the heads:
+#: Qwen2 and ViT size heads by ``config.head_dim`` when it is set, so it is pinned.
+CONFIG_HEADS = {
+    'llama': dict(num_attention_heads=2, num_key_value_heads=1, intermediate_size=64),
+    'mistral': dict(num_attention_heads=2, num_key_value_heads=1, intermediate_size=64),
+    'qwen2': dict(num_attention_heads=2, num_key_value_heads=1, head_dim=16,
+                  intermediate_size=64),
+    'vit': dict(num_attention_heads=2, head_dim=16, intermediate_size=64),
+}
 
 
-@pytest.mark.parametrize('name', sorted(MODELS))
+@pytest.mark.parametrize('name', sorted(CONFIG_HEADS))
 def test_uniform_slim_model_reloads_with_from_pretrained(name, tmp_path):
     model, inputs = build(name)
     slim = prune(model, inputs, ratio=0.5)
-    mlp_in = MODELS[name][2].format(i=1)
-    dense = model.get_submodule(mlp_in).weight
-    assert slim.get_submodule(mlp_in).weight.numel() * 2 == dense.numel()
+    assert attention_widths(slim, name, 1) == HALF_ATTENTION[name]
+    assert {key: getattr(slim.config, key) for key in CONFIG_HEADS[name]} == CONFIG_HEADS[name]
     assert model.config.to_dict() != slim.config.to_dict()  # the model's own is untouched
-    save_pruned(slim, tmp_path)
+    assert save_pruned(slim, tmp_path).exact
     assert not (tmp_path / CHANNELS_FILE).exists()
     again = type(model).from_pretrained(tmp_path).eval()
+    assert attention_widths(again, name, 1) == HALF_ATTENTION[name]
+    assert relative_error(main_output(again, inputs), main_output(slim, inputs)) <= 1e-6
+
+
+@pytest.mark.parametrize('name, mlp, attention, heads', [
+    ('gpt2', dict(n_inner=128), 'transformer.h.{i}.attn',
+     dict(num_heads=2, split_size=32, head_dim=16)),
+    ('bert', dict(intermediate_size=64), 'encoder.layer.{i}.attention.self',
+     dict(num_attention_heads=2, all_head_size=32, attention_head_size=16)),
+])
+def test_heads_the_config_cannot_say_reload_from_a_channel_file(name, mlp, attention, heads,
+                                                               tmp_path):
+    model, inputs = build(name)
+    slim = prune(model, inputs, ratio=0.5)
+    assert attention_widths(slim, name, 1) == HALF_ATTENTION[name]
+    sync = save_pruned(slim, tmp_path)
+    assert not sync.exact and (tmp_path / CHANNELS_FILE).exists()
+    assert slim.config.num_attention_heads == 4  # 2 would mean heads of hidden / 2 = 32
+    assert {key: getattr(slim.config, key) for key in mlp} == mlp  # the MLPs it can say
+    again = load_pruned(tmp_path)
+    assert type(again) is type(model)
+    for i in range(2):
+        module = again.get_submodule(attention.format(i=i))
+        assert {key: getattr(module, key) for key in heads} == heads
+        assert attention_widths(again, name, i) == HALF_ATTENTION[name]
     assert relative_error(main_output(again, inputs), main_output(slim, inputs)) <= 1e-6
 
 
@@ -32,19 +74,78 @@ def test_the_config_names_the_slim_mlp_width():
     assert prune(gpt2, inputs, ratio=0.25).config.n_inner == 64
 
 
-@pytest.mark.parametrize('name', ['llama', 'gpt2', 'vit'])
-def test_per_layer_widths_reload_in_one_call(name, tmp_path):
-    model, inputs = build(name)
-    random.seed(4)
-    slim = prune(model, inputs, pruner=dict(type='RatioPruner', ratios=(0.25, 0.75)),
-                 uniform=False)
-    widths = [slim.get_submodule(MODELS[name][2].format(i=i)).weight.numel() for i in range(2)]
-    assert widths[0] != widths[1]
+def test_head_counts_a_config_class_refuses_go_to_the_channel_file(tmp_path):
+    model, inputs = build('llama', num_key_value_heads=4)
+    slim = prune(model, inputs, ratio=0.75)  # 3 heads: LlamaConfig wants 64 % heads == 0
+    assert attention_widths(slim, 'llama', 0) == (48, 48, 48, 48)
+    assert not save_pruned(slim, tmp_path).exact
+    assert (slim.config.num_attention_heads, slim.config.intermediate_size) == (4, 96)
+    again = load_pruned(tmp_path)
+    assert again.model.layers[1].self_attn.num_key_value_groups == 1
+    assert relative_error(main_output(again, inputs), main_output(slim, inputs)) <= 1e-6
+
+
+class _WholeGroupsLlama(transformers.LlamaForCausalLM):
+    """A Llama that, as some config classes do, wants whole query groups per kv head."""
+
+    def __init__(self, config):
+        if config.num_attention_heads % config.num_key_value_heads:
+            raise ValueError('num_attention_heads must be a multiple of num_key_value_heads')
+        super().__init__(config)
+
+
+def test_query_and_key_value_head_counts_change_together_when_alone_they_cannot():
+    torch.manual_seed(0)
+    model = _WholeGroupsLlama(transformers.LlamaConfig(
+        hidden_size=96, head_dim=16, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=4, vocab_size=100)).eval()
+    inputs = {'input_ids': torch.randint(0, 100, (2, 8))}
+    slim = prune(model, inputs, ratio=0.75)  # 3 of 4 groups of one query and one kv head
+    assert (slim.config.num_attention_heads, slim.config.num_key_value_heads) == (3, 3)
+    assert sync_config(slim).exact
+
+
+def _slim(model, inputs, share, hidden=False):
+    """``model`` sliced to keep ``share(group id)`` of each group (at least one channel)."""
+    pruner = L1NormPruner(except_start_keys=() if hidden else hidden_size_keys(model))
+    pruner.prepare_from_supernet(model, inputs)
+    subnet = {}
+    for gid, group in pruner.groups.prunable.items():
+        count = max(1, round(group.num_channels * share(gid)))
+        subnet[gid] = torch.from_numpy(group.keep_best(np.arange(group.num_channels), count))
+    pruner.set_subnet(subnet)
+    return pruner.deploy_subnet(copy.deepcopy(model), pruner.export_subnet())
+
+
+def _assert_reloads(model, slim, name, inputs, tmp_path):
     sync = save_pruned(slim, tmp_path)
     assert not sync.exact and (tmp_path / CHANNELS_FILE).exists()
     again = load_pruned(tmp_path)
     assert type(again) is type(model)
+    assert [attention_widths(again, name, i) for i in range(2)] == \
+        [attention_widths(slim, name, i) for i in range(2)]
     assert relative_error(main_output(again, inputs), main_output(slim, inputs)) <= 1e-6
+    return sync
+
+
+@pytest.mark.parametrize('name', ['llama', 'gpt2', 'vit'])
+def test_per_layer_widths_reload_in_one_call(name, tmp_path):
+    model, inputs = build(name)
+    slim = _slim(model, inputs, lambda gid: 0.25 if '.0.' in gid else 0.75)
+    widths = [slim.get_submodule(MODELS[name][2].format(i=i)).weight.numel() for i in range(2)]
+    assert widths[0] != widths[1]
+    assert attention_widths(slim, name, 0) != attention_widths(slim, name, 1)
+    _assert_reloads(model, slim, name, inputs, tmp_path)
+
+
+def test_per_layer_heads_stay_out_of_the_config_beside_a_halved_hidden_size(tmp_path):
+    model, inputs = build('vit', head_dim=8)  # 4 heads of 8: 32 wide in a hidden size of 64
+    slim = _slim(model, inputs, lambda gid: 0.75 if gid == 'vit.layers.1.attention.v_proj'
+                 else 0.5, hidden=True)
+    assert [attention_widths(slim, 'vit', i)[0] for i in range(2)] == [16, 24]
+    sync = _assert_reloads(model, slim, 'vit', inputs, tmp_path)
+    # hidden 64 -> 32 suggests 2 of 4 heads: they fit layer 0 but would cut layer 1's 3
+    assert sync.changed == {'intermediate_size': (128, 64)}
 
 
 def test_uniform_option_evens_out_sampled_widths():
@@ -55,12 +156,17 @@ def test_uniform_option_evens_out_sampled_widths():
     assert widths == {slim.config.intermediate_size} and widths != {128}
 
 
-def test_hidden_size_stays_whole_by_default_and_can_be_opted_in():
+def test_hidden_size_stays_whole_by_default_and_can_be_opted_in(tmp_path):
     model, inputs = build('vit')
     assert hidden_size_keys(model) == ('vit.embeddings.patch_embeddings', )
     assert prune(model, inputs).config.hidden_size == 64
-    slim = prune(model, inputs, hidden=True)
+    with pytest.warns(UserWarning, match='outputs change'):
+        slim = prune(model, inputs, hidden=True)
     assert slim.vit.embeddings.patch_embeddings.projection.out_channels == 32
+    save_pruned(slim, tmp_path)  # no config field says the hidden size: a channel file
+    again = load_pruned(tmp_path)
+    assert again.vit.layers[0].attention.num_attention_heads == 2
+    assert relative_error(main_output(again, inputs), main_output(slim, inputs)) <= 1e-6
 
 
 def test_sync_config_rejects_what_is_no_transformers_model():

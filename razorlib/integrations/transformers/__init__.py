@@ -8,10 +8,11 @@ from .config import MLP_WIDTH_FIELDS, ConfigSync, Mismatch, build_like, is_hf_mo
 from .depth import decoder_layers, prune_decoder_layers, remove_decoder_layers
 from .prune import hidden_size_keys, prune, uniform_subnet
 from .reload import CHANNELS_FILE, load_pruned, save_pruned, widths_channel_config
+from .streaming import slim_checkpoint
 
 __all__ = [
     'MLP_WIDTH_FIELDS', 'ConfigSync', 'Mismatch', 'build_like', 'is_hf_model', 'sync_config',
     'decoder_layers', 'prune_decoder_layers', 'remove_decoder_layers', 'hidden_size_keys',
     'prune', 'uniform_subnet', 'CHANNELS_FILE', 'load_pruned', 'save_pruned',
-    'widths_channel_config',
+    'widths_channel_config', 'slim_checkpoint',
 ]

@@ -4,10 +4,13 @@ A pruned model keeps its dense ``config``, so ``from_pretrained`` would build th
 layers and fail on the saved weights' sizes.  :func:`sync_config` finds what the config
 must say by building the same class from it on the ``meta`` device (shapes only, no
 memory) and comparing every parameter and buffer shape with the slim model's: each
-width field (``intermediate_size``, GPT-2's ``n_inner``, ...) whose change makes the
-shapes agree is rewritten.  Widths that differ across layers cannot be written in a
-config; they stay in :attr:`ConfigSync.mismatches`, and :func:`~.reload.save_pruned`
-saves them as a channel config.
+width field (``intermediate_size``, GPT-2's ``n_inner``, ...) and head count
+(``num_attention_heads``, ``num_key_value_heads``, ...) whose change makes the shapes
+agree is rewritten.  Widths the config cannot write are left in
+:attr:`ConfigSync.mismatches`, and :func:`~.reload.save_pruned` saves them as a channel
+config: widths that differ across layers, head counts the config class refuses, and the
+heads of models whose head width is always ``hidden_size / num_attention_heads`` (BERT,
+GPT-2), where fewer heads in the config would mean wider ones.
 """
 import copy
 from dataclasses import dataclass, field
@@ -16,12 +19,19 @@ from typing import Dict, Iterable, List, Optional, Tuple
 import torch
 import torch.nn as nn
 
-__all__ = ['MLP_WIDTH_FIELDS', 'ConfigSync', 'Mismatch', 'is_hf_model', 'build_like',
-           'shape_mismatches', 'sync_config']
+from ...tracing.forward import is_transformers_model
+
+__all__ = ['MLP_WIDTH_FIELDS', 'HEAD_COUNT_FIELDS', 'WIDTH_FIELDS', 'ConfigSync', 'Mismatch',
+           'is_hf_model', 'build_like', 'shape_mismatches', 'sync_config']
 
 #: Config fields that size the MLP of every layer, by model family (tried in order).
 MLP_WIDTH_FIELDS = ('intermediate_size', 'n_inner', 'ffn_dim', 'd_ff', 'encoder_ffn_dim',
                     'decoder_ffn_dim')
+#: Config fields that count attention heads: query heads, then key/value heads (GQA).
+HEAD_COUNT_FIELDS = ('num_attention_heads', 'num_key_value_heads', 'n_head', 'num_heads',
+                     'n_heads', 'encoder_attention_heads', 'decoder_attention_heads')
+#: What :func:`sync_config` may rewrite by default.
+WIDTH_FIELDS = MLP_WIDTH_FIELDS + HEAD_COUNT_FIELDS
 
 
 @dataclass(frozen=True)
@@ -62,8 +72,7 @@ def is_hf_model(model: nn.Module) -> bool:
         >>> is_hf_model(nn.Linear(2, 2))
         False
     """
-    return any(cls.__module__.startswith('transformers.') and cls.__name__ == 'PreTrainedModel'
-               for cls in type(model).__mro__)
+    return is_transformers_model(model)
 
 
 def build_like(model: nn.Module, config=None, device: str = 'meta') -> nn.Module:
@@ -100,26 +109,134 @@ def _width_changes(mismatches: Iterable[Mismatch]) -> Dict[int, set]:
     return changes
 
 
-def _try_field(model: nn.Module, config, name: str, value: int,
-               current: List[Mismatch]) -> Optional[Tuple[object, List[Mismatch]]]:
-    """The config with ``name = value`` and its mismatches, if that fixes some tensors
-    and breaks none."""
+def _uniform(changes: Dict[int, set]) -> List[Tuple[int, int]]:
+    """``(dense, slim)`` for each size that changed to one new size everywhere."""
+    return [(dense, next(iter(slims))) for dense, slims in changes.items() if len(slims) == 1]
+
+
+def _scaled(old: object, dense: int, slim: int) -> Optional[int]:
+    """``old * slim / dense`` where that is a whole, positive count (4 heads, 64 -> 32
+    wide: 2)."""
+    if isinstance(old, int) and old * slim % dense == 0 and old * slim // dense > 0:
+        return old * slim // dense
+    return None
+
+
+def _candidates(old: object, changes: Dict[int, set]) -> List[int]:
+    """The values to try for a config field whose value is ``old``, from the sizes that
+    changed uniformly: a width's new size (any, for an unset field such as GPT-2's
+    ``n_inner``), and ``old`` scaled as a size changed, for a count of fixed-width units
+    such as heads.
+
+    Example:
+        >>> _candidates(4, {64: {32}, 128: {96}, 32: {16, 8}})
+        [2, 3]
+        >>> _candidates(128, {64: {32}, 128: {96}})
+        [64, 96]
+        >>> _candidates(None, {64: {32}})
+        [32]
+    """
+    values = []
+    for dense, slim in _uniform(changes):
+        if old is None or old == dense:
+            values.append(slim)
+        scaled = _scaled(old, dense, slim)
+        if scaled not in (None, old):
+            values.append(scaled)
+    return list(dict.fromkeys(values))
+
+
+def _head_width(config) -> Dict[str, int]:
+    """``head_dim`` pinned to the head width the config means, where it does not set one
+    (Qwen2, ViT: ``hidden_size // num_attention_heads``), so that fewer heads keep their
+    width in the model classes that read ``config.head_dim`` when it is there."""
+    if isinstance(getattr(config, 'head_dim', None), int):
+        return {}
+    hidden, heads = getattr(config, 'hidden_size', None), getattr(config, 'num_attention_heads',
+                                                                 None)
+    if isinstance(hidden, int) and isinstance(heads, int) and heads and hidden % heads == 0:
+        return {'head_dim': hidden // heads}
+    return {}
+
+
+def _moves(config, fields: Iterable[str], mismatches: List[Mismatch]) -> List[Dict[str, int]]:
+    """Config changes to try: each field alone, then the head counts together by one
+    ratio (GQA's query and key/value heads, where a config check wants both at once).
+    A change of head counts pins the head width (:func:`_head_width`)."""
+    changes = _width_changes(mismatches)
+    present = [name for name in fields if hasattr(config, name)]
+    moves = [{name: value} for name in present
+             for value in _candidates(getattr(config, name), changes)]
+    heads = [name for name in present
+             if name in HEAD_COUNT_FIELDS and isinstance(getattr(config, name), int)]
+    for dense, slim in _uniform(changes) if len(heads) > 1 else ():
+        together = {name: _scaled(getattr(config, name), dense, slim) for name in heads}
+        if None not in together.values():
+            moves.append(together)
+    pin = _head_width(config)
+    return [{**move, **pin} if set(move) & set(HEAD_COUNT_FIELDS) else move for move in moves]
+
+
+def _reloadable(config) -> bool:
+    """Whether ``from_pretrained`` would accept ``config``: it builds the config class
+    again, which runs the class's checks (transformers 5's ``LlamaConfig`` refuses a
+    hidden size that is no multiple of the heads, even with ``head_dim`` set)."""
+    try:
+        type(config).from_dict(config.to_dict())
+    except Exception:  # pylint: disable=broad-except  # any refusal: the field stays
+        return False
+    return True
+
+
+def _sliceable(mismatches: Iterable[Mismatch]) -> bool:
+    """Whether a channel config can still slice the model the config builds down to the
+    slim one: no dim it builds is narrower than the model's."""
+    return all(c >= s for m in mismatches if m.config_shape and m.model_shape
+               and len(m.config_shape) == len(m.model_shape)
+               for c, s in zip(m.config_shape, m.model_shape))
+
+
+def _try(model: nn.Module, config, move: Dict[str, int],
+         current: List[Mismatch]) -> Optional[Tuple[object, List[Mismatch]]]:
+    """The config with ``move`` applied and its mismatches, if that is a config
+    ``from_pretrained`` accepts, fixes some tensors and breaks none."""
     trial = copy.deepcopy(config)
-    setattr(trial, name, value)
-    left = shape_mismatches(model, build_like(model, trial))
+    for name, value in move.items():
+        setattr(trial, name, value)
+    if not _reloadable(trial):
+        return None
+    try:
+        left = shape_mismatches(model, build_like(model, trial))
+    except (ValueError, RuntimeError):  # the model class refuses the config
+        return None
     before = {m.name for m in current}
-    if len(left) < len(current) and {m.name for m in left} <= before:
+    if len(left) < len(current) and {m.name for m in left} <= before and _sliceable(left):
         return trial, left
     return None
 
 
-def sync_config(model: nn.Module, fields: Tuple[str, ...] = MLP_WIDTH_FIELDS) -> ConfigSync:
+def _first_fix(model: nn.Module, config, fields: Iterable[str], mismatches: List[Mismatch]
+               ) -> Optional[Tuple[object, List[Mismatch], Dict[str, int]]]:
+    """The first of :func:`_moves` that :func:`_try` keeps: the new config, its
+    mismatches and the move."""
+    for move in _moves(config, fields, mismatches):
+        found = _try(model, config, move, mismatches)
+        if found is not None:
+            return found + (move, )
+    return None
+
+
+def sync_config(model: nn.Module, fields: Tuple[str, ...] = WIDTH_FIELDS) -> ConfigSync:
     """Rewrite ``model.config`` (in place) so that it describes the slim widths.
 
-    A field is rewritten when every tensor dim of its old size that changed has the same
-    new size (widths uniform across layers) and the rewrite makes a model built from
-    the config agree on more tensors and disagree on none.  Fields whose value is
-    ``None`` (GPT-2's ``n_inner``, meaning ``4 * n_embd``) are tried with each change.
+    Changes are tried one at a time, each field with the values :func:`_candidates`
+    derives from sizes that changed uniformly across layers, then the head counts
+    together; one is kept when ``from_pretrained`` accepts the config and a model built
+    from it agrees with the slim model on more tensors and disagrees on none, until no
+    change helps.  Head counts change only where the model class keeps the head width:
+    Llama-likes' ``head_dim``, pinned (:func:`_head_width`) for classes that read it
+    when set (Qwen2, ViT); in BERT and GPT-2 fewer heads would mean wider ones, the
+    shapes do not agree and the pruned heads stay mismatches.
 
     Args:
         model: a pruned transformers model.
@@ -139,6 +256,15 @@ def sync_config(model: nn.Module, fields: Tuple[str, ...] = MLP_WIDTH_FIELDS) ->
         >>> sync = sync_config(bert)
         >>> sync.changed, sync.exact, bert.config.intermediate_size
         ({'intermediate_size': (64, 16)}, True, 16)
+        >>> from transformers import LlamaConfig, LlamaForCausalLM
+        >>> llama = LlamaForCausalLM(LlamaConfig(
+        ...     hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+        ...     num_attention_heads=4, num_key_value_heads=2, vocab_size=50))
+        >>> attn = llama.model.layers[0].self_attn  # one kv head of 8 and its 2 queries
+        >>> attn.q_proj, attn.k_proj = nn.Linear(32, 16, bias=False), nn.Linear(32, 8, bias=False)
+        >>> attn.v_proj, attn.o_proj = nn.Linear(32, 8, bias=False), nn.Linear(16, 32, bias=False)
+        >>> sync_config(llama).changed
+        {'num_attention_heads': (4, 2), 'num_key_value_heads': (2, 1)}
     """
     if not is_hf_model(model):
         raise TypeError(f'sync_config rewrites the config of a transformers model, got a '
@@ -146,20 +272,13 @@ def sync_config(model: nn.Module, fields: Tuple[str, ...] = MLP_WIDTH_FIELDS) ->
     config = model.config
     mismatches = shape_mismatches(model, build_like(model))
     sync = ConfigSync()
-    for name in fields:
-        if not mismatches:
+    while mismatches:
+        found = _first_fix(model, config, fields, mismatches)
+        if found is None:
             break
-        if not hasattr(config, name):
-            continue
-        old = getattr(config, name)
-        for dense, slims in _width_changes(mismatches).items():
-            if len(slims) != 1 or old not in (dense, None):
-                continue
-            found = _try_field(model, config, name, next(iter(slims)), mismatches)
-            if found is not None:
-                config, mismatches = found
-                sync.changed[name] = (old, getattr(config, name))
-                break
+        config, mismatches, move = found
+        for name, value in move.items():
+            sync.changed[name] = (getattr(model.config, name, None), value)
     for name, (_, new) in sync.changed.items():
         setattr(model.config, name, new)
     sync.mismatches = mismatches

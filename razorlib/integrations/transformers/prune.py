@@ -7,7 +7,8 @@ them and ``from_pretrained`` rebuilds the slim model.
 """
 import copy
 import re
-from typing import Any, Dict, List, Tuple, Union
+import warnings
+from typing import Any, Dict, List, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -17,7 +18,8 @@ from ...registry import PRUNERS
 from ...tracing.forward import call_model
 from .config import is_hf_model, sync_config
 
-__all__ = ['prune', 'hidden_size_keys', 'uniform_subnet']
+__all__ = ['prune', 'hidden_size_keys', 'with_hidden_size_keys', 'warn_if_hidden_pruned',
+           'uniform_subnet']
 
 
 def hidden_size_keys(model: nn.Module) -> Tuple[str, ...]:
@@ -35,6 +37,38 @@ def hidden_size_keys(model: nn.Module) -> Tuple[str, ...]:
     except (AttributeError, NotImplementedError):
         return ()
     return tuple(name for name, module in model.named_modules() if module is embeddings)
+
+
+def with_hidden_size_keys(model: nn.Module, keys: Union[None, str, Sequence[str]] = None
+                          ) -> Tuple[str, ...]:
+    """``except_start_keys`` (a prefix or several) with :func:`hidden_size_keys` added.
+
+    Example:
+        >>> from transformers import GPT2Config, GPT2LMHeadModel
+        >>> with_hidden_size_keys(GPT2LMHeadModel(GPT2Config(
+        ...     n_embd=16, n_layer=1, n_head=2, vocab_size=20, n_positions=8)), 'lm_head')
+        ('lm_head', 'transformer.wte')
+    """
+    keys = () if keys is None else (keys, ) if isinstance(keys, str) else tuple(keys)
+    return keys + hidden_size_keys(model)
+
+
+def warn_if_hidden_pruned(model: nn.Module, slim: nn.Module, caller: str) -> None:
+    """Warn when ``slim``'s input embeddings are narrower than ``model``'s: with the
+    hidden size pruned, every norm normalises over fewer channels, so the outputs move
+    by more than the pruned channels' share; only the masked supernet computes what the
+    slim model does."""
+    for name in hidden_size_keys(model):
+        dense = [tuple(p.shape) for p in model.get_submodule(name).parameters()]
+        pruned = [tuple(p.shape) for p in slim.get_submodule(name).parameters()]
+        if dense != pruned:
+            warnings.warn(f'{caller}(hidden=True) pruned the hidden size of '
+                          f'{type(model).__name__} ({name}: {dense} -> {pruned}): every norm '
+                          'now normalises over fewer channels, so its outputs change by more '
+                          'than the pruned channels\' share (the slim model computes what the '
+                          'masked supernet does, not what the dense model does)', UserWarning,
+                          stacklevel=3)
+            return
 
 
 def _layer_pattern(space_id: str) -> str:
@@ -78,7 +112,8 @@ def prune(model: nn.Module, example_inputs: Any, ratio: float = 0.5,
             config can describe them (otherwise save with
             :func:`~razorlib.integrations.transformers.save_pruned`).
         hidden: also prune the hidden size where the tracer finds it prunable (outputs
-            change: the norms' statistics are taken over fewer channels).
+            change beyond the pruned channels' share: the norms' statistics are taken
+            over fewer channels; a warning says so when it happens).
         **pruner_kwargs: other pruner arguments (``except_start_keys``, ``strict``).
 
     Example:
@@ -96,9 +131,9 @@ def prune(model: nn.Module, example_inputs: Any, ratio: float = 0.5,
     cfg = dict(type=pruner) if isinstance(pruner, str) else dict(pruner)
     if 'ratio' not in cfg and 'ratios' not in cfg:
         cfg['ratio'] = ratio
-    keys = tuple(pruner_kwargs.pop('except_start_keys', ()))
-    cfg['except_start_keys'] = keys + (() if hidden else hidden_size_keys(model))
     cfg.update(pruner_kwargs)
+    if not hidden:
+        cfg['except_start_keys'] = with_hidden_size_keys(model, cfg.get('except_start_keys'))
     structure_pruner = PRUNERS.build(cfg)
     slim = copy.deepcopy(model)
     structure_pruner.prepare_from_supernet(slim, example_inputs)
@@ -112,4 +147,6 @@ def prune(model: nn.Module, example_inputs: Any, ratio: float = 0.5,
     with torch.no_grad():
         call_model(slim, example_inputs)
     slim.train(model.training)
+    if hidden:
+        warn_if_hidden_pruned(model, slim, 'razorlib.integrations.transformers.prune')
     return slim

@@ -124,7 +124,7 @@ def load_pruned(directory: Union[str, Path], model_class: Optional[type] = None,
         >>> gpt2 = GPT2LMHeadModel(GPT2Config(n_embd=16, n_layer=2, n_head=2, vocab_size=20,
         ...                                   n_positions=8))
         >>> x = {'input_ids': torch.randint(0, 20, (1, 8))}
-        >>> random.seed(4)  # RatioPruner draws 0.25 for one MLP, 0.75 for the other
+        >>> random.seed(3)  # RatioPruner draws 0.25 for one MLP, 0.75 for the other
         >>> slim = prune(gpt2, x, pruner=dict(type='RatioPruner', ratios=(0.25, 0.75)),
         ...              uniform=False)
         >>> [block.mlp.c_fc.nf for block in slim.transformer.h]

@@ -13,10 +13,11 @@ alias           criterion                                   reads
 ``fisher``      GroupFisher over FLOPs or memory            data, loss
 ``activation``  mean ``|activation|``                       data
 ``apoz``        one minus the share of zero activations     data
+``wanda``       ``|W|`` times the input's activation norm   data
 ``random``      seeded uniform scores (the baseline)        nothing
 ==============  ==========================================  ============
 """
-from .activation import APoZImportance, ActivationImportance
+from .activation import APoZImportance, ActivationImportance, ActivationMagnitudeImportance
 from .base import (NORMALIZERS, REDUCTIONS, Importance, ImportanceArg, ImportanceContext,
                    build_importance, default_loss, lamp)
 from .baseline import RandomImportance
@@ -27,5 +28,5 @@ __all__ = [
     'Importance', 'ImportanceArg', 'ImportanceContext', 'build_importance', 'default_loss',
     'lamp', 'NORMALIZERS', 'REDUCTIONS', 'L1Importance', 'L2Importance', 'BNScaleImportance',
     'FPGMImportance', 'TaylorImportance', 'FisherImportance', 'ActivationImportance',
-    'APoZImportance', 'RandomImportance'
+    'APoZImportance', 'ActivationMagnitudeImportance', 'RandomImportance'
 ]
