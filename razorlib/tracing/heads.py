@@ -23,8 +23,7 @@ from .channels import InputInfo, Split, TensorChannels
 from .context import TraceContext, output_shapes
 
 
-def split_channels(ctx: TraceContext, node, slots: np.ndarray, dims: Sequence[int],
-                   sizes: Sequence[int]) -> Tuple[Dict[int, np.ndarray], Optional[Split]]:
+def split_channels(slots: np.ndarray, dims: Sequence[int], sizes: Sequence[int]) -> Tuple[Dict[int, np.ndarray], Optional[Split]]:
     """Slots of one channel dim that a reshape splits over ``dims`` (of ``sizes``).
 
     A grid axis along which every slice holds the same slots only repeats them (the

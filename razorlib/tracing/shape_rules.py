@@ -104,8 +104,7 @@ def reshape(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
         elif len(go) == 1 and len(slotted) == 1:
             slots[go[0]] = _merged(x, gi, slotted[0])
         elif len(gi) == 1 and split is None:
-            made, split = heads.split_channels(ctx, node, x.slots[gi[0]], go,
-                                               [out_shape[d] for d in go])
+            made, split = heads.split_channels(x.slots[gi[0]], go, [out_shape[d] for d in go])
             slots.update(made)
         else:
             for d in slotted:
@@ -258,11 +257,10 @@ def _drop_dim(ctx: TraceContext, node, x: TensorChannels, dim: int, why: str):
 def _picked(ctx: TraceContext, node, x: TensorChannels, dim: int, count: int,
             why: str) -> List[Tuple[Dict[int, np.ndarray], Optional[Split]]]:
     """Slots and split of each of ``count`` pieces that drop ``dim`` by fixed index."""
+    slots = _drop_dim(ctx, node, x, dim, why)
     if x.split is not None and dim in x.split.dims:
-        slots = _drop_dim(ctx, node, x, dim, why)
         return [({**slots, **made}, split)
                 for made, split in heads.select_axis(ctx, node, x.split, dim, count)]
-    slots = _drop_dim(ctx, node, x, dim, why)
     split = x.split and x.split.moved({d: d - (d > dim) for d in x.split.dims})
     return [(slots, split)] * count
 
