@@ -13,6 +13,7 @@ code 2.  See docs/tools/train.md.
 import argparse
 import logging
 import sys
+from contextlib import nullcontext
 from typing import Optional, Sequence
 
 # Only what the arguments need is imported here (no torch), so that --help is instant.
@@ -52,7 +53,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                                   read_checkpoint, state_dict_of)
     from razorlib.engine.config import (TRAIN_KEYS, ConfigError, check_config, load_config,
                                         set_work_dir)
-    from razorlib.engine.distributed import prepare_cpu_distributed
+    from razorlib.engine.distributed import distributed_run
     from razorlib.engine.threads import set_threads
     from razorlib.engine.utils import unwrap
 
@@ -75,19 +76,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print_log(f'{args.config}: {err}', logger='current', level=logging.ERROR)
         return 2
     cfg.launcher = args.launcher
-    if args.launcher != 'none':
-        prepare_cpu_distributed(cfg)
-    runner = Runner.from_cfg(cfg)
-    model = unwrap(runner.model)
-    try:
-        runner.logger.info(f'threads: {set_threads(args.threads, model)}')
-        if checkpoint is not None:
-            # resuming needs the same model; load_from may leave out parts (a new head)
-            check_fits(model, state_dict_of(checkpoint), path, partial=args.resume is None)
-    except ConfigError as err:
-        print_log(str(err), logger='current', level=logging.ERROR)
-        return 2
-    runner.train()
+    with distributed_run(cfg) if args.launcher != 'none' else nullcontext():
+        runner = Runner.from_cfg(cfg)
+        model = unwrap(runner.model)
+        try:
+            runner.logger.info(f'threads: {set_threads(args.threads, model)}')
+            if checkpoint is not None:
+                # resuming needs the same model; load_from may leave out parts (a new head)
+                check_fits(model, state_dict_of(checkpoint), path,
+                           partial=args.resume is None)
+        except ConfigError as err:
+            print_log(str(err), logger='current', level=logging.ERROR)
+            return 2
+        runner.train()
     return 0
 
 

@@ -1,4 +1,7 @@
 """Make ``--launcher pytorch`` work on machines without CUDA (gloo, CPU DDP)."""
+from contextlib import contextmanager
+from typing import Iterator
+
 import torch
 import torch.distributed as dist
 from mmengine.config import Config
@@ -35,3 +38,35 @@ def prepare_cpu_distributed(cfg: Config) -> bool:
                        find_unused_parameters=cfg.get('find_unused_parameters', False))
     cfg.model_wrapper_cfg = dict(wrapper, device_ids=None)
     return True
+
+
+@contextmanager
+def distributed_run(cfg: Config) -> Iterator[bool]:
+    """Run a ``--launcher pytorch`` job and close its process group at the end.
+
+    :func:`prepare_cpu_distributed` on entry; on exit every rank meets at a barrier and
+    the group is destroyed.  A rank that exits while gloo's threads still talk to the
+    others can abort (``terminate called without an active exception``), which
+    ``torchrun`` reports as a failed run although training finished.
+
+    Args:
+        cfg: the config, as for :func:`prepare_cpu_distributed`.
+
+    Yields:
+        Whether :func:`prepare_cpu_distributed` set the job up (False on CUDA).
+
+    Example:
+        >>> with distributed_run(Config(dict(launcher='pytorch'))):  # doctest: +SKIP
+        ...     Runner.from_cfg(cfg).train()
+    """
+    prepared = prepare_cpu_distributed(cfg)
+    try:
+        yield prepared
+    except BaseException:
+        # no barrier: the other ranks may never reach it
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        raise
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()

@@ -49,12 +49,16 @@ def is_transformers_model(module: nn.Module) -> bool:
 
 @contextlib.contextmanager
 def without_kv_cache(model: nn.Module) -> Iterator[None]:
-    """Set ``config.use_cache = False`` on the transformers models in ``model`` for a while.
+    """Set ``config.use_cache = False`` on the transformers models in ``model`` for a while,
+    unless the model is on the ``meta`` device.
 
-    With it on, a decoder builds a key/value cache in its forward: the keys and values go
-    through the cache's ``torch.cat`` and come out as cache outputs, which would tie
-    their channels to what the caller may read and freeze the key/value heads.  One
-    forward of a trace, a check or a score never needs the cache.
+    One forward of a trace, a check or a score never needs the key/value cache, and a
+    cache returned as tuples of tensors (older transformers, models' own code) would make
+    the keys and values outputs the caller may read, freezing the key/value heads.
+    A model on ``meta`` keeps its cache: without one, transformers reads the position
+    ids' values to find packed sequences (``.item()``), which meta tensors do not have.
+    Transformers' ``Cache`` objects hold tensors that are not read as outputs, so the
+    key/value heads prune with it on.
 
     Example:
         >>> class Config:
@@ -73,6 +77,9 @@ def without_kv_cache(model: nn.Module) -> Iterator[None]:
         >>> decoder.config.use_cache
         True
     """
+    if any(parameter.is_meta for parameter in model.parameters()):
+        yield
+        return
     saved = {}  # id -> (config, its use_cache); a config shared by nested models once
     for module in model.modules():
         config = vars(module).get('config')
@@ -313,11 +320,20 @@ def record_forward(model: nn.Module, example_inputs: Any, meta: bool = True,
 
     Args:
         modules: :func:`all_modules` of ``model`` if the caller has them already.
+
+    Raises:
+        RuntimeError: the model's weights are on ``meta`` and its code needs real values,
+            so there is nothing to run it on; the model's own error is the cause.
     """
     modules = all_modules(model) if modules is None else modules
     if meta:
         try:
             return _run(model, example_inputs, True, modules)
-        except Exception:  # the model's code needs real values: run it for real
-            pass
+        except Exception as err:  # the model's code needs real values: run it for real
+            if any(parameter.is_meta for parameter in model.parameters()):
+                raise RuntimeError(
+                    f'{type(model).__name__}: its forward fails on the meta device '
+                    f'({type(err).__name__}: {err}), and its weights are on meta, so '
+                    'it cannot run on real values either; load real weights, or '
+                    'give inputs that take a shape-only path') from err
     return _run(model, example_inputs, False, modules)

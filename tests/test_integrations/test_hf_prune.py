@@ -1,6 +1,6 @@
 """Hugging Face models from tiny configs: the one-call razorlib.prune with dict inputs
 (whole heads and MLP channels; the hidden size only on request), a masked supernet that
-computes and counts what its slim model does, tracing without the key/value cache, and
+computes and counts what its slim model does, the key/value cache off on real weights, and
 transformers' Conv1D (GPT-2) as a layer kind."""
 import copy
 import warnings
@@ -15,6 +15,7 @@ import razorlib
 from razorlib.integrations.transformers import hidden_size_keys
 from razorlib.layers import kind_of
 from razorlib.pruning import L1NormPruner
+from razorlib.tracing.forward import record_forward
 from razorlib.utils import get_model_complexity
 
 Conv1D = pytest.importorskip('transformers.pytorch_utils').Conv1D
@@ -76,15 +77,10 @@ def test_masked_model_computes_and_counts_what_the_slim_model_does(name, hidden)
 
 
 @pytest.mark.parametrize('implementation', ['eager', 'sdpa'])
-def test_key_value_heads_prune_with_the_cache_on_which_tracing_turns_off(implementation):
+def test_key_value_heads_prune_with_the_cache_on(implementation):
     model, inputs = build('llama', attn_implementation=implementation, use_cache=True)
-    seen = []
-    handle = model.register_forward_pre_hook(lambda module, args: seen.append(
-        module.config.use_cache))
     pruner = L1NormPruner(ratio=0.5, except_start_keys=hidden_size_keys(model))
     pruner.prepare_from_supernet(model, inputs)
-    handle.remove()
-    assert seen and not any(seen)  # every traced or checked forward ran without the cache
     assert model.config.use_cache is True
     assert pruner.groups.prunable['model.layers.0.self_attn.v_proj'].num_channels == 2
     pruner.set_subnet(pruner.sample_subnet())
@@ -92,6 +88,21 @@ def test_key_value_heads_prune_with_the_cache_on_which_tracing_turns_off(impleme
     slim = pruner.deploy_subnet(copy.deepcopy(model), pruner.export_subnet())
     assert attention_widths(slim, 'llama', 0) == (32, 16, 16, 32)
     assert relative_error(main_output(slim, inputs), masked) <= 1e-4
+
+
+@pytest.mark.parametrize('meta', [True, False])
+def test_forwards_on_real_weights_run_without_the_cache_and_meta_ones_with_it(meta):
+    # without a cache transformers reads position values (``.item()``), which meta
+    # tensors lack; with real weights nothing needs the cache, so it stays off
+    model, inputs = build('llama', use_cache=True)
+    seen = []
+    handle = model.register_forward_pre_hook(lambda module, args: seen.append(
+        (module.config.use_cache, module.lm_head.weight.is_meta)))
+    record = record_forward(model, inputs, meta=meta)
+    handle.remove()
+    assert record.device == ('meta' if meta else 'real')
+    assert seen == [(meta, meta)]
+    assert model.config.use_cache is True
 
 
 @pytest.mark.parametrize('name, embed', [('llama', 'model.embed_tokens'),

@@ -11,7 +11,7 @@ DOC = Path(__file__).resolve().parents[2] / 'docs' / 'transformers.md'
 
 def test_the_page_code_runs(tmp_path, monkeypatch):
     blocks = re.findall(r'```python\n(.*?)```', DOC.read_text(), flags=re.S)
-    assert len(blocks) == 4
+    assert len(blocks) == 5
     model, inputs = build('llama', num_hidden_layers=4)
     namespace = dict(model=model, ids=inputs['input_ids'], inputs=inputs,
                      batches=[token_inputs(seed=1), token_inputs(seed=2)],
@@ -30,3 +30,12 @@ def test_the_page_code_runs(tmp_path, monkeypatch):
         torch.testing.assert_close(fresh.eval()(image), cut(image))
     assert len({layer.mlp.up_proj.out_features for layer in slim.model.layers}) > 1
     assert (tmp_path / 'slim' / 'razorlib_channels.json').exists()
+    # the large-model section: the meta plan has every layer's heads and MLP, and the
+    # checkpoint slimmed shard by shard computes what the masked model computes
+    plan, streamed = namespace['plan'], namespace['streamed']
+    assert sorted(plan.groups.prunable) == sorted(
+        f'model.layers.{i}.{name}' for i in range(4)
+        for name in ('self_attn.v_proj', 'mlp.up_proj'))
+    assert streamed.config.intermediate_size == model.config.intermediate_size // 2
+    with torch.no_grad():
+        torch.testing.assert_close(streamed.eval()(**inputs).logits, model(**inputs).logits)

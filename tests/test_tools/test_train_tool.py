@@ -5,6 +5,8 @@ import torch
 
 from conftest import TINY, LogCapture, load_tool
 
+from razorlib.engine.checkpoint_check import read_checkpoint
+
 
 def train(*argv: str) -> int:
     return load_tool('train').main([str(TINY), *argv])
@@ -42,8 +44,8 @@ def test_killed_after_two_epochs_and_resumed_ends_like_an_uninterrupted_run(tmp_
     assert (killed / 'epoch_2.pth').is_file() and not (killed / 'epoch_3.pth').exists()
     assert train('--work-dir', str(killed), '--resume', '--cfg-options', *options,
                  'experiment_name=resumed') == 0
-    straight = torch.load(tmp_path / 'straight' / 'epoch_3.pth')
-    resumed = torch.load(killed / 'epoch_3.pth')
+    straight = read_checkpoint(tmp_path / 'straight' / 'epoch_3.pth')
+    resumed = read_checkpoint(killed / 'epoch_3.pth')
     for key in ('state_dict', 'optimizer', 'param_schedulers'):
         assert_same(straight[key], resumed[key], key)
     assert int(resumed['state_dict']['step_count']) == 3 * 23
@@ -56,7 +58,7 @@ def test_cpu_ddp_under_torchrun(tmp_path, run_python):
     assert result.returncode == 0, result.stderr[-3000:]
     log = result.stdout + result.stderr
     assert 'Distributed training: True' in log
-    checkpoint = torch.load(tmp_path / 'epoch_1.pth')
+    checkpoint = read_checkpoint(tmp_path / 'epoch_1.pth')
     assert int(checkpoint['state_dict']['step_count']) == 12  # 1,437 images / 2 ranks / 64
     assert (tmp_path / 'subnet_final.yaml').is_file()
 

@@ -184,6 +184,14 @@ def test_models_that_read_values_fall_back_to_a_real_forward_and_leave_no_attrib
     assert Traced(Small(), torch.randn(1, 3, 8, 8)).graph.device == 'meta'
 
 
+def test_a_meta_model_that_reads_values_names_the_model_and_the_reason():
+    with torch.device('meta'):
+        model = NeedsValues()
+    with pytest.raises(RuntimeError, match=r'NeedsValues: its forward fails on the meta device '
+                       r'\(RuntimeError: .*meta.*\), and its weights are on meta'):
+        trace(model, torch.randn(1, 3, 8, 8))
+
+
 @pytest.mark.parametrize('name', ['resnet_bottleneck', 'shufflenet_v2', 'vit', 'fpn_shared_head',
                                   'dead_branch', 'convnext'])
 def test_meta_and_real_forwards_give_the_same_groups(name):
