@@ -10,14 +10,15 @@ from .embedding import EmbeddingKind
 from .heads import HeadAttributes, head_attributes_of
 from .hf import HFConv1DKind
 from .linear import LinearKind
-from .norm import BatchNormKind, GroupNormKind, InstanceNormKind, LayerNormKind, NormKind
+from .norm import (BatchNormKind, GroupNormKind, InstanceNormKind, LayerNormKind, NormKind,
+                   RMSNormKind)
 from .parameter import kept_param_size, param_channel_weights, param_mask_name, plan_param
 from .table import KindTable, LayerKindsArg, as_table, kind_of
 
 __all__ = [
     'IN_MASK', 'OUT_MASK', 'Kept', 'LayerKind', 'SlicePlan', 'kept_widths', 'take',
     'ConvKind', 'LinearKind', 'EmbeddingKind', 'HFConv1DKind', 'NormKind', 'BatchNormKind', 'InstanceNormKind',
-    'LayerNormKind', 'GroupNormKind', 'MultiheadAttentionKind', 'KindTable', 'LayerKindsArg',
+    'LayerNormKind', 'GroupNormKind', 'RMSNormKind', 'MultiheadAttentionKind', 'KindTable', 'LayerKindsArg',
     'as_table', 'kind_of', 'param_mask_name', 'plan_param', 'param_channel_weights',
     'kept_param_size', 'HeadAttributes', 'head_attributes_of',
 ]

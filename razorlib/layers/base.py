@@ -106,6 +106,9 @@ class LayerKind:
         trace_by_output: also claim such an op when its weight is no parameter of the
             module (a weight computed in the forward) but the module's forward returns
             the op's output (norms without affine parameters).
+        traced_as_module: the layer's forward is several plain ops (an RMSNorm): the
+            tracer hands its output node to :meth:`trace` with the module's input as
+            the one input, skipping the ops in between (``tracing/composite.py``).
 
     Instances are stateless; every method takes the module.
 
@@ -123,9 +126,17 @@ class LayerKind:
     grad_fns: Tuple[str, ...] = ()
     weight_attrs: Tuple[str, ...] = ('weight', )
     trace_by_output: bool = False
+    traced_as_module: bool = False
 
     def __repr__(self) -> str:
         return f'{type(self).__name__}()'
+
+    @classmethod
+    def claims(cls, module_type: type) -> bool:
+        """Whether this kind also covers ``module_type``, a class that no kind names in
+        its ``module_types``: for families too large to list (transformers has over a
+        hundred ``*RMSNorm`` classes).  Asked only when no kind names the type."""
+        return False
 
     # ------------------------------------------------------------------ tracing
     def trace(self, ctx: Any, node: Any, ins: Sequence[Any], name: str,

@@ -1,5 +1,5 @@
 """Kinds of the normalisation layers: BatchNorm/SyncBatchNorm, LayerNorm, GroupNorm,
-InstanceNorm.  Their one channel axis (``out``) follows their input's channels."""
+InstanceNorm, RMSNorm.  Their one channel axis (``out``) follows their input's channels."""
 from typing import Dict, Optional, Sequence, Tuple
 
 import torch
@@ -10,7 +10,8 @@ from ..registry import LAYER_KINDS
 from .base import Kept, LayerKind, SlicePlan, take
 from .common import bind_blocks, check_indices, per_group
 
-__all__ = ['NormKind', 'BatchNormKind', 'LayerNormKind', 'GroupNormKind', 'InstanceNormKind']
+__all__ = ['NormKind', 'BatchNormKind', 'LayerNormKind', 'GroupNormKind', 'InstanceNormKind',
+           'RMSNormKind']
 
 
 class NormKind(LayerKind):
@@ -221,3 +222,72 @@ class GroupNormKind(_KeptStatistics):
         out = x.new_zeros(x.shape)
         out[:, keep] = F.group_norm(x[:, keep], groups, weight, bias, module.eps)
         return out
+
+
+@LAYER_KINDS.register_module()
+class RMSNormKind(NormKind):
+    """RMSNorm over the last dim: torch's ``nn.RMSNorm`` and the transformers classes
+    named ``*RMSNorm`` (``LlamaRMSNorm``, ``Qwen2RMSNorm``, ``GemmaRMSNorm``, ... whose
+    ``weight`` scales ``x * rsqrt(mean(x ** 2) + eps)``).
+
+    Their forwards are plain ops, so the tracer takes each call as one op
+    (``traced_as_module``).  The masked output rescales the module's own output by
+    ``rms(all channels) / rms(kept channels)``, which is exact for any variant that
+    multiplies ``x`` by the inverse RMS and a per-channel scale (``weight`` or
+    ``1 + weight``).  A call whose last dim carries no channels (Qwen3's norm of each
+    head's ``head_dim``) is left to the op-by-op walk.
+
+    Example:
+        >>> norm = nn.RMSNorm(4, eps=1e-6)
+        >>> keep = torch.tensor([1., 0., 1., 1.])
+        >>> x = torch.randn(2, 4) * keep
+        >>> out = RMSNormKind().masked_output(norm, x, norm(x), keep)
+        >>> torch.allclose(out[:, [0, 2, 3]], nn.RMSNorm(3, eps=1e-6)(x[:, [0, 2, 3]]))
+        True
+    """
+    module_types = (nn.RMSNorm, )
+    traced_as_module = True
+    channel_dim = -1
+
+    @classmethod
+    def claims(cls, module_type: type) -> bool:
+        return module_type.__name__.endswith('RMSNorm') and \
+            module_type.__module__.startswith('transformers.')
+
+    def widths(self, module: nn.Module) -> Dict[str, int]:
+        return {'out': module.weight.shape[0] if module.weight is not None
+                else module.normalized_shape[-1]}
+
+    def trace(self, ctx, node, ins, name, module):
+        tc = ins[0].channels
+        if tc is None or tc.ndim == 0 or tc.ndim - 1 not in tc.slots:
+            return None
+        return super().trace(ctx, node, ins, name, module)
+
+    def unsliceable(self, module: nn.Module) -> Optional[str]:
+        shape = getattr(module, 'normalized_shape', (None, ))
+        if len(shape) != 1:
+            return ('only an RMSNorm over one dim can be sliced, this one normalises over '
+                    f'{tuple(shape)}')
+        return None
+
+    def plan_slice(self, name: str, module: nn.Module,
+                   kept: Dict[str, Sequence[int]]) -> SlicePlan:
+        idx = check_indices(name, 'out', kept, self.widths(module)['out'])
+        attrs = {'normalized_shape': (len(idx), )} if hasattr(module, 'normalized_shape') \
+            else {}
+        return self._affine(module, idx, SlicePlan(attrs=attrs))
+
+    def masked_output(self, module: nn.Module, x: torch.Tensor, output: torch.Tensor,
+                      keep: torch.Tensor) -> torch.Tensor:
+        if bool(keep.all()):
+            return output * keep
+        eps = getattr(module, 'variance_epsilon', getattr(module, 'eps', None))
+        if eps is None:  # nn.RMSNorm's default
+            eps = torch.finfo(x.dtype).eps
+        dim = -keep.dim()
+        squares = x.float().movedim(dim, -1).pow(2)
+        full = squares.mean(-1, keepdim=True)
+        kept = squares[..., keep.flatten().bool()].mean(-1, keepdim=True)
+        scale = ((full + eps) / (kept + eps)).sqrt().movedim(-1, dim)
+        return (output.float() * scale).to(output.dtype) * keep

@@ -97,8 +97,20 @@ class KindTable:
         if cls not in self._cache:
             self._cache[cls] = next(
                 (table[key] for base in cls.__mro__ for key in (base, _qualified(base))
-                 for table in (self.overrides, registered) if key in table), None)
+                 for table in (self.overrides, registered) if key in table), None) or \
+                self._claimed(cls, registered)
         return self._cache[cls]
+
+    def _claimed(self, cls: type, registered: Dict[Union[type, str], LayerKind]
+                 ) -> Optional[LayerKind]:
+        """The kind whose :meth:`~LayerKind.claims` takes ``cls`` (overrides first, then the
+        kind registered last)."""
+        for table in (self.overrides, registered):
+            kinds = list(dict.fromkeys(table.values()))
+            for kind in reversed(kinds):
+                if kind.claims(cls):
+                    return kind
+        return None
 
 
 def kind_of(module: nn.Module, layer_kinds: LayerKindsArg = None) -> Optional[LayerKind]:

@@ -79,7 +79,10 @@ def prune(model: nn.Module, example_inputs: Any = None, *, ratio: Optional[float
             so the outputs change by more than the pruned channels' share (the slim
             model still computes what the masked supernet does); a warning says so when
             it happens.  Other models have no such default: this flag changes nothing.
-        **pruner_kwargs: extra pruner arguments (``except_start_keys``, ``strict``).
+        **pruner_kwargs: extra pruner arguments (``except_start_keys``, ``strict``,
+            ``gqa='query'``: under grouped-query attention prune the same query heads in
+            every key/value group and keep the key/value heads, instead of a key/value
+            head with its query heads).
 
     Example:
         >>> import torch, razorlib

@@ -134,7 +134,44 @@ def slim_model(model: nn.Module, channel_cfg: Union[ChannelConfig, Dict[str, Any
         2
     """
     plans = plan_slices(model, as_channel_config(channel_cfg), as_table(layer_kinds))
+    ties = _ties(model, plans)
     remove_masks(model)
     for module, plan in plans:
         plan.apply(module)
+    for owners in ties:  # each owner got a new Parameter: share the first one again
+        first = owners[0][0]._parameters[owners[0][1]]
+        for module, attr in owners[1:]:
+            module._parameters[attr] = first
     return model
+
+
+def _ties(model: nn.Module, plans: List[Tuple[nn.Module, Any]]) -> List[List[Tuple[nn.Module, str]]]:
+    """The ``(module, attribute)`` owners of each parameter several modules hold, checked
+    to be sliced alike (an embedding tied to ``lm_head``, both cut on the hidden size).
+
+    Raises:
+        ValueError: naming two owners of one tensor that the plans slice differently.
+    """
+    owners: Dict[int, List[Tuple[str, nn.Module, str]]] = {}
+    for name, module in model.named_modules(remove_duplicate=False):
+        for attr, param in module._parameters.items():
+            if param is not None:
+                owners.setdefault(id(param), []).append((name, module, attr))
+    planned = {(id(module), attr): tensor for module, plan in plans
+               for attr, tensor in getattr(plan, 'params', {}).items()}
+    ties = []
+    for tied in owners.values():
+        distinct = list({id(m): (n, m, a) for n, m, a in tied}.values())
+        if len(distinct) < 2:
+            continue
+        tensors = [planned.get((id(m), a), m._parameters[a]) for _, m, a in distinct]
+        shapes = [tuple(t.shape) for t in tensors]
+        if len(set(shapes)) > 1 or not all(t.is_meta or torch.equal(t, tensors[0])
+                                           for t in tensors[1:]):
+            described = ', '.join(f'{n or "<model>"}.{a} {s}' for (n, _, a), s in
+                                  zip(distinct, shapes))
+            raise ValueError(f'tied parameters would be sliced apart: {described}; prune '
+                             'them in one group or untie them first')
+        if any((id(m), a) in planned for _, m, a in distinct):
+            ties.append([(m, a) for _, m, a in distinct])
+    return ties

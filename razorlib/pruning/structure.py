@@ -17,6 +17,7 @@ import torch.nn as nn
 
 from ..layers import KindTable, LayerKindsArg, as_table, param_mask_name
 from ..tracing import ChannelGroup, ChannelGroups, build_groups, trace
+from ..tracing.context import check_gqa
 from ..tracing.forward import default_example_inputs
 from .channel_config import ChannelConfig, ChannelSelection, as_channel_config
 from .masks import IN_MASK, OUT_MASK, add_masks, add_param_mask, remove_masks, set_mask
@@ -48,6 +49,9 @@ class StructurePruner(metaclass=ABCMeta):
             code cannot follow (``pruning/verify.py``).
         layer_kinds: layer kinds for this pruner only, over the registered ones
             (:mod:`razorlib.layers`): tracing, masks and slicing all use them.
+        gqa: what grouped-query attention prunes: ``'kv'`` (default) a key/value head
+            with all its query heads; ``'query'`` the same query heads in every key/value
+            group, every key/value head kept (32 query / 8 kv heads at ratio 0.5: 16 / 8).
 
     Example:
         >>> from razorlib.pruning import L1NormPruner
@@ -60,7 +64,7 @@ class StructurePruner(metaclass=ABCMeta):
     def __init__(self, ratios: Union[float, Sequence[float], None] = None,
                  except_start_keys: Sequence[str] = (), strict: bool = False,
                  verify: bool = True, layer_kinds: LayerKindsArg = None,
-                 ratio: Union[float, Sequence[float], None] = None):
+                 ratio: Union[float, Sequence[float], None] = None, gqa: str = 'kv'):
         if ratios is not None and ratio is not None:
             raise ValueError('give ratios= or ratio= (the same argument), not both')
         ratios = ratio if ratios is None else ratios
@@ -74,6 +78,7 @@ class StructurePruner(metaclass=ABCMeta):
                                        else except_start_keys)
         self.strict = strict
         self.verify = verify
+        self.gqa = check_gqa(gqa)
         self.kinds: KindTable = as_table(layer_kinds)
         self._deployed = False
         self.groups: Optional[ChannelGroups] = None
@@ -91,7 +96,7 @@ class StructurePruner(metaclass=ABCMeta):
         if example_inputs is None:
             example_inputs = default_example_inputs(supernet)
         graph = trace(supernet, example_inputs, self.strict, self.except_start_keys,
-                      layer_kinds=self.kinds)
+                      layer_kinds=self.kinds, gqa=self.gqa)
         groups = build_groups(graph)
         relevant = np.zeros(len(groups.labels), dtype=bool)
         for group in groups.prunable.values():

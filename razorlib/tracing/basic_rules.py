@@ -189,15 +189,22 @@ def matmul(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
 
     The contracted dim binds ``a``'s last-dim slots to ``b``'s first-dim slots (pruning
     one removes one product term from every output, exactly); the output takes ``a``'s
-    row slots and ``b``'s column slots; bmm's batch dim binds like an elementwise op.
+    row slots and ``b``'s column slots; bmm's batch dim binds like an elementwise op,
+    or, where it holds attention heads, as attention pairs them
+    (:func:`~.heads.pair_heads`: grouped-query attention's repeated key/value heads).
     """
     (out_shape, ) = output_shapes(node)
     a, b = ins[0], ins[1]
     out: Dict[int, np.ndarray] = {}
     nd = len(out_shape)
     if nd == 3:
-        batch = bind_aligned(ctx, node, [_only_dim(a, 0), _only_dim(b, 0)], out_shape[:1])
-        out.update(batch)
+        batch_a, batch_b = _dim_slots(a, 0), _dim_slots(b, 0)
+        if batch_a is None or batch_b is None or out_shape[0] == 1:
+            out.update(bind_aligned(ctx, node, [_only_dim(a, 0), _only_dim(b, 0)],
+                                    out_shape[:1]))
+        else:
+            out[0] = heads.pair_heads(ctx, node, batch_a, batch_b,
+                                      f'{node.name()} combines channels elementwise')
     contracted = [_dim_slots(a, -1), _dim_slots(b, -2)]
     known = [s for s in contracted if s is not None]
     if len(known) == 2:

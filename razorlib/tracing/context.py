@@ -15,6 +15,26 @@ class TracingError(ValueError):
     """A traced op or shape that razorlib cannot prune through (raised under strict=True)."""
 
 
+#: What grouped-query attention prunes (``gqa=``): ``'kv'`` a key/value head with all its
+#: query heads; ``'query'`` query heads alike in every key/value group, key/value heads
+#: whole (``tracing/heads.py: pair_heads``).
+GQA_MODES = ('kv', 'query')
+
+
+def check_gqa(gqa: str) -> str:
+    """``gqa`` if it is one of :data:`GQA_MODES`; a ValueError naming them otherwise.
+
+    Example:
+        >>> check_gqa('query')
+        'query'
+    """
+    if gqa not in GQA_MODES:
+        raise ValueError(f"gqa must be 'kv' (prune a key/value head with its query heads) or "
+                         f"'query' (prune query heads alike in every key/value group, keep "
+                         f"key/value heads whole), got {gqa!r}")
+    return gqa
+
+
 @dataclass
 class ChannelUse:
     """One axis of a module or parameter whose channels follow slots.
@@ -39,13 +59,16 @@ class TraceContext:
 
     ``kinds`` says which modules are layers (:mod:`razorlib.layers`): their parameters
     are sliced with the layer, every other parameter the forward uses is a bare one.
+    ``gqa`` says how grouped-query attention pairs its heads (:data:`GQA_MODES`).
     """
 
     def __init__(self, model: torch.nn.Module, strict: bool,
-                 node_modules: Dict[object, List[str]], owners: Dict[int, Tuple[str, str]],
+                 node_modules: Dict[object, List[str]],
+                 owners: Dict[int, List[Tuple[str, str]]],
                  kinds: Optional[KindTable] = None,
-                 modules: Optional[Dict[str, torch.nn.Module]] = None):
+                 modules: Optional[Dict[str, torch.nn.Module]] = None, gqa: str = 'kv'):
         self.strict = strict
+        self.gqa = check_gqa(gqa)
         self.kinds = kinds or KindTable()
         self.slots = SlotTable()
         self.uses: Dict[Tuple[str, str, int], ChannelUse] = {}
@@ -61,8 +84,15 @@ class TraceContext:
 
     # ----------------------------------------------------------------- lookups
     def owner(self, tensor: Optional[torch.Tensor]) -> Optional[Tuple[str, str]]:
-        """``(module_name, attribute)`` of a parameter or buffer of the model."""
-        return None if tensor is None else self._owners.get(id(tensor))
+        """``(module_name, attribute)`` of a parameter or buffer of the model (the first
+        of its owners, for a tied one)."""
+        found = self.owners_of(tensor)
+        return found[0] if found else None
+
+    def owners_of(self, tensor: Optional[torch.Tensor]) -> List[Tuple[str, str]]:
+        """Every ``(module_name, attribute)`` holding the tensor: several for a tied
+        weight (input embeddings and ``lm_head``)."""
+        return [] if tensor is None else self._owners.get(id(tensor), [])
 
     def tensor_name(self, tensor: torch.Tensor) -> Optional[str]:
         found = self.owner(tensor)

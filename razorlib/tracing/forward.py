@@ -136,7 +136,8 @@ class ForwardRecord:
         node_modules: grad_fn node -> names of the modules whose forward returned it.
         module_outputs: ``(node, output_nr, module name)`` of every module call.
         calls: module name -> number of calls.
-        owners: ``id`` of each shadow tensor -> ``(module name, attribute)``.
+        owners: ``id`` of each shadow tensor -> its ``(module name, attribute)``, in
+            ``named_modules`` order (several for a tied weight).
         device: ``'meta'`` or ``'real'``: how the forward ran.
         shadows: the stand-in tensors the forward ran on, by parameter/buffer name; kept
             alive with the record so the ``id`` keys of ``owners`` stay unique.
@@ -144,17 +145,62 @@ class ForwardRecord:
         created: the grad_fn of every tensor a torch call of the forward returned
             (:attr:`SizeWatch.created`), so ops whose results nothing uses are walked too.
         modules: every module of the model by name, each once (``named_modules()``).
+        module_calls: one :class:`ModuleCall` per call of the watched modules.
     """
     outputs: List[torch.Tensor]
     node_modules: Dict[Any, List[str]] = field(default_factory=lambda: defaultdict(list))
     module_outputs: List[Tuple[Any, int, str]] = field(default_factory=list)
     calls: Dict[str, int] = field(default_factory=lambda: defaultdict(int))
-    owners: Dict[int, Tuple[str, str]] = field(default_factory=dict)
+    owners: Dict[int, List[Tuple[str, str]]] = field(default_factory=dict)
     device: str = 'meta'
     shadows: Dict[str, torch.Tensor] = field(default_factory=dict, repr=False)
     sizes: SizeWatch = field(default_factory=SizeWatch, repr=False)
     created: List[Any] = field(default_factory=list, repr=False)
     modules: Dict[str, nn.Module] = field(default_factory=dict, repr=False)
+    module_calls: List['ModuleCall'] = field(default_factory=list, repr=False)
+
+
+@dataclass
+class ModuleCall:
+    """One call of a module that is traced as a whole (:mod:`.composite`).
+
+    Args:
+        name: the module's name.
+        input: ``(grad_fn, output_nr)`` of its first argument; None for a tensor
+            without a graph (a model input).
+        start: the autograd sequence number when the call began: the nodes its forward
+            creates have larger ones.
+        output: the grad_fn of the tensor it returned (None if not a tensor with one).
+    """
+    name: str
+    input: Optional[Tuple[Any, int]]
+    start: int
+    output: Any = None
+
+
+def _sequence_number() -> int:
+    """The autograd sequence number of a node made now (a 0-d meta product)."""
+    marker = torch.empty((), device='meta', requires_grad=True).mul(1)
+    return marker.grad_fn._sequence_nr()
+
+
+def _watch_calls(record: 'ForwardRecord', name: str, module: nn.Module) -> List[Any]:
+    """Hooks filling :attr:`ForwardRecord.module_calls` for ``module``'s calls."""
+    open_calls: List[ModuleCall] = []
+
+    def before(module, args):
+        with torch._C.DisableTorchFunction():  # not the model's code: SizeWatch skips it
+            x = args[0] if args and isinstance(args[0], torch.Tensor) else None
+            source = (x.grad_fn, x.output_nr) if x is not None and x.grad_fn else None
+            open_calls.append(ModuleCall(name, source, _sequence_number()))
+
+    def after(module, args, output):
+        call = open_calls.pop()
+        if isinstance(output, torch.Tensor) and output.output_nr == 0:
+            call.output = output.grad_fn
+        record.module_calls.append(call)
+
+    return [module.register_forward_pre_hook(before), module.register_forward_hook(after)]
 
 
 def all_modules(model: nn.Module) -> List[Tuple[str, nn.Module]]:
@@ -273,7 +319,7 @@ def shadowed(model: nn.Module, shadows: Dict[str, torch.Tensor],
 
 
 def _run(model: nn.Module, example_inputs: Any, meta: bool,
-         modules: Sequence[Tuple[str, nn.Module]]) -> ForwardRecord:
+         modules: Sequence[Tuple[str, nn.Module]], watch: Sequence[str]) -> ForwardRecord:
     shadows = shadow_tensors(model, meta, modules)
     distinct: Dict[int, Tuple[str, nn.Module]] = {}
     for name, module in modules:
@@ -282,7 +328,7 @@ def _run(model: nn.Module, example_inputs: Any, meta: bool,
                            modules=dict(distinct.values()))
     for name, tensor in shadows.items():
         owner, _, attr = name.rpartition('.')
-        record.owners.setdefault(id(tensor), (owner, attr))
+        record.owners.setdefault(id(tensor), []).append((owner, attr))
 
     def hook_for(name: str):
         def hook(module, args, output):
@@ -295,6 +341,8 @@ def _run(model: nn.Module, example_inputs: Any, meta: bool,
         return hook
 
     handles = [m.register_forward_hook(hook_for(name)) for name, m in record.modules.items()]
+    for name in watch:
+        handles += _watch_calls(record, name, record.modules[name])
     try:
         with shadowed(model, shadows, modules):
             model.eval()
@@ -312,7 +360,8 @@ def _run(model: nn.Module, example_inputs: Any, meta: bool,
 
 
 def record_forward(model: nn.Module, example_inputs: Any, meta: bool = True,
-                   modules: Optional[Sequence[Tuple[str, nn.Module]]] = None) -> ForwardRecord:
+                   modules: Optional[Sequence[Tuple[str, nn.Module]]] = None,
+                   watch: Sequence[str] = ()) -> ForwardRecord:
     """Run ``model`` once on shadow tensors and record its autograd graph.
 
     With ``meta`` the ``meta`` device is tried first; a model that needs real values
@@ -320,6 +369,7 @@ def record_forward(model: nn.Module, example_inputs: Any, meta: bool = True,
 
     Args:
         modules: :func:`all_modules` of ``model`` if the caller has them already.
+        watch: names of modules whose calls to record (:attr:`ForwardRecord.module_calls`).
 
     Raises:
         RuntimeError: the model's weights are on ``meta`` and its code needs real values,
@@ -328,7 +378,7 @@ def record_forward(model: nn.Module, example_inputs: Any, meta: bool = True,
     modules = all_modules(model) if modules is None else modules
     if meta:
         try:
-            return _run(model, example_inputs, True, modules)
+            return _run(model, example_inputs, True, modules, watch)
         except Exception as err:  # the model's code needs real values: run it for real
             if any(parameter.is_meta for parameter in model.parameters()):
                 raise RuntimeError(
@@ -336,4 +386,4 @@ def record_forward(model: nn.Module, example_inputs: Any, meta: bool = True,
                     f'({type(err).__name__}: {err}), and its weights are on meta, so '
                     'it cannot run on real values either; load real weights, or '
                     'give inputs that take a shape-only path') from err
-    return _run(model, example_inputs, False, modules)
+    return _run(model, example_inputs, False, modules, watch)

@@ -13,12 +13,15 @@
 The matrix products then bind heads the way attention pairs them: ``q @ k^T`` and
 ``attn @ v`` bind head ``h`` of each operand (their batch dims), and grouped-query
 attention's ``repeat_kv`` (an expand and a merge) repeats each key/value head's slot
-over its query heads, so a kv head and its query heads form one class.
+over its query heads, so a kv head and its query heads form one class.  With
+``trace(..., gqa='query')`` the key/value heads stay whole instead and each kv group
+keeps the same query heads (:func:`pair_heads`).
 """
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ..layers.common import bind_blocks
 from .channels import InputInfo, Split, TensorChannels
 from .context import TraceContext, output_shapes
 
@@ -124,14 +127,72 @@ def select_axis(ctx: TraceContext, node, split: Split, dim: int,
     return out
 
 
+def query_groups(a: np.ndarray, b: np.ndarray) -> Optional[Tuple[int, np.ndarray, np.ndarray]]:
+    """How grouped-query attention pairs head slots ``a[i]`` with ``b[i]``, if it does.
+
+    One side (the key/value heads) repeats each of its slots over an equal number (more
+    than one) of the other side's distinct slots (the query heads); a batch dim merged
+    into the heads only repeats the pairs.
+
+    Returns:
+        ``(side, kv, grid)``: ``side`` 0 if ``a`` holds the query heads, 1 if ``b`` does;
+        the key/value slots in order; the query slots as a ``(kv heads, groups)`` grid,
+        row ``j`` the query heads of key/value head ``j`` in order.  None where the
+        pairing is one to one or uneven.
+
+    Example:
+        >>> side, kv, grid = query_groups(np.arange(8) % 4, np.array([8, 8, 9, 9] * 2))
+        >>> side, kv.tolist(), grid.tolist()
+        (0, [8, 9], [[0, 1], [2, 3]])
+    """
+    pairs = np.stack([a, b], axis=1)
+    _, first = np.unique(pairs, axis=0, return_index=True)
+    pairs = pairs[np.sort(first)]
+    for side in (0, 1):
+        query, kv = pairs[:, side], pairs[:, 1 - side]
+        kv_heads, first = np.unique(kv, return_index=True)
+        if len(np.unique(query)) != len(query) or len(kv_heads) == len(query):
+            continue  # a query head paired twice, or one query head per kv head
+        order = kv[np.sort(first)]
+        rows = [query[kv == head] for head in order]
+        if all(len(row) == len(rows[0]) for row in rows):
+            return side, order, np.stack(rows)
+    return None
+
+
+def pair_heads(ctx: TraceContext, node, a: np.ndarray, b: np.ndarray, reason: str) -> np.ndarray:
+    """Bind the head slots an attention product pairs, ``a[i]`` with ``b[i]`` (``q @ k^T``,
+    ``attn @ v``, scaled dot-product attention); returns the slots its output's head dim
+    carries.
+
+    By default (``gqa='kv'``) each pair is bound (``reason``): under grouped-query
+    attention a key/value head and its query heads form one class.  With ``gqa='query'``
+    the key/value heads are frozen, and the query heads are bound blockwise, position
+    ``i`` of every key/value group together (:func:`~razorlib.layers.common.bind_blocks`,
+    as a GroupNorm's groups): every group keeps the same query heads, so the slim
+    ``repeat_kv`` (or ``enable_gqa``) still pairs them right with fewer per group.
+    """
+    found = query_groups(a, b) if ctx.gqa == 'query' else None
+    if found is None:
+        ctx.bind(a, b, reason)
+        return a
+    side, kv, grid = found
+    kv_heads, groups = grid.shape
+    ctx.freeze(kv, 'fixed', node, f"gqa='query' keeps key/value heads whole ({kv_heads} "
+               f'key/value heads of {groups} query heads each)')
+    bind_blocks(ctx, grid.ravel(), kv_heads, f'{node.name()} prunes the same query heads in '
+                f'each of {kv_heads} key/value groups')
+    return (a, b)[side]
+
+
 def scaled_dot_product_attention(ctx: TraceContext, node,
                                  ins: Sequence[InputInfo]) -> List[TensorChannels]:
     """``F.scaled_dot_product_attention(q, k, v)`` on ``(B, heads, N, head_dim)``.
 
     Head ``h`` of ``q`` goes with head ``h`` of ``k`` and ``v``; with fewer key/value
-    heads (``enable_gqa``), with head ``h // (heads // kv_heads)``.  The contracted
-    ``head_dim`` of ``q`` and ``k`` is bound; the output has ``q``'s heads and ``v``'s
-    value channels.  A mask with channels of its own freezes them.
+    heads (``enable_gqa``), with head ``h // (heads // kv_heads)`` (:func:`pair_heads`).
+    The contracted ``head_dim`` of ``q`` and ``k`` is bound; the output has ``q``'s heads
+    and ``v``'s value channels.  A mask with channels of its own freezes them.
     """
     shapes = output_shapes(node)
     q, k, v = (inp.channels for inp in ins[:3])
@@ -152,8 +213,8 @@ def scaled_dot_product_attention(ctx: TraceContext, node,
                 ctx.freeze(np.concatenate([heads, kv]), 'shape', node,
                            f'{len(heads)} query heads over {len(kv)} key/value heads')
                 continue
-            ctx.bind(heads, np.repeat(kv, groups),
-                     f'{node.name()} pairs each query head with its key/value head')
+            heads = pair_heads(ctx, node, heads, np.repeat(kv, groups),
+                               f'{node.name()} pairs each query head with its key/value head')
     else:
         for tc in (q, k, v):
             if tc.slots.get(1) is not None:

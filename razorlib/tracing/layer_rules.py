@@ -58,9 +58,7 @@ def _candidates(ctx: TraceContext, node) -> Iterator[Tuple[str, Optional[str]]]:
     None for the module whose forward returned the node."""
     index, through = WEIGHT_INPUT[node.name()]
     for tensor in (_leaf(node, index, through), getattr(node, '_saved_running_mean', None)):
-        found = ctx.owner(tensor)
-        if found is not None:
-            yield found
+        yield from ctx.owners_of(tensor)
     name = _returning_module(ctx, node)
     if name is not None:
         yield name, None

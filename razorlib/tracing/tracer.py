@@ -19,7 +19,8 @@ import torch.nn as nn
 from ..layers import LayerKindsArg, as_table
 from .channels import InputInfo, TensorChannels
 from . import heads
-from .context import ChannelUse, TraceContext
+from .composite import WholeCall, inner_order, whole_calls
+from .context import ChannelUse, TraceContext, check_gqa
 from .forward import all_modules, default_example_inputs, record_forward
 from .literal_sizes import size_dependent_slots
 from .rules import rule_for
@@ -83,7 +84,7 @@ def _topological_order(roots: Sequence[Any]) -> Tuple[List[Any], Dict[Any, List[
 
 def trace(model: nn.Module, example_inputs: Any = None, strict: bool = False,
           except_start_keys: Sequence[str] = (), meta: bool = True,
-          layer_kinds: LayerKindsArg = None) -> ChannelGraph:
+          layer_kinds: LayerKindsArg = None, gqa: str = 'kv') -> ChannelGraph:
     """Trace ``model`` into a :class:`ChannelGraph`.
 
     Args:
@@ -97,6 +98,9 @@ def trace(model: nn.Module, example_inputs: Any = None, strict: bool = False,
             it; False always computes on the real tensors.
         layer_kinds: layer kinds for this trace only, over the registered ones
             (:class:`~razorlib.layers.LayerKind` instances, classes, names or config dicts).
+        gqa: what grouped-query attention prunes: ``'kv'`` a key/value head with all its
+            query heads; ``'query'`` the same query heads in every key/value group, each
+            key/value head kept (``num_key_value_groups`` shrinks, the kv heads stay).
 
     Example:
         >>> import torch.nn as nn
@@ -105,6 +109,7 @@ def trace(model: nn.Module, example_inputs: Any = None, strict: bool = False,
         >>> sorted(u.name for u in graph.uses if u.role == 'out')
         ['0', '2']
     """
+    check_gqa(gqa)
     modules = all_modules(model)
     for name, module in modules:
         for buffer in MASK_BUFFERS:
@@ -113,19 +118,22 @@ def trace(model: nn.Module, example_inputs: Any = None, strict: bool = False,
                                  'was prepared by a pruner; call remove_masks(model) first')
     if example_inputs is None:
         example_inputs = default_example_inputs(model)
-    record = record_forward(model, example_inputs, meta, modules)
+    kinds = as_table(layer_kinds)
+    record = record_forward(model, example_inputs, meta, modules, watch=[
+        name for name, module in dict(modules).items()
+        if getattr(kinds.kind_of(module), 'traced_as_module', False)])
     if not record.outputs:
         raise ValueError('the model outputs no tensor that depends on its parameters; '
                          'nothing to trace')
     pseudo_loss = sum(t.sum() for t in record.outputs)
     ctx = TraceContext(model, strict, record.node_modules, record.owners,
-                       as_table(layer_kinds), modules=record.modules)
+                       kinds, modules=record.modules, gqa=gqa)
     # Created nodes go first in the list, so they are walked last: the order (and so the
     # slots and group ids) of everything the outputs reach does not depend on dead code.
     roots = record.created + [pseudo_loss.grad_fn] + \
         [node for node, _, _ in record.module_outputs]
     order, ctx.consumers = _topological_order(roots)
-    channels = _walk(ctx, order)
+    channels = _walk(ctx, order, whole_calls(ctx, record.module_calls))
     _freeze_outputs(ctx, channels, record.outputs)
     _freeze_dead_ends(ctx, channels, record.module_outputs)
     _freeze_excepted(ctx, except_start_keys)
@@ -162,23 +170,47 @@ def _of_leaf_only(node) -> bool:
         getattr(node.next_functions[0][0], 'variable', None) is not None
 
 
-def _walk(ctx: TraceContext, order: Sequence[Any]) -> Dict[Tuple[Any, int], TensorChannels]:
+def _walk(ctx: TraceContext, order: Sequence[Any],
+          whole: Dict[Any, WholeCall]) -> Dict[Tuple[Any, int], TensorChannels]:
     """Apply every node's rule in ``order``.
 
     A transposed parameter is left to whoever reads it (:attr:`TraceContext.lazy_channels`):
     a linear layer's kind reads its module's widths, not the transposed weight, so the
     weight needs no slots, and most parameters of a transformer are such weights.
+    The calls in ``whole`` are traced at their output node by their kind; their inner
+    nodes are walked only if the kind declines (:mod:`.composite`).
     """
     channels: Dict[Tuple[Any, int], TensorChannels] = {}
+    inner = set().union(*(call.inner for call in whole.values()))
     for node in order:
-        if getattr(node, 'variable', None) is not None:
+        if getattr(node, 'variable', None) is not None or node in inner:
             continue
+        call = whole.get(node)
+        if call is not None and _trace_whole(ctx, channels, call):
+            continue
+        if call is not None:
+            for skipped in inner_order(order, call):
+                _apply(ctx, channels, skipped, rule_for(skipped.name()))
         rule = rule_for(node.name())
         if rule.kind == 'permute' and _of_leaf_only(node):
             ctx.lazy_channels[node] = partial(_apply, ctx, channels, node, rule)
             continue
         _apply(ctx, channels, node, rule)
     return channels
+
+
+def _trace_whole(ctx: TraceContext, channels: Dict, whole: WholeCall) -> bool:
+    """Trace a module call as one op from its input to its output node; False if its
+    kind cannot follow it."""
+    node, (source, nr) = whole.call.output, whole.call.input
+    info = heads.settle(ctx, node, _input_info(ctx, channels, source, nr))
+    traced = whole.kind.trace(ctx, node, [info], whole.call.name, whole.module)
+    if traced is None:
+        return False
+    slots, dim = traced
+    shape = tuple(node._input_metadata[0].shape)
+    channels[(node, 0)] = TensorChannels(shape, {dim % len(shape): slots})
+    return True
 
 
 def _apply(ctx: TraceContext, channels: Dict, node, rule) -> Optional[TensorChannels]:

@@ -62,14 +62,24 @@ def count_params(model: nn.Module, layer_kinds: LayerKindsArg = None) -> int:
     """
     kinds = as_table(layer_kinds)
     total, seen = 0, set()
+    alone: Dict[int, int] = {}  # a layer's only parameter -> its kept size
     for module in model.modules():
         kind = kinds.kind_of(module)
         if kind is not None:
             own = list(module.parameters(recurse=False))
-            total += kind.params(module, kept_widths(module, kind.widths(module)))
-            # a weight tied to a module counted before (lm_head = embeddings) counts once
-            total -= sum(p.numel() for p in own if id(p) in seen)
+            tied = [p for p in own if id(p) in seen]
             seen.update(id(p) for p in own)
+            if own and len(tied) == len(own):
+                continue  # all counted before (lm_head tied to the embeddings)
+            kept = kind.params(module, kept_widths(module, kind.widths(module)))
+            if len(own) == 1:
+                alone[id(own[0])] = kept
+            dense = max(kind.params(module, {}), 1)
+            # a tied weight beside parameters of the module's own (lm_head with a bias):
+            # its kept size where it was a layer's only parameter (the embeddings), else
+            # its share of the module's dense count
+            kept -= sum(alone.get(id(p), round(p.numel() * kept / dense)) for p in tied)
+            total += kept
             continue
         for attr, param in module._parameters.items():
             if param is not None and id(param) not in seen:

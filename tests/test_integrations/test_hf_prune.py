@@ -8,8 +8,8 @@ import warnings
 import pytest
 import torch
 import torch.nn as nn
-from hf_builders import (HALF_ATTENTION, MODELS, attention_widths, build, main_output,
-                         relative_error)
+from hf_builders import (HALF_ATTENTION, MODELS, VOCAB, attention_widths, build, main_output,
+                         relative_error, token_inputs)
 
 import razorlib
 from razorlib.integrations.transformers import hidden_size_keys
@@ -18,7 +18,8 @@ from razorlib.pruning import L1NormPruner
 from razorlib.tracing.forward import record_forward
 from razorlib.utils import get_model_complexity
 
-Conv1D = pytest.importorskip('transformers.pytorch_utils').Conv1D
+transformers = pytest.importorskip('transformers')
+Conv1D = transformers.pytorch_utils.Conv1D
 
 
 def _shapes(module: nn.Module):
@@ -67,10 +68,12 @@ def test_masked_model_computes_and_counts_what_the_slim_model_does(name, hidden)
     slim = pruner.deploy_subnet(copy.deepcopy(model), pruner.export_subnet())
     _assert_heads_and_mlps_halved(model, slim, name)
     embeddings = _shapes(slim.get_input_embeddings())
-    if not hidden:
+    if not hidden or name == 'bert':  # BertModel returns its hidden states
         assert embeddings == _shapes(model.get_input_embeddings())
-    elif name == 'vit':  # LayerNorms only: its hidden size is prunable
+    elif name == 'vit':
         assert embeddings == [(32, 3, 8, 8), (32, )]
+    else:  # RMSNorms (Llama, Qwen2, Mistral) and LayerNorms (GPT-2) follow
+        assert embeddings == [(VOCAB, 32)]
     assert relative_error(main_output(slim, inputs), masked) <= 1e-4
     slim_params = sum(p.numel() for p in slim.parameters())
     assert masked_count.params == slim_params < sum(p.numel() for p in model.parameters())
@@ -105,19 +108,20 @@ def test_forwards_on_real_weights_run_without_the_cache_and_meta_ones_with_it(me
     assert model.config.use_cache is True
 
 
+@pytest.mark.parametrize('hidden', [False, True], ids=['hidden-whole', 'hidden-pruned'])
 @pytest.mark.parametrize('name, embed', [('llama', 'model.embed_tokens'),
                                           ('gpt2', 'transformer.wte')])
-def test_tied_embeddings_and_lm_head_stay_tied_and_whole(name, embed):
+def test_tied_embeddings_and_lm_head_stay_tied(name, embed, hidden):
     model, inputs = build(name, tie_word_embeddings=True)
-    pruner = L1NormPruner(ratio=0.5)
+    pruner = L1NormPruner(ratio=0.5, except_start_keys=() if hidden else hidden_size_keys(model))
     pruner.prepare_from_supernet(model, inputs)
-    assert pruner.get_space_id(embed) is None  # the hidden size is not pruned
+    assert (pruner.get_space_id(embed) is not None) == hidden
     pruner.set_subnet(pruner.sample_subnet())
     masked = main_output(model, inputs)
     masked_params = get_model_complexity(model, inputs).params
     slim = pruner.deploy_subnet(copy.deepcopy(model), pruner.export_subnet())
     assert slim.lm_head.weight is slim.get_submodule(embed).weight
-    assert slim.lm_head.weight.shape == model.lm_head.weight.shape
+    assert slim.lm_head.weight.shape == (100, 32 if hidden else 64)
     assert relative_error(main_output(slim, inputs), masked) <= 1e-4
     assert masked_params == sum(p.numel() for p in slim.parameters())  # the tie counts once
 
@@ -155,3 +159,27 @@ def test_conv1d_prunes_as_the_linear_with_its_weight_transposed():
     count = get_model_complexity(slim_convs, x)
     assert (count.params, count.flops) == (
         get_model_complexity(slim_linears, x).params, get_model_complexity(slim_linears, x).flops)
+
+
+def test_qwen3s_per_head_norms_keep_heads_and_the_hidden_size_prunable():
+    # q_norm / k_norm are RMSNorms over each head's head_dim: walked op by op there,
+    # while the decoder's RMSNorms follow the pruned hidden size
+    model = transformers.Qwen3ForCausalLM(transformers.Qwen3Config(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, vocab_size=VOCAB)).eval()
+    inputs = token_inputs()
+    pruner = L1NormPruner(ratio=0.5)
+    pruner.prepare_from_supernet(model, inputs)
+    assert {gid: g.num_channels for gid, g in pruner.groups.prunable.items()} == {
+        'model.embed_tokens': 64, **{f'model.layers.{i}.{name}': width for i in range(2)
+                                     for name, width in (('self_attn.v_proj', 2),
+                                                         ('mlp.up_proj', 128))}}
+    pruner.set_subnet(pruner.sample_subnet())
+    masked = main_output(model, inputs)
+    masked_params = get_model_complexity(model, inputs).params
+    slim = pruner.deploy_subnet(copy.deepcopy(model), pruner.export_subnet())
+    attention = slim.model.layers[0].self_attn
+    assert (attention.q_proj.in_features, attention.q_proj.out_features) == (32, 32)
+    assert attention.q_norm.weight.shape == (16, ) and slim.model.norm.weight.shape == (32, )
+    assert relative_error(main_output(slim, inputs), masked) <= 1e-4
+    assert masked_params == sum(p.numel() for p in slim.parameters())

@@ -1,5 +1,5 @@
 """Slim Hugging Face models whose config describes them: the integration's prune rewrites
-the config (MLP widths, head counts), save_pretrained + from_pretrained gives the same
+the config (MLP widths, head counts, hidden size), save_pretrained + from_pretrained gives the same
 outputs, and what a config cannot say (per-layer widths, the heads of models whose head
 width is hidden / heads) restores in one call from a channel config."""
 import copy
@@ -145,7 +145,7 @@ def test_per_layer_heads_stay_out_of_the_config_beside_a_halved_hidden_size(tmp_
     assert [attention_widths(slim, 'vit', i)[0] for i in range(2)] == [16, 24]
     sync = _assert_reloads(model, slim, 'vit', inputs, tmp_path)
     # hidden 64 -> 32 suggests 2 of 4 heads: they fit layer 0 but would cut layer 1's 3
-    assert sync.changed == {'intermediate_size': (128, 64)}
+    assert sync.changed == {'intermediate_size': (128, 64), 'hidden_size': (64, 32)}
 
 
 def test_uniform_option_evens_out_sampled_widths():
@@ -163,7 +163,9 @@ def test_hidden_size_stays_whole_by_default_and_can_be_opted_in(tmp_path):
     with pytest.warns(UserWarning, match='outputs change'):
         slim = prune(model, inputs, hidden=True)
     assert slim.vit.embeddings.patch_embeddings.projection.out_channels == 32
-    save_pruned(slim, tmp_path)  # no config field says the hidden size: a channel file
+    assert slim.config.hidden_size == 32
+    save_pruned(slim, tmp_path)  # the config says it all: no channel file
+    assert not (tmp_path / CHANNELS_FILE).exists()
     again = load_pruned(tmp_path)
     assert again.vit.layers[0].attention.num_attention_heads == 2
     assert relative_error(main_output(again, inputs), main_output(slim, inputs)) <= 1e-6
@@ -173,3 +175,18 @@ def test_sync_config_rejects_what_is_no_transformers_model():
     import torch.nn as nn
     with pytest.raises(TypeError, match='Linear'):
         sync_config(nn.Linear(2, 2))
+
+
+@pytest.mark.parametrize('tied', [False, True], ids=['untied', 'tied'])
+@pytest.mark.parametrize('name', ['llama', 'qwen2', 'mistral'])
+def test_a_pruned_hidden_size_is_written_to_the_config_and_reloads(name, tied, tmp_path):
+    model, inputs = build(name, tie_word_embeddings=tied)
+    with pytest.warns(UserWarning, match='outputs change'):
+        slim = prune(model, inputs, ratio=0.5, hidden=True)
+    assert slim.model.norm.weight.shape == (32, )  # RMSNorms follow the hidden size
+    assert (slim.lm_head.weight is slim.model.embed_tokens.weight) == tied
+    assert (slim.config.hidden_size, slim.config.head_dim) == (32, 16)
+    assert save_pruned(slim, tmp_path).exact
+    assert not (tmp_path / CHANNELS_FILE).exists()
+    again = type(model).from_pretrained(tmp_path).eval()
+    assert relative_error(main_output(again, inputs), main_output(slim.eval(), inputs)) <= 1e-6

@@ -43,6 +43,7 @@ class Norms(nn.Module):
         self.sync = nn.SyncBatchNorm(4)
         self.fc = nn.Linear(4, 12)
         self.ln = nn.LayerNorm(12)
+        self.rms = nn.RMSNorm(12, eps=1e-6)
         self.bn1 = nn.BatchNorm1d(12)
         self.head = nn.Linear(12, 3)
 
@@ -51,7 +52,8 @@ class Norms(nn.Module):
         x = F.relu(self.gn(self.conv2(x)))
         x = F.relu(self.inorm(self.conv3(x)))
         x = self.sync(self.conv4(x)).mean((2, 3))
-        return self.head(self.bn1(F.gelu(self.ln(self.fc(x)))))
+        x = F.gelu(self.ln(self.fc(x)))
+        return self.head(self.bn1(x + self.rms(x)))
 
 
 class Tokens(nn.Module):
@@ -128,7 +130,7 @@ def test_every_kind_is_exercised(pruned):
     expected = {
         'convs': {'ConvKind'},
         'norms': {'ConvKind', 'BatchNormKind', 'GroupNormKind', 'InstanceNormKind',
-                  'LayerNormKind', 'LinearKind'},
+                  'LayerNormKind', 'RMSNormKind', 'LinearKind'},
         'tokens': {'EmbeddingKind', 'MultiheadAttentionKind', 'LayerNormKind', 'LinearKind'},
     }[name]
     assert kinds == expected

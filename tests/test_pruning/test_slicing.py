@@ -85,3 +85,28 @@ def test_bare_parameters_and_buffers():
     slim_model(net, ChannelConfig({}, {'0.gamma': {0: sel(6, 1, 4)}, '0.scale': {1: sel(6, 0, 5)}}))
     assert isinstance(holder.gamma, nn.Parameter) and holder.gamma.tolist() == [1.0, 4.0]
     assert holder.scale.tolist() == [[0.0, 5.0], [6.0, 11.0]]
+
+
+class TiedLM(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(10, 8)
+        self.head = nn.Linear(8, 10, bias=False)
+        self.head.weight = self.embed.weight
+
+
+def test_tied_weights_sliced_alike_stay_tied():
+    model = TiedLM()
+    keep = ChannelSelection(8, (0, 2, 5))
+    slim_model(model, ChannelConfig({'embed': {'out': keep}, 'head': {'in': keep}}))
+    assert model.head.weight is model.embed.weight
+    assert model.embed.weight.shape == (10, 3)
+
+
+def test_tied_weights_sliced_apart_are_refused_and_the_model_untouched():
+    model = TiedLM()
+    dense = model.embed.weight
+    with pytest.raises(ValueError, match=r'tied parameters would be sliced apart: '
+                       r'embed.weight \(10, 3\), head.weight \(10, 8\)'):
+        slim_model(model, ChannelConfig({'embed': {'out': ChannelSelection(8, (0, 2, 5))}}))
+    assert model.embed.weight is dense and model.head.weight is dense

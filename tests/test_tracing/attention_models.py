@@ -26,13 +26,19 @@ def repeat_kv(x: torch.Tensor, groups: int) -> torch.Tensor:
 
 class SeparateQKV(nn.Module):
     """Llama-style: q/k/v/o projections, ``view(B, N, -1, head_dim)``, optional GQA
-    (``repeat_kv`` or SDPA's ``enable_gqa``), RoPE, manual softmax or SDPA."""
+    (``repeat_kv`` or SDPA's ``enable_gqa``), RoPE, manual softmax or SDPA.
+
+    ``counted_heads`` views by the head counts it keeps as attributes instead of ``-1``
+    (older Llama: ``view(B, N, self.num_heads, self.head_dim)``)."""
 
     def __init__(self, heads: int = 4, kv_heads: int = 4, head_dim: int = 8,
-                 sdpa: bool = False, rope: bool = False, gqa_in_sdpa: bool = False):
+                 sdpa: bool = False, rope: bool = False, gqa_in_sdpa: bool = False,
+                 counted_heads: bool = False):
         super().__init__()
         self.head_dim, self.num_key_value_groups = head_dim, heads // kv_heads
+        self.num_heads, self.num_key_value_heads = heads, kv_heads
         self.sdpa, self.rope, self.gqa_in_sdpa = sdpa, rope, gqa_in_sdpa
+        self.counted_heads = counted_heads
         self.q_proj = nn.Linear(DIM, heads * head_dim)
         self.k_proj = nn.Linear(DIM, kv_heads * head_dim)
         self.v_proj = nn.Linear(DIM, kv_heads * head_dim)
@@ -42,9 +48,10 @@ class SeparateQKV(nn.Module):
         self.register_buffer('sin', angles.sin(), persistent=False)
 
     def forward(self, x):
-        shape = (*x.shape[:-1], -1, self.head_dim)
-        q, k, v = (proj(x).view(shape).transpose(1, 2)
-                   for proj in (self.q_proj, self.k_proj, self.v_proj))
+        counts = (self.num_heads, self.num_key_value_heads, self.num_key_value_heads) \
+            if self.counted_heads else (-1, ) * 3
+        q, k, v = (proj(x).view(*x.shape[:-1], count, self.head_dim).transpose(1, 2)
+                   for proj, count in zip((self.q_proj, self.k_proj, self.v_proj), counts))
         if self.rope:
             q = q * self.cos + rotate_half(q) * self.sin
             k = k * self.cos + rotate_half(k) * self.sin

@@ -1,6 +1,7 @@
 """Whole attention heads: q/k/v/o pruned together, however the attention is written."""
 import copy
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -9,6 +10,8 @@ import razorlib
 from attention_models import Block, Encoder, FusedQKV, SeparateQKV, TinySwin
 from helpers import Traced
 from razorlib.pruning import L1NormPruner
+from razorlib.tracing import trace
+from razorlib.tracing.heads import query_groups
 from razorlib.utils import get_model_complexity
 
 TOKENS_IN = torch.randn(2, 6, 8)
@@ -26,7 +29,7 @@ def _prune_half(model, x, **kwargs):
     slim = pruner.deploy_subnet(copy.deepcopy(model), pruner.export_subnet()).eval()
     with torch.no_grad():
         out = slim(x)
-    assert torch.allclose(out, masked, rtol=1e-4, atol=1e-5)
+    assert float((out - masked).norm() / masked.norm()) <= 1e-4
     assert params == sum(p.numel() for p in slim.parameters())
     return pruner, slim
 
@@ -35,6 +38,7 @@ CASES = {
     'softmax(QK^T)V': dict(),
     'rope': dict(rope=True),
     'gqa repeat_kv': dict(kv_heads=2),
+    'gqa repeat_kv counted heads': dict(kv_heads=2, counted_heads=True),
     'sdpa': dict(sdpa=True),
     'sdpa gqa repeat_kv rope': dict(sdpa=True, kv_heads=2, rope=True),
     'sdpa enable_gqa': dict(sdpa=True, kv_heads=2, gqa_in_sdpa=True),
@@ -84,3 +88,76 @@ def test_swin_patterns_prune_their_mlps_and_explain_the_windowed_attention():
     assert traced.group_of('stage2.mlp.0').prunable
     _, slim = _prune_half(model, x)
     assert [b.mlp[0].out_features for b in (*slim.stage1, slim.stage2)] == [16, 16, 32]
+
+
+GQA_CASES = {
+    'repeat_kv': dict(),
+    'repeat_kv counted heads': dict(counted_heads=True),
+    'sdpa repeat_kv rope': dict(sdpa=True, rope=True),
+    'sdpa enable_gqa': dict(sdpa=True, gqa_in_sdpa=True),
+}
+
+
+def _gqa_model(**options):
+    """Two blocks of 8 query heads over 2 key/value heads (4 per group) of width 8."""
+    return Encoder(*(Block(SeparateQKV(heads=8, kv_heads=2, **options))
+                     for _ in range(2))).eval()
+
+
+@pytest.mark.parametrize('meta', [True, False], ids=['meta', 'real'])
+@pytest.mark.parametrize('case', sorted(GQA_CASES))
+def test_gqa_query_binds_the_same_query_heads_in_every_kv_group(case, meta):
+    # on real tensors SDPA runs its fused kernel, on meta its math decomposition
+    traced = Traced(_gqa_model(**GQA_CASES[case]), TOKENS_IN, gqa='query', meta=meta)
+    group = traced.group_of('blocks.0.attn.q_proj')
+    assert group.prunable and (group.num_channels, group.width) == (4, 64)
+    assert group.layers == ['blocks.0.attn.q_proj']
+    assert group.consumers == ['blocks.0.attn.o_proj']
+    heads = traced.classes('blocks.0.attn.q_proj').reshape(8, 8)
+    assert (heads == heads[:, :1]).all()  # whole heads
+    assert (heads[:4, 0] == heads[4:, 0]).all()  # head i of group 0 is head i of group 1
+    assert len(set(heads[:4, 0].tolist())) == 4
+    assert (traced.classes('blocks.0.attn.o_proj', 'in') == heads.ravel()).all()
+    for name in ('blocks.0.attn.k_proj', 'blocks.0.attn.v_proj'):
+        kv = traced.group_of(name)
+        assert kv.layers == [name] and not kv.prunable
+        assert any("gqa='query' keeps key/value heads whole (2 key/value heads of 4 query "
+                   'heads each)' in r.message for r in kv.frozen_reasons)
+
+
+@pytest.mark.parametrize('case', sorted(GQA_CASES))
+def test_gqa_query_slim_model_computes_what_the_masked_one_does(case):
+    model = _gqa_model(**GQA_CASES[case])
+    with torch.no_grad():
+        dense = model(TOKENS_IN)
+    _, slim = _prune_half(model, TOKENS_IN, gqa='query')
+    with torch.no_grad():
+        assert float((slim(TOKENS_IN) - dense).norm() / dense.norm()) > 1e-2  # heads gone
+    for attn in (block.attn for block in slim.blocks):
+        assert (attn.q_proj.out_features, attn.o_proj.in_features) == (32, 32)
+        assert (attn.k_proj.out_features, attn.v_proj.out_features) == (16, 16)
+        assert (attn.num_heads, attn.num_key_value_heads, attn.num_key_value_groups) == \
+            (4, 2, 2)
+
+
+def test_gqa_query_keeps_heads_whole_where_every_query_head_has_its_own_kv_head():
+    model = Encoder(Block(SeparateQKV()), Block(SeparateQKV(sdpa=True))).eval()
+    for i in range(2):
+        group = Traced(model, TOKENS_IN, gqa='query').group_of(f'blocks.{i}.attn.k_proj')
+        assert group.prunable and group.num_channels == 4
+        assert sorted(group.layers) == [f'blocks.{i}.attn.{p}_proj' for p in 'kqv']
+
+
+def test_query_groups_find_equal_groups_only():
+    side, kv, grid = query_groups(np.array([5, 5, 6, 6]), np.arange(4))
+    assert (side, kv.tolist(), grid.tolist()) == (1, [5, 6], [[0, 1], [2, 3]])
+    assert query_groups(np.arange(3), np.array([5, 5, 6])) is None  # uneven groups
+    assert query_groups(np.arange(4), np.arange(4, 8)) is None  # one kv head per head
+
+
+def test_a_bad_gqa_option_names_the_option_and_its_values():
+    message = r"gqa must be 'kv' .* or 'query' .*, got 'heads'"
+    with pytest.raises(ValueError, match=message):
+        L1NormPruner(ratio=0.5, gqa='heads')
+    with pytest.raises(ValueError, match=message):
+        trace(_gqa_model(), TOKENS_IN, gqa='heads')

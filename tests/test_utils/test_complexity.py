@@ -59,3 +59,33 @@ def test_masked_supernet_counts_exactly_what_the_slim_model_has(name):
 def test_human_readable():
     c = get_model_complexity(nn.Conv2d(3, 8, 3), torch.randn(1, 3, 34, 34))
     assert str(c) == 'FLOPs 221.18k, params 224'
+
+
+class _TiedWithBias(nn.Module):
+    """lm_head (with a bias) shares the embeddings' weight; the hidden size is prunable."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(10, 8)
+        self.fc1, self.fc2 = nn.Linear(8, 16), nn.Linear(16, 8)
+        self.head = nn.Linear(8, 10)
+        self.head.weight = self.embed.weight
+
+    def forward(self, ids):
+        x = self.embed(ids)
+        return self.head(x + self.fc2(torch.relu(self.fc1(x))))
+
+
+def test_a_tied_weight_counts_once_at_its_kept_size():
+    import copy
+
+    from razorlib.pruning import L1NormPruner
+    model, ids = _TiedWithBias().eval(), torch.randint(0, 10, (2, 5))
+    assert count_params(model) == sum(p.numel() for p in model.parameters())
+    pruner = L1NormPruner(ratio=0.5)
+    pruner.prepare_from_supernet(model, ids)
+    pruner.set_subnet(pruner.sample_subnet())
+    masked = count_params(model)
+    slim = pruner.deploy_subnet(copy.deepcopy(model), pruner.export_subnet())
+    assert slim.head.weight is slim.embed.weight and slim.embed.weight.shape == (10, 4)
+    assert masked == sum(p.numel() for p in slim.parameters())

@@ -21,7 +21,7 @@ import torch.nn as nn
 
 from ...tracing.forward import is_transformers_model
 
-__all__ = ['MLP_WIDTH_FIELDS', 'HEAD_COUNT_FIELDS', 'WIDTH_FIELDS', 'ConfigSync', 'Mismatch',
+__all__ = ['MLP_WIDTH_FIELDS', 'HEAD_COUNT_FIELDS', 'HIDDEN_SIZE_FIELDS', 'WIDTH_FIELDS', 'ConfigSync', 'Mismatch',
            'is_hf_model', 'build_like', 'shape_mismatches', 'sync_config']
 
 #: Config fields that size the MLP of every layer, by model family (tried in order).
@@ -30,8 +30,10 @@ MLP_WIDTH_FIELDS = ('intermediate_size', 'n_inner', 'ffn_dim', 'd_ff', 'encoder_
 #: Config fields that count attention heads: query heads, then key/value heads (GQA).
 HEAD_COUNT_FIELDS = ('num_attention_heads', 'num_key_value_heads', 'n_head', 'num_heads',
                      'n_heads', 'encoder_attention_heads', 'decoder_attention_heads')
+#: Config fields that size the hidden size (the residual stream), by model family.
+HIDDEN_SIZE_FIELDS = ('hidden_size', 'n_embd', 'd_model')
 #: What :func:`sync_config` may rewrite by default.
-WIDTH_FIELDS = MLP_WIDTH_FIELDS + HEAD_COUNT_FIELDS
+WIDTH_FIELDS = MLP_WIDTH_FIELDS + HEAD_COUNT_FIELDS + HIDDEN_SIZE_FIELDS
 
 
 @dataclass(frozen=True)
@@ -148,8 +150,9 @@ def _candidates(old: object, changes: Dict[int, set]) -> List[int]:
 
 def _head_width(config) -> Dict[str, int]:
     """``head_dim`` pinned to the head width the config means, where it does not set one
-    (Qwen2, ViT: ``hidden_size // num_attention_heads``), so that fewer heads keep their
-    width in the model classes that read ``config.head_dim`` when it is there."""
+    (Qwen2, ViT: ``hidden_size // num_attention_heads``), so that fewer heads or a
+    smaller hidden size keep the head width in the model classes that read
+    ``config.head_dim`` when it is there."""
     if isinstance(getattr(config, 'head_dim', None), int):
         return {}
     hidden, heads = getattr(config, 'hidden_size', None), getattr(config, 'num_attention_heads',
@@ -174,7 +177,8 @@ def _moves(config, fields: Iterable[str], mismatches: List[Mismatch]) -> List[Di
         if None not in together.values():
             moves.append(together)
     pin = _head_width(config)
-    return [{**move, **pin} if set(move) & set(HEAD_COUNT_FIELDS) else move for move in moves]
+    return [{**move, **pin} if set(move) & set(HEAD_COUNT_FIELDS + HIDDEN_SIZE_FIELDS) else move
+            for move in moves]
 
 
 def _reloadable(config) -> bool:
@@ -227,7 +231,8 @@ def _first_fix(model: nn.Module, config, fields: Iterable[str], mismatches: List
 
 
 def sync_config(model: nn.Module, fields: Tuple[str, ...] = WIDTH_FIELDS) -> ConfigSync:
-    """Rewrite ``model.config`` (in place) so that it describes the slim widths.
+    """Rewrite ``model.config`` (in place) so that it describes the slim widths: MLP
+    widths, head counts and the hidden size.
 
     Changes are tried one at a time, each field with the values :func:`_candidates`
     derives from sizes that changed uniformly across layers, then the head counts
