@@ -12,6 +12,7 @@ fallback is logged as a warning, with the dynamo exporter's error.  With
 import inspect
 import io
 import logging
+from collections.abc import Mapping
 from typing import Any, Dict, List, Optional, Tuple
 
 import onnx
@@ -81,7 +82,7 @@ def from_torch(model: torch.nn.Module, example_inputs: Any, exporter: str = 'aut
 
 
 def _arguments(example_inputs: Any) -> Tuple[tuple, Dict[str, Any]]:
-    if isinstance(example_inputs, dict):
+    if isinstance(example_inputs, Mapping):
         return (), dict(example_inputs)
     if isinstance(example_inputs, (tuple, list)):
         return tuple(example_inputs), {}

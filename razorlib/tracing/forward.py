@@ -11,6 +11,7 @@ import contextlib
 import itertools
 import operator
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -95,10 +96,11 @@ def without_kv_cache(model: nn.Module) -> Iterator[None]:
 
 
 def call_model(model: nn.Module, example_inputs: Any) -> Any:
-    """Call ``model`` with a tensor, a tuple/list of positional args or a dict of kwargs;
-    transformers models run without their key/value cache (:func:`without_kv_cache`)."""
+    """Call ``model`` with a tensor, a tuple/list of positional args or a mapping of kwargs
+    (a dict, a tokenizer's ``BatchEncoding``); transformers models on real weights run
+    without their key/value cache (:func:`without_kv_cache`)."""
     with without_kv_cache(model):
-        if isinstance(example_inputs, dict):
+        if isinstance(example_inputs, Mapping):
             return model(**example_inputs)
         if isinstance(example_inputs, (tuple, list)):
             return model(*example_inputs)
@@ -106,10 +108,10 @@ def call_model(model: nn.Module, example_inputs: Any) -> Any:
 
 
 def flatten_tensors(obj: Any) -> List[torch.Tensor]:
-    """Every tensor in a nested dict/list/tuple, in order."""
+    """Every tensor in a nested mapping/list/tuple, in order."""
     if isinstance(obj, torch.Tensor):
         return [obj]
-    if isinstance(obj, dict):
+    if isinstance(obj, Mapping):
         return [t for v in obj.values() for t in flatten_tensors(v)]
     if isinstance(obj, (list, tuple)):
         return [t for v in obj for t in flatten_tensors(v)]
@@ -117,10 +119,11 @@ def flatten_tensors(obj: Any) -> List[torch.Tensor]:
 
 
 def to_meta(obj: Any) -> Any:
-    """Tensors in a nested dict/list/tuple moved to the ``meta`` device."""
+    """Tensors in a nested mapping/list/tuple moved to the ``meta`` device (a mapping
+    becomes a dict)."""
     if isinstance(obj, torch.Tensor):
         return obj.to('meta')
-    if isinstance(obj, dict):
+    if isinstance(obj, Mapping):
         return {k: to_meta(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return type(obj)(to_meta(v) for v in obj)

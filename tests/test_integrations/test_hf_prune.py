@@ -183,3 +183,12 @@ def test_qwen3s_per_head_norms_keep_heads_and_the_hidden_size_prunable():
     assert attention.q_norm.weight.shape == (16, ) and slim.model.norm.weight.shape == (32, )
     assert relative_error(main_output(slim, inputs), masked) <= 1e-4
     assert masked_params == sum(p.numel() for p in slim.parameters())
+
+
+def test_a_tokenizers_batch_encoding_is_taken_as_keyword_inputs():
+    model, inputs = build('llama')
+    encoded = transformers.BatchEncoding(inputs)  # what a tokenizer returns: no dict
+    slim = razorlib.prune(model, encoded, ratio=0.5, importance='wanda',
+                          data=[(encoded, None)])
+    assert attention_widths(slim, 'llama', 0) == HALF_ATTENTION['llama']
+    assert main_output(slim, inputs).shape == main_output(model, inputs).shape

@@ -122,6 +122,14 @@ def test_taylor_scores_llama_from_a_few_batches(loss_fn, labels):
         assert slim(**inputs).logits.shape == (2, 8, 100)
 
 
+def test_taylor_without_a_loss_fn_on_an_hf_model_says_what_to_pass():
+    model, inputs = hf().build('llama')
+    with pytest.raises(TypeError, match=r'the model returned a CausalLMOutputWithPast, the '
+                       r'targets are None: pass loss_fn=.*out\.loss'):
+        razorlib.prune(model, inputs, ratio=0.5, importance='taylor',
+                       data=[(hf().token_inputs(seed=1), None)])
+
+
 def test_the_alias_builds_it_and_it_needs_data():
     built = build_importance(dict(type='wanda', normalize='lamp'))
     assert isinstance(built, ActivationMagnitudeImportance)

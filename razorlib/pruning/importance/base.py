@@ -77,7 +77,27 @@ REDUCTIONS: Dict[str, Tuple[np.ufunc, float]] = {
 
 
 def default_loss(outputs: Any, targets: Any) -> torch.Tensor:
-    """Cross-entropy of a classifier's logits: the loss data-driven criteria default to."""
+    """Cross-entropy of a classifier's logits: the loss data-driven criteria default to.
+
+    Raises:
+        TypeError: the model returns something else than a logits tensor (a Hugging Face
+            ``ModelOutput``, a tuple) or the batches hold no targets; the message says
+            what to pass as ``loss_fn``.
+
+    Example:
+        >>> default_loss({'logits': torch.zeros(2, 3)}, None)
+        Traceback (most recent call last):
+        ...
+        TypeError: the default loss (cross-entropy of logits) needs the model to return a logits tensor and the batches to hold targets; the model returned a dict, the targets are None: pass loss_fn=lambda outputs, targets: ... (for a Hugging Face model with labels in its inputs: lambda out, targets: out.loss)
+    """
+    if not isinstance(outputs, torch.Tensor) or not isinstance(targets, torch.Tensor):
+        given = 'None' if targets is None else f'a {type(targets).__name__}'
+        raise TypeError(
+            'the default loss (cross-entropy of logits) needs the model to return a logits '
+            f'tensor and the batches to hold targets; the model returned a '
+            f'{type(outputs).__name__}, the targets are {given}: pass loss_fn=lambda '
+            'outputs, targets: ... (for a Hugging Face model with labels in its inputs: '
+            'lambda out, targets: out.loss)')
     return F.cross_entropy(outputs, targets)
 
 
