@@ -12,6 +12,7 @@ Example:
     >>> slim[0].out_channels
     8
 """
+from . import nn
 from .engine.checkpoint import register_checkpoint_globals
 from .pruning.api import prune
 from .registry import register_all_modules
@@ -19,4 +20,4 @@ from .version import __version__
 
 register_checkpoint_globals()
 
-__all__ = ['__version__', 'prune', 'register_all_modules', 'register_checkpoint_globals']
+__all__ = ['__version__', 'nn', 'prune', 'register_all_modules', 'register_checkpoint_globals']

@@ -2,9 +2,13 @@
 
 ``F.multi_head_attention_forward`` checks the query's width against ``embed_dim`` and
 splits its packed projection into heads of ``embed_dim // num_heads``, so neither the
-input channels nor the heads can change without a head-aware rewrite of the module: the
-kind freezes the channels that reach its input projection (with that reason) and counts
-what the module costs.  Its ``out_proj`` is an ``nn.Linear`` with a kind of its own.
+input channels nor the heads can change while the module stays an
+``nn.MultiheadAttention``: the kind freezes the channels that reach its input projection
+(with that reason) and counts what the module costs.  Its ``out_proj`` is an
+``nn.Linear`` with a kind of its own.  To prune the heads (and the channels around them),
+convert the model first: ``razorlib.nn.split_multihead_attention(model)`` replaces each
+``nn.MultiheadAttention`` by a ``SeparateProjectionAttention`` with the same weights and
+separate q/k/v projections (:mod:`razorlib.nn.multihead`).
 """
 from typing import Dict, Tuple
 
@@ -43,7 +47,9 @@ class MultiheadAttentionKind(LayerKind):
         if x.channels is not None:
             ctx.freeze_all([x], 'mixing', node,
                            f'{name} is an nn.MultiheadAttention: its embed_dim and heads are '
-                           'fixed (its input projection splits channels into heads)')
+                           'fixed (its packed input projection splits channels into heads); '
+                           'convert it with razorlib.nn.split_multihead_attention(model) to '
+                           'prune its heads')
         width = int(node._input_metadata[0].shape[-1])
         return ctx.external(width, node, f'the heads of {name}'), 1
 

@@ -1,0 +1,18 @@
+"""Modules razorlib provides so that layers become prunable.
+
+Some torch modules compute in ways whose widths cannot change while they stay what they
+are: ``nn.MultiheadAttention`` splits one packed projection into heads inside
+``F.multi_head_attention_forward``.  The modules here compute the same thing in a form
+razorlib's tracer follows and its slicing can narrow, and each comes with a function
+that converts a model in place, keeping its weights.
+
+Example:
+    >>> import torch, razorlib
+    >>> from razorlib.nn import split_multihead_attention
+    >>> model = torch.nn.Sequential(torch.nn.MultiheadAttention(8, 2))
+    >>> type(split_multihead_attention(model)[0]).__name__
+    'SeparateProjectionAttention'
+"""
+from .multihead import SeparateProjectionAttention, split_multihead_attention
+
+__all__ = ['SeparateProjectionAttention', 'split_multihead_attention']
