@@ -8,7 +8,11 @@ split them with numbers it keeps as attributes: timm's
 families share their names: ``num_attention_heads`` and ``attention_head_size`` for
 BERT-likes, ``head_dim`` and ``num_key_value_groups`` for Llama-likes) and recomputes
 them from the projections' widths after slicing (``pruning/slicing.py``).  ``head_dim``
-itself never changes: razorlib prunes whole heads.
+itself changes only when every head keeps the same positions (``heads='width'``,
+which slicing tells from the kept indices): then :meth:`HeadAttributes.update_width`
+keeps the head counts and rewrites ``head_dim`` (and widths such as
+``all_head_size``); a precomputed ``scaling`` stays dense, as the masked model
+computes it.
 
 Example:
     >>> import torch.nn as nn
@@ -31,6 +35,7 @@ from ..registry import HEAD_ATTRIBUTES
 from .table import KindTable
 
 __all__ = ['HeadAttributes', 'head_attributes_of']
+
 
 
 class HeadAttributes:
@@ -72,6 +77,53 @@ class HeadAttributes:
             kv = _out_width(kinds, getattr(module, self.key)) // head_dim
             values.update({name: kv for name in self.kv_heads})
             values.update({name: width // head_dim // max(kv, 1) for name in self.groups})
+        values = {name: value for name, value in values.items()
+                  if isinstance(getattr(module, name, None), int)}
+        for name, value in values.items():
+            setattr(module, name, value)
+        return values
+
+    def attributes(self, module: nn.Module) -> Dict[str, int]:
+        """The integer attributes this layout may set, as they are now."""
+        names = (self.head_dim, ) + self.heads + self.kv_heads + self.groups + self.widths
+        return {name: getattr(module, name) for name in names
+                if isinstance(getattr(module, name, None), int)}
+
+    def head_count(self, module: nn.Module, kinds: Optional[KindTable] = None) -> int:
+        """Query heads of ``module`` as it is: its query width over ``head_dim``."""
+        width = _out_width(kinds or KindTable(), getattr(module, self.query)) // self.parts
+        return width // getattr(module, self.head_dim)
+
+    def update_width(self, module: nn.Module, heads: int, attributes: Dict[str, int],
+                     kinds: Optional[KindTable] = None) -> Dict[str, int]:
+        """After the projections were sliced to a narrower ``head_dim`` (every head alike):
+        put back ``attributes`` (from :meth:`attributes` before slicing, so the head
+        counts stay), then set ``head_dim`` to the query width over ``heads`` and the
+        width attributes to the query width.  Returns what it set after putting back.
+
+        Raises:
+            ValueError: the query or key width is no multiple of the new ``head_dim``.
+
+        Example:
+            >>> attn = nn.Module()
+            >>> attn.head_dim, attn.num_key_value_groups = 16, 2
+            >>> attn.q_proj, attn.k_proj = nn.Linear(8, 64), nn.Linear(8, 32)
+            >>> spec = SeparateProjectionHeads()
+            >>> before, heads = spec.attributes(attn), spec.head_count(attn)
+            >>> attn.q_proj, attn.k_proj = nn.Linear(8, 32), nn.Linear(8, 16)  # sliced
+            >>> spec.update_width(attn, heads, before), attn.num_key_value_groups
+            ({'head_dim': 8}, 2)
+        """
+        kinds = kinds or KindTable()
+        width = _out_width(kinds, getattr(module, self.query)) // self.parts
+        keys = _out_width(kinds, getattr(module, self.key)) if self.key is not None else width
+        head_dim = width // max(heads, 1)
+        if not head_dim or width % heads or keys % head_dim:
+            raise ValueError(f'{type(module).__name__}: {width} query and {keys} key channels '
+                             f'are not {heads} query heads of one head_dim')
+        for name, value in attributes.items():
+            setattr(module, name, value)
+        values = {self.head_dim: head_dim, **{name: width for name in self.widths}}
         values = {name: value for name, value in values.items()
                   if isinstance(getattr(module, name, None), int)}
         for name, value in values.items():
@@ -132,3 +184,4 @@ def head_attributes_of(module: nn.Module) -> Optional[HeadAttributes]:
         if spec.matches(module):
             return spec
     return None
+

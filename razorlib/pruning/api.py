@@ -82,7 +82,9 @@ def prune(model: nn.Module, example_inputs: Any = None, *, ratio: Optional[float
         **pruner_kwargs: extra pruner arguments (``except_start_keys``, ``strict``,
             ``gqa='query'``: under grouped-query attention prune the same query heads in
             every key/value group and keep the key/value heads, instead of a key/value
-            head with its query heads).
+            head with its query heads; ``heads='width'``: prune the same ``head_dim``
+            positions of every head instead of whole heads, RoPE pairs and the rotary
+            ``inv_freq`` with them, checked masked against slim).
 
     Example:
         >>> import torch, razorlib

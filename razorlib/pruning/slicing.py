@@ -8,6 +8,7 @@ a half-pruned model behind.
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple, Union
 
+import numpy as np
 import torch
 import torch.nn as nn
 
@@ -93,25 +94,60 @@ def plan_slices(model: nn.Module, channel_cfg: ChannelConfig,
 
 
 class _HeadsPlan:
-    """Recomputes an attention module's head counts once its projections are sliced
-    (applied after them: it reads their new widths)."""
+    """Recomputes an attention module's head attributes once its projections are sliced
+    (applied after them: it reads their new widths).  ``width`` holds the dense head
+    count and attributes where every head keeps the same positions (``head_dim``
+    narrows, the counts stay); otherwise whole heads went and the counts follow."""
 
-    def __init__(self, spec: HeadAttributes, kinds: Optional[KindTable]):
-        self.spec, self.kinds = spec, kinds
+    def __init__(self, spec: HeadAttributes, kinds: Optional[KindTable],
+                 width: Optional[Tuple[int, Dict[str, int]]] = None):
+        self.spec, self.kinds, self.width = spec, kinds, width
 
     def apply(self, module: nn.Module) -> None:
-        self.spec.update(module, self.kinds)
+        if self.width is None:
+            self.spec.update(module, self.kinds)
+        else:
+            self.spec.update_width(module, *self.width, self.kinds)
+
+
+def _narrows_heads(name: str, module: nn.Module, spec: HeadAttributes,
+                   kept: ChannelSelection) -> bool:
+    """Whether ``kept`` (the query projection's output channels) keeps the same positions
+    of every head rather than whole heads.
+
+    Raises:
+        ValueError: naming the projection, when it is neither.
+    """
+    head_dim = getattr(module, spec.head_dim)
+    if kept.raw % head_dim:
+        return False
+    rows = np.zeros(kept.raw, dtype=bool)
+    rows[list(kept.index)] = True
+    rows = rows.reshape(-1, head_dim)
+    if (rows.all(1) | ~rows.any(1)).all():
+        return False  # whole heads
+    if (rows == rows[0]).all():
+        return True
+    raise ValueError(f'{name}: the kept channels are neither whole heads of {head_dim} nor '
+                     'the same positions in every head')
 
 
 def _head_plans(model: nn.Module, channel_cfg: ChannelConfig,
                 kinds: Optional[KindTable]) -> List[Tuple[nn.Module, _HeadsPlan]]:
     """A plan for each attention module whose query projection the config slices."""
-    sliced = {name for name, axes in channel_cfg.modules.items() if 'out' in axes}
     plans = []
     for name, module in model.named_modules():
         spec = head_attributes_of(module)
-        if spec is not None and (f'{name}.{spec.query}' if name else spec.query) in sliced:
-            plans.append((module, _HeadsPlan(spec, kinds)))
+        if spec is None:
+            continue
+        query = f'{name}.{spec.query}' if name else spec.query
+        kept = channel_cfg.modules.get(query, {}).get('out')
+        if kept is None:
+            continue
+        width = None
+        if _narrows_heads(query, module, spec, kept):
+            width = (spec.head_count(module, kinds), spec.attributes(module))
+        plans.append((module, _HeadsPlan(spec, kinds, width)))
     return plans
 
 

@@ -9,19 +9,22 @@ writes it into the masks; ``export_subnet`` turns it into a :class:`ChannelConfi
 import random
 from abc import ABCMeta, abstractmethod
 from pathlib import Path
-from typing import Any, Dict, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
 import torch
 import torch.nn as nn
 
 from ..layers import KindTable, LayerKindsArg, as_table, param_mask_name
-from ..tracing import ChannelGroup, ChannelGroups, build_groups, trace
-from ..tracing.context import check_gqa
-from ..tracing.forward import default_example_inputs
+from ..tracing import ChannelGroup, ChannelGroups, FrozenReason, TracingError, build_groups, \
+    trace
+from ..tracing.context import check_gqa, check_heads
+from ..tracing.forward import call_model, default_example_inputs, flatten_tensors, \
+    shadow_tensors, shadowed
 from .channel_config import ChannelConfig, ChannelSelection, as_channel_config
-from .masks import IN_MASK, OUT_MASK, add_masks, add_param_mask, remove_masks, set_mask
-from .slicing import slim_model
+from .masks import IN_MASK, OUT_MASK, _is_ours, add_masks, add_param_mask, remove_masks, \
+    set_mask
+from .slicing import plan_slices, slim_model
 from .subnet_config import subnet_channel_config
 from .verify import freeze_unrunnable_groups
 
@@ -52,6 +55,13 @@ class StructurePruner(metaclass=ABCMeta):
         gqa: what grouped-query attention prunes: ``'kv'`` (default) a key/value head
             with all its query heads; ``'query'`` the same query heads in every key/value
             group, every key/value head kept (32 query / 8 kv heads at ratio 0.5: 16 / 8).
+        heads: what attention prunes: ``'whole'`` (default) whole heads; ``'width'`` the
+            same ``head_dim`` positions of every head (head counts kept, RoPE's pairs
+            ``(i, i + d/2)`` and rotary ``inv_freq`` entries with them).  Under
+            ``'width'`` the pruner also runs the model once masked and once sliced at half
+            width and freezes the groups whose slim outputs differ (code that scales by
+            its ``head_dim`` attribute, SDPA without ``scale=``), with the difference as
+            the reason.
 
     Example:
         >>> from razorlib.pruning import L1NormPruner
@@ -64,7 +74,8 @@ class StructurePruner(metaclass=ABCMeta):
     def __init__(self, ratios: Union[float, Sequence[float], None] = None,
                  except_start_keys: Sequence[str] = (), strict: bool = False,
                  verify: bool = True, layer_kinds: LayerKindsArg = None,
-                 ratio: Union[float, Sequence[float], None] = None, gqa: str = 'kv'):
+                 ratio: Union[float, Sequence[float], None] = None, gqa: str = 'kv',
+                 heads: str = 'whole'):
         if ratios is not None and ratio is not None:
             raise ValueError('give ratios= or ratio= (the same argument), not both')
         ratios = ratio if ratios is None else ratios
@@ -79,6 +90,7 @@ class StructurePruner(metaclass=ABCMeta):
         self.strict = strict
         self.verify = verify
         self.gqa = check_gqa(gqa)
+        self.heads = check_heads(heads)
         self.kinds: KindTable = as_table(layer_kinds)
         self._deployed = False
         self.groups: Optional[ChannelGroups] = None
@@ -93,10 +105,14 @@ class StructurePruner(metaclass=ABCMeta):
         Groups whose pruning the model's code cannot follow (a reshape or split size
         written in the code) are found by a shape-only run and frozen.
         """
+        if self.heads == 'width' and any(p.is_meta for p in supernet.parameters()):
+            raise ValueError(f"heads='width' compares the slim model with the masked one on "
+                             f'real weights; this {type(supernet).__name__} is on the meta '
+                             "device: load its weights, or use heads='whole'")
         if example_inputs is None:
             example_inputs = default_example_inputs(supernet)
         graph = trace(supernet, example_inputs, self.strict, self.except_start_keys,
-                      layer_kinds=self.kinds, gqa=self.gqa)
+                      layer_kinds=self.kinds, gqa=self.gqa, heads=self.heads)
         groups = build_groups(graph)
         relevant = np.zeros(len(groups.labels), dtype=bool)
         for group in groups.prunable.values():
@@ -119,6 +135,65 @@ class StructurePruner(metaclass=ABCMeta):
                 self._masked[use.name] = module
         self._subnet = {gid: np.ones(g.num_channels, dtype=bool)
                         for gid, g in groups.prunable.items()}
+        if self.heads == 'width':
+            self._freeze_inexact_groups(example_inputs)
+            self._subnet = {gid: np.ones(g.num_channels, dtype=bool)
+                            for gid, g in groups.prunable.items()}
+
+    def _freeze_inexact_groups(self, example_inputs: Any) -> Dict[str, str]:
+        """Freeze the prunable groups whose slim model computes something else than the
+        masked one (``heads='width'``).
+
+        Pruning ``head_dim`` is exact only where the code's scale and rotary frequencies
+        do not follow the slim width: a scale read from the ``head_dim`` attribute, SDPA
+        without ``scale=`` or a rotary layout other than ``rotate_half``'s would change
+        the outputs silently, and shapes cannot tell.  So the model runs on
+        ``example_inputs`` with the groups halved, masked and then sliced (in place, put
+        back after), and the groups whose outputs differ are bisected out and frozen.
+
+        Returns:
+            ``{group id: difference}`` for each group frozen.
+        """
+        failing = self._inexact(list(self.groups.prunable), example_inputs)
+        for gid, error in failing.items():
+            reason = FrozenReason('runtime', gid, "heads='width': the slim model computes "
+                                  f'other outputs than the masked one ({error})', upstream=(gid, ))
+            if self.strict:
+                raise TracingError(f'{reason}. Use strict=False to freeze these channels '
+                                   "instead, or heads='whole'")
+            self.groups.groups[gid].frozen_reasons.append(reason)
+        return failing
+
+    def _inexact(self, ids: List[str], example_inputs: Any) -> Dict[str, str]:
+        if not ids:
+            return {}
+        error = self._difference(ids, example_inputs)
+        if error is None:
+            return {}
+        if len(ids) == 1:
+            return {ids[0]: error}
+        half = len(ids) // 2
+        found = {**self._inexact(ids[:half], example_inputs),
+                 **self._inexact(ids[half:], example_inputs)}
+        return found or {gid: error for gid in ids}  # only differ together
+
+    def _difference(self, ids: List[str], example_inputs: Any) -> Optional[str]:
+        """How the slim model's outputs differ from the masked model's with ``ids``
+        halved, or None where they agree."""
+        groups = self.groups.groups
+        self.set_subnet({gid: groups[gid].keep_best(np.arange(groups[gid].num_channels),
+                                                    groups[gid].num_channels // 2)
+                         for gid in ids})
+        cfg = self.export_subnet()
+        try:
+            masked = _outputs(self.model, example_inputs, lambda: None)
+            slim = _outputs(self.model, example_inputs,
+                            lambda: _slice_unmasked(self.model, cfg, self.kinds))
+        except Exception as err:  # pylint: disable=broad-except  # the code cannot follow
+            return f'{type(err).__name__}: {err}'.splitlines()[0][:300]
+        finally:
+            self.set_subnet({})
+        return _output_difference(masked, slim)
 
     def _require_prepared(self) -> ChannelGroups:
         if self.groups is None:
@@ -340,3 +415,51 @@ class StructurePruner(metaclass=ABCMeta):
         if self.model is not None:
             remove_masks(self.model)
         self.groups, self.model, self._masked, self._subnet = None, None, {}, {}
+
+
+def _slice_unmasked(model: nn.Module, cfg: ChannelConfig, kinds: KindTable) -> None:
+    """Slice ``model`` to ``cfg``, its mask hooks taken out
+    (new hook tables: :func:`~razorlib.tracing.forward.shadowed` puts the old ones back)."""
+    for module in model.modules():
+        for attr in ('_forward_pre_hooks', '_forward_hooks'):
+            hooks = getattr(module, attr)
+            if any(_is_ours(hook) for hook in hooks.values()):
+                setattr(module, attr, type(hooks)((key, hook) for key, hook in hooks.items()
+                                                  if not _is_ours(hook)))
+    for module, plan in plan_slices(model, cfg, kinds):
+        plan.apply(module)
+
+
+def _outputs(model: nn.Module, example_inputs: Any, change) -> List[torch.Tensor]:
+    """The floating outputs of ``model`` in eval mode after ``change()``, on stand-ins of
+    its tensors (16-bit floats as float32, so that rounding hides no difference): the
+    model, its tensors and its modes are as before afterwards."""
+    shadows = {name: _float32(t) for name, t in shadow_tensors(model, meta=False).items()}
+    with shadowed(model, shadows), torch.no_grad():
+        change()
+        model.eval()
+        out = call_model(model, _float32(example_inputs))
+        return [t.detach() for t in flatten_tensors(out) if t.is_floating_point()]
+
+
+def _float32(obj: Any) -> Any:
+    """16-bit float tensors of a nested mapping/list/tuple as float32."""
+    if isinstance(obj, torch.Tensor):
+        return obj.float() if obj.is_floating_point() and obj.element_size() < 4 else obj
+    if isinstance(obj, Mapping):
+        return {key: _float32(value) for key, value in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_float32(value) for value in obj)
+    return obj
+
+
+def _output_difference(masked: List[torch.Tensor], slim: List[torch.Tensor]) -> Optional[str]:
+    """The largest relative difference of the outputs where above 1e-4, else None."""
+    if [t.shape for t in masked] != [t.shape for t in slim]:
+        return 'the outputs have other shapes'
+    for a, b in zip(masked, slim):
+        a, b = a.double(), b.double()
+        error = float((a - b).norm() / a.norm().clamp_min(1e-12))
+        if error > 1e-4:
+            return f'relative error {error:.2g}'
+    return None

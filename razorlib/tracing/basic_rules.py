@@ -97,14 +97,22 @@ def elementwise(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
     Inputs of the same size on a dim share channels there: ``a + b`` binds ``a``'s
     channel i to ``b``'s channel i, so a residual block's two branches are pruned alike;
     ``x * se(x)`` binds the SE gate's output to ``x``.  A parameter operand (layer scale,
-    position embedding) is bound too and then sliced with its group.
+    position embedding) is bound too and then sliced with its group.  Under
+    ``heads='width'`` a constant autograd does not track that varies along ``head_dim``
+    (RoPE's ``cos``/``sin``) is followed to the rotary ``inv_freq`` (:func:`.heads.bind_rotary`).
     """
     shapes = output_shapes(node)
     out_shape = shapes[0]
+    constants = heads.untracked_operands(ctx, node, ins)
     split = _shared_split(ctx, node, ins, len(out_shape))
+    if split is not None and any(heads.varies_along(shape, split.dims, len(out_shape))
+                                 for shape in constants):
+        split = None  # a constant per head_dim position: read the heads to bind it
     if split is None:
         ins = [heads.settle(ctx, node, inp) for inp in ins]
     slots = bind_aligned(ctx, node, ins, out_shape, skip=split.dims if split else ())
+    for shape in constants:
+        heads.bind_rotary(ctx, node, slots, shape, len(out_shape))
     return [TensorChannels(out_shape, slots, split)] + [None] * (len(shapes) - 1)
 
 

@@ -1,7 +1,7 @@
 """The state a channel rule reads and writes while the tracer walks the autograd graph."""
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 import torch
@@ -18,21 +18,43 @@ class TracingError(ValueError):
 #: What grouped-query attention prunes (``gqa=``): ``'kv'`` a key/value head with all its
 #: query heads; ``'query'`` query heads alike in every key/value group, key/value heads
 #: whole (``tracing/heads.py: pair_heads``).
-GQA_MODES = ('kv', 'query')
+GQA_MODES = {'kv': 'prune a key/value head with its query heads',
+             'query': 'prune query heads alike in every key/value group, keep key/value '
+                      'heads whole'}
+
+#: What a reshape's split into ``(heads, head_dim)`` prunes when attention reads it
+#: (``heads=``): ``'whole'`` whole heads, ``head_dim`` unchanged; ``'width'`` the same
+#: ``head_dim`` positions of every head, the head count unchanged
+#: (``tracing/heads.py: read_as_heads``).
+HEAD_MODES = {'whole': 'prune whole attention heads',
+              'width': 'prune the same head_dim positions of every head'}
+
+
+def check_mode(option: str, value: str, modes: Dict[str, str]) -> str:
+    """``value`` if it is one of ``modes``; a ValueError naming the option and each mode.
+
+    Example:
+        >>> check_mode('gqa', 'query', GQA_MODES)
+        'query'
+        >>> check_mode('heads', 'dim', HEAD_MODES)
+        Traceback (most recent call last):
+        ...
+        ValueError: heads must be 'whole' (prune whole attention heads) or 'width' (prune the same head_dim positions of every head), got 'dim'
+    """
+    if value not in modes:
+        allowed = ' or '.join(f'{mode!r} ({what})' for mode, what in modes.items())
+        raise ValueError(f'{option} must be {allowed}, got {value!r}')
+    return value
 
 
 def check_gqa(gqa: str) -> str:
-    """``gqa`` if it is one of :data:`GQA_MODES`; a ValueError naming them otherwise.
+    """``gqa`` checked against :data:`GQA_MODES`."""
+    return check_mode('gqa', gqa, GQA_MODES)
 
-    Example:
-        >>> check_gqa('query')
-        'query'
-    """
-    if gqa not in GQA_MODES:
-        raise ValueError(f"gqa must be 'kv' (prune a key/value head with its query heads) or "
-                         f"'query' (prune query heads alike in every key/value group, keep "
-                         f"key/value heads whole), got {gqa!r}")
-    return gqa
+
+def check_heads(heads: str) -> str:
+    """``heads`` checked against :data:`HEAD_MODES`."""
+    return check_mode('heads', heads, HEAD_MODES)
 
 
 @dataclass
@@ -59,16 +81,25 @@ class TraceContext:
 
     ``kinds`` says which modules are layers (:mod:`razorlib.layers`): their parameters
     are sliced with the layer, every other parameter the forward uses is a bare one.
-    ``gqa`` says how grouped-query attention pairs its heads (:data:`GQA_MODES`).
+    ``gqa`` says how grouped-query attention pairs its heads (:data:`GQA_MODES`),
+    ``heads`` whether attention prunes whole heads or their width (:data:`HEAD_MODES`).
     """
 
     def __init__(self, model: torch.nn.Module, strict: bool,
                  node_modules: Dict[object, List[str]],
                  owners: Dict[int, List[Tuple[str, str]]],
                  kinds: Optional[KindTable] = None,
-                 modules: Optional[Dict[str, torch.nn.Module]] = None, gqa: str = 'kv'):
+                 modules: Optional[Dict[str, torch.nn.Module]] = None, gqa: str = 'kv',
+                 heads: str = 'whole'):
         self.strict = strict
         self.gqa = check_gqa(gqa)
+        self.heads = check_heads(heads)
+        #: slots that are ``head_dim`` positions (``heads='width'``): a slice of them may
+        #: follow the pruning (``shape_rules.slice_``).
+        self.head_width: Set[int] = set()
+        #: (attention module, head_dim) -> the positions its first split read as heads
+        #: carries: its other splits are bound to them (``heads.read_as_heads``).
+        self.head_positions: Dict[Tuple[str, int], np.ndarray] = {}
         self.kinds = kinds or KindTable()
         self.slots = SlotTable()
         self.uses: Dict[Tuple[str, str, int], ChannelUse] = {}
@@ -167,6 +198,22 @@ class TraceContext:
     def traced_leaf_channels(self, tensor: torch.Tensor) -> Optional[TensorChannels]:
         """Channels of a parameter/buffer leaf if a rule has read them, else None."""
         return self._leaf_channels.get(id(tensor))
+
+    def buffer_slots(self, module_name: str, attr: str) -> np.ndarray:
+        """Slots of dim 0 of a buffer the traced forward used outside autograd (a rotary
+        module's ``inv_freq``, read under ``no_grad``): the same slots on every call,
+        sliced with the group they are bound to."""
+        name = f'{module_name}.{attr}' if module_name else attr
+        use = self.uses.get((name, 'param', 0))
+        if use is None:
+            size = getattr(self.modules[module_name], attr).shape[0]
+            self.use(name, 'param', self.slots.allocate(size, 'param', f'{name}:0'))
+            use = self.uses[(name, 'param', 0)]
+        return use.slots
+
+    def is_head_width(self, slots: np.ndarray) -> bool:
+        """Whether every slot is a ``head_dim`` position (``heads='width'``)."""
+        return bool(slots.size) and all(int(s) in self.head_width for s in slots)
 
     def use(self, name: str, role: str, slots: np.ndarray, dim: int = 0) -> None:
         """Record that ``name``'s ``role`` axis follows ``slots``.

@@ -16,6 +16,14 @@ attention's ``repeat_kv`` (an expand and a merge) repeats each key/value head's 
 over its query heads, so a kv head and its query heads form one class.  With
 ``trace(..., gqa='query')`` the key/value heads stay whole instead and each kv group
 keeps the same query heads (:func:`pair_heads`).
+
+With ``trace(..., heads='width')`` a split read by attention prunes ``head_dim`` instead:
+position ``j`` of every head is one class (and of ``q``, ``k`` and ``v`` of one module,
+viewed by one ``head_dim``), the head dim carries no channels.  ``q @ k^T`` binds the
+contracted positions, ``attn @ v`` carries ``v``'s to the output, merged back into
+``o_proj``'s input once per head.  RoPE's ``rotate_half`` slices bind ``i`` with
+``i + d/2`` (``shape_rules.slice_``), and ``cos``/``sin`` made under ``no_grad`` are
+followed to the rotary ``inv_freq`` (:func:`bind_rotary`).
 """
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -54,7 +62,9 @@ def split_channels(slots: np.ndarray, dims: Sequence[int], sizes: Sequence[int])
 
 def read_as_heads(ctx: TraceContext, node, tc: TensorChannels) -> TensorChannels:
     """``tc`` with its split read as heads: each row's channels bound into one class,
-    the head dim carrying one slot per head and ``head_dim`` no channels.
+    the head dim carrying one slot per head and ``head_dim`` no channels.  Under
+    ``heads='width'`` the rows are bound elementwise instead (position ``j`` of every
+    head is one class): the head dim carries no channels and ``head_dim`` the slots.
 
     A split over three or more dims that is read before it was narrowed to two (by a
     ``select`` or ``unbind`` of its leading axis) cannot be sliced; it freezes.
@@ -63,7 +73,15 @@ def read_as_heads(ctx: TraceContext, node, tc: TensorChannels) -> TensorChannels
     if split is None:
         return tc
     slots = dict(tc.slots)
-    if split.grid.ndim == 2:
+    if split.grid.ndim == 2 and ctx.heads == 'width':
+        heads, width = split.grid.shape
+        ctx.bind(np.tile(split.grid[0], heads - 1), split.grid[1:].ravel(),
+                 f'{node.name()} reads channels split by a reshape as {heads} heads of '
+                 f'{width}, each pruned at the same head_dim positions')
+        slots[split.dims[1]] = split.grid[0]
+        ctx.head_width.update(split.grid[0].tolist())
+        _bind_module_positions(ctx, node, split.grid[0])
+    elif split.grid.ndim == 2:
         heads, width = split.grid.shape
         ctx.bind(np.repeat(split.grid[:, 0], width - 1), split.grid[:, 1:].ravel(),
                  f'{node.name()} reads channels split by a reshape as {heads} heads of '
@@ -74,6 +92,17 @@ def read_as_heads(ctx: TraceContext, node, tc: TensorChannels) -> TensorChannels
                    f'channels split by a reshape into a {"x".join(map(str, split.grid.shape))}'
                    ' grid reach this op before being narrowed to heads or merged back')
     return TensorChannels(tc.shape, slots)
+
+
+def _bind_module_positions(ctx: TraceContext, node, positions: np.ndarray) -> None:
+    """Bind the ``head_dim`` positions of every split of one attention module's layers
+    (``q``, ``k`` and ``v``): its code views them all by one ``head_dim``, so they keep
+    the same positions.  The module is the parent of the layer the channels come from."""
+    source = ctx.slots.source_of(int(positions[0]))
+    owner = source.name.rpartition('.')[0] if source is not None else ''
+    first = ctx.head_positions.setdefault((owner, len(positions)), positions)
+    ctx.bind(first, positions, f'{node.name()}: the heads of {owner or "the model"} are viewed '
+             f'by one head_dim of {len(positions)}, so they keep the same positions')
 
 
 def settle(ctx: TraceContext, node, inp: InputInfo) -> InputInfo:
@@ -185,6 +214,67 @@ def pair_heads(ctx: TraceContext, node, a: np.ndarray, b: np.ndarray, reason: st
     return (a, b)[side]
 
 
+#: Buffers a rotary embedding computes its ``cos``/``sin`` from, one entry per pair of
+#: ``head_dim`` positions ``(i, i + d/2)`` (Hugging Face's ``rotary_emb``).
+ROTARY_BUFFERS = ('inv_freq', 'original_inv_freq')
+
+
+def untracked_operands(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> List[Tuple[int, ...]]:
+    """Shapes of the operands of a product or quotient that autograd does not track
+    (computed under ``no_grad``, as RoPE's ``cos``/``sin`` are), under ``heads='width'``;
+    empty otherwise.  The node saves them for its backward."""
+    if ctx.heads != 'width':
+        return []
+    shapes = []
+    for inp, saved in zip(ins, ('_saved_self', '_saved_other')):
+        if inp.channels is None and inp.resolve is None:
+            try:
+                tensor = getattr(node, saved)
+            except (AttributeError, RuntimeError):
+                continue
+            if tensor is not None and tensor.dim():
+                shapes.append(tuple(tensor.shape))
+    return shapes
+
+
+def varies_along(shape: Sequence[int], dims: Sequence[int], ndim: int) -> bool:
+    """Whether a tensor of ``shape``, broadcast to ``ndim`` dims, has more than one value
+    along any of ``dims``."""
+    offset = ndim - len(shape)
+    return any(d >= offset and shape[d - offset] > 1 for d in dims)
+
+
+def bind_rotary(ctx: TraceContext, node, slots: Dict[int, np.ndarray], shape: Sequence[int],
+                ndim: int) -> None:
+    """Follow a constant of ``shape`` that multiplies ``head_dim`` positions to the buffers
+    it was computed from.
+
+    RoPE's ``cos``/``sin`` are ``cat(freqs, freqs)`` of ``positions * inv_freq``, made
+    under ``no_grad``: position ``i`` and ``i + d/2`` use ``inv_freq[i]``.  Each rotary
+    buffer of ``d/2`` entries (:data:`ROTARY_BUFFERS`) is bound so, and sliced with
+    ``head_dim``: the slim model keeps the kept positions' frequencies.  With no such
+    buffer the positions freeze.  (The pruner checks the slim model's outputs against
+    the masked model's under ``heads='width'``: another layout would be caught there.)
+    """
+    for dim, dim_slots in slots.items():
+        if not varies_along(shape, [dim], ndim) or not ctx.is_head_width(dim_slots):
+            continue
+        width = len(dim_slots)
+        found = [(name, attr) for name, module in ctx.modules.items()
+                 for attr in ROTARY_BUFFERS
+                 if getattr(module._buffers.get(attr), 'shape', None) == (width // 2, )]
+        if width % 2 or not found:
+            ctx.freeze(dim_slots, 'fixed', node, f'multiplies {width} head_dim positions by a '
+                       'constant autograd does not track that is no rotary inv_freq of '
+                       f'{width // 2} entries (one of {ROTARY_BUFFERS})')
+            continue
+        for name, attr in found:
+            freqs = ctx.buffer_slots(name, attr)
+            reason = f'{node.name()} rotates head_dim positions by {name}.{attr}'
+            ctx.bind(freqs, dim_slots[:width // 2], reason)
+            ctx.bind(freqs, dim_slots[width // 2:], reason)
+
+
 def scaled_dot_product_attention(ctx: TraceContext, node,
                                  ins: Sequence[InputInfo]) -> List[TensorChannels]:
     """``F.scaled_dot_product_attention(q, k, v)`` on ``(B, heads, N, head_dim)``.
@@ -224,6 +314,9 @@ def scaled_dot_product_attention(ctx: TraceContext, node,
     qd, kd = q.slots.get(3), k.slots.get(3)
     if qd is not None and kd is not None:
         ctx.bind(qd, kd, f'{node.name()} contracts these channels')
+        if ctx.heads == 'width' and getattr(node, '_saved_scale', 0.0) is None:
+            ctx.freeze(qd, 'fixed', node, "scales by 1 / sqrt(head_dim) (no scale= given): "
+                       "a slim head_dim would change the scale; pass scale= to prune it")
     else:
         for slots in (qd, kd):
             if slots is not None:

@@ -296,7 +296,12 @@ def select(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
 
 def slice_(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
     """``x[:, a:b]``: a slice of a channel dim is fixed in the code, so unless it spans
-    the whole dim the channels freeze; slices of other dims keep the slots."""
+    the whole dim the channels freeze; slices of other dims keep the slots.
+
+    Under ``heads='width'`` a slice of ``head_dim`` positions into equal blocks (RoPE's
+    ``x[..., :d // 2]`` and ``x[..., d // 2:]``) keeps its block's slots, and the blocks
+    are bound elementwise as ``chunk`` binds its pieces (:func:`_head_width_block`).
+    """
     x = ins[0].channels
     (out_shape, ) = output_shapes(node)
     if x is None:
@@ -304,6 +309,31 @@ def slice_(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
     dim = normalize_dim(node._saved_dim, x.ndim)
     slots = dict(x.slots)
     if dim in slots and out_shape[dim] != x.shape[dim]:
-        ctx.freeze(slots.pop(dim), 'fixed', node,
-                   f'slices channel dim {dim} with fixed bounds')
+        block = _head_width_block(ctx, node, slots[dim], out_shape[dim])
+        if block is not None:
+            slots[dim] = block
+        else:
+            ctx.freeze(slots.pop(dim), 'fixed', node,
+                       f'slices channel dim {dim} with fixed bounds')
     return [TensorChannels(out_shape, slots)]
+
+
+def _head_width_block(ctx: TraceContext, node, slots: np.ndarray,
+                      size: int) -> Optional[np.ndarray]:
+    """The slots of ``x[..., start:start + size]`` of ``head_dim`` positions ``slots``,
+    if it is one of equal blocks (step 1, ``size`` divides the width, ``start`` a multiple
+    of ``size``); None otherwise.
+
+    The blocks are bound elementwise, so every block keeps the same positions: code that
+    slices by the width it reads (``x.shape[-1] // 2``) takes the same blocks of the slim
+    tensor, and RoPE's ``rotate_half`` pairs position ``i`` with ``i + d/2`` in both.
+    """
+    width = len(slots)
+    start = min(normalize_dim(node._saved_start, width), width)
+    if ctx.heads != 'width' or not size or node._saved_step != 1 or width % size \
+            or start % size or not ctx.is_head_width(slots):
+        return None
+    blocks = slots.reshape(width // size, size)
+    ctx.bind(np.tile(blocks[0], len(blocks) - 1), blocks[1:].ravel(),
+             f'{node.name()} slices head_dim into {len(blocks)} equal blocks')
+    return blocks[start // size]

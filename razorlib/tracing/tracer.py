@@ -20,7 +20,7 @@ from ..layers import LayerKindsArg, as_table
 from .channels import InputInfo, TensorChannels
 from . import heads
 from .composite import WholeCall, inner_order, whole_calls
-from .context import ChannelUse, TraceContext, check_gqa
+from .context import ChannelUse, TraceContext, check_gqa, check_heads
 from .forward import all_modules, default_example_inputs, record_forward
 from .literal_sizes import size_dependent_slots
 from .rules import rule_for
@@ -84,7 +84,8 @@ def _topological_order(roots: Sequence[Any]) -> Tuple[List[Any], Dict[Any, List[
 
 def trace(model: nn.Module, example_inputs: Any = None, strict: bool = False,
           except_start_keys: Sequence[str] = (), meta: bool = True,
-          layer_kinds: LayerKindsArg = None, gqa: str = 'kv') -> ChannelGraph:
+          layer_kinds: LayerKindsArg = None, gqa: str = 'kv',
+          heads: str = 'whole') -> ChannelGraph:
     """Trace ``model`` into a :class:`ChannelGraph`.
 
     Args:
@@ -101,6 +102,10 @@ def trace(model: nn.Module, example_inputs: Any = None, strict: bool = False,
         gqa: what grouped-query attention prunes: ``'kv'`` a key/value head with all its
             query heads; ``'query'`` the same query heads in every key/value group, each
             key/value head kept (``num_key_value_groups`` shrinks, the kv heads stay).
+        heads: what attention prunes of a reshape's ``(heads, head_dim)`` split:
+            ``'whole'`` whole heads; ``'width'`` the same ``head_dim`` positions of every
+            head (the head count stays; RoPE keeps position ``i`` with ``i + d/2`` and the
+            rotary ``inv_freq`` entries with them).
 
     Example:
         >>> import torch.nn as nn
@@ -110,6 +115,7 @@ def trace(model: nn.Module, example_inputs: Any = None, strict: bool = False,
         ['0', '2']
     """
     check_gqa(gqa)
+    check_heads(heads)
     modules = all_modules(model)
     for name, module in modules:
         for buffer in MASK_BUFFERS:
@@ -127,7 +133,7 @@ def trace(model: nn.Module, example_inputs: Any = None, strict: bool = False,
                          'nothing to trace')
     pseudo_loss = sum(t.sum() for t in record.outputs)
     ctx = TraceContext(model, strict, record.node_modules, record.owners,
-                       kinds, modules=record.modules, gqa=gqa)
+                       kinds, modules=record.modules, gqa=gqa, heads=heads)
     # Created nodes go first in the list, so they are walked last: the order (and so the
     # slots and group ids) of everything the outputs reach does not depend on dead code.
     roots = record.created + [pseudo_loss.grad_fn] + \

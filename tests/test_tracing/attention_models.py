@@ -24,21 +24,43 @@ def repeat_kv(x: torch.Tensor, groups: int) -> torch.Tensor:
     return x[:, :, None].expand(b, kv_heads, groups, n, d).reshape(b, kv_heads * groups, n, d)
 
 
+class Rotary(nn.Module):
+    """Hugging Face's rotary embedding: ``inv_freq`` as a buffer, ``cos``/``sin`` of
+    ``cat(freqs, freqs)`` computed under ``no_grad`` (autograd does not see them)."""
+
+    def __init__(self, head_dim: int, theta: float = 100.0):
+        super().__init__()
+        self.register_buffer('inv_freq', theta ** -(torch.arange(0, head_dim, 2) / head_dim),
+                             persistent=False)
+
+    @torch.no_grad()
+    def forward(self, tokens: int):
+        freqs = torch.arange(tokens, device=self.inv_freq.device)[:, None] * self.inv_freq
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return emb.cos(), emb.sin()
+
+
 class SeparateQKV(nn.Module):
     """Llama-style: q/k/v/o projections, ``view(B, N, -1, head_dim)``, optional GQA
     (``repeat_kv`` or SDPA's ``enable_gqa``), RoPE, manual softmax or SDPA.
 
     ``counted_heads`` views by the head counts it keeps as attributes instead of ``-1``
-    (older Llama: ``view(B, N, self.num_heads, self.head_dim)``)."""
+    (older Llama: ``view(B, N, self.num_heads, self.head_dim)``).  RoPE's ``cos``/``sin``
+    are buffers (``rope=True``) or come from a :class:`Rotary` module (``rotary=``, which
+    several attentions may share).  The scores are scaled by ``self.scaling``, set once
+    as Llama does; ``scale_from_head_dim`` scales by ``self.head_dim ** -0.5`` on each
+    call instead (SDPA: its default scale)."""
 
     def __init__(self, heads: int = 4, kv_heads: int = 4, head_dim: int = 8,
                  sdpa: bool = False, rope: bool = False, gqa_in_sdpa: bool = False,
-                 counted_heads: bool = False):
+                 counted_heads: bool = False, rotary: nn.Module = None,
+                 scale_from_head_dim: bool = False):
         super().__init__()
         self.head_dim, self.num_key_value_groups = head_dim, heads // kv_heads
         self.num_heads, self.num_key_value_heads = heads, kv_heads
         self.sdpa, self.rope, self.gqa_in_sdpa = sdpa, rope, gqa_in_sdpa
-        self.counted_heads = counted_heads
+        self.counted_heads, self.rotary = counted_heads, rotary
+        self.scaling, self.scale_from_head_dim = head_dim ** -0.5, scale_from_head_dim
         self.q_proj = nn.Linear(DIM, heads * head_dim)
         self.k_proj = nn.Linear(DIM, kv_heads * head_dim)
         self.v_proj = nn.Linear(DIM, kv_heads * head_dim)
@@ -52,17 +74,20 @@ class SeparateQKV(nn.Module):
             if self.counted_heads else (-1, ) * 3
         q, k, v = (proj(x).view(*x.shape[:-1], count, self.head_dim).transpose(1, 2)
                    for proj, count in zip((self.q_proj, self.k_proj, self.v_proj), counts))
-        if self.rope:
-            q = q * self.cos + rotate_half(q) * self.sin
-            k = k * self.cos + rotate_half(k) * self.sin
+        if self.rope or self.rotary is not None:
+            cos, sin = (self.cos, self.sin) if self.rotary is None else self.rotary(x.shape[1])
+            q = q * cos + rotate_half(q) * sin
+            k = k * cos + rotate_half(k) * sin
+        scale = self.head_dim ** -0.5 if self.scale_from_head_dim else self.scaling
+        given = {} if self.scale_from_head_dim else {'scale': scale}
         if self.sdpa and self.gqa_in_sdpa:
-            out = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+            out = F.scaled_dot_product_attention(q, k, v, enable_gqa=True, **given)
         else:
             k, v = (repeat_kv(t, self.num_key_value_groups) for t in (k, v))
             if self.sdpa:
-                out = F.scaled_dot_product_attention(q, k, v)
+                out = F.scaled_dot_product_attention(q, k, v, **given)
             else:
-                attn = (q @ k.transpose(-2, -1)) * self.head_dim ** -0.5
+                attn = (q @ k.transpose(-2, -1)) * scale
                 out = attn.softmax(-1) @ v
         return self.o_proj(out.transpose(1, 2).reshape(*x.shape[:-1], -1))
 

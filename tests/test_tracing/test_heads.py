@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 import razorlib
-from attention_models import Block, Encoder, FusedQKV, SeparateQKV, TinySwin
+from attention_models import Block, Encoder, FusedQKV, Rotary, SeparateQKV, TinySwin
 from helpers import Traced
 from razorlib.pruning import L1NormPruner
 from razorlib.tracing import trace
@@ -155,9 +155,75 @@ def test_query_groups_find_equal_groups_only():
     assert query_groups(np.arange(4), np.arange(4, 8)) is None  # one kv head per head
 
 
-def test_a_bad_gqa_option_names_the_option_and_its_values():
-    message = r"gqa must be 'kv' .* or 'query' .*, got 'heads'"
+WIDTH_CASES = {
+    'softmax(QK^T)V': dict(),
+    'sdpa': dict(sdpa=True),
+    'rope buffers': dict(rope=True),
+    'rotary module': dict(rotary=True),
+    'gqa repeat_kv rotary': dict(kv_heads=2, rotary=True),
+    'sdpa enable_gqa rope': dict(sdpa=True, kv_heads=2, gqa_in_sdpa=True, rope=True),
+}
+
+
+def _width_model(rotary=False, **options):
+    """Two blocks of 4 heads of 16 (a shared :class:`Rotary`, as Hugging Face's)."""
+    shared = {'rotary': Rotary(16)} if rotary else {}
+    return Encoder(*(Block(SeparateQKV(**{'head_dim': 16, **options, **shared}))
+                     for _ in range(2))).eval()
+
+
+def _kept_positions(pruner, name: str, heads: int) -> np.ndarray:
+    """The head_dim positions each head of ``name`` keeps, one row per head."""
+    index = np.array(pruner.export_subnet().modules[name]['out'].index)
+    return (index % 16).reshape(heads, -1)
+
+
+@pytest.mark.parametrize('case', sorted(WIDTH_CASES))
+def test_heads_width_halves_head_dim_and_keeps_the_head_counts(case):
+    options = {'kv_heads': 4, **WIDTH_CASES[case]}
+    model = _width_model(**options)
+    pruner, slim = _prune_half(model, TOKENS_IN, heads='width')
+    group = pruner.groups.groups[pruner.get_space_id('blocks.0.attn.q_proj')]
+    assert sorted(group.layers)[:3] == [f'blocks.0.attn.{p}_proj' for p in 'kqv']
+    kv = options['kv_heads']
+    for attn in (block.attn for block in slim.blocks):
+        assert (attn.q_proj.out_features, attn.k_proj.out_features, attn.v_proj.out_features,
+                attn.o_proj.in_features) == (32, kv * 8, kv * 8, 32)
+        assert (attn.head_dim, attn.num_heads, attn.num_key_value_heads,
+                attn.num_key_value_groups, attn.scaling) == (8, 4, kv, 4 // kv, 0.25)
+    kept = _kept_positions(pruner, 'blocks.0.attn.q_proj', 4)
+    assert (kept == kept[:1]).all()  # every head keeps the same positions
+    if options.get('rope') or options.get('rotary'):  # RoPE pairs i and i + d/2
+        assert set(kept[0].tolist()) == {(i + 8) % 16 for i in kept[0].tolist()}
+    if options.get('rotary'):  # one rotary module for both blocks: its kept frequencies
+        assert slim.blocks[0].attn.rotary.inv_freq.tolist() == \
+            model.blocks[0].attn.rotary.inv_freq[kept[0][:4]].tolist()
+
+
+def test_heads_width_freezes_code_that_scales_by_its_head_dim():
+    for options in (dict(), dict(sdpa=True)):
+        model = _width_model(scale_from_head_dim=True, **options)
+        pruner = L1NormPruner(ratio=0.5, heads='width')
+        pruner.prepare_from_supernet(model, TOKENS_IN)
+        group = pruner.groups.groups['blocks.0.attn.v_proj']
+        assert not group.prunable
+        assert any("heads='width': the slim model computes other outputs than the masked "
+                   'one (relative error' in r.message for r in group.frozen_reasons)
+
+
+def test_heads_width_sdpa_without_scale_names_the_scale():
+    traced = Traced(_width_model(sdpa=True, scale_from_head_dim=True), TOKENS_IN,
+                    heads='width', meta=False)  # the fused kernel saves its scale
+    assert any('no scale= given' in r.message
+               for r in traced.reasons('blocks.0.attn.q_proj'))
+
+
+@pytest.mark.parametrize('option, value, message', [
+    ('gqa', 'heads', r"gqa must be 'kv' .* or 'query' .*, got 'heads'"),
+    ('heads', 'dim', r"heads must be 'whole' .* or 'width' .*, got 'dim'"),
+])
+def test_a_bad_attention_option_names_the_option_and_its_values(option, value, message):
     with pytest.raises(ValueError, match=message):
-        L1NormPruner(ratio=0.5, gqa='heads')
+        L1NormPruner(ratio=0.5, **{option: value})
     with pytest.raises(ValueError, match=message):
-        trace(_gqa_model(), TOKENS_IN, gqa='heads')
+        trace(_gqa_model(), TOKENS_IN, **{option: value})

@@ -230,6 +230,17 @@ def _first_fix(model: nn.Module, config, fields: Iterable[str], mismatches: List
     return None
 
 
+def _head_width_pruned(model: nn.Module, reference: nn.Module) -> bool:
+    """Whether an attention module's ``head_dim`` differs from the one the config builds
+    (``heads='width'``).  Then no head count is rewritten: fewer heads of the config's
+    width would give the same shapes and compute something else, and a config saying the
+    new ``head_dim`` would rebuild RoPE's ``inv_freq`` for it, not the kept frequencies."""
+    built = dict(reference.named_modules())
+    return any(isinstance(getattr(module, 'head_dim', None), int)
+               and getattr(built.get(name), 'head_dim', module.head_dim) != module.head_dim
+               for name, module in model.named_modules())
+
+
 def sync_config(model: nn.Module, fields: Tuple[str, ...] = WIDTH_FIELDS) -> ConfigSync:
     """Rewrite ``model.config`` (in place) so that it describes the slim widths: MLP
     widths, head counts and the hidden size.
@@ -241,7 +252,9 @@ def sync_config(model: nn.Module, fields: Tuple[str, ...] = WIDTH_FIELDS) -> Con
     change helps.  Head counts change only where the model class keeps the head width:
     Llama-likes' ``head_dim``, pinned (:func:`_head_width`) for classes that read it
     when set (Qwen2, ViT); in BERT and GPT-2 fewer heads would mean wider ones, the
-    shapes do not agree and the pruned heads stay mismatches.
+    shapes do not agree and the pruned heads stay mismatches.  A pruned ``head_dim``
+    (``heads='width'``) changes no head count (:func:`_head_width_pruned`): its
+    projections stay mismatches, so ``from_pretrained`` refuses the saved weights.
 
     Args:
         model: a pruned transformers model.
@@ -275,7 +288,10 @@ def sync_config(model: nn.Module, fields: Tuple[str, ...] = WIDTH_FIELDS) -> Con
         raise TypeError(f'sync_config rewrites the config of a transformers model, got a '
                         f'{type(model).__name__}')
     config = model.config
-    mismatches = shape_mismatches(model, build_like(model))
+    reference = build_like(model)
+    mismatches = shape_mismatches(model, reference)
+    if _head_width_pruned(model, reference):
+        fields = tuple(name for name in fields if name not in HEAD_COUNT_FIELDS)
     sync = ConfigSync()
     while mismatches:
         found = _first_fix(model, config, fields, mismatches)
