@@ -8,8 +8,8 @@ L1-pruned subnets, a 16-wide ResNet-18 and a MobileNetV2 x0.5.  Each is quantize
 TRT_INT8 (symmetric int8, per-channel weights, ``mse`` activations) by razorlib
 
 - as calibrated (``baseline``);
-- with the passes: ``LayerwiseEqualization``, ``AdaRound``, ``BiasCorrection``
-  (``passes``);
+- with the passes: ``LayerwiseEqualization``, ``AdaRound``, ``ActivationScaleSearch``,
+  ``BiasCorrection`` and a last fine ``ActivationScaleSearch`` (``passes``);
 - with those and ``MixedPrecision`` targeting onnxruntime's best SNR + ``--margin`` dB on
   the calibration batches (``+ mixed``: how many layers stay in floating point);
 - by QAT: the ``baseline`` graph trained ``--qat-epochs`` epochs with LSQ
@@ -45,7 +45,8 @@ from razorlib.models import ImageClassifier  # noqa: E402
 from razorlib.quantization import (LSQGraph, MixedPrecision, export_graph,  # noqa: E402
                                    quantize_torch_model)
 
-PASSES = ['LayerwiseEqualization', 'AdaRound', 'BiasCorrection']
+PASSES = ['LayerwiseEqualization', 'AdaRound', 'ActivationScaleSearch', 'BiasCorrection',
+          dict(type='ActivationScaleSearch', spans=(1.09, ))]  # once more, the biases corrected
 
 
 def quantize(model, calibration, observer: str, ptq_passes: list):

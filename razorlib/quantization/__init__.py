@@ -45,9 +45,9 @@ from .observers import (OBSERVERS, KLObserver, MinMaxObserver, MSEObserver, Obse
 from .platform import (DEFAULT_EXPORT_FORMATS, QUANTIZABLE_OP_TYPES, ExportFormat, PlatformKind,
                        TargetPlatform, as_export_format, as_platform, is_float_platform,
                        is_quantized_platform)
-from .lsq import LSQGraph, lsq_fake_quantize
-from .passes import (PTQ_PASSES, AdaRound, BiasCorrection, LayerwiseEqualization,
-                     MixedPrecision, PTQPass, build_ptq_pass)
+from .lsq import LSQGraph, follow_passive_scales, lsq_fake_quantize
+from .passes import (PTQ_PASSES, ActivationScaleSearch, AdaRound, BiasCorrection,
+                     LayerwiseEqualization, MixedPrecision, PTQPass, build_ptq_pass)
 from .quantize import quantize_graph
 from .settings import PTQSettings
 from .quantizers import (QUANTIZERS, BaseQuantizer, ORTQDQQuantizer, ScaleSharing, TensorFormat,
@@ -56,8 +56,9 @@ from .state import (bake_parameters, dequantize_graph, dequantized, quantable_op
                     restore_quantize_state)
 
 __all__ = [
-    'AdaRound', 'BiasCorrection', 'LSQGraph', 'LayerwiseEqualization', 'MixedPrecision',
-    'PTQPass', 'PTQ_PASSES', 'build_ptq_pass', 'lsq_fake_quantize',
+    'ActivationScaleSearch', 'AdaRound', 'BiasCorrection', 'LSQGraph', 'LayerwiseEqualization',
+    'MixedPrecision', 'PTQPass', 'PTQ_PASSES', 'build_ptq_pass', 'follow_passive_scales',
+    'lsq_fake_quantize',
     'AggressiveDispatcher', 'AllInDispatcher', 'BaseQuantizer', 'ConservativeDispatcher',
     'DEFAULT_EXPORT_FORMATS', 'DEFAULT_PASSES', 'DISPATCHERS', 'DispatchingTable', 'EXPORTERS',
     'ExportFormat', 'GraphDispatcher', 'KLObserver', 'LayerError', 'MSEObserver',

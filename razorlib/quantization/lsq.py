@@ -26,7 +26,7 @@ from .executor import QuantExecutor, quantized_inputs
 from .observers import MIN_SCALE
 from .state import quantable_operations
 
-__all__ = ['LSQGraph', 'lsq_fake_quantize']
+__all__ = ['LSQGraph', 'follow_passive_scales', 'lsq_fake_quantize']
 
 
 def lsq_fake_quantize(tensor: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor,
@@ -191,12 +191,31 @@ class LSQGraph(nn.Module):
         """
         for root, key in self._roots.items():
             root.scale = self.scales[key].detach().exp().clamp_min(MIN_SCALE)
-        copy = self._graph.copy(copy_value=True)
-        for op in quantable_operations(copy):  # passive scales follow the learned ones
-            for config in op.input_quant_config:
-                if config.state.is_passive and config.master_by is not None:
-                    config.scale = op.input_quant_config[0].scale * config.master_by.scale
-        return copy
+        return follow_passive_scales(self._graph.copy(copy_value=True))
+
+
+def follow_passive_scales(graph: BaseGraph) -> BaseGraph:
+    """Give every passive config (a bias) input scale x weight scale again, in place.
+
+    Whatever changes activation or weight scales after calibration (LSQ, a PTQ pass that
+    learns scales) calls it, so biases are quantized as the exporters assume.
+
+    Example:
+        >>> from razorlib.quantization import quantize_torch_model
+        >>> x = torch.randn(2, 3, 8, 8)
+        >>> graph = quantize_torch_model(torch.nn.Conv2d(3, 4, 3), [x], x, 'ORT_INT8',
+        ...                              progress=False)  # int32 biases (TensorRT's are float)
+        >>> data, weight, bias = graph.operations['node_conv2d'].input_quant_config
+        >>> data.scale = data.scale * 2
+        >>> torch.allclose(follow_passive_scales(graph).operations['node_conv2d']
+        ...                .input_quant_config[2].scale, data.scale * weight.scale)
+        True
+    """
+    for op in quantable_operations(graph):
+        for config in op.input_quant_config:
+            if config.state.is_passive and config.master_by is not None:
+                config.scale = op.input_quant_config[0].scale * config.master_by.scale
+    return graph
 
 
 def _numel(var) -> Optional[int]:

@@ -1,23 +1,29 @@
 """Post-training quantization passes that use calibration data, registered in
 :data:`razorlib.registry.PTQ_PASSES` and listed in a PTQ config's ``ptq.ptq_passes``.
 
-==========================  ==============  ==============================================
-pass (alias)                stage           does
-==========================  ==============  ==============================================
-``LayerwiseEqualization``   ``float``       equalizes consecutive layers' channel ranges
-(``equalization``)                          (cross-layer equalization), FP32-exact
-``AdaRound`` (``adaround``) ``calibrated``  learns each weight's rounding to reconstruct
-                                            its layer's FP32 output
-``BiasCorrection``          ``calibrated``  removes the mean shift quantization adds to
-(``bias_correction``)                       each layer's output
-``MixedPrecision``          ``calibrated``  keeps the fewest layers in floating point that
-(``mixed_precision``)                       reach a target SNR or metric
-==========================  ==============  ==============================================
+=============================  ==============  ===========================================
+pass (alias)                   stage           does
+=============================  ==============  ===========================================
+``LayerwiseEqualization``      ``float``       equalizes consecutive layers' channel
+(``equalization``)                             ranges (cross-layer equalization),
+                                               FP32-exact
+``AdaRound`` (``adaround``)    ``calibrated``  learns each weight's rounding to
+                                               reconstruct its layer's FP32 output
+``ActivationScaleSearch``      ``calibrated``  searches each activation scale for the
+(``activation_scale_search``)                  error of the graph's output, not the
+                                               tensor's own
+``BiasCorrection``             ``calibrated``  removes the mean shift quantization adds
+(``bias_correction``)                          to each layer's output
+``MixedPrecision``             ``calibrated``  keeps the fewest layers in floating point
+(``mixed_precision``)                          that reach a target SNR or metric
+=============================  ==============  ===========================================
 
 Example:
     >>> from razorlib.registry import PTQ_PASSES
     >>> sorted(name for name in PTQ_PASSES.module_dict if name[0].isupper())
-    ['AdaRound', 'BiasCorrection', 'LayerwiseEqualization', 'MixedPrecision']
+    ... # doctest: +NORMALIZE_WHITESPACE
+    ['ActivationScaleSearch', 'AdaRound', 'BiasCorrection', 'LayerwiseEqualization',
+     'MixedPrecision']
 """
 from ...registry import PTQ_PASSES
 from .adaround import AdaRound, rectified_sigmoid
@@ -27,9 +33,10 @@ from .equalization import LayerwiseEqualization, equalizable_pairs
 from .layers import (LAYER_TYPES, LayerRecord, kernel_output, output_channel_axis, record_layer,
                      weight_layers)
 from .mixed_precision import MixedPrecision, keep_in_float
+from .reconstruction import ActivationScaleSearch, activation_roots
 
-__all__ = ['AdaRound', 'BiasCorrection', 'LAYER_TYPES', 'LayerRecord', 'LayerwiseEqualization',
-           'MixedPrecision', 'PTQPass', 'PTQ_PASSES', 'STAGES', 'build_ptq_pass',
-           'build_ptq_passes', 'channel_means', 'equalizable_pairs', 'kernel_output',
-           'keep_in_float', 'output_channel_axis', 'record_layer', 'rectified_sigmoid',
-           'run_ptq_passes', 'weight_layers']
+__all__ = ['ActivationScaleSearch', 'AdaRound', 'BiasCorrection', 'LAYER_TYPES', 'LayerRecord',
+           'LayerwiseEqualization', 'MixedPrecision', 'PTQPass', 'PTQ_PASSES', 'STAGES',
+           'activation_roots', 'build_ptq_pass', 'build_ptq_passes', 'channel_means',
+           'equalizable_pairs', 'kernel_output', 'keep_in_float', 'output_channel_axis',
+           'record_layer', 'rectified_sigmoid', 'run_ptq_passes', 'weight_layers']
