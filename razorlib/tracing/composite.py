@@ -22,7 +22,7 @@ from ..layers import LayerKind
 from .context import TraceContext
 from .forward import ModuleCall
 
-__all__ = ['WholeCall', 'whole_calls']
+__all__ = ['WholeCall', 'inner_order', 'whole_calls']
 
 
 @dataclass
