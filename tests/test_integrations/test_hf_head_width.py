@@ -2,15 +2,16 @@
 16): every head keeps the same half of its ``head_dim`` positions, RoPE's pairs
 ``(i, i + 8)`` together and the shared rotary ``inv_freq`` sliced to the kept
 frequencies; the masked supernet computes and counts what the slim model does.  A slim
-``head_dim`` has no config that rebuilds it (transformers recomputes ``inv_freq`` from
-the config), so saving refuses and plain ``from_pretrained`` fails loudly."""
+``head_dim`` has no config that rebuilds it: without RoPE the channel file does, under
+RoPE (transformers recomputes ``inv_freq`` from the config) saving refuses and plain
+``from_pretrained`` fails loudly."""
 import copy
 
 import numpy as np
 import pytest
 from hf_builders import attention_widths, build, main_output, relative_error
 
-from razorlib.integrations.transformers import hidden_size_keys, prune, save_pruned
+from razorlib.integrations.transformers import hidden_size_keys, load_pruned, prune, save_pruned
 from razorlib.pruning import ChannelConfig, ChannelSelection, L1NormPruner, slim_model
 from razorlib.utils import get_model_complexity
 
@@ -96,3 +97,22 @@ def test_head_widths_of_a_meta_model_are_refused_naming_the_reason():
                        'masked one on real weights; this LlamaForCausalLM is on the meta'):
         pruner.prepare_from_supernet(shell, {'input_ids': inputs['input_ids'].to('meta')})
     assert not any(name.endswith('_mask') for name, _ in shell.named_buffers())
+
+
+@pytest.mark.parametrize('name, attention, counts', [
+    ('bert', 'encoder.layer.{i}.attention.self', ('num_attention_heads', 'attention_head_size')),
+    ('vit', 'vit.layers.{i}.attention', ('num_attention_heads', 'head_dim')),
+    ('gpt2', 'transformer.h.{i}.attn', ('num_heads', 'head_dim')),
+])
+def test_head_widths_without_rope_reload_from_the_channel_file(name, attention, counts,
+                                                               tmp_path):
+    # the channel file must keep the first positions of every head: a prefix of the
+    # channels would read as fewer, whole heads and load the weights into other heads
+    model, inputs = build(name)
+    slim = prune(model, inputs, ratio=0.5, heads='width')
+    assert not save_pruned(slim, tmp_path).exact
+    again = load_pruned(tmp_path)
+    for i in range(2):
+        module = again.get_submodule(attention.format(i=i))
+        assert tuple(getattr(module, count) for count in counts) == (4, 8)
+    assert relative_error(main_output(again, inputs), main_output(slim.eval(), inputs)) <= 1e-6

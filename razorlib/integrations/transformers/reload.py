@@ -7,11 +7,11 @@ to the model the saved config builds; :func:`load_pruned` builds that model, sli
 with the channel config and loads the weights.
 """
 from pathlib import Path
-from typing import Optional, Union
+from typing import Dict, Optional, Tuple, Union
 
 import torch.nn as nn
 
-from ...layers import LayerKindsArg, as_table
+from ...layers import LayerKindsArg, as_table, head_attributes_of
 from ...pruning.channel_config import ChannelConfig, ChannelSelection
 from ...pruning.slicing import slim_model
 from .config import ConfigSync, build_like, shape_mismatches, sync_config
@@ -26,12 +26,42 @@ def _prefix(raw: int, count: int) -> ChannelSelection:
     return ChannelSelection(raw, tuple(range(count)))
 
 
+def _head_widths(model: nn.Module, reference: nn.Module) -> Dict[str, Tuple[int, int]]:
+    """``{layer name: (dense head_dim, slim head_dim)}`` for the layers of each attention
+    module whose ``head_dim`` was narrowed (``heads='width'``)."""
+    ref_modules = dict(reference.named_modules())
+    found = {}
+    for name, module in model.named_modules():
+        spec, ref = head_attributes_of(module), ref_modules.get(name)
+        if spec is None or ref is None:
+            continue
+        slim, dense = getattr(module, spec.head_dim), getattr(ref, spec.head_dim, None)
+        if isinstance(dense, int) and slim != dense:
+            for child, _ in module.named_children():
+                found[f'{name}.{child}' if name else child] = (dense, slim)
+    return found
+
+
+def _selection(raw: int, count: int, head_dims: Optional[Tuple[int, int]]) -> ChannelSelection:
+    """The first ``count`` of ``raw`` channels, or, on an axis of narrowed heads (the
+    same number of heads of ``head_dims[1]`` out of ``head_dims[0]``), the first
+    positions of every head: slicing tells head widths from whole heads by that pattern
+    (``pruning/slicing.py``), and the prefix would read as fewer, whole heads."""
+    if head_dims is not None:
+        dense, slim = head_dims
+        if raw % dense == 0 and count * dense == raw * slim:
+            return ChannelSelection(raw, tuple(h * dense + j for h in range(raw // dense)
+                                               for j in range(slim)))
+    return _prefix(raw, count)
+
+
 def widths_channel_config(model: nn.Module, reference: nn.Module,
                           layer_kinds: LayerKindsArg = None) -> ChannelConfig:
     """The channel config that slices ``reference`` to ``model``'s widths.
 
-    It keeps the first channels of each axis: which ones does not matter, the weights
-    come from ``model``'s state dict.  Parameters of modules without a layer kind (an
+    It keeps the first channels of each axis (the first positions of every head where
+    ``head_dim`` was narrowed): which ones does not matter, the weights come from
+    ``model``'s state dict.  Parameters of modules without a layer kind (an
     RMSNorm's ``weight``) are compared dim by dim.
 
     Raises:
@@ -39,6 +69,7 @@ def widths_channel_config(model: nn.Module, reference: nn.Module,
     """
     kinds = as_table(layer_kinds)
     ref_modules = dict(reference.named_modules())
+    head_widths = _head_widths(model, reference)
     cfg = ChannelConfig()
     for name, module in model.named_modules():
         ref = ref_modules.get(name)
@@ -47,8 +78,8 @@ def widths_channel_config(model: nn.Module, reference: nn.Module,
             continue
         if kind is not None and kind.axes:
             widths, raw = kind.widths(module), kind.widths(ref)
-            axes = {axis: _prefix(raw[axis], widths[axis]) for axis in kind.axes
-                    if widths[axis] != raw[axis]}
+            axes = {axis: _selection(raw[axis], widths[axis], head_widths.get(name))
+                    for axis in kind.axes if widths[axis] != raw[axis]}
             if axes:
                 cfg.modules[name] = axes
             continue
