@@ -224,6 +224,19 @@ class GroupNormKind(_KeptStatistics):
         return out
 
 
+_UNKNOWN = object()
+
+
+def _epsilon(module: nn.Module):
+    """An RMSNorm's ``eps`` (transformers: ``variance_epsilon`` or ``eps``; None for
+    ``nn.RMSNorm``'s default), or ``_UNKNOWN`` for a class that keeps it elsewhere: its
+    masked output could not be exact, so the tracer walks its ops instead."""
+    for attr in ('variance_epsilon', 'eps'):
+        if hasattr(module, attr):
+            return getattr(module, attr)
+    return _UNKNOWN
+
+
 @LAYER_KINDS.register_module()
 class RMSNormKind(NormKind):
     """RMSNorm over the last dim: torch's ``nn.RMSNorm`` and the transformers classes
@@ -235,7 +248,8 @@ class RMSNormKind(NormKind):
     ``rms(all channels) / rms(kept channels)``, which is exact for any variant that
     multiplies ``x`` by the inverse RMS and a per-channel scale (``weight`` or
     ``1 + weight``).  A call whose last dim carries no channels (Qwen3's norm of each
-    head's ``head_dim``) is left to the op-by-op walk.
+    head's ``head_dim``), or of a class that keeps its epsilon under another name, is
+    left to the op-by-op walk.
 
     Example:
         >>> norm = nn.RMSNorm(4, eps=1e-6)
@@ -260,7 +274,8 @@ class RMSNormKind(NormKind):
 
     def trace(self, ctx, node, ins, name, module):
         tc = ins[0].channels
-        if tc is None or tc.ndim == 0 or tc.ndim - 1 not in tc.slots:
+        if tc is None or tc.ndim == 0 or tc.ndim - 1 not in tc.slots or \
+                _epsilon(module) is _UNKNOWN:
             return None
         return super().trace(ctx, node, ins, name, module)
 
@@ -282,8 +297,8 @@ class RMSNormKind(NormKind):
                       keep: torch.Tensor) -> torch.Tensor:
         if bool(keep.all()):
             return output * keep
-        eps = getattr(module, 'variance_epsilon', getattr(module, 'eps', None))
-        if eps is None:  # nn.RMSNorm's default
+        eps = _epsilon(module)
+        if eps is None or eps is _UNKNOWN:  # nn.RMSNorm's default
             eps = torch.finfo(x.dtype).eps
         dim = -keep.dim()
         squares = x.float().movedim(dim, -1).pow(2)

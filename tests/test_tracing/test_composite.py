@@ -82,3 +82,21 @@ def test_transformers_rmsnorm_classes_are_claimed_by_name():
         pass
 
     assert kind_of(RMSNorm()) is None
+
+
+def test_an_rmsnorm_whose_epsilon_is_unknown_is_walked_op_by_op():
+    class OddRMSNorm(nn.Module):  # eps under another name: the masked output can't be exact
+        def __init__(self, width):
+            super().__init__()
+            self.weight, self.epsilon = nn.Parameter(torch.ones(width)), 1e-5
+
+        def forward(self, x):
+            return self.weight * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.epsilon)
+
+    class OddKind(RMSNormKind):
+        module_types = (OddRMSNorm, )
+
+    traced = Traced(Residual(OddRMSNorm(8)), torch.randn(2, 5, 6), layer_kinds=[OddKind()])
+    group = traced.group_of('embed')
+    assert not group.prunable
+    assert any('MeanBackward1: reduces over channel dim' in str(r) for r in group.frozen_reasons)
