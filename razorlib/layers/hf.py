@@ -1,10 +1,10 @@
 """Kinds for Hugging Face transformers' own layers, named by qualified name so that
 razorlib never imports transformers: ``Conv1D`` (GPT-2, GPT, CTRL).
 
-The other layers HF models are built of are already covered: ``nn.Linear``,
-``nn.Embedding`` (tied input/output embeddings are one parameter, so the tracer binds
-their channels), ``nn.LayerNorm``; an RMSNorm (``LlamaRMSNorm``) computes with plain
-ops on a bare ``weight`` parameter, which the bare-parameter rules follow.
+The other layers HF models are built of are covered elsewhere: ``nn.Linear``,
+``nn.Embedding`` (tied input/output embeddings are one parameter that the tracer knows
+by both owners), ``nn.LayerNorm``, and the ``*RMSNorm`` classes (``RMSNormKind`` in
+``norm.py``, claimed by name).
 """
 from typing import Dict, Sequence, Tuple
 

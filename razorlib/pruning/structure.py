@@ -16,8 +16,7 @@ import torch
 import torch.nn as nn
 
 from ..layers import KindTable, LayerKindsArg, as_table, param_mask_name
-from ..tracing import ChannelGroup, ChannelGroups, FrozenReason, TracingError, build_groups, \
-    trace
+from ..tracing import ChannelGroup, ChannelGroups, build_groups, trace
 from ..tracing.context import check_gqa, check_heads
 from ..tracing.forward import call_model, default_example_inputs, flatten_tensors, \
     shadow_tensors, shadowed
@@ -26,7 +25,7 @@ from .masks import IN_MASK, OUT_MASK, _is_ours, add_masks, add_param_mask, remov
     set_mask
 from .slicing import plan_slices, slim_model
 from .subnet_config import subnet_channel_config
-from .verify import freeze_unrunnable_groups
+from .verify import bisect_failing, freeze_failing, freeze_unrunnable_groups
 
 SubnetDict = Dict[str, torch.Tensor]
 
@@ -154,28 +153,11 @@ class StructurePruner(metaclass=ABCMeta):
         Returns:
             ``{group id: difference}`` for each group frozen.
         """
-        failing = self._inexact(list(self.groups.prunable), example_inputs)
-        for gid, error in failing.items():
-            reason = FrozenReason('runtime', gid, "heads='width': the slim model computes "
-                                  f'other outputs than the masked one ({error})', upstream=(gid, ))
-            if self.strict:
-                raise TracingError(f'{reason}. Use strict=False to freeze these channels '
-                                   "instead, or heads='whole'")
-            self.groups.groups[gid].frozen_reasons.append(reason)
+        failing = bisect_failing(list(self.groups.prunable),
+                                 lambda ids: self._difference(ids, example_inputs))
+        freeze_failing(self.groups, failing, "heads='width': the slim model computes other "
+                       'outputs than the masked one ({error})', self.strict, "heads='whole'")
         return failing
-
-    def _inexact(self, ids: List[str], example_inputs: Any) -> Dict[str, str]:
-        if not ids:
-            return {}
-        error = self._difference(ids, example_inputs)
-        if error is None:
-            return {}
-        if len(ids) == 1:
-            return {ids[0]: error}
-        half = len(ids) // 2
-        found = {**self._inexact(ids[:half], example_inputs),
-                 **self._inexact(ids[half:], example_inputs)}
-        return found or {gid: error for gid in ids}  # only differ together
 
     def _difference(self, ids: List[str], example_inputs: Any) -> Optional[str]:
         """How the slim model's outputs differ from the masked model's with ``ids``

@@ -9,7 +9,7 @@ fails it bisects those groups and freezes the ones whose pruning breaks the forw
 the error as the reason.
 """
 import contextlib
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 import torch
@@ -54,16 +54,42 @@ class _Probe:
             return f'{type(err).__name__}: {err}'.splitlines()[0][:300]
         return None
 
-    def failing(self, ids: List[str]) -> Dict[str, str]:
-        """Groups whose pruning breaks the forward (bisection over ``ids``)."""
-        error = self.error(ids)
-        if error is None:
-            return {}
-        if len(ids) == 1:
-            return {ids[0]: error}
-        half = len(ids) // 2
-        found = {**self.failing(ids[:half]), **self.failing(ids[half:])}
-        return found or {gid: error for gid in ids}  # only fail together
+
+
+def bisect_failing(ids: List[str], error: Callable[[List[str]], Optional[str]]
+                   ) -> Dict[str, str]:
+    """The groups among ``ids`` for which ``error`` (of a list of group ids: a message,
+    or None when they pass) reports a failure: all at once, then each half, down to
+    single groups; groups that fail only together are reported together.
+
+    Example:
+        >>> bisect_failing(['a', 'b', 'c'], lambda ids: 'bad' if 'b' in ids else None)
+        {'b': 'bad'}
+    """
+    message = error(ids)
+    if message is None:
+        return {}
+    if len(ids) == 1:
+        return {ids[0]: message}
+    half = len(ids) // 2
+    found = {**bisect_failing(ids[:half], error), **bisect_failing(ids[half:], error)}
+    return found or {gid: message for gid in ids}  # only fail together
+
+
+def freeze_failing(groups: ChannelGroups, failing: Dict[str, str], what: str, strict: bool,
+                   instead: str) -> None:
+    """Freeze each group of ``failing`` with ``what`` (a template of ``{error}``, the
+    group's message) as the reason.
+
+    Raises:
+        TracingError: under ``strict``, for the first one, saying what to do ``instead``.
+    """
+    for gid, error in failing.items():
+        reason = FrozenReason('runtime', gid, what.format(error=error), upstream=(gid, ))
+        if strict:
+            raise TracingError(f'{reason}. Use strict=False to freeze these channels instead, '
+                               f'or {instead}')
+        groups.groups[gid].frozen_reasons.append(reason)
 
 
 def freeze_unrunnable_groups(model: nn.Module, groups: ChannelGroups,
@@ -88,12 +114,7 @@ def freeze_unrunnable_groups(model: nn.Module, groups: ChannelGroups,
         return {}
     probe = _Probe(model, groups, uses, example_inputs, meta=groups.graph.device == 'meta',
                    kinds=kinds)
-    failing = probe.failing(ids)
-    for gid, error in failing.items():
-        reason = FrozenReason('runtime', gid, 'the model code fails when these channels are '
-                              f'pruned: {error}', upstream=(gid, ))
-        if strict:
-            raise TracingError(f'{reason}. Use strict=False to freeze these channels instead, '
-                               'or except_start_keys to exclude the module')
-        groups.groups[gid].frozen_reasons.append(reason)
+    failing = bisect_failing(ids, probe.error)
+    freeze_failing(groups, failing, 'the model code fails when these channels are pruned: '
+                   '{error}', strict, 'except_start_keys to exclude the module')
     return failing

@@ -1,5 +1,7 @@
 """load_config names the file and line of a syntax error; check_config names the key at
-fault; prepare_cpu_distributed fixes mmengine's CPU traps."""
+fault; prepare_cpu_distributed fixes mmengine's CPU traps and distributed_run closes the
+process group it ran in."""
+import contextlib
 from pathlib import Path
 
 import pytest
@@ -8,7 +10,7 @@ from mmengine.config import Config
 
 from doctest_helpers import assert_examples_pass
 from razorlib.engine.config import TEST_KEYS, ConfigError, check_config, load_config
-from razorlib.engine.distributed import prepare_cpu_distributed
+from razorlib.engine.distributed import distributed_run, prepare_cpu_distributed
 
 SUPERNET = Path(__file__).parents[2] / 'configs' / 'pruning' / 'autoslim' / \
     'autoslim_plaincnn_digits_supernet.py'
@@ -115,3 +117,19 @@ def test_cpu_distributed_gets_device_ids_none(tmp_path):
                                                device_ids=None)
     finally:
         dist.destroy_process_group()
+
+
+@pytest.mark.parametrize('fails', [False, True], ids=['finished', 'raised'])
+def test_a_distributed_run_closes_its_process_group(tmp_path, fails):
+    dist.init_process_group('gloo', init_method=f'file://{tmp_path}/store', rank=0,
+                            world_size=1)
+    try:
+        with pytest.raises(RuntimeError) if fails else contextlib.nullcontext():
+            with distributed_run(Config(dict())) as prepared:
+                assert prepared and dist.is_initialized()
+                if fails:
+                    raise RuntimeError('training failed')
+        assert not dist.is_initialized()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()

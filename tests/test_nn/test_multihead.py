@@ -1,18 +1,17 @@
 """nn.MultiheadAttention converted to separate q/k/v projections: the same outputs and
 weights as torch's module, and whole heads pruned by razorlib.prune."""
-import copy
 
 import pytest
 import torch
 import torch.nn as nn
 from doctest_helpers import assert_examples_pass, modules_of
+from masked_vs_slim import sample_and_deploy
 
 import razorlib
 import razorlib.nn
 from razorlib.nn import SeparateProjectionAttention, split_multihead_attention
 from razorlib.pruning import L1NormPruner
 from razorlib.tracing import build_groups, trace
-from razorlib.utils import get_model_complexity
 
 DIM, HEADS, BATCH, L, S = 16, 4, 2, 5, 7
 
@@ -248,15 +247,7 @@ def test_converted_vit_masked_equals_slim_and_counts_exactly(case):
     heads = [pruner.groups.prunable[f'layers.{i}.self_attention.v_proj'] for i in range(2)]
     assert [(g.num_channels, sorted(g.layers)) for g in heads] == [
         (4, [f'layers.{i}.self_attention.{p}_proj' for p in 'kqv']) for i in range(2)]
-    pruner.set_subnet(pruner.sample_subnet())
-    with torch.no_grad():
-        masked = model(IMAGES)
-    params = get_model_complexity(model, IMAGES).params
-    slim = pruner.deploy_subnet(copy.deepcopy(model), pruner.export_subnet()).eval()
-    with torch.no_grad():
-        out = slim(IMAGES)
-    assert float((out - masked).norm() / masked.norm()) <= 1e-4
-    assert params == sum(p.numel() for p in slim.parameters())
+    slim = sample_and_deploy(pruner, model, IMAGES)
     assert [b.self_attention.num_heads for b in slim.layers] == [2, 2]
 
 

@@ -1,5 +1,4 @@
 """Whole attention heads: q/k/v/o pruned together, however the attention is written."""
-import copy
 
 import numpy as np
 import pytest
@@ -9,29 +8,20 @@ import torch.nn.functional as F
 import razorlib
 from attention_models import Block, Encoder, FusedQKV, Rotary, SeparateQKV, TinySwin
 from helpers import Traced
+from masked_vs_slim import sample_and_deploy
 from razorlib.pruning import L1NormPruner
 from razorlib.tracing import trace
 from razorlib.tracing.heads import query_groups
-from razorlib.utils import get_model_complexity
 
 TOKENS_IN = torch.randn(2, 6, 8)
 
 
 def _prune_half(model, x, **kwargs):
-    """Masked output, masked parameter count and the slim model at ratio 0.5."""
+    """The pruner at ratio 0.5 and the slim model, checked against the masked one."""
     torch.manual_seed(0)
     pruner = L1NormPruner(ratio=0.5, except_start_keys=('embed', ), **kwargs)
     pruner.prepare_from_supernet(model, x)
-    pruner.set_subnet(pruner.sample_subnet())
-    with torch.no_grad():
-        masked = model(x)
-    params = get_model_complexity(model, x).params
-    slim = pruner.deploy_subnet(copy.deepcopy(model), pruner.export_subnet()).eval()
-    with torch.no_grad():
-        out = slim(x)
-    assert float((out - masked).norm() / masked.norm()) <= 1e-4
-    assert params == sum(p.numel() for p in slim.parameters())
-    return pruner, slim
+    return pruner, sample_and_deploy(pruner, model, x)
 
 
 CASES = {

@@ -61,8 +61,8 @@ def widths_channel_config(model: nn.Module, reference: nn.Module,
 
     It keeps the first channels of each axis (the first positions of every head where
     ``head_dim`` was narrowed): which ones does not matter, the weights come from
-    ``model``'s state dict.  Parameters of modules without a layer kind (an
-    RMSNorm's ``weight``) are compared dim by dim.
+    ``model``'s state dict.  Parameters of modules without a layer kind (a layer
+    scale, a position embedding) are compared dim by dim.
 
     Raises:
         ValueError: naming the tensors the config does not bring to ``model``'s shape.
