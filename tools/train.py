@@ -46,16 +46,12 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
-    from mmengine.runner import Runner
     from mmengine.runner.checkpoint import find_latest_checkpoint
 
-    from razorlib.engine.checkpoint_check import (CheckpointError, check_fits,
-                                                  read_checkpoint, state_dict_of)
+    from razorlib.engine.checkpoint_check import CheckpointError, read_checkpoint
     from razorlib.engine.config import (TRAIN_KEYS, ConfigError, check_config, load_config,
                                         set_work_dir)
     from razorlib.engine.distributed import distributed_run
-    from razorlib.engine.threads import set_threads
-    from razorlib.engine.utils import unwrap
 
     try:
         cfg = load_config(args.config, args.cfg_options)
@@ -76,19 +72,33 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print_log(f'{args.config}: {err}', logger='current', level=logging.ERROR)
         return 2
     cfg.launcher = args.launcher
+    # the Runner lives in run_training only: under torchrun its DDP model, which holds the
+    # gloo group, is released before distributed_run destroys the group
     with distributed_run(cfg) if args.launcher != 'none' else nullcontext():
-        runner = Runner.from_cfg(cfg)
-        model = unwrap(runner.model)
-        try:
-            runner.logger.info(f'threads: {set_threads(args.threads, model)}')
-            if checkpoint is not None:
-                # resuming needs the same model; load_from may leave out parts (a new head)
-                check_fits(model, state_dict_of(checkpoint), path,
-                           partial=args.resume is None)
-        except ConfigError as err:
-            print_log(str(err), logger='current', level=logging.ERROR)
-            return 2
-        runner.train()
+        return run_training(cfg, args, checkpoint, path)
+
+
+def run_training(cfg, args: argparse.Namespace, checkpoint: Optional[dict],
+                 path: Optional[str]) -> int:
+    """Build the Runner, check a resumed checkpoint fits its model, train; the exit code."""
+    from mmengine.runner import Runner
+
+    from razorlib.engine.checkpoint_check import check_fits, state_dict_of
+    from razorlib.engine.config import ConfigError
+    from razorlib.engine.threads import set_threads
+    from razorlib.engine.utils import unwrap
+
+    runner = Runner.from_cfg(cfg)
+    model = unwrap(runner.model)
+    try:
+        runner.logger.info(f'threads: {set_threads(args.threads, model)}')
+        if checkpoint is not None:
+            # resuming needs the same model; load_from may leave out parts (a new head)
+            check_fits(model, state_dict_of(checkpoint), path, partial=args.resume is None)
+    except ConfigError as err:
+        print_log(str(err), logger='current', level=logging.ERROR)
+        return 2
+    runner.train()
     return 0
 
 

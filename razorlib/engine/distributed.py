@@ -1,5 +1,8 @@
 """Make ``--launcher pytorch`` work on machines without CUDA (gloo, CPU DDP)."""
+import gc
+import warnings
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Iterator
 
 import torch
@@ -45,9 +48,13 @@ def distributed_run(cfg: Config) -> Iterator[bool]:
     """Run a ``--launcher pytorch`` job and close its process group at the end.
 
     :func:`prepare_cpu_distributed` on entry; on exit every rank meets at a barrier and
-    the group is destroyed.  A rank that exits while gloo's threads still talk to the
-    others can abort (``terminate called without an active exception``), which
-    ``torchrun`` reports as a failed run although training finished.
+    the group is destroyed.  Gloo's threads live as long as the group, and the group as
+    long as anything holds it (a DDP model does): threads still running when the
+    interpreter shuts down may reach for the GIL and abort the rank (``terminate called
+    without an active exception``), which ``torchrun`` reports as a failed run although
+    training finished.  So build the Runner in a function called inside the block, and
+    let it go before the block ends: what it left in reference cycles is collected here.
+    If gloo threads still run after the block, it warns.
 
     Args:
         cfg: the config, as for :func:`prepare_cpu_distributed`.
@@ -70,3 +77,30 @@ def distributed_run(cfg: Config) -> Iterator[bool]:
     if dist.is_initialized():
         dist.barrier()
         dist.destroy_process_group()
+    gc.collect()  # the group's last holder, a DDP model, may sit in the Runner's cycles
+    left = gloo_threads()
+    if left:
+        warnings.warn(f'gloo threads still running after the process group was destroyed '
+                      f'({", ".join(left)}): something outside the distributed_run block '
+                      'still holds the group (a DDP model?), and this rank may abort at exit')
+
+
+def gloo_threads() -> list:
+    """The names of this process's gloo threads (Linux; empty elsewhere).
+
+    Example:
+        >>> gloo_threads()  # no process group here
+        []
+    """
+    tasks = Path('/proc/self/task')
+    if not tasks.is_dir():
+        return []
+    names = []
+    for task in tasks.iterdir():
+        try:
+            name = (task / 'comm').read_text().strip()
+        except OSError:  # the thread ended meanwhile
+            continue
+        if 'gloo' in name:
+            names.append(name)
+    return names

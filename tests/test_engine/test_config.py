@@ -2,15 +2,21 @@
 fault; prepare_cpu_distributed fixes mmengine's CPU traps and distributed_run closes the
 process group it ran in."""
 import contextlib
+import gc
+import warnings
 from pathlib import Path
 
 import pytest
+import torch
 import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 from mmengine.config import Config
 
 from doctest_helpers import assert_examples_pass
 from razorlib.engine.config import TEST_KEYS, ConfigError, check_config, load_config
-from razorlib.engine.distributed import distributed_run, prepare_cpu_distributed
+from razorlib.engine.distributed import (distributed_run, gloo_threads,
+                                         prepare_cpu_distributed)
 
 SUPERNET = Path(__file__).parents[2] / 'configs' / 'pruning' / 'autoslim' / \
     'autoslim_plaincnn_digits_supernet.py'
@@ -127,9 +133,39 @@ def test_a_distributed_run_closes_its_process_group(tmp_path, fails):
         with pytest.raises(RuntimeError) if fails else contextlib.nullcontext():
             with distributed_run(Config(dict())) as prepared:
                 assert prepared and dist.is_initialized()
+                assert gloo_threads()
                 if fails:
                     raise RuntimeError('training failed')
         assert not dist.is_initialized()
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def train_in_a_cycle() -> None:
+    """A DDP model kept in a reference cycle, as mmengine's Runner keeps its model."""
+    holder = dict(model=DistributedDataParallel(nn.Linear(3, 2)))
+    holder['self'] = holder
+    holder['model'](torch.ones(4, 3)).sum().backward()
+
+
+def test_a_distributed_run_stops_the_gloo_threads_of_a_model_it_let_go(tmp_path):
+    dist.init_process_group('gloo', init_method=f'file://{tmp_path}/store', rank=0,
+                            world_size=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        with distributed_run(Config(dict())):
+            train_in_a_cycle()
+    assert gloo_threads() == []
+
+
+def test_a_distributed_run_warns_of_a_group_held_past_its_end(tmp_path):
+    dist.init_process_group('gloo', init_method=f'file://{tmp_path}/store', rank=0,
+                            world_size=1)
+    with pytest.warns(UserWarning, match=r'gloo threads still running .*pt_gloo_runloop.* '
+                      r'still holds the group'):
+        with distributed_run(Config(dict())):
+            model = DistributedDataParallel(nn.Linear(3, 2))
+    del model
+    gc.collect()
+    assert gloo_threads() == []

@@ -58,6 +58,7 @@ def test_cpu_ddp_under_torchrun(tmp_path, run_python):
     assert result.returncode == 0, result.stderr[-3000:]
     log = result.stdout + result.stderr
     assert 'Distributed training: True' in log
+    assert 'gloo threads still running' not in log  # what aborted ranks at exit
     checkpoint = read_checkpoint(tmp_path / 'epoch_1.pth')
     assert int(checkpoint['state_dict']['step_count']) == 12  # 1,437 images / 2 ranks / 64
     assert (tmp_path / 'subnet_final.yaml').is_file()
