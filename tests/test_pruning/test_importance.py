@@ -2,6 +2,7 @@
 reductions and normalisations, aggregation over a residual group's coupled layers."""
 import copy
 import math
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -275,3 +276,118 @@ def test_every_alias_is_registered():
 @pytest.mark.parametrize('name', modules_of(razorlib.pruning.importance))
 def test_docstring_examples(name):
     assert_examples_pass(name)
+
+
+class Block(nn.Module):
+    """A pre-norm residual MLP block, wide inside; ``scale`` comes as a keyword, as a
+    Hugging Face decoder layer's attention mask and rotary embeddings do."""
+
+    def __init__(self, width: int = 8, hidden: int = 256):
+        super().__init__()
+        self.norm, self.fc1 = nn.LayerNorm(width), nn.Linear(width, hidden)
+        self.act, self.fc2 = nn.GELU(), nn.Linear(hidden, width)
+
+    def forward(self, x, *, scale=1.0):
+        return x + scale * self.fc2(self.act(self.fc1(self.norm(x))))
+
+
+class Blocks(nn.Module):
+    """Four repeated blocks in an ``nn.ModuleList`` between an input and a head layer."""
+
+    def __init__(self, depth: int = 4):
+        super().__init__()
+        self.inp, self.head = nn.Linear(2, 8), nn.Linear(8, 2)
+        self.blocks = nn.ModuleList(Block() for _ in range(depth))
+
+    def forward(self, x):
+        x = self.inp(x)
+        for block in self.blocks:
+            x = block(x, scale=0.5)
+        return self.head(x)
+
+
+def blocks_and_data():
+    torch.manual_seed(0)
+    tokens = [torch.randn(3, 5, 2) for _ in range(2)]
+    return Blocks().eval(), [(x, x.sum(-1)) for x in tokens]
+
+
+def mse(outputs, targets):
+    return (outputs.sum(-1) - targets).pow(2).mean()
+
+
+GRADIENT_CRITERIA = [dict(type='taylor'), dict(type='fisher', normalize_by=None)]
+
+
+@contextmanager
+def saved_bytes(model):
+    """``[bytes]``: what the autograd graph saves for the backward in calls to ``model``
+    and holds across the forward (checkpointed blocks' own hooks take theirs)."""
+    total, hooks = [0], []
+
+    def pack(tensor):
+        total[0] += tensor.numel() * tensor.element_size()
+        return tensor
+
+    def enter(module, args):
+        hooks.append(torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor))
+        hooks[-1].__enter__()
+
+    handles = [model.register_forward_pre_hook(enter),
+               model.register_forward_hook(lambda *_: hooks.pop().__exit__(None, None, None))]
+    try:
+        yield total
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def layerwise_scores(cfg, model, data, loss_fn, inputs, layerwise):
+    """(scores, saved bytes) of ``cfg`` with ``layerwise`` on a copy of ``model``."""
+    model = copy.deepcopy(model)
+    pruner = ImportancePruner(importance=dict(cfg, layerwise=layerwise))
+    pruner.prepare_from_supernet(model, inputs)
+    with saved_bytes(model) as total:
+        scores = pruner.score(data, loss_fn)
+    return scores, total[0]
+
+
+@pytest.mark.parametrize('cfg', GRADIENT_CRITERIA)
+def test_layerwise_scores_as_without_checkpointing_holding_a_fraction_of_the_forward(cfg):
+    model, data = blocks_and_data()
+    whole, held = layerwise_scores(cfg, model, data, mse, data[0][0], False)
+    layerwise, held_layerwise = layerwise_scores(cfg, model, data, mse, data[0][0], True)
+    assert whole.keys() == layerwise.keys() and len(whole) == 5  # 4 blocks' MLPs, residual
+    for gid in whole:
+        np.testing.assert_allclose(layerwise[gid], whole[gid], rtol=1e-5)
+    print(f'{cfg["type"]}: layerwise holds {held_layerwise} of {held} bytes '
+          f'({held_layerwise / held:.3f})')  # about 0.01: the input layer and head only
+    assert held_layerwise < 0.1 * held
+
+
+@pytest.mark.parametrize('cfg', GRADIENT_CRITERIA)
+def test_layerwise_leaves_no_gradient_and_restores_the_mode_and_the_blocks(cfg):
+    model, data = blocks_and_data()
+    model.train()
+    pruner = ImportancePruner(importance=dict(cfg, layerwise=True))
+    pruner.prepare_from_supernet(model, data[0][0])
+    pruner.score(data, mse)
+    assert all(p.grad is None for p in model.parameters()) and model.training
+    assert not any('forward' in vars(block) for block in model.blocks)
+
+
+@pytest.mark.parametrize('cfg', GRADIENT_CRITERIA)
+def test_layerwise_without_a_module_list_says_there_are_no_blocks(cfg):
+    with pytest.raises(ValueError, match='layerwise=True: Sequential has no nn.ModuleList, so '
+                       'no repeated blocks to checkpoint'):
+        scores_of(mlp(), dict(cfg, layerwise=True), data=DATA, loss_fn=sum_loss)
+
+
+def test_layerwise_builds_from_a_config_and_prunes_as_without():
+    assert 'layerwise=True' in repr(build_importance(dict(type='fisher', layerwise=True)))
+    model, data = blocks_and_data()
+    slim = [razorlib.prune(copy.deepcopy(model), data[0][0], ratio=0.5, data=data, loss_fn=mse,
+                           importance=dict(type='taylor', layerwise=layerwise))
+            for layerwise in (False, True)]
+    assert str(slim[0]) == str(slim[1])
+    torch.testing.assert_close(slim[0](data[0][0]), slim[1](data[0][0]))

@@ -4,8 +4,14 @@ Both read the gradient of the loss with respect to a gate of ones on a channel
 (:func:`~.probes.gate_grads`): per sample ``n``, ``f_n = sum(a * dL/da)`` over the
 channel's positions, the first-order change of the loss if the channel were zeroed
 there (Molchanov et al., 2017).
+
+``layerwise=True`` (both criteria) runs every child of an ``nn.ModuleList`` in the
+model (a transformer's blocks) under activation checkpointing: the backward keeps the
+hidden states at block boundaries plus one block's activations instead of every
+activation of the forward, and recomputes each block once (about one forward more).
+The scores are the same.
 """
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -26,15 +32,36 @@ class TaylorImportance(Importance):
     Needs ``data``; the model runs in eval mode and no parameter gradient is left
     behind.  ``roles=('norm', )`` scores at the norms' outputs only, Molchanov et al.
     (2019)'s gates after batch norm.
+
+    Args:
+        layerwise: checkpoint the repeated blocks (every child of an ``nn.ModuleList``,
+            such as an LLM's decoder layers): the backward holds the block boundaries'
+            hidden states and one block's activations, not the whole forward's, for about
+            one more forward; same scores.  A model without an ``nn.ModuleList`` raises
+            ``ValueError``.
+        reduction, normalize, roles: as for :class:`~.base.Importance`.
+
+    Example:
+        >>> IMPORTANCES.build(dict(type='taylor', layerwise=True))
+        TaylorImportance(reduction='sum', ..., layerwise=True)
     """
     roles = ('in', 'out', 'norm')
     needs_data = True
+
+    def __init__(self, reduction: str = 'sum', normalize: Optional[str] = None,
+                 roles: Union[Sequence[str], str, None] = None, layerwise: bool = False):
+        super().__init__(reduction=reduction, normalize=normalize, roles=roles)
+        self.layerwise = layerwise
+
+    def __repr__(self) -> str:
+        return (f'TaylorImportance(reduction={self.reduction!r}, normalize={self.normalize!r}, '
+                f'roles={self.roles!r}, layerwise={self.layerwise!r})')
 
     def use_scores(self, ctx: ImportanceContext) -> Iterator[Tuple[ChannelUse, np.ndarray]]:
         points = points_of(ctx, self.uses(ctx))
         totals: Dict[int, torch.Tensor] = {}
         samples = 0
-        for batch in gate_grads(ctx, points, 'taylor'):
+        for batch in gate_grads(ctx, points, 'taylor', self.layerwise):
             samples += max(rows.shape[0] for rows in batch.values())
             for i, rows in batch.items():
                 total = rows.double().abs().sum(0)
@@ -62,27 +89,30 @@ class FisherImportance(Importance):
 
     Scores are per group channel, so ``reduction`` does not apply; ``normalize``
     defaults to ``'none'`` (a per-group normalisation would cancel the cost).
+    ``layerwise=True`` checkpoints the repeated blocks as for :class:`TaylorImportance`.
     """
     roles = ('in', )
     needs_data = True
     default_normalize = 'none'
     COSTS = (None, 'flops', 'memory')
 
-    def __init__(self, normalize_by: Optional[str] = 'flops', normalize: Optional[str] = None):
+    def __init__(self, normalize_by: Optional[str] = 'flops', normalize: Optional[str] = None,
+                 layerwise: bool = False):
         super().__init__(normalize=normalize)
         if normalize_by not in self.COSTS:
             raise ValueError(f'FisherImportance: normalize_by {normalize_by!r} is not one of '
                              f'{self.COSTS}')
         self.normalize_by = normalize_by
+        self.layerwise = layerwise
 
     def __repr__(self) -> str:
         return (f'FisherImportance(normalize_by={self.normalize_by!r}, '
-                f'normalize={self.normalize!r})')
+                f'normalize={self.normalize!r}, layerwise={self.layerwise!r})')
 
     def __call__(self, ctx: ImportanceContext) -> Dict[str, np.ndarray]:
         points, entries = self._cut(ctx)
         fisher = [torch.zeros(g.num_channels, dtype=torch.float64) for g in ctx.prunable]
-        for batch in gate_grads(ctx, points, 'fisher'):
+        for batch in gate_grads(ctx, points, 'fisher', self.layerwise):
             per_group: Dict[int, torch.Tensor] = {}
             for i, rows in batch.items():
                 for g, (columns, position) in entries[i].items():

@@ -6,19 +6,24 @@ producer's or norm's output (``out``, ``norm``), with the dim that holds the cha
 multiplies each point by a gate of ones (one per sample and channel) and returns the
 gradient of the loss with respect to those gates: per sample, ``sum(a * dL/da)`` over
 the positions of each channel, the first-order change of the loss if the channel were
-zeroed there.  No parameter's ``.grad`` is touched.
+zeroed there.  No parameter's ``.grad`` is touched.  With ``layerwise=True`` the
+repeated blocks run under activation checkpointing (:func:`checkpointed`), so the
+backward holds the blocks' boundary tensors and one block's activations at a time.
 """
-from contextlib import contextmanager
-from typing import Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence
+import functools
+from contextlib import contextmanager, nullcontext
+from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence
 
 import torch
 import torch.nn as nn
+from torch.utils.checkpoint import checkpoint
 
 from ...tracing.context import ChannelUse
 from ...tracing.forward import call_model
 from .base import ImportanceContext
 
-__all__ = ['Point', 'points_of', 'observe', 'gate_grads', 'channel_sums']
+__all__ = ['Point', 'points_of', 'observe', 'gate_grads', 'channel_sums', 'repeated_blocks',
+           'checkpointed']
 
 
 class Point(NamedTuple):
@@ -108,42 +113,123 @@ def channel_sums(tensor: torch.Tensor, dim: int) -> torch.Tensor:
     return tensor.movedim(dim, -1).reshape(-1, tensor.shape[dim]).sum(0)
 
 
-def gate_grads(ctx: ImportanceContext, points: Sequence[Point],
-               criterion: str) -> Iterator[Dict[int, torch.Tensor]]:
+def repeated_blocks(model: nn.Module) -> List[nn.Module]:
+    """The children of every ``nn.ModuleList`` in ``model`` (decoder layers, encoder
+    layers, GPT-2's ``h``), outermost only: a block inside one of them is recomputed
+    with it.  A child that is itself a ``ModuleList``/``ModuleDict`` is never called, so
+    its own children stand in for it.
+
+    Example:
+        >>> blocks = nn.ModuleList(nn.Sequential(nn.Linear(2, 2), nn.ModuleList([nn.ReLU()]))
+        ...                        for _ in range(2))
+        >>> [type(b).__name__ for b in repeated_blocks(nn.Sequential(nn.Linear(2, 2), blocks))]
+        ['Sequential', 'Sequential']
+    """
+    found: Dict[int, nn.Module] = {}
+    inside: List[str] = []
+    for name, module in model.named_modules():
+        if not isinstance(module, nn.ModuleList) or any(name.startswith(p) for p in inside):
+            continue
+        for child_name, child in module.named_children():
+            if not isinstance(child, (nn.ModuleList, nn.ModuleDict)) and id(child) not in found:
+                found[id(child)] = child
+                inside.append(f'{name}.{child_name}.' if name else f'{child_name}.')
+    return list(found.values())
+
+
+def _checkpointing(forward: Callable[..., Any]) -> Callable[..., Any]:
+    """``forward`` run under checkpoint, with its signature (for code that inspects it)."""
+    @functools.wraps(forward)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        return checkpoint(forward, *args, use_reentrant=False, **kwargs)
+    return run
+
+
+@contextmanager
+def checkpointed(model: nn.Module) -> Iterator[None]:
+    """Run each of :func:`repeated_blocks` under non-reentrant activation checkpointing
+    for a while: the autograd graph keeps a block's inputs (the residual stream at block
+    boundaries) and the backward recomputes one block's activations at a time, at the
+    cost of a second forward of each block.  Keyword arguments (attention masks, rotary
+    ``position_embeddings``) go through to the block.
+
+    Raises:
+        ValueError: ``model`` has no ``nn.ModuleList``, so no repeated blocks to checkpoint.
+
+    Example:
+        >>> with checkpointed(nn.Linear(2, 2)):
+        ...     pass
+        Traceback (most recent call last):
+        ...
+        ValueError: layerwise=True: Linear has no nn.ModuleList, so no repeated blocks to ...
+    """
+    blocks = repeated_blocks(model)
+    if not blocks:
+        raise ValueError(f'layerwise=True: {type(model).__name__} has no nn.ModuleList, so no '
+                         'repeated blocks to checkpoint; use layerwise=False')
+    own = [block.__dict__.get('forward') for block in blocks]  # an instance's own forward
+    for block in blocks:
+        block.forward = _checkpointing(block.forward)
+    try:
+        yield
+    finally:
+        for block, forward in zip(blocks, own):
+            if forward is None:
+                del block.forward
+            else:
+                block.forward = forward
+
+
+def gate_grads(ctx: ImportanceContext, points: Sequence[Point], criterion: str,
+               layerwise: bool = False) -> Iterator[Dict[int, torch.Tensor]]:
     """Per batch of ``ctx.data``: point index -> ``(samples, channels)`` gradients of the
     loss with respect to gates of ones on the point (summed over the point's calls).
 
-    The model runs in eval mode; gradients flow to the gates only.
+    The model runs in eval mode; gradients flow to the gates only.  ``layerwise`` runs
+    the repeated blocks under :func:`checkpointed`: the backward recomputes a block and
+    its gate hooks fire again, multiplying by fresh ones (so that the recomputed tensors
+    match the forward's) but recording no gate, so the gradients are those of the gates
+    of the forward, in order.
     """
     for inputs, targets in ctx.batches(criterion):
-        gates: Dict[int, List[torch.Tensor]] = {}
+        yield _batch_gate_grads(ctx, points, criterion, inputs, targets, layerwise)
 
-        def gate(i: int, tensor: torch.Tensor) -> torch.Tensor:
-            dim = points[i].dim % tensor.dim()
-            shape = [1] * tensor.dim()
-            shape[dim] = tensor.shape[dim]
-            if dim != 0:
-                shape[0] = tensor.shape[0]
-            ones = torch.ones(shape, dtype=tensor.dtype, device=tensor.device,
-                              requires_grad=True)
+
+def _batch_gate_grads(ctx: ImportanceContext, points: Sequence[Point], criterion: str,
+                      inputs: Any, targets: Any, layerwise: bool) -> Dict[int, torch.Tensor]:
+    """One batch of :func:`gate_grads`."""
+    gates: Dict[int, List[torch.Tensor]] = {}
+    forward = True
+
+    def gate(i: int, tensor: torch.Tensor) -> torch.Tensor:
+        dim = points[i].dim % tensor.dim()
+        shape = [1] * tensor.dim()
+        shape[dim] = tensor.shape[dim]
+        if dim != 0:
+            shape[0] = tensor.shape[0]
+        ones = torch.ones(shape, dtype=tensor.dtype, device=tensor.device, requires_grad=True)
+        if forward:  # not a block recomputed by the backward
             gates.setdefault(i, []).append(ones)
-            return tensor * ones
+        return tensor * ones
 
-        with _evaluating(ctx.model), torch.enable_grad(), _hooked(points, gate):
-            loss = ctx.loss(call_model(ctx.model, inputs), targets)
+    blocks = checkpointed(ctx.model) if layerwise else nullcontext()
+    # the backward runs in here too: a checkpointed block recomputes with the hooks and mode
+    with _evaluating(ctx.model), torch.enable_grad(), _hooked(points, gate), blocks:
+        loss = ctx.loss(call_model(ctx.model, inputs), targets)
+        forward = False
         flat = [g for calls in gates.values() for g in calls]
         if not flat:
             raise RuntimeError(f'importance {criterion!r}: no layer of a prunable group ran '
                                'on the data batch; do the batches fit the model?')
         grads = iter(torch.autograd.grad(loss, flat, allow_unused=True))
-        batch: Dict[int, torch.Tensor] = {}
-        for i, calls in gates.items():
-            for ones in calls:
-                grad = next(grads)
-                grad = torch.zeros_like(ones) if grad is None else grad
-                rows = per_sample(grad, points[i].dim % grad.dim())
-                previous = batch.get(i)
-                if previous is not None and previous.shape != rows.shape:
-                    previous, rows = previous.sum(0, keepdim=True), rows.sum(0, keepdim=True)
-                batch[i] = rows if previous is None else previous + rows
-        yield {i: rows.detach() for i, rows in batch.items()}
+    batch: Dict[int, torch.Tensor] = {}
+    for i, calls in gates.items():
+        for ones in calls:
+            grad = next(grads)
+            grad = torch.zeros_like(ones) if grad is None else grad
+            rows = per_sample(grad, points[i].dim % grad.dim())
+            previous = batch.get(i)
+            if previous is not None and previous.shape != rows.shape:
+                previous, rows = previous.sum(0, keepdim=True), rows.sum(0, keepdim=True)
+            batch[i] = rows if previous is None else previous + rows
+    return {i: rows.detach() for i, rows in batch.items()}
