@@ -2,12 +2,12 @@
 layers run under activation checkpointing, the scores are those of the whole forward,
 and the graph held across the forward shrinks to the embeddings, final norm and head."""
 import copy
-from contextlib import contextmanager
 
 import numpy as np
 import pytest
 import torch
 from hf_builders import build, token_inputs
+from saved_tensors import saved_bytes
 
 import razorlib
 from razorlib.pruning import ImportancePruner
@@ -23,29 +23,6 @@ def llama_and_batches(labels: bool):
     batches = [token_inputs(length=16, seed=s) for s in (1, 2)]
     return model, inputs, [({**b, 'labels': b['input_ids']} if labels else b, None)
                            for b in batches]
-
-
-@contextmanager
-def saved_bytes(model):
-    """``[bytes]``: what the autograd graph saves for the backward in calls to ``model``
-    and holds across the forward (checkpointed layers' own hooks take theirs)."""
-    total, hooks = [0], []
-
-    def pack(tensor):
-        total[0] += tensor.numel() * tensor.element_size()
-        return tensor
-
-    def enter(module, args):
-        hooks.append(torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor))
-        hooks[-1].__enter__()
-
-    handles = [model.register_forward_pre_hook(enter),
-               model.register_forward_hook(lambda *_: hooks.pop().__exit__(None, None, None))]
-    try:
-        yield total
-    finally:
-        for handle in handles:
-            handle.remove()
 
 
 def score(cfg, model, inputs, data, loss_fn, layerwise):

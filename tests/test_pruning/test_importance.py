@@ -2,13 +2,13 @@
 reductions and normalisations, aggregation over a residual group's coupled layers."""
 import copy
 import math
-from contextlib import contextmanager
 
 import numpy as np
 import pytest
 import torch
 import torch.nn as nn
 from doctest_helpers import assert_examples_pass, modules_of
+from saved_tensors import saved_bytes
 
 import razorlib.pruning.importance
 from razorlib.pruning import ImportancePruner, L1NormPruner
@@ -317,29 +317,6 @@ def mse(outputs, targets):
 
 
 GRADIENT_CRITERIA = [dict(type='taylor'), dict(type='fisher', normalize_by=None)]
-
-
-@contextmanager
-def saved_bytes(model):
-    """``[bytes]``: what the autograd graph saves for the backward in calls to ``model``
-    and holds across the forward (checkpointed blocks' own hooks take theirs)."""
-    total, hooks = [0], []
-
-    def pack(tensor):
-        total[0] += tensor.numel() * tensor.element_size()
-        return tensor
-
-    def enter(module, args):
-        hooks.append(torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor))
-        hooks[-1].__enter__()
-
-    handles = [model.register_forward_pre_hook(enter),
-               model.register_forward_hook(lambda *_: hooks.pop().__exit__(None, None, None))]
-    try:
-        yield total
-    finally:
-        for handle in handles:
-            handle.remove()
 
 
 def layerwise_scores(cfg, model, data, loss_fn, inputs, layerwise):
