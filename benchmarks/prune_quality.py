@@ -4,16 +4,24 @@ global Magnitude and Taylor importance and NVIDIA ModelOpt's FastNAS, at the sam
 A small ResNet is trained on the digits' train split (the test split held out:
 ``DigitsDataset(test_ratio=0.2)``, 1,077 / 360 / 360 images).  For each FLOPs target (a
 fraction of the dense model's, every method counted by razorlib's counter) each method
-prunes a copy of it; each slim model is then fine-tuned with the same budget twice, with
-cross-entropy and with a distillation term from the dense model.  Reported on the test
-split: top-1 right after pruning and after fine-tuning, and KL(dense || slim) of the
-softmax outputs (it does not saturate the way top-1 does on digits).
+prunes a copy of it; each slim model is then fine-tuned with the same budget, with
+cross-entropy and with a distillation term from the dense model, each ``--ft-seeds``
+times (the tables give the mean: one seed's spread is as large as the differences).
+Reported on the test split: top-1 right after pruning and after fine-tuning, and
+KL(dense || slim) of the softmax outputs (it does not saturate the way top-1 does on
+digits).
 
 Selection never sees the test split: razorlib's data criteria and batch-norm
 re-estimation read training batches, Torch-Pruning's Taylor reads the same batches, and
 FastNAS ranks its candidates by the loss on the validation split.
 
-    python benchmarks/prune_quality.py                      # about an hour on 2 busy cores
+    python benchmarks/prune_quality.py                      # about 75 minutes, 1 thread
+    # or split the methods over two cores and merge the rows:
+    python benchmarks/prune_quality.py --criteria l1 l2 bn_scale fpgm taylor --peers \
+        --work-dir work_dirs/pq_a &
+    python benchmarks/prune_quality.py --criteria fisher activation apoz random \
+        --work-dir work_dirs/pq_b; wait
+    python benchmarks/prune_quality.py --merge work_dirs/pq_a work_dirs/pq_b
     python benchmarks/prune_quality.py --width 8 --train-epochs 3 --ft-epochs 1 \\
         --criteria l1 taylor --targets 0.5                  # a quick look
 """
@@ -51,6 +59,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                         help="the dense model's epochs (default: 20)")
     parser.add_argument('--ft-epochs', type=int, default=5,
                         help='fine-tuning epochs of every slim model (default: 5)')
+    parser.add_argument('--ft-seeds', type=int, default=3,
+                        help='fine-tuning runs per slim model and loss, seeds SEED, SEED+1, '
+                        '...; the tables give their mean (default: 3)')
     parser.add_argument('--targets', type=float, nargs='+', default=[0.5, 0.25, 0.1],
                         help='FLOPs targets, fractions of the dense model (default: 0.5 0.25 0.1)')
     parser.add_argument('--criteria', nargs='+', default=list(CRITERIA), choices=CRITERIA)
@@ -65,6 +76,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                         help='the dense checkpoint (reused) and results.json go here')
     parser.add_argument('--report-only', action='store_true',
                         help="print the tables of WORK_DIR/results.json and exit")
+    parser.add_argument('--merge', nargs='+', metavar='DIR',
+                        help='write the rows of DIR/results.json (runs of the same dense '
+                        'model with other --criteria/--peers) into WORK_DIR/results.json, '
+                        'print the tables and exit')
     return parser.parse_args(argv)
 
 
@@ -253,10 +268,14 @@ def evaluate_method(name: str, slim: nn.Module, dense: nn.Module, args: argparse
     row = dict(method=name, flops=flops_of(slim, x) / dense_flops, prune_s=seconds,
                pruned=quality(slim, splits['test'], dense_logits))
     for kd in (False, True):
-        torch.manual_seed(args.seed)
-        tuned = train(copy.deepcopy(slim), splits['train'], args.ft_epochs, 0.01, args.seed,
-                      teacher=dense if kd else None)
-        row['kd' if kd else 'ce'] = quality(tuned, splits['test'], dense_logits)
+        runs = []
+        for seed in range(args.seed, args.seed + args.ft_seeds):
+            torch.manual_seed(seed)
+            tuned = train(copy.deepcopy(slim), splits['train'], args.ft_epochs, 0.01, seed,
+                          teacher=dense if kd else None)
+            runs.append(quality(tuned, splits['test'], dense_logits))
+        row['kd' if kd else 'ce'] = dict(top1=sum(r['top1'] for r in runs) / len(runs),
+                                         kl=sum(r['kl'] for r in runs) / len(runs), runs=runs)
     print(f"  {name:28} FLOPs {row['flops']:.3f}  pruned {row['pruned']['top1']:6.2f}% "
           f"KL {row['pruned']['kl']:.4f} | CE {row['ce']['top1']:6.2f}% {row['ce']['kl']:.4f} "
           f"| KD {row['kd']['top1']:6.2f}% {row['kd']['kl']:.4f}  ({seconds:.1f} s)",
@@ -296,9 +315,25 @@ def methods(args: argparse.Namespace) -> List[Tuple[str, Callable]]:
     return out + [peers[p] for p in args.peers]
 
 
+def merge(work_dirs: Sequence[str]) -> Dict[str, Any]:
+    """One results dict from runs that split the methods between them (run side by side,
+    one per core); they must share the dense model and the fine-tuning."""
+    runs = [json.loads((Path(d) / 'results.json').read_text()) for d in work_dirs]
+    shared = ('depth', 'width', 'size', 'train_epochs', 'ft_epochs', 'ft_seeds', 'seed',
+              'criteria_batches')
+    for d, run in zip(work_dirs[1:], runs[1:]):
+        differ = [k for k in shared if run['args'].get(k) != runs[0]['args'].get(k)]
+        if differ or run['dense'] != runs[0]['dense']:
+            raise SystemExit(f'--merge: {d} is another setup than {work_dirs[0]} '
+                             f'({", ".join(differ) or "dense model"} differ)')
+    return dict(runs[0], rows=[row for run in runs for row in run['rows']],
+                merged=list(work_dirs))
+
+
 def report(results: Dict[str, Any]) -> str:
     """Markdown: one table per target, then razorlib's best against each peer's best
-    (after fine-tuning, with or without distillation; top-1 higher, KL lower)."""
+    (after fine-tuning, with or without distillation; top-1 higher, KL lower); fine-tuned
+    figures are means over the fine-tuning seeds."""
     lines = []
     rows = results['rows']
     for target in sorted({r['target'] for r in rows}, reverse=True):
@@ -331,7 +366,10 @@ def report(results: Dict[str, Any]) -> str:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
-    if args.report_only:
+    if args.merge:
+        Path(args.work_dir).mkdir(parents=True, exist_ok=True)
+        (Path(args.work_dir) / 'results.json').write_text(json.dumps(merge(args.merge), indent=1))
+    if args.report_only or args.merge:
         print(report(json.loads((Path(args.work_dir) / 'results.json').read_text())))
         return 0
     torch.set_num_threads(args.threads)

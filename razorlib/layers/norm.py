@@ -20,12 +20,15 @@ class NormKind(LayerKind):
 
     Subclasses set ``channel_attr`` (the attribute holding the width), ``channel_dim``
     (1 for NCHW norms, -1 for LayerNorm) and override :meth:`groups` where the
-    statistics span several channels.
+    statistics span several channels.  ``per_channel_statistics``: each channel is
+    normalised by its own mean and variance, which divides out the scale of the weights
+    that produced it (magnitude criteria read the norm's scale in their place).
     """
     axes = ('out', )
     trace_by_output = True
     channel_attr = 'num_features'
     channel_dim = 1
+    per_channel_statistics = False
 
     def widths(self, module: nn.Module) -> Dict[str, int]:
         return {'out': getattr(module, self.channel_attr)}
@@ -88,6 +91,7 @@ class BatchNormKind(NormKind):
     grad_fns = ('NativeBatchNormBackward0', 'CudnnBatchNormBackward0',
                 'MiopenBatchNormBackward0')
     weight_attrs = ('weight', 'running_mean')
+    per_channel_statistics = True
 
 
 @LAYER_KINDS.register_module()

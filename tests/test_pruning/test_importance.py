@@ -79,6 +79,34 @@ def test_bn_scale_reads_the_norms_scale():
     np.testing.assert_allclose(scores['0'], [0.5, 2., 1.])
 
 
+def conv_norm_conv(norm: nn.Module) -> nn.Module:
+    """conv (filters of L1 norm 1, 2, 3) -> norm (scales 0.5, -2, 1) -> conv (columns of
+    L1 norm 1, 1, 1)."""
+    net = nn.Sequential(nn.Conv2d(1, 3, 1, bias=False), norm, nn.ReLU(),
+                        nn.Conv2d(3, 1, 1, bias=False))
+    with torch.no_grad():
+        net[0].weight.copy_(torch.tensor([1., 2., 3.]).reshape(3, 1, 1, 1))
+        norm.weight.copy_(torch.tensor([0.5, -2., 1.]))
+        net[3].weight.fill_(1.)
+    return net.eval()
+
+
+def test_l1_reads_a_batch_norms_scale_for_the_filters_it_normalises():
+    x = torch.randn(1, 1, 4, 4)
+    scores = scores_of(conv_norm_conv(nn.BatchNorm2d(3)), dict(type='l1', normalize='none'), x)
+    np.testing.assert_allclose(scores['0'], [0.5 + 1, 2 + 1, 1 + 1])  # |gamma| + columns
+    filters = scores_of(conv_norm_conv(nn.BatchNorm2d(3)),
+                        dict(type='l1', normalize='none', norm_scales=False), x)
+    np.testing.assert_allclose(filters['0'], [1 + 1, 2 + 1, 3 + 1])  # filters + columns
+
+
+def test_l1_reads_the_filters_under_a_norm_with_shared_statistics():
+    # one group of statistics over every channel does not divide out one filter's scale
+    net = conv_norm_conv(nn.GroupNorm(1, 3))
+    scores = scores_of(net, dict(type='l1', normalize='none'), torch.randn(1, 1, 4, 4))
+    np.testing.assert_allclose(scores['0'], [1 + 1, 2 + 1, 3 + 1])
+
+
 def test_a_group_without_a_norm_is_not_scored_by_bn_scale_and_kept_whole():
     pruner = ImportancePruner(importance='bn_scale', ratio=0.5)
     pruner.prepare_from_supernet(mlp(), X)

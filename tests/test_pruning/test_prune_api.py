@@ -1,5 +1,6 @@
-"""razorlib.prune: the default is the L1 ratio pruning it always was; budgets, criteria,
-global ranking and data in one call; batch-norm statistics re-estimated on the data."""
+"""razorlib.prune: the default is L1 ratio pruning (batch norms' scales for the filters
+they normalise); budgets, criteria, global ranking and data in one call; batch-norm
+statistics re-estimated on the data."""
 import copy
 import warnings
 
@@ -41,20 +42,34 @@ def batches(count=2, size=6):
              torch.randint(0, 4, (size, ), generator=generator)) for _ in range(count)]
 
 
-def test_the_default_keeps_half_of_each_group_by_summed_l1_as_before():
+def test_the_default_keeps_half_of_each_group_by_summed_l1():
     model = net()
     slim = razorlib.prune(model, X, ratio=0.5)
-    # conv1's channels: its filters and conv2's input columns; conv2's: its filters and
-    # fc's columns.  The best half of each, by index order.
+    # each group is normalised by a batch norm: its |gamma| stands for the filters that
+    # write it (their scale is divided out), beside the consumers' input columns
     w1, w2, w3 = model.conv1.weight.detach(), model.conv2.weight.detach(), model.fc.weight
-    l1_a = w1.abs().sum((1, 2, 3)) + w2.abs().sum((0, 2, 3))
-    l1_b = w2.abs().sum((1, 2, 3)) + w3.detach().abs().sum(0)
+    l1_a = model.bn1.weight.detach().abs() + w2.abs().sum((0, 2, 3))
+    l1_b = model.bn2.weight.detach().abs() + w3.detach().abs().sum(0)
     keep_a = l1_a.argsort(descending=True)[:4].sort().values
     keep_b = l1_b.argsort(descending=True)[:6].sort().values
     assert torch.equal(slim.conv1.weight, w1[keep_a])
     assert torch.equal(slim.conv2.weight, w2[keep_b][:, keep_a])
     assert torch.equal(slim.fc.weight, w3.detach()[:, keep_b])
     assert torch.equal(slim.bn1.running_mean, model.bn1.running_mean[keep_a])  # no data: kept
+
+
+def test_norm_scales_false_reads_the_filters_as_before():
+    model = net()
+    slim = razorlib.prune(model, X, ratio=0.5, importance=dict(type='l1', norm_scales=False))
+    # conv1's channels: its filters and conv2's input columns; conv2's: its filters and
+    # fc's columns
+    w1, w2, w3 = model.conv1.weight.detach(), model.conv2.weight.detach(), model.fc.weight
+    l1_a = w1.abs().sum((1, 2, 3)) + w2.abs().sum((0, 2, 3))
+    l1_b = w2.abs().sum((1, 2, 3)) + w3.detach().abs().sum(0)
+    keep_a = l1_a.argsort(descending=True)[:4].sort().values
+    keep_b = l1_b.argsort(descending=True)[:6].sort().values
+    assert torch.equal(slim.conv1.weight, w1[keep_a])
+    assert torch.equal(slim.fc.weight, w3.detach()[:, keep_b])
 
 
 def test_budgets_criteria_and_global_ranking_in_one_call():

@@ -283,7 +283,7 @@ def build_importance(importance: ImportanceArg) -> Importance:
 
     Example:
         >>> build_importance(dict(type='l2', reduction='max'))
-        L2Importance(reduction='max', normalize='mean', roles=('in', 'out'))
+        L2Importance(reduction='max', normalize='mean', roles=('in', 'out'), norm_scales=True)
     """
     if isinstance(importance, Importance):
         return importance
