@@ -61,15 +61,38 @@ class HeadAttributes:
     widths: Tuple[str, ...] = ()
 
     def matches(self, module: nn.Module) -> bool:
-        """Whether ``module`` has this layout (a head width and a query child)."""
-        return isinstance(getattr(module, self.head_dim, None), int) and \
-            isinstance(getattr(module, self.query, None), nn.Module) and \
+        """Whether ``module`` has this layout: a query child, and a head width or a head
+        count (timm's ``WindowAttention`` keeps ``num_heads`` only and reshapes with
+        ``-1``)."""
+        counted = any(isinstance(getattr(module, name, None), int)
+                      for name in (self.head_dim, ) + self.heads)
+        return counted and isinstance(getattr(module, self.query, None), nn.Module) and \
             (self.key is None or isinstance(getattr(module, self.key, None), nn.Module))
 
-    def update(self, module: nn.Module, kinds: Optional[KindTable] = None) -> Dict[str, int]:
-        """Set the head counts from the children's current widths; returns what it set."""
+    def head_width(self, module: nn.Module, kinds: Optional[KindTable] = None) -> int:
+        """The width of one head: the ``head_dim`` attribute, else the query width over
+        the head count (read before slicing).
+
+        Example:
+            >>> attn = nn.Module()
+            >>> attn.num_heads, attn.qkv = 4, nn.Linear(32, 96)
+            >>> FusedQKVHeads().head_width(attn)
+            8
+        """
+        head_dim = getattr(module, self.head_dim, None)
+        if isinstance(head_dim, int):
+            return head_dim
+        count = next(getattr(module, name) for name in self.heads
+                     if isinstance(getattr(module, name, None), int))
+        return _out_width(kinds or KindTable(), getattr(module, self.query)) // self.parts // count
+
+    def update(self, module: nn.Module, kinds: Optional[KindTable] = None,
+               head_dim: Optional[int] = None) -> Dict[str, int]:
+        """Set the head counts from the children's current widths, heads of ``head_dim``
+        (default the attribute; :meth:`head_width` before slicing for a module without
+        one); returns what it set."""
         kinds = kinds or KindTable()
-        head_dim = getattr(module, self.head_dim)
+        head_dim = getattr(module, self.head_dim) if head_dim is None else head_dim
         width = _out_width(kinds, getattr(module, self.query)) // self.parts
         values = {name: width // head_dim for name in self.heads}
         values.update({name: width for name in self.widths})
@@ -92,7 +115,7 @@ class HeadAttributes:
     def head_count(self, module: nn.Module, kinds: Optional[KindTable] = None) -> int:
         """Query heads of ``module`` as it is: its query width over ``head_dim``."""
         width = _out_width(kinds or KindTable(), getattr(module, self.query)) // self.parts
-        return width // getattr(module, self.head_dim)
+        return width // self.head_width(module, kinds)
 
     def update_width(self, module: nn.Module, heads: int, attributes: Dict[str, int],
                      kinds: Optional[KindTable] = None) -> Dict[str, int]:

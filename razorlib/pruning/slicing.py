@@ -95,30 +95,29 @@ def plan_slices(model: nn.Module, channel_cfg: ChannelConfig,
 
 class _HeadsPlan:
     """Recomputes an attention module's head attributes once its projections are sliced
-    (applied after them: it reads their new widths).  ``width`` holds the dense head
-    count and attributes where every head keeps the same positions (``head_dim``
-    narrows, the counts stay); otherwise whole heads went and the counts follow."""
+    (applied after them: it reads their new widths).  ``head_dim`` is the dense head
+    width, read before slicing.  ``width`` holds the dense head count and attributes
+    where every head keeps the same positions (``head_dim`` narrows, the counts stay);
+    otherwise whole heads went and the counts follow."""
 
-    def __init__(self, spec: HeadAttributes, kinds: Optional[KindTable],
+    def __init__(self, spec: HeadAttributes, kinds: Optional[KindTable], head_dim: int,
                  width: Optional[Tuple[int, Dict[str, int]]] = None):
-        self.spec, self.kinds, self.width = spec, kinds, width
+        self.spec, self.kinds, self.head_dim, self.width = spec, kinds, head_dim, width
 
     def apply(self, module: nn.Module) -> None:
         if self.width is None:
-            self.spec.update(module, self.kinds)
+            self.spec.update(module, self.kinds, self.head_dim)
         else:
             self.spec.update_width(module, *self.width, self.kinds)
 
 
-def _narrows_heads(name: str, module: nn.Module, spec: HeadAttributes,
-                   kept: ChannelSelection) -> bool:
+def _narrows_heads(name: str, head_dim: int, kept: ChannelSelection) -> bool:
     """Whether ``kept`` (the query projection's output channels) keeps the same positions
-    of every head rather than whole heads.
+    of every head of ``head_dim`` rather than whole heads.
 
     Raises:
         ValueError: naming the projection, when it is neither.
     """
-    head_dim = getattr(module, spec.head_dim)
     if kept.raw % head_dim:
         return False
     rows = np.zeros(kept.raw, dtype=bool)
@@ -144,10 +143,11 @@ def _head_plans(model: nn.Module, channel_cfg: ChannelConfig,
         kept = channel_cfg.modules.get(query, {}).get('out')
         if kept is None:
             continue
+        head_dim = spec.head_width(module, kinds)
         width = None
-        if _narrows_heads(query, module, spec, kept):
+        if _narrows_heads(query, head_dim, kept):
             width = (spec.head_count(module, kinds), spec.attributes(module))
-        plans.append((module, _HeadsPlan(spec, kinds, width)))
+        plans.append((module, _HeadsPlan(spec, kinds, head_dim, width)))
     return plans
 
 

@@ -115,7 +115,7 @@ _RESHAPE_NAMES = ('ViewBackward0', 'UnsafeViewBackward0', 'ReshapeAliasBackward0
 _SQUEEZE_NAMES = ('SqueezeBackward0', 'SqueezeBackward1', 'SqueezeBackward2',
                   'UnsqueezeBackward0')
 
-_MIXING_NAMES = ('IndexBackward0', 'IndexSelectBackward0', 'GatherBackward0',
+_MIXING_NAMES = ('IndexSelectBackward0', 'GatherBackward0',
                  'PixelShuffleBackward0', 'PixelUnshuffleBackward0', 'GluBackward0',
                  'ChannelShuffleBackward0', 'Im2ColBackward0', 'Col2ImBackward0',
                  'AsStridedBackward0', 'torch::autograd::CopySlices', 'SortBackward0',
@@ -146,6 +146,7 @@ _BUILT_IN: Dict[str, Rule] = {
     'ExpandBackward0': Rule(shape.expand, 'expand', keeps_pending=True, sizes='code'),
     'RepeatBackward0': Rule(shape.repeat, 'expand', sizes='code'),
     'FlipBackward0': Rule(shape.flip, 'permute'),
+    'IndexBackward0': Rule(shape.index, 'mixing'),
     'CatBackward0': Rule(shape.concat, 'concat'),
     'StackBackward0': Rule(shape.stack, 'concat'),
     'SplitBackward0': Rule(shape.split, 'split', sizes='code'),

@@ -8,7 +8,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from . import heads
-from .basic_rules import Outputs, bind_aligned, opaque
+from .basic_rules import Outputs, bind_aligned, mixing, opaque
 from .channels import InputInfo, Split, TensorChannels
 from .context import TraceContext, normalize_dim, output_shapes
 
@@ -242,6 +242,32 @@ def split(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
             for part in parts:
                 del part[dim]
     return [TensorChannels(shape, part) for shape, part in zip(shapes, parts)]
+
+
+def index(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
+    """``x[idx]``, index tensors on consecutive dims (a relative position bias table read
+    through its index buffer, ``table[index]``): the channels of an indexed dim are
+    gathered, so they freeze; every other dim keeps its slots, after the index's dims
+    (the table's head dim stays bound to the heads it is added to).
+
+    Index tensors on dims apart (their result dims go first) freeze everything, as any
+    mixing op does.
+    """
+    x = ins[0].channels
+    (out_shape, ) = output_shapes(node)
+    if x is None:
+        return [None]
+    indexed = [d for d, t in enumerate(node._saved_indices) if t is not None]
+    if not indexed or indexed != list(range(indexed[0], indexed[-1] + 1)) or x.split:
+        return mixing(ctx, node, ins, 'indexes with tensors on dims apart')
+    shift = len(out_shape) - x.ndim  # the index's dims replace the indexed ones
+    slots = {}
+    for d, s in x.slots.items():
+        if d in indexed:
+            ctx.freeze(s, 'mixing', node, f'gathers dim {d} by an index tensor')
+        else:
+            slots[d if d < indexed[0] else d + shift] = s
+    return [TensorChannels(out_shape, slots)]
 
 
 def _drop_dim(ctx: TraceContext, node, x: TensorChannels, dim: int, why: str):

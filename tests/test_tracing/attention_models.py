@@ -161,11 +161,15 @@ def shifted_window_attention(x, qkv_weight, proj_weight, relative_position_bias,
 
 
 class ShiftedWindowAttention(nn.Module):
-    """torchvision's layout: a relative position bias table indexed by a buffer."""
+    """torchvision's layout: a relative position bias table indexed by a buffer, and the
+    projections' weights handed to :func:`shifted_window_attention`; ``timm=True``: timm's
+    ``WindowAttention`` instead, which calls its projections and sizes its heads from
+    ``num_heads`` alone (``reshape(..., 3, num_heads, -1)``)."""
 
-    def __init__(self, dim: int, heads: int, window: int = 2, shift: int = 0):
+    def __init__(self, dim: int, heads: int, window: int = 2, shift: int = 0,
+                 timm: bool = False):
         super().__init__()
-        self.window, self.shift, self.num_heads = window, shift, heads
+        self.window, self.shift, self.num_heads, self.timm = window, shift, heads, timm
         self.qkv, self.proj = nn.Linear(dim, dim * 3), nn.Linear(dim, dim)
         self.relative_position_bias_table = nn.Parameter(
             torch.randn((2 * window - 1) ** 2, heads) * 0.02)
@@ -174,20 +178,35 @@ class ShiftedWindowAttention(nn.Module):
         rel = (coords[:, :, None] - coords[:, None, :]).permute(1, 2, 0) + window - 1
         self.register_buffer('relative_position_index',
                              (rel[..., 0] * (2 * window - 1) + rel[..., 1]).flatten())
+        self.scale = (dim // heads) ** -0.5
 
     def forward(self, x):
         n = self.window ** 2
         bias = self.relative_position_bias_table[self.relative_position_index]
         bias = bias.view(n, n, -1).permute(2, 0, 1).contiguous().unsqueeze(0)
-        return shifted_window_attention(x, self.qkv.weight, self.proj.weight, bias,
-                                        self.window, self.num_heads, self.shift,
-                                        qkv_bias=self.qkv.bias, proj_bias=self.proj.bias)
+        if not self.timm:
+            return shifted_window_attention(x, self.qkv.weight, self.proj.weight, bias,
+                                            self.window, self.num_heads, self.shift,
+                                            qkv_bias=self.qkv.bias, proj_bias=self.proj.bias)
+        b, h, w, c = x.shape
+        win, shift = self.window, self.shift
+        x = torch.roll(x, shifts=(-shift, -shift), dims=(1, 2)) if shift else x
+        x = x.view(b, h // win, win, w // win, win, c).permute(0, 1, 3, 2, 4, 5)
+        x = x.reshape(-1, n, c)
+        q, k, v = self.qkv(x).reshape(x.size(0), n, 3, self.num_heads, -1).permute(
+            2, 0, 3, 1, 4).unbind(0)
+        attn = ((q * self.scale) @ k.transpose(-2, -1) + bias).softmax(-1)
+        x = self.proj((attn @ v).transpose(1, 2).reshape(x.size(0), n, -1))
+        x = x.view(b, h // win, w // win, win, win, c).permute(0, 1, 3, 2, 4, 5)
+        x = x.reshape(b, h, w, c)
+        return torch.roll(x, shifts=(shift, shift), dims=(1, 2)) if shift else x
 
 
 class SwinBlock(nn.Module):
-    def __init__(self, dim: int, heads: int, shift: int):
+    def __init__(self, dim: int, heads: int, shift: int, timm: bool = False):
         super().__init__()
-        self.norm1, self.attn = nn.LayerNorm(dim), ShiftedWindowAttention(dim, heads, shift=shift)
+        self.norm1 = nn.LayerNorm(dim)
+        self.attn = ShiftedWindowAttention(dim, heads, shift=shift, timm=timm)
         self.norm2 = nn.LayerNorm(dim)
         self.mlp = nn.Sequential(nn.Linear(dim, 2 * dim), nn.GELU(), nn.Linear(2 * dim, dim))
 
@@ -210,14 +229,15 @@ class PatchMerging(nn.Module):
 
 
 class TinySwin(nn.Module):
-    """Patch embedding, two shifted-window blocks, patch merging, one more block."""
+    """Patch embedding, two shifted-window blocks, patch merging, one more block;
+    torchvision's attention, or timm's with ``timm=True``."""
 
-    def __init__(self):
+    def __init__(self, timm: bool = False):
         super().__init__()
         self.patch = nn.Conv2d(3, 16, 2, 2)
-        self.stage1 = nn.Sequential(SwinBlock(16, 2, 0), SwinBlock(16, 2, 1))
+        self.stage1 = nn.Sequential(SwinBlock(16, 2, 0, timm), SwinBlock(16, 2, 1, timm))
         self.merge = PatchMerging(16)
-        self.stage2 = SwinBlock(32, 4, 0)
+        self.stage2 = SwinBlock(32, 4, 0, timm)
         self.norm, self.head = nn.LayerNorm(32), nn.Linear(32, 5)
 
     def forward(self, x):

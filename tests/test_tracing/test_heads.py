@@ -80,6 +80,17 @@ def test_swin_patterns_prune_their_mlps_and_explain_the_windowed_attention():
     assert [b.mlp[0].out_features for b in (*slim.stage1, slim.stage2)] == [16, 16, 32]
 
 
+def test_timm_window_attention_loses_whole_heads_with_its_bias_table_columns():
+    model = TinySwin(timm=True).eval()
+    x = torch.randn(2, 3, 8, 8)
+    assert Traced(model, x).group_of('stage1.0.attn.qkv').prunable
+    _, slim = _prune_half(model, x)  # masked == slim checked there
+    attns = [b.attn for b in (*slim.stage1, slim.stage2)]
+    assert [a.num_heads for a in attns] == [1, 1, 2]
+    assert [a.qkv.out_features for a in attns] == [24, 24, 48]
+    assert [a.relative_position_bias_table.shape[1] for a in attns] == [1, 1, 2]
+
+
 GQA_CASES = {
     'repeat_kv': dict(),
     'repeat_kv counted heads': dict(counted_heads=True),

@@ -162,6 +162,22 @@ def test_slice_select_unbind():
     assert [r.op for r in unbind_channels.reasons('a')] == ['UnbindBackward0']
 
 
+def test_index_keeps_the_channels_of_dims_it_does_not_index():
+    rows = torch.tensor([[0, 1], [2, 3]])
+    # a (H, W, C) view indexed on H: C keeps its slots, after the index's two dims
+    kept = Traced(Net(lambda m, a, b: a[0].permute(1, 2, 0)[rows].mean((0, 1, 2)),
+                      head_in=8), X)
+    assert (kept.classes('head', 'in') == kept.classes('a')).all()
+    assert kept.group_of('a').prunable
+    indexed = Traced(Net(lambda m, a, b: a[:, torch.tensor([0, 2])].mean()), X)
+    assert [r.op for r in indexed.reasons('a')] == ['IndexBackward0']
+    # index tensors on H and W, apart, around C: everything freezes, C too
+    apart = Traced(Net(lambda m, a, b: a[0].permute(1, 0, 2)[torch.tensor([0, 1]), :,
+                                                             torch.tensor([1, 2])].mean()), X)
+    assert [(r.op, r.message) for r in apart.reasons('a')] == [
+        ('IndexBackward0', 'indexes with tensors on dims apart')]
+
+
 def test_squeeze_unsqueeze():
     traced = Traced(Net(lambda m, a, b: a.mean((2, 3), keepdim=True).squeeze(3).squeeze(2)
                         .unsqueeze(0).squeeze(0), head_in=8), X)
