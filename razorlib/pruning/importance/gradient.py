@@ -54,8 +54,7 @@ class TaylorImportance(Importance):
         self.layerwise = layerwise
 
     def __repr__(self) -> str:
-        return (f'TaylorImportance(reduction={self.reduction!r}, normalize={self.normalize!r}, '
-                f'roles={self.roles!r}, layerwise={self.layerwise!r})')
+        return f'{super().__repr__()[:-1]}, layerwise={self.layerwise!r})'
 
     def use_scores(self, ctx: ImportanceContext) -> Iterator[Tuple[ChannelUse, np.ndarray]]:
         points = points_of(ctx, self.uses(ctx))
