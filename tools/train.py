@@ -17,7 +17,7 @@ from contextlib import nullcontext
 from typing import Optional, Sequence
 
 # Only what the arguments need is imported here (no torch), so that --help is instant.
-from mmengine.config import DictAction
+from mmengine.config import Config, DictAction
 from mmengine.logging import print_log
 
 
@@ -78,7 +78,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return run_training(cfg, args, checkpoint, path)
 
 
-def run_training(cfg, args: argparse.Namespace, checkpoint: Optional[dict],
+def run_training(cfg: Config, args: argparse.Namespace, checkpoint: Optional[dict],
                  path: Optional[str]) -> int:
     """Build the Runner, check a resumed checkpoint fits its model, train; the exit code."""
     from mmengine.runner import Runner
