@@ -13,3 +13,13 @@ def mmpretrain_or_skip() -> None:
         pytest.skip(f'mmpretrain does not import here ({type(err).__name__}: {err}); '
                     'docs/mm_projects.md says how to install it, with a torchvision that '
                     'loads against this torch')
+
+
+def torchvision_or_skip():
+    """torchvision, or a skip where it does not import (its compiled ops do not load
+    against the CPU torch here: a RuntimeError, not an ImportError)."""
+    try:
+        import torchvision
+    except Exception as err:  # ImportError, or the RuntimeError of its compiled ops
+        pytest.skip(f'torchvision does not import here ({type(err).__name__}: {err})')
+    return torchvision

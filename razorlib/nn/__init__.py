@@ -2,7 +2,8 @@
 
 Some torch modules compute in ways whose widths cannot change while they stay what they
 are: ``nn.MultiheadAttention`` splits one packed projection into heads inside
-``F.multi_head_attention_forward``.  The modules here compute the same thing in a form
+``F.multi_head_attention_forward``, torchvision's Swin attention runs ``F.linear`` on its
+projections' weights.  The modules here compute the same thing in a form
 razorlib's tracer follows and its slicing can narrow, and each comes with a function
 that converts a model in place, keeping its weights.
 
@@ -14,5 +15,7 @@ Example:
     'SeparateProjectionAttention'
 """
 from .multihead import SeparateProjectionAttention, split_multihead_attention
+from .window import WindowAttention, convert_window_attention
 
-__all__ = ['SeparateProjectionAttention', 'split_multihead_attention']
+__all__ = ['SeparateProjectionAttention', 'split_multihead_attention', 'WindowAttention',
+           'convert_window_attention']

@@ -25,6 +25,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .replace import replace_children
+
 __all__ = ['SeparateProjectionAttention', 'split_multihead_attention']
 
 
@@ -266,33 +268,16 @@ def split_multihead_attention(model: nn.Module) -> nn.Module:
     if isinstance(model, nn.MultiheadAttention):
         raise ValueError('the model itself is an nn.MultiheadAttention: convert it with '
                          'SeparateProjectionAttention.from_multihead(model)')
-    found = _multihead_children(model)
-    for name, _, _, mha in found:
+    def check(name: str, mha: nn.MultiheadAttention) -> None:
         problem = _unsupported(mha)
         if problem is not None:
             raise ValueError(f'{name} is an nn.MultiheadAttention with {problem}, which '
                              'split_multihead_attention cannot convert (the model is unchanged)')
-    converted = {}
-    for _, _, _, mha in found:
-        if id(mha) not in converted:
-            converted[id(mha)] = SeparateProjectionAttention.from_multihead(mha)
-    for _, parent, attr, mha in found:
-        setattr(parent, attr, converted[id(mha)])
+
+    replace_children(model, lambda m: isinstance(m, nn.MultiheadAttention), check,
+                     SeparateProjectionAttention.from_multihead)
     _leave_nested_fast_path(model)
     return model
-
-
-def _multihead_children(
-        model: nn.Module) -> List[Tuple[str, nn.Module, str, nn.MultiheadAttention]]:
-    """``(qualified name, parent, attribute, module)`` of every ``nn.MultiheadAttention``
-    under ``model``, once per place it sits."""
-    found = []
-    for parent_name, parent in model.named_modules(remove_duplicate=False):
-        for attr, child in parent._modules.items():
-            if isinstance(child, nn.MultiheadAttention):
-                found.append((f'{parent_name}.{attr}' if parent_name else attr, parent,
-                              attr, child))
-    return found
 
 
 def _leave_nested_fast_path(model: nn.Module) -> None:

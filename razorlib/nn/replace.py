@@ -1,0 +1,58 @@
+"""Find the modules a conversion replaces, once per place they sit in a model, and
+replace them all or none."""
+from typing import Callable, List, Tuple
+
+import torch.nn as nn
+
+__all__ = ['children_matching', 'replace_children']
+
+
+def children_matching(model: nn.Module, matches: Callable[[nn.Module], bool]
+                      ) -> List[Tuple[str, nn.Module, str, nn.Module]]:
+    """``(qualified name, parent, attribute, module)`` of every module under ``model`` for
+    which ``matches`` is true, once per place it sits (a shared module appears under each
+    parent, so a conversion can replace it everywhere by one new module).
+
+    Example:
+        >>> model = nn.Sequential(nn.Linear(2, 2), nn.Sequential(nn.ReLU(), nn.Linear(2, 2)))
+        >>> [name for name, *_ in children_matching(model, lambda m: isinstance(m, nn.Linear))]
+        ['0', '1.1']
+    """
+    found = []
+    for parent_name, parent in model.named_modules(remove_duplicate=False):
+        for attr, child in parent._modules.items():
+            if child is not None and matches(child):
+                found.append((f'{parent_name}.{attr}' if parent_name else attr, parent,
+                              attr, child))
+    return found
+
+
+def replace_children(model: nn.Module, matches: Callable[[nn.Module], bool],
+                     check: Callable[[str, nn.Module], None],
+                     convert: Callable[[nn.Module], nn.Module]) -> nn.Module:
+    """Replace every module under ``model`` that ``matches`` by ``convert(module)``, in
+    place; returns ``model``.  ``check(name, module)`` runs on every one first and raises
+    to refuse it, so an error leaves ``model`` unchanged.  A module shared by several
+    parents is converted once and stays shared.
+
+    Example:
+        >>> model = nn.Sequential(nn.ReLU(), nn.Sequential(nn.ReLU()))
+        >>> replace_children(model, lambda m: isinstance(m, nn.ReLU), lambda n, m: None,
+        ...                  lambda m: nn.GELU())
+        Sequential(
+          (0): GELU(approximate='none')
+          (1): Sequential(
+            (0): GELU(approximate='none')
+          )
+        )
+    """
+    found = children_matching(model, matches)
+    for name, _, _, module in found:
+        check(name, module)
+    converted = {}
+    for _, _, _, module in found:
+        if id(module) not in converted:
+            converted[id(module)] = convert(module)
+    for _, parent, attr, module in found:
+        setattr(parent, attr, converted[id(module)])
+    return model
