@@ -300,5 +300,15 @@ def _freeze_uncalled_layers(ctx: TraceContext, calls: Dict[str, int]) -> None:
         if use.role != 'param' and use.name not in calls:
             ctx.slots.freeze(use.slots, FrozenReason(
                 'mixing', use.name, f'{use.name}\'s weight is used outside its forward '
-                '(e.g. F.linear on it), where its channel masks cannot apply',
-                upstream=(use.name, )))
+                '(e.g. F.linear on it), where its channel masks cannot apply'
+                + _conversion_hint(ctx, use.name), upstream=(use.name, )))
+
+
+def _conversion_hint(ctx: TraceContext, name: str) -> str:
+    """Where razorlib.nn converts the module that runs ``name``'s weight (torchvision's
+    Swin attention) into one whose layers are called: how to, else ``''``."""
+    parent = ctx.modules.get(name.rpartition('.')[0])
+    if type(parent).__name__ in ('ShiftedWindowAttention', 'ShiftedWindowAttentionV2'):
+        return ('; torchvision\'s Swin attention: convert the model first with '
+                'razorlib.nn.convert_window_attention(model)')
+    return ''
