@@ -88,7 +88,7 @@ class WindowAttention(nn.Module):
     @classmethod
     def from_torchvision(cls, source: nn.Module) -> 'WindowAttention':
         """The same attention as torchvision's ``source``, its parameters and buffers
-        copied (the module itself is left as it is).
+        copied, on their device and in their dtype (the module itself is left as it is).
 
         Raises:
             ValueError: ``source`` is not laid out as torchvision's (see
@@ -103,7 +103,8 @@ class WindowAttention(nn.Module):
                    proj_bias=source.proj.bias is not None,
                    attention_dropout=source.attention_dropout, dropout=source.dropout, v2=v2,
                    pretrained_window_size=getattr(source, 'pretrained_window_size', (0, 0)))
-        attn.load_state_dict(source.state_dict())
+        weight = source.qkv.weight
+        attn.to(device=weight.device, dtype=weight.dtype).load_state_dict(source.state_dict())
         if v2 and attn.qkv.bias is not None:
             with torch.no_grad():
                 attn.qkv.bias.view(3, -1)[1].zero_()

@@ -152,6 +152,14 @@ def test_computes_what_the_torchvision_module_does(kind, shift, size):
 
 
 @pytest.mark.parametrize('kind', sorted(KINDS))
+def test_the_copy_keeps_the_sources_dtype(kind):
+    source = KINDS[kind](16, [2, 3], [1, 1], 4).double()
+    attn = WindowAttention.from_torchvision(source)
+    assert {p.dtype for p in attn.parameters()} == {torch.float64}
+    assert attn(torch.randn(1, 5, 7, 16, dtype=torch.float64)).dtype == torch.float64
+
+
+@pytest.mark.parametrize('kind', sorted(KINDS))
 def test_converted_swin_loses_whole_heads(kind):
     torch.manual_seed(0)
     model = TinySwin(kind).eval()
