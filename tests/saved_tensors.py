@@ -1,7 +1,10 @@
 """Measure what the autograd graph saves for the backward: shared by the importance tests."""
+import copy
 from contextlib import contextmanager
 
 import torch
+
+from razorlib.pruning import ImportancePruner
 
 
 @contextmanager
@@ -25,3 +28,14 @@ def saved_bytes(model):
     finally:
         for handle in handles:
             handle.remove()
+
+
+def layerwise_scores(cfg, model, inputs, data, loss_fn, layerwise):
+    """(scores, saved bytes, scored copy) of criterion ``cfg`` with ``layerwise`` on a
+    copy of ``model``."""
+    model = copy.deepcopy(model)
+    pruner = ImportancePruner(importance=dict(cfg, layerwise=layerwise))
+    pruner.prepare_from_supernet(model, inputs)
+    with saved_bytes(model) as total:
+        scores = pruner.score(data, loss_fn)
+    return scores, total[0], model

@@ -132,12 +132,15 @@ class StructurePruner(metaclass=ABCMeta):
                 module = modules[use.name]
                 add_masks(module, self.kinds.kind_of(module), graph.out_dims[use.name])
                 self._masked[use.name] = module
-        self._subnet = {gid: np.ones(g.num_channels, dtype=bool)
-                        for gid, g in groups.prunable.items()}
+        self._reset_subnet()
         if self.heads == 'width':
             self._freeze_inexact_groups(example_inputs)
-            self._subnet = {gid: np.ones(g.num_channels, dtype=bool)
-                            for gid, g in groups.prunable.items()}
+            self._reset_subnet()  # the groups it froze leave the subnet
+
+    def _reset_subnet(self) -> None:
+        """Every prunable group whole."""
+        self._subnet = {gid: np.ones(g.num_channels, dtype=bool)
+                        for gid, g in self.groups.prunable.items()}
 
     def _freeze_inexact_groups(self, example_inputs: Any) -> Dict[str, str]:
         """Freeze the prunable groups whose slim model computes something else than the

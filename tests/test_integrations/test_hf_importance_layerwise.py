@@ -7,10 +7,9 @@ import numpy as np
 import pytest
 import torch
 from hf_builders import build, token_inputs
-from saved_tensors import saved_bytes
+from saved_tensors import layerwise_scores
 
 import razorlib
-from razorlib.pruning import ImportancePruner
 
 CRITERIA = [dict(type='taylor'), dict(type='fisher', normalize_by=None)]
 LOSSES = {'logits': (lambda out, targets: out.logits.float().pow(2).mean(), False),
@@ -25,23 +24,13 @@ def llama_and_batches(labels: bool):
                            for b in batches]
 
 
-def score(cfg, model, inputs, data, loss_fn, layerwise):
-    """(scores, saved bytes, model) of ``cfg`` with ``layerwise`` on a copy of ``model``."""
-    model = copy.deepcopy(model)
-    pruner = ImportancePruner(importance=dict(cfg, layerwise=layerwise))
-    pruner.prepare_from_supernet(model, inputs)
-    with saved_bytes(model) as total:
-        scores = pruner.score(data, loss_fn)
-    return scores, total[0], model
-
-
 @pytest.mark.parametrize('loss', sorted(LOSSES))
 @pytest.mark.parametrize('cfg', CRITERIA, ids=lambda cfg: cfg['type'])
 def test_llama_layerwise_scores_as_the_whole_forward_holding_a_fraction(cfg, loss):
     loss_fn, labels = LOSSES[loss]
     model, inputs, data = llama_and_batches(labels)
-    whole, held, _ = score(cfg, model, inputs, data, loss_fn, False)
-    layerwise, held_layerwise, scored = score(cfg, model, inputs, data, loss_fn, True)
+    whole, held, _ = layerwise_scores(cfg, model, inputs, data, loss_fn, False)
+    layerwise, held_layerwise, scored = layerwise_scores(cfg, model, inputs, data, loss_fn, True)
     assert whole.keys() == layerwise.keys() and len(whole) == 9  # 4 x (heads, MLP), residual
     for gid in whole:
         np.testing.assert_allclose(layerwise[gid], whole[gid], rtol=1e-5)

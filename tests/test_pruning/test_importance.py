@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn as nn
 from doctest_helpers import assert_examples_pass, modules_of
-from saved_tensors import saved_bytes
+from saved_tensors import layerwise_scores
 
 import razorlib.pruning.importance
 from razorlib.pruning import ImportancePruner, L1NormPruner
@@ -347,21 +347,11 @@ def mse(outputs, targets):
 GRADIENT_CRITERIA = [dict(type='taylor'), dict(type='fisher', normalize_by=None)]
 
 
-def layerwise_scores(cfg, model, data, loss_fn, inputs, layerwise):
-    """(scores, saved bytes) of ``cfg`` with ``layerwise`` on a copy of ``model``."""
-    model = copy.deepcopy(model)
-    pruner = ImportancePruner(importance=dict(cfg, layerwise=layerwise))
-    pruner.prepare_from_supernet(model, inputs)
-    with saved_bytes(model) as total:
-        scores = pruner.score(data, loss_fn)
-    return scores, total[0]
-
-
 @pytest.mark.parametrize('cfg', GRADIENT_CRITERIA)
 def test_layerwise_scores_as_without_checkpointing_holding_a_fraction_of_the_forward(cfg):
     model, data = blocks_and_data()
-    whole, held = layerwise_scores(cfg, model, data, mse, data[0][0], False)
-    layerwise, held_layerwise = layerwise_scores(cfg, model, data, mse, data[0][0], True)
+    whole, held, _ = layerwise_scores(cfg, model, data[0][0], data, mse, False)
+    layerwise, held_layerwise, _ = layerwise_scores(cfg, model, data[0][0], data, mse, True)
     assert whole.keys() == layerwise.keys() and len(whole) == 5  # 4 blocks' MLPs, residual
     for gid in whole:
         np.testing.assert_allclose(layerwise[gid], whole[gid], rtol=1e-5)
