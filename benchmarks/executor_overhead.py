@@ -11,6 +11,10 @@ is the interpreter alone: the executor with every kernel replaced by a lookup of
 recorded outputs (gathering inputs, checking hooks, freeing intermediates).
 
     python benchmarks/executor_overhead.py [--repeat 10] [--batch 8] [--size 224]
+                                           [--device cpu|cuda]
+
+With ``--device cuda`` the model, the input and the executor's kernels are on the GPU
+and each timed run ends with ``torch.cuda.synchronize()``.
 """
 import argparse
 import platform
@@ -56,20 +60,23 @@ def randomize_norms(model: torch.nn.Module) -> torch.nn.Module:
     return model
 
 
-def timed(function: Callable[[], object]) -> float:
+def timed(function: Callable[[], object], device: str) -> float:
     start = time.perf_counter()
     function()
+    if device == 'cuda':
+        torch.cuda.synchronize()
     return time.perf_counter() - start
 
 
-def measure(name: str, batch: int, size: int, repeat: int) -> str:
+def measure(name: str, batch: int, size: int, repeat: int, device: str) -> str:
     torch.manual_seed(0)
     model = randomize_norms(MODELS[name]()).eval()
     x = torch.randn(batch, 3, size, size)
     start = time.perf_counter()
     graph = from_torch(model, x)
     export_s = time.perf_counter() - start
-    executor = TorchExecutor(graph)
+    model, x = model.to(device), x.to(device)
+    executor = TorchExecutor(graph, device)
     loop = LoopOnly(executor, x)
     with torch.no_grad():
         expected = model(x)
@@ -81,7 +88,7 @@ def measure(name: str, batch: int, size: int, repeat: int) -> str:
         times = {key: [] for key in runs}
         for _ in range(repeat):
             for key, run in runs.items():
-                times[key].append(timed(run))
+                times[key].append(timed(run, device))
     eager, ours, loop_s = (statistics.median(times[key]) for key in runs)
     best = min(times['executor']) / min(times['eager'])
     return (f'{name:<12}{len(graph.operations):>5}{export_s:>9.1f}{1000 * eager:>10.1f}'
@@ -94,9 +101,11 @@ def main() -> None:
     parser.add_argument('--repeat', type=int, default=10)
     parser.add_argument('--batch', type=int, default=8)
     parser.add_argument('--size', type=int, default=224)
+    parser.add_argument('--device', default='cpu', choices=['cpu', 'cuda'])
     args = parser.parse_args()
-    print(f'machine: {platform.processor() or platform.machine()}, '
-          f'{torch.get_num_threads()} threads, torch {torch.__version__}')
+    where = (torch.cuda.get_device_name() if args.device == 'cuda' else
+             f'{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads')
+    print(f'machine: {where}, torch {torch.__version__}')
     print(f'input {args.batch}x3x{args.size}x{args.size}, median of {args.repeat} '
           'alternating runs\n')
     header = (f"{'model':<12}{'ops':>5}{'export s':>9}{'eager ms':>10}{'executor ms':>12}"
@@ -104,7 +113,7 @@ def main() -> None:
     print(header)
     print('-' * len(header))
     for name in MODELS:
-        print(measure(name, args.batch, args.size, args.repeat), flush=True)
+        print(measure(name, args.batch, args.size, args.repeat, args.device), flush=True)
 
 
 if __name__ == '__main__':

@@ -2,16 +2,32 @@
 the slim INT8 model through TensorRT.
 
     python benchmarks/gpu_latency.py [--batches 1 32 128] [--iters 50] [--models ...]
+                                     [--round-to 1 8] [--modes eager graph folded compiled]
+                                     [--precisions FP32 FP16 BF16]
 
 For each model (razorlib's ResNet-50 and MobileNetV2 x1.0 at 224x224, random weights:
-latency does not depend on them) and each batch size: the dense model in FP32 and FP16,
-and its slim subnet (``razorlib.prune(model, flops=0.5)``: L1 channel pruning to half the
-FLOPs) in FP16 and BF16, all in channels_last with cuDNN's benchmark mode on, timed with
-CUDA events after a warm-up; then, where TensorRT is installed (``razorlib[tensorrt]``),
-the slim model quantized by ``quantize_torch_model`` (TRT_INT8), exported to QDQ ONNX and
-built into an INT8 engine by ``tools/deploy.py``'s ``Engine``.  Printed per row: latency
-(ms), throughput (images/s), FLOPs, and the latency/FLOPs quotient of the slim model
-against the dense one in the same precision (1.0: the latency falls as the FLOPs do).
+latency does not depend on them) and each batch size: the dense model in FP32, FP16 and
+BF16, and its slim subnets (``razorlib.prune(model, flops=0.5, round_to=n)``: L1 channel
+pruning to half the FLOPs, kept widths multiples of each ``--round-to`` n; 8 suits tensor
+cores) in FP16 and BF16, all in channels_last with cuDNN's benchmark mode on, timed with
+CUDA events after a warm-up, each in three ways:
+
+- ``eager``: ``model(images)`` under ``torch.no_grad()``; at small batches this times
+  Python's kernel launches more than the GPU;
+- ``graph``: the same forward captured once in a CUDA graph and replayed: the GPU's work
+  alone, every BatchNorm and activation still a kernel of its own;
+- ``folded``: the model traced and frozen by TorchScript (``torch.jit.freeze`` folds each
+  BatchNorm into its conv), then captured in a CUDA graph: the form a deployment runs;
+- ``compiled`` (not in the default ``--modes``: minutes of compiling per row):
+  ``torch.compile`` with inductor's freezing (BatchNorm folded, activations and adds fused
+  into Triton kernels), then captured in a CUDA graph.
+
+Then, where TensorRT is installed (``razorlib[tensorrt]``), each slim model quantized by
+``quantize_torch_model`` (TRT_INT8), exported to QDQ ONNX and built into an INT8 engine by
+``tools/deploy.py``'s ``Engine``.  Printed per row: FLOPs, latency (ms) per mode,
+throughput (images/s) of the last mode, and per mode the latency/FLOPs quotient of the
+slim model against the dense one in the same precision (1.0: the latency falls as the
+FLOPs do).  A mode that fails for a row prints its error there and the run goes on.
 Targets (issue 13): the slim FP16 quotient within 1.2 at batch 32 and 128; slim INT8 at
 or below 0.3x the dense FP16 latency at batch 32 where TensorRT runs.
 
@@ -23,7 +39,7 @@ import importlib.util
 import sys
 import tempfile
 from pathlib import Path
-from typing import Callable, Dict, List
+from typing import Callable, Dict, Tuple, Union
 
 import torch
 
@@ -32,6 +48,8 @@ MODELS = {
     'ResNet-50': dict(type='ResNet', depth=50),
     'MobileNetV2': dict(type='MobileNetV2', widen_factor=1.0),
 }
+PRECISIONS = {'FP32': torch.float32, 'FP16': torch.float16, 'BF16': torch.bfloat16}
+MODES = ('eager', 'graph', 'folded', 'compiled')
 
 
 def cuda_time_ms(run: Callable[[], object], iters: int, warmup: int = 10) -> float:
@@ -58,15 +76,39 @@ def flops_of(model: torch.nn.Module) -> float:
     return float(get_model_complexity(model, torch.randn(1, 3, 224, 224)).flops)
 
 
-def torch_runner(model: torch.nn.Module, dtype: torch.dtype, batch: int) -> Callable[[], object]:
+def graphed(run: Callable[[], object]) -> Callable[[], object]:
+    """``run`` captured in a CUDA graph (after warm-up runs on a side stream, which also
+    let cuDNN's benchmark mode and TorchScript's profiling settle); returns its replay."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(5):
+            run()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        run()
+    return graph.replay
+
+
+def torch_runner(model: torch.nn.Module, dtype: torch.dtype, batch: int,
+                 mode: str) -> Callable[[], object]:
+    """``model`` on the GPU in ``dtype`` and channels_last, run as ``mode`` says."""
     net = copy.deepcopy(model).cuda().to(dtype=dtype, memory_format=torch.channels_last)
     images = torch.randn(batch, 3, 224, 224, device='cuda', dtype=dtype).contiguous(
         memory_format=torch.channels_last)
+    if mode == 'folded':
+        with torch.no_grad():
+            net = torch.jit.freeze(torch.jit.trace(net, images))
+    elif mode == 'compiled':
+        import torch._inductor.config as inductor
+        inductor.freezing = True
+        net = torch.compile(net)
 
     def run():
-        with torch.inference_mode():
+        with torch.no_grad():
             return net(images)
-    return run
+    return run if mode == 'eager' else graphed(run)
 
 
 def trt_int8_runner(model: torch.nn.Module, batch: int) -> Callable[[], object]:
@@ -86,11 +128,28 @@ def trt_int8_runner(model: torch.nn.Module, batch: int) -> Callable[[], object]:
     return lambda: engine(x)
 
 
+def measure(run: Callable[[], Callable[[], object]], iters: int) -> Union[float, str]:
+    """Milliseconds of the runner ``run()`` builds, or why it could not be built or run."""
+    try:
+        return cuda_time_ms(run(), iters)
+    except Exception as err:  # one failing mode must not end the whole table
+        return f'{type(err).__name__}: {str(err).splitlines()[0][:80]}'
+
+
+def cell(value: Union[float, str], digits: int = 3) -> str:
+    return f'{value:.{digits}f}' if isinstance(value, float) else f'failed ({value})'
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--batches', type=int, nargs='+', default=[1, 32, 128])
     parser.add_argument('--iters', type=int, default=50)
     parser.add_argument('--models', nargs='+', default=list(MODELS), choices=list(MODELS))
+    parser.add_argument('--round-to', type=int, nargs='+', default=[1, 8],
+                        help='one slim model per value: kept widths multiples of it')
+    parser.add_argument('--modes', nargs='+', default=list(MODES[:3]), choices=MODES)
+    parser.add_argument('--precisions', nargs='+', default=list(PRECISIONS),
+                        choices=list(PRECISIONS), help='FP32 is timed for the dense model only')
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print('benchmarks/gpu_latency.py: no CUDA GPU on this machine; nothing measured')
@@ -100,35 +159,48 @@ def main(argv=None) -> int:
     trt = importlib.util.find_spec('tensorrt') is not None
     print(f'device: {torch.cuda.get_device_name()}, torch {torch.__version__}, '
           f'TensorRT {"present" if trt else "not installed: no INT8 rows"}')
-    print('| model | variant | batch | latency ms | images/s | GFLOPs | quotient vs dense |')
-    print('|---|---|---:|---:|---:|---:|---:|')
+    modes = args.modes
+    print(f'| model | variant | batch | GFLOPs | {" | ".join(f"{m} ms" for m in modes)} | '
+          f'images/s ({modes[-1]}) | {" | ".join(f"quotient {m}" for m in modes)} |')
+    print('|---|---|---:|---:|' + '---:|' * (2 * len(modes) + 1))
     for name in args.models:
         torch.manual_seed(0)
-        dense = build(MODELS[name])
-        slim = razorlib.prune(copy.deepcopy(dense), torch.randn(1, 3, 224, 224), flops=0.5)
-        flops = {'dense': flops_of(dense), 'slim': flops_of(slim)}
+        models = {'dense': build(MODELS[name])}
+        for n in args.round_to:
+            models[f'slim round_to={n}'] = razorlib.prune(
+                copy.deepcopy(models['dense']), torch.randn(1, 3, 224, 224), flops=0.5,
+                round_to=n)
+        flops = {key: flops_of(model) for key, model in models.items()}
         for batch in args.batches:
-            times: Dict[str, float] = {}
-            variants: List = [('dense', 'FP32', torch.float32), ('dense', 'FP16', torch.float16),
-                              ('slim', 'FP16', torch.float16), ('slim', 'BF16', torch.bfloat16),
-                              ('dense', 'BF16', torch.bfloat16)]
-            for which, label, dtype in variants:
-                model = dense if which == 'dense' else slim
-                times[f'{which} {label}'] = cuda_time_ms(torch_runner(model, dtype, batch),
-                                                         args.iters)
-            if trt:
-                times['slim INT8 (TensorRT)'] = cuda_time_ms(trt_int8_runner(slim, batch),
-                                                             args.iters)
-            for key, ms in times.items():
-                which, precision = key.split(' ', 1)
-                dense_key = f'dense {precision}'
-                quotient = ''
-                if which == 'slim' and dense_key in times:
-                    quotient = (f'{(ms / times[dense_key]) / (flops["slim"] / flops["dense"]):.2f}')
-                elif which == 'slim':
-                    quotient = f'{ms / times["dense FP16"]:.2f}x dense FP16'
-                print(f'| {name} | {key} | {batch} | {ms:.3f} | {batch * 1000 / ms:.0f} | '
-                      f'{flops[which] / 1e9:.2f} | {quotient} |', flush=True)
+            times: Dict[Tuple[str, str], Dict[str, Union[float, str]]] = {}
+            for key, model in models.items():
+                for label in args.precisions:
+                    dtype = PRECISIONS[label]
+                    if key == 'dense' or label != 'FP32':
+                        times[key, label] = {mode: measure(
+                            lambda: torch_runner(model, dtype, batch, mode), args.iters)
+                            for mode in modes}
+            for (key, label), row in times.items():
+                dense = times.get(('dense', label), {})
+                quotients = []
+                for mode in modes:
+                    both = isinstance(row[mode], float) and isinstance(dense.get(mode), float)
+                    quotients.append(
+                        f'{(row[mode] / dense[mode]) / (flops[key] / flops["dense"]):.2f}'
+                        if key != 'dense' and both else '')
+                last = row[modes[-1]]
+                rate = f'{batch * 1000 / last:.0f}' if isinstance(last, float) else ''
+                print(f'| {name} | {key} {label} | {batch} | {flops[key] / 1e9:.2f} | '
+                      f'{" | ".join(cell(row[m]) for m in modes)} | {rate} | '
+                      f'{" | ".join(quotients)} |', flush=True)
+            for key, model in models.items():
+                if trt and key != 'dense':
+                    ms = measure(lambda: trt_int8_runner(model, batch), args.iters)
+                    base = times['dense', 'FP16'][modes[-1]]
+                    versus = (f'{ms / base:.2f}x dense FP16 {modes[-1]}'
+                              if isinstance(ms, float) and isinstance(base, float) else '')
+                    print(f'| {name} | {key} INT8 (TensorRT engine) | {batch} | '
+                          f'{flops[key] / 1e9:.2f} | {cell(ms)} | {versus} |', flush=True)
     return 0
 
 

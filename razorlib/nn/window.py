@@ -72,7 +72,7 @@ class WindowAttention(nn.Module):
         h, w = self.window_size
         self.register_buffer('relative_position_index', _relative_index(h, w))
         if v2:
-            self.v2_logit_scale = nn.Parameter(torch.full((num_heads, 1, 1), math.log(10.0)))
+            self.logit_scale = nn.Parameter(torch.full((num_heads, 1, 1), math.log(10.0)))
             self.cpb_mlp = nn.Sequential(nn.Linear(2, 512), nn.ReLU(inplace=True),
                                          nn.Linear(512, num_heads, bias=False))
             self.register_buffer('relative_coords_table',
@@ -135,7 +135,7 @@ class WindowAttention(nn.Module):
             2, 0, 3, 1, 4).unbind(0)
         if self.v2:
             attn = F.normalize(q, dim=-1) @ F.normalize(k, dim=-1).transpose(-2, -1)
-            attn = attn * torch.clamp(self.v2_logit_scale, max=math.log(100.0)).exp()
+            attn = attn * torch.clamp(self.logit_scale, max=math.log(100.0)).exp()
         else:
             attn = (q * q.shape[-1] ** -0.5) @ k.transpose(-2, -1)
         attn = attn + self.relative_position_bias()

@@ -6,11 +6,12 @@ import torch
 import torch.nn as nn
 from doctest_helpers import assert_examples_pass, modules_of
 from masked_vs_slim import sample_and_deploy
+from optional_deps import torchvision_or_skip
 
 import razorlib
 import razorlib.nn
 from razorlib.nn import SeparateProjectionAttention, split_multihead_attention
-from razorlib.pruning import L1NormPruner
+from razorlib.pruning import L1NormPruner, slim_model
 from razorlib.tracing import build_groups, trace
 
 DIM, HEADS, BATCH, L, S = 16, 4, 2, 5, 7
@@ -266,6 +267,34 @@ def test_unconverted_vit_says_how_to_prune_its_heads():
                for r in g.frozen_reasons]
     assert any('layers.0.self_attention is an nn.MultiheadAttention' in r and
                'razorlib.nn.split_multihead_attention(model)' in r for r in reasons)
+
+
+def test_torchvision_vit_b_16_converts_prunes_and_reloads():
+    """torchvision's own ViT-B/16 (where torchvision imports): converted with the same
+    outputs, half of each block's heads and MLP channels removed, masked == slim, and
+    the channel config with the slim state dict restores a fresh converted model."""
+    torchvision = torchvision_or_skip()
+    torch.manual_seed(0)
+    model = torchvision.models.vit_b_16(num_classes=10).eval()
+    nn.init.normal_(model.heads.head.weight, std=0.02)  # torchvision zeroes it: outputs 0
+    x = torch.randn(1, 3, 224, 224)
+    with torch.no_grad():
+        dense = model(x)
+        split_multihead_attention(model)
+        torch.testing.assert_close(model(x), dense, rtol=1e-4, atol=1e-4)
+    pruner = L1NormPruner(ratio=0.5)
+    pruner.prepare_from_supernet(model, x)
+    values = [n for n in pruner.groups.prunable if n.endswith('self_attention.v_proj')]
+    assert len(values) == 12
+    slim = sample_and_deploy(pruner, model, x)
+    blocks = list(slim.encoder.layers)
+    assert all(b.self_attention.num_heads < 12 for b in blocks)
+    assert all(b.mlp[0].out_features < 3072 for b in blocks)
+    fresh = slim_model(split_multihead_attention(torchvision.models.vit_b_16(num_classes=10)),
+                       pruner.export_subnet())
+    fresh.load_state_dict(slim.state_dict())
+    with torch.no_grad():
+        torch.testing.assert_close(fresh.eval()(x), slim(x))
 
 
 @pytest.mark.parametrize('name', modules_of(razorlib.nn))

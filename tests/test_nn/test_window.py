@@ -17,7 +17,7 @@ from optional_deps import torchvision_or_skip
 
 import razorlib
 from razorlib.nn import WindowAttention, convert_window_attention
-from razorlib.pruning import L1NormPruner
+from razorlib.pruning import L1NormPruner, slim_model
 
 
 def offsets(h: int, w: int) -> torch.Tensor:
@@ -85,7 +85,7 @@ class ShiftedWindowAttentionV2(ShiftedWindowAttention):
     def __init__(self, dim, window_size, shift_size, num_heads):
         super().__init__(dim, window_size, shift_size, num_heads)
         del self.relative_position_bias_table
-        self.v2_logit_scale = nn.Parameter(torch.rand(num_heads, 1, 1) + 1.5)
+        self.logit_scale = nn.Parameter(torch.rand(num_heads, 1, 1) + 1.5)
         self.cpb_mlp = nn.Sequential(nn.Linear(2, 512), nn.ReLU(inplace=True),
                                      nn.Linear(512, num_heads, bias=False))
         h, w = window_size
@@ -104,7 +104,7 @@ class ShiftedWindowAttentionV2(ShiftedWindowAttention):
         c = q.shape[-1] * self.num_heads
         k = k - self.qkv.bias[c:2 * c].view(self.num_heads, 1, -1)  # the key bias, ignored
         cos = F.normalize(q, dim=-1) @ F.normalize(k, dim=-1).transpose(-2, -1)
-        return cos * self.v2_logit_scale.clamp(max=math.log(100.0)).exp()
+        return cos * self.logit_scale.clamp(max=math.log(100.0)).exp()
 
 
 KINDS = {'v1': ShiftedWindowAttention, 'v2': ShiftedWindowAttentionV2}
@@ -177,7 +177,7 @@ def test_converted_swin_loses_whole_heads(kind):
         if kind == 'v1':
             assert attn.relative_position_bias_table.shape[1] == heads
         else:
-            assert attn.cpb_mlp[2].out_features == attn.v2_logit_scale.shape[0] == heads
+            assert attn.cpb_mlp[2].out_features == attn.logit_scale.shape[0] == heads
 
 
 def test_razorlib_prune_halves_the_heads():
@@ -199,20 +199,31 @@ def test_a_module_of_another_layout_is_refused_and_nothing_converted():
     assert type(model.blocks[0].attn) is ShiftedWindowAttention
 
 
-@pytest.mark.parametrize('name', ['swin_t', 'swin_v2_t'])
-def test_torchvision_swin_converts_and_prunes(name):
+@pytest.mark.parametrize('name', ['swin_t', 'swin_s', 'swin_b',
+                                  'swin_v2_t', 'swin_v2_s', 'swin_v2_b'])
+def test_torchvision_swin_converts_prunes_and_reloads(name):
+    """torchvision's six Swin models: converted with the same outputs, half of each
+    attention's heads removed (masked == slim, counted exactly), and the channel config
+    with the slim state dict restores a freshly built, converted model."""
     torchvision = torchvision_or_skip()
     torch.manual_seed(0)
-    model = getattr(torchvision.models, name)(num_classes=10).eval()
+    build = getattr(torchvision.models, name)
+    model = build(num_classes=10).eval()
     x = torch.randn(1, 3, 96, 96)
     with torch.no_grad():
         dense = model(x)
         convert_window_attention(model)
         torch.testing.assert_close(model(x), dense, rtol=1e-4, atol=1e-4)
     heads = [m.num_heads for m in model.modules() if isinstance(m, WindowAttention)]
-    assert heads == [3] * 2 + [6] * 2 + [12] * 6 + [24] * 2
+    depths = {'t': [2, 2, 6, 2], 's': [2, 2, 18, 2], 'b': [2, 2, 18, 2]}[name[-1]]
+    width = 4 if name[-1] == 'b' else 3
+    assert heads == [h for stage, d in enumerate(depths) for h in [width << stage] * d]
     pruner = L1NormPruner(ratio=0.5)
     pruner.prepare_from_supernet(model, x)
     slim = sample_and_deploy(pruner, model, x)  # masked == slim, parameters counted
     kept = [m.num_heads for m in slim.modules() if isinstance(m, WindowAttention)]
     assert all(k < h for k, h in zip(kept, heads)), kept
+    fresh = slim_model(convert_window_attention(build(num_classes=10)), pruner.export_subnet())
+    fresh.load_state_dict(slim.state_dict())
+    with torch.no_grad():
+        torch.testing.assert_close(fresh.eval()(x), slim(x))
