@@ -14,7 +14,9 @@ TRT_INT8 (symmetric int8, per-channel weights, ``mse`` activations) by razorlib
   the calibration batches (``+ mixed``: how many layers stay in floating point);
 - by QAT: the ``baseline`` graph trained ``--qat-epochs`` epochs with LSQ
   (:class:`~razorlib.quantization.LSQGraph`, Adam, the training images with
-  ``ptq_vs_ort.train``'s one-pixel shifts);
+  ``ptq_vs_ort.train``'s one-pixel shifts) on the labels (``QAT``), and the same with the
+  FP32 model's logits as targets (``QAT+KD``: distillation at ``--qat-kd-temperature``,
+  plus ``--qat-kd-label-weight`` times the labels' cross-entropy);
 
 and by onnxruntime's ``quantize_static`` with each calibration method (its best is the
 reference).  Every INT8 model is exported to QDQ ONNX and run by onnxruntime on the 360
@@ -40,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import ptq_vs_ort as base  # noqa: E402  (the models, data and onnxruntime side)
 
 import razorlib  # noqa: E402
+from razorlib.algorithms.distill import kd_loss  # noqa: E402
 from razorlib.ir import from_torch, to_onnx  # noqa: E402
 from razorlib.models import ImageClassifier  # noqa: E402
 from razorlib.quantization import (LSQGraph, MixedPrecision, export_graph,  # noqa: E402
@@ -61,9 +64,24 @@ def run_exported(graph, folder: Path, name: str, val: torch.Tensor) -> torch.Ten
     return base.in_batches(base.onnxruntime_runner(path), val)
 
 
-def train_qat(graph, images, labels, epochs: int, lr: float) -> LSQGraph:
+def qat_loss(logits, batch, labels, teacher, temperature: float,
+             label_weight: float) -> torch.Tensor:
+    """The labels' cross-entropy without ``teacher``; with it the distillation loss to
+    its logits plus ``label_weight`` times the cross-entropy (the QAT algorithm's
+    ``distill``)."""
+    if teacher is None:
+        return F.cross_entropy(logits, labels)
+    with torch.no_grad():
+        target = teacher(batch)
+    loss = kd_loss(logits, target, temperature)
+    return loss + label_weight * F.cross_entropy(logits, labels) if label_weight else loss
+
+
+def train_qat(graph, images, labels, epochs: int, lr: float, teacher=None,
+              temperature: float = 1.0, label_weight: float = 0.0) -> LSQGraph:
     """LSQ fine-tuning of a calibrated graph: Adam (the log-scales at 100 times ``lr``),
-    batches of 64, one-pixel shifts."""
+    batches of 64, one-pixel shifts; on the labels, or distilling ``teacher`` (the FP32
+    model, in eval mode) as :func:`qat_loss` says."""
     lsq = LSQGraph(graph)
     optimizer = torch.optim.Adam([dict(params=lsq.weights.parameters(), lr=lr),
                                   dict(params=lsq.scales.parameters(), lr=100 * lr)])
@@ -73,7 +91,8 @@ def train_qat(graph, images, labels, epochs: int, lr: float) -> LSQGraph:
                 continue
             shifts = tuple(torch.randint(-1, 2, (2, )).tolist())
             batch = torch.roll(images[index], shifts, dims=(2, 3))
-            loss = F.cross_entropy(lsq(batch), labels[index])
+            loss = qat_loss(lsq(batch), batch, labels[index], teacher, temperature,
+                            label_weight)
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
@@ -109,15 +128,19 @@ def compare(model, calibration, val, val_labels, images, labels, args) -> Dict[s
                                          val_labels)
         results['+ mixed']['float'] = len(graph.extension_attrib['mixed_precision']
                                           ['float_layers'])
-        torch.manual_seed(0)
-        lsq = train_qat(baseline, images, labels, args.qat_epochs, args.qat_lr)
-        results['QAT'] = base.scores(
-            run_exported(lsq.calibrated_graph(), folder, 'qat', val), fp32, val_labels)
+        for name, teacher in (('QAT', None), ('QAT+KD', model.eval())):
+            torch.manual_seed(0)  # the same batches and shifts for both
+            start = baseline.copy(copy_value=True)  # LSQGraph takes its graph over
+            lsq = train_qat(start, images, labels, args.qat_epochs, args.qat_lr, teacher,
+                            args.qat_kd_temperature, args.qat_kd_label_weight)
+            results[name] = base.scores(
+                run_exported(lsq.calibrated_graph(), folder, name.lower().replace('+', '_'),
+                             val), fp32, val_labels)
     return results
 
 
 def tables(rows: Dict[str, Dict[str, dict]], methods: List[str], margin: float) -> str:
-    tools = ['baseline', 'passes', '+ mixed', 'QAT']
+    tools = ['baseline', 'passes', '+ mixed', 'QAT', 'QAT+KD']
     header = (['model', 'best ORT SNR dB'] + [f'razorlib {t} SNR dB' for t in tools[:3]]
               + ['passes - best ORT dB', 'float layers (+ mixed)'])
     lines = ['| ' + ' | '.join(header) + ' |', '|---|' + '---:|' * (len(header) - 1)]
@@ -127,13 +150,14 @@ def tables(rows: Dict[str, Dict[str, dict]], methods: List[str], margin: float) 
             [model, f'{best:.2f}'] + [f"{r[t]['snr']:.2f}" for t in tools[:3]]
             + [f"{r['passes']['snr'] - best:+.2f}", str(r['+ mixed']['float'])]) + ' |')
     header = (['model', 'FP32 top-1', 'best ORT top-1 / agree']
-              + [f'razorlib {t} top-1 / agree' for t in tools] + ['QAT - FP32'])
+              + [f'razorlib {t} top-1 / agree' for t in tools] + ['QAT - FP32',
+                                                                   'QAT+KD - FP32'])
     lines += ['', '| ' + ' | '.join(header) + ' |', '|---|' + '---:|' * (len(header) - 1)]
     for model, r in rows.items():
         best = max((f'ORT {m}' for m in methods), key=lambda key: r[key]['snr'])
         cells = [f"{r[t]['top1']:.2f} / {r[t]['agree']:.2f}" for t in [best] + tools]
-        lines.append('| ' + ' | '.join([model, f"{r['FP32']['top1']:.2f}"] + cells
-                                       + [f"{r['QAT']['top1'] - r['FP32']['top1']:+.2f}"])
+        gaps = [f"{r[t]['top1'] - r['FP32']['top1']:+.2f}" for t in ('QAT', 'QAT+KD')]
+        lines.append('| ' + ' | '.join([model, f"{r['FP32']['top1']:.2f}"] + cells + gaps)
                      + ' |')
     lines.append(f'\n(+ mixed: MixedPrecision to the best ORT SNR + {margin} dB, measured on '
                  'the calibration batches)')
@@ -153,6 +177,10 @@ def main(argv=None) -> None:
                         help='MixedPrecision target over the best ORT SNR, dB')
     parser.add_argument('--qat-epochs', type=int, default=3)
     parser.add_argument('--qat-lr', type=float, default=1e-4)
+    parser.add_argument('--qat-kd-temperature', type=float, default=1.0,
+                        help="QAT+KD: the distillation's softmax temperature")
+    parser.add_argument('--qat-kd-label-weight', type=float, default=0.0,
+                        help="QAT+KD: the labels' cross-entropy weight beside the FP32 logits")
     parser.add_argument('--models', nargs='+', help='a subset of the model names')
     parser.add_argument('--threads', type=int, default=1)
     args = parser.parse_args(argv)

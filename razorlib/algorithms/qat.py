@@ -6,12 +6,20 @@ of a PTQ config: platform, observer, passes...), so training starts from the PTQ
 and the graph that comes out is the one PTQ would export: the same QDQ ONNX, run by
 onnxruntime or built by TensorRT.  BatchNorm is folded into the convolutions before
 training (the graph passes), as it will be in the deployed model.
+
+With ``distill`` the fake-quantized student learns the FP32 model's logits (ModelOpt's
+quantization-aware distillation, QAD): labels say only which class is right, the FP32
+logits say how sure to be and what comes second, so the student learns to behave like
+the model it replaces (top-1 and argmax agreement with FP32) rather than to relearn
+the task from one-hot targets.
 """
+import copy
 import logging
 from pathlib import Path
-from typing import Any, List, Mapping, Optional, Union
+from typing import Any, Dict, List, Mapping, Optional, Union
 
 import torch
+import torch.nn as nn
 import torch.nn.functional as F
 from mmengine.dist import is_main_process
 from mmengine.hooks import Hook
@@ -24,11 +32,55 @@ from ..models.data_sample import ClsDataSample
 from ..quantization import LSQGraph, PTQSettings, export_graph, quantize_torch_model
 from ..registry import HOOKS, MODELS
 from .building import ModuleOrCfg, build_architecture, preprocessor_of
+from .distill import kd_loss
 from .pruning_base import labels_of
 
 logger = logging.getLogger(__name__)
 
-__all__ = ['QAT', 'QATExportHook']
+__all__ = ['QAT', 'QATExportHook', 'distill_options']
+
+#: QAT's ``distill`` options and their defaults: the logits' loss alone, at temperature 1.
+DISTILL_DEFAULTS = dict(temperature=1.0, kd_weight=1.0, label_weight=0.0)
+
+
+def distill_options(distill: Optional[Mapping[str, Any]]) -> Optional[Dict[str, float]]:
+    """QAT's ``distill`` dict checked and completed with :data:`DISTILL_DEFAULTS`; None
+    (no distillation) for None.
+
+    Raises:
+        TypeError: ``distill`` is not a dict.
+        ValueError: an unknown key, a value that is no number, ``temperature`` or
+            ``kd_weight`` not above 0, or ``label_weight`` below 0; the message names the key.
+
+    Example:
+        >>> distill_options(dict(label_weight=0.5))
+        {'temperature': 1.0, 'kd_weight': 1.0, 'label_weight': 0.5}
+        >>> distill_options(dict(temprature=2.0))
+        Traceback (most recent call last):
+        ...
+        ValueError: QAT distill.temprature: no such option; the options are temperature, \
+kd_weight, label_weight
+    """
+    if distill is None:
+        return None
+    if not isinstance(distill, Mapping):
+        raise TypeError(f'QAT distill: expected a dict such as {DISTILL_DEFAULTS}, got '
+                        f'{distill!r}')
+    options = dict(DISTILL_DEFAULTS)
+    for key, value in distill.items():
+        if key not in DISTILL_DEFAULTS:
+            raise ValueError(f'QAT distill.{key}: no such option; the options are '
+                             f'{", ".join(DISTILL_DEFAULTS)}')
+        try:
+            options[key] = float(value)
+        except (TypeError, ValueError):
+            raise ValueError(f'QAT distill.{key}: expected a number, got {value!r}') from None
+    for key in ('temperature', 'kd_weight'):
+        if not options[key] > 0:
+            raise ValueError(f'QAT distill.{key}: must be > 0, got {options[key]}')
+    if not options['label_weight'] >= 0:
+        raise ValueError(f"QAT distill.label_weight: must be >= 0, got {options['label_weight']}")
+    return options
 
 
 def _calibration_batches(loader: Union[Mapping, Any], preprocessor, steps: int
@@ -48,6 +100,14 @@ def _calibration_batches(loader: Union[Mapping, Any], preprocessor, steps: int
     return batches
 
 
+def _frozen(architecture: nn.Module) -> nn.Module:
+    """A copy of the FP32 model as a teacher: eval mode, no gradients (a copy, so that
+    quantizing the architecture cannot touch it)."""
+    teacher = copy.deepcopy(architecture).eval()
+    teacher.requires_grad_(False)
+    return teacher
+
+
 @MODELS.register_module()
 class QAT(BaseModel):
     """Quantization-aware training of a classifier with LSQ fake quantization.
@@ -62,6 +122,18 @@ class QAT(BaseModel):
     :meth:`export` give the trained INT8 model; :class:`QATExportHook` writes it after
     training.
 
+    With ``distill`` (quantization-aware distillation) a frozen copy of the FP32
+    architecture, taken after ``checkpoint`` is loaded, is the teacher and ``'loss'``
+    returns ``loss_kd = kd_weight * T**2 * KL(softmax(teacher / T) || softmax(student /
+    T))`` (batch mean, :func:`~razorlib.algorithms.distill.kd_loss`) and, when
+    ``label_weight > 0``, ``loss_ce = label_weight * cross-entropy``; mmengine sums them.
+    The FP32 logits carry what the labels do not (how sure the model is, which class
+    comes second), so the INT8 model learns to agree with the model it replaces.  The
+    teacher runs in eval mode under ``no_grad`` and is kept out of the module tree: its
+    parameters are not in ``parameters()`` (so not in the optimizer) nor in
+    ``state_dict()`` (a checkpoint holds the student alone and loads into a QAT built
+    with or without ``distill``); ``to()``/``cuda()`` move it with the model.
+
     Args:
         architecture: the FP32 classifier or its config (an mmengine model whose
             ``'tensor'`` forward returns logits).
@@ -71,6 +143,9 @@ class QAT(BaseModel):
         checkpoint: the trained FP32 weights (an mmengine checkpoint or a state_dict, of
             the whole model); None keeps the architecture's.
         data_preprocessor: a preprocessor or its config; default the architecture's.
+        distill: distil the FP32 model's logits: ``dict(temperature=1.0, kd_weight=1.0,
+            label_weight=0.0)`` (any of the keys, see :func:`distill_options`); None
+            trains on the labels alone.
         init_cfg: mmengine initialisation config.
 
     Example:
@@ -80,13 +155,28 @@ class QAT(BaseModel):
         >>> model = QAT(net, images, dict(calib_steps=2))
         >>> model(images[0]).shape, len(model.quantized.scales) > 0
         (torch.Size([4, 3]), True)
+
+        Distilled, the loss has a term per target; the teacher trains nothing:
+
+        >>> kd = QAT(net, images, dict(calib_steps=2), distill=dict(label_weight=0.5))
+        >>> samples = [ClsDataSample(gt_label=i % 3) for i in range(4)]
+        >>> sorted(kd(images[0], samples, mode='loss'))
+        ['loss_ce', 'loss_kd']
+        >>> len(list(kd.teacher.parameters())) > 0, len(list(kd.parameters())) == len(
+        ...     list(model.parameters()))
+        (True, True)
     """
 
     def __init__(self, architecture: ModuleOrCfg, calib_dataloader: Any,
                  quantization: Optional[Mapping[str, Any]] = None,
                  checkpoint: Union[str, Path, None] = None,
                  data_preprocessor: Optional[ModuleOrCfg] = None,
+                 distill: Optional[Mapping[str, Any]] = None,
                  init_cfg: Optional[dict] = None) -> None:
+        options = distill_options(distill)  # before the slow part: a typo fails at once
+        if options is not None and checkpoint is None and isinstance(architecture, Mapping):
+            logger.warning('QAT: distill with an architecture config and no checkpoint: the '
+                           'teacher is its random initialisation')
         architecture = build_architecture(architecture)
         super().__init__(data_preprocessor=preprocessor_of(architecture, data_preprocessor),
                          init_cfg=init_cfg)
@@ -97,6 +187,10 @@ class QAT(BaseModel):
             except ValueError as err:
                 raise ValueError(f'QAT checkpoint: {err}') from err
             architecture.load_state_dict(state)
+        self.distill = options
+        # set around nn.Module.__setattr__: a registered submodule would be in
+        # parameters() (so in the optimizer) and in every checkpoint
+        object.__setattr__(self, 'teacher', None if options is None else _frozen(architecture))
         self.settings = PTQSettings.from_config(quantization)
         batches = _calibration_batches(calib_dataloader, self.data_preprocessor,
                                        self.settings.calib_steps)
@@ -104,16 +198,23 @@ class QAT(BaseModel):
                                      **self.settings.quantize_kwargs())
         self.quantized = LSQGraph(graph)
 
+    def _apply(self, fn, *args, **kwargs) -> 'QAT':
+        """What ``to()``, ``cuda()``, ``half()``... do, to the teacher too (it is no
+        submodule)."""
+        super()._apply(fn, *args, **kwargs)
+        if self.teacher is not None:
+            self.teacher._apply(fn)
+        return self
+
     def forward(self, inputs: torch.Tensor, data_samples: Optional[list] = None,
                 mode: str = 'tensor') -> Any:
-        """Logits (``'tensor'``), ``{'loss': ...}`` (``'loss'``) or scored data samples
-        (``'predict'``), all from the fake-quantized graph."""
+        """Logits (``'tensor'``), the losses (``'loss'``, :meth:`loss`) or scored data
+        samples (``'predict'``), all from the fake-quantized graph."""
         logits = self.quantized(inputs)
         if mode == 'tensor':
             return logits
         if mode == 'loss':
-            labels = labels_of(data_samples, 'QAT').to(logits.device)
-            return {'loss': F.cross_entropy(logits, labels)}
+            return self.loss(inputs, logits, data_samples)
         if mode == 'predict':
             scores = F.softmax(logits.detach(), dim=1)
             samples = data_samples or [ClsDataSample() for _ in range(len(scores))]
@@ -122,6 +223,22 @@ class QAT(BaseModel):
                 sample.pred_label = score.argmax(dim=0)
             return list(samples)
         raise ValueError(f"QAT: mode must be 'tensor', 'loss' or 'predict', got {mode!r}")
+
+    def loss(self, inputs: torch.Tensor, logits: torch.Tensor,
+             data_samples: Optional[list]) -> Dict[str, torch.Tensor]:
+        """``loss`` (cross-entropy) without ``distill``; with it ``loss_kd`` against the
+        teacher's logits on ``inputs``, and ``loss_ce`` when ``label_weight > 0``."""
+        if self.distill is None:
+            labels = labels_of(data_samples, 'QAT').to(logits.device)
+            return {'loss': F.cross_entropy(logits, labels)}
+        with torch.no_grad():
+            teacher_logits = self.teacher(inputs)
+        losses = {'loss_kd': self.distill['kd_weight']
+                  * kd_loss(logits, teacher_logits, self.distill['temperature'])}
+        if self.distill['label_weight'] > 0:
+            labels = labels_of(data_samples, 'QAT').to(logits.device)
+            losses['loss_ce'] = self.distill['label_weight'] * F.cross_entropy(logits, labels)
+        return losses
 
     def calibrated_graph(self) -> BaseGraph:
         """The trained INT8 graph (learned weights and scales), detached from training."""

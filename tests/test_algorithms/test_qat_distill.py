@@ -1,0 +1,146 @@
+"""QAT with distillation (QAD): the loss is the KL to the FP32 logits (plus the weighted
+cross-entropy), the frozen teacher stays out of the optimizer and the checkpoints, bad
+options name their key, and the digits KD config trains through tools/train.py.
+
+(Named test_qat_distill.py: tests/test_quantization/test_qat.py holds the other QAT
+tests, and two test files of one basename in packageless folders cannot both import.)
+"""
+import importlib.util
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn as nn
+from mmengine.optim import build_optim_wrapper
+
+from razorlib.algorithms import QAT
+from razorlib.models.data_sample import ClsDataSample
+
+REPO = Path(__file__).parents[2]
+QAT_CONFIGS = REPO / 'configs' / 'quantization' / 'qat'
+NET = dict(type='ImageClassifier', backbone=dict(type='PlainCNN', channels=(8, 16)),
+           head=dict(type='LinearClsHead', num_classes=4))
+
+
+def build(distill=None) -> QAT:
+    torch.manual_seed(0)
+    images = [torch.randn(4, 3, 8, 8) for _ in range(2)]
+    return QAT(NET, images, dict(calib_steps=2), distill=distill)
+
+
+def samples_of(labels):
+    return [ClsDataSample(gt_label=label) for label in labels]
+
+
+class Constant(nn.Module):
+    """A teacher that answers the same logits whatever it is shown."""
+
+    def __init__(self, logits: torch.Tensor) -> None:
+        super().__init__()
+        self.logits = logits
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        return self.logits
+
+
+def test_the_kd_loss_is_the_kl_to_the_teacher_times_t_squared():
+    model = build(dict(temperature=2.0, kd_weight=0.5))
+    # teacher softmax at T=2: (0.75, 0.25); student's: (0.5, 0.5)
+    object.__setattr__(model, 'teacher', Constant(torch.tensor([[2 * math.log(3.0), 0.0]])))
+    losses = model.loss(torch.zeros(1, 3, 8, 8), torch.zeros(1, 2), samples_of([1]))
+    kl = 0.75 * math.log(0.75 / 0.5) + 0.25 * math.log(0.25 / 0.5)
+    assert list(losses) == ['loss_kd']  # no label term at label_weight 0
+    assert losses['loss_kd'].item() == pytest.approx(0.5 * 4 * kl, rel=1e-6)
+
+
+def test_the_loss_distils_the_fp32_logits_and_adds_the_weighted_labels():
+    model = build(dict(temperature=3.0, label_weight=0.25))
+    with torch.no_grad():  # a random head's logits are tiny: make the student differ
+        for weight in model.quantized.weights.values():
+            weight.add_(torch.randn_like(weight))
+    images, labels = torch.randn(6, 3, 8, 8), torch.tensor([0, 1, 2, 3, 0, 1])
+    losses = model(images, samples_of(labels.tolist()), mode='loss')
+    with torch.no_grad():
+        student, teacher = model(images) / 3.0, model.teacher(images) / 3.0
+    p_teacher = teacher.softmax(dim=1)
+    kl = (p_teacher * (p_teacher.log() - student.log_softmax(dim=1))).sum() / len(images)
+    ce = -student.mul(3.0).log_softmax(dim=1)[torch.arange(6), labels].mean()
+    assert sorted(losses) == ['loss_ce', 'loss_kd']
+    assert losses['loss_kd'].item() == pytest.approx(9 * kl.item(), rel=1e-5)
+    assert losses['loss_ce'].item() == pytest.approx(0.25 * ce.item(), rel=1e-5)
+    assert kl > 1e-3  # a real difference, not rounding
+    assert build()(images, samples_of(labels.tolist()), mode='loss').keys() == {'loss'}
+
+
+def test_the_teacher_is_frozen_and_out_of_the_optimizer_and_the_checkpoint():
+    model = build(dict(label_weight=1.0))
+    teacher_ids = {id(p) for p in model.teacher.parameters()}
+    assert teacher_ids and not any(p.requires_grad for p in model.teacher.parameters())
+    assert not teacher_ids & {id(p) for p in model.parameters()}
+    wrapper = build_optim_wrapper(model, dict(
+        optimizer=dict(type='Adam', lr=1e-2),
+        paramwise_cfg=dict(custom_keys={'quantized.scales': dict(lr_mult=100.0)})))
+    trained = {id(p) for group in wrapper.optimizer.param_groups for p in group['params']}
+    assert not teacher_ids & trained
+    teacher_before = {k: v.clone() for k, v in model.teacher.state_dict().items()}
+    student_before = {k: v.clone() for k, v in model.quantized.state_dict().items()}
+    model.train()
+    assert not model.teacher.training
+    images = torch.randn(8, 3, 8, 8)
+    wrapper.update_params(sum(model(images, samples_of([0, 1, 2, 3] * 2), mode='loss')
+                              .values()))
+    assert all(torch.equal(v, teacher_before[k]) for k, v in model.teacher.state_dict().items())
+    assert any(not torch.equal(v, student_before[k])
+               for k, v in model.quantized.state_dict().items())
+    # a distilled checkpoint is the student's alone: it loads into a label-only QAT
+    assert not any(key.startswith('teacher') for key in model.state_dict())
+    build().load_state_dict(model.state_dict())
+
+
+def test_the_teacher_moves_with_the_model():
+    model = build(dict()).double()
+    assert all(p.dtype == torch.float64 for p in model.teacher.parameters())
+
+
+@pytest.mark.parametrize('distill, error, message', [
+    (dict(temprature=2.0), ValueError, r'QAT distill\.temprature: no such option; the '
+     r'options are temperature, kd_weight, label_weight'),
+    (dict(temperature=0), ValueError, r'QAT distill\.temperature: must be > 0, got 0\.0'),
+    (dict(kd_weight=-1), ValueError, r'QAT distill\.kd_weight: must be > 0'),
+    (dict(label_weight=-0.5), ValueError, r'QAT distill\.label_weight: must be >= 0'),
+    (dict(temperature='hot'), ValueError, r"QAT distill\.temperature: expected a number, "
+     r"got 'hot'"),
+    (True, TypeError, r'QAT distill: expected a dict'),
+])
+def test_bad_distill_options_name_the_key(distill, error, message):
+    with pytest.raises(error, match=message):
+        QAT(NET, [torch.randn(2, 3, 8, 8)], dict(calib_steps=1), distill=distill)
+
+
+def test_tools_train_runs_the_kd_config(tmp_path):
+    from mmengine.config import Config
+
+    from razorlib.registry import MODELS, register_all_modules
+    register_all_modules()
+    fp32 = MODELS.build(Config.fromfile(REPO / 'configs' / '_base_' / 'models' /
+                                        'plaincnn_digits.py').model)
+    torch.save(fp32.state_dict(), tmp_path / 'fp32.pth')
+    spec = importlib.util.spec_from_file_location('train_tool', REPO / 'tools' / 'train.py')
+    train = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(train)
+    code = train.main([
+        str(QAT_CONFIGS / 'qat_plaincnn_digits_trt_int8_kd.py'), '--work-dir',
+        str(tmp_path / 'run'), '--cfg-options', f'model.checkpoint={tmp_path / "fp32.pth"}',
+        'train_cfg.max_epochs=1', 'model.quantization.calib_steps=2',
+        'model.distill.label_weight=0.5'])
+    assert code == 0
+    assert (tmp_path / 'run' / 'qat_int8.onnx').is_file()
+    logged = [json.loads(line) for path in (tmp_path / 'run').rglob('vis_data/*.json')
+              for line in path.read_text().splitlines()]
+    assert any('loss_kd' in entry and 'loss_ce' in entry for entry in logged)
+    # the checkpoint holds the INT8 model alone: the label-only config's QAT loads it
+    model = QAT(Config.fromfile(QAT_CONFIGS / 'qat_plaincnn_digits_trt_int8.py').model
+                .architecture, [torch.randn(2, 3, 16, 16)], dict(calib_steps=1))
+    model.load_state_dict(torch.load(tmp_path / 'run' / 'epoch_1.pth')['state_dict'])
