@@ -7,6 +7,8 @@ pass (alias)                   stage           does
 ``LayerwiseEqualization``      ``float``       equalizes consecutive layers' channel
 (``equalization``)                             ranges (cross-layer equalization),
                                                FP32-exact
+``ClipEqualization``           ``float``       amplifies the channels that stay below a
+(``clip_equalization``)                        ReLU6, exact on the calibrated ranges
 ``AdaRound`` (``adaround``)    ``calibrated``  learns each weight's rounding to
                                                reconstruct its layer's FP32 output
 ``ActivationScaleSearch``      ``calibrated``  searches each activation scale for the
@@ -22,21 +24,22 @@ Example:
     >>> from razorlib.registry import PTQ_PASSES
     >>> sorted(name for name in PTQ_PASSES.module_dict if name[0].isupper())
     ... # doctest: +NORMALIZE_WHITESPACE
-    ['ActivationScaleSearch', 'AdaRound', 'BiasCorrection', 'LayerwiseEqualization',
-     'MixedPrecision']
+    ['ActivationScaleSearch', 'AdaRound', 'BiasCorrection', 'ClipEqualization',
+     'LayerwiseEqualization', 'MixedPrecision']
 """
 from ...registry import PTQ_PASSES
 from .adaround import AdaRound, rectified_sigmoid
 from .base import STAGES, PTQPass, build_ptq_pass, build_ptq_passes, run_ptq_passes
 from .bias_correction import BiasCorrection, channel_means
+from .clip_equalization import ClipEqualization, clipped_pairs
 from .equalization import LayerwiseEqualization, equalizable_pairs
 from .layers import (LAYER_TYPES, LayerRecord, kernel_output, output_channel_axis, record_layer,
                      weight_layers)
 from .mixed_precision import MixedPrecision, keep_in_float
 from .reconstruction import ActivationScaleSearch, activation_roots
 
-__all__ = ['ActivationScaleSearch', 'AdaRound', 'BiasCorrection', 'LAYER_TYPES', 'LayerRecord',
-           'LayerwiseEqualization', 'MixedPrecision', 'PTQPass', 'PTQ_PASSES', 'STAGES',
-           'activation_roots', 'build_ptq_pass', 'build_ptq_passes', 'channel_means',
-           'equalizable_pairs', 'kernel_output', 'keep_in_float', 'output_channel_axis',
+__all__ = ['ActivationScaleSearch', 'AdaRound', 'BiasCorrection', 'ClipEqualization',
+           'LAYER_TYPES', 'LayerRecord', 'LayerwiseEqualization', 'MixedPrecision', 'PTQPass',
+           'PTQ_PASSES', 'STAGES', 'activation_roots', 'build_ptq_pass', 'build_ptq_passes',
+           'channel_means', 'clipped_pairs', 'equalizable_pairs', 'kernel_output', 'keep_in_float', 'output_channel_axis',
            'record_layer', 'rectified_sigmoid', 'run_ptq_passes', 'weight_layers']

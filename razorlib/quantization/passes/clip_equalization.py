@@ -1,0 +1,191 @@
+"""ClipEqualization: equalize activation ranges across a ReLU6 (a ``Clip`` from 0).
+
+:class:`~.equalization.LayerwiseEqualization` leaves layer pairs joined by ReLU6 alone:
+``clip(s x, 0, 6)`` is not ``s clip(x, 0, 6)`` for every ``x``.  But it is for every
+``x <= 6 / s``, and calibration data says how high each channel goes.  A channel whose
+pre-clip outputs never exceed ``m < 6`` can be multiplied by up to ``6 / m`` in the first
+layer (weights and bias) and divided by it in the second layer's input weights, and the
+network computes the same function on every input whose channel stays below ``6 / s``.
+MobileNet-style blocks (1x1 expand, ReLU6, depthwise 3x3, ReLU6, 1x1 project) have many
+channels that stay far below the clip, while the per-tensor quantizer of the ReLU6 output
+is sized by the channels that reach it: the quiet channels get a few of the 127 steps.
+Amplified, they use the whole range, and the activation's rounding noise falls where
+the signal is small.
+
+The price: an input that drives an amplified channel above its calibrated maximum times
+``1 / margin`` is clipped where the FP32 model was not (the activation quantizer clips
+such values anyway, at the calibrated range), and the second layer's weights for that
+channel shrink by ``s``, which costs weight precision where the second layer's weights
+are quantized per output channel across its inputs (a dense 1x1 conv), but not in a
+depthwise conv, whose weight channels each have their own scale.  ``depthwise_only``
+keeps to the pairs where amplifying is free of that cost.
+"""
+import logging
+from typing import Dict, List, Optional, Tuple
+
+import torch
+
+from ...ir import BaseGraph, Operation, PassResult, TorchExecutor
+from ...registry import PTQ_PASSES
+from .base import PTQPass
+from .equalization import _from_grid, _in_ranges, _is_layer, _sole_reader, _weight_grid
+
+logger = logging.getLogger(__name__)
+
+__all__ = ['ClipEqualization', 'clipped_pairs']
+
+
+def _clip_bounds(op: Operation) -> Optional[Tuple[float, float]]:
+    """``(low, high)`` of a Clip whose bounds are constants (ONNX inputs 1 and 2), else
+    None."""
+    if op.type != 'Clip' or len(op.inputs) != 3:
+        return None
+    bounds = [var.value for var in op.inputs[1:]]
+    if any(value is None or value.numel() != 1 for value in bounds):
+        return None
+    return float(bounds[0]), float(bounds[1])
+
+
+def clipped_pairs(graph: BaseGraph) -> List[Tuple[Operation, Operation, float]]:
+    """Every ``(first, second, high)``: a weight layer ``first`` read only by a
+    ``Clip(0, high)`` read only by the weight layer ``second`` as its data input, with as
+    many input channels as ``first`` has outputs.
+
+    Example:
+        >>> import torch
+        >>> from razorlib.ir import from_torch
+        >>> net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 1), torch.nn.ReLU6(),
+        ...                           torch.nn.Conv2d(4, 2, 1))
+        >>> graph = from_torch(net, torch.randn(1, 3, 4, 4))
+        >>> [(a.type, b.type, high) for a, b, high in clipped_pairs(graph)]
+        [('Conv', 'Conv', 6.0)]
+    """
+    pairs = []
+    for first in graph.topological_sort():
+        if not _is_layer(first):
+            continue
+        clip = _sole_reader(graph, first)
+        bounds = None if clip is None else _clip_bounds(clip)
+        if bounds is None or bounds[0] != 0.0 or bounds[1] <= 0.0:
+            continue
+        second = _sole_reader(graph, clip)
+        if second is None or not _is_layer(second) or second.inputs[0] is not clip.outputs[0]:
+            continue
+        if first.inputs[1].value.shape[0] != _in_ranges(second).numel():
+            continue
+        pairs.append((first, second, bounds[1]))
+    return pairs
+
+
+def _is_depthwise(op: Operation) -> bool:
+    weight = op.inputs[1].value
+    return op.type == 'Conv' and weight.dim() > 2 and weight.shape[1] == 1 and \
+        op.attributes.get('group', 1) == weight.shape[0]
+
+
+def _channel_maxima(graph: BaseGraph, layers: List[Operation], batches: list, device
+                    ) -> Dict[Operation, torch.Tensor]:
+    """The largest output of each channel of ``layers`` over ``batches`` (FP32 graph)."""
+    maxima: Dict[Operation, torch.Tensor] = {}
+
+    def record(op, inputs, outputs):
+        if op in wanted:
+            out = outputs[0].detach()
+            axis = 1 if op.type == 'Conv' else out.dim() - 1
+            peak = out.transpose(0, axis).reshape(out.shape[axis], -1).amax(dim=1).cpu()
+            maxima[op] = peak if op not in maxima else torch.maximum(maxima[op], peak)
+
+    wanted = set(layers)
+    executor = TorchExecutor(graph, device)
+    handle = executor.register_forward_hook(record)
+    try:
+        with torch.no_grad():
+            for batch in batches:
+                executor(batch)
+    finally:
+        handle.remove()
+    return maxima
+
+
+def _amplify(first: Operation, second: Operation, scale: torch.Tensor) -> None:
+    """Multiply ``first``'s output channels by ``scale``, divide ``second``'s inputs."""
+    w1 = first.inputs[1].value
+    grid1 = _weight_grid(first, w1)
+    first.inputs[1].value = _from_grid(
+        first, grid1 * scale.to(w1).reshape(grid1.shape[0], grid1.shape[1], 1, 1), w1)
+    if len(first.inputs) > 2 and first.inputs[2].value is not None:
+        first.inputs[2].value = first.inputs[2].value * scale.to(first.inputs[2].value)
+    w2 = second.inputs[1].value
+    grid2 = _weight_grid(second, w2)
+    second.inputs[1].value = _from_grid(
+        second, grid2 / scale.to(w2).reshape(grid2.shape[0], 1, grid2.shape[2], 1), w2)
+
+
+@PTQ_PASSES.register_module(name=['ClipEqualization', 'clip_equalization'])
+class ClipEqualization(PTQPass):
+    """Amplify the channels that stay below a ReLU6 (see the module docstring).
+
+    Runs on the FP32 graph before quantization (``stage = 'float'``), after BatchNorm is
+    folded; reads the calibration batches once to find each channel's largest pre-clip
+    output ``m``, then scales it by ``s = min(margin * high / m, max_factor)`` (never
+    below 1: channels that reach the clip are left alone, dead ones too).
+
+    Args:
+        margin: the fraction of the clip bound an amplified channel's calibrated
+            maximum is raised to; below 1 leaves headroom for inputs that go higher.
+        max_factor: the largest amplification.
+        depthwise_only: amplify only pairs whose second layer is a depthwise conv, where
+            shrinking its weights costs no weight precision.
+
+    Example:
+        >>> import torch
+        >>> from razorlib.ir import TorchExecutor, from_torch
+        >>> _ = torch.manual_seed(0)
+        >>> net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 1), torch.nn.ReLU6(),
+        ...                           torch.nn.Conv2d(4, 4, 3, groups=4))
+        >>> with torch.no_grad():
+        ...     _ = net[0].weight[1:3].mul_(0.01), net[0].bias[1:3].zero_()  # 2 quiet channels
+        >>> batches = [torch.randn(8, 3, 4, 4) for _ in range(4)]
+        >>> graph = from_torch(net, batches[0])
+        >>> before = [TorchExecutor(graph)(b)[0] for b in batches]
+        >>> ClipEqualization(max_factor=1000)(graph, batches).changes
+        1
+        >>> all(torch.allclose(TorchExecutor(graph)(b)[0], y, atol=1e-5)
+        ...     for b, y in zip(batches, before))
+        True
+        >>> first = next(op for op in graph.topological_sort() if op.type == 'Conv')
+        >>> peaks = torch.stack([TorchExecutor(graph)(b, output_names=[first.outputs[0].name])[0]
+        ...                      .amax(dim=(0, 2, 3)) for b in batches]).amax(0)
+        >>> [round(float(p), 2) for p in peaks]  # each channel's peak: 0.9 * 6, or above
+        [5.4, 5.4, 5.4, 5.4]
+    """
+
+    stage = 'float'
+
+    def __init__(self, margin: float = 0.9, max_factor: float = 16.0,
+                 depthwise_only: bool = False) -> None:
+        if not 0 < margin <= 1 or max_factor < 1:
+            raise ValueError(f'ClipEqualization: margin must be in (0, 1] and max_factor '
+                             f'>= 1, got {margin} and {max_factor}')
+        self.margin, self.max_factor, self.depthwise_only = margin, max_factor, depthwise_only
+
+    def call(self, graph: BaseGraph, batches: list, device) -> PassResult:
+        """Amplify the quiet channels of every pair of :func:`clipped_pairs`; ``changes``
+        counts the pairs with at least one channel amplified."""
+        if not batches:
+            raise ValueError('ClipEqualization reads calibration batches; none were given')
+        pairs = [(a, b, high) for a, b, high in clipped_pairs(graph)
+                 if not self.depthwise_only or _is_depthwise(b)]
+        maxima = _channel_maxima(graph, [a for a, _, _ in pairs], batches, device)
+        changed = 0
+        for first, second, high in pairs:
+            peak = maxima[first].double()
+            scale = torch.ones_like(peak)
+            alive = peak > 0
+            scale[alive] = (self.margin * high / peak[alive]).clamp(1.0, self.max_factor)
+            if bool((scale > 1).any()):
+                _amplify(first, second, scale)
+                changed += 1
+        logger.info('ClipEqualization: %d of %d clipped pairs of graph %r amplified', changed,
+                    len(pairs), graph.name)
+        return PassResult.counted(graph, changed)
