@@ -28,7 +28,7 @@ import torch
 from ...ir import BaseGraph, Operation, PassResult, TorchExecutor
 from ...registry import PTQ_PASSES
 from .base import PTQPass
-from .equalization import _from_grid, _in_ranges, _is_layer, _sole_reader, _weight_grid
+from .equalization import _in_ranges, _is_layer, _sole_reader, rescale_pair
 
 logger = logging.getLogger(__name__)
 
@@ -107,20 +107,6 @@ def _channel_maxima(graph: BaseGraph, layers: List[Operation], batches: list, de
     return maxima
 
 
-def _amplify(first: Operation, second: Operation, scale: torch.Tensor) -> None:
-    """Multiply ``first``'s output channels by ``scale``, divide ``second``'s inputs."""
-    w1 = first.inputs[1].value
-    grid1 = _weight_grid(first, w1)
-    first.inputs[1].value = _from_grid(
-        first, grid1 * scale.to(w1).reshape(grid1.shape[0], grid1.shape[1], 1, 1), w1)
-    if len(first.inputs) > 2 and first.inputs[2].value is not None:
-        first.inputs[2].value = first.inputs[2].value * scale.to(first.inputs[2].value)
-    w2 = second.inputs[1].value
-    grid2 = _weight_grid(second, w2)
-    second.inputs[1].value = _from_grid(
-        second, grid2 / scale.to(w2).reshape(grid2.shape[0], 1, grid2.shape[2], 1), w2)
-
-
 @PTQ_PASSES.register_module(name=['ClipEqualization', 'clip_equalization'])
 class ClipEqualization(PTQPass):
     """Amplify the channels that stay below a ReLU6 (see the module docstring).
@@ -184,7 +170,7 @@ class ClipEqualization(PTQPass):
             alive = peak > 0
             scale[alive] = (self.margin * high / peak[alive]).clamp(1.0, self.max_factor)
             if bool((scale > 1).any()):
-                _amplify(first, second, scale)
+                rescale_pair(first, second, scale)
                 changed += 1
         logger.info('ClipEqualization: %d of %d clipped pairs of graph %r amplified', changed,
                     len(pairs), graph.name)

@@ -22,7 +22,7 @@ from .base import PTQPass
 
 logger = logging.getLogger(__name__)
 
-__all__ = ['LayerwiseEqualization', 'equalizable_pairs']
+__all__ = ['LayerwiseEqualization', 'equalizable_pairs', 'rescale_pair']
 
 _HOMOGENEOUS = ('Relu', 'LeakyRelu')
 
@@ -112,6 +112,23 @@ def _data_of(op: Operation):
     return op.inputs[0]
 
 
+def rescale_pair(first: Operation, second: Operation, factor: torch.Tensor) -> None:
+    """Multiply output channel ``i`` of ``first`` (weights and bias) by ``factor[i]`` and
+    divide input channel ``i`` of ``second`` by it, in place: through a positively
+    homogeneous activation (or a clip the channel never reaches) the pair computes the
+    same function."""
+    w1 = first.inputs[1].value
+    grid1 = _weight_grid(first, w1)
+    first.inputs[1].value = _from_grid(
+        first, grid1 * factor.to(w1).reshape(grid1.shape[0], grid1.shape[1], 1, 1), w1)
+    if len(first.inputs) > 2 and first.inputs[2].value is not None:
+        first.inputs[2].value = first.inputs[2].value * factor.to(first.inputs[2].value)
+    w2 = second.inputs[1].value
+    grid2 = _weight_grid(second, w2)
+    second.inputs[1].value = _from_grid(
+        second, grid2 / factor.to(w2).reshape(grid2.shape[0], 1, grid2.shape[2], 1), w2)
+
+
 def _equalize(first: Operation, second: Operation, max_factor: float) -> float:
     """Rescale one pair in place; the largest ``|log s|`` applied."""
     r1, r2 = _out_ranges(first), _in_ranges(second)
@@ -119,15 +136,7 @@ def _equalize(first: Operation, second: Operation, max_factor: float) -> float:
     valid = (r1 > 0) & (r2 > 0)
     scale[valid] = (r1[valid] / r2[valid]).sqrt()
     scale = scale.clamp(1.0 / max_factor, max_factor)
-    w1, w2 = first.inputs[1].value, second.inputs[1].value
-    grid1 = _weight_grid(first, w1)
-    grid1 = grid1 / scale.reshape(grid1.shape[0], grid1.shape[1], 1, 1)
-    first.inputs[1].value = _from_grid(first, grid1, w1)
-    if len(first.inputs) > 2 and first.inputs[2].value is not None:
-        first.inputs[2].value = first.inputs[2].value / scale.to(first.inputs[2].value)
-    grid2 = _weight_grid(second, w2)
-    grid2 = grid2 * scale.reshape(grid2.shape[0], 1, grid2.shape[2], 1)
-    second.inputs[1].value = _from_grid(second, grid2, w2)
+    rescale_pair(first, second, 1.0 / scale)
     return float(scale.log().abs().max()) if scale.numel() else 0.0
 
 
