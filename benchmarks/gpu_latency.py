@@ -136,8 +136,8 @@ def measure(run: Callable[[], Callable[[], object]], iters: int) -> Union[float,
         return f'{type(err).__name__}: {str(err).splitlines()[0][:80]}'
 
 
-def cell(value: Union[float, str], digits: int = 3) -> str:
-    return f'{value:.{digits}f}' if isinstance(value, float) else f'failed ({value})'
+def cell(value: Union[float, str]) -> str:
+    return f'{value:.3f}' if isinstance(value, float) else f'failed ({value})'
 
 
 def main(argv=None) -> int:

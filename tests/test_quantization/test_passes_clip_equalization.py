@@ -2,6 +2,7 @@
 stay far below a ReLU6."""
 import pytest
 import torch
+from test_passes_equalization import mismatched
 
 from razorlib.ir import TorchExecutor, from_torch
 from razorlib.quantization import ClipEqualization, QuantExecutor, quantize_torch_model, snr_db
@@ -14,17 +15,7 @@ def quiet_channels(groups: int = 16, act=torch.nn.ReLU6) -> torch.nn.Module:
     """conv -> act -> conv (depthwise by default) -> ReLU -> 1x1 conv, whose first conv's
     channels are scaled down by up to 100 (undone by the second conv): most of them stay
     far below the ReLU6's 6, which one per-tensor quantizer sizes by the loud ones."""
-    torch.manual_seed(0)
-    middle = 16 if groups > 1 else 8
-    net = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, padding=1), act(),
-                              torch.nn.Conv2d(16, middle, 3, padding=1, groups=groups),
-                              torch.nn.ReLU(), torch.nn.Conv2d(middle, 8, 1)).eval()
-    with torch.no_grad():
-        net[0].weight.mul_(GAINS[:, None, None, None])
-        net[0].bias.mul_(GAINS)
-        shape = (-1, 1, 1, 1) if groups > 1 else (1, -1, 1, 1)
-        net[2].weight.div_(GAINS.reshape(shape))
-    return net
+    return mismatched(groups, act, GAINS)
 
 
 def batches(count: int = 4):

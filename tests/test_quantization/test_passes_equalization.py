@@ -10,17 +10,18 @@ from razorlib.quantization.passes import equalizable_pairs
 SPREAD = torch.linspace(-1.5, 1.5, 16)  # channel i of the first conv scaled by 10**SPREAD[i]
 
 
-def mismatched(groups: int = 1, act=torch.nn.ReLU) -> torch.nn.Module:
+def mismatched(groups: int = 1, act=torch.nn.ReLU, factor: torch.Tensor = 10 ** SPREAD
+               ) -> torch.nn.Module:
     """conv -> act -> conv (depthwise when ``groups`` > 1) -> ReLU -> 1x1 conv whose first
-    conv's output channels span three decades, undone by the second conv's inputs: the
-    same function as without the spread, but a per-tensor activation quantizer crushes
-    the small channels."""
+    conv's output channel ``i`` is scaled by ``factor[i]`` (by default over three
+    decades), undone by the second conv's inputs: the same function as without the
+    scaling (through a ReLU), but a per-tensor activation quantizer crushes the small
+    channels."""
     torch.manual_seed(0)
     middle = 16 if groups > 1 else 8
     net = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, padding=1), act(),
                               torch.nn.Conv2d(16, middle, 3, padding=1, groups=groups),
                               torch.nn.ReLU(), torch.nn.Conv2d(middle, 8, 1)).eval()
-    factor = 10 ** SPREAD
     with torch.no_grad():
         net[0].weight.mul_(factor[:, None, None, None])
         net[0].bias.mul_(factor)

@@ -28,7 +28,8 @@ import torch
 from ...ir import BaseGraph, Operation, PassResult, TorchExecutor
 from ...registry import PTQ_PASSES
 from .base import PTQPass
-from .equalization import _in_ranges, _is_layer, _sole_reader, rescale_pair
+from .equalization import _is_layer, _sole_reader, layer_after, rescale_pair
+from .layers import output_channel_axis
 
 logger = logging.getLogger(__name__)
 
@@ -68,19 +69,16 @@ def clipped_pairs(graph: BaseGraph) -> List[Tuple[Operation, Operation, float]]:
         bounds = None if clip is None else _clip_bounds(clip)
         if bounds is None or bounds[0] != 0.0 or bounds[1] <= 0.0:
             continue
-        second = _sole_reader(graph, clip)
-        if second is None or not _is_layer(second) or second.inputs[0] is not clip.outputs[0]:
-            continue
-        if first.inputs[1].value.shape[0] != _in_ranges(second).numel():
-            continue
-        pairs.append((first, second, bounds[1]))
+        second = layer_after(graph, first, clip)
+        if second is not None:
+            pairs.append((first, second, bounds[1]))
     return pairs
 
 
 def _is_depthwise(op: Operation) -> bool:
     weight = op.inputs[1].value
-    return op.type == 'Conv' and weight.dim() > 2 and weight.shape[1] == 1 and \
-        op.attributes.get('group', 1) == weight.shape[0]
+    return (op.type == 'Conv' and weight.dim() > 2 and weight.shape[1] == 1
+            and op.attributes.get('group', 1) == weight.shape[0])
 
 
 def _channel_maxima(graph: BaseGraph, layers: List[Operation], batches: list, device
@@ -91,7 +89,7 @@ def _channel_maxima(graph: BaseGraph, layers: List[Operation], batches: list, de
     def record(op, inputs, outputs):
         if op in wanted:
             out = outputs[0].detach()
-            axis = 1 if op.type == 'Conv' else out.dim() - 1
+            axis = output_channel_axis(op) % out.dim()
             peak = out.transpose(0, axis).reshape(out.shape[axis], -1).amax(dim=1).cpu()
             maxima[op] = peak if op not in maxima else torch.maximum(maxima[op], peak)
 

@@ -22,7 +22,7 @@ from .base import PTQPass
 
 logger = logging.getLogger(__name__)
 
-__all__ = ['LayerwiseEqualization', 'equalizable_pairs', 'rescale_pair']
+__all__ = ['LayerwiseEqualization', 'equalizable_pairs', 'layer_after', 'rescale_pair']
 
 _HOMOGENEOUS = ('Relu', 'LeakyRelu')
 
@@ -69,6 +69,17 @@ def _sole_reader(graph: BaseGraph, op: Operation) -> Optional[Operation]:
     return var.dest_ops[0]
 
 
+def layer_after(graph: BaseGraph, first: Operation, through: Operation) -> Optional[Operation]:
+    """The weight layer that alone reads ``through``'s output (``through`` is ``first``
+    or the activation after it) as its data input, with as many input channels as
+    ``first`` has output channels; None if there is none."""
+    second = _sole_reader(graph, through)
+    if (second is None or not _is_layer(second) or second.inputs[0] is not through.outputs[0]
+            or _out_ranges(first).numel() != _in_ranges(second).numel()):
+        return None
+    return second
+
+
 def equalizable_pairs(graph: BaseGraph) -> List[Tuple[Operation, Operation]]:
     """Every ``(first, second)`` layer pair that equalization may rescale.
 
@@ -97,19 +108,14 @@ def equalizable_pairs(graph: BaseGraph) -> List[Tuple[Operation, Operation]]:
     for first in graph.topological_sort():
         if not _is_layer(first):
             continue
-        second = _sole_reader(graph, first)
-        if second is not None and second.type in _HOMOGENEOUS and len(second.inputs) == 1:
-            second = _sole_reader(graph, second)
-        if (second is None or not _is_layer(second) or second.inputs[0] is not _data_of(second)
-                or _out_ranges(first).numel() != _in_ranges(second).numel()):
+        middle = _sole_reader(graph, first)
+        homogeneous = (middle is not None and middle.type in _HOMOGENEOUS
+                       and len(middle.inputs) == 1)
+        second = layer_after(graph, first, middle if homogeneous else first)
+        if second is None:
             continue
         pairs.append((first, second))
     return pairs
-
-
-def _data_of(op: Operation):
-    """The variable ``op`` reads as data: its input 0."""
-    return op.inputs[0]
 
 
 def rescale_pair(first: Operation, second: Operation, factor: torch.Tensor) -> None:
