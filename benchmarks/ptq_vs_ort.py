@@ -56,8 +56,10 @@ BACKBONES: Dict[str, dict] = {
 SUBNETS = {'PlainCNN subnet 75%': 0.75, 'PlainCNN subnet 50%': 0.5}
 
 
-def digits(split: str):
-    data = DigitsDataset(split, upscale=SIZE)
+def digits(split: str, test_ratio: float = 0.0):
+    """The images (scaled to [-1, 1]) and labels of one split of the digits (``test_ratio``:
+    :class:`~razorlib.datasets.DigitsDataset`'s held-out test split)."""
+    data = DigitsDataset(split, upscale=SIZE, test_ratio=test_ratio)
     images = torch.stack([item['inputs'] for item in data]) * 2 - 1  # mean 0.5, std 0.5
     labels = torch.tensor([int(item['data_samples'].gt_label) for item in data])
     return images, labels

@@ -5,8 +5,9 @@ import torch
 from razorlib.ir import Operation, QuantableOperation
 from razorlib.ir import QuantizationProperty as P
 from razorlib.ir import QuantizationStates as S
-from razorlib.quantization import (QUANTIZERS, ORTQDQQuantizer, TargetPlatform, TensorRTQuantizer,
-                                   quantize_graph, quantizer_class)
+from razorlib.quantization import (QUANTIZERS, ORTQDQQuantizer, QuantExecutor, TargetPlatform,
+                                   TensorRTQuantizer, calibrate, fake_quantize, quantize_graph,
+                                   quantizer_class)
 from razorlib.quantization.quantizers import LINK_PASSES, ShareScales
 from razorlib.registry import GRAPH_PASSES
 
@@ -118,11 +119,62 @@ def test_readers_of_one_activation_share_its_scale():
     assert first.dominated_by is second.dominated_by
 
 
-def test_add_inputs_share_a_scale_on_tensorrt_only():
-    trt = quantize_graph(residual_graph(), 'TRT_INT8').operations['add'].input_quant_config
+def residual_relu_graph(second_conv: bool = False):
+    """x -> conv_a -> add(conv_a, y or conv_b(x)) -> relu (graph output)."""
+    b = GraphBuilder('residual_relu', inputs=('x', 'y'))
+    for branch in 'ab':
+        b.param(f'w{branch}', torch.randn(4, 4, 1, 1))
+    b.op('Conv', 'conv_a', ['x', 'wa'])
+    if second_conv:
+        b.op('Conv', 'conv_b', ['x', 'wb'])
+    b.op('Add', 'add', ['conv_a', 'conv_b' if second_conv else 'y'])
+    b.op('Relu', 'relu', ['add'])
+    return b.output('relu')
+
+
+def test_a_conv_feeding_an_add_is_fused_into_it_on_tensorrt_only():
+    trt = quantize_graph(residual_graph(), 'TRT_INT8')
+    conv, add = trt.operations['conv'], trt.operations['add']
+    fused = add.output_quant_config[0]
+    for config in (conv.output_quant_config[0], add.input_quant_config[0]):
+        assert config.state is S.OVERLAPPED and config.master_by is fused
+    assert add.input_quant_config[1].state is S.INITIAL and fused.state is S.INITIAL
     ort = quantize_graph(residual_graph(), 'ORT_INT8').operations['add'].input_quant_config
-    assert trt[0].dominated_by is trt[1].dominated_by
+    assert [config.state for config in ort] == [S.INITIAL, S.INITIAL]
     assert ort[0].dominated_by is not ort[1].dominated_by
+
+
+def test_conv_add_relu_is_quantized_once_after_the_relu_on_tensorrt():
+    graph = quantize_graph(residual_relu_graph(), 'TRT_INT8')
+    conv, add, relu = (graph.operations[name] for name in ('conv_a', 'add', 'relu'))
+    fused = relu.output_quant_config[0]
+    overlapped = (conv.output_quant_config[0], add.input_quant_config[0],
+                  add.output_quant_config[0], relu.input_quant_config[0])
+    assert all(c.state is S.OVERLAPPED and c.master_by is fused for c in overlapped)
+    assert add.input_quant_config[1].state is S.INITIAL  # the residual stays int8
+
+
+def test_an_add_of_two_convs_fuses_the_first_and_quantizes_the_second():
+    graph = quantize_graph(residual_relu_graph(second_conv=True), 'TRT_INT8')
+    conv_a, conv_b, add = (graph.operations[name] for name in ('conv_a', 'conv_b', 'add'))
+    assert conv_a.output_quant_config[0].state is S.OVERLAPPED
+    residual = add.input_quant_config[1]
+    assert residual.state is S.INITIAL
+    assert residual.dominated_by is conv_b.output_quant_config[0].dominated_by
+
+
+def test_the_executor_computes_the_fused_residual_as_tensorrt_does():
+    graph = quantize_graph(residual_relu_graph(), 'TRT_INT8')
+    x, y = torch.randn(2, 4, 5, 5), torch.randn(2, 4, 5, 5)
+    graph = calibrate(graph, [[x, y]], progress=False)
+    conv, add, relu = (graph.operations[name] for name in ('conv_a', 'add', 'relu'))
+    data, weight = conv.input_quant_config
+    conv_out = torch.nn.functional.conv2d(fake_quantize(x, data),
+                                          fake_quantize(graph.variables['wa'].value, weight))
+    residual = fake_quantize(y, add.input_quant_config[1])  # the sum quantized only once:
+    expected = fake_quantize(torch.relu(conv_out + residual), relu.output_quant_config[0])
+    out = QuantExecutor(graph)([x, y])[0]
+    torch.testing.assert_close(out, expected)
 
 
 def test_link_counts():
@@ -132,8 +184,8 @@ def test_link_counts():
     # readers: x (conv_a, conv_b), relu_a -> concat, conv_b -> concat
     graph = quantizer.graph
     links = {link.__name__: link(quantizer)(graph).changes for link in LINK_PASSES}
-    assert links == {'FuseActivations': 1, 'ShareScales': 2, 'MasterBiases': 2,
-                     'JoinVariableReaders': 3}
+    assert links == {'FuseActivations': 1, 'FuseResidualAdds': 0, 'ShareScales': 2,
+                     'MasterBiases': 2, 'JoinVariableReaders': 3}
     assert not quantizer.link_configs().modified  # linked already: nothing left to link
 
 

@@ -60,7 +60,9 @@ class BaseQuantizer:
             :data:`~razorlib.quantization.quantizers.formats.WEIGHT_CHANNEL_AXIS`.
         bias: the format of the biases of Conv, ConvTranspose and Gemm; None keeps them in
             FP32.  A quantized bias is passive: its scale is input scale x weight scale.
-        fusions: compute op type -> activation types the backend fuses after it.
+        fusions: op type -> activation types the backend fuses after it.
+        residual_fusions: op type (Add) -> the producer types whose output the backend
+            fuses into it, quantizing only the sum (empty: none).
         shared_scales: op type -> which of its tensors share one scale.
 
     Args:
@@ -88,6 +90,7 @@ class BaseQuantizer:
     weight: ClassVar[TensorFormat]
     bias: ClassVar[Optional[TensorFormat]]
     fusions: ClassVar[Mapping[str, FrozenSet[str]]]
+    residual_fusions: ClassVar[Mapping[str, FrozenSet[str]]] = {}
     shared_scales: ClassVar[Mapping[str, ScaleSharing]]
 
     def __init__(self, graph: BaseGraph) -> None:

@@ -17,9 +17,12 @@ class TensorRTQuantizer(BaseQuantizer):
     - Biases stay FP32: TensorRT takes the float bias and folds it into its int32
       accumulation itself, so no Q/DQ goes on a bias.
     - Conv/ConvTranspose/Gemm/MatMul + Relu/Clip are fused: quantized once, after the
-      activation.
-    - Concat and data-movement ops keep one scale across inputs and outputs; the two
-      inputs of an Add share one scale, so a residual add fuses into the convolution.
+      activation; so is Add + Relu/Clip.
+    - A compute op whose only reader is an Add fuses into it (TensorRT's convolution
+      with a residual input): the sum, after its fused activation if any, is quantized
+      once and the compute op's own output not at all.  The Add's other inputs (the
+      residual) stay int8, sharing one scale when several are.
+    - Concat and data-movement ops keep one scale across inputs and outputs.
 
     Args:
         graph: see :class:`~razorlib.quantization.quantizers.base.BaseQuantizer`.
@@ -41,7 +44,8 @@ class TensorRTQuantizer(BaseQuantizer):
     activation = TensorFormat(observer='percentile')
     weight = TensorFormat(quant_min=-127, per_channel=True)
     bias = None
-    fusions = dict.fromkeys(COMPUTE_TYPES, FUSED_ACTIVATION_TYPES)
+    fusions = dict.fromkeys(COMPUTE_TYPES | {'Add'}, FUSED_ACTIVATION_TYPES)
+    residual_fusions = {'Add': COMPUTE_TYPES}
     shared_scales = {
         **dict.fromkeys(PASSIVE_TYPES, ScaleSharing.INPUTS_AND_OUTPUTS),
         'Concat': ScaleSharing.INPUTS_AND_OUTPUTS,
