@@ -7,10 +7,11 @@ Only INITIAL configs are linked; a config made OVERLAPPED or FP32 stays out of e
 pass.  :meth:`BaseQuantizer.link_configs` runs them, in this order, through a
 :class:`~razorlib.ir.PassManager`:
 
-1. ``FuseActivations``: a compute op whose only reader is an activation the platform
-   fuses into it (Conv -> Relu) is quantized once, after the activation.  The compute
-   op's output config and the activation's input config become OVERLAPPED, each with
-   ``master_by`` set to the activation's output config, which quantizes in their place.
+1. ``FuseActivations``: an op whose only reader is an activation the platform fuses into
+   it (Conv -> Relu; on TensorRT Add -> Relu too) is quantized once, after the
+   activation.  The op's output config and the activation's input config become
+   OVERLAPPED, each with ``master_by`` set to the activation's output config, which
+   quantizes in their place.
    (Dominance would share the state too, so an overlapped config is not dominated.)
 2. ``FuseResidualAdds``: a compute op whose only reader is an Add the platform fuses it
    with (TensorRT's Conv + residual Add) is not quantized on its own: its output config
@@ -88,7 +89,7 @@ class LinkPass(GraphPass):
 
 @GRAPH_PASSES.register_module(name=['FuseActivations', 'fuse_activations'])
 class FuseActivations(LinkPass):
-    """Pass 1: compute op + fused activation are quantized once, after the activation.
+    """Pass 1: an op (compute op, TensorRT's Add) + fused activation: quantized once, after.
 
     Example:
         >>> import torch
@@ -209,7 +210,7 @@ class FuseResidualAdds(LinkPass):
 
 @GRAPH_PASSES.register_module(name=['ShareScales', 'share_scales'])
 class ShareScales(LinkPass):
-    """Pass 2: join the tensors of the op types in ``quantizer.shared_scales``."""
+    """Pass 3: join the tensors of the op types in ``quantizer.shared_scales``."""
 
     def link(self, graph: BaseGraph) -> int:
         links = 0
@@ -226,7 +227,7 @@ class ShareScales(LinkPass):
 
 @GRAPH_PASSES.register_module(name=['MasterBiases', 'master_biases'])
 class MasterBiases(LinkPass):
-    """Pass 3: each quantized bias is mastered by its layer's weight config."""
+    """Pass 4: each quantized bias is mastered by its layer's weight config."""
 
     def link(self, graph: BaseGraph) -> int:
         links = 0
@@ -243,7 +244,7 @@ class MasterBiases(LinkPass):
 
 @GRAPH_PASSES.register_module(name=['JoinVariableReaders', 'join_variable_readers'])
 class JoinVariableReaders(LinkPass):
-    """Pass 4: one scale per activation: its producer's output config and its readers'."""
+    """Pass 5: one scale per activation: its producer's output config and its readers'."""
 
     def link(self, graph: BaseGraph) -> int:
         links = 0
