@@ -5,7 +5,6 @@ options name their key, and the digits KD config trains through tools/train.py.
 (Named test_qat_distill.py: tests/test_quantization/test_qat.py holds the other QAT
 tests, and two test files of one basename in packageless folders cannot both import.)
 """
-import importlib.util
 import json
 import math
 from pathlib import Path
@@ -17,6 +16,7 @@ from mmengine.optim import build_optim_wrapper
 
 from razorlib.algorithms import QAT
 from razorlib.models.data_sample import ClsDataSample
+from tool_modules import load_tool
 
 REPO = Path(__file__).parents[2]
 QAT_CONFIGS = REPO / 'configs' / 'quantization' / 'qat'
@@ -127,9 +127,7 @@ def test_tools_train_runs_the_kd_config(tmp_path):
     fp32 = MODELS.build(Config.fromfile(REPO / 'configs' / '_base_' / 'models' /
                                         'plaincnn_digits.py').model)
     torch.save(fp32.state_dict(), tmp_path / 'fp32.pth')
-    spec = importlib.util.spec_from_file_location('train_tool', REPO / 'tools' / 'train.py')
-    train = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(train)
+    train = load_tool('train')
     code = train.main([
         str(QAT_CONFIGS / 'qat_plaincnn_digits_trt_int8_kd.py'), '--work-dir',
         str(tmp_path / 'run'), '--cfg-options', f'model.checkpoint={tmp_path / "fp32.pth"}',

@@ -1,8 +1,6 @@
 """The NAS configs through tools/train.py and tools/search.py, end to end (short runs)."""
-import importlib.util
 import json
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 import yaml
@@ -10,6 +8,7 @@ from mmengine.config import Config
 
 from razorlib.nas import remaining_mutables
 from razorlib.registry import MODELS
+from tool_modules import load_tool
 
 REPO = Path(__file__).parents[2]
 
@@ -17,14 +16,6 @@ SPOS = REPO / 'configs' / 'nas' / 'spos'
 DARTS = REPO / 'configs' / 'nas' / 'darts'
 ONE_EPOCH = ['train_cfg.max_epochs=1', 'train_cfg.val_interval=1',
              'default_hooks.checkpoint.interval=1']
-
-
-def load_tool(name: str) -> ModuleType:
-    """``tools/<name>.py`` as a module, so the test calls its ``main(argv)``."""
-    spec = importlib.util.spec_from_file_location(f'{name}_tool', REPO / 'tools' / f'{name}.py')
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def train(config: Path, work_dir: Path, *options: str) -> int:

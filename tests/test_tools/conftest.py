@@ -1,5 +1,5 @@
-"""Shared by the tool tests: loading a tool as a module, and a tiny trained supernet."""
-import importlib.util
+"""Shared by the tool tests: the tool loader (tests/tool_modules.py), log capture, and a tiny
+trained supernet."""
 import os
 import subprocess
 import sys
@@ -7,17 +7,10 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from tool_modules import load_tool  # noqa: F401  (the tool tests import it from here)
 
 REPO = Path(__file__).parents[2]
 TINY = REPO / 'tests' / 'data' / 'configs' / 'autoslim_tiny_digits.py'
-
-
-def load_tool(name: str) -> ModuleType:
-    """``tools/<name>.py`` imported as a module, so tests call its ``main(argv)``."""
-    spec = importlib.util.spec_from_file_location(f'{name}_tool', REPO / 'tools' / f'{name}.py')
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 class LogCapture:
