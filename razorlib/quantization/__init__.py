@@ -58,9 +58,8 @@ from .state import (bake_parameters, dequantize_graph, dequantized, quantable_op
 
 __all__ = [
     'ActivationScaleSearch', 'AdaRound', 'BiasCorrection', 'ClipEqualization', 'LSQGraph',
-    'LayerwiseEqualization',
-    'MixedPrecision', 'PTQPass', 'PTQ_PASSES', 'build_ptq_pass', 'follow_passive_scales',
-    'lsq_fake_quantize',
+    'LayerwiseEqualization', 'MixedPrecision', 'PTQPass', 'PTQ_PASSES', 'build_ptq_pass',
+    'follow_passive_scales', 'lsq_fake_quantize',
     'AggressiveDispatcher', 'AllInDispatcher', 'BaseQuantizer', 'ConservativeDispatcher',
     'DEFAULT_EXPORT_FORMATS', 'DEFAULT_PASSES', 'DISPATCHERS', 'DispatchingTable', 'EXPORTERS',
     'ExportFormat', 'GraphDispatcher', 'KLObserver', 'LayerError', 'MSEObserver',

@@ -132,6 +132,21 @@ def residual_relu_graph(second_conv: bool = False):
     return b.output('relu')
 
 
+def test_add_inputs_share_a_scale_on_tensorrt_only():
+    b = GraphBuilder('two_branches', inputs=('x', 'y'))
+    for branch, source in (('a', 'x'), ('b', 'y')):
+        b.param(f'w{branch}', torch.randn(4, 4, 1, 1))
+        b.op('Conv', f'conv_{branch}', [source, f'w{branch}'])
+        b.op('Relu', f'relu_{branch}', [f'conv_{branch}'])
+    b.op('Add', 'add', ['relu_a', 'relu_b'])  # no compute op feeds it: nothing fuses
+    graph = b.output('add')
+    trt = quantize_graph(graph.copy(), 'TRT_INT8').operations['add'].input_quant_config
+    ort = quantize_graph(graph.copy(), 'ORT_INT8').operations['add'].input_quant_config
+    assert [config.state for config in trt] == [S.INITIAL, S.INITIAL]
+    assert trt[0].dominated_by is trt[1].dominated_by
+    assert ort[0].dominated_by is not ort[1].dominated_by
+
+
 def test_a_conv_feeding_an_add_is_fused_into_it_on_tensorrt_only():
     trt = quantize_graph(residual_graph(), 'TRT_INT8')
     conv, add = trt.operations['conv'], trt.operations['add']

@@ -41,5 +41,6 @@ from .reconstruction import ActivationScaleSearch, activation_roots
 __all__ = ['ActivationScaleSearch', 'AdaRound', 'BiasCorrection', 'ClipEqualization',
            'LAYER_TYPES', 'LayerRecord', 'LayerwiseEqualization', 'MixedPrecision', 'PTQPass',
            'PTQ_PASSES', 'STAGES', 'activation_roots', 'build_ptq_pass', 'build_ptq_passes',
-           'channel_means', 'clipped_pairs', 'equalizable_pairs', 'kernel_output', 'keep_in_float', 'output_channel_axis',
-           'record_layer', 'rectified_sigmoid', 'run_ptq_passes', 'weight_layers']
+           'channel_means', 'clipped_pairs', 'equalizable_pairs', 'kernel_output',
+           'keep_in_float', 'output_channel_axis', 'record_layer', 'rectified_sigmoid',
+           'run_ptq_passes', 'weight_layers']
