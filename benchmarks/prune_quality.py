@@ -46,6 +46,7 @@ from razorlib.models import ResNet
 from razorlib.utils import get_model_complexity
 
 CRITERIA = ('l1', 'l2', 'bn_scale', 'fpgm', 'taylor', 'fisher', 'activation', 'apoz', 'random')
+ALLOCATIONS = ('local', 'global', 'sensitivity')
 Data = Tuple[torch.Tensor, torch.Tensor]
 
 
@@ -65,6 +66,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument('--targets', type=float, nargs='+', default=[0.5, 0.25, 0.1],
                         help='FLOPs targets, fractions of the dense model (default: 0.5 0.25 0.1)')
     parser.add_argument('--criteria', nargs='+', default=list(CRITERIA), choices=CRITERIA)
+    parser.add_argument('--allocations', nargs='+', default=list(ALLOCATIONS),
+                        choices=ALLOCATIONS,
+                        help="razorlib's allocations to run with every criterion (default: "
+                        'all three)')
     parser.add_argument('--peers', nargs='*',
                         default=['tp_magnitude', 'tp_magnitude_local', 'tp_taylor', 'fastnas'],
                         choices=['tp_magnitude', 'tp_taylor', 'tp_magnitude_local', 'fastnas'])
@@ -256,9 +261,10 @@ def fastnas(dense: nn.Module, x: torch.Tensor, limit: float, batches: List[Data]
 
 
 def razorlib_prune(dense: nn.Module, x: torch.Tensor, target: float, criterion: str,
-                   global_ranking: bool, batches: List[Data]) -> nn.Module:
+                   allocation: str, batches: List[Data]) -> nn.Module:
     return razorlib.prune(dense, x, flops=target, importance=criterion,
-                          global_ranking=global_ranking, data=batches).eval()
+                          global_ranking=allocation == 'global',
+                          sensitivity=allocation == 'sensitivity', data=batches).eval()
 
 
 # ---------------------------------------------------------------------------- the run
@@ -299,9 +305,9 @@ def dense_model(args: argparse.Namespace, splits: Dict[str, Data],
 
 def methods(args: argparse.Namespace) -> List[Tuple[str, Callable]]:
     """(name, prune(dense, x, target, limit, batches, splits, work_dir, tag))."""
-    out = [(f'razorlib {c} {"global" if g else "local"}',
-            lambda d, x, t, lim, b, s, w, tag, c=c, g=g: razorlib_prune(d, x, t, c, g, b))
-           for c in args.criteria for g in (False, True)]
+    out = [(f'razorlib {c} {a}',
+            lambda d, x, t, lim, b, s, w, tag, c=c, a=a: razorlib_prune(d, x, t, c, a, b))
+           for c in args.criteria for a in args.allocations]
     peers = {
         'tp_magnitude': ('torch-pruning magnitude global', lambda d, x, t, lim, b, s, w, tag:
                          torch_pruning(d, x, lim, 'magnitude', True, b)),

@@ -8,6 +8,8 @@ Examples:
     # to a budget: half the FLOPs, channels ranked globally by Taylor on data batches
     python tools/prune.py --model resnet50 --flops 0.5 --importance taylor --global \
         --round-to 8 --max-ratio 0.9 [--data-config CONFIG]
+    # each group's width from the loss it costs, cut alone (FastNAS's allocation)
+    python tools/prune.py --model resnet50 --flops 0.5 --sensitivity [--data-config CONFIG]
     # to half the latency measured on onnxruntime
     python tools/prune.py --model mobilenet_v2 --latency 0.5 --runtime onnxruntime --global
 
@@ -92,6 +94,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument('--global', dest='global_ranking', action='store_true',
                         help="rank all groups' channels together (default: one ratio per "
                         'group)')
+    parser.add_argument('--sensitivity', action='store_true',
+                        help="give each group the width whose loss increase, the group cut "
+                        'alone and measured on the data batches, stays under one threshold '
+                        'for all groups (FastNAS\'s allocation; default: one ratio per group)')
     parser.add_argument('--round-to', type=int, default=1, metavar='N',
                         help="each group keeps a multiple of N channels (default: %(default)s)")
     parser.add_argument('--max-ratio', type=float, metavar='R',
@@ -129,10 +135,14 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         parser.error(f'--threads: at least 1, got {args.threads}')
     if args.round_to < 1 or args.data_batches < 1:
         parser.error('--round-to and --data-batches: at least 1')
+    if args.global_ranking and args.sensitivity:
+        parser.error('choose one allocation: --global or --sensitivity')
     if args.pruner == 'RatioPruner' and (args.importance != 'l1' or args.global_ranking
+                                         or args.sensitivity
                                          or args.ratio is None and budget_of(args)[0]):
-        parser.error('RatioPruner keeps the first channels at --ratio; --importance, --global '
-                     'and --flops/--params/--latency need L1NormPruner (the default)')
+        parser.error('RatioPruner keeps the first channels at --ratio; --importance, --global, '
+                     '--sensitivity and --flops/--params/--latency need L1NormPruner (the '
+                     'default)')
     return args
 
 
@@ -144,11 +154,19 @@ def budget_of(args: argparse.Namespace) -> Tuple[str, float]:
     return '', 0.5
 
 
+def allocation_name(args: argparse.Namespace) -> str:
+    """``'global'``, ``'sensitivity'`` or ``'local'``: how the groups' widths are set."""
+    return ('global' if args.global_ranking else 'sensitivity' if args.sensitivity
+            else 'local')
+
+
 def model_mode_options(args: argparse.Namespace) -> list:
     """The options only --model mode takes that were given (CONFIG mode refuses them)."""
     given = [f'--{k}' for k in ('ratio', 'flops', 'params', 'latency') if getattr(args, k)]
     given += [o for o, on in (('--importance', args.importance != 'l1'),
-                              ('--global', args.global_ranking), ('--round-to', args.round_to > 1),
+                              ('--global', args.global_ranking),
+                              ('--sensitivity', args.sensitivity),
+                              ('--round-to', args.round_to > 1),
                               ('--max-ratio', args.max_ratio is not None),
                               ('--data-config', args.data_config is not None)) if on]
     return given
@@ -203,17 +221,18 @@ def prune_built_in(args: argparse.Namespace, model: nn.Module, logger: MMLogger)
         cfg = dict(type='RatioPruner', ratios=(value, ))
     else:
         cfg = dict(type=args.pruner, importance=args.importance,
-                   global_ranking=args.global_ranking, round_to=args.round_to,
-                   max_ratio=args.max_ratio,
+                   global_ranking=args.global_ranking, sensitivity=args.sensitivity,
+                   round_to=args.round_to, max_ratio=args.max_ratio,
                    runtime=dict(type=args.runtime, threads=torch.get_num_threads(),
                                 quantile=args.quantile),
                    **{metric: value})
     pruner = PRUNERS.build({**cfg, 'except_start_keys': args.except_start_keys})
-    needs_data = args.pruner != 'RatioPruner' and build_importance(args.importance).needs_data
+    needs_data = args.pruner != 'RatioPruner' and (
+        args.sensitivity or build_importance(args.importance).needs_data)
     batches = load_batches(args, tuple(x.shape[1:])) if needs_data or args.data_config else []
     logger.info(f'{args.model}, input 1x3x{args.input_size}x{args.input_size}, '
                 f'{args.pruner} ({args.importance if args.pruner != "RatioPruner" else "first"} '
-                f'channels, {"global" if args.global_ranking else "local"}) to {metric} {value:g}'
+                f'channels, {allocation_name(args)}) to {metric} {value:g}'
                 + (f'; {len(batches)} data batches' if batches else ''))
     dense = copy.deepcopy(model)
     start = time.perf_counter()

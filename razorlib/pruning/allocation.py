@@ -8,6 +8,9 @@ measured latency.
   ratio is the largest that meets it.
 - **global**: all groups' channels are ranked together by their (normalised) scores and
   the best ``K`` are kept, ``K`` the largest that meets the budget.
+- **sensitivity**: each group keeps its best channels down to the width whose measured
+  loss increase, the group cut alone, stays under a common threshold; the threshold is
+  the smallest that meets the budget (:mod:`razorlib.pruning.sensitivity`).
 
 Each group's kept count then obeys :class:`WidthRule`: at least one channel, a multiple
 of ``round_to`` (or the full width), no more than ``max_ratio`` of it pruned, and a
@@ -30,6 +33,7 @@ from ..tracing import ChannelGroup
 from ..utils.complexity import Complexity, count_params, get_model_complexity, human
 from .latency import LatencyChoice, SubnetLatency
 from .runtimes import RuntimeArg
+from .sensitivity import Sensitivity, threshold_counts
 
 __all__ = ['Allocation', 'SubnetMeter', 'WidthRule', 'allocate', 'budget_of']
 
@@ -189,11 +193,23 @@ class _Family:
     before: 0 is the smallest the rules allow, ``size`` the full model."""
 
     def __init__(self, groups: List[ChannelGroup], scores: Dict[str, np.ndarray],
-                 rule: WidthRule, global_ranking: bool):
+                 rule: WidthRule, global_ranking: bool,
+                 sensitivity: Optional[Sensitivity] = None):
         self.groups, self.rule, self.global_ranking = groups, rule, global_ranking
+        self.sensitivity = sensitivity
         self.allowed = {g.id: rule.allowed(g) for g in groups}
         self.orders = {g.id: np.argsort(-scores[g.id], kind='stable') for g in groups}
-        if global_ranking:
+        if sensitivity is not None:
+            self.curves = {g.id: threshold_counts(
+                {count: loss for count, loss in sensitivity.get(g.id, {}).items()
+                 if count in set(self.allowed[g.id].tolist())}, g.num_channels)
+                for g in groups}
+            levels = {level for curve in self.curves.values() for level in curve.values()}
+            # descending: index 0 the largest threshold (the smallest subnet), the last
+            # -inf (every group whole)
+            self.thresholds = sorted(levels - {-np.inf}, reverse=True) + [-np.inf]
+            self.size = len(self.thresholds) - 1
+        elif global_ranking:
             flat = np.concatenate([scores[g.id] for g in groups] or [np.zeros(0)])
             owner = np.repeat(np.arange(len(groups)), [g.num_channels for g in groups])
             # ties go to the channel higher in its own group's order (relative to the
@@ -222,10 +238,22 @@ class _Family:
         return {g.id: self.rule.fit(g, int(np.searchsorted(self.ranks[g.id], top)),
                                     self.allowed[g.id]) for g in self.groups}
 
+    def counts_at_threshold(self, threshold: float) -> Dict[str, int]:
+        return {gid: min(count for count, level in curve.items() if level <= threshold)
+                for gid, curve in self.curves.items()}
+
     def counts(self, index: int) -> Dict[str, int]:
+        if self.sensitivity is not None:
+            return self.counts_at_threshold(self.thresholds[index])
         if self.global_ranking:
             return self.counts_at_top(index)
         return self.counts_at_ratio(self.ratios[index])
+
+    def ratio(self, index: int) -> Optional[float]:
+        """The common ratio of candidate ``index`` (None unless the allocation is local)."""
+        if self.sensitivity is not None or self.global_ranking:
+            return None
+        return self.ratios[index]
 
     def keep(self, counts: Dict[str, int]) -> Keep:
         return {g.id: g.keep_best(self.orders[g.id], counts[g.id]) for g in self.groups}
@@ -257,7 +285,8 @@ def allocate(pruner: Any, scores: Optional[Dict[str, np.ndarray]] = None, *,
              params: Optional[float] = None, latency: Optional[float] = None,
              global_ranking: bool = False, round_to: int = 1,
              max_ratio: Optional[float] = None, example_inputs: Any = None,
-             runtime: Union[RuntimeArg, SubnetLatency] = 'torch') -> Allocation:
+             runtime: Union[RuntimeArg, SubnetLatency] = 'torch',
+             sensitivity: Optional[Sensitivity] = None) -> Allocation:
     """Choose each group's kept channels for one budget; the pruner's masks are left as
     they were (``pruner.set_subnet(allocation.subnet)`` applies it).
 
@@ -279,12 +308,19 @@ def allocate(pruner: Any, scores: Optional[Dict[str, np.ndarray]] = None, *,
             (``dict(type='onnxruntime', repeat=50)``), a
             :class:`~razorlib.pruning.runtimes.Runtime`, or a ready
             :class:`~razorlib.pruning.latency.SubnetLatency` (its table and options).
+        sensitivity: allocate by loss sensitivity: group id -> kept count -> loss
+            increase (:func:`~razorlib.pruning.sensitivity.measure_sensitivity`); each
+            group then keeps its best channels (by ``scores``) at the fewest the common
+            threshold allows.  Not with ``global_ranking``.
 
     Raises:
         ValueError: the budget cannot be met; the message names the smallest value the
             rules allow.
     """
     metric, target = budget_of(ratio, flops, params, latency)
+    if sensitivity is not None and global_ranking:
+        raise ValueError('choose one allocation: global_ranking ranks scores across groups, '
+                         'sensitivity sets each group\'s width by its measured loss')
     rule = WidthRule(round_to, max_ratio)
     prunable = pruner._require_prepared().prunable
     if scores is None:
@@ -296,9 +332,19 @@ def allocate(pruner: Any, scores: Optional[Dict[str, np.ndarray]] = None, *,
                   for gid, order in pruner.channel_orders().items()}
     groups = [g for gid, g in prunable.items() if gid in scores]
     unscored = [gid for gid in prunable if gid not in scores]
-    family = _Family(groups, scores, rule, global_ranking)
+    family = _Family(groups, scores, rule, global_ranking, sensitivity)
     if metric == 'ratio':
         total = sum(g.num_channels for g in groups)
+        if sensitivity is not None:
+            def kept(index: int) -> float:
+                return sum(family.counts(index).values())
+
+            if kept(0) > target * total:
+                raise ValueError(f'ratio={target:g} cannot be met: the smallest subnet allowed '
+                                 f'({_describe_rules(rule)}) keeps {kept(0) / total:.4f} of the '
+                                 'channels. Nothing was changed.')
+            index = _largest_within(kept, family.size, target * total)
+            return _result(family, family.counts(index), unscored, None, None, None)
         counts = (family.counts_at_top(int(round(target * total))) if global_ranking
                   else family.counts_at_ratio(target))
         return _result(family, counts, unscored, None, None,
@@ -330,8 +376,7 @@ def allocate(pruner: Any, scores: Optional[Dict[str, np.ndarray]] = None, *,
     index = _largest_within(cost, family.size, limit)
     counts = family.counts(index)
     pruned = meter({**full, **family.keep(counts)})
-    return _result(family, counts, unscored, dense, pruned,
-                   None if global_ranking else family.ratios[index])
+    return _result(family, counts, unscored, dense, pruned, family.ratio(index))
 
 
 def _allocate_latency(family: _Family, full: Keep, unscored: List[str], meter: SubnetMeter,
@@ -344,7 +389,7 @@ def _allocate_latency(family: _Family, full: Keep, unscored: List[str], meter: S
     counts = family.counts(choice.index)
     result = _result(family, counts, unscored, meter(full),
                      meter({**full, **family.keep(counts)}),
-                     None if family.global_ranking else family.ratios[choice.index])
+                     family.ratio(choice.index))
     result.latency = choice
     return result
 

@@ -22,7 +22,7 @@ def prune(model: nn.Module, example_inputs: Any = None, *, ratio: Optional[float
           flops: Optional[float] = None, params: Optional[float] = None,
           latency: Optional[float] = None, runtime: RuntimeArg = 'torch',
           importance: ImportanceArg = 'l1', global_ranking: bool = False,
-          data: Optional[Any] = None,
+          sensitivity: Union[bool, Dict[str, Any]] = False, data: Optional[Any] = None,
           loss_fn: Optional[Callable[[Any, Any], torch.Tensor]] = None, round_to: int = 1,
           max_ratio: Optional[float] = None, pruner: Union[str, dict] = 'ImportancePruner',
           hidden: bool = False, **pruner_kwargs: Any) -> nn.Module:
@@ -64,6 +64,11 @@ def prune(model: nn.Module, example_inputs: Any = None, *, ratio: Optional[float
             ``'taylor'``, ``'fisher'``, ``'activation'``, ``'apoz'``, ``'random'``, a config
             dict (``dict(type='l1', normalize='lamp')``) or an ``Importance``.
         global_ranking: rank all groups' channels together instead of one ratio each.
+        sensitivity: give each group the width whose loss increase, the group cut alone
+            and measured on ``data``, stays under a threshold common to all groups, the
+            threshold set by the budget (FastNAS's allocation:
+            :mod:`razorlib.pruning.sensitivity`); True or a dict of options
+            (``dict(steps=10)``).  Needs ``data``; not with ``global_ranking``.
         data: an iterable of ``(inputs, targets)`` batches: what data-driven criteria
             run on, and, after slicing, what the batch norms' running statistics are
             re-estimated on.  A one-shot iterator is read into a list first.
@@ -101,7 +106,7 @@ def prune(model: nn.Module, example_inputs: Any = None, *, ratio: Optional[float
     budget = {k: v for k, v in (('ratio', ratio), ('flops', flops), ('params', params),
                                 ('latency', latency)) if v is not None}
     options = dict(importance=importance, global_ranking=global_ranking, round_to=round_to,
-                   max_ratio=max_ratio, runtime=runtime)
+                   max_ratio=max_ratio, runtime=runtime, sensitivity=sensitivity)
     cfg = _pruner_cfg(pruner, budget, options, pruner_kwargs)
     if is_transformers_model(model) and not hidden:  # the integration loads for HF models only
         from ..integrations.transformers.prune import with_hidden_size_keys
@@ -140,9 +145,10 @@ def _pruner_cfg(pruner: Union[str, dict], budget: Dict[str, float], options: Dic
                 cfg.pop(key, None)
             cfg.update(budget)
         return cfg
-    if options['importance'] != 'l1' or options['global_ranking']:
-        raise ValueError(f'pruner {cfg["type"]!r} ranks channels its own way; importance= and '
-                         'global_ranking= need an ImportancePruner (the default pruner)')
+    if options['importance'] != 'l1' or options['global_ranking'] or options['sensitivity']:
+        raise ValueError(f'pruner {cfg["type"]!r} ranks channels its own way; importance=, '
+                         'global_ranking= and sensitivity= need an ImportancePruner (the '
+                         'default pruner)')
     if 'latency' in budget:
         raise ValueError(f'pruner {cfg["type"]!r}: a latency budget needs an ImportancePruner '
                          '(the default pruner)')

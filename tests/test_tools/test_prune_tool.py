@@ -108,6 +108,19 @@ def test_a_flops_budget_with_a_data_criterion_ranked_globally(tmp_path):
     slim.load_state_dict(torch.load(tmp_path / 'slim.pth'))
 
 
+def test_a_flops_budget_allocated_by_sensitivity(tmp_path):
+    code = load_tool('prune').main(['--model', 'plain_cnn', '--input-size', '16', '--flops',
+                                    '0.5', '--sensitivity', '--data-batches', '2',
+                                    '--work-dir', str(tmp_path)])
+    assert code == 0
+    log = (tmp_path / 'prune.log').read_text()
+    assert 'l1 channels, sensitivity) to flops 0.5; 2 data batches' in log
+    params, flops, latency = ratio_row(log)
+    assert flops <= 0.5 and log.count('OK') == 2
+    counts = kept_counts(log)
+    assert len(set(k / n for k, n in counts.values())) > 1  # not one ratio for every group
+
+
 def test_the_data_config_gives_the_batches(tmp_path):
     config = tmp_path / 'data.py'
     config.write_text("train_dataloader = dict(batch_size=8, num_workers=0, "

@@ -10,6 +10,7 @@ from ...tracing import ChannelGroup
 from ...tracing.forward import default_example_inputs
 from ..allocation import Allocation, SubnetMeter, WidthRule, allocate, budget_of
 from ..runtimes import RuntimeArg
+from ..sensitivity import measure_sensitivity
 from ..structure import StructurePruner, SubnetDict
 from .base import ImportanceArg, ImportanceContext, build_importance
 
@@ -28,6 +29,10 @@ class ImportancePruner(StructurePruner):
         importance: a criterion: registered name (``'l1'``, ``'taylor'``, ...), config
             dict or :class:`~razorlib.pruning.importance.Importance`.
         global_ranking: rank all groups' channels together in :meth:`allocate`.
+        sensitivity: allocate by each group's measured loss sensitivity in
+            :meth:`allocate` (:mod:`razorlib.pruning.sensitivity`; it needs ``data``),
+            True or a dict of :func:`~razorlib.pruning.sensitivity.measure_sensitivity`'s
+            options (``dict(steps=10)``).
         flops, params, latency: the budget of :meth:`allocate` as a fraction of the
             dense model's FLOPs, params or latency measured on ``runtime`` (instead of a
             ratio).
@@ -52,7 +57,8 @@ class ImportancePruner(StructurePruner):
                  importance: ImportanceArg = 'l1', global_ranking: bool = False,
                  flops: Optional[float] = None, params: Optional[float] = None,
                  latency: Optional[float] = None, runtime: RuntimeArg = 'torch',
-                 round_to: int = 1, max_ratio: Optional[float] = None, **kwargs: Any):
+                 round_to: int = 1, max_ratio: Optional[float] = None,
+                 sensitivity: Union[bool, Mapping[str, Any]] = False, **kwargs: Any):
         has_ratio = ratios is not None or kwargs.get('ratio') is not None
         has_budget = any(b is not None for b in (flops, params, latency))
         if has_ratio and has_budget:
@@ -64,6 +70,9 @@ class ImportancePruner(StructurePruner):
         super().__init__(ratios=ratios, **kwargs)
         self.importance = build_importance(importance)
         self.global_ranking = bool(global_ranking)
+        if sensitivity and self.global_ranking:
+            raise ValueError('choose one allocation: global_ranking=True or sensitivity')
+        self.sensitivity = sensitivity
         self.flops, self.params, self.latency, self.runtime = flops, params, latency, runtime
         self.rule = WidthRule(round_to, max_ratio)
         self._scores: Optional[Dict[str, np.ndarray]] = None
@@ -148,6 +157,11 @@ class ImportancePruner(StructurePruner):
             scores = self._scores
         else:
             scores = self.score(data, loss_fn)
+        table = None
+        if self.sensitivity:
+            options = self.sensitivity if isinstance(self.sensitivity, Mapping) else {}
+            orders = {gid: np.argsort(-group, kind='stable') for gid, group in scores.items()}
+            table = measure_sensitivity(self, orders, data, loss_fn, self.rule, **options)
         ratio = None
         if not self.has_budget:
             if len(self.ratios) != 1:
@@ -157,7 +171,8 @@ class ImportancePruner(StructurePruner):
         return allocate(self, scores, ratio=ratio, flops=self.flops, params=self.params,
                         latency=self.latency, global_ranking=self.global_ranking,
                         round_to=self.rule.round_to, max_ratio=self.rule.max_ratio,
-                        example_inputs=self._example_inputs, runtime=self.runtime)
+                        example_inputs=self._example_inputs, runtime=self.runtime,
+                        sensitivity=table)
 
     @property
     def has_budget(self) -> bool:

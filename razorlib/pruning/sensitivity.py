@@ -1,0 +1,135 @@
+"""Sensitivity allocation: each group's width from the loss it costs when cut alone.
+
+A common ratio cuts every group alike; a global ranking compares criterion scores across
+groups, which only a normalisation makes comparable (and which can starve one group:
+``docs/pruning.md``).  Sensitivity allocation, as NVIDIA ModelOpt's FastNAS and
+NetAdapt, compares groups on one scale, the loss: each prunable group alone is cut to
+its best channels (the criterion's order) at each fraction of a grid, the batch norms
+are re-estimated on the data, and the loss on the data is measured.  A group's
+*sensitivity* at a width is its loss increase over the dense model's, made
+non-increasing in width (its largest increase at that width or any wider one
+measured), so a threshold gives every group one width: the fewest channels whose
+sensitivity is at most the threshold.  :func:`~razorlib.pruning.allocate` bisects the
+threshold for the budget.
+
+It costs ``steps`` loss evaluations per group (each re-estimating the batch norms),
+and assumes the loss increases of different groups add up, as FastNAS does.
+"""
+import copy
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+from ..tracing.forward import call_model
+from ..utils.batch_norm import reestimate_bn_stats
+from .importance.base import default_loss
+
+__all__ = ['Sensitivity', 'measure_sensitivity', 'threshold_counts']
+
+Sensitivity = Dict[str, Dict[int, float]]
+"""Group id -> kept channel count -> loss increase over the dense model."""
+
+
+def _norm_buffers(model: nn.Module) -> List[tuple]:
+    return [(m, copy.deepcopy(m.state_dict())) for m in model.modules()
+            if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats]
+
+
+def _mean_loss(model: nn.Module, batches: Sequence[tuple],
+               loss_fn: Callable[[Any, Any], torch.Tensor]) -> float:
+    with torch.no_grad():
+        return sum(float(loss_fn(call_model(model, inputs), targets))
+                   for inputs, targets in batches) / len(batches)
+
+
+def measure_sensitivity(pruner: Any, orders: Mapping[str, np.ndarray], data: Any,
+                        loss_fn: Optional[Callable[[Any, Any], torch.Tensor]] = None,
+                        rule: Any = None, steps: int = 20) -> Sensitivity:
+    """The loss increase of every group in ``orders`` cut alone to each width of a grid.
+
+    Args:
+        pruner: a prepared :class:`~razorlib.pruning.StructurePruner`; its masks and
+            the model's batch-norm statistics are put back as they were.
+        orders: group id -> its channels, most worth keeping first.
+        data: an iterable of ``(inputs, targets)`` batches: the batch norms are
+            re-estimated on the inputs and the loss is measured on the batches.
+        loss_fn: ``loss_fn(outputs, targets)``; default cross-entropy.
+        rule: a :class:`~razorlib.pruning.WidthRule`: the widths measured are the grid's
+            fitted to it.
+        steps: the grid's fractions are ``1/steps, 2/steps, ...`` of each group (20:
+            FastNAS's 5% steps).
+
+    Returns:
+        Group id -> kept count -> loss increase, for every width measured below the full
+        one.
+
+    Example:
+        >>> from razorlib.pruning import ImportancePruner
+        >>> _ = torch.manual_seed(0)
+        >>> net = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(),
+        ...                     nn.Flatten(), nn.LazyLinear(4))
+        >>> data = [(torch.randn(16, 3, 6, 6), torch.randint(0, 4, (16, )))]
+        >>> _ = net(data[0][0])
+        >>> pruner = ImportancePruner()
+        >>> pruner.prepare_from_supernet(net, data[0][0][:1])
+        >>> table = measure_sensitivity(pruner, pruner.channel_orders(), data, steps=4)
+        >>> sorted(table['0'])
+        [2, 4, 6]
+    """
+    if steps < 1:
+        raise ValueError(f'sensitivity: steps must be at least 1, got {steps}')
+    from .allocation import WidthRule  # allocation imports this module
+    rule = rule or WidthRule()
+    if data is None:
+        raise ValueError('sensitivity allocation measures the loss of each cut: pass data=, '
+                         'an iterable of (inputs, targets) batches')
+    batches = [tuple(batch) for batch in data]
+    if not batches or any(len(batch) != 2 for batch in batches):
+        raise ValueError('sensitivity allocation: data= must hold (inputs, targets) batches')
+    loss_fn = loss_fn or default_loss
+    groups = pruner._require_prepared().prunable
+    model = pruner.model
+    previous, training = pruner.current_subnet, model.training
+    saved = _norm_buffers(model)
+    full = {gid: np.ones(g.num_channels, dtype=bool) for gid, g in groups.items()}
+    table: Sensitivity = {}
+    try:
+        model.eval()
+        pruner.set_subnet(full)
+        dense = _mean_loss(model, batches, loss_fn)
+        for gid, order in orders.items():
+            group = groups[gid]
+            allowed = rule.allowed(group)
+            counts = sorted({rule.fit(group, max(1.0, k * group.num_channels / steps), allowed)
+                             for k in range(1, steps + 1)} - {group.num_channels})
+            table[gid] = {}
+            for count in counts:
+                pruner.set_subnet({**full, gid: group.keep_best(np.asarray(order), count)})
+                reestimate_bn_stats(model, (inputs for inputs, _ in batches))
+                table[gid][count] = _mean_loss(model, batches, loss_fn) - dense
+                for module, state in saved:
+                    module.load_state_dict(state)
+    finally:
+        for module, state in saved:
+            module.load_state_dict(state)
+        pruner.set_subnet(previous)
+        model.train(training)
+    return table
+
+
+def threshold_counts(curve: Mapping[int, float], full: int) -> Dict[int, float]:
+    """A group's sensitivity made non-increasing in width: count -> the largest loss
+    increase of that count or any larger one measured; the full width ``-inf``.
+
+    Example:
+        >>> threshold_counts({2: 0.5, 4: 0.7, 6: 0.1}, 8)
+        {8: -inf, 6: 0.1, 4: 0.7, 2: 0.7}
+    """
+    out = {full: -np.inf}
+    worst = -np.inf
+    for count in sorted(curve, reverse=True):
+        worst = max(worst, curve[count])
+        out[count] = worst
+    return out
