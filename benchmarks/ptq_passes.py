@@ -40,13 +40,12 @@ from typing import Dict, List
 
 import onnxruntime as ort
 import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import ptq_vs_ort as base  # noqa: E402  (the models, data and onnxruntime side)
 
 import razorlib  # noqa: E402
-from razorlib.algorithms.distill import kd_loss  # noqa: E402
+from razorlib.algorithms.qat import distill_options, qat_losses  # noqa: E402
 from razorlib.ir import from_torch, to_onnx  # noqa: E402
 from razorlib.models import ImageClassifier  # noqa: E402
 from razorlib.quantization import (LSQGraph, MixedPrecision, export_graph,  # noqa: E402
@@ -67,24 +66,13 @@ def run_exported(graph, folder: Path, name: str, held: torch.Tensor) -> torch.Te
     return base.in_batches(base.onnxruntime_runner(path), held)
 
 
-def qat_loss(logits, batch, labels, teacher, temperature: float,
-             label_weight: float) -> torch.Tensor:
-    """The labels' cross-entropy without ``teacher``; with it the distillation loss to
-    its logits plus ``label_weight`` times the cross-entropy (the QAT algorithm's
-    ``distill``)."""
-    if teacher is None:
-        return F.cross_entropy(logits, labels)
-    with torch.no_grad():
-        target = teacher(batch)
-    loss = kd_loss(logits, target, temperature)
-    return loss + label_weight * F.cross_entropy(logits, labels) if label_weight else loss
-
-
 def train_qat(graph, images, labels, epochs: int, lr: float, teacher=None,
               temperature: float = 1.0, label_weight: float = 0.0) -> LSQGraph:
     """LSQ fine-tuning of a calibrated graph: Adam (the log-scales at 100 times ``lr``),
     batches of 64, one-pixel shifts; on the labels, or distilling ``teacher`` (the FP32
-    model, in eval mode) as :func:`qat_loss` says."""
+    model, in eval mode) with the QAT algorithm's losses (``qat_losses``)."""
+    distill = None if teacher is None else distill_options(
+        dict(temperature=temperature, label_weight=label_weight))
     lsq = LSQGraph(graph)
     optimizer = torch.optim.Adam([dict(params=lsq.weights.parameters(), lr=lr),
                                   dict(params=lsq.scales.parameters(), lr=100 * lr)])
@@ -94,8 +82,9 @@ def train_qat(graph, images, labels, epochs: int, lr: float, teacher=None,
                 continue
             shifts = tuple(torch.randint(-1, 2, (2, )).tolist())
             batch = torch.roll(images[index], shifts, dims=(2, 3))
-            loss = qat_loss(lsq(batch), batch, labels[index], teacher, temperature,
-                            label_weight)
+            with torch.no_grad():
+                target = None if teacher is None else teacher(batch)
+            loss = sum(qat_losses(lsq(batch), labels[index], target, distill).values())
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()

@@ -37,7 +37,7 @@ from .pruning_base import labels_of
 
 logger = logging.getLogger(__name__)
 
-__all__ = ['QAT', 'QATExportHook', 'distill_options']
+__all__ = ['QAT', 'QATExportHook', 'distill_options', 'qat_losses']
 
 #: QAT's ``distill`` options and their defaults: the logits' loss alone, at temperature 1.
 DISTILL_DEFAULTS = dict(temperature=1.0, kd_weight=1.0, label_weight=0.0)
@@ -81,6 +81,32 @@ kd_weight, label_weight
     if not options['label_weight'] >= 0:
         raise ValueError(f"QAT distill.label_weight: must be >= 0, got {options['label_weight']}")
     return options
+
+
+def qat_losses(logits: torch.Tensor, labels: Optional[torch.Tensor],
+               teacher_logits: Optional[torch.Tensor] = None,
+               distill: Optional[Mapping[str, float]] = None) -> Dict[str, torch.Tensor]:
+    """QAT's losses: ``loss``, the labels' cross-entropy, without ``distill``; with it
+    ``loss_kd``, ``kd_weight`` times the distillation loss to ``teacher_logits`` at
+    ``temperature``, and ``loss_ce``, ``label_weight`` times the cross-entropy, when that
+    weight is above 0.  ``distill`` is :func:`distill_options`'s; ``labels`` may be None
+    where no cross-entropy is taken.
+
+    Example:
+        >>> logits, labels = torch.tensor([[2.0, 0.0]]), torch.tensor([0])
+        >>> {k: round(float(v), 4) for k, v in qat_losses(logits, labels).items()}
+        {'loss': 0.1269}
+        >>> distill = distill_options(dict(label_weight=0.5))
+        >>> sorted(qat_losses(logits, labels, logits, distill))
+        ['loss_ce', 'loss_kd']
+    """
+    if distill is None:
+        return {'loss': F.cross_entropy(logits, labels)}
+    losses = {'loss_kd': distill['kd_weight']
+              * kd_loss(logits, teacher_logits, distill['temperature'])}
+    if distill['label_weight'] > 0:
+        losses['loss_ce'] = distill['label_weight'] * F.cross_entropy(logits, labels)
+    return losses
 
 
 def _calibration_batches(loader: Union[Mapping, Any], preprocessor, steps: int
@@ -227,18 +253,15 @@ class QAT(BaseModel):
     def loss(self, inputs: torch.Tensor, logits: torch.Tensor,
              data_samples: Optional[list]) -> Dict[str, torch.Tensor]:
         """``loss`` (cross-entropy) without ``distill``; with it ``loss_kd`` against the
-        teacher's logits on ``inputs``, and ``loss_ce`` when ``label_weight > 0``."""
-        if self.distill is None:
+        teacher's logits on ``inputs``, and ``loss_ce`` when ``label_weight > 0``
+        (:func:`qat_losses`)."""
+        labels = teacher_logits = None
+        if self.distill is None or self.distill['label_weight'] > 0:
             labels = labels_of(data_samples, 'QAT').to(logits.device)
-            return {'loss': F.cross_entropy(logits, labels)}
-        with torch.no_grad():
-            teacher_logits = self.teacher(inputs)
-        losses = {'loss_kd': self.distill['kd_weight']
-                  * kd_loss(logits, teacher_logits, self.distill['temperature'])}
-        if self.distill['label_weight'] > 0:
-            labels = labels_of(data_samples, 'QAT').to(logits.device)
-            losses['loss_ce'] = self.distill['label_weight'] * F.cross_entropy(logits, labels)
-        return losses
+        if self.distill is not None:
+            with torch.no_grad():
+                teacher_logits = self.teacher(inputs)
+        return qat_losses(logits, labels, teacher_logits, self.distill)
 
     def calibrated_graph(self) -> BaseGraph:
         """The trained INT8 graph (learned weights and scales), detached from training."""
