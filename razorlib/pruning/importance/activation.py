@@ -113,13 +113,10 @@ class ActivationMagnitudeImportance(Importance):
     """
     roles = ('in', )
     needs_data = True
+    shown = ('reduction', 'normalize')
 
     def __init__(self, reduction: str = 'sum', normalize: Optional[str] = None):
         super().__init__(reduction=reduction, normalize=normalize, roles=('in', ))
-
-    def __repr__(self) -> str:
-        return (f'ActivationMagnitudeImportance(reduction={self.reduction!r}, '
-                f'normalize={self.normalize!r})')
 
     @staticmethod
     def column_scores(columns: torch.Tensor, norms: torch.Tensor) -> torch.Tensor:

@@ -215,6 +215,8 @@ class Importance:
     #: Whether the criterion runs the model on ``data``.
     needs_data: bool = False
     default_normalize: str = 'mean'
+    #: The arguments ``repr`` shows, as attributes of the same names.
+    shown: Tuple[str, ...] = ('reduction', 'normalize', 'roles')
 
     def __init__(self, reduction: str = 'sum', normalize: Optional[str] = None,
                  roles: Union[Sequence[str], str, None] = None):
@@ -234,8 +236,8 @@ class Importance:
         self.reduction, self.normalize, self.roles = reduction, normalize, roles
 
     def __repr__(self) -> str:
-        return (f'{type(self).__name__}(reduction={self.reduction!r}, '
-                f'normalize={self.normalize!r}, roles={self.roles!r})')
+        shown = ', '.join(f'{name}={getattr(self, name)!r}' for name in self.shown)
+        return f'{type(self).__name__}({shown})'
 
     def __call__(self, ctx: ImportanceContext) -> Dict[str, np.ndarray]:
         raw = self.aggregate(ctx, self.use_scores(ctx))

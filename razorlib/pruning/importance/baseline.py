@@ -24,13 +24,11 @@ class RandomImportance(Importance):
         >>> RandomImportance(seed=1).draw('conv1', 3).round(3).tolist()
         [0.868, 0.325, 0.656]
     """
+    shown = ('seed', 'normalize')
 
     def __init__(self, seed: int = 0, normalize: Optional[str] = None):
         super().__init__(normalize=normalize)
         self.seed = int(seed)
-
-    def __repr__(self) -> str:
-        return f'RandomImportance(seed={self.seed}, normalize={self.normalize!r})'
 
     def draw(self, group_id: str, channels: int) -> np.ndarray:
         rng = np.random.default_rng([self.seed, zlib.crc32(group_id.encode())])

@@ -47,14 +47,12 @@ class TaylorImportance(Importance):
     """
     roles = ('in', 'out', 'norm')
     needs_data = True
+    shown = ('reduction', 'normalize', 'roles', 'layerwise')
 
     def __init__(self, reduction: str = 'sum', normalize: Optional[str] = None,
                  roles: Union[Sequence[str], str, None] = None, layerwise: bool = False):
         super().__init__(reduction=reduction, normalize=normalize, roles=roles)
         self.layerwise = layerwise
-
-    def __repr__(self) -> str:
-        return f'{super().__repr__()[:-1]}, layerwise={self.layerwise!r})'
 
     def use_scores(self, ctx: ImportanceContext) -> Iterator[Tuple[ChannelUse, np.ndarray]]:
         points = points_of(ctx, self.uses(ctx))
@@ -94,6 +92,7 @@ class FisherImportance(Importance):
     needs_data = True
     default_normalize = 'none'
     COSTS = (None, 'flops', 'memory')
+    shown = ('normalize_by', 'normalize', 'layerwise')
 
     def __init__(self, normalize_by: Optional[str] = 'flops', normalize: Optional[str] = None,
                  layerwise: bool = False):
@@ -103,10 +102,6 @@ class FisherImportance(Importance):
                              f'{self.COSTS}')
         self.normalize_by = normalize_by
         self.layerwise = layerwise
-
-    def __repr__(self) -> str:
-        return (f'FisherImportance(normalize_by={self.normalize_by!r}, '
-                f'normalize={self.normalize!r}, layerwise={self.layerwise!r})')
 
     def __call__(self, ctx: ImportanceContext) -> Dict[str, np.ndarray]:
         points, entries = self._cut(ctx)

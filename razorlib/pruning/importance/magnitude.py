@@ -46,14 +46,12 @@ class _Magnitude(_RowScore):
     lower KL from the dense model than with the filters (mean of 4 fine-tuning seeds;
     ``benchmarks/README.md``).
     """
+    shown = ('reduction', 'normalize', 'roles', 'norm_scales')
 
     def __init__(self, reduction: str = 'sum', normalize: Optional[str] = None,
                  roles: Union[Sequence[str], str, None] = None, norm_scales: bool = True):
         super().__init__(reduction=reduction, normalize=normalize, roles=roles)
         self.norm_scales = norm_scales
-
-    def __repr__(self) -> str:
-        return f'{super().__repr__()[:-1]}, norm_scales={self.norm_scales!r})'
 
     def uses(self, ctx: ImportanceContext) -> List[ChannelUse]:
         uses = super().uses(ctx)
