@@ -1,11 +1,6 @@
 """tools/search.py: YAMLs, results JSON, plot and table; resume, overwrite and Ctrl-C;
 errors name the bad key."""
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -128,28 +123,45 @@ def test_resume_without_a_saved_search_names_the_file(tiny_supernet, tmp_path, m
     assert f"--resume: {tmp_path / 'none' / 'search_state.json'} does not exist" in log.text
 
 
-def test_ctrl_c_ends_with_one_line_saying_how_to_resume(tiny_supernet, tmp_path):
+def test_ctrl_c_ends_with_one_line_saying_how_to_resume(tiny_supernet, tmp_path, run_python):
     """SIGINT once a generation is saved: no traceback, exit 130, and the line names the
-    state file and the command that continues the search."""
+    state file and the command that continues the search.  The process signals itself
+    from a hook after generation 1 (``tests/data/interrupt_after_generation.py``): a
+    timer in the test could fire after this small search had already ended."""
     work_dir = tmp_path / 'sigint'
-    config = search_config(tmp_path / 'sigint_search.py', dict(EVOLUTION, max_epochs=1000))
-    command = [sys.executable, str(REPO / 'tools' / 'search.py'), config, str(tiny_supernet),
-               '--work-dir', str(work_dir)]
-    process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True,
-                               env=dict(os.environ, PYTHONPATH=str(REPO)))
+    config = tmp_path / 'sigint_search.py'
+    config.write_text(
+        f"_base_ = [{str(TINY)!r}]\n"
+        "custom_imports = dict(imports=['interrupt_after_generation'], "
+        "allow_failed_imports=False)\n"
+        "custom_hooks = [dict(type='InterruptAfterGenerationHook', generation=1)]\n"
+        f"search_cfg = {dict(EVOLUTION, max_epochs=1000)!r}\n")
     state = work_dir / 'search_state.json'
-    deadline = time.monotonic() + 120
-    while not state.is_file() and time.monotonic() < deadline and process.poll() is None:
-        time.sleep(0.2)
-    process.send_signal(signal.SIGINT)
-    output, _ = process.communicate(timeout=60)
-    assert process.returncode == 130, output[-3000:]
+    result = run_python('tools/search.py', str(config), str(tiny_supernet), '--work-dir',
+                        str(work_dir))
+    output = result.stdout + result.stderr
+    assert result.returncode == 130, output[-3000:]
+    assert json.loads(state.read_text())['generation'] == 2
     assert 'Traceback' not in output and 'KeyboardInterrupt' not in output
     lines = [line for line in output.splitlines() if 'interrupted' in line]
     assert len(lines) == 1
     assert f'is in {state}: continue with `python tools/search.py {config} ' in lines[0]
     assert lines[0].endswith(f'--work-dir {work_dir} --resume`')
+
+
+def test_a_spent_space_ends_the_search_before_max_epochs(tiny_supernet, tmp_path):
+    """The tiny supernet has a few dozen subnets under the FLOPs constraint: once the
+    draws find no new one the search ends, instead of running empty generations."""
+    work_dir = tmp_path / 'spent'
+    assert run(load_tool('search'), tiny_supernet, dict(EVOLUTION, max_epochs=1000),
+               work_dir) == 0
+    state = json.loads((work_dir / 'search_state.json').read_text())
+    widths = [json.dumps(record['widths'], sort_keys=True) for record in state['records']]
+    assert state['generation'] < 1000 and len(set(widths)) == len(widths)
+    log = '\n'.join(path.read_text() for path in work_dir.glob('*/*.log'))
+    assert (f"generation {state['generation']}: the draws found no new subnet within the "
+            f"constraints ({len(widths)} scored); the search ends here, "
+            f"{1000 - state['generation']} of 1000 generations unrun") in log
 
 
 @pytest.mark.parametrize('search_cfg, extra, message', [

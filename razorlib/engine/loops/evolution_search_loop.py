@@ -24,7 +24,9 @@ class EvolutionSearchLoop(BaseSearchLoop):
     subnets seen so far; the next generation is ``num_mutation`` mutants of them (each
     space redrawn with ``mutate_prob``), ``num_crossover`` crossovers of two of them,
     and random subnets up to ``num_candidates``.  Every candidate meets
-    ``constraints`` (drawn again until it does) and none repeats a scored subnet.
+    ``constraints`` (drawn again until it does) and none repeats a scored subnet; when
+    the draws find no new one for a generation (the space within the constraints is
+    spent, or nearly), the search ends there rather than run empty generations.
 
     After each generation the state (generation, next population, every score, the
     random generator) goes to ``work_dir/search_state.json``, atomically, and the hooks'
@@ -175,6 +177,15 @@ class EvolutionSearchLoop(BaseSearchLoop):
         """Evolve for ``max_epochs`` generations; return every record and the best."""
         state = self.start()
         for generation in range(state.generation, self.max_epochs):
+            if not state.population:
+                if not self.records:
+                    raise ConfigError(f'constraints: {self.constraints}: no subnet within '
+                                      'them was found to score')
+                self.runner.logger.warning(
+                    f'generation {generation}: the draws found no new subnet within the '
+                    f'constraints ({len(self.records)} scored); the search ends here, '
+                    f'{self.max_epochs - generation} of {self.max_epochs} generations unrun')
+                break
             for widths in state.population:
                 self.records.append(self.evaluate(widths, f'generation {generation}'))
             top = self.best()
