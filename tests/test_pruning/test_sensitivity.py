@@ -84,3 +84,11 @@ def test_prune_with_sensitivity_meets_the_budget_and_needs_data():
         razorlib.prune(model, x, flops=0.5, sensitivity=True)
     with pytest.raises(ValueError, match='choose one allocation'):
         razorlib.prune(model, x, flops=0.5, sensitivity=True, global_ranking=True, data=data)
+
+
+def test_bad_sensitivity_options_are_named():
+    with pytest.raises(ValueError, match="sensitivity: unknown option 'step'; the options"):
+        ImportancePruner(flops=0.5, sensitivity=dict(step=4))
+    model, data = resnet_data()
+    with pytest.raises(ValueError, match='sensitivity: steps must be at least 1'):
+        razorlib.prune(model, data[0][0][:1], flops=0.5, sensitivity=dict(steps=0), data=data)

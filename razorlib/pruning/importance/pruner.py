@@ -72,6 +72,10 @@ class ImportancePruner(StructurePruner):
         self.global_ranking = bool(global_ranking)
         if sensitivity and self.global_ranking:
             raise ValueError('choose one allocation: global_ranking=True or sensitivity')
+        unknown = sorted(set(sensitivity) - {'steps'}) if isinstance(sensitivity, Mapping) else []
+        if unknown:
+            raise ValueError(f'sensitivity: unknown option {unknown[0]!r}; the options are '
+                             "'steps'")
         self.sensitivity = sensitivity
         self.flops, self.params, self.latency, self.runtime = flops, params, latency, runtime
         self.rule = WidthRule(round_to, max_ratio)
@@ -157,17 +161,17 @@ class ImportancePruner(StructurePruner):
             scores = self._scores
         else:
             scores = self.score(data, loss_fn)
-        table = None
-        if self.sensitivity:
-            options = self.sensitivity if isinstance(self.sensitivity, Mapping) else {}
-            orders = {gid: np.argsort(-group, kind='stable') for gid, group in scores.items()}
-            table = measure_sensitivity(self, orders, data, loss_fn, self.rule, **options)
         ratio = None
         if not self.has_budget:
             if len(self.ratios) != 1:
                 raise ValueError(f'allocate() needs one budget; ratios {self.ratios} are '
                                  'for sample_subnet()')
             ratio = self.ratios[0]
+        table = None
+        if self.sensitivity:
+            options = self.sensitivity if isinstance(self.sensitivity, Mapping) else {}
+            orders = {gid: np.argsort(-group, kind='stable') for gid, group in scores.items()}
+            table = measure_sensitivity(self, orders, data, loss_fn, self.rule, **options)
         return allocate(self, scores, ratio=ratio, flops=self.flops, params=self.params,
                         latency=self.latency, global_ranking=self.global_ranking,
                         round_to=self.rule.round_to, max_ratio=self.rule.max_ratio,
