@@ -12,11 +12,11 @@ measured), so a threshold gives every group one width: the fewest channels whose
 sensitivity is at most the threshold.  :func:`~razorlib.pruning.allocate` bisects the
 threshold for the budget.
 
-It costs ``steps`` loss evaluations per group (each re-estimating the batch norms),
-and assumes the loss increases of different groups add up, as FastNAS does.
+It costs up to ``steps - 1`` loss evaluations per group (each re-estimating the batch
+norms), and assumes the loss increases of different groups add up, as FastNAS does.
 """
 import copy
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 import torch
@@ -25,6 +25,9 @@ import torch.nn as nn
 from ..tracing.forward import call_model
 from ..utils.batch_norm import reestimate_bn_stats
 from .importance.base import default_loss
+
+if TYPE_CHECKING:  # allocation imports this module
+    from .allocation import WidthRule
 
 __all__ = ['Sensitivity', 'measure_sensitivity', 'threshold_counts']
 
@@ -46,7 +49,7 @@ def _mean_loss(model: nn.Module, batches: Sequence[tuple],
 
 def measure_sensitivity(pruner: Any, orders: Mapping[str, np.ndarray], data: Any,
                         loss_fn: Optional[Callable[[Any, Any], torch.Tensor]] = None,
-                        rule: Any = None, steps: int = 20) -> Sensitivity:
+                        rule: Optional['WidthRule'] = None, steps: int = 20) -> Sensitivity:
     """The loss increase of every group in ``orders`` cut alone to each width of a grid.
 
     Args:
@@ -80,7 +83,7 @@ def measure_sensitivity(pruner: Any, orders: Mapping[str, np.ndarray], data: Any
     """
     if steps < 1:
         raise ValueError(f'sensitivity: steps must be at least 1, got {steps}')
-    from .allocation import WidthRule  # allocation imports this module
+    from .allocation import WidthRule  # here: allocation imports this module
     rule = rule or WidthRule()
     if data is None:
         raise ValueError('sensitivity allocation measures the loss of each cut: pass data=, '
