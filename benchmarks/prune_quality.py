@@ -1,5 +1,6 @@
-"""Prune quality on digits: razorlib's criteria, local and global, against Torch-Pruning's
-global Magnitude and Taylor importance and NVIDIA ModelOpt's FastNAS, at the same FLOPs.
+"""Prune quality on digits: razorlib's criteria, each allocated locally, globally and by
+sensitivity (``--allocations``), against Torch-Pruning's global Magnitude and Taylor
+importance and NVIDIA ModelOpt's FastNAS, at the same FLOPs.
 
 A small ResNet is trained on the digits' train split (the test split held out:
 ``DigitsDataset(test_ratio=0.2)``, 1,077 / 360 / 360 images).  For each FLOPs target (a
@@ -15,7 +16,8 @@ Selection never sees the test split: razorlib's data criteria and batch-norm
 re-estimation read training batches, Torch-Pruning's Taylor reads the same batches, and
 FastNAS ranks its candidates by the loss on the validation split.
 
-    python benchmarks/prune_quality.py                      # about 75 minutes, 1 thread
+    python benchmarks/prune_quality.py                      # about 75 minutes, 1 thread,
+    # and about 2 more per criterion for the sensitivity allocation's measurements
     # or split the methods over two cores and merge the rows:
     python benchmarks/prune_quality.py --criteria l1 l2 bn_scale fpgm taylor --peers \
         --work-dir work_dirs/pq_a &
