@@ -9,6 +9,7 @@ import torch.nn as nn
 from ..registry import PRUNERS
 from ..tracing.forward import call_model, default_example_inputs, is_transformers_model
 from ..utils.batch_norm import reestimate_bn_stats
+from .data import pair_batches
 from .allocation import allocate, budget_of
 from .importance import ImportanceArg
 from .importance.pruner import ImportancePruner
@@ -101,8 +102,8 @@ def prune(model: nn.Module, example_inputs: Any = None, *, ratio: Optional[float
         Conv2d(3, 4, kernel_size=(3, 3), stride=(1, 1))
     """
     budget_of(ratio, flops, params, latency)
-    if data is not None and iter(data) is data:
-        data = list(data)
+    if data is not None:
+        data = pair_batches(data, 'razorlib.prune')
     budget = {k: v for k, v in (('ratio', ratio), ('flops', flops), ('params', params),
                                 ('latency', latency)) if v is not None}
     options = dict(importance=importance, global_ranking=global_ranking, round_to=round_to,
@@ -126,7 +127,7 @@ def prune(model: nn.Module, example_inputs: Any = None, *, ratio: Optional[float
         from ..integrations.transformers.prune import warn_if_hidden_pruned
         warn_if_hidden_pruned(model, slim, 'razorlib.prune')
     if data is not None:
-        reestimate_bn_stats(slim, (batch[0] for batch in data))
+        reestimate_bn_stats(slim, (inputs for inputs, _ in data))
     return slim
 
 

@@ -15,16 +15,15 @@ threshold for the budget.
 It costs up to ``steps - 1`` loss evaluations per group (each re-estimating the batch
 norms), and assumes the loss increases of different groups add up, as FastNAS does.
 """
-import copy
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Sequence
 
 import numpy as np
 import torch
 import torch.nn as nn
 
 from ..tracing.forward import call_model
-from ..utils.batch_norm import reestimate_bn_stats
-from .importance.base import default_loss
+from ..utils.batch_norm import preserved_bn_stats, reestimate_bn_stats
+from .data import LossFn, batch_loss, pair_batches
 
 if TYPE_CHECKING:  # allocation imports this module
     from .allocation import WidthRule
@@ -35,20 +34,16 @@ Sensitivity = Dict[str, Dict[int, float]]
 """Group id -> kept channel count -> loss increase over the dense model."""
 
 
-def _norm_buffers(model: nn.Module) -> List[tuple]:
-    return [(m, copy.deepcopy(m.state_dict())) for m in model.modules()
-            if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats]
-
-
-def _mean_loss(model: nn.Module, batches: Sequence[tuple],
-               loss_fn: Callable[[Any, Any], torch.Tensor]) -> float:
+def _mean_loss(model: nn.Module, batches: Sequence[tuple], loss_fn: Optional[LossFn],
+               where: str) -> float:
     with torch.no_grad():
-        return sum(float(loss_fn(call_model(model, inputs), targets))
-                   for inputs, targets in batches) / len(batches)
+        return sum(float(batch_loss(loss_fn, call_model(model, inputs), targets,
+                                    'sensitivity allocation', f' on batch {index}{where}'))
+                   for index, (inputs, targets) in enumerate(batches)) / len(batches)
 
 
 def measure_sensitivity(pruner: Any, orders: Mapping[str, np.ndarray], data: Any,
-                        loss_fn: Optional[Callable[[Any, Any], torch.Tensor]] = None,
+                        loss_fn: Optional[LossFn] = None,
                         rule: Optional['WidthRule'] = None, steps: int = 20) -> Sensitivity:
     """The loss increase of every group in ``orders`` cut alone to each width of a grid.
 
@@ -81,27 +76,20 @@ def measure_sensitivity(pruner: Any, orders: Mapping[str, np.ndarray], data: Any
         >>> sorted(table['0'])
         [2, 4, 6]
     """
-    if steps < 1:
-        raise ValueError(f'sensitivity: steps must be at least 1, got {steps}')
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
+        raise ValueError(f'sensitivity: steps must be an integer of at least 1, got {steps!r}')
     from .allocation import WidthRule  # here: allocation imports this module
     rule = rule or WidthRule()
-    if data is None:
-        raise ValueError('sensitivity allocation measures the loss of each cut: pass data=, '
-                         'an iterable of (inputs, targets) batches')
-    batches = [tuple(batch) for batch in data]
-    if not batches or any(len(batch) != 2 for batch in batches):
-        raise ValueError('sensitivity allocation: data= must hold (inputs, targets) batches')
-    loss_fn = loss_fn or default_loss
+    batches = pair_batches(data, 'sensitivity allocation')
     groups = pruner._require_prepared().prunable
     model = pruner.model
     previous, training = pruner.current_subnet, model.training
-    saved = _norm_buffers(model)
     full = {gid: np.ones(g.num_channels, dtype=bool) for gid, g in groups.items()}
     table: Sensitivity = {}
     try:
         model.eval()
         pruner.set_subnet(full)
-        dense = _mean_loss(model, batches, loss_fn)
+        dense = _mean_loss(model, batches, loss_fn, ' (the dense model)')
         for gid, order in orders.items():
             group = groups[gid]
             allowed = rule.allowed(group)
@@ -110,13 +98,12 @@ def measure_sensitivity(pruner: Any, orders: Mapping[str, np.ndarray], data: Any
             table[gid] = {}
             for count in counts:
                 pruner.set_subnet({**full, gid: group.keep_best(np.asarray(order), count)})
-                reestimate_bn_stats(model, (inputs for inputs, _ in batches))
-                table[gid][count] = _mean_loss(model, batches, loss_fn) - dense
-                for module, state in saved:
-                    module.load_state_dict(state)
+                with preserved_bn_stats(model):
+                    reestimate_bn_stats(model, (inputs for inputs, _ in batches))
+                    table[gid][count] = _mean_loss(
+                        model, batches, loss_fn,
+                        f' (group {gid!r} cut to {count} channels)') - dense
     finally:
-        for module, state in saved:
-            module.load_state_dict(state)
         pruner.set_subnet(previous)
         model.train(training)
     return table

@@ -1,12 +1,31 @@
 """Batch-norm running statistics: keep them while a model trains, re-estimate them after
 pruning."""
 from contextlib import contextmanager
-from typing import Any, Iterable, Iterator, Optional
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
 
 from ..tracing.forward import call_model
+
+
+_STATS = ('running_mean', 'running_var', 'num_batches_tracked')
+Saved = List[Tuple[str, nn.Module, Dict[str, torch.Tensor]]]
+
+
+def _saved_stats(model: nn.Module) -> Saved:
+    """``(name, norm, copies of its running statistics)`` of every batch norm."""
+    return [(name, bn, {key: buf.clone() for key, buf in bn.named_buffers(recurse=False)
+                        if key in _STATS})
+            for name, bn in model.named_modules()
+            if isinstance(bn, nn.modules.batchnorm._BatchNorm)]
+
+
+def _restore(saved: Saved) -> None:
+    with torch.no_grad():
+        for _, bn, buffers in saved:
+            for key, value in buffers.items():
+                getattr(bn, key).copy_(value)
 
 
 @contextmanager
@@ -28,16 +47,11 @@ def preserved_bn_stats(model: nn.Module) -> Iterator[None]:
         >>> bn.running_mean.tolist()
         [0.0, 0.0]
     """
-    saved = [(bn, {name: buf.clone() for name, buf in bn.named_buffers(recurse=False)
-                   if name in ('running_mean', 'running_var', 'num_batches_tracked')})
-             for bn in model.modules() if isinstance(bn, nn.modules.batchnorm._BatchNorm)]
+    saved = _saved_stats(model)
     try:
         yield
     finally:
-        with torch.no_grad():
-            for bn, buffers in saved:
-                for name, value in buffers.items():
-                    getattr(bn, name).copy_(value)
+        _restore(saved)
 
 
 def reestimate_bn_stats(model: nn.Module, batches: Iterable[Any],
@@ -59,23 +73,33 @@ def reestimate_bn_stats(model: nn.Module, batches: Iterable[Any],
     Returns:
         the number of batches run (0, and nothing changed, if the model has no such norm).
 
+    Raises:
+        ValueError: ``batches`` is empty, or the statistics came out NaN or infinite
+            (the batches hold such values), naming the norms; the statistics are then
+            left as they were.
+
     Example:
         >>> bn = nn.BatchNorm1d(2)
         >>> reestimate_bn_stats(bn, [torch.tensor([[1., 4.], [3., 8.]])])
         1
         >>> bn.running_mean.tolist(), bn.training
         ([2.0, 6.0], True)
+        >>> reestimate_bn_stats(bn, [torch.tensor([[float('nan'), 4.], [1., 2.]])])
+        Traceback (most recent call last):
+        ...
+        ValueError: re-estimating batch norms gave NaN or infinite running statistics in <model>: the batches hold NaN or infinite values; the statistics are left as they were
+        >>> bn.running_mean.tolist()
+        [2.0, 6.0]
     """
-    norms = [m for m in model.modules()
-             if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats]
-    if not norms:
+    saved = [entry for entry in _saved_stats(model) if entry[1].track_running_stats]
+    if not saved:
         return 0
     modes = [(m, m.training) for m in model.modules()]
-    momenta = [(bn, bn.momentum) for bn in norms]
+    momenta = [(bn, bn.momentum) for _, bn, _ in saved]
     count = 0
     try:
         model.eval()
-        for bn in norms:
+        for _, bn, _ in saved:
             bn.reset_running_stats()
             bn.momentum = None
             bn.train()
@@ -85,9 +109,25 @@ def reestimate_bn_stats(model: nn.Module, batches: Iterable[Any],
                     break
                 call_model(model, inputs)
                 count += 1
+    except BaseException:
+        _restore(saved)
+        raise
     finally:
         for module, training in modes:
             module.training = training
         for bn, momentum in momenta:
             bn.momentum = momentum
+    if not count:
+        _restore(saved)
+        if max_batches != 0:
+            raise ValueError('re-estimating batch norms: no batch to run; the statistics are '
+                             'left as they were')
+    bad = [name or '<model>' for name, bn, _ in saved
+           if not (torch.isfinite(bn.running_mean).all() and torch.isfinite(bn.running_var).all())]
+    if bad:
+        _restore(saved)
+        raise ValueError('re-estimating batch norms gave NaN or infinite running statistics '
+                         f'in {", ".join(bad[:3])}{" and others" if len(bad) > 3 else ""}: '
+                         'the batches hold NaN or infinite values; the statistics are left as '
+                         'they were')
     return count

@@ -90,5 +90,29 @@ def test_bad_sensitivity_options_are_named():
     with pytest.raises(ValueError, match="sensitivity: unknown option 'step'; the options"):
         ImportancePruner(flops=0.5, sensitivity=dict(step=4))
     model, data = resnet_data()
-    with pytest.raises(ValueError, match='sensitivity: steps must be at least 1'):
+    with pytest.raises(ValueError, match='sensitivity: steps must be an integer of at least 1, '
+                       'got 0'):
         razorlib.prune(model, data[0][0][:1], flops=0.5, sensitivity=dict(steps=0), data=data)
+    with pytest.raises(ValueError, match="got '5'"):
+        razorlib.prune(model, data[0][0][:1], flops=0.5, sensitivity=dict(steps='5'), data=data)
+
+
+def test_a_nan_loss_is_refused_not_ranked():
+    # NaN losses compare false with every threshold: the allocation would cut every group
+    # to its minimum and call it the budget
+    model, data = resnet_data()
+    nan = [(torch.full_like(x, float('nan')), y) for x, y in data]
+    with pytest.raises(ValueError, match=r'sensitivity allocation: the loss on batch 0 \(the '
+                       r'dense model\) is nan; check the data'):
+        razorlib.prune(model, data[0][0][:1], flops=0.5, sensitivity=True, data=nan)
+    pruner = ImportancePruner()
+    pruner.prepare_from_supernet(copy.deepcopy(model), data[0][0][:1])
+    gid = next(iter(pruner.channel_orders()))
+
+    def loss(outputs, targets):  # finite on the dense model only
+        full = all(mask.all() for mask in pruner.current_subnet.values())
+        return F.cross_entropy(outputs, targets) * (1.0 if full else float('inf'))
+    with pytest.raises(ValueError, match=f"the loss on batch 0 \\(group '{gid}' cut to 4 "
+                       'channels\\) is inf'):  # 16 channels, steps=4: 4 is the first cut
+        measure_sensitivity(pruner, {gid: pruner.channel_orders()[gid]}, data, loss, steps=4)
+    assert all(mask.all() for mask in pruner.current_subnet.values())  # put back

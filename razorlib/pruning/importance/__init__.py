@@ -17,9 +17,10 @@ alias           criterion                                   reads
 ``random``      seeded uniform scores (the baseline)        nothing
 ==============  ==========================================  ============
 """
+from ..data import default_loss
 from .activation import APoZImportance, ActivationImportance, ActivationMagnitudeImportance
 from .base import (NORMALIZERS, REDUCTIONS, Importance, ImportanceArg, ImportanceContext,
-                   build_importance, default_loss, lamp)
+                   build_importance, lamp)
 from .baseline import RandomImportance
 from .gradient import FisherImportance, TaylorImportance
 from .magnitude import BNScaleImportance, FPGMImportance, L1Importance, L2Importance

@@ -23,12 +23,12 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequ
 import numpy as np
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 from ...layers import KindTable, as_table, param_channel_weights
 from ...registry import IMPORTANCES
 from ...tracing import ChannelGroup, ChannelGroups
 from ...tracing.context import ChannelUse
+from ..data import Batch, batch_loss, pair_batches
 
 __all__ = ['Importance', 'ImportanceContext', 'ImportanceArg', 'build_importance',
            'NORMALIZERS', 'REDUCTIONS', 'lamp']
@@ -36,9 +36,6 @@ __all__ = ['Importance', 'ImportanceContext', 'ImportanceArg', 'build_importance
 #: A use's role -> the axis of its layer kind that carries the channels.
 ROLE_AXIS = {'in': 'in', 'out': 'out', 'norm': 'out'}
 ALL_ROLES = ('in', 'out', 'norm', 'param')
-
-Batch = Tuple[Any, Any]
-
 
 def lamp(scores: np.ndarray) -> np.ndarray:
     """LAMP (Lee et al., 2021): each score over the sum of the scores not below it.
@@ -74,31 +71,6 @@ REDUCTIONS: Dict[str, Tuple[np.ufunc, float]] = {
     'mean': (np.add, 0.0),
     'max': (np.maximum, -np.inf),
 }
-
-
-def default_loss(outputs: Any, targets: Any) -> torch.Tensor:
-    """Cross-entropy of a classifier's logits: the loss data-driven criteria default to.
-
-    Raises:
-        TypeError: the model returns something else than a logits tensor (a Hugging Face
-            ``ModelOutput``, a tuple) or the batches hold no targets; the message says
-            what to pass as ``loss_fn``.
-
-    Example:
-        >>> default_loss({'logits': torch.zeros(2, 3)}, None)
-        Traceback (most recent call last):
-        ...
-        TypeError: the default loss (cross-entropy of logits) needs the model to return a logits tensor and the batches to hold targets; the model returned a dict, the targets are None: pass loss_fn=lambda outputs, targets: ... (for a Hugging Face model with labels in its inputs: lambda out, targets: out.loss)
-    """
-    if not isinstance(outputs, torch.Tensor) or not isinstance(targets, torch.Tensor):
-        given = 'None' if targets is None else f'a {type(targets).__name__}'
-        raise TypeError(
-            'the default loss (cross-entropy of logits) needs the model to return a logits '
-            f'tensor and the batches to hold targets; the model returned a '
-            f'{type(outputs).__name__}, the targets are {given}: pass loss_fn=lambda '
-            'outputs, targets: ... (for a Hugging Face model with labels in its inputs: '
-            'lambda out, targets: out.loss)')
-    return F.cross_entropy(outputs, targets)
 
 
 @dataclass
@@ -176,21 +148,15 @@ class ImportanceContext:
             return None
 
     def batches(self, criterion: str) -> Iterator[Batch]:
-        """The ``(inputs, targets)`` batches of :attr:`data`, checked."""
-        if self.data is None:
-            raise ValueError(f'importance {criterion!r} is computed from data: pass data=, '
-                             'an iterable of (inputs, targets) batches')
-        count = 0
-        for count, batch in enumerate(self.data, 1):
-            if not isinstance(batch, (tuple, list)) or len(batch) != 2:
-                raise ValueError(f'data: batch {count - 1} is a {type(batch).__name__}, not an '
-                                 '(inputs, targets) pair')
-            yield batch[0], batch[1]
-        if not count:
-            raise ValueError(f'importance {criterion!r}: data= holds no batch')
+        """The ``(inputs, targets)`` batches of :attr:`data`, checked
+        (:func:`~razorlib.pruning.data.pair_batches`)."""
+        return iter(pair_batches(self.data, f'importance {criterion!r}'))
 
-    def loss(self, outputs: Any, targets: Any) -> torch.Tensor:
-        return (self.loss_fn or default_loss)(outputs, targets)
+    def loss(self, outputs: Any, targets: Any, criterion: str = '') -> torch.Tensor:
+        """``loss_fn(outputs, targets)``, refused unless one finite number
+        (:func:`~razorlib.pruning.data.batch_loss`)."""
+        return batch_loss(self.loss_fn, outputs, targets,
+                          f'importance {criterion!r}' if criterion else 'importance')
 
 
 class Importance:

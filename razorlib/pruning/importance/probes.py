@@ -215,7 +215,7 @@ def _batch_gate_grads(ctx: ImportanceContext, points: Sequence[Point], criterion
     blocks = checkpointed(ctx.model) if layerwise else nullcontext()
     # the backward runs in here too: a checkpointed block recomputes with the hooks and mode
     with _evaluating(ctx.model), torch.enable_grad(), _hooked(points, gate), blocks:
-        loss = ctx.loss(call_model(ctx.model, inputs), targets)
+        loss = ctx.loss(call_model(ctx.model, inputs), targets, criterion)
         forward = False
         flat = [g for calls in gates.values() for g in calls]
         if not flat:

@@ -108,6 +108,12 @@ class ImportancePruner(StructurePruner):
         ctx = ImportanceContext.from_pruner(self, data=data, loss_fn=loss_fn,
                                             measure=SubnetMeter(self, self._example_inputs))
         scores = self.importance(ctx)
+        groups = self._require_prepared().prunable
+        for gid, values in scores.items():
+            if not np.isfinite(values).all():
+                raise ValueError(f'{self.importance!r} scored channels of group {gid!r} (layers '
+                                 f'{", ".join(groups[gid].layers[:3])}) NaN or infinite: the '
+                                 'weights or the data hold NaN or infinite values')
         if self.importance.needs_data:
             self._scores = scores
         return scores

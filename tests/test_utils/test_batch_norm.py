@@ -1,0 +1,55 @@
+"""Batch-norm statistics: re-estimated on batches, refused when they come out NaN."""
+import pytest
+import torch
+import torch.nn as nn
+
+from razorlib.utils.batch_norm import preserved_bn_stats, reestimate_bn_stats
+
+
+def net() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.Dropout(0.5),
+                         nn.Conv2d(4, 4, 1), nn.BatchNorm2d(4, momentum=0.3))
+
+
+def stats(model: nn.Module) -> list:
+    return [t.clone() for n, t in model.state_dict().items() if 'running' in n]
+
+
+def test_statistics_are_the_equal_weight_mean_over_the_batches():
+    model = net().train()
+    batches = [torch.randn(8, 3, 6, 6) + i for i in range(3)]
+    assert reestimate_bn_stats(model, batches) == 3
+    with torch.no_grad():
+        pre = torch.cat([model[0](x) for x in batches])
+    expected = pre.mean((0, 2, 3))
+    assert torch.allclose(model[1].running_mean, expected, atol=1e-5)
+    assert model.training and model[5].momentum == 0.3
+    assert reestimate_bn_stats(model, batches, max_batches=1) == 1
+
+
+def test_nan_or_no_batches_leave_the_statistics_as_they_were():
+    model = net()
+    reestimate_bn_stats(model, [torch.randn(8, 3, 6, 6)])
+    before = stats(model)
+    bad = torch.randn(8, 3, 6, 6)
+    bad[0, 0, 0, 0] = float('nan')
+    with pytest.raises(ValueError, match='NaN or infinite running statistics in 1, 5: the '
+                       'batches hold NaN'):
+        reestimate_bn_stats(model, [torch.randn(8, 3, 6, 6), bad])
+    assert all(torch.equal(a, b) for a, b in zip(before, stats(model)))
+    with pytest.raises(ValueError, match='no batch to run; the statistics are left'):
+        reestimate_bn_stats(model, [])
+    assert reestimate_bn_stats(model, [bad], max_batches=0) == 0
+    assert all(torch.equal(a, b) for a, b in zip(before, stats(model)))
+
+
+def test_an_error_in_the_forward_puts_the_statistics_back():
+    model = net()
+    before = stats(model)
+    with pytest.raises(RuntimeError):
+        reestimate_bn_stats(model, [torch.randn(8, 3, 6, 6), torch.randn(8, 5, 6, 6)])
+    assert all(torch.equal(a, b) for a, b in zip(before, stats(model)))
+    with preserved_bn_stats(model):
+        reestimate_bn_stats(model, [torch.randn(8, 3, 6, 6) + 3])
+    assert all(torch.equal(a, b) for a, b in zip(before, stats(model)))
