@@ -2,6 +2,7 @@
 import pytest
 import torch
 import torch.nn as nn
+from doctest_helpers import assert_examples_pass
 
 from razorlib.utils.batch_norm import preserved_bn_stats, reestimate_bn_stats
 
@@ -53,3 +54,7 @@ def test_an_error_in_the_forward_puts_the_statistics_back():
     with preserved_bn_stats(model):
         reestimate_bn_stats(model, [torch.randn(8, 3, 6, 6) + 3])
     assert all(torch.equal(a, b) for a, b in zip(before, stats(model)))
+
+
+def test_examples():
+    assert_examples_pass('razorlib.utils.batch_norm')
