@@ -9,7 +9,8 @@ layer's input or weight stays unquantized.  A set that saw only zeros (a dead ac
 stays FP32: no scale fits it, and the smallest one breaks integer kernels downstream.
 A dataloader that yields no batch, or a batch whose shape the graph does not take (a
 fixed axis of another size: a graph exported with static shapes), is an error naming the
-batch and both shapes.
+batch and both shapes; an observer's error (a NaN or infinite tensor) gains a note naming
+the tensor and its operation.
 """
 import logging
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Set, Tuple, Union
@@ -56,7 +57,7 @@ class _Taps:
                 self._seen.add((root, var.name))
                 observer = self._observer(root)
                 if var.is_parameter:
-                    observer.observe(var.value)
+                    _observe(observer, var.value, f'parameter {var.name!r} of op {op.name!r}')
                     self.observed.add(root)
                 else:
                     taps.setdefault(op, []).append((index, observer))
@@ -69,13 +70,25 @@ class _Taps:
 
     def pre_hook(self, op, inputs) -> None:
         for index, observer in self.inputs.get(op, ()):
-            observer.observe(inputs[index])
+            _observe(observer, inputs[index],
+                     f'input {index} ({op.inputs[index].name!r}) of op {op.name!r}')
             self.observed.add(op.input_quant_config[index].dominated_by)
 
     def post_hook(self, op, inputs, outputs) -> None:
         for index, observer in self.outputs.get(op, ()):
-            observer.observe(outputs[index])
+            _observe(observer, outputs[index],
+                     f'output {index} ({op.outputs[index].name!r}) of op {op.name!r}')
             self.observed.add(op.output_quant_config[index].dominated_by)
+
+
+def _observe(observer: Observer, tensor: torch.Tensor, what: str) -> None:
+    """``observer.observe(tensor)``; an error it raises (a NaN, a rank change) gains a
+    note naming the tensor and its operation."""
+    try:
+        observer.observe(tensor)
+    except Exception as err:
+        err.add_note(f'calibrate: while observing {what}')
+        raise
 
 
 def calibrate(graph: BaseGraph, dataloader: Iterable, steps: int = 32,

@@ -145,3 +145,21 @@ def test_in_place_functions_return_their_graph_so_calls_chain():
     for function in (render_passive_configs, bake_parameters, dequantize_graph,
                      restore_quantize_state):
         assert function(graph) is graph, function.__name__
+
+
+def test_a_nan_activation_or_weight_is_named_by_tensor_and_operation():
+    graph = minmax_graph()
+    data = batches(2)
+    data[1][0, 0, 0, 0] = float('nan')
+    conv = next(op for op in graph.topological_sort() if op.type == 'Conv')
+    with pytest.raises(ValueError, match='MinMaxObserver: the tensor holds inf or nan') as info:
+        calibrate(graph, data, progress=False)
+    assert (f"calibrate: while observing input 0 ({conv.inputs[0].name!r}) of op "
+            f"{conv.name!r}") in info.value.__notes__
+    graph = minmax_graph()
+    conv = next(op for op in graph.topological_sort() if op.type == 'Conv')
+    conv.inputs[1].value[0, 0, 0, 0] = float('inf')
+    with pytest.raises(ValueError, match='inf or nan') as info:
+        calibrate(graph, batches(1), progress=False)
+    assert info.value.__notes__ == [
+        f"calibrate: while observing parameter {conv.inputs[1].name!r} of op {conv.name!r}"]
