@@ -75,12 +75,6 @@ class TensorChannels:
             parts.append(self.split.grid.ravel())
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
-    def pending_slots(self) -> np.ndarray:
-        """Slots of the split (those not yet read as heads or merged back)."""
-        if self.split is None:
-            return np.zeros(0, dtype=np.int64)
-        return self.split.grid.ravel()
-
 
 class InputInfo:
     """One input of a grad_fn node as the rules see it.

@@ -107,21 +107,6 @@ class SlotTable:
         return connected_labels(self.size, np.concatenate([b.a for b in self.bindings]),
                                 np.concatenate([b.b for b in self.bindings]))
 
-    def frozen_labels(self, labels: np.ndarray) -> np.ndarray:
-        """Boolean per slot label: True where any bound slot was frozen."""
-        frozen = np.zeros(self.size, dtype=bool)
-        for slots, _ in self.freezes:
-            frozen[labels[slots]] = True
-        return frozen
-
-    def reasons_for(self, labels: np.ndarray, wanted: np.ndarray) -> List[FrozenReason]:
-        """Freeze reasons that touch any of the class labels in ``wanted``."""
-        out = []
-        for slots, reason in self.freezes:
-            if np.isin(labels[slots], wanted).any() and reason not in out:
-                out.append(reason)
-        return out
-
     def binding_reasons(self, slots: np.ndarray) -> List[str]:
         """Reasons of the bindings that involve any of ``slots`` (for error messages)."""
         out: List[str] = []

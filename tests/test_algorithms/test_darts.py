@@ -79,6 +79,11 @@ def test_the_derived_subnet_is_the_argmax_of_every_edge():
             edge.arch_param[winner] = 1.0
     subnet = model.export_subnet().choices
     assert [subnet[k] for k in edges] == [edges[k].choices[i] for k, i in zip(edges, (2, 0))]
+    weights = model.arch_weights()  # the softmax of each edge's architecture parameters
+    assert list(weights) == list(edges)
+    for (key, edge), winner in zip(edges.items(), (2, 0)):
+        assert sum(weights[key].values()) == pytest.approx(1.0)
+        assert max(weights[key], key=weights[key].get) == edge.choices[winner]
 
 
 def test_misconfigurations_are_named():
