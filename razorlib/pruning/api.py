@@ -9,8 +9,8 @@ import torch.nn as nn
 from ..registry import PRUNERS
 from ..tracing.forward import call_model, default_example_inputs, is_transformers_model
 from ..utils.batch_norm import reestimate_bn_stats
-from .data import pair_batches
 from .allocation import allocate, budget_of
+from .data import pair_batches
 from .importance import ImportanceArg
 from .importance.pruner import ImportancePruner
 from .runtimes import RuntimeArg

@@ -34,7 +34,7 @@ def default_loss(outputs: Any, targets: Any) -> torch.Tensor:
         >>> default_loss({'logits': torch.zeros(2, 3)}, None)
         Traceback (most recent call last):
         ...
-        TypeError: the default loss (cross-entropy of logits) needs the model to return a logits tensor and the batches to hold targets; the model returned a dict, the targets are None: pass loss_fn=lambda outputs, targets: ... (for a Hugging Face model with labels in its inputs: lambda out, targets: out.loss)
+        TypeError: the default loss (cross-entropy of logits) needs ... pass loss_fn=lambda ...
     """
     if not isinstance(outputs, torch.Tensor) or not isinstance(targets, torch.Tensor):
         given = 'None' if targets is None else f'a {type(targets).__name__}'
@@ -65,7 +65,7 @@ def pair_batches(data: Optional[Iterable[Any]], who: str) -> List[Batch]:
         >>> pair_batches([{'inputs': 1, 'data_samples': 2}], "importance 'taylor'")
         Traceback (most recent call last):
         ...
-        ValueError: importance 'taylor': data batch 0 is a dict (keys 'inputs', 'data_samples'), not an (inputs, targets) pair; map it, e.g. data=[(b['inputs'], b['data_samples']) for b in loader]
+        ValueError: ... batch 0 is a dict ...=[(b['inputs'], b['data_samples']) for b in loader]
     """
     if data is None:
         raise ValueError(f'{who} is computed from data: pass data=, an iterable of (inputs, '
@@ -106,7 +106,7 @@ def checked_loss(loss: Any, who: str, where: str = '') -> torch.Tensor:
         >>> checked_loss(torch.tensor(float('nan')), "importance 'taylor'", ' on batch 1')
         Traceback (most recent call last):
         ...
-        ValueError: importance 'taylor': the loss on batch 1 is nan; check the data (NaN or infinite inputs), the targets and loss_fn
+        ValueError: importance 'taylor': the loss on batch 1 is nan; check the data ...
     """
     if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
         shape = f'shape {tuple(loss.shape)}' if isinstance(loss, torch.Tensor) else \

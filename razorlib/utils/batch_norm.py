@@ -87,7 +87,7 @@ def reestimate_bn_stats(model: nn.Module, batches: Iterable[Any],
         >>> reestimate_bn_stats(bn, [torch.tensor([[float('nan'), 4.], [1., 2.]])])
         Traceback (most recent call last):
         ...
-        ValueError: re-estimating batch norms gave NaN or infinite running statistics in <model>: the batches hold NaN or infinite values; the statistics are left as they were
+        ValueError: re-estimating batch norms gave NaN or infinite running statistics in ...
         >>> bn.running_mean.tolist()
         [2.0, 6.0]
     """

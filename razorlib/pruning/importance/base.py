@@ -37,6 +37,7 @@ __all__ = ['Importance', 'ImportanceContext', 'ImportanceArg', 'build_importance
 ROLE_AXIS = {'in': 'in', 'out': 'out', 'norm': 'out'}
 ALL_ROLES = ('in', 'out', 'norm', 'param')
 
+
 def lamp(scores: np.ndarray) -> np.ndarray:
     """LAMP (Lee et al., 2021): each score over the sum of the scores not below it.
 
