@@ -65,7 +65,7 @@ def pair_batches(data: Optional[Iterable[Any]], who: str) -> List[Batch]:
         >>> pair_batches([{'inputs': 1, 'data_samples': 2}], "importance 'taylor'")
         Traceback (most recent call last):
         ...
-        ValueError: ... batch 0 is a dict ...=[(b['inputs'], b['data_samples']) for b in loader]
+        ValueError: importance 'taylor': data batch 0 is a dict (keys 'inputs', ...) ... loader]
     """
     if data is None:
         raise ValueError(f'{who} is computed from data: pass data=, an iterable of (inputs, '
