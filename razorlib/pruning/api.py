@@ -1,5 +1,6 @@
 """``razorlib.prune``: trace, score, allocate to a budget and slim a model in one call."""
 import copy
+import inspect
 import warnings
 from typing import Any, Callable, Dict, List, Optional, Union
 
@@ -45,7 +46,11 @@ def prune(model: nn.Module, example_inputs: Any = None, *, ratio: Optional[float
 
     A transformers ``PreTrainedModel`` (dict inputs: ``{'input_ids': ...}``) loses whole
     attention heads and MLP channels; its hidden size stays whole unless ``hidden=True``.
-    :func:`razorlib.integrations.transformers.prune` also rewrites its config.
+    Its slim copy's config is rewritten to describe the slim widths where it can, and a
+    warning names what it cannot (save such a model with
+    :func:`razorlib.integrations.transformers.save_pruned`);
+    :func:`razorlib.integrations.transformers.prune` also keeps repeated layers' widths
+    uniform.
 
     Args:
         model: the model to prune.
@@ -101,15 +106,51 @@ def prune(model: nn.Module, example_inputs: Any = None, *, ratio: Optional[float
         >>> razorlib.prune(net, torch.randn(1, 3, 8, 8), flops=0.4, round_to=4)[0]
         Conv2d(3, 4, kernel_size=(3, 3), stride=(1, 1))
     """
-    budget_of(ratio, flops, params, latency)
+    return slim_copy(model, example_inputs, dict(
+        ratio=ratio, flops=flops, params=params, latency=latency, runtime=runtime,
+        importance=importance, global_ranking=global_ranking, sensitivity=sensitivity,
+        data=data, loss_fn=loss_fn, round_to=round_to, max_ratio=max_ratio, pruner=pruner,
+        hidden=hidden), pruner_kwargs)
+
+
+PRUNE_DEFAULTS: Dict[str, Any] = {
+    name: parameter.default for name, parameter in inspect.signature(prune).parameters.items()
+    if parameter.kind is inspect.Parameter.KEYWORD_ONLY}
+""":func:`prune`'s keyword arguments and their defaults."""
+
+SubnetReshape = Callable[[StructurePruner, SubnetDict], SubnetDict]
+"""Changes a chosen subnet before it is sliced (the HF integration's uniform widths)."""
+
+
+def slim_copy(model: nn.Module, example_inputs: Any, call: Dict[str, Any],
+              pruner_kwargs: Dict[str, Any], reshape: Optional[SubnetReshape] = None,
+              caller: str = 'razorlib.prune') -> nn.Module:
+    """What :func:`prune` does, given its keyword arguments as ``call`` (those left out
+    take :data:`PRUNE_DEFAULTS`) and its extra pruner arguments, with a hook between
+    choosing the subnet and slicing it (``reshape``: the uniform widths of
+    :func:`razorlib.integrations.transformers.prune`).
+
+    Every argument is checked before the copy is sliced.  A transformers model keeps its
+    hidden size unless ``hidden``; its slim copy's ``config`` is rewritten to describe
+    the slim widths where it can
+    (:func:`~razorlib.integrations.transformers.sync_config`), and a warning names what
+    it cannot describe and how to save it.
+    """
+    unknown = sorted(set(call) - set(PRUNE_DEFAULTS))
+    if unknown:
+        raise TypeError(f'{caller}: unexpected argument {unknown[0]!r}')
+    call = {**PRUNE_DEFAULTS, **call}
+    budget = {k: call[k] for k in ('ratio', 'flops', 'params', 'latency')}
+    options = {k: call[k] for k in ('importance', 'global_ranking', 'round_to', 'max_ratio',
+                                    'runtime', 'sensitivity')}
+    data, loss_fn, hidden = call['data'], call['loss_fn'], call['hidden']
+    budget_of(**budget)
     if data is not None:
-        data = pair_batches(data, 'razorlib.prune')
-    budget = {k: v for k, v in (('ratio', ratio), ('flops', flops), ('params', params),
-                                ('latency', latency)) if v is not None}
-    options = dict(importance=importance, global_ranking=global_ranking, round_to=round_to,
-                   max_ratio=max_ratio, runtime=runtime, sensitivity=sensitivity)
-    cfg = _pruner_cfg(pruner, budget, options, pruner_kwargs)
-    if is_transformers_model(model) and not hidden:  # the integration loads for HF models only
+        data = pair_batches(data, caller)
+    budget = {k: v for k, v in budget.items() if v is not None}
+    cfg = _pruner_cfg(call['pruner'], budget, options, pruner_kwargs)
+    hf = is_transformers_model(model)
+    if hf and not hidden:  # the integration loads for HF models only
         from ..integrations.transformers.prune import with_hidden_size_keys
         cfg['except_start_keys'] = with_hidden_size_keys(model, cfg.get('except_start_keys'))
     structure_pruner = PRUNERS.build(cfg)
@@ -120,12 +161,14 @@ def prune(model: nn.Module, example_inputs: Any = None, *, ratio: Optional[float
     if not structure_pruner.strict:
         _warn_unpruned(structure_pruner.groups.strict_reasons())
     subnet = _choose_subnet(structure_pruner, budget, options, example_inputs, data, loss_fn)
+    if reshape is not None:
+        subnet = reshape(structure_pruner, subnet)
     structure_pruner.set_subnet(subnet)
     structure_pruner.deploy_subnet(slim, structure_pruner.export_subnet())
     _check_runs(slim, example_inputs)
-    if hidden and is_transformers_model(model):
-        from ..integrations.transformers.prune import warn_if_hidden_pruned
-        warn_if_hidden_pruned(model, slim, 'razorlib.prune')
+    if hf:
+        from ..integrations.transformers.prune import describe_slim_config
+        describe_slim_config(model, slim, caller, hidden)
     if data is not None:
         reestimate_bn_stats(slim, (inputs for inputs, _ in data))
     return slim
@@ -196,10 +239,12 @@ def _check_runs(slim: nn.Module, example_inputs: Any) -> None:
 
 
 def _warn_unpruned(reasons: Dict[str, List[str]]) -> None:
-    """One warning, one line per reason, for the groups strict=True would have refused."""
+    """One warning, one line per reason, for the groups strict=True would have refused
+    (attributed to the caller of :func:`prune` or of the HF integration's ``prune``,
+    two frames above :func:`slim_copy`)."""
     if not reasons:
         return
     lines = [f'  {reason} (left unpruned: {", ".join(ids)})' for reason, ids in reasons.items()]
     warnings.warn('razorlib.prune left some layers unpruned; strict=True raises instead:\n'
                   + '\n'.join(lines) + '\nAdd a rule for an unknown op '
-                  '(docs/tracing_rules.md) to prune through it.', UserWarning, stacklevel=3)
+                  '(docs/tracing_rules.md) to prune through it.', UserWarning, stacklevel=4)

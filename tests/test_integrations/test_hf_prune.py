@@ -3,6 +3,7 @@
 computes and counts what its slim model does, the key/value cache off on real weights, and
 transformers' Conv1D (GPT-2) as a layer kind."""
 import copy
+import re
 import warnings
 
 import pytest
@@ -37,12 +38,23 @@ def _assert_heads_and_mlps_halved(model: nn.Module, slim: nn.Module, name: str) 
 @pytest.mark.parametrize('name', sorted(MODELS))
 def test_one_call_prune_halves_heads_and_mlps_and_keeps_the_hidden_size(name):
     model, inputs = build(name)
-    with warnings.catch_warnings():  # nothing left unpruned, nothing about the hidden size
-        warnings.filterwarnings('error', message='razorlib.prune')
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
         slim = razorlib.prune(model, inputs, ratio=0.5)
+    said = [str(w.message) for w in caught if str(w.message).startswith('razorlib.prune')]
     _assert_heads_and_mlps_halved(model, slim, name)
     assert _shapes(slim.get_input_embeddings()) == _shapes(model.get_input_embeddings())
     assert main_output(slim, inputs).shape == main_output(model, inputs).shape
+    # the config is rewritten; BERT and GPT-2 derive the head width from the head count,
+    # so their configs cannot describe fewer heads, and only that is said
+    assert slim.config.to_dict() != model.config.to_dict()
+    if name in ('bert', 'gpt2'):
+        assert len(said) == 1 and re.match(
+            r"razorlib.prune: the slim \w+'s config cannot describe \d+ of its tensors "
+            r'\(.*(?:attn|attention).*\); save it with razorlib.integrations.transformers.'
+            'save_pruned', said[0])
+    else:
+        assert said == []
 
 
 def test_one_call_prune_opts_in_to_the_hidden_size_and_says_outputs_change():

@@ -14,6 +14,7 @@ from hf_builders import (HALF_ATTENTION, MODELS, attention_widths, build, main_o
 from razorlib.integrations.transformers import (CHANNELS_FILE, hidden_size_keys, load_pruned,
                                                 prune, save_pruned, sync_config)
 from razorlib.pruning import L1NormPruner
+from razorlib.utils import get_model_complexity
 
 transformers = pytest.importorskip('transformers')
 
@@ -154,6 +155,32 @@ def test_uniform_option_evens_out_sampled_widths():
     slim = prune(model, inputs, pruner=dict(type='RatioPruner', ratios=(0.25, 0.75)))
     widths = {layer.mlp.up_proj.out_features for layer in slim.model.layers}
     assert widths == {slim.config.intermediate_size} and widths != {128}
+
+
+@pytest.mark.parametrize('budget', [dict(flops=0.6), dict(params=0.7),
+                                    dict(pruner=dict(type='ImportancePruner', flops=0.6))],
+                         ids=['flops', 'params', 'in-the-pruner-config'])
+def test_a_budget_is_met_and_the_config_describes_the_widths(budget, tmp_path):
+    # it was dropped: the pruner sampled its default ratio, or gave the dense model back
+    model, inputs = build('llama')
+    slim = prune(model, inputs, **budget)
+    key, limit = next((k, v) for k, v in {**budget, **budget.get('pruner', {})}.items()
+                      if k in ('flops', 'params'))
+    dense, kept = (getattr(get_model_complexity(m, inputs), key) for m in (model, slim))
+    assert 0.5 * limit < kept / dense <= limit
+    assert sync_config(slim).exact
+    slim.save_pretrained(tmp_path)
+    again = type(model).from_pretrained(tmp_path)
+    assert relative_error(main_output(again, inputs), main_output(slim, inputs)) < 1e-6
+
+
+def test_allocations_that_give_each_layer_its_own_width_need_uniform_false():
+    model, inputs = build('llama')
+    with pytest.raises(ValueError, match='global_ranking= and sensitivity= give every layer '
+                       'its own width.*pass uniform=False'):
+        prune(model, inputs, flops=0.6, global_ranking=True)
+    slim = prune(model, inputs, flops=0.6, global_ranking=True, uniform=False)
+    assert main_output(slim, inputs).shape == main_output(model, inputs).shape
 
 
 def test_hidden_size_stays_whole_by_default_and_can_be_opted_in(tmp_path):

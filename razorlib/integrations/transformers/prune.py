@@ -5,21 +5,18 @@ The defaults: the hidden size (the residual stream that the embeddings, every no
 the widths of layers repeated down the stack stay uniform, so the config can describe
 them and ``from_pretrained`` rebuilds the slim model.
 """
-import copy
 import re
 import warnings
-from typing import Any, Dict, List, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
 import torch.nn as nn
 
-from ...registry import PRUNERS
-from ...tracing.forward import call_model
-from .config import is_hf_model, sync_config
+from .config import ConfigSync, is_hf_model, sync_config
 
 __all__ = ['prune', 'hidden_size_keys', 'with_hidden_size_keys', 'warn_if_hidden_pruned',
-           'uniform_subnet']
+           'uniform_subnet', 'describe_slim_config']
 
 
 def hidden_size_keys(model: nn.Module) -> Tuple[str, ...]:
@@ -53,7 +50,8 @@ def with_hidden_size_keys(model: nn.Module, keys: Union[None, str, Sequence[str]
     return keys + hidden_size_keys(model)
 
 
-def warn_if_hidden_pruned(model: nn.Module, slim: nn.Module, caller: str) -> None:
+def warn_if_hidden_pruned(model: nn.Module, slim: nn.Module, caller: str,
+                          stacklevel: int = 3) -> None:
     """Warn when ``slim``'s input embeddings are narrower than ``model``'s: with the
     hidden size pruned, every norm normalises over fewer channels, so the outputs move
     by more than the pruned channels' share; only the masked supernet computes what the
@@ -67,7 +65,7 @@ def warn_if_hidden_pruned(model: nn.Module, slim: nn.Module, caller: str) -> Non
                           'now normalises over fewer channels, so its outputs change by more '
                           'than the pruned channels\' share (the slim model computes what the '
                           'masked supernet does, not what the dense model does)', UserWarning,
-                          stacklevel=3)
+                          stacklevel=stacklevel)
             return
 
 
@@ -94,27 +92,57 @@ def uniform_subnet(pruner, subnet: Dict[str, torch.Tensor]) -> Dict[str, torch.T
     return uniform
 
 
-def prune(model: nn.Module, example_inputs: Any, ratio: float = 0.5,
+def describe_slim_config(model: nn.Module, slim: nn.Module, caller: str,
+                         hidden: bool) -> ConfigSync:
+    """Rewrite ``slim.config`` to describe the slim widths (:func:`~.config.sync_config`)
+    and warn, naming the first tensors, where it cannot: ``save_pretrained`` alone would
+    then write a config that ``from_pretrained`` cannot load the weights into, and
+    :func:`~.reload.save_pruned` is the way to save it.  With ``hidden``, also warn when
+    the hidden size was pruned (:func:`warn_if_hidden_pruned`).  The warnings point at
+    the call of the ``prune`` that called :func:`~razorlib.pruning.api.slim_copy`."""
+    sync = sync_config(slim)
+    if sync.mismatches:
+        shown = '; '.join(str(m) for m in sync.mismatches[:3])
+        more = f' (and {len(sync.mismatches) - 3} more)' if len(sync.mismatches) > 3 else ''
+        warnings.warn(f'{caller}: the slim {type(slim).__name__}\'s config cannot describe '
+                      f'{len(sync.mismatches)} of its tensors ({shown}{more}); save it with '
+                      'razorlib.integrations.transformers.save_pruned, which writes the '
+                      'widths beside the config, not with save_pretrained alone',
+                      UserWarning, stacklevel=4)
+    if hidden:
+        warn_if_hidden_pruned(model, slim, caller, stacklevel=5)
+    return sync
+
+
+def prune(model: nn.Module, example_inputs: Any, ratio: Optional[float] = None,
           pruner: Union[str, dict] = 'L1NormPruner', uniform: bool = True,
-          hidden: bool = False, **pruner_kwargs) -> nn.Module:
+          hidden: bool = False, **kwargs: Any) -> nn.Module:
     """A slim copy of a transformers model whose ``config`` describes it.
 
-    As :func:`razorlib.prune`, with the defaults of the module docstring; the model is
-    left untouched and the slim copy is run once on ``example_inputs``.
+    :func:`razorlib.prune` with the defaults of the module docstring: the same budgets
+    (``ratio``, ``flops``, ``params``, ``latency``), criteria and options, the model
+    left untouched, the slim copy run once on ``example_inputs`` and its config
+    rewritten; with ``uniform`` the layers repeated down the stack keep one width each.
 
     Args:
         model: a transformers ``PreTrainedModel``.
         example_inputs: the keyword inputs of one forward (``{'input_ids': ...}``,
             ``{'pixel_values': ...}``).
-        ratio: fraction of channels to keep in each prunable group.
+        ratio: fraction of channels to keep in each prunable group; 0.5 if no budget is
+            given.
         pruner: a pruner type registered in ``PRUNERS`` or a config dict.
         uniform: keep the widths of each layer repeated down the stack equal, so the
-            config can describe them (otherwise save with
+            config can describe them (their mean over a sampled subnet).  A budget met
+            by one ratio for every group gives such widths already; ``global_ranking``
+            and ``sensitivity``, which give every layer its own width, need
+            ``uniform=False`` (then save with
             :func:`~razorlib.integrations.transformers.save_pruned`).
         hidden: also prune the hidden size where the tracer finds it prunable (outputs
             change beyond the pruned channels' share: the norms' statistics are taken
             over fewer channels; a warning says so when it happens).
-        **pruner_kwargs: other pruner arguments (``except_start_keys``, ``strict``).
+        **kwargs: :func:`razorlib.prune`'s other keyword arguments (``flops``,
+            ``importance``, ``data``, ...) and pruner arguments (``except_start_keys``,
+            ``strict``, ``gqa``).
 
     Example:
         >>> from transformers import LlamaConfig, LlamaForCausalLM
@@ -125,28 +153,17 @@ def prune(model: nn.Module, example_inputs: Any, ratio: float = 0.5,
         >>> slim.config.intermediate_size, slim.model.layers[1].mlp.up_proj.out_features
         (16, 16)
     """
+    from ...pruning.api import PRUNE_DEFAULTS, slim_copy  # pruning loads this module lazily
     if not is_hf_model(model):
         raise TypeError(f'razorlib.integrations.transformers.prune takes a transformers '
                         f'PreTrainedModel, got a {type(model).__name__}; use razorlib.prune')
-    cfg = dict(type=pruner) if isinstance(pruner, str) else dict(pruner)
-    if 'ratio' not in cfg and 'ratios' not in cfg:
-        cfg['ratio'] = ratio
-    cfg.update(pruner_kwargs)
-    if not hidden:
-        cfg['except_start_keys'] = with_hidden_size_keys(model, cfg.get('except_start_keys'))
-    structure_pruner = PRUNERS.build(cfg)
-    slim = copy.deepcopy(model)
-    structure_pruner.prepare_from_supernet(slim, example_inputs)
-    subnet = structure_pruner.sample_subnet()
-    if uniform:
-        subnet = uniform_subnet(structure_pruner, subnet)
-    structure_pruner.set_subnet(subnet)
-    structure_pruner.deploy_subnet(slim, structure_pruner.export_subnet())
-    sync_config(slim)
-    slim.eval()
-    with torch.no_grad():
-        call_model(slim, example_inputs)
-    slim.train(model.training)
-    if hidden:
-        warn_if_hidden_pruned(model, slim, 'razorlib.integrations.transformers.prune')
-    return slim
+    call = dict(ratio=ratio, pruner=pruner, hidden=hidden)
+    call.update((key, kwargs.pop(key)) for key in list(kwargs) if key in PRUNE_DEFAULTS)
+    if uniform and (call.get('global_ranking') or call.get('sensitivity')):
+        raise ValueError('razorlib.integrations.transformers.prune: global_ranking= and '
+                         'sensitivity= give every layer its own width, and uniform=True '
+                         'keeps one width per layer repeated down the stack; pass '
+                         'uniform=False and save with save_pruned')
+    return slim_copy(model, example_inputs, call, kwargs,
+                     reshape=uniform_subnet if uniform else None,
+                     caller='razorlib.integrations.transformers.prune')
