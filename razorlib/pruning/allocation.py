@@ -24,6 +24,7 @@ runtime: a per-layer table predicts it and measured candidates confirm it
 mask changes, naming the smallest reachable value.
 """
 import math
+import numbers
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
@@ -183,6 +184,11 @@ def budget_of(ratio: Optional[float] = None, flops: Optional[float] = None,
     if len(given) > 1:
         raise ValueError(f'give one budget, got {", ".join(f"{k}={v}" for k, v in given)}')
     metric, value = given[0] if given else ('ratio', 0.5)
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f'{metric} is a fraction of the dense model, a number in (0, 1]; got '
+                        f'{value!r}' + (' (a pruner config takes ratios=(...) to sample from)'
+                                        if metric == 'ratio' and isinstance(value, (tuple, list))
+                                        else ''))
     if not 0 < float(value) <= 1:
         raise ValueError(f'{metric} is a fraction of the dense model in (0, 1], got {value!r}')
     return metric, float(value)
@@ -335,14 +341,16 @@ def allocate(pruner: Any, scores: Optional[Dict[str, np.ndarray]] = None, *,
     family = _Family(groups, scores, rule, global_ranking, sensitivity)
     if metric == 'ratio':
         total = sum(g.num_channels for g in groups)
-        if sensitivity is not None:
-            def kept(index: int) -> float:
-                return sum(family.counts(index).values())
 
-            if kept(0) > target * total:
-                raise ValueError(f'ratio={target:g} cannot be met: the smallest subnet allowed '
-                                 f'({_describe_rules(rule)}) keeps {kept(0) / total:.4f} of the '
-                                 'channels. Nothing was changed.')
+        def kept(index: int) -> float:
+            return sum(family.counts(index).values())
+
+        # a budget over all channels (not one ratio per group, which the rules round)
+        if (sensitivity is not None or global_ranking) and kept(0) > target * total:
+            raise ValueError(f'ratio={target:g} cannot be met: the smallest subnet allowed '
+                             f'({_describe_rules(rule)}) keeps {kept(0) / total:.4f} of the '
+                             'channels. Nothing was changed.')
+        if sensitivity is not None:
             index = _largest_within(kept, family.size, target * total)
             return _result(family, family.counts(index), unscored, None, None, None)
         counts = (family.counts_at_top(int(round(target * total))) if global_ranking

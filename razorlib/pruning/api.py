@@ -163,6 +163,7 @@ def slim_copy(model: nn.Module, example_inputs: Any, call: Dict[str, Any],
     subnet = _choose_subnet(structure_pruner, budget, options, example_inputs, data, loss_fn)
     if reshape is not None:
         subnet = reshape(structure_pruner, subnet)
+    _warn_if_nothing_pruned(structure_pruner, subnet, budget, caller)
     structure_pruner.set_subnet(subnet)
     structure_pruner.deploy_subnet(slim, structure_pruner.export_subnet())
     _check_runs(slim, example_inputs)
@@ -236,6 +237,20 @@ def _check_runs(slim: nn.Module, example_inputs: Any) -> None:
                            'except_start_keys') from err
     finally:
         slim.train(training)
+
+
+def _warn_if_nothing_pruned(pruner: StructurePruner, subnet: SubnetDict,
+                            budget: Dict[str, float], caller: str) -> None:
+    """Say so when a budget below the whole model still keeps every channel: the width
+    rules (``round_to`` wider than the layers, ``max_ratio=0``) or frozen groups."""
+    if any(value < 1 for value in budget.values()) or not budget:
+        if all(bool(torch.as_tensor(mask).all()) for mask in subnet.values()):
+            rules = {k: getattr(getattr(pruner, 'rule', None), k, None)
+                     for k in ('round_to', 'max_ratio')}
+            said = ', '.join(f'{k}={v}' for k, v in rules.items() if v not in (None, 1))
+            warnings.warn(f'{caller}: nothing was pruned: every channel is kept '
+                          f'({said or "no prunable group can lose a channel"}); the model '
+                          'is returned whole', UserWarning, stacklevel=4)
 
 
 def _warn_unpruned(reasons: Dict[str, List[str]]) -> None:

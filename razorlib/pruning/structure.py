@@ -6,7 +6,9 @@ a group's leader layer) to a boolean keep-mask over the group's channels; ``set_
 writes it into the masks; ``export_subnet`` turns it into a :class:`ChannelConfig`;
 ``deploy_subnet`` slices a model to a channel config.
 """
+import difflib
 import random
+import warnings
 from abc import ABCMeta, abstractmethod
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
@@ -30,11 +32,37 @@ from .verify import bisect_failing, freeze_failing, freeze_unrunnable_groups
 SubnetDict = Dict[str, torch.Tensor]
 
 
-def _describe(axes: Optional[Dict[str, ChannelSelection]]) -> str:
-    """``'in 3/16, out 5/32'`` for a module's kept channels; ``'no entry'`` for None."""
+def _describe(axes: Optional[Dict[str, ChannelSelection]], indices: bool = False) -> str:
+    """``'in 3/16, out 5/32'`` for a module's kept channels (with ``indices``, ``'out
+    [0, 1, 4]'``); ``'no entry'`` for None."""
     if axes is None:
         return 'no entry'
+    if indices:
+        return ', '.join(f'{axis} {list(sel.index)}' for axis, sel in sorted(axes.items()))
     return ', '.join(f'{axis} {sel.count}/{sel.raw}' for axis, sel in sorted(axes.items()))
+
+
+def _check_except_keys(model: nn.Module, keys: Sequence[str]) -> None:
+    """Warn about an ``except_start_keys`` prefix that starts no module or parameter name:
+    a typo would otherwise leave the layers it meant to keep free to be pruned, without a
+    word.  A warning, not an error: one config's keys may serve several models.
+
+    Example:
+        >>> import warnings
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter('always')
+        ...     _check_except_keys(nn.Sequential(nn.Linear(2, 2)), ('0.', 'head'))
+        >>> print(caught[0].message)
+        except_start_keys: 'head' starts no module or parameter name of the Sequential, ...
+    """
+    names = [name for name, _ in model.named_modules() if name]
+    names += [name for name, _ in model.named_parameters()]
+    for key in keys:
+        if not any(name.startswith(key) for name in names):
+            close = difflib.get_close_matches(key, names, n=3, cutoff=0.6) or names[:2]
+            warnings.warn(f'except_start_keys: {key!r} starts no module or parameter name of '
+                          f'the {type(model).__name__}, so it excludes nothing (names such as '
+                          f'{", ".join(repr(n) for n in close)})', UserWarning, stacklevel=3)
 
 
 class StructurePruner(metaclass=ABCMeta):
@@ -108,6 +136,7 @@ class StructurePruner(metaclass=ABCMeta):
             raise ValueError(f"heads='width' compares the slim model with the masked one on "
                              f'real weights; this {type(supernet).__name__} is on the meta '
                              "device: load its weights, or use heads='whole'")
+        _check_except_keys(supernet, self.except_start_keys)
         if example_inputs is None:
             example_inputs = default_example_inputs(supernet)
         graph = trace(supernet, example_inputs, self.strict, self.except_start_keys,
@@ -283,35 +312,47 @@ class StructurePruner(metaclass=ABCMeta):
             self, channel_cfg: Union[ChannelConfig, Dict[str, Any], str, Path]) -> SubnetDict:
         """The subnet dict whose :meth:`export_subnet` is ``channel_cfg``.
 
-        Each space keeps the output channels its leader layer keeps in the config (all of
-        them if the config does not name the leader).
+        Each space keeps the channels its layers keep at their outputs in the config (all
+        of them where the config names none of its layers); a space whose leader writes
+        only some of its channels (a concat feeding a product) is read from every layer.
 
         Raises:
             ValueError: the config is not a subnet of this supernet; the message names
                 the first module entry (``modules.<name>``) at fault.
         """
         cfg = as_channel_config(channel_cfg)
-        subnet = {}
-        for gid, group in self._require_prepared().prunable.items():
-            selection = cfg.kept(gid, 'out')
+        groups = self._require_prepared()
+        class_keep: Dict[int, bool] = {}
+        for use in self._uses:
+            selection = cfg.kept(use.name, 'out') if use.role == 'out' else None
             if selection is None:
                 continue
-            if selection.raw != group.width:
-                raise ValueError(f'modules.{gid}: raw_out_channels is {selection.raw}, the '
-                                 f'supernet layer has {group.width}')
-            keep = torch.zeros(group.width, dtype=torch.bool)
-            keep[list(selection.index)] = True
-            subnet[gid] = keep
+            labels = groups.labels[use.slots]
+            if selection.raw != len(labels):
+                raise ValueError(f'modules.{use.name}: raw_out_channels is {selection.raw}, '
+                                 f'the supernet layer has {len(labels)}')
+            kept = np.zeros(len(labels), dtype=bool)
+            kept[list(selection.index)] = True
+            for label, value in zip(labels.tolist(), kept.tolist()):
+                class_keep.setdefault(label, value)  # a disagreement shows in the export
+        subnet = {}
+        for gid, group in groups.prunable.items():
+            values = [class_keep.get(label) for label in group.classes.tolist()]
+            if any(value is not None for value in values):
+                subnet[gid] = torch.tensor([value is not False for value in values])
         try:
             keep = self._validate(subnet)
         except ValueError as err:
             raise ValueError(f'channel config: {err}') from err
         exported = subnet_channel_config(self.groups, self._uses, keep)
         for name in sorted(set(cfg.modules) | set(exported.modules)):
-            if cfg.modules.get(name) != exported.modules.get(name):
-                raise ValueError(f'modules.{name}: the channel config keeps '
-                                 f'{_describe(cfg.modules.get(name))}, the supernet set to its '
-                                 f'spaces keeps {_describe(exported.modules.get(name))}')
+            given, expected = cfg.modules.get(name), exported.modules.get(name)
+            if given != expected:
+                said, wanted = _describe(given), _describe(expected)
+                if said == wanted:  # as many channels, other ones
+                    said, wanted = _describe(given, True), _describe(expected, True)
+                raise ValueError(f'modules.{name}: the channel config keeps {said}, the '
+                                 f'supernet set to its spaces keeps {wanted}')
         if cfg.params != exported.params:
             name = next(n for n in sorted(set(cfg.params) | set(exported.params))
                         if cfg.params.get(n) != exported.params.get(n))
@@ -321,7 +362,56 @@ class StructurePruner(metaclass=ABCMeta):
 
     @property
     def current_subnet(self) -> SubnetDict:
+        self._adopt_loaded_masks()
         return {gid: torch.from_numpy(keep.copy()) for gid, keep in self._subnet.items()}
+
+    def _masks_now(self) -> Dict[tuple, np.ndarray]:
+        """Each use's keep-mask as the model's mask buffers hold it now."""
+        modules = dict(self.model.named_modules())
+        masks = {}
+        for use in self._uses:
+            if use.role == 'param':
+                owner, _, attr = use.name.rpartition('.')
+                buffer = modules[owner]._buffers[param_mask_name(attr, use.dim)]
+            else:
+                buffer = self._masked[use.name]._buffers[IN_MASK if use.role == 'in' else OUT_MASK]
+            masks[(use.name, use.role, use.dim)] = buffer.detach().reshape(-1).cpu().numpy() != 0
+        return masks
+
+    def _adopt_loaded_masks(self) -> None:
+        """Make the subnet the one the model's masks hold when they changed behind the
+        pruner's back: a masked model's ``state_dict`` (masks included) loaded into this
+        pruner's model after :meth:`prepare_from_supernet`.
+
+        Raises:
+            ValueError: the loaded masks are no subnet of this pruner (one prunes every
+                channel of a space, or two layers of a space keep different channels).
+        """
+        groups = self._require_prepared()
+        now = self._masks_now()
+        if all(np.array_equal(now[key], mask)
+               for key, mask in groups.use_masks(self._subnet).items() if key in now):
+            return
+        class_keep: Dict[int, bool] = {}
+        for use in self._uses:
+            if use.role == 'out':
+                for label, value in zip(groups.labels[use.slots].tolist(),
+                                        now[(use.name, use.role, use.dim)].tolist()):
+                    class_keep.setdefault(label, value)
+        subnet = {gid: np.array([class_keep.get(label, True) for label in g.classes.tolist()])
+                  for gid, g in groups.prunable.items()}
+        try:
+            keep = self._validate(subnet)
+        except ValueError as err:
+            raise ValueError(f"the model's masks (loaded from a state_dict?) are no subnet of "
+                             f'this pruner: {err}') from err
+        wrong = next((key for key, mask in groups.use_masks(keep).items()
+                      if key in now and not np.array_equal(now[key], mask)), None)
+        if wrong is not None:
+            raise ValueError(f"the model's masks (loaded from a state_dict?) are no subnet of "
+                             f'this pruner: the {wrong[1]} mask of {wrong[0]} disagrees with '
+                             'the output masks of its space')
+        self._subnet = keep
 
     def _validate(self, subnet_dict: Mapping[str, Any]) -> Dict[str, np.ndarray]:
         groups = self._require_prepared()
@@ -377,7 +467,9 @@ class StructurePruner(metaclass=ABCMeta):
 
     # ------------------------------------------------------------------ export / deploy
     def export_subnet(self) -> ChannelConfig:
-        """The current subnet as a :class:`ChannelConfig` (kept indices per module)."""
+        """The current subnet as a :class:`ChannelConfig` (kept indices per module): the
+        one the model's masks hold, also after a masked ``state_dict`` was loaded."""
+        self._adopt_loaded_masks()
         return subnet_channel_config(self._require_prepared(), self._uses, self._subnet)
 
     def deploy_subnet(self, supernet: nn.Module,
@@ -385,10 +477,17 @@ class StructurePruner(metaclass=ABCMeta):
         """Slice ``supernet`` (in place) to ``channel_cfg`` and return it.
 
         Works on the masked supernet or on a freshly built model of the same
-        architecture.  Deploying the pruner's own supernet consumes the pruner: its
-        spaces no longer describe the model, and reading them raises an error that
-        says so.
+        architecture.  While the pruner is prepared, the config is first checked against
+        its traced groups (:meth:`subnet_from_channel_config`): a config whose modules
+        disagree within a group, that leaves out a module a kept subnet slices, or that
+        prunes a frozen group (a classifier's outputs) is refused, naming the module,
+        before anything is sliced.  Deploying the pruner's own supernet consumes the
+        pruner: its spaces no longer describe the model, and reading them raises an
+        error that says so.
         """
+        if self.groups is not None:
+            channel_cfg = as_channel_config(channel_cfg)
+            self.subnet_from_channel_config(channel_cfg)
         model = slim_model(supernet, channel_cfg, self.kinds)
         if model is self.model:
             self.groups, self.model, self._masked, self._subnet = None, None, {}, {}

@@ -85,6 +85,73 @@ def test_bad_configs_name_the_key_and_leave_the_model_untouched(data, message):
     assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())
 
 
+def _classifier():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(3, 16, 3), nn.BatchNorm2d(16), nn.ReLU(),
+                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 10))
+
+
+def _edit_inconsistent(modules):  # the norm keeps other channels than its conv
+    modules['1']['out_index'] = [i for i in range(16) if i not in modules['0']['out_index']]
+
+
+def _edit_classifier(modules):  # prunes the logits: a frozen group
+    modules['5'].update(out_channels=5, raw_out_channels=10, out_index=[0, 1, 2, 3, 4])
+
+
+def _edit_missing(modules):  # leaves the norm out: it would keep 16 channels after 8
+    del modules['1']
+
+
+@pytest.mark.parametrize('edit,message', [
+    (_edit_inconsistent, r'modules.1: the channel config keeps out \[.*\], the supernet '
+     r'set to its spaces keeps out \['),
+    (_edit_classifier, 'modules.5: the channel config keeps in 8/16, out 5/10, the supernet '
+     'set to its spaces keeps in 8/16$'),
+    (_edit_missing, 'modules.1: the channel config keeps no entry, the supernet set to its '
+     'spaces keeps out 8/16'),
+])
+def test_deploy_checks_the_config_against_the_traced_groups_first(edit, message):
+    # slim_model alone sliced these: wrong numbers, logits of the wrong shape, or a model
+    # half sliced that failed inside torch
+    pruner = L1NormPruner(ratio=0.5)
+    pruner.prepare_from_supernet(_classifier(), torch.randn(1, 3, 8, 8))
+    pruner.set_subnet(pruner.sample_subnet())
+    data = pruner.export_subnet().to_dict()
+    edit(data['modules'])
+    fresh = _classifier()
+    before = copy.deepcopy(fresh.state_dict())
+    with pytest.raises(ValueError, match=message):
+        pruner.deploy_subnet(fresh, data)
+    assert fresh[0].out_channels == 16
+    assert all(torch.equal(v, fresh.state_dict()[k]) for k, v in before.items())
+    assert pruner.deploy_subnet(fresh, pruner.export_subnet())(
+        torch.randn(2, 3, 8, 8)).shape == (2, 10)
+
+
+def test_a_loaded_masked_state_dict_is_the_subnet_the_pruner_exports(tmp_path):
+    # the pruner exported the dense model after the load: its own record, not the masks
+    x = torch.randn(2, 3, 8, 8)
+    saved = L1NormPruner(ratio=0.5)
+    model = _classifier()
+    saved.prepare_from_supernet(model, x)
+    saved.set_subnet(saved.sample_subnet())
+    torch.save(model.state_dict(), tmp_path / 'masked.pth')
+    pruner, other = L1NormPruner(ratio=0.5), _classifier()
+    pruner.prepare_from_supernet(other, x)
+    other.load_state_dict(torch.load(tmp_path / 'masked.pth'))
+    assert pruner.export_subnet() == saved.export_subnet()
+    assert all(torch.equal(a, b) for a, b in zip(pruner.current_subnet.values(),
+                                                 saved.current_subnet.values()))
+    with torch.no_grad():
+        assert torch.allclose(pruner.deploy_subnet(_classifier(), pruner.export_subnet())(x),
+                              model(x), atol=1e-5)
+    other[1].out_mask.zero_()  # a norm that keeps nothing its conv keeps
+    with pytest.raises(ValueError, match=r"the model's masks \(loaded from a state_dict\?\) are "
+                       'no subnet of this pruner: the norm mask of 1 disagrees'):
+        pruner.export_subnet()
+
+
 def test_load_reports_the_file_at_fault(tmp_path):
     path = tmp_path / 'bad.yaml'
     path.write_text('modules: {conv: {out_channels: 2}}\n')

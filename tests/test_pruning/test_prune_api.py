@@ -130,6 +130,43 @@ def test_an_unreachable_budget_raises_and_leaves_the_model_untouched():
     assert all(torch.equal(v, model.state_dict()[k]) for k, v in state.items())
 
 
+@pytest.mark.parametrize('kwargs,error,message', [
+    (dict(ratio=(0.5, 0.7)), TypeError, r'ratio is a fraction of the dense model, a number in '
+     r'\(0, 1\]; got \(0.5, 0.7\) \(a pruner config takes ratios=\(...\) to sample from\)'),
+    (dict(ratio='0.5'), TypeError, "got '0.5'$"),  # was read as ratios ('0', '.', '5')
+    (dict(ratio=True), TypeError, 'got True'),  # was 1.0
+    (dict(flops=[0.5]), TypeError, r'flops is a fraction .* got \[0.5\]$'),
+])
+def test_bad_arguments_are_named_and_change_nothing(kwargs, error, message):
+    model = net()
+    state = copy.deepcopy(model.state_dict())
+    with pytest.raises(error, match=message):
+        razorlib.prune(model, X, **kwargs)
+    assert set(model.state_dict()) == set(state)
+    assert razorlib.prune(model, X, except_start_keys='fc')(X).shape == (2, 4)
+
+
+def test_an_exception_key_that_names_nothing_is_said():
+    # a typo pruned what it meant to keep, without a word
+    with pytest.warns(UserWarning, match=r"except_start_keys: 'fc.weigth' starts no module or "
+                      r"parameter name of the Net, so it excludes nothing \(names such as "
+                      r"'fc.weight'"):
+        razorlib.prune(net(), X, except_start_keys=['fc.weigth'])
+
+
+@pytest.mark.parametrize('rules', [dict(round_to=64), dict(max_ratio=0.0)])
+def test_rules_that_keep_every_channel_are_said_or_refused(rules):
+    # one ratio per group is rounded by the rules: the whole model comes back, with a
+    # warning; a ratio of all channels (global ranking) is a budget, refused as flops= is
+    with pytest.warns(UserWarning, match=r'razorlib.prune: nothing was pruned: every channel '
+                      f'is kept \\({next(iter(rules))}='):
+        slim = razorlib.prune(net(), X, ratio=0.5, **rules)
+    assert slim.conv1.out_channels == 8
+    with pytest.raises(ValueError, match=r'ratio=0.5 cannot be met: the smallest subnet allowed '
+                       r'\(.*\) keeps 1.0000 of the channels. Nothing was changed'):
+        razorlib.prune(net(), X, ratio=0.5, global_ranking=True, **rules)
+
+
 def test_other_pruners_keep_their_own_ranking():
     model = net()
     slim = razorlib.prune(model, X, flops=0.5, pruner='RatioPruner')
