@@ -9,7 +9,10 @@ Examples:
 CONFIG is what tools/ptq.py takes (a PTQ config, or a model config with the ``ptq``
 defaults) and CHECKPOINT the trained model, or CONFIG is a QAT config
 (``configs/quantization/qat/``) and CHECKPOINT a checkpoint of its training.  The model
-is quantized (PTQ) or its trained QAT graph restored, then written twice: the QDQ ONNX
+is quantized as tools/ptq.py quantizes it (with its functions: a ``--subnet`` sliced and
+its batch-norm statistics recalibrated, ``--recalibrate-bn``) or its trained QAT graph
+restored (a QAT checkpoint holds its graph: ``--subnet`` and ``--recalibrate-bn`` are
+refused with it), then written twice: the QDQ ONNX
 model (INT8) and the plain ONNX model; TensorRT builds an INT8 engine from the first
 (explicit quantization: the Q/DQ pairs say what runs in int8, the rest in FP16) and an
 FP16 engine from the second.  Both run on the ``val_dataloader``; their outputs are
@@ -20,11 +23,13 @@ top-1, and top-1 agreement.  Writes ``<work_dir>/<config name>_int8.onnx``,
 TensorRT is an optional extra (``pip install 'razorlib[tensorrt]'``, on a machine with
 an NVIDIA GPU).  Where it is not installed, or no CUDA GPU is present, the tool says so in
 one line and exits with code 0 before it does anything; exit code 2 for a mistake in
-the arguments, the config or the checkpoint.  See docs/quantization/deploy.md.
+the arguments (checked first), the config or the checkpoint.  See
+docs/quantization/deploy.md.
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import json
 import logging
@@ -44,15 +49,17 @@ NOT_AVAILABLE = 0
 
 
 def parse_args(argv=None) -> argparse.Namespace:
+    ptq = _load_ptq_tool()
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('config', help='a PTQ, model or QAT config file')
     parser.add_argument('checkpoint', help='the trained model (or QAT) checkpoint')
     parser.add_argument('--subnet', help='channel config of a supernet subnet (PTQ only; '
                         'default: none, the full width)')
-    parser.add_argument('--batch-size', type=int, default=32,
+    ptq.add_recalibrate_bn(parser, calib_steps="the config's ptq.calib_steps")
+    parser.add_argument('--batch-size', type=ptq.count(1), default=32,
                         help='the engines\' largest and optimal batch (default: %(default)s)')
-    parser.add_argument('--workspace', type=int, default=1024, metavar='MIB',
+    parser.add_argument('--workspace', type=ptq.count(1), default=1024, metavar='MIB',
                         help='TensorRT builder workspace in MiB (default: %(default)s)')
     parser.add_argument('--work-dir', help='where the files go (default: '
                         'work_dirs/deploy_<config name>)')
@@ -74,11 +81,46 @@ def unavailable() -> Optional[str]:
     return None
 
 
+@functools.lru_cache(maxsize=None)
 def _load_ptq_tool():
+    """tools/ptq.py as a module: deploy quantizes with its functions, so that both tools
+    build the same graph from the same arguments."""
     spec = importlib.util.spec_from_file_location('ptq_tool', TOOLS / 'ptq.py')
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def is_qat(cfg) -> bool:
+    """Whether ``cfg`` is a QAT config: its checkpoint holds the trained INT8 graph."""
+    return (cfg.get('model') or {}).get('type') == 'QAT'
+
+
+def qat_refusal(args: argparse.Namespace) -> Optional[str]:
+    """Why ``--subnet`` or ``--recalibrate-bn`` cannot apply to CONFIG (one line), or None.
+
+    A QAT checkpoint holds its trained graph: the widths of the QAT config's
+    ``model.architecture``, its batch norms folded into the convolutions; neither flag
+    could change it, and ignoring them would deploy another model than the one asked for.
+    Checked before TensorRT is looked for, as any mistake in the arguments is; a CONFIG
+    that cannot be read is refused with the reason.
+    """
+    given = [flag for flag, value in (('--subnet', args.subnet),
+                                      ('--recalibrate-bn', args.recalibrate_bn))
+             if value is not None]
+    if not given:
+        return None
+    from razorlib.engine.config import ConfigError, load_config
+
+    try:
+        cfg = load_config(args.config, args.cfg_options)
+    except ConfigError as err:
+        return str(err)
+    if not is_qat(cfg):
+        return None
+    return (f'{" and ".join(given)}: a QAT checkpoint already holds its trained INT8 graph '
+            "(the widths of the config's model.architecture, batch norms folded); slice and "
+            'recalibrate the model before QAT training instead')
 
 
 def quantized_graph(args: argparse.Namespace):
@@ -89,7 +131,6 @@ def quantized_graph(args: argparse.Namespace):
     """
     import torch
     from mmengine.registry import init_default_scope
-    from mmengine.runner import Runner
 
     from razorlib.engine.checkpoint_check import check_fits, read_checkpoint, state_dict_of
     from razorlib.engine.config import ConfigError, check_config, load_config
@@ -98,20 +139,8 @@ def quantized_graph(args: argparse.Namespace):
     cfg = load_config(args.config, args.cfg_options)
     check_config(cfg, required=('model', 'val_dataloader'))
     init_default_scope(cfg.get('default_scope') or SCOPE)
-    if cfg.model.get('type') != 'QAT':
-        ptq = _load_ptq_tool()
-        args.platform = args.calib_steps = args.observer = args.dispatcher = None
-        args.export_format = args.dynamic_batch = None
-        cfg, model, classifier = ptq.load_classifier(args)
-        settings = ptq.ptq_settings(cfg, args)
-        loader = Runner.build_dataloader(cfg.get('calib_dataloader') or cfg.train_dataloader,
-                                         seed=args.seed)
-        images = [b[0] for b in ptq.preprocessed(loader, model.data_preprocessor,
-                                                 settings.calib_steps)]
-        from razorlib.quantization import quantize_torch_model
-        graph = quantize_torch_model(classifier.eval(), images, images[0], progress=False,
-                                     **settings.quantize_kwargs())
-        return graph, cfg, model.data_preprocessor
+    if not is_qat(cfg):
+        return ptq_graph(args)
     if not Path(args.checkpoint).is_file():
         raise ConfigError(f'checkpoint: {args.checkpoint} does not exist')
     model = MODELS.build(cfg.model)
@@ -120,6 +149,29 @@ def quantized_graph(args: argparse.Namespace):
     model.load_state_dict(state)
     with torch.no_grad():
         return model.calibrated_graph(), cfg, model.data_preprocessor
+
+
+def ptq_graph(args: argparse.Namespace):
+    """``(graph, config, preprocessor)`` of post-training quantization, built by
+    tools/ptq.py's functions (the ``ptq`` settings, ``--subnet`` slicing, batch-norm
+    recalibration, calibration batches), so that deploy's graph is the one ptq.py exports.
+
+    Raises:
+        ConfigError: a missing file, a config, ``ptq`` section, checkpoint or subnet that
+            does not fit.
+    """
+    from razorlib.quantization import quantize_torch_model
+
+    ptq = _load_ptq_tool()
+    args.platform = args.calib_steps = args.observer = args.dispatcher = None
+    args.export_format = args.dynamic_batch = None
+    cfg, model, classifier = ptq.load_classifier(args)
+    settings = ptq.ptq_settings(cfg, args)
+    ptq.recalibrate(args, cfg, classifier, settings)
+    images = ptq.calibration_batches(cfg, model.data_preprocessor, settings, args.seed)
+    graph = quantize_torch_model(classifier, images, images[0], progress=False,
+                                 **settings.quantize_kwargs())
+    return graph, cfg, model.data_preprocessor
 
 
 class Engine:
@@ -203,6 +255,10 @@ def compare(run, reference, images, labels, batch_size) -> Dict[str, float]:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    refusal = qat_refusal(args)
+    if refusal is not None:
+        print_log(f'{args.config}: {refusal}', logger='current', level=logging.ERROR)
+        return 2
     reason = unavailable()
     if reason is not None:
         print(f'tools/deploy.py: {reason}', flush=True)

@@ -49,6 +49,33 @@ DISPATCHER_NAMES = ('aggressive', 'allin', 'conservative', 'pointwise')
 Batch = Tuple['torch.Tensor', 'torch.Tensor']  # preprocessed images, labels
 
 
+def count(low: int) -> Callable[[str], int]:
+    """An argparse ``type``: an integer of at least ``low``, so that a count of batches or
+    rows out of range is refused (exit 2, naming the flag) before anything is written,
+    rather than failing, or quietly doing something else, after the export."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f'expected an integer, got {text!r}') from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f'must be at least {low}, got {value}')
+        return value
+
+    return parse
+
+
+def add_recalibrate_bn(parser: argparse.ArgumentParser, calib_steps: str = '--calib-steps'
+                       ) -> None:
+    """``--recalibrate-bn STEPS``; tools/deploy.py takes it too, so that both tools build
+    a subnet's graph from the same batch-norm statistics.  ``calib_steps`` names where the
+    default comes from in the tool's help."""
+    parser.add_argument('--recalibrate-bn', type=count(0), default=None, metavar='STEPS',
+                        help='batches to recompute batch-norm statistics on; default '
+                        f'{calib_steps} with --subnet, else 0')
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -59,7 +86,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--platform', choices=PLATFORMS,
                         help="target platform (default: the config's ptq.platform, else "
                         'TRT_INT8)')
-    parser.add_argument('--calib-steps', type=int,
+    parser.add_argument('--calib-steps', type=count(1),
                         help="calibration batches (default: the config's ptq.calib_steps, "
                         'else 32)')
     parser.add_argument('--observer', choices=OBSERVER_NAMES,
@@ -74,12 +101,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--dynamic-batch', action=argparse.BooleanOptionalAction,
                         help='a symbolic batch axis, so the ONNX model takes any batch size '
                         "(default: the config's ptq.dynamic_batch, else on)")
-    parser.add_argument('--recalibrate-bn', type=int, default=None, metavar='STEPS',
-                        help='batches to recompute batch-norm statistics on; default '
-                        '--calib-steps with --subnet, else 0')
-    parser.add_argument('--analyse-steps', type=int, default=4,
+    add_recalibrate_bn(parser)
+    parser.add_argument('--analyse-steps', type=count(1), default=4,
                         help='validation batches of the SNR analysis (default: %(default)s)')
-    parser.add_argument('--top', type=int, default=20,
+    parser.add_argument('--top', type=count(1), default=20,
                         help='rows of the SNR table (default: %(default)s)')
     parser.add_argument('--work-dir', help='where the files go (default: '
                         'work_dirs/ptq_<config name>)')
@@ -181,13 +206,86 @@ def ptq_settings(cfg: Config, args: argparse.Namespace) -> PTQSettings:
     from razorlib.quantization import PTQSettings
 
     try:
-        return PTQSettings.from_config(
+        settings = PTQSettings.from_config(
             cfg.get('ptq'), platform=args.platform, observer=args.observer,
             dispatcher=args.dispatcher, calib_steps=args.calib_steps,
             dynamic_batch=args.dynamic_batch,
             export=args.export_format)
     except (KeyError, TypeError, ValueError) as err:
         raise ConfigError(str(err).strip('"')) from err
+    check_buildable(settings)
+    if settings.export_format.name == 'TRT_JSON' and settings.platform != 'TRT_INT8':
+        export = '--export-format' if args.export_format else 'ptq.export'
+        platform = '--platform' if args.platform else 'ptq.platform'
+        raise ConfigError(f'{export} TRT_JSON: TensorRT dynamic ranges are symmetric and per '
+                          f'tensor, so they need the TRT_INT8 platform, not {platform} '
+                          f'{settings.platform}')
+    return settings
+
+
+def check_buildable(settings: PTQSettings) -> None:
+    """Build the observer, the dispatcher and the graph passes once, so that a misspelled
+    name or option in ``ptq`` is reported now, naming its key, rather than as a traceback
+    after the model is calibrated.
+
+    Raises:
+        ConfigError: what building one of them raised, after its ``ptq.`` key.
+    """
+    from razorlib.engine.config import ConfigError
+    from razorlib.ir.components import build_component, split_type
+    from razorlib.ir.passes import build_pass
+    from razorlib.quantization import DISPATCHERS, observer_class
+
+    def observer():
+        name, options = split_type(settings.observer, 'ptq.observer')
+        return observer_class(name)(**options)
+
+    builds = {'ptq.observer': observer,
+              'ptq.dispatcher': lambda: build_component(DISPATCHERS, settings.dispatcher),
+              'ptq.passes': lambda: [build_pass(spec) for spec in settings.passes]}
+    for key, build in builds.items():
+        try:
+            build()
+        except (KeyError, TypeError, ValueError) as err:
+            raise ConfigError(f'{key}: {str(err).strip(chr(34))}') from err
+
+
+def recalibrate(args: argparse.Namespace, cfg: Config, classifier: nn.Module,
+                settings: PTQSettings) -> int:
+    """Recompute the classifier's batch-norm statistics on ``--recalibrate-bn`` training
+    batches (default ``calib_steps`` for a ``--subnet``: a supernet's subnet carries the full
+    width's statistics, which ruin its accuracy, more so in INT8; else none), then put it
+    in eval mode.  tools/deploy.py calls it too, so both tools quantize the same model.
+
+    Returns:
+        The number of batches asked for.
+    """
+    from mmengine.runner import Runner
+
+    from razorlib.engine.loops import recalibrate_bn
+
+    steps = args.recalibrate_bn
+    if steps is None:
+        steps = settings.calib_steps if args.subnet else 0
+    if steps:
+        loader = Runner.build_dataloader(cfg.train_dataloader, seed=args.seed)
+        recalibrate_bn(classifier, loader, steps, seed=args.seed)
+    classifier.eval()
+    return steps
+
+
+def calibration_batches(cfg: Config, preprocessor: nn.Module, settings: PTQSettings,
+                        seed: int) -> List[torch.Tensor]:
+    """The preprocessed images of the first ``calib_steps`` batches of the
+    ``calib_dataloader`` (else the ``train_dataloader``); for a static batch axis only those
+    of the first batch's shape, since such a graph takes one shape only."""
+    from mmengine.runner import Runner
+
+    loader = Runner.build_dataloader(cfg.get('calib_dataloader') or cfg.train_dataloader,
+                                     seed=seed)
+    images = [batch for batch, _ in preprocessed(loader, preprocessor, settings.calib_steps)]
+    return [batch for batch in images
+            if settings.dynamic_batch or batch.shape == images[0].shape]
 
 
 def evaluation_chunks(val: List[Batch], batch_size: Optional[int]
@@ -210,7 +308,6 @@ def main(argv=None) -> int:
 
     from razorlib.engine.checkpoint_check import CheckpointError, read_checkpoint
     from razorlib.engine.config import ConfigError
-    from razorlib.engine.loops import recalibrate_bn
     from razorlib.engine.threads import set_threads
     from razorlib.quantization import (QuantExecutor, analyse_error, export_graph,
                                        quantize_torch_model)
@@ -236,19 +333,9 @@ def main(argv=None) -> int:
     logger.info(f'threads: {set_threads(args.threads, classifier)}')
 
     preprocessor = model.data_preprocessor
-    train_loader = Runner.build_dataloader(cfg.train_dataloader, seed=args.seed)
-    bn_steps = args.recalibrate_bn
-    if bn_steps is None:
-        bn_steps = settings.calib_steps if args.subnet else 0
-    recalibrate_bn(classifier, train_loader, bn_steps, seed=args.seed)
-    classifier.eval()
-    calib_loader = Runner.build_dataloader(cfg.get('calib_dataloader') or cfg.train_dataloader,
-                                           seed=args.seed)
-    calib = preprocessed(calib_loader, preprocessor, settings.calib_steps)
-    shape = calib[0][0].shape
-    # A static graph takes one batch shape only: a shorter last batch is left out.
-    calibration = [images for images, _ in calib
-                   if settings.dynamic_batch or images.shape == shape]
+    bn_steps = recalibrate(args, cfg, classifier, settings)
+    calibration = calibration_batches(cfg, preprocessor, settings, args.seed)
+    shape = calibration[0].shape
     logger.info(f'{name}: {type(classifier).__name__}'
                 f"{' sliced to ' + args.subnet if args.subnet else ''}, batch-norm statistics "
                 f'from {bn_steps} batches; {len(calibration)} calibration batches of '
@@ -257,6 +344,8 @@ def main(argv=None) -> int:
     graph = quantize_torch_model(classifier, calibration, calibration[0],
                                  **settings.quantize_kwargs())
     onnx_path = work_dir / f'{name}_int8.onnx'
+    # the figures of an earlier run must not outlive the ONNX model they describe
+    (work_dir / 'ptq.json').unlink(missing_ok=True)
     export_graph(graph, onnx_path, settings.export or settings.platform)
     executor = QuantExecutor(graph)
     runs: Dict[str, Callable[[torch.Tensor], torch.Tensor]] = {

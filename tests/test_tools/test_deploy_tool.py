@@ -1,16 +1,23 @@
 """tools/deploy.py and benchmarks/gpu_latency.py: one line and exit 0 without TensorRT or a
-GPU; the engine checks where TensorRT and a GPU are present."""
+GPU; the graph deploy builds is the one tools/ptq.py exports, flags a QAT config cannot take
+are refused; the engine checks where TensorRT and a GPU are present."""
 import importlib.util
 import json
 
+import onnxruntime as ort
 import pytest
 import torch
+from mmengine.config import Config
+from mmengine.registry import init_default_scope
 
-from conftest import REPO, load_tool
+from conftest import REPO, TINY, LogCapture, load_tool
+from razorlib.quantization import export_graph
+from razorlib.registry import MODELS
 
 HAS_TENSORRT = importlib.util.find_spec('tensorrt') is not None
 CAN_BUILD = HAS_TENSORRT and torch.cuda.is_available()
 PTQ_CONFIG = REPO / 'configs' / 'quantization' / 'ptq' / 'autoslim_plaincnn_digits_trt_int8.py'
+QAT_CONFIG = REPO / 'configs' / 'quantization' / 'qat' / 'qat_plaincnn_digits_trt_int8.py'
 
 
 @pytest.mark.skipif(CAN_BUILD, reason='TensorRT and a GPU are present: the tool builds engines')
@@ -41,3 +48,56 @@ def test_int8_and_fp16_engines_match_the_simulation(tiny_supernet, tmp_path):
     assert results['trt_int8']['snr_db'] > 25  # against razorlib's simulated INT8
     assert results['trt_fp16']['snr_db'] > 40  # against FP32
     assert results['trt_int8']['agreement'] > 97
+
+
+@pytest.mark.parametrize('flags', [['--subnet', 'half.yaml'], ['--recalibrate-bn', '4'],
+                                   ['--subnet', 'half.yaml', '--recalibrate-bn', '0']])
+def test_a_qat_config_refuses_what_its_checkpoint_fixes(flags, tmp_path, monkeypatch):
+    deploy = load_tool('deploy')
+    log = LogCapture(deploy, monkeypatch)
+    code = deploy.main([str(QAT_CONFIG), 'epoch_5.pth', *flags, '--work-dir', str(tmp_path)])
+    assert code == 2
+    given = ' and '.join(flag for flag in flags if flag.startswith('--'))
+    assert log.messages == [f'{QAT_CONFIG}: {given}: a QAT checkpoint already holds its '
+                            "trained INT8 graph (the widths of the config's model.architecture,"
+                            ' batch norms folded); slice and recalibrate the model before QAT '
+                            'training instead']
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_ptq_config_takes_a_subnet():
+    deploy = load_tool('deploy')
+    args = deploy.parse_args([str(PTQ_CONFIG), 'model.pth', '--subnet', 'half.yaml'])
+    assert deploy.qat_refusal(args) is None
+
+
+def outputs(path, images: torch.Tensor) -> torch.Tensor:
+    """The first output of the ONNX model at ``path`` in onnxruntime."""
+    session = ort.InferenceSession(str(path), providers=['CPUExecutionProvider'])
+    return torch.from_numpy(session.run(None, {session.get_inputs()[0].name:
+                                               images.numpy()})[0])
+
+
+def test_a_subnet_graph_is_ptqs_batch_norms_recalibrated(tiny_supernet, tmp_path):
+    init_default_scope('razorlib')
+    supernet = MODELS.build(Config.fromfile(TINY).model)
+    supernet.set_min_subnet()
+    supernet.export_subnet().dump(tmp_path / 'min.yaml')
+    common = [str(TINY), str(tiny_supernet), '--subnet', str(tmp_path / 'min.yaml'),
+              '--cfg-options', 'ptq.calib_steps=2']
+    assert load_tool('ptq').main([*common, '--analyse-steps', '1', '--work-dir',
+                                  str(tmp_path / 'ptq')]) == 0
+    assert 'batch-norm statistics from 2 batches' in (tmp_path / 'ptq' / 'ptq.log').read_text()
+    deploy = load_tool('deploy')
+    images = torch.randn(5, 3, 16, 16)  # the digits upscaled
+    expected = outputs(tmp_path / 'ptq' / f'{TINY.stem}_int8.onnx', images)
+    results = {}
+    for steps in ('default', '0'):
+        flags = [] if steps == 'default' else ['--recalibrate-bn', steps]
+        torch.manual_seed(0)  # as both tools' main() do: the augmentations draw from it
+        graph, _, _ = deploy.quantized_graph(deploy.parse_args([*common, *flags]))
+        path = tmp_path / f'deploy_{steps}.onnx'
+        export_graph(graph, path, 'QDQ_ONNX')
+        results[steps] = outputs(path, images)
+    assert torch.equal(results['default'], expected)
+    assert not torch.allclose(results['0'], expected, atol=1e-2)  # the full width's statistics

@@ -185,3 +185,72 @@ def test_mistakes_are_reported_with_exit_code_2(trained, tmp_path):
     code, _ = run(bad_ptq, checkpoint, tmp_path / 'bad_ptq')
     assert code == 2
     assert 'ptq.observers: no such setting' in (tmp_path / 'bad_ptq' / 'ptq.log').read_text()
+
+
+@pytest.mark.parametrize('flag, value, message', [
+    ('--analyse-steps', '0', 'argument --analyse-steps: must be at least 1, got 0'),
+    ('--top', '-1', 'argument --top: must be at least 1, got -1'),
+    ('--recalibrate-bn', '-5', 'argument --recalibrate-bn: must be at least 0, got -5'),
+    ('--calib-steps', '0', 'argument --calib-steps: must be at least 1, got 0'),
+    ('--top', 'all', "argument --top: expected an integer, got 'all'"),
+])
+def test_a_count_out_of_range_is_refused_before_anything_is_written(
+        flag, value, message, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        run('config.py', 'model.pth', tmp_path / 'out', flag, value)
+    assert exit_.value.code == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / 'out').exists()
+
+
+def refused(config, checkpoint, work_dir, *options) -> str:
+    """What the tool logged for a run it must refuse before calibrating: exit code 2, no
+    model written."""
+    code, _ = run(config, checkpoint, work_dir, *options)
+    assert code == 2
+    assert not list(work_dir.glob('*.onnx'))
+    return (work_dir / 'ptq.log').read_text()
+
+
+def test_trt_json_for_onnxruntime_is_refused_before_calibration(trained, tmp_path):
+    config, checkpoint, _ = trained
+    log = refused(config, checkpoint, tmp_path, '--platform', 'ORT_INT8', '--export-format',
+                  'TRT_JSON')
+    assert '--export-format TRT_JSON: TensorRT dynamic ranges are symmetric and per tensor, ' \
+        'so they need the TRT_INT8 platform, not --platform ORT_INT8' in log
+
+
+@pytest.mark.parametrize('section, message', [
+    ("passes=['FuseBatchNrom']", "ptq.passes: no graph pass 'FuseBatchNrom' in razorlib's"),
+    ("observer=dict(type='percentile', percentil=99.9)",
+     "ptq.observer: PercentileObserver.__init__() got an unexpected keyword argument "
+     "'percentil'"),
+    ("observer=dict(type='percentile', percentile=120)",
+     'ptq.observer: percentile must lie in (0, 100], got 120'),
+    ("dispatcher=dict(type='conservative', level=2)",
+     'ptq.dispatcher: ConservativeDispatcher() takes no arguments'),
+])
+def test_a_ptq_section_that_cannot_be_built_is_refused_before_calibration(
+        section, message, trained, tmp_path):
+    config, checkpoint, _ = trained
+    ptq_config = tmp_path / 'typo.py'
+    ptq_config.write_text(f"_base_ = [{str(config)!r}]\nptq = dict({section})\n")
+    log = refused(ptq_config, checkpoint, tmp_path / 'out')
+    assert f'{ptq_config}: {message}' in log
+    assert 'Traceback' not in log
+
+
+def test_a_failed_run_leaves_no_earlier_results_beside_its_model(trained, tmp_path,
+                                                                 monkeypatch):
+    import razorlib.quantization
+
+    def broken(*args, **kwargs):
+        raise RuntimeError('analysis failed')
+
+    monkeypatch.setattr(razorlib.quantization, 'analyse_error', broken)
+    config, checkpoint, _ = trained
+    (tmp_path / 'ptq.json').write_text('{"top1": {"fp32": 99.0}}')
+    with pytest.raises(RuntimeError, match='analysis failed'):
+        run(config, checkpoint, tmp_path)
+    assert (tmp_path / 'digits_cnn_int8.onnx').is_file()
+    assert not (tmp_path / 'ptq.json').exists()
