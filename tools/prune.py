@@ -15,25 +15,29 @@ Examples:
 
 All log parameters, FLOPs and latency before and after (and the kept channels of each
 group for --model), check that the masked supernet and the sliced model give the same
-outputs, and write ``channel_cfg.yaml`` and ``slim.pth`` (the slim model's state_dict).
+outputs, re-estimate the slim model's batch norms on training batches (CONFIG's
+train_dataloader, or --model's data batches when it read any), and write
+``channel_cfg.yaml`` and ``slim.pth`` (the slim model's state_dict).
 Rebuild the slim model without the supernet and its pruner::
 
     model = MODELS.build(architecture_cfg)   # cfg.model.architecture, or the built-in model
     slim_model(model, 'channel_cfg.yaml').load_state_dict(torch.load('slim.pth'))
 
-A mistake in the arguments, a checkpoint that is cut short or not of the supernet: one
-line, exit code 2, and no work dir.  See docs/tools/prune.md.
+A mistake in the arguments (an option of the other mode among them), a checkpoint that
+is cut short or not of the supernet, a work dir holding an earlier result without
+--overwrite: one line, exit code 2, and nothing written.  See docs/tools/prune.md.
 """
 from __future__ import annotations
 
 import argparse
 import copy
 import logging
+from itertools import islice
 import shutil
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Iterable, Iterator, Optional, Sequence, Tuple
 
 # Only what the arguments need is imported here (no torch), so that --help is instant;
 # the functions import the rest.
@@ -43,6 +47,7 @@ from mmengine.logging import print_log
 if TYPE_CHECKING:
     import torch
     import torch.nn as nn
+    from mmengine.config import Config
     from mmengine.logging import MMLogger
 
     from razorlib.pruning import ChannelConfig
@@ -55,10 +60,36 @@ BUILT_IN = {
     'shufflenet_v2': dict(type='ShuffleNetV2', num_classes=1000),
     'plain_cnn': dict(type='PlainCNN', num_classes=10),
 }
-Pruned = Tuple['nn.Module', 'nn.Module', 'ChannelConfig', 'torch.Tensor', list]
+#: The dense model, the masked one, its channel config, the example input, and the inputs
+#: the slim model's batch norms are re-estimated on (None: keep them).
+Pruned = Tuple['nn.Module', 'nn.Module', 'ChannelConfig', 'torch.Tensor',
+               Optional[Iterable['torch.Tensor']]]
+#: Options of one mode only, refused in the other when given (even at their default).
+MODEL_ONLY = ('--model', '--pruner', '--ratio', '--flops', '--params', '--latency',
+              '--importance', '--global', '--sensitivity', '--round-to', '--max-ratio',
+              '--data-config', '--data-batches', '--input-size', '--except-start-keys')
+CONFIG_ONLY = ('--subnet', '--cfg-options', '--recalib-batches')
+#: What the tool writes; a work dir holding either is refused without --overwrite.
+RESULTS = ('channel_cfg.yaml', 'slim.pth')
 
 
-def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+class Unset:
+    """An option's value before parsing; false, so that actions that merge into the
+    current value (``DictAction``) start from nothing."""
+
+    def __bool__(self) -> bool:
+        return False
+
+
+UNSET = Unset()
+
+
+def dest_of(option: str) -> str:
+    """The attribute argparse stores ``option`` in."""
+    return 'global_ranking' if option == '--global' else option[2:].replace('-', '_')
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('config', nargs='?',
@@ -69,6 +100,11 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                         '(default: none; needed with CONFIG)')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction, metavar='KEY=VALUE',
                         help='override config keys (default: none)')
+    parser.add_argument('--recalib-batches', type=int, default=16, metavar='N',
+                        help="CONFIG's train_dataloader batches the slim model's batch norms "
+                        'are re-estimated on, as the search recalibrates each candidate; 0 '
+                        "keeps the supernet's statistics (default: %(default)s, the search "
+                        "loops' default)")
     parser.add_argument('--model', default='resnet50', choices=sorted(BUILT_IN),
                         help='built-in model to prune without CONFIG (default: %(default)s)')
     parser.add_argument('--pruner', default='L1NormPruner',
@@ -124,17 +160,35 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument('--work-dir', default=None,
                         help='where the files go (default: work_dirs/prune_<model or config '
                         'name>)')
+    parser.add_argument('--overwrite', action='store_true',
+                        help=f'replace the {" and ".join(RESULTS)} of an earlier run in the '
+                        'work dir (default: refuse)')
     parser.add_argument('--seed', type=int, default=0,
-                        help="random seed of --model's initial weights and the example input "
-                        '(default: %(default)s)')
+                        help="random seed of --model's initial weights, the example input "
+                        'and the order of the data batches (default: %(default)s)')
     parser.add_argument('--threads', type=int, metavar='N',
                         help='torch threads (default: 1 for a model under 1M parameters, '
                         'else the idle cores; OMP_NUM_THREADS if set)')
-    args = parser.parse_args(argv)
+    return parser
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    """The arguments, with ``explicit``: the options of one mode only that were given
+    (even at their default value), for :func:`check_mode` to refuse in the other mode."""
+    parser, options = build_parser(), MODEL_ONLY + CONFIG_ONLY
+    # argparse sets no default where the namespace already holds a value: the options
+    # still UNSET after parsing were not given, and get their defaults then
+    args = parser.parse_args(argv, argparse.Namespace(**{dest_of(o): UNSET for o in options}))
+    args.explicit = [o for o in options if getattr(args, dest_of(o)) is not UNSET]
+    for option in options:
+        if getattr(args, dest_of(option)) is UNSET:
+            setattr(args, dest_of(option), parser.get_default(dest_of(option)))
     if args.threads is not None and args.threads < 1:
         parser.error(f'--threads: at least 1, got {args.threads}')
     if args.round_to < 1 or args.data_batches < 1:
         parser.error('--round-to and --data-batches: at least 1')
+    if args.recalib_batches < 0:
+        parser.error(f'--recalib-batches: at least 0, got {args.recalib_batches}')
     if args.global_ranking and args.sensitivity:
         parser.error('choose one allocation: --global or --sensitivity')
     if args.pruner == 'RatioPruner' and (args.importance != 'l1' or args.global_ranking
@@ -160,16 +214,45 @@ def allocation_name(args: argparse.Namespace) -> str:
             else 'local')
 
 
-def model_mode_options(args: argparse.Namespace) -> list:
-    """The options only --model mode takes that were given (CONFIG mode refuses them)."""
-    given = [f'--{k}' for k in ('ratio', 'flops', 'params', 'latency') if getattr(args, k)]
-    given += [o for o, on in (('--importance', args.importance != 'l1'),
-                              ('--global', args.global_ranking),
-                              ('--sensitivity', args.sensitivity),
-                              ('--round-to', args.round_to > 1),
-                              ('--max-ratio', args.max_ratio is not None),
-                              ('--data-config', args.data_config is not None)) if on]
-    return given
+def check_mode(args: argparse.Namespace) -> None:
+    """Refuse the options of the other mode: CONFIG mode would ignore --model's (and
+    prune nothing to their budget), and without CONFIG --subnet & co. would be ignored
+    while the default --model is pruned.
+
+    Raises:
+        ConfigError: naming every misplaced option.
+    """
+    from razorlib.engine.config import ConfigError
+
+    if args.config:
+        misplaced = [o for o in args.explicit if o in MODEL_ONLY]
+        reason = 'for --model only; CONFIG mode keeps the channels of --subnet'
+    else:
+        misplaced = [o for o in args.explicit if o in CONFIG_ONLY]
+        reason = ('for CONFIG mode only (a supernet config, its checkpoint and --subnet); '
+                  f'without CONFIG the tool prunes --model {args.model}')
+    if misplaced:
+        raise ConfigError(f'{", ".join(misplaced)}: {reason}')
+
+
+def work_dir_of(args: argparse.Namespace) -> Path:
+    """--work-dir, or ``work_dirs/prune_<config or model name>``."""
+    name = Path(args.config).stem if args.config else args.model
+    return Path(args.work_dir or f'work_dirs/prune_{name}')
+
+
+def check_work_dir(args: argparse.Namespace, work_dir: Path) -> None:
+    """Refuse a work dir holding an earlier result unless --overwrite says to replace it.
+
+    Raises:
+        ConfigError: naming the files found.
+    """
+    from razorlib.engine.config import ConfigError
+
+    earlier = [name for name in RESULTS if (work_dir / name).exists()]
+    if earlier and not args.overwrite:
+        raise ConfigError(f'{work_dir}: holds the {" and ".join(earlier)} of an earlier run; '
+                          'pass --overwrite to replace them, or choose another --work-dir')
 
 
 def load_batches(args: argparse.Namespace, size: Tuple[int, ...]) -> list:
@@ -207,7 +290,8 @@ def load_batches(args: argparse.Namespace, size: Tuple[int, ...]) -> list:
 
 def prune_built_in(args: argparse.Namespace, model: nn.Module, logger: MMLogger) -> Pruned:
     """A built-in model, masked by a pruner to the budget, its example input, and the
-    data batches read (empty unless the criterion needs them or --data-config is given)."""
+    inputs of the data batches read (None unless the criterion needs them or
+    --data-config is given)."""
     import numpy as np
     import torch
 
@@ -253,12 +337,13 @@ def prune_built_in(args: argparse.Namespace, model: nn.Module, logger: MMLogger)
     for gid, keep in pruner.current_subnet.items():
         keep = np.asarray(keep, dtype=bool)
         logger.info(f'  {gid}: {int(keep.sum())}/{keep.size}')
-    return dense, model, pruner.export_subnet(), x, batches
+    return dense, model, pruner.export_subnet(), x, [inputs for inputs, _ in batches] or None
 
 
 def load_supernet(args: argparse.Namespace) -> Pruned:
-    """The config's supernet with the checkpoint's weights, masked to ``--subnet``; all
-    checked before the tool writes anything.
+    """The config's supernet with the checkpoint's weights, masked to ``--subnet``, and
+    its training inputs (:func:`train_inputs`); all checked before the tool writes
+    anything.
 
     Raises:
         ConfigError: a mistake in the arguments, the config or the subnet file, or a
@@ -290,7 +375,39 @@ def load_supernet(args: argparse.Namespace) -> Pruned:
     except ValueError as err:
         raise ConfigError(f'--subnet {args.subnet}: {err}') from err
     return dense, supernet.architecture.eval(), supernet.export_subnet(), \
-        supernet.example_inputs(), []
+        supernet.example_inputs(), train_inputs(args, cfg, supernet)
+
+
+def train_inputs(args: argparse.Namespace, cfg: Config,
+                 supernet: nn.Module) -> Optional[Iterator[torch.Tensor]]:
+    """--recalib-batches preprocessed inputs of the config's train_dataloader (None for
+    0), read as the slim model's batch norms take them.
+
+    A supernet's batch norms are shared by all its widths and their statistics fit none
+    of them: the search recalibrated each candidate before scoring it, and the slim model
+    needs the same, or it scores far below the subnet the search chose.
+
+    Raises:
+        ConfigError: the config has no train_dataloader.
+    """
+    from mmengine.runner import Runner
+
+    from razorlib.engine.config import ConfigError
+    from razorlib.engine.loops.bn_calibration import seeded
+
+    if args.recalib_batches == 0:
+        return None
+    if cfg.get('train_dataloader') is None:
+        raise ConfigError('train_dataloader: missing; re-estimating the batch norms of the '
+                          'slim model needs it (or --recalib-batches 0)')
+    loader = Runner.build_dataloader(cfg.train_dataloader, seed=args.seed)
+
+    def inputs() -> Iterator[torch.Tensor]:
+        with seeded(args.seed):  # the same images and augmentations on every run
+            for batch in islice(loader, args.recalib_batches):
+                yield supernet.data_preprocessor(batch, True)['inputs']
+
+    return inputs()
 
 
 def check_slim(masked: nn.Module, slim: nn.Module, x: torch.Tensor,
@@ -315,29 +432,26 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
     import torch
     from mmengine.logging import MMLogger
-    from mmengine.registry import init_default_scope
 
     from razorlib.engine.checkpoint_check import CheckpointError
     from razorlib.engine.config import ConfigError
     from razorlib.engine.threads import set_threads
     from razorlib.pruning import slim_model
-    from razorlib.registry import MODELS, SCOPE
     from razorlib.utils.batch_norm import reestimate_bn_stats
 
     torch.manual_seed(args.seed)
+    work_dir = work_dir_of(args)
     try:
-        if args.config and model_mode_options(args):
-            raise ConfigError(f'{", ".join(model_mode_options(args))}: for --model only; '
-                              'CONFIG mode keeps the channels of --subnet')
+        check_mode(args)
+        check_work_dir(args, work_dir)
         loaded = load_supernet(args) if args.config else None
     except CheckpointError as err:
         print_log(str(err), logger='current', level=logging.ERROR)
         return 2
     except ConfigError as err:
-        print_log(f'{args.config}: {err}', logger='current', level=logging.ERROR)
+        print_log(f'{args.config}: {err}' if args.config else str(err), logger='current',
+                  level=logging.ERROR)
         return 2
-    name = Path(args.config).stem if args.config else args.model
-    work_dir = Path(args.work_dir or f'work_dirs/prune_{name}')
     fresh = not work_dir.exists()
     work_dir.mkdir(parents=True, exist_ok=True)
     logger = MMLogger.get_instance(f'razorlib_prune:{work_dir.resolve()}',
@@ -345,28 +459,46 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if loaded is not None:
         logger.info(f'{Path(args.config).name} with {args.checkpoint}, subnet {args.subnet}')
         logger.info(f'threads: {set_threads(args.threads, loaded[1])}')
-        dense, masked, cfg, x, batches = loaded
-    else:
-        init_default_scope(SCOPE)
-        model = MODELS.build(BUILT_IN[args.model]).eval()
-        logger.info(f'threads: {set_threads(args.threads, model)}')
-        try:
-            dense, masked, cfg, x, batches = prune_built_in(args, model, logger)
-        except (ValueError, ConfigError) as err:  # a budget out of reach, a bad data config
-            logger.error(f'{args.model}: {err}')
-            if fresh:
-                shutil.rmtree(work_dir, ignore_errors=True)
-            return 2
+    try:
+        dense, masked, cfg, x, calibration = loaded or built_in(args, logger)
+    except (ValueError, ConfigError) as err:  # a budget out of reach, a bad data config
+        return refused(args, err, work_dir, fresh, logger)
     slim = slim_model(copy.deepcopy(masked), cfg)
     log_costs(args, dense, slim, x, logger)
     ok = check_slim(masked, slim, x, logger)
-    if batches:
-        reestimate_bn_stats(slim, (inputs for inputs, _ in batches))
-        logger.info(f'batch norms of the slim model re-estimated on {len(batches)} batches')
+    if calibration is not None:
+        try:
+            used = reestimate_bn_stats(slim, calibration)
+        except ValueError as err:  # no batches, or batches giving NaN statistics
+            return refused(args, err, work_dir, fresh, logger)
+        logger.info(f'batch norms of the slim model re-estimated on {used} batches')
     cfg.dump(work_dir / 'channel_cfg.yaml')
     torch.save(slim.state_dict(), work_dir / 'slim.pth')
     logger.info(f"wrote {work_dir / 'channel_cfg.yaml'} and {work_dir / 'slim.pth'}")
     return 0 if ok else 1
+
+
+def refused(args: argparse.Namespace, err: Exception, work_dir: Path, fresh: bool,
+            logger: MMLogger) -> int:
+    """Log a mistake found once the work dir exists, remove the work dir if this run made
+    it (nothing is left of a refused run), and return exit code 2."""
+    logger.error(f'{args.config or args.model}: {err}')
+    if fresh:
+        shutil.rmtree(work_dir, ignore_errors=True)
+    return 2
+
+
+def built_in(args: argparse.Namespace, logger: MMLogger) -> Pruned:
+    """--model built (seeded), masked to the budget (:func:`prune_built_in`)."""
+    from mmengine.registry import init_default_scope
+
+    from razorlib.engine.threads import set_threads
+    from razorlib.registry import MODELS, SCOPE
+
+    init_default_scope(SCOPE)
+    model = MODELS.build(BUILT_IN[args.model]).eval()
+    logger.info(f'threads: {set_threads(args.threads, model)}')
+    return prune_built_in(args, model, logger)
 
 
 def log_costs(args: argparse.Namespace, dense: nn.Module, slim: nn.Module, x: torch.Tensor,

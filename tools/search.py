@@ -20,19 +20,22 @@ it when the score is another metric, e.g. the validation loss).
 
 The log ends with a table of each chosen subnet next to the uniform width of nearest
 FLOPs and the uniform curve interpolated at the subnet's FLOPs, all on the whole
-validation set.  A config mistake is reported with its key and exit code 2; an evolution
-search refuses to start over an existing ``search_state.json`` unless told
-``--resume`` or ``--overwrite``; Ctrl-C ends with one line saying how to resume (exit
-code 130).  See docs/tools/search.md.
+validation set.  A config mistake is reported with its key and exit code 2; a search
+refuses to start over the results of an earlier one (``search_results.json``, or an
+evolution's ``search_state.json``) unless told ``--overwrite`` (their files are deleted
+first: no stale subnet file stays beside the new results) or, for an evolution,
+``--resume`` (with the same checkpoint); Ctrl-C ends with one line saying how to resume
+(exit code 130).  See docs/tools/search.md.
 """
 from __future__ import annotations
 
 import argparse
 import inspect
+import json
 import logging
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 # Only what the arguments need is imported here (no torch), so that --help is instant;
 # the functions import the rest.
@@ -49,6 +52,8 @@ RUNNER_ARGS = ('runner', 'dataloader', 'evaluator')
 TOP1 = 'accuracy/top1'
 #: The evolution's resumable state, in the work dir.
 STATE_FILE = 'search_state.json'
+#: What the tool itself writes to the work dir.
+PLOT_FILE = 'search_plot.png'
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -63,8 +68,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                        help=f'continue an evolution search from work_dir/{STATE_FILE} '
                        '(default: refuse to start over a saved state)')
     start.add_argument('--overwrite', action='store_true',
-                       help=f'start an evolution search afresh over an existing '
-                       f'work_dir/{STATE_FILE} (deleted) (default: refuse)')
+                       help='start afresh over the results of an earlier search in the work '
+                       f'dir: its {STATE_FILE}, search_results.json, the subnet files that '
+                       f'lists and {PLOT_FILE} are deleted first (default: refuse)')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction, metavar='KEY=VALUE',
                         help='override config keys, e.g. search_cfg.max_epochs=5 '
                         '(default: none)')
@@ -106,8 +112,9 @@ def prepare_config(args: argparse.Namespace) -> Config:
     ``DumpSubnetHook`` among its hooks.
 
     Raises:
-        ConfigError: naming the missing or wrong key; or an evolution's saved state in
-            the work dir that neither ``--resume`` nor ``--overwrite`` says what to do with.
+        ConfigError: naming the missing or wrong key; or an earlier search's results or
+            saved state in the work dir that neither ``--resume`` nor ``--overwrite``
+            says what to do with.
     """
     from razorlib.engine.config import ConfigError, check_config, load_config, set_work_dir
 
@@ -120,6 +127,25 @@ def prepare_config(args: argparse.Namespace) -> Config:
     if not Path(args.checkpoint).is_file():
         raise ConfigError(f'checkpoint: {args.checkpoint} does not exist')
     set_work_dir(cfg, args.config, args.work_dir)
+    hooks = list(cfg.get('custom_hooks') or [])
+    if dump_hook(hooks) is None:
+        cfg.custom_hooks = hooks + [dict(type='razorlib.DumpSubnetHook')]
+    check_earlier_search(args, cfg, loop_cls)
+    cfg.val_cfg = cfg.search_cfg
+    cfg.load_from, cfg.resume = args.checkpoint, False
+    return cfg
+
+
+def check_earlier_search(args: argparse.Namespace, cfg: Config, loop_cls: type) -> None:
+    """Point an evolution at its saved state for ``--resume``; refuse to start over an
+    earlier search's state or results unless told ``--overwrite``: a new search would
+    replace them silently, and one to fewer targets would leave stale subnet files.
+
+    Raises:
+        ConfigError: naming the file found (or missing, for ``--resume``).
+    """
+    from razorlib.engine.config import ConfigError
+
     state = Path(cfg.work_dir) / STATE_FILE
     resumable = 'resume_from' in inspect.signature(loop_cls).parameters
     if args.resume:
@@ -129,15 +155,17 @@ def prepare_config(args: argparse.Namespace) -> Config:
             raise ConfigError(f'--resume: {state} does not exist; run without --resume to '
                               'start the search')
         cfg.search_cfg.resume_from = str(state)
-    elif resumable and state.is_file() and not args.overwrite:
+        return
+    if args.overwrite:
+        return
+    if resumable and state.is_file():
         raise ConfigError(f'{state}: a search was saved here ({generations(state)}); pass '
                           '--resume to continue it, or --overwrite to start again')
-    hooks = list(cfg.get('custom_hooks') or [])
-    if not has_dump_hook(hooks):
-        cfg.custom_hooks = hooks + [dict(type='razorlib.DumpSubnetHook')]
-    cfg.val_cfg = cfg.search_cfg
-    cfg.load_from, cfg.resume = args.checkpoint, False
-    return cfg
+    results = results_file(cfg)
+    if results.is_file():
+        raise ConfigError(f'{results}: a search wrote its results here; pass --overwrite to '
+                          'replace them (its subnet files and plot are deleted), or choose '
+                          'another --work-dir')
 
 
 def generations(state: Path) -> str:
@@ -150,17 +178,54 @@ def generations(state: Path) -> str:
         return 'not a readable search state'
 
 
-def has_dump_hook(hooks: Sequence) -> bool:
-    """Whether a ``custom_hooks`` list holds a ``DumpSubnetHook`` (a config, scoped or
-    not, or an object)."""
+def dump_hook(hooks: Sequence) -> Optional[Any]:
+    """The ``DumpSubnetHook`` of a ``custom_hooks`` list (a config, scoped or not, or an
+    object), or None."""
     from razorlib.engine.hooks import DumpSubnetHook
 
     for hook in hooks:
         kind = hook.get('type') if isinstance(hook, dict) else type(hook)
         if kind is DumpSubnetHook or (isinstance(kind, str)
                                       and kind.split('.')[-1] == DumpSubnetHook.__name__):
-            return True
-    return False
+            return hook
+    return None
+
+
+def results_file(cfg: Config) -> Path:
+    """Where the ``DumpSubnetHook`` of ``cfg.custom_hooks`` will write the results JSON
+    (its ``out_dir``, else the work dir), so that earlier results are found before the
+    search starts."""
+    from razorlib.engine.hooks import DumpSubnetHook
+
+    hook = dump_hook(cfg.custom_hooks)
+    defaults = inspect.signature(DumpSubnetHook).parameters
+
+    def setting(key: str) -> Any:
+        value = hook.get(key) if isinstance(hook, dict) else getattr(hook, key)
+        return defaults[key].default if value is None else value
+
+    return Path(setting('out_dir') or cfg.work_dir) / setting('results_file')
+
+
+def clear_results(cfg: Config) -> None:
+    """Delete an earlier search's files (``--overwrite``): its saved state, results JSON,
+    the subnet files that JSON lists and the plot, so that none is left beside the new
+    results (a greedy search to fewer targets would leave some)."""
+    results = results_file(cfg)
+    for path in [*listed_subnets(results), results, Path(cfg.work_dir) / STATE_FILE,
+                 Path(cfg.work_dir) / PLOT_FILE]:
+        path.unlink(missing_ok=True)
+
+
+def listed_subnets(results: Path) -> List[Path]:
+    """The subnet files a results JSON lists beside itself (none if it is missing or not
+    readable: only the hook's own files are ever deleted)."""
+    try:
+        chosen = json.loads(results.read_text())['chosen']
+        files = [results.parent / entry['file'] for entry in chosen.values() if entry['file']]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return []
+    return [path for path in files if path.resolve().parent == results.parent.resolve()]
 
 
 def interrupted(args: argparse.Namespace, cfg: Optional[Config]) -> str:
@@ -170,8 +235,8 @@ def interrupted(args: argparse.Namespace, cfg: Optional[Config]) -> str:
         return 'interrupted; this search keeps no state, run the same command to start again'
     state = Path(cfg.work_dir) / STATE_FILE
     if not state.is_file():
-        return (f'interrupted before the first generation ended; nothing saved, run the '
-                f'same command (with --overwrite if asked) to start again')
+        return ('interrupted before the first generation ended; nothing saved, run the '
+                'same command (with --overwrite if asked) to start again')
     command = ' '.join(['python tools/search.py', args.config, args.checkpoint,
                         '--work-dir', str(cfg.work_dir), '--resume'])
     return f'interrupted; the search state ({generations(state)}) is in {state}: ' \
@@ -327,7 +392,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         baseline = baseline_hook()
         runner.register_hook(baseline)
         if args.overwrite:
-            (Path(cfg.work_dir) / STATE_FILE).unlink(missing_ok=True)
+            clear_results(cfg)
         result: SearchResult = runner.val()
     except CheckpointError as err:
         print_log(str(err), logger='current', level=logging.ERROR)
@@ -341,14 +406,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     logger, work_dir = runner.logger, Path(cfg.work_dir)
     split = ('whole validation set' if loop.val_batches is None
              else f'first {loop.val_batches} validation batches')
-    plot(work_dir / 'search_plot.png', result.records, baseline.uniform, result.chosen,
+    plot(work_dir / PLOT_FILE, result.records, baseline.uniform, result.chosen,
          panels(loop, result.records), f'{cfg.search_cfg.type}, scored on the {split}')
     if baseline.uniform_full:
         logger.info('chosen subnets vs uniform widths (whole validation set):')
         for key, _ in panels(loop, result.records):
             for line in comparison_table(baseline.chosen_full, baseline.uniform_full, key):
                 logger.info(line)
-    logger.info(f'wrote {work_dir / "search_plot.png"}')
+    logger.info(f'wrote {work_dir / PLOT_FILE}')
     return 0
 
 

@@ -7,8 +7,10 @@ import pytest
 import torch
 from mmengine.config import Config
 from mmengine.registry import init_default_scope
+from mmengine.runner import Runner
 
 from conftest import TINY, LogCapture, load_tool
+from razorlib.engine.loops import recalibrate_bn
 from razorlib.models import PlainCNN
 from razorlib.pruning import slim_model
 from razorlib.registry import MODELS
@@ -34,23 +36,46 @@ def build_supernet(checkpoint):
     return cfg, supernet.eval()
 
 
-def test_a_supernet_subnet_becomes_a_slim_model_without_the_supernet(tiny_supernet, tmp_path):
+def sliced(tiny_supernet, tmp_path, *extra):
+    """The supernet masked to a sampled subnet, and the slim model tools/prune.py wrote of
+    it (with ``extra`` options), rebuilt from the plain architecture config: no AutoSlim,
+    no pruner, no masks."""
     cfg, supernet = build_supernet(tiny_supernet)
     supernet.set_subnet(supernet.sample_subnet(random.Random(2)))
     supernet.export_subnet().dump(tmp_path / 'subnet.yaml')
     out = tmp_path / 'pruned'
     code = load_tool('prune').main([str(TINY), str(tiny_supernet), '--subnet',
-                                    str(tmp_path / 'subnet.yaml'), '--work-dir', str(out)])
+                                    str(tmp_path / 'subnet.yaml'), '--work-dir', str(out),
+                                    *extra])
     assert code == 0
     assert (out / 'prune.log').read_text().count('OK') == 2
-    # rebuilt from the plain architecture config: no AutoSlim, no pruner, no masks
     slim = slim_model(MODELS.build(cfg.model.architecture), out / 'channel_cfg.yaml').eval()
     slim.load_state_dict(torch.load(out / 'slim.pth'))
+    return cfg, supernet, slim
+
+
+def test_a_supernet_subnet_becomes_a_slim_model_without_the_supernet(tiny_supernet, tmp_path):
+    _, supernet, slim = sliced(tiny_supernet, tmp_path, '--recalib-batches', '0')
     assert not any('mask' in name for name in slim.state_dict())
     x = torch.randn(4, 3, 16, 16)
-    with torch.no_grad():
+    with torch.no_grad():  # the supernet's batch-norm statistics kept: the same outputs
         assert torch.allclose(slim(x), supernet.architecture(x), atol=1e-5)
     assert slim.backbone.stages[1].conv.out_channels < 16
+
+
+def test_the_slim_model_gets_the_batch_norms_the_search_recalibrates_the_subnet_with(
+        tiny_supernet, tmp_path):
+    """The supernet's shared statistics fit no subnet; the search scores each one after
+    recalibrating them on training batches, and the slim model gets the same."""
+    cfg, supernet, slim = sliced(tiny_supernet, tmp_path, '--recalib-batches', '3')
+    log = (tmp_path / 'pruned' / 'prune.log').read_text()
+    assert 'batch norms of the slim model re-estimated on 3 batches' in log
+    x = torch.randn(4, 3, 16, 16)
+    with torch.no_grad():
+        shared = supernet.architecture(x)
+        recalibrate_bn(supernet, Runner.build_dataloader(cfg.train_dataloader, seed=0), 3)
+        assert not torch.allclose(slim(x), shared, atol=1e-3)
+        assert torch.allclose(slim(x), supernet.architecture(x), atol=1e-4)
 
 
 def test_a_bad_subnet_file_is_reported_with_its_key(tiny_supernet, tmp_path, monkeypatch):
@@ -154,14 +179,52 @@ def test_an_unreachable_budget_exits_2_and_writes_nothing(tmp_path):
     assert code == 2 and not (tmp_path / 'out').exists()
 
 
-def test_budget_options_are_refused_where_they_do_not_apply(tiny_supernet, tmp_path,
-                                                            monkeypatch):
+@pytest.mark.parametrize('extra, message', [
+    (['--flops', '0.5'], '--flops: for --model only'),
+    # given at their default values, or 0: given all the same, and as ignored
+    (['--ratio', '0', '--model', 'resnet50', '--data-batches', '8', '--except-start-keys'],
+     '--model, --ratio, --data-batches, --except-start-keys: for --model only; CONFIG mode '
+     'keeps the channels of --subnet'),
+])
+def test_model_options_are_refused_with_a_config(tiny_supernet, tmp_path, monkeypatch, extra,
+                                                 message):
     tool = load_tool('prune')
     log = LogCapture(tool, monkeypatch)
-    code = tool.main([str(TINY), str(tiny_supernet), '--subnet', 'x.yaml', '--flops', '0.5',
+    code = tool.main([str(TINY), str(tiny_supernet), '--subnet', 'x.yaml', *extra,
                       '--work-dir', str(tmp_path / 'out')])
-    assert code == 2 and '--flops: for --model only' in log.text
+    assert code == 2 and message in log.text
     assert not (tmp_path / 'out').exists()
+
+
+@pytest.mark.parametrize('extra', [['--subnet', 'subnet.yaml'], ['--recalib-batches', '16'],
+                                   ['--cfg-options', 'a=1']])
+def test_config_options_are_refused_without_a_config(tmp_path, monkeypatch, extra):
+    """Without CONFIG, --subnet would be ignored and the default --model pruned."""
+    tool = load_tool('prune')
+    log = LogCapture(tool, monkeypatch)
+    assert tool.main([*extra, '--work-dir', str(tmp_path / 'out')]) == 2
+    assert log.text == f'{extra[0]}: for CONFIG mode only (a supernet config, its checkpoint ' \
+        'and --subnet); without CONFIG the tool prunes --model resnet50'
+    assert not (tmp_path / 'out').exists()
+
+
+def test_an_earlier_result_is_replaced_only_with_overwrite(tmp_path, monkeypatch):
+    tool = load_tool('prune')
+    argv = ['--model', 'plain_cnn', '--input-size', '16', '--work-dir', str(tmp_path)]
+    assert tool.main([*argv, '--ratio', '0.5']) == 0
+    written = (tmp_path / 'channel_cfg.yaml').read_text(), (tmp_path / 'slim.pth').read_bytes()
+    log = LogCapture(tool, monkeypatch)
+    assert tool.main([*argv, '--ratio', '0.25']) == 2
+    assert log.text == f'{tmp_path}: holds the channel_cfg.yaml and slim.pth of an earlier ' \
+        'run; pass --overwrite to replace them, or choose another --work-dir'
+    assert ((tmp_path / 'channel_cfg.yaml').read_text(),
+            (tmp_path / 'slim.pth').read_bytes()) == written
+    assert tool.main([*argv, '--ratio', '0.25', '--overwrite']) == 0
+    assert (tmp_path / 'channel_cfg.yaml').read_text() != written[0]
+
+
+def test_contradicting_options_are_refused_by_the_parser():
+    tool = load_tool('prune')
     with pytest.raises(SystemExit):
         tool.parse_args(['--pruner', 'RatioPruner', '--importance', 'taylor'])
     with pytest.raises(SystemExit):

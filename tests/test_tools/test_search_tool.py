@@ -4,6 +4,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 from conftest import REPO, TINY, LogCapture, load_tool
 from mmengine.registry import init_default_scope
 
@@ -61,6 +62,24 @@ def test_greedy_search_writes_subnets_results_plot_and_a_table(tiny_supernet, tm
     assert 'subnet_flops30000' in log and 'uniform x' in log
 
 
+def test_an_earlier_search_is_replaced_only_with_overwrite_and_leaves_no_stale_subnet(
+        tiny_supernet, tmp_path, monkeypatch):
+    tool = load_tool('search')
+    work_dir = tmp_path / 'greedy'
+    assert run(tool, tiny_supernet, GREEDY, work_dir) == 0
+    results = work_dir / 'search_results.json'
+    written = results.read_text()
+    log = LogCapture(tool, monkeypatch)
+    fewer = dict(GREEDY, target_flops=[60000])
+    assert run(tool, tiny_supernet, fewer, work_dir) == 2
+    assert f'{results}: a search wrote its results here; pass --overwrite to replace them' \
+        in log.text
+    assert results.read_text() == written
+    assert run(tool, tiny_supernet, fewer, work_dir, '--overwrite') == 0
+    assert sorted(path.name for path in work_dir.glob('*.yaml')) == ['subnet_flops60000.yaml']
+    assert list(json.loads(results.read_text())['chosen']) == ['subnet_flops60000']
+
+
 def test_a_search_ranked_by_a_loss_plots_and_tabulates_it_beside_top1(tiny_supernet, tmp_path):
     work_dir = tmp_path / 'nll'
     greedy = dict(GREEDY, score_key='accuracy/nll', score_rule='less')
@@ -114,6 +133,35 @@ def test_a_saved_search_is_neither_restarted_nor_overwritten_without_being_told(
     assert run(tool, tiny_supernet, EVOLUTION, tmp_path / 'evo', 'search_cfg.max_epochs=2',
                '--overwrite') == 0
     assert json.loads(state.read_text())['generation'] == 2  # started at generation 0
+
+
+def test_resume_refuses_another_checkpoint_and_accepts_the_same_one_moved(
+        tiny_supernet, tmp_path, monkeypatch):
+    """Scores of two checkpoints would be ranked in one table: the state records the
+    checkpoint (path, size, SHA-256), and a resume must load the same contents."""
+    tool = load_tool('search')
+    assert run(tool, tiny_supernet, EVOLUTION, tmp_path / 'evo') == 0
+    state = tmp_path / 'evo' / 'search_state.json'
+    recorded = json.loads(state.read_text())['settings']['checkpoint']
+    assert recorded['path'] == str(tiny_supernet.resolve())
+    assert recorded['size'] == tiny_supernet.stat().st_size and len(recorded['sha256']) == 64
+    other = tmp_path / 'other.pth'
+    checkpoint = torch.load(tiny_supernet, weights_only=True)
+    checkpoint['state_dict'] = {k: v + 1 if v.is_floating_point() else v
+                                for k, v in checkpoint['state_dict'].items()}
+    torch.save(checkpoint, other)
+    log = LogCapture(tool, monkeypatch)
+    assert run(tool, other, EVOLUTION, tmp_path / 'evo', 'search_cfg.max_epochs=2',
+               '--resume') == 2
+    assert f'{state}: cannot resume: the checkpoint is {tiny_supernet.resolve()} (' in log.text
+    assert f'in the saved search but {other} (' in log.text
+    assert json.loads(state.read_text())['generation'] == 1  # nothing scored with it
+    moved = tmp_path / 'moved.pth'
+    moved.write_bytes(tiny_supernet.read_bytes())
+    assert run(tool, moved, EVOLUTION, tmp_path / 'evo', 'search_cfg.max_epochs=2',
+               '--resume') == 0
+    saved = json.loads(state.read_text())
+    assert saved['generation'] == 2 and saved['settings']['checkpoint']['path'] == str(moved)
 
 
 def test_resume_without_a_saved_search_names_the_file(tiny_supernet, tmp_path, monkeypatch):

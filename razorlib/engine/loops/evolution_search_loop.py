@@ -1,8 +1,9 @@
 """EvolutionSearchLoop: evolve subnets of a trained supernet under FLOPs/params limits."""
+import hashlib
 import json
 import random
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Set, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple, Union
 
 from ...registry import LOOPS
 from ...utils.complexity import human
@@ -13,6 +14,52 @@ from .search_state import SearchState
 from .width_space import Widths
 
 CONSTRAINT_KEYS = ('flops', 'params')
+#: The key of the saved state's settings that records the supernet checkpoint.
+CHECKPOINT_KEY = 'checkpoint'
+#: The checkpoint of a state saved before checkpoints were recorded: matches none.
+UNRECORDED: Dict[str, Any] = {}
+Fingerprint = Optional[Dict[str, Any]]
+
+
+def checkpoint_fingerprint(path: Optional[str]) -> Fingerprint:
+    """``{'path', 'size', 'sha256'}`` of a local checkpoint file (``{'path'}`` alone of a
+    remote one, ``None`` for none): what tells two checkpoints apart, so that a resumed
+    search never scores with another one than the candidates it continues.  The whole
+    file is hashed: the first megabytes of two epochs of one run can be the same, and
+    reading a checkpoint once costs little next to a search."""
+    if path is None:
+        return None
+    file = Path(path)
+    if not file.is_file():
+        return dict(path=str(path))
+    digest = hashlib.sha256()
+    with file.open('rb') as stream:
+        for chunk in iter(lambda: stream.read(1 << 20), b''):
+            digest.update(chunk)
+    return dict(path=str(file.resolve()), size=file.stat().st_size, sha256=digest.hexdigest())
+
+
+def same_checkpoint(saved: Fingerprint, current: Fingerprint) -> bool:
+    """Whether two fingerprints name one checkpoint: the same contents wherever it now
+    lies, or the same path for a file that could not be hashed."""
+    def identity(fingerprint: Fingerprint) -> Fingerprint:
+        if fingerprint is None:
+            return None
+        return {k: v for k, v in fingerprint.items() if k != 'path'} or fingerprint
+
+    return saved is not UNRECORDED and identity(saved) == identity(current)
+
+
+def describe(fingerprint: Fingerprint) -> str:
+    """A checkpoint's fingerprint for a message: its path, size and hash prefix."""
+    if fingerprint is None:
+        return 'none (no load_from)'
+    if fingerprint is UNRECORDED:
+        return 'not recorded (a state saved before checkpoints were)'
+    if 'sha256' not in fingerprint:
+        return fingerprint['path']
+    return f"{fingerprint['path']} ({fingerprint['size']} bytes, sha256 " \
+        f"{fingerprint['sha256'][:12]}...)"
 
 
 @LOOPS.register_module()
@@ -29,10 +76,13 @@ class EvolutionSearchLoop(BaseSearchLoop):
     spent, or nearly), the search ends there rather than run empty generations.
 
     After each generation the state (generation, next population, every score, the
-    random generator) goes to ``work_dir/search_state.json``, atomically, and the hooks'
-    ``after_search_step(step=generation, best=...)`` is called; a search started with
-    ``resume_from`` set to that file continues with the next generation and ends
-    exactly as an uninterrupted one would.  Every random draw comes from the loop's own
+    random generator, and the settings with the supernet checkpoint the runner loads,
+    ``load_from``: path, size and SHA-256) goes to ``work_dir/search_state.json``,
+    atomically, and the hooks' ``after_search_step(step=generation, best=...)`` is
+    called; a search started with ``resume_from`` set to that file continues with the
+    next generation and ends exactly as an uninterrupted one would.  A resume with other
+    settings or another checkpoint is refused: its scores would not compare with the
+    saved ones.  Every random draw comes from the loop's own
     ``random.Random(seed)`` (``self.rng``), never from the global generators.  The best
     subnet is chosen as ``'best_subnet'`` (``DumpSubnetHook`` writes
     ``best_subnet.yaml``).
@@ -152,14 +202,31 @@ class EvolutionSearchLoop(BaseSearchLoop):
         return sorted(self.records,
                       key=lambda r: (tuple(-v for v in self.rank(r)), r.flops))[:self.top_k]
 
+    def check_checkpoint(self, saved: Fingerprint, current: Fingerprint) -> None:
+        """Raise unless the saved search scored with the checkpoint loaded now.
+
+        Raises:
+            ConfigError: naming both checkpoints.
+        """
+        if not same_checkpoint(saved, current):
+            raise ConfigError(
+                f'resume_from: {self.resume_from}: cannot resume: the checkpoint is '
+                f'{describe(saved)} in the saved search but {describe(current)} now; resume '
+                'with the saved one, or start a new search')
+
     def start(self) -> SearchState:
-        """A fresh search's state, or the saved one of ``resume_from``."""
+        """A fresh search's state, or the saved one of ``resume_from``; either records
+        the checkpoint the runner loads."""
+        checkpoint = checkpoint_fingerprint(self.runner.cfg.get('load_from'))
         if self.resume_from is not None:
             try:
                 state = SearchState.load(self.resume_from)
+                saved = state.settings.pop(CHECKPOINT_KEY, UNRECORDED)
                 state.check_settings(self.settings(), self.resume_from)
             except (OSError, ValueError) as err:
                 raise ConfigError(f'resume_from: {err}') from err
+            self.check_checkpoint(saved, checkpoint)
+            state.settings[CHECKPOINT_KEY] = checkpoint  # where it lies now
             self.records = list(state.records)
             self.rng.setstate(state.rng)
             self.runner.logger.info(f'resumed {self.resume_from} at generation '
@@ -171,7 +238,8 @@ class EvolutionSearchLoop(BaseSearchLoop):
             raise ConfigError(f'constraints: {self.constraints} exclude even the narrowest '
                               f'subnet (FLOPs {human(flops)}, params {human(params)})')
         population = self.draw(lambda: self.space.sample(self.rng), self.num_candidates, set())
-        return SearchState(0, self.settings(), population, [], self.rng.getstate(), [])
+        return SearchState(0, {**self.settings(), CHECKPOINT_KEY: checkpoint}, population, [],
+                           self.rng.getstate(), [])
 
     def search(self) -> SearchResult:
         """Evolve for ``max_epochs`` generations; return every record and the best."""
