@@ -17,6 +17,7 @@ File layout (YAML shown; JSON has the same keys)::
 An ``*_index`` key is left out when every channel is kept.
 """
 import json
+import numbers
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Union
@@ -95,8 +96,13 @@ class ChannelConfig:
             raise ValueError("a channel config is a mapping with a 'modules' key")
         if data.get('version', FORMAT_VERSION) != FORMAT_VERSION:
             raise ValueError(f"unsupported channel config version {data.get('version')!r}")
+        unknown = set(data) - {'version', 'modules', 'params'}
+        if unknown:
+            raise ValueError(f"unknown top-level keys {sorted(unknown)}; a channel config has "
+                             "'version', 'modules' and 'params'")
         modules = {}
-        for name, entry in data['modules'].items():
+        for name, entry in _mapping(data['modules'], 'modules').items():
+            entry = _mapping(entry, f'modules.{name}')
             axes = {}
             for axis in ('in', 'out'):
                 keys = (f'{axis}_channels', f'raw_{axis}_channels', f'{axis}_index')
@@ -110,14 +116,16 @@ class ChannelConfig:
                 raise ValueError(f'modules.{name}: unknown keys {sorted(unknown)}')
             modules[name] = axes
         params = {}
-        for name, dims in (data.get('params') or {}).items():
+        for name, dims in _mapping(data.get('params') or {}, 'params').items():
             params[name] = {}
+            if not isinstance(dims, list):
+                raise ValueError(f'params.{name}: a list of dims, got {type(dims).__name__}')
             for i, entry in enumerate(dims):
                 where = f'params.{name}[{i}]'
-                if 'dim' not in entry:
+                if 'dim' not in _mapping(entry, where):
                     raise ValueError(f"{where}: missing key 'dim'")
-                params[name][int(entry['dim'])] = _selection(entry, where, 'channels',
-                                                             'raw_channels', 'index')
+                params[name][_integer(entry['dim'], f'{where}.dim')] = _selection(
+                    entry, where, 'channels', 'raw_channels', 'index')
         return cls(modules, params)
 
     def dump(self, path: Union[str, Path]) -> None:
@@ -157,13 +165,32 @@ class ChannelConfig:
         return lines
 
 
+def _mapping(value: Any, where: str) -> Dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ValueError(f'{where}: a mapping, got {type(value).__name__} {value!r:.40}')
+    return value
+
+
+def _integer(value: Any, where: str) -> int:
+    """``value`` if it is an integer (not a bool, a string or a fraction), else an error
+    naming the key: ``'8'`` or ``0.5`` in a file is a mistake, not a width."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ValueError(f'{where}: an integer, got {value!r}')
+    return int(value)
+
+
 def _selection(entry: Dict[str, Any], where: str, count_key: str, raw_key: str,
                index_key: str) -> ChannelSelection:
     for key in (count_key, raw_key):
         if key not in entry:
             raise ValueError(f'{where}: missing key {key!r}')
-    count, raw = int(entry[count_key]), int(entry[raw_key])
+    count = _integer(entry[count_key], f'{where}.{count_key}')
+    raw = _integer(entry[raw_key], f'{where}.{raw_key}')
     index = entry.get(index_key, list(range(raw)))
+    if not isinstance(index, (list, tuple)):
+        raise ValueError(f'{where}.{index_key}: a list of channel indices, got '
+                         f'{type(index).__name__}')
+    index = [_integer(i, f'{where}.{index_key}') for i in index]
     try:
         selection = ChannelSelection(raw, tuple(index))
     except (TypeError, ValueError) as err:

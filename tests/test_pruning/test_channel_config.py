@@ -70,6 +70,15 @@ def _conv_net():
      "names parameter '0.gamma', which the model does not have"),
     ({'version': 7, 'modules': {}}, 'unsupported channel config version 7'),
     ([], "a mapping with a 'modules' key"),
+    ({'modules': {'0': None}}, 'modules.0: a mapping, got NoneType None'),
+    ({'modules': {}, 'modulse': {}}, r"unknown top-level keys \['modulse'\]"),
+    ({'modules': {'0': {'out_channels': '4', 'raw_out_channels': 8,
+                        'out_index': [0, 1, 2, 3]}}},
+     "modules.0.out_channels: an integer, got '4'"),
+    ({'modules': {'0': {'out_channels': 2, 'raw_out_channels': 8, 'out_index': [0.5, 1]}}},
+     'modules.0.out_index: an integer, got 0.5'),  # was truncated to channel 0
+    ({'modules': {}, 'params': {'0.weight': {'dim': 0}}},
+     'params.0.weight: a list of dims, got dict'),
 ])
 def test_bad_configs_name_the_key_and_leave_the_model_untouched(data, message):
     model = _conv_net()
