@@ -126,7 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
                         '--runtime (default: no latency budget)')
     parser.add_argument('--importance', default='l1',
                         help='the criterion ranking channels: l1, l2, bn_scale, fpgm, taylor, '
-                        'fisher, activation, apoz, random (default: %(default)s)')
+                        'fisher, activation, apoz, wanda, random (default: %(default)s)')
     parser.add_argument('--global', dest='global_ranking', action='store_true',
                         help="rank all groups' channels together (default: one ratio per "
                         'group)')
@@ -187,6 +187,14 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         parser.error(f'--threads: at least 1, got {args.threads}')
     if args.round_to < 1 or args.data_batches < 1:
         parser.error('--round-to and --data-batches: at least 1')
+    if args.input_size < 1:
+        parser.error(f'--input-size: at least 1, got {args.input_size}')
+    if args.importance != 'l1':  # the registry loads torch: only when it has to be asked
+        from razorlib.pruning import build_importance
+        try:
+            build_importance(args.importance)
+        except KeyError as err:
+            parser.error(f'--importance: {err.args[0]}')
     if args.recalib_batches < 0:
         parser.error(f'--recalib-batches: at least 0, got {args.recalib_batches}')
     if args.global_ranking and args.sensitivity:

@@ -229,3 +229,16 @@ def test_contradicting_options_are_refused_by_the_parser():
         tool.parse_args(['--pruner', 'RatioPruner', '--importance', 'taylor'])
     with pytest.raises(SystemExit):
         tool.parse_args(['--flops', '0.5', '--params', '0.5'])
+
+
+@pytest.mark.parametrize('argv, message', [
+    (['--importance', 'bogus'], "--importance: importance 'bogus' is not registered; known: "
+     r"\[.*'wanda'\]"),
+    (['--input-size', '0'], '--input-size: at least 1, got 0'),
+])
+def test_bad_values_are_refused_before_anything_runs(argv, message, capsys):
+    tool = load_tool('prune')
+    with pytest.raises(SystemExit) as info:
+        tool.parse_args(['--model', 'plain_cnn', *argv])
+    assert info.value.code == 2
+    assert re.search(message, capsys.readouterr().err)
