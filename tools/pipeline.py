@@ -231,7 +231,9 @@ def main(argv=None) -> int:
              f'param_scheduler.1.T_max={epochs}', f'param_scheduler.1.end={epochs}')
     checkpoint = supernet_dir / f'epoch_{epochs}.pth'
     search_dir = work_dir / 'search'
-    run.tool('2_search', 'search', str(SEARCH), str(checkpoint), '--work-dir', str(search_dir))
+    # the pipeline owns its work dir: a second run replaces the first one's results
+    run.tool('2_search', 'search', str(SEARCH), str(checkpoint), '--work-dir', str(search_dir),
+             '--overwrite')
 
     cfg = load_config(SUPERNET)
     supernet = MODELS.build(cfg.model)
@@ -263,7 +265,7 @@ def main(argv=None) -> int:
     for index, (name, path) in enumerate(subnets.items()):
         folder = work_dir / f'subnet{index}'
         run.tool(f'4_{index}_prune', 'prune', str(SUPERNET), str(checkpoint), '--subnet',
-                 str(path), '--work-dir', str(folder / 'prune'))
+                 str(path), '--work-dir', str(folder / 'prune'), '--overwrite')
         options = [f'model.channel_cfg={folder / "prune" / "channel_cfg.yaml"}']
         models = []
         for seed in range(args.seeds):
