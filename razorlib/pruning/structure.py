@@ -321,25 +321,17 @@ class StructurePruner(metaclass=ABCMeta):
                 the first module entry (``modules.<name>``) at fault.
         """
         cfg = as_channel_config(channel_cfg)
-        groups = self._require_prepared()
-        class_keep: Dict[int, bool] = {}
+        outputs = {}
         for use in self._uses:
             selection = cfg.kept(use.name, 'out') if use.role == 'out' else None
             if selection is None:
                 continue
-            labels = groups.labels[use.slots]
-            if selection.raw != len(labels):
+            if selection.raw != use.slots.size:
                 raise ValueError(f'modules.{use.name}: raw_out_channels is {selection.raw}, '
-                                 f'the supernet layer has {len(labels)}')
-            kept = np.zeros(len(labels), dtype=bool)
-            kept[list(selection.index)] = True
-            for label, value in zip(labels.tolist(), kept.tolist()):
-                class_keep.setdefault(label, value)  # a disagreement shows in the export
-        subnet = {}
-        for gid, group in groups.prunable.items():
-            values = [class_keep.get(label) for label in group.classes.tolist()]
-            if any(value is not None for value in values):
-                subnet[gid] = torch.tensor([value is not False for value in values])
+                                 f'the supernet layer has {use.slots.size}')
+            outputs[use.name] = np.zeros(use.slots.size, dtype=bool)
+            outputs[use.name][list(selection.index)] = True
+        subnet = {gid: torch.from_numpy(keep) for gid, keep in self._keep_of(outputs).items()}
         try:
             keep = self._validate(subnet)
         except ValueError as err:
@@ -364,6 +356,27 @@ class StructurePruner(metaclass=ABCMeta):
     def current_subnet(self) -> SubnetDict:
         self._adopt_loaded_masks()
         return {gid: torch.from_numpy(keep.copy()) for gid, keep in self._subnet.items()}
+
+    def _keep_of(self, outputs: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
+        """Per prunable group one of whose layers ``outputs`` names: a keep-mask over its
+        channels, read from those layers' output keep-masks (layer name -> one bool per
+        output channel); the first layer to name a channel decides it (a disagreement is
+        for the caller to find), a channel none names is kept.  Every layer is read, not
+        only the leader: a leader may write only some of its group's channels (a concat
+        feeding a product)."""
+        groups = self._require_prepared()
+        class_keep: Dict[int, bool] = {}
+        for use in self._uses:
+            if use.role == 'out' and use.name in outputs:
+                for label, value in zip(groups.labels[use.slots].tolist(),
+                                        outputs[use.name].tolist()):
+                    class_keep.setdefault(label, value)
+        keep = {}
+        for gid, group in groups.prunable.items():
+            values = [class_keep.get(label) for label in group.classes.tolist()]
+            if any(value is not None for value in values):
+                keep[gid] = np.array([value is not False for value in values])
+        return keep
 
     def _masks_now(self) -> Dict[tuple, np.ndarray]:
         """Each use's keep-mask as the model's mask buffers hold it now."""
@@ -392,14 +405,8 @@ class StructurePruner(metaclass=ABCMeta):
         if all(np.array_equal(now[key], mask)
                for key, mask in groups.use_masks(self._subnet).items() if key in now):
             return
-        class_keep: Dict[int, bool] = {}
-        for use in self._uses:
-            if use.role == 'out':
-                for label, value in zip(groups.labels[use.slots].tolist(),
-                                        now[(use.name, use.role, use.dim)].tolist()):
-                    class_keep.setdefault(label, value)
-        subnet = {gid: np.array([class_keep.get(label, True) for label in g.classes.tolist()])
-                  for gid, g in groups.prunable.items()}
+        subnet = self._keep_of({use.name: now[(use.name, use.role, use.dim)]
+                                for use in self._uses if use.role == 'out'})
         try:
             keep = self._validate(subnet)
         except ValueError as err:

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from .config import ConfigSync, is_hf_model, sync_config
+from .config import is_hf_model, sync_config
 
 __all__ = ['prune', 'hidden_size_keys', 'with_hidden_size_keys', 'warn_if_hidden_pruned',
            'uniform_subnet', 'describe_slim_config']
@@ -93,7 +93,7 @@ def uniform_subnet(pruner, subnet: Dict[str, torch.Tensor]) -> Dict[str, torch.T
 
 
 def describe_slim_config(model: nn.Module, slim: nn.Module, caller: str,
-                         hidden: bool) -> ConfigSync:
+                         hidden: bool) -> None:
     """Rewrite ``slim.config`` to describe the slim widths (:func:`~.config.sync_config`)
     and warn, naming the first tensors, where it cannot: ``save_pretrained`` alone would
     then write a config that ``from_pretrained`` cannot load the weights into, and
@@ -111,7 +111,6 @@ def describe_slim_config(model: nn.Module, slim: nn.Module, caller: str,
                       UserWarning, stacklevel=4)
     if hidden:
         warn_if_hidden_pruned(model, slim, caller, stacklevel=5)
-    return sync
 
 
 def prune(model: nn.Module, example_inputs: Any, ratio: Optional[float] = None,

@@ -153,11 +153,10 @@ class ImportanceContext:
         (:func:`~razorlib.pruning.data.pair_batches`)."""
         return iter(pair_batches(self.data, f'importance {criterion!r}'))
 
-    def loss(self, outputs: Any, targets: Any, criterion: str = '') -> torch.Tensor:
-        """``loss_fn(outputs, targets)``, refused unless one finite number
-        (:func:`~razorlib.pruning.data.batch_loss`)."""
-        return batch_loss(self.loss_fn, outputs, targets,
-                          f'importance {criterion!r}' if criterion else 'importance')
+    def loss(self, outputs: Any, targets: Any, criterion: str) -> torch.Tensor:
+        """``loss_fn(outputs, targets)`` for ``criterion``, refused unless one finite
+        number (:func:`~razorlib.pruning.data.batch_loss`)."""
+        return batch_loss(self.loss_fn, outputs, targets, f'importance {criterion!r}')
 
 
 class Importance:
