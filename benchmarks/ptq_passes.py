@@ -70,7 +70,8 @@ def train_qat(graph, images, labels, epochs: int, lr: float, teacher=None,
               temperature: float = 1.0, label_weight: float = 0.0) -> LSQGraph:
     """LSQ fine-tuning of a calibrated graph: Adam (the log-scales at 100 times ``lr``),
     batches of 64, one-pixel shifts; on the labels, or distilling ``teacher`` (the FP32
-    model, in eval mode) with the QAT algorithm's losses (``qat_losses``)."""
+    model, in eval mode) with the QAT algorithm's losses
+    (:func:`razorlib.algorithms.qat.qat_losses`, summed)."""
     distill = None if teacher is None else distill_options(
         dict(temperature=temperature, label_weight=label_weight))
     lsq = LSQGraph(graph)
@@ -142,8 +143,8 @@ def tables(rows: Dict[str, Dict[str, dict]], methods: List[str], margin: float) 
             [model, f'{best:.2f}'] + [f"{r[t]['snr']:.2f}" for t in tools[:3]]
             + [f"{r['passes']['snr'] - best:+.2f}", str(r['+ mixed']['float'])]) + ' |')
     header = (['model', 'FP32 top-1', 'best ORT top-1 / agree']
-              + [f'razorlib {t} top-1 / agree' for t in tools] + ['QAT - FP32',
-                                                                   'QAT+KD - FP32'])
+              + [f'razorlib {t} top-1 / agree' for t in tools]
+              + ['QAT - FP32', 'QAT+KD - FP32'])
     lines += ['', '| ' + ' | '.join(header) + ' |', '|---|' + '---:|' * (len(header) - 1)]
     for model, r in rows.items():
         best = max((f'ORT {m}' for m in methods), key=lambda key: r[key]['snr'])

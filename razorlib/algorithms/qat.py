@@ -85,27 +85,58 @@ kd_weight, label_weight
 
 def qat_losses(logits: torch.Tensor, labels: Optional[torch.Tensor],
                teacher_logits: Optional[torch.Tensor] = None,
-               distill: Optional[Mapping[str, float]] = None) -> Dict[str, torch.Tensor]:
-    """QAT's losses: ``loss``, the labels' cross-entropy, without ``distill``; with it
-    ``loss_kd``, ``kd_weight`` times the distillation loss to ``teacher_logits`` at
-    ``temperature``, and ``loss_ce``, ``label_weight`` times the cross-entropy, when that
-    weight is above 0.  ``distill`` is :func:`distill_options`'s; ``labels`` may be None
-    where no cross-entropy is taken.
+               distill: Optional[Mapping[str, Any]] = None) -> Dict[str, torch.Tensor]:
+    """QAT's losses from the student's logits, the labels and the FP32 teacher's logits:
+    what :meth:`QAT.loss` returns (it calls this).
+
+    A function of tensors rather than a method so that code training an
+    :class:`~razorlib.quantization.LSQGraph` without mmengine's Runner, and so without a
+    :class:`QAT` (``benchmarks/ptq_passes.py``), computes the algorithm's numbers from this
+    one definition instead of restating them.  Sum the values for the loss to minimise, as
+    mmengine does.
+
+    Without ``distill``: ``loss``, the labels' cross-entropy.  With it: ``loss_kd``,
+    ``kd_weight * T**2 * KL(softmax(teacher / T) || softmax(student / T))`` at
+    ``T = temperature`` (batch mean, :func:`~razorlib.algorithms.distill.kd_loss`), and,
+    when ``label_weight > 0``, ``loss_ce``, ``label_weight`` times the cross-entropy.
+
+    Args:
+        logits: the student's logits, (N, classes).
+        labels: the class indices, (N,); may be None where no cross-entropy is taken
+            (``distill`` with ``label_weight`` 0).
+        teacher_logits: the FP32 model's logits on the same inputs, a target (detached:
+            no gradient reaches the teacher); needed with ``distill``, unused without.
+        distill: QAT's ``distill`` options (any of the keys, completed and checked by
+            :func:`distill_options`); None trains on the labels alone.
+
+    Raises:
+        ValueError: ``labels`` or ``teacher_logits`` is None where the loss needs it, or
+            a bad ``distill`` option (:func:`distill_options`).
 
     Example:
         >>> logits, labels = torch.tensor([[2.0, 0.0]]), torch.tensor([0])
         >>> {k: round(float(v), 4) for k, v in qat_losses(logits, labels).items()}
         {'loss': 0.1269}
-        >>> distill = distill_options(dict(label_weight=0.5))
-        >>> sorted(qat_losses(logits, labels, logits, distill))
-        ['loss_ce', 'loss_kd']
+        >>> teacher = torch.tensor([[0.0, 2.0]])
+        >>> losses = qat_losses(logits, labels, teacher, dict(temperature=2.0, label_weight=0.5))
+        >>> {k: round(float(v), 4) for k, v in losses.items()}
+        {'loss_kd': 1.8485, 'loss_ce': 0.0635}
+        >>> round(float(sum(losses.values())), 4)  # the loss a training loop minimises
+        1.9119
     """
-    if distill is None:
+    options = distill_options(distill)
+    if (options is None or options['label_weight'] > 0) and labels is None:
+        raise ValueError('qat_losses: labels is None, but the loss takes the labels\' '
+                         'cross-entropy (no distill, or distill label_weight > 0)')
+    if options is None:
         return {'loss': F.cross_entropy(logits, labels)}
-    losses = {'loss_kd': distill['kd_weight']
-              * kd_loss(logits, teacher_logits, distill['temperature'])}
-    if distill['label_weight'] > 0:
-        losses['loss_ce'] = distill['label_weight'] * F.cross_entropy(logits, labels)
+    if teacher_logits is None:
+        raise ValueError('qat_losses: distill needs teacher_logits (the FP32 model\'s logits '
+                         'on the same inputs), got None')
+    losses = {'loss_kd': options['kd_weight']
+              * kd_loss(logits, teacher_logits.detach(), options['temperature'])}
+    if options['label_weight'] > 0:
+        losses['loss_ce'] = options['label_weight'] * F.cross_entropy(logits, labels)
     return losses
 
 

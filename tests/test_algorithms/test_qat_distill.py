@@ -1,20 +1,26 @@
 """QAT with distillation (QAD): the loss is the KL to the FP32 logits (plus the weighted
-cross-entropy), the frozen teacher stays out of the optimizer and the checkpoints, bad
-options name their key, and the digits KD config trains through tools/train.py.
+cross-entropy), computed by qat_losses for QAT.loss and benchmarks/ptq_passes.py alike,
+the frozen teacher stays out of the optimizer and the checkpoints, bad options name their
+key, and the digits KD config trains through tools/train.py.
 
 (Named test_qat_distill.py: tests/test_quantization/test_qat.py holds the other QAT
 tests, and two test files of one basename in packageless folders cannot both import.)
 """
+import importlib.util
 import json
 import math
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from mmengine.optim import build_optim_wrapper
 
 from razorlib.algorithms import QAT
+from razorlib.algorithms.distill import kd_loss
+from razorlib.algorithms.qat import qat_losses
 from razorlib.models.data_sample import ClsDataSample
 from tool_modules import load_tool
 
@@ -72,6 +78,111 @@ def test_the_loss_distils_the_fp32_logits_and_adds_the_weighted_labels():
     assert losses['loss_ce'].item() == pytest.approx(0.25 * ce.item(), rel=1e-5)
     assert kl > 1e-3  # a real difference, not rounding
     assert build()(images, samples_of(labels.tolist()), mode='loss').keys() == {'loss'}
+
+
+def test_qat_losses_by_hand():
+    # at T=2 the teacher's softmax is (0.75, 0.25) then (0.5, 0.5), the student's (0.5,
+    # 0.5) then (0.25, 0.75); at T=1 the student's is (0.5, 0.5) then (0.1, 0.9)
+    student = torch.tensor([[0.0, 0.0], [0.0, 2 * math.log(3.0)]])
+    teacher = torch.tensor([[2 * math.log(3.0), 0.0], [0.0, 0.0]])
+    labels = torch.tensor([1, 0])
+    kl = (0.75 * math.log(0.75 / 0.5) + 0.25 * math.log(0.25 / 0.5)
+          + 0.5 * math.log(0.5 / 0.25) + 0.5 * math.log(0.5 / 0.75)) / 2
+    ce = (math.log(2.0) + math.log(10.0)) / 2
+    losses = qat_losses(student, labels, teacher,
+                        dict(temperature=2.0, kd_weight=0.5, label_weight=0.25))
+    assert list(losses) == ['loss_kd', 'loss_ce']
+    assert losses['loss_kd'].item() == pytest.approx(0.5 * 2.0**2 * kl, rel=1e-6)
+    assert losses['loss_ce'].item() == pytest.approx(0.25 * ce, rel=1e-6)
+    # no label term at label_weight 0 (the default), so the labels may be left out
+    alone = qat_losses(student, None, teacher, dict(temperature=2.0))
+    assert list(alone) == ['loss_kd']
+    assert alone['loss_kd'].item() == pytest.approx(4 * kl, rel=1e-6)
+    # without distill: the labels' cross-entropy, the teacher unused
+    plain = qat_losses(student, labels, teacher)
+    assert list(plain) == ['loss'] and plain['loss'].item() == pytest.approx(ce, rel=1e-6)
+
+
+@pytest.mark.parametrize('distill', [None, dict(temperature=3.0, label_weight=0.25)])
+def test_qat_losses_summed_is_bit_for_bit_the_benchmarks_former_qat_loss(distill):
+    """benchmarks/ptq_passes.py's own qat_loss, now deleted, restated: kd_loss plus the
+    weighted cross-entropy; the sum of qat_losses gives the same value and gradient."""
+    torch.manual_seed(0)
+    logits, teacher = torch.randn(8, 5, requires_grad=True), torch.randn(8, 5)
+    labels = torch.randint(0, 5, (8, ))
+    if distill is None:
+        former = F.cross_entropy(logits, labels)
+    else:
+        former = (kd_loss(logits, teacher, distill['temperature'])
+                  + distill['label_weight'] * F.cross_entropy(logits, labels))
+    ours = sum(qat_losses(logits, labels, teacher, distill).values())
+    assert torch.equal(ours, former)
+    assert torch.equal(torch.autograd.grad(ours, logits)[0],
+                       torch.autograd.grad(former, logits)[0])
+
+
+@pytest.mark.parametrize('distill', [None, dict(temperature=3.0, kd_weight=0.5,
+                                                label_weight=0.25)])
+def test_the_qat_loss_method_is_qat_losses(distill):
+    model = build(distill)
+    with torch.no_grad():  # a random head's logits are tiny: make the student differ
+        for weight in model.quantized.weights.values():
+            weight.add_(torch.randn_like(weight))
+    images, labels = torch.randn(6, 3, 8, 8), torch.tensor([0, 1, 2, 3, 0, 1])
+    logits = model(images)
+    losses = model.loss(images, logits, samples_of(labels.tolist()))
+    with torch.no_grad():
+        teacher = None if distill is None else model.teacher(images)
+    expected = qat_losses(logits, labels, teacher, distill)  # the options as the user wrote
+    assert list(losses) == list(expected)
+    assert all(torch.equal(losses[key], expected[key]) for key in expected)
+    # and through forward, which computes the logits itself
+    forward = model(images, samples_of(labels.tolist()), mode='loss')
+    assert all(torch.equal(forward[key], expected[key]) for key in expected)
+
+
+def test_qat_losses_says_what_is_missing():
+    logits, labels = torch.zeros(2, 3), torch.tensor([0, 1])
+    with pytest.raises(ValueError, match=r'qat_losses: labels is None'):
+        qat_losses(logits, None)
+    with pytest.raises(ValueError, match=r'qat_losses: labels is None'):
+        qat_losses(logits, None, logits, dict(label_weight=0.5))
+    with pytest.raises(ValueError, match=r'qat_losses: distill needs teacher_logits'):
+        qat_losses(logits, labels, None, dict())
+    with pytest.raises(ValueError, match=r'QAT distill\.temprature: no such option'):
+        qat_losses(logits, labels, logits, dict(temprature=2.0))
+
+
+def test_the_benchmark_trains_with_qat_losses(monkeypatch):
+    """benchmarks/ptq_passes.py trains an LSQGraph without the Runner: its train_qat
+    takes its loss from razorlib's qat_losses, with the options it was given."""
+    monkeypatch.setattr(sys, 'path', list(sys.path))  # the script prepends benchmarks/
+    before = set(sys.modules)
+    spec = importlib.util.spec_from_file_location('ptq_passes_benchmark',
+                                                  REPO / 'benchmarks' / 'ptq_passes.py')
+    bench = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(bench)
+    finally:
+        for name in ('ptq_vs_ort', ):  # benchmarks/' own modules, out of others' way
+            if name not in before:
+                sys.modules.pop(name, None)
+    assert bench.qat_losses is qat_losses and not hasattr(bench, 'qat_loss')
+    calls = []
+
+    def spy(logits, labels, teacher_logits=None, distill=None):
+        calls.append((teacher_logits is not None, distill))
+        return qat_losses(logits, labels, teacher_logits, distill)
+
+    monkeypatch.setattr(bench, 'qat_losses', spy)
+    torch.manual_seed(0)
+    model = build(dict(temperature=2.0, label_weight=0.5))
+    images, labels = torch.randn(64, 3, 8, 8), torch.randint(0, 4, (64, ))
+    bench.train_qat(model.quantized.calibrated_graph(), images, labels, epochs=1, lr=1e-4,
+                    teacher=model.teacher, temperature=2.0, label_weight=0.5)
+    bench.train_qat(model.quantized.calibrated_graph(), images, labels, epochs=1, lr=1e-4)
+    assert calls == [(True, dict(temperature=2.0, kd_weight=1.0, label_weight=0.5)),
+                     (False, None)]
 
 
 def test_the_teacher_is_frozen_and_out_of_the_optimizer_and_the_checkpoint():
