@@ -111,24 +111,27 @@ class NasMutator:
 
     def check(self, choices: Mapping[str, Choice], where: str = 'subnet') -> Choices:
         """``choices`` validated and completed with the current choice of every inactive
-        mutable it leaves out.
+        mutable it leaves out; each value is the mutable's own choice (``1`` given for a
+        width ratio ``1.0`` comes back as ``1.0``).  An integer choice (kernel size,
+        depth, channel count) given as a float (``5.0``) is refused.
 
         Raises:
             ValueError: ``where: KEY: ...`` for an unknown key, a choice the mutable
                 does not have, or an active mutable left out.
         """
+        given = {}
         for key, value in choices.items():
             if key not in self.mutables:
                 known = list(self.mutables)
                 raise ValueError(f'{where}: unknown mutable {key!r}; this model has '
                                  f'{len(known)} mutables: {known[:4]}...')
             try:
-                self.mutables[key].check_choice(value)
+                given[key] = self.mutables[key].check_choice(value)
             except ValueError as err:
                 raise ValueError(f'{where}: {key}: {err}') from None
-        completed = {key: choices.get(key, mutable.current_choice)
+        completed = {key: given.get(key, mutable.current_choice)
                      for key, mutable in self.mutables.items()}
-        missing = [key for key in self.active(completed) if key not in choices]
+        missing = [key for key in self.active(completed) if key not in given]
         if missing:
             raise ValueError(f'{where}: no choice for mutable {missing[0]!r} (one of '
                              f'{self.choices[missing[0]]})')

@@ -15,7 +15,11 @@ The matrix products then bind heads the way attention pairs them: ``q @ k^T`` an
 attention's ``repeat_kv`` (an expand and a merge) repeats each key/value head's slot
 over its query heads, so a kv head and its query heads form one class.  With
 ``trace(..., gqa='query')`` the key/value heads stay whole instead and each kv group
-keeps the same query heads (:func:`pair_heads`).
+keeps the same query heads (:func:`pair_heads`).  A single key/value head (multi-query
+attention) has no head axis the tracer can see (a dim of size 1 carries no channels, so
+``repeat_kv``'s expand of it carries none either): its query heads cannot be paired with
+it and stay whole, and a pruner asked for ``gqa='query'`` warns, naming the attention
+(:func:`warn_unpaired_query_heads`).
 
 With ``trace(..., heads='width')`` a split read by attention prunes ``head_dim`` instead:
 position ``j`` of every head is one class (and of ``q``, ``k`` and ``v`` of one module,
@@ -25,6 +29,9 @@ contracted positions, ``attn @ v`` carries ``v``'s to the output, merged back in
 ``i + d/2`` (``shape_rules.slice_``), and ``cos``/``sin`` made under ``no_grad`` are
 followed to the rotary ``inv_freq`` (:func:`bind_rotary`).
 """
+import os
+import sys
+import warnings
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -34,7 +41,8 @@ from .channels import InputInfo, Split, TensorChannels
 from .context import TraceContext, output_shapes
 
 
-def split_channels(slots: np.ndarray, dims: Sequence[int], sizes: Sequence[int]) -> Tuple[Dict[int, np.ndarray], Optional[Split]]:
+def split_channels(slots: np.ndarray, dims: Sequence[int],
+                   sizes: Sequence[int]) -> Tuple[Dict[int, np.ndarray], Optional[Split]]:
     """Slots of one channel dim that a reshape splits over ``dims`` (of ``sizes``).
 
     A grid axis along which every slice holds the same slots only repeats them (the
@@ -306,10 +314,14 @@ def scaled_dot_product_attention(ctx: TraceContext, node,
             heads = pair_heads(ctx, node, heads, np.repeat(kv, groups),
                                f'{node.name()} pairs each query head with its key/value head')
     else:
+        single = heads is not None and all(tc.shape[1] == 1 for tc in (k, v))
         for tc in (q, k, v):
             if tc.slots.get(1) is not None:
-                ctx.freeze(tc.slots[1], 'fixed', node,
-                           'attention between heads that can be pruned and heads that cannot')
+                ctx.freeze(tc.slots[1], 'fixed', node, (
+                    f'{len(heads)} query heads over a single key/value head (multi-query '
+                    'attention): a one-head axis carries no channels, so the query heads '
+                    'cannot be paired with it and stay whole') if single else
+                    'attention between heads that can be pruned and heads that cannot')
         heads = None
     qd, kd = q.slots.get(3), k.slots.get(3)
     if qd is not None and kd is not None:
@@ -328,3 +340,77 @@ def scaled_dot_product_attention(ctx: TraceContext, node,
     if v.slots.get(3) is not None:
         slots[3] = v.slots[3]
     return [TensorChannels(shapes[0], slots)] + [None] * (len(shapes) - 1)
+
+
+def single_kv_head_attention(model) -> List[Tuple[str, int]]:
+    """``(module name, query heads)`` of every multi-query attention of ``model``: one
+    key/value head under several query heads, told by Llama-style projections (a
+    ``q_proj`` and a ``k_proj`` with ``out_features``, and an integer ``head_dim``, the
+    ``k_proj`` one head wide), as Hugging Face's Llama, Mistral and Qwen2 attentions
+    with ``num_key_value_heads=1`` have.
+
+    Example:
+        >>> import torch.nn as nn
+        >>> attn = nn.Module()
+        >>> attn.q_proj, attn.k_proj, attn.head_dim = nn.Linear(8, 8), nn.Linear(8, 2), 2
+        >>> single_kv_head_attention(nn.ModuleDict({'attn': attn}))
+        [('attn', 4)]
+    """
+    found = []
+    for name, module in model.named_modules():
+        head_dim = getattr(module, 'head_dim', None)
+        widths = [getattr(getattr(module, proj, None), 'out_features', None)
+                  for proj in ('q_proj', 'k_proj')]
+        if not isinstance(head_dim, int) or isinstance(head_dim, bool) or head_dim < 1 \
+                or not all(isinstance(w, int) for w in widths):
+            continue
+        query, key = widths
+        if key == head_dim and query > head_dim and query % head_dim == 0:
+            found.append((name, query // head_dim))
+    return found
+
+
+def warn_unpaired_query_heads(model, groups) -> List[str]:
+    """Under ``gqa='query'``: warn, naming them, about the multi-query attentions
+    (:func:`single_kv_head_attention`) whose query heads the trace left unprunable;
+    returns their names.
+
+    ``gqa='query'`` prunes query heads alike in every key/value group.  With one
+    key/value head the query heads are independent, but the tracer sees no head axis on
+    that head (a size-1 dim carries no channels, nor does ``repeat_kv``'s expand of it),
+    so the attention product cannot pair the query heads with it and freezes them: the
+    attention stays whole, as under ``gqa='kv'`` (where the one key/value head would take
+    every query head with it).  Without this warning the option would change nothing
+    silently.
+
+    The warning points at the first caller outside razorlib.
+
+    Args:
+        model: the traced model.
+        groups: its :class:`~razorlib.tracing.ChannelGroups`.
+    """
+    prunable = {layer for group in groups.prunable.values() for layer in group.layers}
+    left = [(name, count) for name, count in single_kv_head_attention(model)
+            if (f'{name}.q_proj' if name else 'q_proj') not in prunable]
+    if left:
+        name, count = left[0]
+        more = f' (and {len(left) - 1} more)' if len(left) > 1 else ''
+        warnings.warn(
+            f"gqa='query' prunes no query heads of {name}{more}: its {count} query heads "
+            'share a single key/value head (multi-query attention, num_key_value_heads=1), '
+            'which the tracer cannot pair them with (a one-head axis carries no channels), '
+            "so its attention stays whole, as under gqa='kv'; the rest of the model is "
+            'pruned. To prune these query heads, repeat k_proj and v_proj to one key/value '
+            'head per query head (num_key_value_heads = num_attention_heads: the outputs do '
+            "not change) and prune with gqa='kv'", UserWarning, stacklevel=_caller_level())
+    return [name for name, _ in left]
+
+
+def _caller_level() -> int:
+    """The ``stacklevel`` of the first frame outside razorlib, for a ``warnings.warn`` in
+    the function that calls this one."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level

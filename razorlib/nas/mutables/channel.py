@@ -2,6 +2,7 @@
 from typing import Optional, Sequence, Union
 
 from ...registry import MUTABLES
+from ..checks import describe, is_integer
 from .base import MutableChoice
 
 Width = Union[int, float]
@@ -24,8 +25,8 @@ class OneShotMutableChannel(MutableChoice):
     Args:
         num_channels: the widest choice's channels: what the block's weights hold.
         choices: ratios of ``num_channels`` in (0, 1] (``mode='ratio'``), or channel
-            counts in [1, ``num_channels``] (``mode='number'``); sorted, narrowest
-            first.  Each must give its own channel count.
+            counts in [1, ``num_channels``] (``mode='number'``: integers, ``8.0`` is
+            refused); sorted, narrowest first.  Each must give its own channel count.
         mode: ``'ratio'`` or ``'number'``: what a subnet file writes for this width.
         init_choice: the choice it starts with; default the widest.
 
@@ -46,11 +47,16 @@ class OneShotMutableChannel(MutableChoice):
                  init_choice: Optional[Width] = None):
         if mode not in MODES:
             raise ValueError(f'OneShotMutableChannel mode must be one of {MODES}, got {mode!r}')
-        if isinstance(num_channels, bool) or not isinstance(num_channels, int) \
-                or num_channels < 1:
+        if not is_integer(num_channels) or num_channels < 1:
             raise ValueError(f'OneShotMutableChannel num_channels must be a positive int, '
-                             f'got {num_channels!r}')
-        self.num_channels, self.mode = num_channels, mode
+                             f'got {describe(num_channels)}')
+        self.num_channels, self.mode = int(num_channels), mode
+        for index, choice in enumerate(choices):
+            try:
+                self.channels(choice)
+            except ValueError as err:
+                raise ValueError(f'OneShotMutableChannel of {num_channels} channels: '
+                                 f'choices[{index}]: {err}') from None
         ordered = sorted(choices)
         counts = {}
         for choice in ordered:
@@ -60,7 +66,8 @@ class OneShotMutableChannel(MutableChoice):
                                  f'{mode}s {counts[count]} and {choice} both keep {count} '
                                  'channels')
             counts[count] = choice
-        super().__init__(ordered, ordered[-1] if init_choice is None else init_choice)
+        super().__init__(ordered, ordered[-1] if init_choice is None else init_choice,
+                         integer=mode == 'number')
 
     def channels(self, choice: Width) -> int:
         """The channel count ``choice`` stands for.
@@ -69,11 +76,11 @@ class OneShotMutableChannel(MutableChoice):
             ValueError: a ratio outside (0, 1] or a count outside [1, num_channels].
         """
         if isinstance(choice, bool) or not isinstance(choice, (int, float)):
-            raise ValueError(f'a width is a number, got {choice!r}')
+            raise ValueError(f'a width is a number, got {describe(choice)}')
         if self.mode == 'number':
-            if int(choice) != choice or not 1 <= choice <= self.num_channels:
-                raise ValueError(f'a width of mode "number" is a channel count in '
-                                 f'[1, {self.num_channels}], got {choice!r}')
+            if not is_integer(choice) or not 1 <= choice <= self.num_channels:
+                raise ValueError(f'a width of mode "number" is an integer channel count '
+                                 f'in [1, {self.num_channels}], got {describe(choice)}')
             return int(choice)
         if not 0 < choice <= 1:
             raise ValueError(f'a width of mode "ratio" is in (0, 1], got {choice!r}')

@@ -5,6 +5,7 @@ import torch
 import torch.nn as nn
 
 from ...registry import MODELS
+from ..checks import integers
 from ..mutables import OneShotMutableValue
 
 
@@ -19,7 +20,8 @@ class DynamicStage(nn.Module):
     Args:
         blocks: the blocks of the deepest choice, in order; every block after the first
             must keep its input's shape.
-        depths: the depth choices, each in ``[1, len(blocks)]``; default every depth.
+        depths: the depth choices, integers in ``[1, len(blocks)]``; default every
+            depth.
 
     Example:
         >>> stage = DynamicStage([nn.Identity(), nn.ReLU(), nn.Tanh()], depths=(1, 3))
@@ -30,12 +32,13 @@ class DynamicStage(nn.Module):
 
     def __init__(self, blocks: Sequence[nn.Module], depths: Optional[Sequence[int]] = None):
         super().__init__()
-        depths = tuple(range(1, len(blocks) + 1)) if depths is None else tuple(depths)
+        depths = tuple(range(1, len(blocks) + 1)) if depths is None else \
+            integers(depths, 'DynamicStage', 'depths')
         bad = [d for d in depths if not 1 <= d <= len(blocks)]
         if bad:
             raise ValueError(f'DynamicStage depths must be in [1, {len(blocks)}] (its '
                              f'blocks), got {bad[0]}')
-        self.depth = OneShotMutableValue(depths)
+        self.depth = OneShotMutableValue(depths, integer=True)
         self.blocks = nn.ModuleList(blocks)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

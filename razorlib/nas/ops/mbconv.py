@@ -7,8 +7,25 @@ import torch.nn.functional as F
 
 from ...models.backbones import ConvBNAct
 from ...registry import MODELS
+from ..checks import integer, integers, whole_number
 from ..mutables import OneShotMutableValue
 from .sliced import copy_bn, sliced_bn
+
+
+def _block_ints(owner: str, in_channels, out_channels, stride, **more) -> list:
+    """A block's channel counts, stride (and ``more``) checked as positive integers."""
+    named = dict(in_channels=in_channels, out_channels=out_channels, stride=stride, **more)
+    return [integer(value, owner, key, minimum=1) for key, value in named.items()]
+
+
+def check_expand_ratios(expand_ratios, owner: str) -> None:
+    """Expand ratios are whole numbers >= 1, an int or a float (``6.0``); the hidden
+    width is ``in_channels`` times the ratio."""
+    if isinstance(expand_ratios, (str, bytes)) or not isinstance(expand_ratios, Sequence):
+        raise ValueError(f'{owner}: expand_ratios must be a list of numbers, '
+                         f'got {expand_ratios!r}')
+    for index, ratio in enumerate(expand_ratios):
+        whole_number(ratio, owner, f'expand_ratios[{index}]')
 
 
 @MODELS.register_module()
@@ -33,7 +50,9 @@ class MBConvBlock(nn.Module):
     def __init__(self, in_channels: int, out_channels: int, stride: int, kernel_size: int = 3,
                  expand_ratio: int = 6, act: type = nn.ReLU6):
         super().__init__()
-        hidden = in_channels * expand_ratio
+        in_channels, out_channels, stride, kernel_size = _block_ints(
+            'MBConvBlock', in_channels, out_channels, stride, kernel_size=kernel_size)
+        hidden = in_channels * int(whole_number(expand_ratio, 'MBConvBlock', 'expand_ratio'))
         self.expand = ConvBNAct(in_channels, hidden, 1, act=act)
         self.depthwise = ConvBNAct(hidden, hidden, kernel_size, stride, groups=hidden, act=act)
         self.project = ConvBNAct(hidden, out_channels, 1, act=None)
@@ -57,8 +76,8 @@ class DynamicMBConv(nn.Module):
         in_channels: input channels.
         out_channels: output channels.
         stride: stride of the depthwise conv.
-        kernel_sizes: the kernel size choices (odd).
-        expand_ratios: the expand ratio choices (integers >= 1).
+        kernel_sizes: the kernel size choices (odd integers; ``5.0`` is refused).
+        expand_ratios: the expand ratio choices (whole numbers >= 1, ``6`` or ``6.0``).
         act: activation class.
 
     Example:
@@ -73,12 +92,13 @@ class DynamicMBConv(nn.Module):
                  kernel_sizes: Sequence[int] = (3, 5, 7), expand_ratios: Sequence[int] = (3, 6),
                  act: type = nn.ReLU6):
         super().__init__()
+        in_channels, out_channels, stride = _block_ints('DynamicMBConv', in_channels,
+                                                        out_channels, stride)
+        kernel_sizes = integers(kernel_sizes, 'DynamicMBConv', 'kernel_sizes', minimum=1)
         if any(k % 2 == 0 for k in kernel_sizes):
             raise ValueError(f'DynamicMBConv kernel sizes must be odd, got {kernel_sizes}')
-        if any(int(e) != e or e < 1 for e in expand_ratios):
-            raise ValueError(f'DynamicMBConv expand ratios must be integers >= 1, '
-                             f'got {expand_ratios}')
-        self.kernel_size = OneShotMutableValue(kernel_sizes)
+        check_expand_ratios(expand_ratios, 'DynamicMBConv')
+        self.kernel_size = OneShotMutableValue(kernel_sizes, integer=True)
         self.expand_ratio = OneShotMutableValue(expand_ratios)
         self.in_channels, self.out_channels, self.stride = in_channels, out_channels, stride
         self.act_type = act

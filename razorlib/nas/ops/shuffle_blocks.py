@@ -8,6 +8,7 @@ import torch.nn.functional as F
 
 from ...models.backbones import ConvBNAct, channel_shuffle
 from ...registry import MODELS
+from ..checks import integer
 from ..mutables import OneShotMutableChannel
 from .sliced import copy_bn, sliced_bn
 
@@ -33,6 +34,10 @@ class _ShuffleBase(nn.Module):
 
     def __init__(self, in_channels: int, out_channels: int, stride: int, kernel_size: int):
         super().__init__()
+        owner = type(self).__name__
+        for key, value in (('in_channels', in_channels), ('out_channels', out_channels),
+                           ('stride', stride), ('kernel_size', kernel_size)):
+            integer(value, owner, key, minimum=1)
         self.stride = stride
         if stride == 2:
             self.proj = nn.Sequential(
@@ -72,6 +77,8 @@ class ShuffleBlock(_ShuffleBase):
 
     def __init__(self, in_channels: int, out_channels: int, stride: int, kernel_size: int = 3,
                  mid_channels: Optional[int] = None):
+        if mid_channels is not None:
+            integer(mid_channels, type(self).__name__, 'mid_channels', minimum=1)
         super().__init__(in_channels, out_channels, stride, kernel_size)
         main_in, main_out = _branch_widths(in_channels, out_channels, stride)
         mid = main_out if mid_channels is None else mid_channels

@@ -5,12 +5,39 @@ import torch.nn as nn
 
 from ...models.backbones import BaseBackbone, ConvBNAct, make_stem
 from ...registry import MODELS
+from ..checks import integer, integers
 from ..mutables import OneShotMutableOP
 from ..ops import DynamicMBConv, DynamicStage
+from ..ops.mbconv import check_expand_ratios
 
 #: A ProxylessNAS-like ImageNet layout: (channels, blocks, stride) per stage.
 MBCONV_IMAGENET_SETTING = ((24, 4, 2), (40, 4, 2), (80, 4, 2), (96, 4, 1), (192, 4, 2),
                            (320, 1, 1))
+
+
+def check_arch_setting(arch_setting, owner: str) -> list:
+    """``arch_setting`` rows as ``(channels, num_blocks, stride)`` of positive ints.
+
+    Raises:
+        ValueError: naming ``owner``, the row and the field with the bad value.
+    """
+    rows = []
+    for index, row in enumerate(arch_setting):
+        if isinstance(row, (str, bytes)) or not isinstance(row, Sequence) or len(row) != 3:
+            raise ValueError(f'{owner}: arch_setting[{index}] must be (channels, num_blocks, '
+                             f'stride), got {row!r}')
+        rows.append(tuple(integer(value, owner, f'arch_setting[{index}][{field}] ({name})',
+                                  minimum=1)
+                          for field, (name, value) in enumerate(
+                              zip(('channels', 'num_blocks', 'stride'), row))))
+    return rows
+
+
+def check_ints(owner: str, **values) -> None:
+    """Each keyword is None or a positive integer (channel counts, classes)."""
+    for key, value in values.items():
+        if value is not None:
+            integer(value, owner, key, minimum=1)
 
 
 @MODELS.register_module()
@@ -29,10 +56,12 @@ class SearchableMobileNet(BaseBackbone):
         first_channels: width of a plain 3x3 depthwise-separable block after the stem
             (MobileNet's first layer); None for none.
         last_channels: width of the final 1x1 conv; None for none.
-        kernel_sizes: kernel size choices of every block.
-        expand_ratios: expand ratio choices of every block.
+        kernel_sizes: kernel size choices of every block (odd integers).
+        expand_ratios: expand ratio choices of every block (whole numbers, int or
+            float).
         skip: let every block but the first of a stage be skipped.
-        depths: per stage, its depth choices (a ``DynamicStage``); None: fixed depth.
+        depths: per stage, its depth choices (integers; a ``DynamicStage``); None: fixed
+            depth.
         in_channels: image channels.
         num_classes: add a pooled linear classifier with this many classes.
         stem: ``'imagenet'`` (stride 2) or ``'cifar'`` (stride 1).
@@ -61,6 +90,15 @@ class SearchableMobileNet(BaseBackbone):
                  skip: bool = True, depths: Optional[Sequence[Sequence[int]]] = None,
                  in_channels: int = 3, num_classes: Optional[int] = None,
                  stem: str = 'imagenet'):
+        arch_setting = check_arch_setting(arch_setting, 'SearchableMobileNet')
+        check_ints('SearchableMobileNet', stem_channels=stem_channels,
+                   first_channels=first_channels, last_channels=last_channels,
+                   in_channels=in_channels, num_classes=num_classes)
+        kernel_sizes = integers(kernel_sizes, 'SearchableMobileNet', 'kernel_sizes', minimum=1)
+        check_expand_ratios(expand_ratios, 'SearchableMobileNet')
+        if depths is not None:
+            depths = [integers(row, 'SearchableMobileNet', f'depths[{index}]', minimum=1)
+                      for index, row in enumerate(depths)]
         if depths is not None and len(depths) != len(arch_setting):
             raise ValueError(f'depths names {len(depths)} stages, arch_setting has '
                              f'{len(arch_setting)}')

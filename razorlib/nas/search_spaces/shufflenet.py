@@ -5,6 +5,8 @@ import torch.nn as nn
 
 from ...models.backbones import BaseBackbone, ConvBNAct, make_stem
 from ...registry import MODELS, MUTABLES
+from ..checks import integer
+from .mobilenet import check_arch_setting, check_ints
 
 #: SPOS's four choice blocks.
 SPOS_CANDIDATES = dict(
@@ -12,6 +14,9 @@ SPOS_CANDIDATES = dict(
     shuffle_5x5=dict(type='ShuffleBlock', kernel_size=5),
     shuffle_7x7=dict(type='ShuffleBlock', kernel_size=7),
     shuffle_xception=dict(type='ShuffleXception'))
+#: Keys of a candidate config that must be integers, checked before any layer is built
+#: (each block checks its own again when built alone).
+CANDIDATE_INTS = ('kernel_size', 'mid_channels')
 #: SPOS on ImageNet: (channels, blocks, stride) per stage, 20 searchable layers.
 SPOS_IMAGENET_SETTING = ((64, 4, 2), (160, 4, 2), (320, 8, 2), (640, 4, 2))
 
@@ -31,7 +36,9 @@ class SearchableShuffleNetV2(BaseBackbone):
         stem_channels: stem width.
         last_channels: width of the final 1x1 conv; None for none.
         candidates: op name -> ``MODELS`` config of the block without ``in_channels``,
-            ``out_channels`` and ``stride``, which each layer fills in.
+            ``out_channels`` and ``stride``, which each layer fills in; a
+            ``kernel_size`` or ``mid_channels`` in it must be an integer (``5.0`` is
+            refused, naming the candidate).
         mutable_cfg: the mutable wrapping each layer's candidates, from ``MUTABLES``:
             ``OneShotMutableOP`` (SPOS) or ``DiffMutableOP`` (DARTS).
         in_channels: image channels.
@@ -59,6 +66,15 @@ class SearchableShuffleNetV2(BaseBackbone):
                  num_classes: Optional[int] = None, stem: str = 'imagenet',
                  downsample: Optional[str] = None):
         candidates = dict(SPOS_CANDIDATES if candidates is None else candidates)
+        arch_setting = check_arch_setting(arch_setting, 'SearchableShuffleNetV2')
+        check_ints('SearchableShuffleNetV2', stem_channels=stem_channels,
+                   last_channels=last_channels, in_channels=in_channels,
+                   num_classes=num_classes)
+        for name, cfg in candidates.items():
+            for key in CANDIDATE_INTS:
+                if isinstance(cfg, dict) and cfg.get(key) is not None:
+                    integer(cfg[key], 'SearchableShuffleNetV2', f'candidates.{name}.{key}',
+                            minimum=1)
         mutable_cfg = dict(type='OneShotMutableOP') if mutable_cfg is None else mutable_cfg
         if downsample is not None and downsample not in candidates:
             raise ValueError(f'downsample {downsample!r} is not one of the candidates '
