@@ -143,8 +143,8 @@ class StructurePruner(metaclass=ABCMeta):
         graph = trace(supernet, example_inputs, self.strict, self.except_start_keys,
                       layer_kinds=self.kinds, gqa=self.gqa, heads=self.heads)
         groups = build_groups(graph)
-        if self.gqa == 'query' and self.heads == 'whole':  # a single kv head is not paired
-            warn_unpaired_query_heads(supernet, groups)
+        if self.gqa == 'query' or self.heads == 'width':  # a single kv head is not paired
+            warn_unpaired_query_heads(supernet, groups, self.heads)
         relevant = np.zeros(len(groups.labels), dtype=bool)
         for group in groups.prunable.values():
             relevant[group.classes] = True

@@ -370,10 +370,10 @@ def single_kv_head_attention(model) -> List[Tuple[str, int]]:
     return found
 
 
-def warn_unpaired_query_heads(model, groups) -> List[str]:
-    """Under ``gqa='query'``: warn, naming them, about the multi-query attentions
-    (:func:`single_kv_head_attention`) whose query heads the trace left unprunable;
-    returns their names.
+def warn_unpaired_query_heads(model, groups, heads: str = 'whole') -> List[str]:
+    """Under ``gqa='query'`` or ``heads='width'``: warn, naming them, about the
+    multi-query attentions (:func:`single_kv_head_attention`) whose query projections the
+    trace left unprunable; returns their names.
 
     ``gqa='query'`` prunes query heads alike in every key/value group.  With one
     key/value head the query heads are independent, but the tracer sees no head axis on
@@ -381,13 +381,16 @@ def warn_unpaired_query_heads(model, groups) -> List[str]:
     so the attention product cannot pair the query heads with it and freezes them: the
     attention stays whole, as under ``gqa='kv'`` (where the one key/value head would take
     every query head with it).  Without this warning the option would change nothing
-    silently.
+    silently.  ``heads='width'`` fails there for the same reason: the query heads'
+    ``head_dim`` positions cannot be paired with the one key/value head's.
 
     The warning points at the first caller outside razorlib.
 
     Args:
         model: the traced model.
         groups: its :class:`~razorlib.tracing.ChannelGroups`.
+        heads: the trace's ``heads`` mode: ``'whole'`` (under ``gqa='query'``) or
+            ``'width'``.
     """
     prunable = {layer for group in groups.prunable.values() for layer in group.layers}
     left = [(name, count) for name, count in single_kv_head_attention(model)
@@ -395,14 +398,21 @@ def warn_unpaired_query_heads(model, groups) -> List[str]:
     if left:
         name, count = left[0]
         more = f' (and {len(left) - 1} more)' if len(left) > 1 else ''
+        if heads == 'width':
+            what, target, again, as_kv = ("heads='width' prunes no head_dim positions",
+                                          'their head_dim', "again with heads='width'", '')
+        else:
+            what, target, again, as_kv = ("gqa='query' prunes no query heads",
+                                          'these query heads', "with gqa='kv'",
+                                          " as under gqa='kv'")
         warnings.warn(
-            f"gqa='query' prunes no query heads of {name}{more}: its {count} query heads "
+            f"{what} of {name}{more}: its {count} query heads "
             'share a single key/value head (multi-query attention, num_key_value_heads=1), '
             'which the tracer cannot pair them with (a one-head axis carries no channels), '
-            "so its attention stays whole, as under gqa='kv'; the rest of the model is "
-            'pruned. To prune these query heads, repeat k_proj and v_proj to one key/value '
-            'head per query head (num_key_value_heads = num_attention_heads: the outputs do '
-            "not change) and prune with gqa='kv'", UserWarning, stacklevel=_caller_level())
+            f'so its attention stays whole{as_kv}; the rest of the model is pruned. To prune '
+            f'{target}, repeat k_proj and v_proj to one key/value head per '
+            'query head (num_key_value_heads = num_attention_heads: the outputs do not '
+            f'change) and prune {again}', UserWarning, stacklevel=_caller_level())
     return [name for name, _ in left]
 
 

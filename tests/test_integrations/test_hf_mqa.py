@@ -34,6 +34,24 @@ def test_gqa_query_on_a_single_kv_head_warns_and_keeps_the_attention(implementat
     assert (slim.config.num_attention_heads, slim.config.num_key_value_heads) == (4, 1)
 
 
+def test_head_width_on_a_single_kv_head_warns_and_keeps_the_attention():
+    """heads='width' cannot pair head_dim positions with the one key/value head either
+    (RoPE's frequencies bind them across layers): said, not silent."""
+    model, inputs = build('llama', num_key_value_heads=1)
+    match = (r"heads='width' prunes no head_dim positions of model.layers.0.self_attn "
+             r"\(and 1 more\): .* prune again with heads='width'")
+    with pytest.warns(UserWarning, match=match):
+        slim = razorlib.prune(model, inputs, ratio=0.5, heads='width')
+    for i in range(2):
+        assert attention_widths(slim, 'llama', i) == (64, 16, 16, 64)
+    grouped, inputs = build('llama', num_key_value_heads=2)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter('always')
+        slim = razorlib.prune(grouped, inputs, ratio=0.5, heads='width')
+    assert not [w for w in record if 'prunes no head_dim' in str(w.message)]
+    assert attention_widths(slim, 'llama', 0) == (32, 16, 16, 32)
+
+
 def test_the_masked_model_computes_what_the_slim_model_does():
     model, inputs = build('llama', num_key_value_heads=1)
     pruner = L1NormPruner(ratio=0.5, except_start_keys=hidden_size_keys(model), gqa='query')
