@@ -50,7 +50,7 @@ def test_uniform_slim_model_reloads_with_from_pretrained(name, tmp_path):
      dict(num_attention_heads=2, all_head_size=32, attention_head_size=16)),
 ])
 def test_heads_the_config_cannot_say_reload_from_a_channel_file(name, mlp, attention, heads,
-                                                               tmp_path):
+                                                                tmp_path):
     model, inputs = build(name)
     slim = prune(model, inputs, ratio=0.5)
     assert attention_widths(slim, name, 1) == HALF_ATTENTION[name]
@@ -217,3 +217,39 @@ def test_a_pruned_hidden_size_is_written_to_the_config_and_reloads(name, tied, t
     assert not (tmp_path / CHANNELS_FILE).exists()
     again = type(model).from_pretrained(tmp_path).eval()
     assert relative_error(main_output(again, inputs), main_output(slim.eval(), inputs)) <= 1e-6
+
+
+def _bert_classifier():
+    torch.manual_seed(0)
+    config = transformers.BertConfig(hidden_size=64, intermediate_size=128, num_labels=3,
+                                     num_hidden_layers=2, num_attention_heads=4, vocab_size=100)
+    inputs = {'input_ids': torch.randint(0, 100, (2, 8),
+                                         generator=torch.Generator().manual_seed(1))}
+    return transformers.BertForSequenceClassification(config).eval(), inputs
+
+
+@pytest.mark.parametrize('name', ['gpt2', 'bert'])
+def test_a_halved_hidden_size_halves_the_head_count_where_heads_are_hidden_wide(
+        name, tmp_path):
+    """In GPT-2 and BERT a head is hidden_size / heads wide.  The slim model keeps 2 heads
+    of 16 in a hidden size of 32; a config saying hidden 32 with the dense 4 heads builds
+    the same tensors as 4 heads of 8 and reloaded other outputs, silently."""
+    model, inputs = build(name) if name == 'gpt2' else _bert_classifier()
+    with pytest.warns(UserWarning, match='outputs change'):
+        slim = prune(model, inputs, ratio=0.5, hidden=True)
+    config = slim.config
+    assert (config.hidden_size, config.num_attention_heads) == (32, 2)
+    assert save_pruned(slim, tmp_path).exact
+    assert not (tmp_path / CHANNELS_FILE).exists()
+    again = type(model).from_pretrained(tmp_path).eval()
+    assert relative_error(main_output(again, inputs), main_output(slim.eval(), inputs)) <= 1e-6
+
+
+def test_a_config_with_the_right_shapes_and_the_wrong_heads_is_not_written():
+    model, inputs = build('gpt2')
+    with pytest.warns(UserWarning, match='outputs change'):
+        slim = prune(model, inputs, ratio=0.5, hidden=True)
+    slim.config = copy.deepcopy(model.config)
+    sync = sync_config(slim, fields=('n_embd', ))  # the hidden size alone: 4 heads of 8
+    assert sync.changed == {} and not sync.exact
+    assert slim.config.n_embd == 64

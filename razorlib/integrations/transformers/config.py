@@ -21,8 +21,9 @@ import torch.nn as nn
 
 from ...tracing.forward import is_transformers_model
 
-__all__ = ['MLP_WIDTH_FIELDS', 'HEAD_COUNT_FIELDS', 'HIDDEN_SIZE_FIELDS', 'WIDTH_FIELDS', 'ConfigSync', 'Mismatch',
-           'is_hf_model', 'build_like', 'shape_mismatches', 'sync_config']
+__all__ = ['MLP_WIDTH_FIELDS', 'HEAD_COUNT_FIELDS', 'HIDDEN_SIZE_FIELDS', 'WIDTH_FIELDS',
+           'HEAD_SHAPE_ATTRIBUTES', 'ConfigSync', 'Mismatch', 'is_hf_model', 'build_like',
+           'head_shapes_differ', 'shape_mismatches', 'sync_config']
 
 #: Config fields that size the MLP of every layer, by model family (tried in order).
 MLP_WIDTH_FIELDS = ('intermediate_size', 'n_inner', 'ffn_dim', 'd_ff', 'encoder_ffn_dim',
@@ -155,8 +156,8 @@ def _head_width(config) -> Dict[str, int]:
     ``config.head_dim`` when it is there."""
     if isinstance(getattr(config, 'head_dim', None), int):
         return {}
-    hidden, heads = getattr(config, 'hidden_size', None), getattr(config, 'num_attention_heads',
-                                                                 None)
+    hidden = getattr(config, 'hidden_size', None)
+    heads = getattr(config, 'num_attention_heads', None)
     if isinstance(hidden, int) and isinstance(heads, int) and heads and hidden % heads == 0:
         return {'head_dim': hidden // heads}
     return {}
@@ -176,6 +177,15 @@ def _moves(config, fields: Iterable[str], mismatches: List[Mismatch]) -> List[Di
         together = {name: _scaled(getattr(config, name), dense, slim) for name in heads}
         if None not in together.values():
             moves.append(together)
+    hidden = [name for name in present
+              if name in HIDDEN_SIZE_FIELDS and isinstance(getattr(config, name), int)]
+    for dense, slim in _uniform(changes) if heads and hidden else ():
+        # the hidden size and the head counts by one ratio: in BERT and GPT-2 a head is
+        # hidden_size / heads wide, so a halved hidden size with whole heads halves it
+        together = {name: _scaled(getattr(config, name), dense, slim) for name in heads}
+        if None not in together.values() \
+                and any(getattr(config, name) == dense for name in hidden):
+            moves.append({**together, **{name: slim for name in hidden}})
     pin = _head_width(config)
     return [{**move, **pin} if set(move) & set(HEAD_COUNT_FIELDS + HIDDEN_SIZE_FIELDS) else move
             for move in moves]
@@ -200,23 +210,62 @@ def _sliceable(mismatches: Iterable[Mismatch]) -> bool:
                for c, s in zip(m.config_shape, m.model_shape))
 
 
+#: Attention modules' attributes that say how their width splits into heads.
+HEAD_SHAPE_ATTRIBUTES = ('num_heads', 'num_attention_heads', 'num_key_value_heads',
+                         'num_key_value_groups', 'head_dim', 'attention_head_size', 'head_size')
+
+
+def head_shapes_differ(model: nn.Module, reference: nn.Module) -> List[str]:
+    """``'<module>.<attribute>'`` of every head count or head width
+    (:data:`HEAD_SHAPE_ATTRIBUTES`) that differs between ``model`` and ``reference``,
+    module by module.
+
+    Equal tensor shapes do not mean equal heads: a GPT-2 of 2 heads of 16 and one of 4
+    heads of 8 hold the same tensors and compute different functions, so a config that
+    builds the right shapes with the wrong heads would reload a model that computes
+    something else, silently.
+
+    Example:
+        >>> a, b = nn.Module(), nn.Module()
+        >>> a.num_heads, a.head_dim, b.num_heads, b.head_dim = 2, 16, 4, 8
+        >>> head_shapes_differ(nn.ModuleDict({'attn': a}), nn.ModuleDict({'attn': b}))
+        ['attn.num_heads', 'attn.head_dim']
+    """
+    built = dict(reference.named_modules())
+    differ = []
+    for name, module in model.named_modules():
+        other = built.get(name)
+        for attribute in HEAD_SHAPE_ATTRIBUTES if other is not None else ():
+            own, theirs = getattr(module, attribute, None), getattr(other, attribute, None)
+            if isinstance(own, int) and isinstance(theirs, int) and own != theirs:
+                differ.append(f'{name}.{attribute}' if name else attribute)
+    return differ
+
+
 def _try(model: nn.Module, config, move: Dict[str, int],
          current: List[Mismatch]) -> Optional[Tuple[object, List[Mismatch]]]:
     """The config with ``move`` applied and its mismatches, if that is a config
-    ``from_pretrained`` accepts, fixes some tensors and breaks none."""
+    ``from_pretrained`` accepts, fixes some tensors, breaks none, and builds attention
+    heads as the slim model has them wherever the tensors agree
+    (:func:`head_shapes_differ`)."""
     trial = copy.deepcopy(config)
     for name, value in move.items():
         setattr(trial, name, value)
     if not _reloadable(trial):
         return None
     try:
-        left = shape_mismatches(model, build_like(model, trial))
+        built = build_like(model, trial)
     except (ValueError, RuntimeError):  # the model class refuses the config
         return None
+    left = shape_mismatches(model, built)
     before = {m.name for m in current}
-    if len(left) < len(current) and {m.name for m in left} <= before and _sliceable(left):
-        return trial, left
-    return None
+    if not (len(left) < len(current) and {m.name for m in left} <= before
+            and _sliceable(left)):
+        return None
+    mismatched = {m.name.rsplit('.', 2)[0] for m in left}
+    if any(name.rsplit('.', 1)[0] not in mismatched for name in head_shapes_differ(model, built)):
+        return None
+    return trial, left
 
 
 def _first_fix(model: nn.Module, config, fields: Iterable[str], mismatches: List[Mismatch]
@@ -252,7 +301,10 @@ def sync_config(model: nn.Module, fields: Tuple[str, ...] = WIDTH_FIELDS) -> Con
     change helps.  Head counts change only where the model class keeps the head width:
     Llama-likes' ``head_dim``, pinned (:func:`_head_width`) for classes that read it
     when set (Qwen2, ViT); in BERT and GPT-2 fewer heads would mean wider ones, the
-    shapes do not agree and the pruned heads stay mismatches.  A pruned ``head_dim``
+    shapes do not agree and the pruned heads stay mismatches, unless the hidden size
+    shrank by the same ratio (the two are tried together).  No change is kept whose
+    model splits a width into other heads than the slim model does
+    (:func:`head_shapes_differ`): equal shapes can hide that.  A pruned ``head_dim``
     (``heads='width'``) changes no head count (:func:`_head_width_pruned`): its
     projections stay mismatches, so ``from_pretrained`` refuses the saved weights.
 
