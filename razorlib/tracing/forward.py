@@ -29,7 +29,22 @@ def default_example_inputs(model: nn.Module) -> torch.Tensor:
 
     It is drawn from a generator of its own (seed 0), so tracing leaves torch's global
     random state as it was and is the same on every run.
+
+    Raises:
+        ValueError: ``model`` is a transformers model whose main input is no image
+            (``main_input_name`` is not ``pixel_values``): an image would fail deep in
+            its embedding with a dtype error that names neither the model nor the fix.
+
+    Example:
+        >>> default_example_inputs(nn.Conv2d(3, 4, 3)).shape
+        torch.Size([1, 3, 224, 224])
     """
+    main_input = getattr(model, 'main_input_name', 'pixel_values')
+    if is_transformers_model(model) and main_input != 'pixel_values':
+        raise ValueError(f'{type(model).__name__} reads {main_input!r}, not an image: pass '
+                         f"example inputs (e.g. {{'{main_input}': torch.randint(0, "
+                         "config.vocab_size, (1, 16))}); without them razorlib uses a "
+                         '1x3x224x224 image')
     param = next(model.parameters(), None)
     device = param.device if param is not None else 'cpu'
     image = torch.randn(1, 3, 224, 224, generator=torch.Generator().manual_seed(0))

@@ -124,7 +124,7 @@ def test_forwards_on_real_weights_run_without_the_cache_and_meta_ones_with_it(me
 
 @pytest.mark.parametrize('hidden', [False, True], ids=['hidden-whole', 'hidden-pruned'])
 @pytest.mark.parametrize('name, embed', [('llama', 'model.embed_tokens'),
-                                          ('gpt2', 'transformer.wte')])
+                                         ('gpt2', 'transformer.wte')])
 def test_tied_embeddings_and_lm_head_stay_tied(name, embed, hidden):
     model, inputs = build(name, tie_word_embeddings=True)
     pruner = L1NormPruner(ratio=0.5, except_start_keys=() if hidden else hidden_size_keys(model))
@@ -206,3 +206,20 @@ def test_a_tokenizers_batch_encoding_is_taken_as_keyword_inputs():
                           data=[(encoded, None)])
     assert attention_widths(slim, 'llama', 0) == HALF_ATTENTION['llama']
     assert main_output(slim, inputs).shape == main_output(model, inputs).shape
+
+
+@pytest.mark.parametrize('name', ['llama', 'gpt2', 'bert'])
+def test_a_text_model_without_example_inputs_is_told_to_pass_them(name):
+    # the default 1x3x224x224 image failed in the embedding with a float-indices error
+    model, _ = build(name)
+    message = f"{type(model).__name__} reads 'input_ids', not an image: pass example inputs"
+    with pytest.raises(ValueError, match=re.escape(message)):
+        razorlib.prune(model, None, ratio=0.5)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        get_model_complexity(model)
+
+
+def test_a_vision_model_may_still_use_the_default_image():
+    model, inputs = build('vit', image_size=224, patch_size=32)
+    assert get_model_complexity(model).flops == get_model_complexity(
+        model, torch.randn(1, 3, 224, 224)).flops
