@@ -183,8 +183,10 @@ def render_passive_configs(graph: BaseGraph) -> BaseGraph:
     """Give every INITIAL bias mastered by a weight its scale, input scale x weight scale.
 
     A bias stays in floating point (FP32) when its layer's input (input 0) or weight is
-    not quantized, or when its integers would not fit its range (an input that was always
-    zero in calibration gets the smallest scale, and so would its bias).
+    not quantized, when its integers would not fit its range (an input that was always
+    zero in calibration gets the smallest scale, and so would its bias), or when the
+    weight's scales are not one per output channel (a config set by hand per channel on
+    another axis); the last two are logged.
 
     Args:
         graph: a graph whose activations and weights are calibrated, changed in place.
@@ -217,6 +219,12 @@ def render_passive_configs(graph: BaseGraph) -> BaseGraph:
                 continue
             scale = data.scale * weight.scale
             bias = op.inputs[op.input_quant_config.index(config)].value
+            if bias is not None and not _fits(scale, bias, config):
+                logger.warning('calibrate: the bias of %s %r has %s, its input x weight scale '
+                               '%d values; it stays FP32', op.type, op.name,
+                               _channels(bias, config), scale.numel())
+                config.state = _S.FP32
+                continue
             if bias is not None and bool((bias.abs() / scale.to(bias)).max() > config.quant_max):
                 logger.warning('calibrate: the bias of %s %r overflows %d bits at scale input '
                                'x weight; it stays FP32', op.type, op.name, config.num_of_bits)
@@ -225,3 +233,19 @@ def render_passive_configs(graph: BaseGraph) -> BaseGraph:
             config.scale, config.offset = scale, torch.zeros_like(scale)
             config.state = _S.PASSIVE
     return graph
+
+
+def _channels(bias: torch.Tensor, config: TensorQuantizationConfig) -> str:
+    if config.channel_axis is None or config.channel_axis >= bias.dim():
+        return f'shape {tuple(bias.shape)}'
+    return f'{bias.shape[config.channel_axis]} channels'
+
+
+def _fits(scale: torch.Tensor, bias: torch.Tensor, config: TensorQuantizationConfig) -> bool:
+    """Whether a bias scale of ``scale.numel()`` values fits ``bias`` under ``config``: one
+    value, or one per channel on the config's axis (a weight scale per channel on an axis
+    that does not hold the output channels gives neither)."""
+    if scale.numel() == 1:
+        return True
+    axis = config.channel_axis
+    return axis is not None and axis < bias.dim() and bias.shape[axis] == scale.numel()

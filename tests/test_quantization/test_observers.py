@@ -208,6 +208,63 @@ def test_percentile_is_validated(kwargs):
         PercentileObserver(**kwargs)
 
 
+@pytest.mark.parametrize('percentile, suggestion', [
+    (0.9999, '99.99'), (0.999, '99.9'), (0.99999999, '99.999999'), (0.5, '50'), (1, '100')])
+def test_a_percentile_given_as_a_fraction_is_refused_with_its_percentage(
+        percentile, suggestion):
+    with pytest.raises(ValueError) as error:
+        PercentileObserver(percentile=percentile)
+    assert str(error.value) == (f'percentile is in percent, in [50, 100]: got {percentile}, '
+                                f'a fraction; did you mean {suggestion}?')
+
+
+def test_a_fraction_is_refused_before_it_calibrates_a_model():
+    # PPQ's percentile=0.9999 used to calibrate ranges of nearly nothing: 0.01 dB SNR
+    from razorlib.quantization import quantize_torch_model
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3)).eval()
+    data = [torch.randn(2, 3, 8, 8)]
+    with pytest.raises(ValueError, match=r'got 0\.9999, a fraction; did you mean 99\.99\?'):
+        quantize_torch_model(net, data, data[0], progress=False,
+                             observer=dict(type='PercentileObserver', percentile=0.9999))
+
+
+def test_percentiles_below_50_and_outside_0_100_are_refused_at_and_above_50_taken():
+    with pytest.raises(ValueError, match=r'^percentile is in percent, in \[50, 100\]: got 10; '
+                       'a range holding less than half of the values clips most of them'):
+        PercentileObserver(percentile=10)
+    with pytest.raises(ValueError, match=r'^percentile must lie in \(0, 100\], got 120$'):
+        PercentileObserver(percentile=120)
+    with pytest.raises(ValueError, match=r'^percentile must lie in \(0, 100\], got -1$'):
+        PercentileObserver(percentile=-1)
+    assert [PercentileObserver(percentile=p).percentile for p in (50, 99.99, 100)] == [
+        50.0, 99.99, 100.0]
+
+
+@pytest.mark.parametrize('value', ['high', None, True, [99.9]])
+def test_a_percentile_that_is_no_number_is_refused_by_name(value):
+    with pytest.raises(TypeError) as error:
+        PercentileObserver(percentile=value)
+    assert str(error.value) == (f'percentile must be a number (a percentage in [50, 100]), '
+                                f'got {value!r} ({type(value).__name__})')
+    with pytest.raises(ValueError, match='^percentile must be a number .*got nan$'):
+        PercentileObserver(percentile=float('nan'))
+
+
+@pytest.mark.parametrize('cls, option, value', [
+    (PercentileObserver, 'bins', 'many'), (PercentileObserver, 'bins', 4096.0),
+    (KLObserver, 'bins', None), (MSEObserver, 'bins', True), (MSEObserver, 'grid', 2.5),
+    (MSEObserver, 'grid', '100')])
+def test_integer_options_that_are_no_integers_are_refused_by_name(cls, option, value):
+    wanted = {'bins': 'a number of histogram bins', 'grid': 'a number of candidate ranges'}
+    with pytest.raises(TypeError) as error:
+        cls(**{option: value})
+    assert str(error.value) == (f'{option} must be an integer ({wanted[option]}), got '
+                                f'{value!r} ({type(value).__name__})')
+    with pytest.raises(ValueError, match='an even number of bins, got 7'):
+        cls(bins=7)
+
+
 def test_histogram_growth_is_exact():
     # Odd multiples of 1/64 never sit on a bin edge at limit 1 or 3 (edges: multiples of
     # 1/32 and 3/32), so counting batch by batch while the limit grows from 1 to 3 must

@@ -12,7 +12,7 @@ from typing import Optional
 
 import torch
 
-from .base import Observer
+from .base import Observer, integer_option
 
 __all__ = ['HistogramObserver', 'SymmetricHistogram', 'histogram_quantile']
 
@@ -50,7 +50,11 @@ class SymmetricHistogram:
     """Per-channel counts in ``bins`` equal bins over ``[-limit, limit]``, with exact growth.
 
     Args:
-        bins: the number of bins, even (bin ``bins // 2`` starts at 0).
+        bins: the number of bins, an even integer (bin ``bins // 2`` starts at 0).
+
+    Raises:
+        TypeError: ``bins`` is no integer.
+        ValueError: ``bins`` is odd or below 2.
 
     Example:
         >>> histogram = SymmetricHistogram(bins=4)
@@ -63,6 +67,7 @@ class SymmetricHistogram:
     """
 
     def __init__(self, bins: int) -> None:
+        bins = integer_option('bins', bins, 'a number of histogram bins')
         if bins < 2 or bins % 2:
             raise ValueError(f'a symmetric histogram needs an even number of bins, got {bins}')
         self.bins = bins
@@ -125,7 +130,11 @@ class HistogramObserver(Observer):
     Args:
         channel_axis: see :class:`~razorlib.quantization.observers.base.Observer`.
         bins: the number of histogram bins over ``[-limit, limit]`` (half of them for
-            ``|x|``); precision is one bin, ``2 * limit / bins``.
+            ``|x|``), an even integer; precision is one bin, ``2 * limit / bins``.
+
+    Raises:
+        TypeError: ``bins`` is no integer.
+        ValueError: ``bins`` is odd or below 2.
 
     Example:
         >>> from razorlib.quantization.observers import OBSERVERS

@@ -5,7 +5,7 @@ import torch
 
 from ...ir import QuantizationProperty, TensorQuantizationConfig
 from ..functional import linear_fake_quantize
-from .base import range_to_scale_offset, register_observer
+from .base import integer_option, range_to_scale_offset, register_observer
 from .histogram import HistogramObserver
 
 __all__ = ['MSEObserver']
@@ -27,8 +27,12 @@ class MSEObserver(HistogramObserver):
 
     Args:
         channel_axis: see :class:`~razorlib.quantization.observers.base.Observer`.
-        grid: the number of candidate ranges.
+        grid: the number of candidate ranges, an integer of at least 1.
         bins: see :class:`~razorlib.quantization.observers.histogram.HistogramObserver`.
+
+    Raises:
+        TypeError: ``grid`` or ``bins`` is no integer.
+        ValueError: ``grid`` is below 1, ``bins`` odd or below 2.
 
     Example:
         >>> from razorlib.ir import TensorQuantizationConfig
@@ -45,6 +49,7 @@ class MSEObserver(HistogramObserver):
 
     def __init__(self, channel_axis: Optional[int] = None, grid: int = 100,
                  bins: int = 4096) -> None:
+        grid = integer_option('grid', grid, 'a number of candidate ranges')
         if grid < 1:
             raise ValueError(f'grid must be at least 1, got {grid}')
         super().__init__(channel_axis, bins)

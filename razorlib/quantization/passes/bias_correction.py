@@ -8,6 +8,12 @@ activation and its output quantization) is compared in the quantized graph, with
 correction made upstream, and in the FP32 graph; the mean difference per output channel
 is subtracted from its bias.  Layers are corrected in topological order.  The FP32 bias
 stays aside: a dequantized graph (the FP32 reference) computes what it computed before.
+
+A Gemm adds ``beta * C``: its bias moves by ``shift / beta``, so that its output moves by
+the shift; ``alpha`` scales ``A x B`` only, on both sides of the measured difference, and
+needs no care.  A Gemm with ``beta = 0`` ignores its bias, and one whose bias does not
+hold one value per output channel (a scalar, a column) cannot take a shift per channel:
+both are skipped, with a log line.
 """
 import logging
 from typing import Optional, Sequence
@@ -42,7 +48,8 @@ class BiasCorrection(PTQPass):
 
     Runs after calibration (``stage = 'calibrated'``), and after AdaRound when both are
     listed (bias correction then removes what rounding left).  A layer without a bias
-    (its input 2) is skipped.
+    (its input 2) is skipped, and so is a Gemm with ``beta = 0`` or whose bias is not one
+    value per output channel (logged); a Gemm's bias moves by ``shift / beta``.
 
     Args:
         steps: how many of the batches to measure on (None: all).
@@ -84,6 +91,9 @@ class BiasCorrection(PTQPass):
         for op in weight_layers(graph, self.layers):
             if len(op.inputs) < 3 or not op.inputs[2].is_parameter or op.inputs[2].value is None:
                 continue
+            bias_factor = _bias_factor(op)
+            if bias_factor is None:
+                continue
             axis = output_channel_axis(op)
             shift = 0
             for record in record_layer(executor, op, batches):
@@ -92,6 +102,32 @@ class BiasCorrection(PTQPass):
                 shift = shift + (channel_means(record.fp32_output, axis)
                                  - channel_means(quantized, axis))
             bias = op.inputs[2].value
-            op.set_parameter_value(2, bias + (shift / len(batches)).to(bias))
+            if bias.dim() == 0 or bias.shape[-1] != len(shift):
+                logger.info('BiasCorrection: skipped %s %r: its bias of shape %s is not one '
+                            'value per output channel (%d)', op.type, op.name,
+                            tuple(bias.shape), len(shift))
+                continue
+            op.set_parameter_value(2, bias + (shift / (len(batches) * bias_factor)).to(bias))
             corrected += 1
         return PassResult.counted(graph, corrected)
+
+
+def _bias_factor(op) -> Optional[float]:
+    """What ``op`` multiplies its bias by (a Gemm's ``beta``, else 1); None, logged, for a
+    Gemm with ``beta = 0``, whose bias no shift can correct.
+
+    Example:
+        >>> from razorlib.ir import Operation
+        >>> _bias_factor(Operation('fc', 'Gemm', attributes={'beta': 0.5}))
+        0.5
+        >>> _bias_factor(Operation('fc', 'Gemm', attributes={'beta': 0.0})) is None
+        True
+    """
+    if op.type != 'Gemm':
+        return 1.0
+    beta = float(op.attributes.get('beta', 1.0))
+    if beta == 0:
+        logger.info('BiasCorrection: skipped Gemm %r: beta is 0, so its bias (input 2) does '
+                    'not reach its output', op.name)
+        return None
+    return beta

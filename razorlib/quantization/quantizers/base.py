@@ -8,6 +8,7 @@ one config per tensor, following the role each tensor plays in the op's socket;
 :mod:`~razorlib.quantization.quantizers.links` over the whole graph, through a
 :class:`~razorlib.ir.PassManager`.
 """
+import logging
 from typing import Callable, ClassVar, Dict, FrozenSet, Mapping, Optional, Type, TypeVar
 
 from ...ir import (BaseGraph, Operation, OperationQuantizationConfig, PassManager, PassResult,
@@ -15,9 +16,11 @@ from ...ir import (BaseGraph, Operation, OperationQuantizationConfig, PassManage
 from ...ir.components import registered
 from ...registry import QUANTIZERS
 from ..platform import TargetPlatform, as_platform
-from .formats import (WEIGHT_CHANNEL_AXIS, ScaleSharing, TensorFormat, fp32_config, last_axis,
-                      weight_channel_axis)
+from .formats import (GROUPED_CONV_TRANSPOSE_PER_TENSOR, WEIGHT_CHANNEL_AXIS, ScaleSharing,
+                      TensorFormat, fp32_config, last_axis, weight_channel_axis)
 from .links import LINK_PASSES
+
+logger = logging.getLogger(__name__)
 
 __all__ = ['BaseQuantizer', 'QUANTIZERS', 'quantizer_class', 'register_quantizer']
 
@@ -57,7 +60,8 @@ class BaseQuantizer:
         platform: the quantized platform.
         activation: the format of activations (and of inputs that are not weights).
         weight: the format of weights; per-channel on the axis of
-            :data:`~razorlib.quantization.quantizers.formats.WEIGHT_CHANNEL_AXIS`.
+            :data:`~razorlib.quantization.quantizers.formats.WEIGHT_CHANNEL_AXIS` (per
+            tensor, logged, for a grouped ConvTranspose, whose weight has no such axis).
         bias: the format of the biases of Conv, ConvTranspose and Gemm; None keeps them in
             FP32.  A quantized bias is passive: its scale is input scale x weight scale.
         fusions: op type -> activation types the backend fuses after it.
@@ -98,7 +102,7 @@ class BaseQuantizer:
         self._builders: Dict[TensorRole, Callable[[Operation, Variable],
                                                   TensorQuantizationConfig]] = {
             _ROLE.ACTIVATION: lambda op, var: self.activation.build(),
-            _ROLE.WEIGHT: lambda op, var: self.weight.build(weight_channel_axis(op)),
+            _ROLE.WEIGHT: self._weight_config,
             _ROLE.BIAS: self._bias_config,
             _ROLE.NOT_QUANTIZED: lambda op, var: fp32_config(),
         }
@@ -163,6 +167,15 @@ class BaseQuantizer:
         if _is_non_float(op.outputs[index]):
             return _ROLE.NOT_QUANTIZED
         return op.socket.outputs[index]
+
+    def _weight_config(self, op: Operation, var: Variable) -> TensorQuantizationConfig:
+        """The weight format, per channel on :func:`weight_channel_axis` (per tensor, logged,
+        for a grouped ConvTranspose)."""
+        axis = weight_channel_axis(op)
+        if self.weight.per_channel and axis is None and op.type == 'ConvTranspose':
+            logger.info('%s: ConvTranspose %r has group %s: %s', type(self).__name__, op.name,
+                        op.attributes.get('group'), GROUPED_CONV_TRANSPOSE_PER_TENSOR)
+        return self.weight.build(axis)
 
     def _bias_config(self, op: Operation, var: Variable) -> TensorQuantizationConfig:
         """Biases of layers (Conv, ConvTranspose, Gemm) in the bias format, others FP32."""

@@ -3,7 +3,8 @@
 A quantizer declares one :class:`TensorFormat` for activations, one for weights and one
 (or none) for biases, and a :class:`ScaleSharing` per op type whose tensors share one
 scale.  :data:`WEIGHT_CHANNEL_AXIS` says, per op type, which axis of the weight holds the
-output channels that per-channel quantization follows.
+output channels that per-channel quantization follows (none for a grouped ConvTranspose,
+whose weight is then per tensor).
 """
 import enum
 from dataclasses import dataclass
@@ -12,8 +13,8 @@ from typing import Callable, Dict, Optional
 from ...ir import (Operation, QuantizationProperty, QuantizationStates, RoundingPolicy,
                    TensorQuantizationConfig, Variable)
 
-__all__ = ['ScaleSharing', 'TensorFormat', 'WEIGHT_CHANNEL_AXIS', 'fp32_config', 'last_axis',
-           'weight_channel_axis']
+__all__ = ['GROUPED_CONV_TRANSPOSE_PER_TENSOR', 'ScaleSharing', 'TensorFormat',
+           'WEIGHT_CHANNEL_AXIS', 'fp32_config', 'last_axis', 'weight_channel_axis']
 
 _P = QuantizationProperty
 
@@ -101,25 +102,42 @@ def _matmul_weight_axis(op: Operation) -> Optional[int]:
     return axis if axis is not None and axis >= 1 else None
 
 
+GROUPED_CONV_TRANSPOSE_PER_TENSOR = (
+    'its weight (in, out / group, k...) has no axis of output channels: output channel c '
+    'reads column c % (out / group) of its group\'s rows, so scales on axis 1 would be '
+    'shared across groups; its weight and bias are quantized per tensor')
+"""Why a grouped ConvTranspose's weight is quantized per tensor (logged per op)."""
+
+
+def _conv_transpose_weight_axis(op: Operation) -> Optional[int]:
+    return 1 if int(op.attributes.get('group', 1)) == 1 else None
+
+
 WEIGHT_CHANNEL_AXIS: Dict[str, Callable[[Operation], Optional[int]]] = {
-    # Conv weights are (out, in / groups, k...); ConvTranspose weights (in, out / groups, k...).
+    # Conv weights are (out, in / groups, k...); ConvTranspose weights (in, out / groups, k...):
+    # grouped, no axis holds the output channels (GROUPED_CONV_TRANSPOSE_PER_TENSOR).
     'Conv': lambda op: 0,
-    'ConvTranspose': lambda op: 1,
+    'ConvTranspose': _conv_transpose_weight_axis,
     # Gemm computes A x B: B is (K, N), or (N, K) with transB.
     'Gemm': lambda op: 0 if op.attributes.get('transB', 0) else 1,
     # MatMul with a weight (..., K, N): the output features are the last axis.
     'MatMul': _matmul_weight_axis,
 }
-"""Op type -> the axis of input 1 (the weight) that holds the output channels."""
+"""Op type -> the axis of input 1 (the weight) that holds the output channels, None where
+no axis does (a grouped ConvTranspose: its weight is then quantized per tensor)."""
 
 
 def weight_channel_axis(op: Operation) -> Optional[int]:
-    """The output-channel axis of ``op``'s weight, or None for an op not in the table.
+    """The output-channel axis of ``op``'s weight, or None for an op not in the table or one
+    whose weight has no such axis (a grouped ConvTranspose).
 
     Example:
         >>> gemm = Operation('fc', 'Gemm', attributes={'transB': 1})
         >>> weight_channel_axis(gemm), weight_channel_axis(Operation('bn', 'PRelu'))
         (0, None)
+        >>> deconv = Operation('up', 'ConvTranspose', attributes={'group': 2})
+        >>> weight_channel_axis(deconv), weight_channel_axis(Operation('up', 'ConvTranspose'))
+        (None, 1)
     """
     rule = WEIGHT_CHANNEL_AXIS.get(op.type)
     return None if rule is None else rule(op)

@@ -12,7 +12,8 @@ class ORTQDQQuantizer(BaseQuantizer):
     """ONNX Runtime int8 through QuantizeLinear/DequantizeLinear pairs.
 
     - Activations: per-tensor, asymmetric uint8 [0, 255], calibrated by ``minmax``.
-    - Weights: per-channel on the output-channel axis, symmetric int8 [-127, 127].
+    - Weights: per-channel on the output-channel axis, symmetric int8 [-127, 127]; per
+      tensor for a grouped ConvTranspose, whose weight has no output-channel axis.
     - Biases of Conv, ConvTranspose and Gemm: int32, symmetric, per channel when the
       weight is; passive: ``master_by`` is the weight config, and the scale is input
       scale x weight scale, as ONNX Runtime's QLinear kernels require.

@@ -13,7 +13,8 @@ class TensorRTQuantizer(BaseQuantizer):
 
     - Activations: per-tensor, symmetric, [-128, 127], calibrated by ``percentile``.
     - Weights: per-channel on the output-channel axis, symmetric, narrow [-127, 127]
-      (TensorRT requires symmetric weight ranges), calibrated by ``minmax``.
+      (TensorRT requires symmetric weight ranges), calibrated by ``minmax``; per tensor
+      for a grouped ConvTranspose, whose weight has no output-channel axis.
     - Biases stay FP32: TensorRT takes the float bias and folds it into its int32
       accumulation itself, so no Q/DQ goes on a bias.
     - Conv/ConvTranspose/Gemm/MatMul + Relu/Clip are fused: quantized once, after the
