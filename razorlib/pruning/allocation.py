@@ -361,7 +361,7 @@ def allocate(pruner: Any, scores: Optional[Dict[str, np.ndarray]] = None, *,
     measure_flops = metric == 'flops'
     full = {gid: np.ones(g.num_channels, dtype=bool) for gid, g in prunable.items()}
     if metric == 'latency':
-        return _allocate_latency(family, full, unscored, meter, target, runtime)
+        return _allocate_latency(family, full, unscored, meter, target, runtime, rule)
     dense = meter(full)
     limit = target * getattr(dense, metric)
     cache: Dict[tuple, float] = {}
@@ -388,10 +388,20 @@ def allocate(pruner: Any, scores: Optional[Dict[str, np.ndarray]] = None, *,
 
 
 def _allocate_latency(family: _Family, full: Keep, unscored: List[str], meter: SubnetMeter,
-                      target: float, runtime: Union[RuntimeArg, SubnetLatency]) -> Allocation:
-    """The largest candidate whose latency, measured on ``runtime``, meets ``target``."""
+                      target: float, runtime: Union[RuntimeArg, SubnetLatency],
+                      rule: WidthRule) -> Allocation:
+    """The largest candidate whose latency, measured on ``runtime``, meets ``target``.
+
+    A budget below 1 when the rules leave nothing to prune (the smallest candidate is
+    the dense model) is refused before anything is measured: timing the dense model
+    against itself would only report noise."""
     timer = (runtime if isinstance(runtime, SubnetLatency)
              else SubnetLatency(meter.pruner, meter.example_inputs, runtime))
+    if target < 1 and family.counts(0) == family.counts(family.size):
+        raise ValueError(
+            f'latency={target:g} cannot be met: nothing can be pruned under the given rules '
+            f'({_describe_rules(rule)}): the smallest subnet allowed is the dense model; '
+            'lower round_to / raise max_ratio. Nothing was changed.')
     choice = timer.search(lambda i: {**full, **family.keep(family.counts(i))}, family.size,
                           target)
     counts = family.counts(choice.index)

@@ -15,11 +15,23 @@ and predicts them from the table; :func:`~razorlib.pruning.latency_search.search
 uses both to find the largest candidate of an allocation that meets ``latency=`` (a
 fraction of the dense model's latency) with few whole-model measurements.  Tables are
 cached as JSON, keyed by the model's structure and masked layers, the input shapes, the
-runtime (name, device, threads, quantile, software versions) and the grid.
+dtypes and memory formats of the inputs and parameters, the runtime (name, device,
+threads, quantile, software versions) and the grid.
+
+The cache is only a cache: a file that cannot be read or does not describe the table
+asked for (invalid JSON, another format version, fields missing or malformed, other
+layers or grid widths than the model's, another key inside) is warned about
+(:class:`LatencyCacheWarning`, naming the file and what is wrong), re-measured and
+overwritten; a cache directory that cannot be written is warned about and the table kept
+in memory for the run.
 """
+import contextlib
 import copy
 import hashlib
 import json
+import math
+import warnings
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
@@ -29,15 +41,19 @@ import torch
 import torch.nn as nn
 
 from ..layers import IN_MASK, OUT_MASK, kept_widths
+from ..tracing.forward import call_model, without_kv_cache
 from ..utils.files import atomic_write_text
 from .latency_search import LatencyChoice, search_latency
 from .masks import remove_masks
-from .runtimes import Runtime, RuntimeArg, build_runtime
+from .runtimes import Inputs, Runtime, RuntimeArg, build_runtime
 from .slicing import slim_model
 
-__all__ = ['LayerLatency', 'LatencyTable', 'SubnetLatency', 'LatencyChoice', 'GRID_RATIOS']
+__all__ = ['LayerLatency', 'LatencyTable', 'SubnetLatency', 'LatencyChoice', 'GRID_RATIOS',
+           'LatencyTableError', 'LatencyCacheWarning']
 
 Keep = Dict[str, np.ndarray]
+#: Per masked layer, the kept ``(in, out)`` channel indices at each grid ratio.
+Kept = Dict[str, List[Tuple[Optional[List[int]], Optional[List[int]]]]]
 
 #: The uniform ratios whose kept widths each layer is timed at (``points=5``).
 GRID_RATIOS = (0.125, 0.25, 0.5, 0.75, 1.0)
@@ -98,30 +114,164 @@ class LatencyTable:
 
     @classmethod
     def from_json(cls, text: str, source: str = '<string>') -> 'LatencyTable':
-        """Read a table written by :meth:`to_json`; ``source`` names it in errors."""
-        data = json.loads(text)
+        """Read a table written by :meth:`to_json`; ``source`` names it in errors.
+
+        Raises:
+            LatencyTableError: the text is not such a table (invalid JSON, another
+                :data:`TABLE_VERSION`, a field missing or malformed); the message says what.
+
+        Example:
+            >>> LatencyTable.from_json('{"version": 1, "key": "k", "meta": {}}', 't.json')
+            Traceback (most recent call last):
+            ...
+            razorlib.pruning.latency.LatencyTableError: t.json: no 'layers' field
+        """
+        try:
+            data = json.loads(text)
+        except ValueError as err:  # JSONDecodeError, or a number out of range
+            raise LatencyTableError(source, f'invalid JSON ({err})') from None
+        if not isinstance(data, dict):
+            raise LatencyTableError(source, f'a JSON {type(data).__name__}, not an object')
         if data.get('version') != TABLE_VERSION:
-            raise ValueError(f'{source}: latency table version {data.get("version")!r}, '
-                             f'expected {TABLE_VERSION}; delete the file to re-measure')
-        return cls(data['key'], data['meta'],
-                   {n: LayerLatency(**lat) for n, lat in data['layers'].items()})
+            raise LatencyTableError(source, f'latency table version {data.get("version")!r}, '
+                                            f'expected {TABLE_VERSION}')
+        for name, kind in (('key', str), ('meta', dict), ('layers', dict)):
+            if name not in data:
+                raise LatencyTableError(source, f'no {name!r} field')
+            if not isinstance(data[name], kind):
+                raise LatencyTableError(source, f'{name!r} is a {type(data[name]).__name__}, '
+                                                f'not a {kind.__name__}')
+        layers = {}
+        for name, fields in data['layers'].items():
+            problem = _layer_problem(fields)
+            if problem:
+                raise LatencyTableError(source, f'layer {name!r}: {problem}')
+            layers[name] = LayerLatency(**fields)
+        return cls(data['key'], data['meta'], layers)
 
     def save(self, path: Union[str, Path]) -> None:
         atomic_write_text(path, self.to_json())
 
     @classmethod
     def load(cls, path: Union[str, Path]) -> 'LatencyTable':
-        return cls.from_json(Path(path).read_text(), str(path))
+        """Read a table file (:meth:`from_json`; ``OSError`` if it cannot be read)."""
+        try:
+            text = Path(path).read_text()
+        except UnicodeDecodeError as err:
+            raise LatencyTableError(str(path), f'not text ({err})') from None
+        return cls.from_json(text, str(path))
 
 
-def _inputs_tuple(example_inputs: Any) -> Tuple[torch.Tensor, ...]:
+class LatencyTableError(ValueError):
+    """A latency table that cannot be read: ``source`` names it, ``reason`` says why."""
+
+    def __init__(self, source: str, reason: str):
+        super().__init__(f'{source}: {reason}')
+        self.source, self.reason = source, reason
+
+
+class LatencyCacheWarning(UserWarning):
+    """A cached latency table was unusable (re-measured), or could not be written."""
+
+
+def _layer_problem(fields: Any) -> Optional[str]:
+    """What is wrong with a layer's JSON fields (None if nothing): names, types, ascending
+    widths, finite non-negative milliseconds, the grid's shape.
+
+    Example:
+        >>> _layer_problem(dict(calls=1, ins=[2, 4], outs=[4], ms=[[1.0]]))
+        'ms is a 1x1 grid, expected 2x1 (ins x outs)'
+    """
+    if not isinstance(fields, dict):
+        return f'a {type(fields).__name__}, not an object'
+    names = {'calls', 'ins', 'outs', 'ms', 'bound'}
+    missing = sorted(names - {'bound'} - set(fields))
+    extra = sorted(set(fields) - names)
+    if missing or extra:
+        return ', '.join(([f'no {", ".join(missing)}'] if missing else []) +
+                         ([f'unknown {", ".join(extra)}'] if extra else []))
+
+    def ints(value: Any) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+    def number(value: Any) -> bool:
+        return (isinstance(value, (int, float)) and not isinstance(value, bool)
+                and math.isfinite(value) and value >= 0)
+
+    calls, ins, outs, ms = (fields[k] for k in ('calls', 'ins', 'outs', 'ms'))
+    bound = fields.get('bound', False)
+    if not ints(calls) or calls < 1:
+        return f'calls is {calls!r}, not a positive integer'
+    if not isinstance(bound, bool):
+        return f'bound is {bound!r}, not true or false'
+    for axis, widths in (('ins', ins), ('outs', outs)):
+        if (not isinstance(widths, list) or not widths or not all(map(ints, widths))
+                or any(a >= b for a, b in zip(widths, widths[1:]))):
+            return f'{axis} is {widths!r}, not ascending channel counts'
+    if not isinstance(ms, list) or not all(isinstance(row, list) for row in ms):
+        return 'ms is not a list of rows'
+    if not all(number(v) for row in ms for v in row):
+        return 'ms holds a value that is not a finite non-negative number'
+    rows, cols = (1, len(outs)) if bound else (len(ins), len(outs))
+    shape = f'{len(ms)}x{len(ms[0]) if ms else 0}'
+    if len(ms) != rows or any(len(row) != cols for row in ms):
+        return f'ms is a {shape} grid, expected {rows}x{cols} (ins x outs)'
+    if bound and len(ins) != len(outs):
+        return f'a bound layer with {len(ins)} ins and {len(outs)} outs'
+    return None
+
+
+def _example_inputs(example_inputs: Any) -> Inputs:
+    """A tensor or a sequence of tensors as a tuple; a mapping (keyword arguments, a
+    tokenizer's ``BatchEncoding``) as a dict."""
     if isinstance(example_inputs, torch.Tensor):
         return (example_inputs, )
     if isinstance(example_inputs, (tuple, list)) and all(
             isinstance(x, torch.Tensor) for x in example_inputs):
         return tuple(example_inputs)
-    raise TypeError('a latency budget needs example inputs that are a tensor or a tuple of '
-                    f'positional tensors, got {type(example_inputs).__name__}')
+    if isinstance(example_inputs, Mapping) and all(isinstance(k, str) for k in example_inputs):
+        return dict(example_inputs)
+    raise TypeError('a latency budget needs example inputs that are a tensor, a tuple of '
+                    'positional tensors or a mapping of keyword arguments (a Hugging Face '
+                    f"model's {{'input_ids': ...}}), got {type(example_inputs).__name__}")
+
+
+def _memory_format(tensor: torch.Tensor) -> str:
+    """``'contiguous'``, ``'channels_last'`` (4-d), ``'channels_last_3d'`` (5-d) or
+    ``'strided'`` (any other layout)."""
+    if tensor.is_contiguous():
+        return 'contiguous'
+    if tensor.dim() == 4 and tensor.is_contiguous(memory_format=torch.channels_last):
+        return 'channels_last'
+    if tensor.dim() == 5 and tensor.is_contiguous(memory_format=torch.channels_last_3d):
+        return 'channels_last_3d'
+    return 'strided'
+
+
+def _layout(model: nn.Module, inputs: Inputs) -> Dict[str, Any]:
+    """The dtypes and memory formats of the input tensors and of the parameters, for the
+    cache key; empty when every one is float32 and contiguous, so that such runs keep
+    the keys they had before these were part of it."""
+    values = inputs.values() if isinstance(inputs, Mapping) else inputs
+    tensors = [x for x in values if isinstance(x, torch.Tensor)]
+    params = list(model.parameters())
+    layout = dict(input_dtypes=[str(x.dtype) for x in tensors],
+                  input_formats=[_memory_format(x) for x in tensors],
+                  param_dtypes=sorted({str(p.dtype) for p in params}),
+                  param_formats=sorted({_memory_format(p) for p in params}))
+    plain = dict(input_dtypes=['torch.float32'] * len(tensors),
+                 input_formats=['contiguous'] * len(tensors),
+                 param_dtypes=['torch.float32'] if params else [],
+                 param_formats=['contiguous'] if params else [])
+    return {} if layout == plain else layout
+
+
+def _shapes(inputs: Inputs) -> Any:
+    """The inputs' shapes for the key (a mapping's other values by ``repr``)."""
+    if isinstance(inputs, Mapping):
+        return {k: list(v.shape) if isinstance(v, torch.Tensor) else repr(v)
+                for k, v in inputs.items()}
+    return [list(x.shape) for x in inputs]
 
 
 class SubnetLatency:
@@ -129,7 +279,9 @@ class SubnetLatency:
 
     Args:
         pruner: a prepared :class:`~razorlib.pruning.StructurePruner`.
-        example_inputs: the forward's inputs (a tensor or a tuple of tensors).
+        example_inputs: the forward's inputs: a tensor, a tuple of tensors or a mapping
+            of keyword arguments (``model(**inputs)``: a Hugging Face model's
+            ``{'input_ids': ...}``).
         runtime: ``'torch'``, ``'onnxruntime'``, ``'cuda'``, a config dict or a
             :class:`~razorlib.pruning.runtimes.Runtime`.
         points: how many of :data:`GRID_RATIOS` (its last ones, 1.0 always) the table
@@ -138,13 +290,19 @@ class SubnetLatency:
             search; the chosen subnet is at most this much above it.
         max_measurements: whole-model measurements the search may make after the dense
             and the smallest subnets.
+
+    Raises:
+        TypeError, ValueError: inputs of another kind, a runtime that is not one, or
+            one that cannot run this model (:meth:`Runtime.check`: onnxruntime and a
+            float64 model), before anything is measured.
     """
 
     def __init__(self, pruner: Any, example_inputs: Any, runtime: RuntimeArg = 'torch',
                  points: Union[int, Tuple[float, ...]] = 5, tolerance: float = 0.02,
                  max_measurements: int = 10):
-        self.pruner, self.inputs = pruner, _inputs_tuple(example_inputs)
+        self.pruner, self.inputs = pruner, _example_inputs(example_inputs)
         self.runtime: Runtime = build_runtime(runtime)
+        self.runtime.check(pruner.model, self.inputs)
         ratios = GRID_RATIOS[-points:] if isinstance(points, int) else tuple(points)
         self.ratios = tuple(sorted(set(ratios) | {1.0}))
         self.tolerance, self.max_measurements = tolerance, max_measurements
@@ -154,36 +312,108 @@ class SubnetLatency:
     # ------------------------------------------------------------------ the table
     def table_key(self) -> Tuple[str, Dict[str, Any]]:
         """The cache key: a hash of the model's structure, the masked layers, the input
-        shapes, the runtime's fields (:meth:`Runtime.key_fields`) and the grid."""
-        meta = dict(model=type(self.pruner.model).__name__,
-                    structure=hashlib.sha256(str(self.pruner.model).encode()).hexdigest(),
+        shapes, the dtypes and memory formats of the inputs and parameters (left out
+        when all are float32 and contiguous, so such runs keep their earlier keys), the
+        runtime's fields (:meth:`Runtime.key_fields`) and the grid."""
+        model = self.pruner.model
+        meta = dict(model=type(model).__name__,
+                    structure=hashlib.sha256(str(model).encode()).hexdigest(),
                     layers=hashlib.sha256(' '.join(sorted(self.pruner._masked)).encode())
                     .hexdigest(),
-                    inputs=[list(x.shape) for x in self.inputs],
+                    inputs=_shapes(self.inputs), **_layout(model, self.inputs),
                     ratios=list(self.ratios), **self.runtime.key_fields())
         key = hashlib.sha256(json.dumps(meta, sort_keys=True).encode()).hexdigest()[:24]
         return key, meta
 
+    def cache_path(self) -> Optional[Path]:
+        """The file the table is cached in (None: the runtime caches nothing)."""
+        if self.runtime.cache_dir is None:
+            return None
+        key, meta = self.table_key()
+        return self.runtime.cache_dir / f'{meta["model"]}-{key}.json'
+
     @property
     def table(self) -> LatencyTable:
-        """The layers' table: read from the runtime's cache dir, or measured (and cached)."""
+        """The layers' table: read from the runtime's cache dir, or measured (and cached).
+
+        A cached file that is unusable (not a table, or not this one: other layers, calls
+        or grid widths, another key inside) is warned about (:class:`LatencyCacheWarning`,
+        naming the file and what is wrong), re-measured and overwritten.  A table of another
+        format version (:data:`TABLE_VERSION`) is treated the same: the file holds
+        measurements this library can always make again, so refusing it would only make
+        the user delete it by hand.  A cache that cannot be written is warned about and
+        the table kept in memory."""
         if self._table is None:
             key, meta = self.table_key()
-            path = (self.runtime.cache_dir / f'{meta["model"]}-{key}.json'
-                    if self.runtime.cache_dir is not None else None)
-            if path is not None and path.is_file():
-                self._table = LatencyTable.load(path)
-            else:
-                self._table = LatencyTable(key, meta, self._measure_layers())
-                if path is not None:
-                    self._table.save(path)
+            path = self.cache_path()
+            plan = self._grid_plan()
+            if path is not None and _exists(path):
+                cached, problem = self._read_cache(path, key, plan)
+                if cached is not None:
+                    self._table = cached
+                    return cached
+                warnings.warn(f'latency table cache {path}: {problem}; re-measuring it and '
+                              'overwriting the file', LatencyCacheWarning, stacklevel=2)
+            self._table = LatencyTable(key, meta, self._measure_layers(plan))
+            if path is not None:
+                self._save(path)
         return self._table
 
-    def _measure_layers(self) -> Dict[str, LayerLatency]:
+    def _read_cache(self, path: Path, key: str, plan: Tuple[Dict[str, int], Any, Kept]
+                    ) -> Tuple[Optional[LatencyTable], str]:
+        """The cached table, or None and what makes the file unusable for this one."""
+        try:
+            table = LatencyTable.load(path)
+        except OSError as err:
+            return None, f'cannot be read ({type(err).__name__}: {err.strerror or err})'
+        except LatencyTableError as err:
+            return None, err.reason
+        problem = self._table_problem(table, key, plan)
+        return (None, problem) if problem else (table, '')
+
+    @staticmethod
+    def _table_problem(table: LatencyTable, key: str,
+                       plan: Tuple[Dict[str, int], Any, Kept]) -> Optional[str]:
+        """How ``table`` differs from the one ``key`` and the grid ``plan`` describe."""
+        if table.key != key:
+            return f'its key is {table.key!r}, not {key!r} (the file name\'s)'
+        calls, _, kept = plan
+        missing = sorted(set(calls) - set(table.layers))
+        extra = sorted(set(table.layers) - set(calls))
+        if missing or extra:
+            return ', '.join(([f'no layer {", ".join(missing[:3])}'] if missing else []) +
+                             ([f'unknown layer {", ".join(extra[:3])}'] if extra else []))
+        for name, layer in table.layers.items():
+            if layer.calls != calls[name]:
+                return f'layer {name!r} runs {layer.calls} times, not {calls[name]}'
+            pairs = _unique_pairs(kept[name])
+            widths = (([_width(i) for i, _ in pairs], [_width(o) for _, o in pairs])
+                      if layer.bound else
+                      ([_width(i) for i in _unique_by_length([k[0] for k in kept[name]])],
+                       [_width(o) for o in _unique_by_length([k[1] for k in kept[name]])]))
+            if (layer.ins, layer.outs) != widths:
+                return (f'layer {name!r} is timed at widths {layer.ins} x {layer.outs}, '
+                        f'not the grid\'s {widths[0]} x {widths[1]}')
+        return None
+
+    def _save(self, path: Path) -> None:
+        try:
+            self._table.save(path)  # type: ignore[union-attr]
+        except OSError as err:
+            warnings.warn(
+                f'latency table not cached: cannot write {path} ({type(err).__name__}: '
+                f'{err.strerror or err}); it is kept in memory for this run. Point '
+                '$RAZORLIB_CACHE_DIR or the runtime\'s cache_dir option (runtime=dict(type=..., '
+                'cache_dir=...)) to a writable directory, or give cache_dir=False to cache '
+                'nothing', LatencyCacheWarning, stacklevel=3)
+
+    def _grid_plan(self) -> Tuple[Dict[str, int], Dict[str, Tuple[torch.Tensor, ...]], Kept]:
+        """Per masked layer run by the forward: its calls, its first inputs and its kept
+        channel indices at each ratio of the grid."""
         pruner = self.pruner
         calls, inputs = self._record_inputs()
         previous = pruner.current_subnet
-        kept: Dict[str, List[Tuple[List[int], List[int]]]] = {n: [] for n in calls}
+        kept: Kept = {n: [] for n in calls}
         try:
             for ratio in self.ratios:  # the masks' kept indices at each uniform ratio
                 pruner.set_subnet({gid: g.keep_best(np.arange(g.num_channels),
@@ -193,6 +423,11 @@ class SubnetLatency:
                     kept[name].append(_kept_indices(pruner._masked[name]))
         finally:
             pruner.set_subnet(previous)
+        return calls, inputs, kept
+
+    def _measure_layers(self, plan: Tuple[Dict[str, int], Dict[str, Tuple[torch.Tensor, ...]],
+                                          Kept]) -> Dict[str, LayerLatency]:
+        calls, inputs, kept = plan
         return {name: self._measure_layer(name, calls[name], inputs[name], kept[name])
                 for name in calls}
 
@@ -211,7 +446,7 @@ class SubnetLatency:
         training = pruner.model.training
         try:
             with torch.no_grad():
-                pruner.model.eval()(*self.inputs)
+                call_model(pruner.model.eval(), self.inputs)
         finally:
             for handle in handles:
                 handle.remove()
@@ -220,7 +455,8 @@ class SubnetLatency:
         return calls, inputs
 
     def _measure_layer(self, name: str, calls: int, args: Tuple[torch.Tensor, ...],
-                       kept: List[Tuple[List[int], List[int]]]) -> LayerLatency:
+                       kept: List[Tuple[Optional[List[int]], Optional[List[int]]]]
+                       ) -> LayerLatency:
         module = self.pruner._masked[name]
         kind = self.pruner.kinds.kind_of(module)
         in_dim = -module._buffers[IN_MASK if IN_MASK in module._buffers else OUT_MASK].dim()
@@ -277,8 +513,13 @@ class SubnetLatency:
         return slim_model(copy.deepcopy(pruner.model), cfg, pruner.kinds)
 
     def measure(self, keeps: List[Keep]) -> List[float]:
-        """Measured milliseconds of the sliced subnets, their runs interleaved."""
-        return self.runtime.latency([self.slim(keep) for keep in keeps], self.inputs)
+        """Measured milliseconds of the sliced subnets, their runs interleaved (their
+        transformers key/value cache off, whatever :meth:`Runtime.latency` does)."""
+        models = [self.slim(keep) for keep in keeps]
+        with contextlib.ExitStack() as stack:
+            for model in models:
+                stack.enter_context(without_kv_cache(model))
+            return self.runtime.latency(models, self.inputs)
 
     def search(self, subnet: Callable[[int], Keep], size: int, target: float) -> LatencyChoice:
         """The largest candidate ``0..size`` (``subnet(i)``, keeping more as ``i`` grows,
@@ -291,6 +532,15 @@ class SubnetLatency:
                 message names its measured fraction.
         """
         return search_latency(self, subnet, size, target)
+
+
+def _exists(path: Path) -> bool:
+    """Whether ``path`` is there to read (an error that hides it, such as a directory
+    that may not be searched, is for reading it to report)."""
+    try:
+        return path.exists()
+    except OSError:
+        return True
 
 
 def _kept_indices(module: nn.Module) -> Tuple[List[int], List[int]]:

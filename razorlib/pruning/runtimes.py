@@ -18,23 +18,51 @@ quantile: what the run costs when it is not pre-empted) is steadier.  Override
 ``'onnxruntime'``   the module exported to ONNX (TorchScript exporter), on
                     onnxruntime's CPU provider with every graph optimisation
 ==================  =========================================================
+
+Inputs are a tuple of positional tensors or a mapping of keyword arguments (a Hugging
+Face model's ``{'input_ids': ..., 'attention_mask': ...}``: ``module(**inputs)``).  The
+modules run with their transformers key/value cache off
+(:func:`~razorlib.tracing.forward.without_kv_cache`): one forward never needs it, and
+its ``DynamicCache`` output cannot be exported to ONNX.
 """
+import contextlib
+import ctypes
+import difflib
 import gc
+import inspect
 import io
+import logging
 import os
+import sys
 import time
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Sequence, Tuple, Type, Union
+from typing import Any, Callable, Dict, Iterator, List, Sequence, Tuple, Type, Union
 
 import numpy as np
 import torch
 import torch.nn as nn
 
+from ..tracing.forward import without_kv_cache
+
 __all__ = ['RUNTIMES', 'Runtime', 'TorchRuntime', 'CudaRuntime', 'OnnxRuntime',
            'build_runtime', 'RuntimeArg', 'default_cache_dir']
 
-Inputs = Tuple[torch.Tensor, ...]
+#: Positional tensors, or keyword arguments (``module(**inputs)``).
+Inputs = Union[Tuple[torch.Tensor, ...], Mapping]
+
+
+def call_module(module: nn.Module, inputs: Inputs) -> Any:
+    """``module(**inputs)`` for a mapping, else ``module(*inputs)``."""
+    return module(**inputs) if isinstance(inputs, Mapping) else module(*inputs)
+
+
+def inputs_to(inputs: Inputs, device: Union[str, torch.device]) -> Inputs:
+    """The inputs' tensors on ``device`` (a mapping's other values as they are)."""
+    if isinstance(inputs, Mapping):
+        return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
+    return tuple(x.to(device) for x in inputs)
 
 
 def default_cache_dir() -> Path:
@@ -91,6 +119,10 @@ class Runtime:
         return dict(runtime=self.name, device=self.device, threads=self.threads,
                     quantile=self.quantile, versions=self.versions())
 
+    def check(self, model: nn.Module, inputs: Inputs) -> None:
+        """Refuse, before anything is measured, a model or inputs this runtime cannot
+        run (raise ``ValueError``); nothing by default."""
+
     def compile(self, module: nn.Module, inputs: Inputs) -> Callable[[], Any]:
         """A function of no arguments that runs ``module`` on ``inputs`` once."""
         raise NotImplementedError(f'{type(self).__name__} must override compile() or '
@@ -98,9 +130,14 @@ class Runtime:
 
     def latency(self, modules: Sequence[nn.Module], inputs: Inputs) -> List[float]:
         """Milliseconds (the :attr:`quantile` of ``repeat`` runs; the median by default)
-        of one call of each module on ``inputs``, the modules' runs interleaved."""
-        runs = [self.compile(module, inputs) for module in modules]
-        return interleaved_times(runs, self.warmup, self.repeat, self.quantile)
+        of one call of each module on ``inputs`` (a tuple, or a mapping of keyword
+        arguments), the modules' runs interleaved, transformers models' key/value cache
+        off while they are compiled and timed."""
+        with contextlib.ExitStack() as stack:
+            for module in modules:
+                stack.enter_context(without_kv_cache(module))
+            runs = [self.compile(module, inputs) for module in modules]
+            return interleaved_times(runs, self.warmup, self.repeat, self.quantile)
 
 
 def interleaved_times(runs: Sequence[Callable[[], Any]], warmup: int, repeat: int,
@@ -131,11 +168,11 @@ class TorchRuntime(Runtime):
 
     def compile(self, module: nn.Module, inputs: Inputs) -> Callable[[], Any]:
         module = module.eval().to(self.device)
-        inputs = tuple(x.to(self.device) for x in inputs)
+        inputs = inputs_to(inputs, self.device)
 
         def run() -> Any:
             with torch.no_grad():
-                return module(*inputs)
+                return call_module(module, inputs)
         return run
 
     def latency(self, modules: Sequence[nn.Module], inputs: Inputs) -> List[float]:
@@ -172,35 +209,192 @@ class CudaRuntime(TorchRuntime):
         return synced
 
 
+#: Dtypes onnxruntime's CPU provider lacks kernels for (float64: no Conv; bfloat16: no Conv,
+#: no Gemm): :meth:`OnnxRuntime.check` refuses them.
+ORT_UNSUPPORTED_DTYPES = (torch.float64, torch.bfloat16)
+
+
 class OnnxRuntime(Runtime):
-    """onnxruntime's CPU provider on the module exported to ONNX (opset 17,
-    TorchScript exporter: fast, and enough for the convolutional layers timed here),
-    graph optimisations on (Conv + BatchNorm + ReLU fused), sequential execution."""
+    """onnxruntime's CPU provider on the module exported to ONNX, graph optimisations on
+    (Conv + BatchNorm + ReLU fused), sequential execution.
+
+    The TorchScript exporter (opset 17) exports it: fast, and enough for the layers of
+    the table.  Keyword inputs go through a wrapper that takes the mapping's tensors
+    positionally, each an ONNX input of its name (other values are constants).  A module
+    the TorchScript exporter fails on (a transformers decoder given ``input_ids`` alone
+    reads ``aten::diff`` to find packed sequences) is exported by the dynamo exporter
+    (``torch.export``, opset 18: seconds per model), and its class goes there directly
+    afterwards; one neither exports raises, naming the runtime, the model and both errors.
+
+    A model or inputs in float64 or bfloat16 are refused before anything is measured
+    (:meth:`check`): onnxruntime's CPU provider has no Conv kernel for either (float64
+    fails as ``NOT_IMPLEMENTED: Conv(11)`` only once a session is built).  They are not
+    cast to float32: a cast copy is another model, whose latency need not be the one
+    asked about.
+
+    Example:
+        >>> OnnxRuntime().check(nn.Linear(2, 2).double(), (torch.zeros(1, 2), ))
+        Traceback (most recent call last):
+        ...
+        ValueError: runtime 'onnxruntime': the Linear has torch.float64 weights or inputs, ...
+    """
     name = 'onnxruntime'
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._dynamo_classes: set = set()  # classes the TorchScript exporter failed on
 
     def versions(self) -> Dict[str, str]:
         import onnxruntime
         return {'torch': torch.__version__, 'onnxruntime': onnxruntime.__version__}
 
+    def check(self, model: nn.Module, inputs: Inputs) -> None:
+        values = inputs.values() if isinstance(inputs, Mapping) else inputs
+        tensors = [t for t in list(model.parameters()) + list(values)
+                   if isinstance(t, torch.Tensor)]
+        bad = sorted({str(t.dtype) for t in tensors if t.dtype in ORT_UNSUPPORTED_DTYPES})
+        if bad:
+            raise ValueError(f"runtime 'onnxruntime': the {type(model).__name__} has "
+                             f"{' and '.join(bad)} weights or inputs, which onnxruntime's CPU "
+                             'provider has no Conv/Gemm kernels for; cast the model and '
+                             "inputs to float32 (model.float()) or measure on runtime='torch'")
+
     def compile(self, module: nn.Module, inputs: Inputs) -> Callable[[], Any]:
         import onnxruntime as ort
 
-        buffer = io.BytesIO()
         module = module.eval()
-        with torch.no_grad(), warnings.catch_warnings():
-            warnings.simplefilter('ignore', DeprecationWarning)  # TorchScript's notices
-            torch.onnx.export(module, tuple(inputs), buffer, dynamo=False, opset_version=17,
-                              do_constant_folding=True)
+        with torch.no_grad(), without_kv_cache(module):
+            onnx_model = self._export(module, inputs)
         options = ort.SessionOptions()
         options.intra_op_num_threads = self.threads
         options.inter_op_num_threads = 1
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        session = ort.InferenceSession(buffer.getvalue(), options,
-                                       providers=['CPUExecutionProvider'])
-        feed = {i.name: x.detach().cpu().numpy()
-                for i, x in zip(session.get_inputs(), inputs)}
+        try:
+            session = ort.InferenceSession(onnx_model, options,
+                                           providers=['CPUExecutionProvider'])
+        except Exception as err:
+            raise RuntimeError(f"runtime 'onnxruntime': the {type(module).__name__} exported "
+                               f'to ONNX does not load: {_first_line(err)}; measure it on '
+                               "runtime='torch' instead") from err
+        names, tensors = _named_tensors(inputs)
+        arrays = dict(zip(names, (x.detach().cpu().numpy() for x in tensors)))
+        wanted = [i.name for i in session.get_inputs()]
+        feed = ({n: arrays[n] for n in wanted} if all(n in arrays for n in wanted)
+                else dict(zip(wanted, arrays.values())))
         return lambda: session.run(None, feed)
+
+    def _export(self, module: nn.Module, inputs: Inputs) -> bytes:
+        """The module as ONNX bytes: the TorchScript exporter, else the dynamo one."""
+        scripted_error = None
+        if type(module) not in self._dynamo_classes:
+            try:
+                return _torchscript_export(module, inputs)
+            except Exception as err:  # the dynamo exporter may manage
+                scripted_error = err
+                self._dynamo_classes.add(type(module))
+        try:
+            return _dynamo_export(module, inputs)
+        except Exception as err:
+            tried = (f'TorchScript exporter: {_first_line(scripted_error)}; '
+                     if scripted_error is not None else '')
+            raise RuntimeError(f"runtime 'onnxruntime': the {type(module).__name__} cannot be "
+                               f'exported to ONNX ({tried}dynamo exporter: '
+                               f"{_first_line(err)}); measure it on runtime='torch' instead"
+                               ) from err
+
+
+def _first_line(err: BaseException, limit: int = 300) -> str:
+    """The first line of an error (exporters append whole graphs), at most ``limit``
+    characters."""
+    text = f'{type(err).__name__}: {err}'.strip().splitlines()[0]
+    return text if len(text) <= limit else text[:limit - 3] + '...'
+
+
+def _named_tensors(inputs: Inputs) -> Tuple[List[str], List[torch.Tensor]]:
+    """The input tensors and their ONNX input names (a mapping's keys; ``input_0``...)."""
+    if isinstance(inputs, Mapping):
+        pairs = [(k, v) for k, v in inputs.items() if isinstance(v, torch.Tensor)]
+        return [k for k, _ in pairs], [v for _, v in pairs]
+    return [f'input_{i}' for i in range(len(inputs))], list(inputs)
+
+
+class _Positional(nn.Module):
+    """``module(**inputs)`` with the mapping's tensors taken positionally (the TorchScript
+    exporter traces positional tensors; its keyword arguments' defaults become inputs)."""
+
+    def __init__(self, module: nn.Module, inputs: Mapping):
+        super().__init__()
+        self.module, self.inputs = module, dict(inputs)
+        self.keys = [k for k, v in self.inputs.items() if isinstance(v, torch.Tensor)]
+
+    def forward(self, *tensors: torch.Tensor) -> Any:
+        return self.module(**{**self.inputs, **dict(zip(self.keys, tensors))})
+
+
+@contextlib.contextmanager
+def _quiet_output() -> Iterator[None]:
+    """Discard what native code writes to file descriptors 1 and 2 for a while: the
+    TorchScript exporter prints the whole graph to stdout from C++ when it fails (torch
+    2.13 turns its log on whatever ``verbose`` says).  Python's own ``sys.stdout`` and
+    ``sys.stderr`` are flushed first and keep what is written to them meanwhile."""
+    saved = []
+    try:
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        saved = [(fd, os.dup(fd)) for fd in (1, 2)]
+    except (OSError, ValueError, AttributeError):  # no descriptors to quiet
+        for _, copy in saved:
+            os.close(copy)
+        yield
+        return
+    try:
+        with open(os.devnull, 'w') as devnull:
+            for fd, _ in saved:
+                os.dup2(devnull.fileno(), fd)
+            yield
+    finally:
+        _flush_c_streams()
+        for fd, copy in saved:
+            os.dup2(copy, fd)
+            os.close(copy)
+
+
+def _flush_c_streams() -> None:
+    """``fflush(NULL)``: what native code buffered goes where its descriptors point now."""
+    try:
+        ctypes.CDLL(None).fflush(None)
+    except (OSError, AttributeError, TypeError):
+        pass
+
+
+def _torchscript_export(module: nn.Module, inputs: Inputs) -> bytes:
+    names, tensors = _named_tensors(inputs)
+    wrapped = _Positional(module, inputs) if isinstance(inputs, Mapping) else module
+    buffer = io.BytesIO()
+    with warnings.catch_warnings(), _quiet_output():
+        warnings.simplefilter('ignore')  # TorchScript's deprecation and tracer notices
+        torch.onnx.export(wrapped, tuple(tensors), buffer, dynamo=False, opset_version=17,
+                          do_constant_folding=True,
+                          input_names=names if isinstance(inputs, Mapping) else None)
+    return buffer.getvalue()
+
+
+def _dynamo_export(module: nn.Module, inputs: Inputs) -> bytes:
+    args, kwargs = ((), dict(inputs)) if isinstance(inputs, Mapping) else (tuple(inputs), None)
+    loggers = [logging.getLogger(name) for name in ('torch.onnx', 'torch.export', 'onnxscript')]
+    levels = [logger.level for logger in loggers]
+    try:
+        for logger in loggers:  # notices of missing torchvision ops, folding attempts
+            logger.setLevel(logging.ERROR)
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+            warnings.simplefilter('ignore')
+            program = torch.onnx.export(module, args, kwargs=kwargs, dynamo=True,
+                                        opset_version=18, verbose=False)
+        return program.model_proto.SerializeToString()
+    finally:
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
 
 
 #: Runtime name -> class; :func:`build_runtime` reads it.
@@ -217,15 +411,54 @@ def build_runtime(runtime: RuntimeArg) -> Runtime:
     """A runtime from its name (``'torch'``, ``'onnxruntime'``, ``'cuda'``), a config dict
     (``dict(type='onnxruntime', threads=1, repeat=30)``) or an instance.
 
+    Raises:
+        TypeError: ``runtime`` is none of these (``None`` included), or a config dict
+            names a key the runtime does not take (the accepted keys are named).
+        ValueError: an unknown runtime name.
+
     Example:
         >>> build_runtime(dict(type='torch', repeat=50))
         TorchRuntime(threads=1, warmup=5, repeat=50, quantile=0.5)
+        >>> build_runtime(dict(type='torch', repeats=3))
+        Traceback (most recent call last):
+        ...
+        TypeError: runtime=dict(type='torch', repeats=3): ... (did you mean 'repeat'?); it takes ...
     """
     if isinstance(runtime, Runtime):
         return runtime
+    if not isinstance(runtime, (str, Mapping)):
+        raise TypeError(f'runtime={runtime!r}: a latency budget is measured on a runtime: '
+                        f'one of {sorted(RUNTIMES)}, a config dict '
+                        "(dict(type='onnxruntime', repeat=30)) or a Runtime instance")
     cfg = dict(type=runtime) if isinstance(runtime, str) else dict(runtime)
     name = cfg.pop('type', None)
     if name not in RUNTIMES:
-        raise ValueError(f'unknown latency runtime {name!r}; choose one of '
+        hint = ('' if not isinstance(runtime, Mapping) or 'type' in runtime
+                else " (the config dict has no 'type')")
+        raise ValueError(f'unknown latency runtime {name!r}{hint}; choose one of '
                          f'{sorted(RUNTIMES)} or pass a Runtime instance')
+    accepted = _init_keys(RUNTIMES[name])
+    unknown = [k for k in cfg if k not in accepted]
+    if unknown:
+        given = ', '.join(f'{k}={v!r}' for k, v in dict(type=name, **cfg).items())
+        close = difflib.get_close_matches(str(unknown[0]), accepted, n=1)
+        raise TypeError(f'runtime=dict({given}): {", ".join(map(repr, unknown))} '
+                        f'{"is not a key" if len(unknown) == 1 else "are not keys"} of the '
+                        f'{name} runtime' + (f' (did you mean {close[0]!r}?)' if close else '')
+                        + f'; it takes {", ".join(["type"] + accepted)}')
     return RUNTIMES[name](**cfg)
+
+
+def _init_keys(cls: type) -> List[str]:
+    """The keyword arguments ``cls(...)`` takes (following an ``__init__`` that passes
+    ``**kwargs`` on to its base class's)."""
+    keys: List[str] = []
+    for klass in cls.__mro__:
+        if '__init__' not in vars(klass):
+            continue
+        params = inspect.signature(klass.__init__).parameters.values()
+        keys += [p.name for p in params if p.name != 'self' and p.name not in keys and
+                 p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+        if not any(p.kind == p.VAR_KEYWORD for p in params):
+            break
+    return keys
