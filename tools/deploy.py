@@ -57,9 +57,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--subnet', help='channel config of a supernet subnet (PTQ only; '
                         'default: none, the full width)')
     ptq.add_recalibrate_bn(parser, calib_steps="the config's ptq.calib_steps")
-    parser.add_argument('--batch-size', type=ptq.count(1), default=32,
+    parser.add_argument('--batch-size', type=ptq.at_least(1), default=32,
                         help='the engines\' largest and optimal batch (default: %(default)s)')
-    parser.add_argument('--workspace', type=ptq.count(1), default=1024, metavar='MIB',
+    parser.add_argument('--workspace', type=ptq.at_least(1), default=1024, metavar='MIB',
                         help='TensorRT builder workspace in MiB (default: %(default)s)')
     parser.add_argument('--work-dir', help='where the files go (default: '
                         'work_dirs/deploy_<config name>)')
@@ -111,9 +111,11 @@ def qat_refusal(args: argparse.Namespace) -> Optional[str]:
     if not given:
         return None
     from razorlib.engine.config import ConfigError, load_config
+    from razorlib.utils.cli import merge_cfg_options
 
     try:
-        cfg = load_config(args.config, args.cfg_options)
+        cfg = merge_cfg_options(load_config(args.config), args.cfg_options,
+                                _load_ptq_tool().CONFIG_KEYS, error=ConfigError)
     except ConfigError as err:
         return str(err)
     if not is_qat(cfg):
@@ -135,8 +137,10 @@ def quantized_graph(args: argparse.Namespace):
     from razorlib.engine.checkpoint_check import check_fits, read_checkpoint, state_dict_of
     from razorlib.engine.config import ConfigError, check_config, load_config
     from razorlib.registry import MODELS, SCOPE
+    from razorlib.utils.cli import merge_cfg_options
 
-    cfg = load_config(args.config, args.cfg_options)
+    cfg = merge_cfg_options(load_config(args.config), args.cfg_options,
+                            _load_ptq_tool().CONFIG_KEYS, error=ConfigError)
     check_config(cfg, required=('model', 'val_dataloader'))
     init_default_scope(cfg.get('default_scope') or SCOPE)
     if not is_qat(cfg):

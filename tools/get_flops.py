@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import argparse
 import logging
+import runpy
 import sys
+from importlib.util import find_spec
+from pathlib import Path
 from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple
 
 # Only what the arguments need is imported here (no torch), so that --help is instant.
@@ -24,25 +27,27 @@ from mmengine.logging import print_log
 if TYPE_CHECKING:
     import torch
 
+#: razorlib.utils.cli, run from its file: ``import razorlib`` loads torch, which --help
+#: must not wait for.
+at_least = runpy.run_path(str(Path(find_spec('razorlib').origin).parent / 'utils'
+                              / 'cli.py'))['at_least']
+
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('config', help='the config file')
-    parser.add_argument('--shape', type=int, nargs='+', metavar='N',
+    parser.add_argument('--shape', type=at_least(1), nargs='+', metavar='N',
                         help="input C H W, H W, or one size (square, 3 channels) (default: "
                         "the supernet's input_shape, else 3 224 224)")
     parser.add_argument('--subnet', help='also count this subnet channel config (YAML/JSON) '
                         '(default: none)')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction, metavar='KEY=VALUE',
                         help='override config keys (default: none)')
-    parser.add_argument('--threads', type=int, metavar='N',
+    parser.add_argument('--threads', type=at_least(1), metavar='N',
                         help='torch threads (default: 1 for a model under 1M parameters, '
                         'else the idle cores; OMP_NUM_THREADS if set)')
-    args = parser.parse_args(argv)
-    if args.threads is not None and args.threads < 1:
-        parser.error(f'--threads: at least 1, got {args.threads}')
-    return args
+    return parser.parse_args(argv)
 
 
 def input_shape(shape: List[int], model: torch.nn.Module) -> Tuple[int, ...]:
@@ -66,10 +71,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from razorlib.pruning import slim_model
     from razorlib.registry import MODELS, SCOPE
     from razorlib.utils import get_model_complexity
+    from razorlib.utils.cli import merge_cfg_options
     from razorlib.utils.complexity import human
 
     try:
-        cfg = load_config(args.config, args.cfg_options)
+        cfg = merge_cfg_options(load_config(args.config), args.cfg_options, error=ConfigError)
         check_config(cfg, required=('model', ))
     except ConfigError as err:
         print_log(f'{args.config}: {err}', logger='current', level=logging.ERROR)

@@ -33,10 +33,12 @@ import argparse
 import copy
 import json
 import os
+import runpy
 import statistics
 import subprocess
 import sys
 import time
+from importlib.util import find_spec
 from pathlib import Path
 from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
@@ -54,6 +56,10 @@ CONFIGS = ROOT / 'configs' / 'pruning' / 'autoslim'
 SUPERNET = CONFIGS / 'autoslim_plaincnn_digits_supernet.py'
 SEARCH = CONFIGS / 'autoslim_plaincnn_digits_search.py'
 FINETUNE = CONFIGS / 'autoslim_plaincnn_digits_subnet_finetune.py'
+#: razorlib.utils.cli, run from its file: ``import razorlib`` loads torch, which --help
+#: must not wait for.
+CLI = runpy.run_path(str(Path(find_spec('razorlib').origin).parent / 'utils' / 'cli.py'))
+at_least, in_range = CLI['at_least'], CLI['in_range']
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -61,14 +67,14 @@ def parse_args(argv=None) -> argparse.Namespace:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--work-dir', default='work_dirs/pipeline',
                         help='where every step writes (default: %(default)s)')
-    parser.add_argument('--threads', type=int, default=1,
+    parser.add_argument('--threads', type=at_least(1), default=1,
                         help='torch threads of every step (one is fastest for these tiny '
                         'models) (default: %(default)s)')
-    parser.add_argument('--supernet-epochs', type=int, default=30,
+    parser.add_argument('--supernet-epochs', type=at_least(1), default=30,
                         help='epochs of supernet training (default: %(default)s)')
-    parser.add_argument('--finetune-epochs', type=int, default=10,
+    parser.add_argument('--finetune-epochs', type=at_least(1), default=10,
                         help='epochs of each subnet fine-tune (default: %(default)s)')
-    parser.add_argument('--seeds', type=int, default=3,
+    parser.add_argument('--seeds', type=at_least(1), default=3,
                         help='fine-tune runs per subnet (seeds 0..N-1); top-1 is their mean '
                         '(default: %(default)s)')
     subnet = parser.add_argument_group('starting from a fixed subnet (instead of AutoSlim)')
@@ -79,20 +85,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     subnet.add_argument('--cfg-options', nargs='+', action=DictAction, metavar='KEY=VALUE',
                         help='override keys of --from-subnet CONFIG, e.g. model.fix_subnet=PATH '
                         '(default: none)')
-    subnet.add_argument('--train-epochs', type=int,
+    subnet.add_argument('--train-epochs', type=at_least(1),
                         help="epochs of training CONFIG's model (default: the config's)")
-    subnet.add_argument('--prune-flops', type=float, nargs='+', default=[0.5], metavar='F',
+    subnet.add_argument('--prune-flops', type=in_range(0, 1, '()'), nargs='+', default=[0.5],
+                        metavar='F',
                         help="prune the trained model to each fraction F of its FLOPs "
                         '(default: %(default)s)')
     args = parser.parse_args(argv)
-    if args.seeds < 1:
-        parser.error(f'--seeds must be at least 1, got {args.seeds}')
     if not args.from_subnet and args.cfg_options:
         parser.error('--cfg-options: for --from-subnet CONFIG only')
-    if any(not 0 < f < 1 for f in args.prune_flops):
-        parser.error(f'--prune-flops: fractions in (0, 1), got {args.prune_flops}')
-    if args.train_epochs is not None and args.train_epochs < 1:
-        parser.error(f'--train-epochs must be at least 1, got {args.train_epochs}')
     return args
 
 
@@ -254,7 +255,7 @@ def main(argv=None) -> int:
 
     rows = []
     run.tool('3_ptq_supernet', 'ptq', str(SUPERNET), str(checkpoint),
-             '--work-dir', str(work_dir / 'ptq_supernet'))
+             '--work-dir', str(work_dir / 'ptq_supernet'), '--overwrite')
     supernet.set_max_subnet()
     full = copy.deepcopy(supernet.architecture)
     remove_masks(full)
@@ -285,7 +286,7 @@ def main(argv=None) -> int:
             models.append(model)
         run.tool(f'4_{index}_ptq', 'ptq', str(FINETUNE),
                  str(folder / 'finetune_seed0' / f'epoch_{finetune_epochs}.pth'),
-                 '--work-dir', str(folder / 'ptq'), '--cfg-options', *options)
+                 '--work-dir', str(folder / 'ptq'), '--overwrite', '--cfg-options', *options)
         rows.append(measure(name, models, finetune_cfg, shape, folder / 'ptq' / 'ptq.json'))
 
     lines = table(rows, [('supernet max', None)] + pairs)
@@ -300,7 +301,6 @@ def main(argv=None) -> int:
         for row in rows[1:]))
     (work_dir / 'pipeline.json').write_text(json.dumps(dict(rows=rows, pairs=pairs), indent=1))
     return 0
-
 
 
 # ---------------------------------------------------------------- from a fixed subnet
@@ -322,8 +322,9 @@ def subnet_config(args: argparse.Namespace, work_dir: Path) -> Path:
     file made absolute and checked, written as ``<work-dir>/subnet_config.py``: what
     every step reads."""
     from razorlib.engine.config import ConfigError, load_config
+    from razorlib.utils.cli import merge_cfg_options
 
-    cfg = load_config(args.from_subnet, args.cfg_options)
+    cfg = merge_cfg_options(load_config(args.from_subnet), args.cfg_options, error=ConfigError)
     fix = cfg.model.get('fix_subnet')
     if isinstance(fix, str):
         if not Path(fix).is_file():
@@ -408,7 +409,7 @@ def from_subnet(args: argparse.Namespace, run: Pipeline) -> int:
     run.tool('1_train_subnet', 'train', str(config), '--work-dir', str(work_dir / 'subnet'))
     checkpoint = work_dir / 'subnet' / f'epoch_{epochs}.pth'
     run.tool('2_ptq_subnet', 'ptq', str(config), str(checkpoint),
-             '--work-dir', str(work_dir / 'ptq_subnet'))
+             '--work-dir', str(work_dir / 'ptq_subnet'), '--overwrite')
     model = trained(cfg, checkpoint)
     shape = input_shape(model, cfg)
     rows = [measure('subnet', [model], cfg, shape, work_dir / 'ptq_subnet' / 'ptq.json')]
@@ -427,7 +428,7 @@ def from_subnet(args: argparse.Namespace, run: Pipeline) -> int:
             models.append(trained(load_config(tune), tuned_dir / f'epoch_{finetune_epochs}.pth'))
         run.tool(f'3_{index}_ptq', 'ptq', str(tune),
                  str(folder / 'finetune_seed0' / f'epoch_{finetune_epochs}.pth'),
-                 '--work-dir', str(folder / 'ptq'))
+                 '--work-dir', str(folder / 'ptq'), '--overwrite')
         rows.append(measure(f'pruned {fraction:g} FLOPs', models, cfg, shape,
                             folder / 'ptq' / 'ptq.json'))
     logger.info(f'pipeline from {args.from_subnet} done in {time.perf_counter() - start:.0f} s;'
@@ -441,6 +442,7 @@ def from_subnet(args: argparse.Namespace, run: Pipeline) -> int:
         for row in rows[1:]))
     (work_dir / 'pipeline.json').write_text(json.dumps(dict(rows=rows, pairs=[]), indent=1))
     return 0
+
 
 if __name__ == '__main__':
     sys.exit(main())

@@ -32,7 +32,9 @@ from __future__ import annotations
 import argparse
 import copy
 import logging
+from importlib.util import find_spec
 from itertools import islice
+import runpy
 import shutil
 import sys
 import time
@@ -71,6 +73,12 @@ MODEL_ONLY = ('--model', '--pruner', '--ratio', '--flops', '--params', '--latenc
 CONFIG_ONLY = ('--subnet', '--cfg-options', '--recalib-batches')
 #: What the tool writes; a work dir holding either is refused without --overwrite.
 RESULTS = ('channel_cfg.yaml', 'slim.pth')
+#: razorlib.utils.cli, run from its file: ``import razorlib`` loads torch, which --help
+#: must not wait for.
+CLI = runpy.run_path(str(Path(find_spec('razorlib').origin).parent / 'utils' / 'cli.py'))
+at_least, in_range = CLI['at_least'], CLI['in_range']
+#: The type of a budget: a fraction of the dense model in (0, 1], as the pruners take it.
+fraction = in_range(0, 1, '(]')
 
 
 class Unset:
@@ -100,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
                         '(default: none; needed with CONFIG)')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction, metavar='KEY=VALUE',
                         help='override config keys (default: none)')
-    parser.add_argument('--recalib-batches', type=int, default=16, metavar='N',
+    parser.add_argument('--recalib-batches', type=at_least(0), default=16, metavar='N',
                         help="CONFIG's train_dataloader batches the slim model's batch norms "
                         'are re-estimated on, as the search recalibrates each candidate; 0 '
                         "keeps the supernet's statistics (default: %(default)s, the search "
@@ -112,16 +120,16 @@ def build_parser() -> argparse.ArgumentParser:
                         help='how --model keeps channels: the largest L1 norms, or the first '
                         'ones (default: %(default)s)')
     budget = parser.add_mutually_exclusive_group()
-    budget.add_argument('--ratio', type=float,
+    budget.add_argument('--ratio', type=fraction,
                         help='fraction of channels to keep (default: 0.5 when no budget is '
                         'given)')
-    budget.add_argument('--flops', type=float,
+    budget.add_argument('--flops', type=fraction,
                         help="keep at most this fraction of the dense model's FLOPs "
                         '(default: no FLOPs budget)')
-    budget.add_argument('--params', type=float,
+    budget.add_argument('--params', type=fraction,
                         help="keep at most this fraction of the dense model's parameters "
                         '(default: no params budget)')
-    budget.add_argument('--latency', type=float,
+    budget.add_argument('--latency', type=fraction,
                         help="run in at most this fraction of the dense model's latency on "
                         '--runtime (default: no latency budget)')
     parser.add_argument('--importance', default='l1',
@@ -134,7 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="give each group the width whose loss increase, the group cut "
                         'alone and measured on the data batches, stays under one threshold '
                         'for all groups (FastNAS\'s allocation; default: one ratio per group)')
-    parser.add_argument('--round-to', type=int, default=1, metavar='N',
+    parser.add_argument('--round-to', type=at_least(1), default=1, metavar='N',
                         help="each group keeps a multiple of N channels (default: %(default)s)")
     parser.add_argument('--max-ratio', type=float, metavar='R',
                         help='the largest fraction of one group that may be pruned '
@@ -142,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument('--runtime', default='torch', choices=['torch', 'onnxruntime', 'cuda'],
                         help='where latency is measured, on --threads threads (default: '
                         '%(default)s)')
-    parser.add_argument('--quantile', type=float, default=0.5, metavar='Q',
+    parser.add_argument('--quantile', type=in_range(0, 1), default=0.5, metavar='Q',
                         help='the quantile of the timed runs taken as latency: 0.5 the median; '
                         'a low one (0.1) is steadier on a machine busier than its cores '
                         '(default: %(default)s)')
@@ -151,9 +159,9 @@ def build_parser() -> argparse.ArgumentParser:
                         'criteria (taylor, fisher, activation, apoz) run on and batch norms '
                         "are re-estimated on (default: the digits train split, resized to "
                         '--input-size)')
-    parser.add_argument('--data-batches', type=int, default=8, metavar='N',
+    parser.add_argument('--data-batches', type=at_least(1), default=8, metavar='N',
                         help='batches read from the data (default: %(default)s)')
-    parser.add_argument('--input-size', type=int, default=224,
+    parser.add_argument('--input-size', type=at_least(1), default=224,
                         help="--model's square input side (default: %(default)s)")
     parser.add_argument('--except-start-keys', nargs='*', default=[], metavar='PREFIX',
                         help="module-name prefixes whose output channels stay (default: none)")
@@ -166,7 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument('--seed', type=int, default=0,
                         help="random seed of --model's initial weights, the example input "
                         'and the order of the data batches (default: %(default)s)')
-    parser.add_argument('--threads', type=int, metavar='N',
+    parser.add_argument('--threads', type=at_least(1), metavar='N',
                         help='torch threads (default: 1 for a model under 1M parameters, '
                         'else the idle cores; OMP_NUM_THREADS if set)')
     return parser
@@ -183,20 +191,12 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     for option in options:
         if getattr(args, dest_of(option)) is UNSET:
             setattr(args, dest_of(option), parser.get_default(dest_of(option)))
-    if args.threads is not None and args.threads < 1:
-        parser.error(f'--threads: at least 1, got {args.threads}')
-    if args.round_to < 1 or args.data_batches < 1:
-        parser.error('--round-to and --data-batches: at least 1')
-    if args.input_size < 1:
-        parser.error(f'--input-size: at least 1, got {args.input_size}')
     if args.importance != 'l1':  # the registry loads torch: only when it has to be asked
         from razorlib.pruning import build_importance
         try:
             build_importance(args.importance)
         except KeyError as err:
             parser.error(f'--importance: {err.args[0]}')
-    if args.recalib_batches < 0:
-        parser.error(f'--recalib-batches: at least 0, got {args.recalib_batches}')
     if args.global_ranking and args.sensitivity:
         parser.error('choose one allocation: --global or --sensitivity')
     if args.pruner == 'RatioPruner' and (args.importance != 'l1' or args.global_ranking
@@ -247,20 +247,6 @@ def work_dir_of(args: argparse.Namespace) -> Path:
     """--work-dir, or ``work_dirs/prune_<config or model name>``."""
     name = Path(args.config).stem if args.config else args.model
     return Path(args.work_dir or f'work_dirs/prune_{name}')
-
-
-def check_work_dir(args: argparse.Namespace, work_dir: Path) -> None:
-    """Refuse a work dir holding an earlier result unless --overwrite says to replace it.
-
-    Raises:
-        ConfigError: naming the files found.
-    """
-    from razorlib.engine.config import ConfigError
-
-    earlier = [name for name in RESULTS if (work_dir / name).exists()]
-    if earlier and not args.overwrite:
-        raise ConfigError(f'{work_dir}: holds the {" and ".join(earlier)} of an earlier run; '
-                          'pass --overwrite to replace them, or choose another --work-dir')
 
 
 def load_batches(args: argparse.Namespace, size: Tuple[int, ...]) -> list:
@@ -362,12 +348,13 @@ def load_supernet(args: argparse.Namespace) -> Pruned:
     from razorlib.engine.checkpoint_check import check_fits, read_checkpoint, state_dict_of
     from razorlib.engine.config import ConfigError, check_config, load_config
     from razorlib.registry import MODELS, SCOPE
+    from razorlib.utils.cli import merge_cfg_options
 
     if not args.checkpoint or not args.subnet:
         raise ConfigError('CONFIG needs CHECKPOINT and --subnet SUBNET_YAML')
     if not Path(args.subnet).is_file():
         raise ConfigError(f'--subnet: {args.subnet} does not exist')
-    cfg = load_config(args.config, args.cfg_options)
+    cfg = merge_cfg_options(load_config(args.config), args.cfg_options, error=ConfigError)
     check_config(cfg, required=('model', ))
     state = state_dict_of(read_checkpoint(args.checkpoint))
     init_default_scope(cfg.get('default_scope') or SCOPE)
@@ -446,12 +433,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from razorlib.engine.threads import set_threads
     from razorlib.pruning import slim_model
     from razorlib.utils.batch_norm import reestimate_bn_stats
+    from razorlib.utils.cli import check_earlier_results
 
     torch.manual_seed(args.seed)
     work_dir = work_dir_of(args)
     try:
         check_mode(args)
-        check_work_dir(args, work_dir)
+        check_earlier_results(work_dir, RESULTS, args.overwrite, error=ConfigError)
         loaded = load_supernet(args) if args.config else None
     except CheckpointError as err:
         print_log(str(err), logger='current', level=logging.ERROR)

@@ -18,14 +18,17 @@ the ``val_dataloader``: top-1 of FP32, of the simulated INT8 (``QuantExecutor``)
 onnxruntime running the QDQ model, then the SNR table of ``analyse_error``.  Writes
 ``<work_dir>/<config name>_int8.onnx`` (and ``.json`` for TRT_JSON), ``ptq.json`` (the
 figures and settings) and ``ptq.log``; exit code 2 for a mistake in the arguments, the
-config, the checkpoint or the subnet.  See docs/tools/ptq.md.
+config, the checkpoint or the subnet, or a work dir holding an earlier run's results
+without ``--overwrite``, all checked before the work dir is made.  See docs/tools/ptq.md.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import logging
+import runpy
 import sys
+from importlib.util import find_spec
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple
 
@@ -47,23 +50,19 @@ EXPORT_FORMATS = ('QDQ_ONNX', 'TRT_JSON', 'ONNX')
 OBSERVER_NAMES = ('kl', 'minmax', 'mse', 'percentile')
 DISPATCHER_NAMES = ('aggressive', 'allin', 'conservative', 'pointwise')
 Batch = Tuple['torch.Tensor', 'torch.Tensor']  # preprocessed images, labels
+#: Top-level config sections the tool reads besides the Runner's: ``--cfg-options`` may add
+#: them (``ptq``'s keys are checked by ``PTQSettings``).
+CONFIG_KEYS = ('ptq', 'calib_dataloader')
+#: razorlib.utils.cli, run from its file: ``import razorlib`` loads torch, which --help
+#: must not wait for.
+at_least = runpy.run_path(str(Path(find_spec('razorlib').origin).parent / 'utils'
+                              / 'cli.py'))['at_least']
 
 
-def count(low: int) -> Callable[[str], int]:
-    """An argparse ``type``: an integer of at least ``low``, so that a count of batches or
-    rows out of range is refused (exit 2, naming the flag) before anything is written,
-    rather than failing, or quietly doing something else, after the export."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f'expected an integer, got {text!r}') from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f'must be at least {low}, got {value}')
-        return value
-
-    return parse
+def results_of(name: str) -> Tuple[str, ...]:
+    """What a run on config ``name`` writes (the TRT_JSON ranges beside the model); a work
+    dir holding any is refused without --overwrite."""
+    return ('ptq.json', f'{name}_int8.onnx', f'{name}_int8.json')
 
 
 def add_recalibrate_bn(parser: argparse.ArgumentParser, calib_steps: str = '--calib-steps'
@@ -71,7 +70,7 @@ def add_recalibrate_bn(parser: argparse.ArgumentParser, calib_steps: str = '--ca
     """``--recalibrate-bn STEPS``; tools/deploy.py takes it too, so that both tools build
     a subnet's graph from the same batch-norm statistics.  ``calib_steps`` names where the
     default comes from in the tool's help."""
-    parser.add_argument('--recalibrate-bn', type=count(0), default=None, metavar='STEPS',
+    parser.add_argument('--recalibrate-bn', type=at_least(0), default=None, metavar='STEPS',
                         help='batches to recompute batch-norm statistics on; default '
                         f'{calib_steps} with --subnet, else 0')
 
@@ -86,7 +85,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--platform', choices=PLATFORMS,
                         help="target platform (default: the config's ptq.platform, else "
                         'TRT_INT8)')
-    parser.add_argument('--calib-steps', type=count(1),
+    parser.add_argument('--calib-steps', type=at_least(1),
                         help="calibration batches (default: the config's ptq.calib_steps, "
                         'else 32)')
     parser.add_argument('--observer', choices=OBSERVER_NAMES,
@@ -102,24 +101,24 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help='a symbolic batch axis, so the ONNX model takes any batch size '
                         "(default: the config's ptq.dynamic_batch, else on)")
     add_recalibrate_bn(parser)
-    parser.add_argument('--analyse-steps', type=count(1), default=4,
+    parser.add_argument('--analyse-steps', type=at_least(1), default=4,
                         help='validation batches of the SNR analysis (default: %(default)s)')
-    parser.add_argument('--top', type=count(1), default=20,
+    parser.add_argument('--top', type=at_least(1), default=20,
                         help='rows of the SNR table (default: %(default)s)')
     parser.add_argument('--work-dir', help='where the files go (default: '
                         'work_dirs/ptq_<config name>)')
+    parser.add_argument('--overwrite', action='store_true',
+                        help="replace the ptq.json and <config name>_int8.onnx (.json) of an "
+                        'earlier run in the work dir (default: refuse)')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction, metavar='KEY=VALUE',
                         help='override config keys, e.g. val_dataloader.batch_size=100 '
                         '(default: none)')
     parser.add_argument('--seed', type=int, default=0,
                         help='random seed of the dataloaders (default: %(default)s)')
-    parser.add_argument('--threads', type=int, metavar='N',
+    parser.add_argument('--threads', type=at_least(1), metavar='N',
                         help='torch threads (default: 1 for a model under 1M parameters, '
                         'else the idle cores; OMP_NUM_THREADS if set)')
-    args = parser.parse_args(argv)
-    if args.threads is not None and args.threads < 1:
-        parser.error(f'--threads: at least 1, got {args.threads}')
-    return args
+    return parser.parse_args(argv)
 
 
 def load_classifier(args: argparse.Namespace) -> Tuple[Config, nn.Module, nn.Module]:
@@ -136,11 +135,13 @@ def load_classifier(args: argparse.Namespace) -> Tuple[Config, nn.Module, nn.Mod
     from razorlib.engine.config import ConfigError, check_config, load_config
     from razorlib.pruning import remove_masks, slim_model
     from razorlib.registry import MODELS, SCOPE
+    from razorlib.utils.cli import merge_cfg_options
 
     for what, path in (('checkpoint', args.checkpoint), ('--subnet', args.subnet)):
         if path is not None and not Path(path).is_file():
             raise ConfigError(f'{what}: {path} does not exist')
-    cfg = load_config(args.config, args.cfg_options)
+    cfg = merge_cfg_options(load_config(args.config), args.cfg_options, CONFIG_KEYS,
+                            error=ConfigError)
     check_config(cfg, required=('model', 'train_dataloader', 'val_dataloader'))
     init_default_scope(cfg.get('default_scope') or SCOPE)
     model = MODELS.build(cfg.model)
@@ -306,30 +307,34 @@ def main(argv=None) -> int:
     from mmengine.logging import MMLogger
     from mmengine.runner import Runner
 
-    from razorlib.engine.checkpoint_check import CheckpointError, read_checkpoint
+    from razorlib.engine.checkpoint_check import CheckpointError
     from razorlib.engine.config import ConfigError
     from razorlib.engine.threads import set_threads
     from razorlib.quantization import (QuantExecutor, analyse_error, export_graph,
                                        quantize_torch_model)
+    from razorlib.utils.cli import check_earlier_results
 
-    if Path(args.checkpoint).is_file():  # one cut short stops the tool before its work dir
-        try:
-            read_checkpoint(args.checkpoint)
-        except CheckpointError as err:
-            print_log(str(err), logger='current', level=logging.ERROR)
-            return 2
     name = Path(args.config).stem
     work_dir = Path(args.work_dir or f'work_dirs/ptq_{name}')
-    work_dir.mkdir(parents=True, exist_ok=True)
-    logger = MMLogger.get_instance(f'razorlib_ptq:{work_dir.resolve()}',
-                                   log_file=str(work_dir / 'ptq.log'))
     torch.manual_seed(args.seed)
+    # every input is checked before the work dir is made: a refused run writes nothing
+    try:
+        check_earlier_results(work_dir, results_of(name), args.overwrite, error=ConfigError)
+    except ConfigError as err:
+        print_log(str(err), logger='current', level=logging.ERROR)
+        return 2
     try:
         cfg, model, classifier = load_classifier(args)
         settings = ptq_settings(cfg, args)
-    except ConfigError as err:
-        logger.error(f'{args.config}: {err}')
+    except CheckpointError as err:  # one cut short, or of another model
+        print_log(str(err), logger='current', level=logging.ERROR)
         return 2
+    except ConfigError as err:
+        print_log(f'{args.config}: {err}', logger='current', level=logging.ERROR)
+        return 2
+    work_dir.mkdir(parents=True, exist_ok=True)
+    logger = MMLogger.get_instance(f'razorlib_ptq:{work_dir.resolve()}',
+                                   log_file=str(work_dir / 'ptq.log'))
     logger.info(f'threads: {set_threads(args.threads, classifier)}')
 
     preprocessor = model.data_preprocessor
@@ -344,8 +349,10 @@ def main(argv=None) -> int:
     graph = quantize_torch_model(classifier, calibration, calibration[0],
                                  **settings.quantize_kwargs())
     onnx_path = work_dir / f'{name}_int8.onnx'
-    # the figures of an earlier run must not outlive the ONNX model they describe
-    (work_dir / 'ptq.json').unlink(missing_ok=True)
+    # an earlier run's files (--overwrite) must not outlive the ONNX model: its figures
+    # would describe another model, its TensorRT ranges another export
+    for earlier in results_of(name):
+        (work_dir / earlier).unlink(missing_ok=True)
     export_graph(graph, onnx_path, settings.export or settings.platform)
     executor = QuantExecutor(graph)
     runs: Dict[str, Callable[[torch.Tensor], torch.Tensor]] = {

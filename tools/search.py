@@ -20,7 +20,8 @@ it when the score is another metric, e.g. the validation loss).
 
 The log ends with a table of each chosen subnet next to the uniform width of nearest
 FLOPs and the uniform curve interpolated at the subnet's FLOPs, all on the whole
-validation set.  A config mistake is reported with its key and exit code 2; a search
+validation set.  A config mistake is reported with its key and exit code 2 (a
+``score_key`` the evaluator does not report before any candidate is scored); a search
 refuses to start over the results of an earlier one (``search_results.json``, or an
 evolution's ``search_state.json``) unless told ``--overwrite`` (their files are deleted
 first: no stale subnet file stays beside the new results) or, for an evolution,
@@ -33,7 +34,9 @@ import argparse
 import inspect
 import json
 import logging
+import runpy
 import sys
+from importlib.util import find_spec
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
@@ -54,6 +57,10 @@ TOP1 = 'accuracy/top1'
 STATE_FILE = 'search_state.json'
 #: What the tool itself writes to the work dir.
 PLOT_FILE = 'search_plot.png'
+#: razorlib.utils.cli, run from its file: ``import razorlib`` loads torch, which --help
+#: must not wait for.
+at_least = runpy.run_path(str(Path(find_spec('razorlib').origin).parent / 'utils'
+                              / 'cli.py'))['at_least']
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -74,13 +81,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument('--cfg-options', nargs='+', action=DictAction, metavar='KEY=VALUE',
                         help='override config keys, e.g. search_cfg.max_epochs=5 '
                         '(default: none)')
-    parser.add_argument('--threads', type=int, metavar='N',
+    parser.add_argument('--threads', type=at_least(1), metavar='N',
                         help='torch threads (default: 1 for a model under 1M parameters, '
                         'else the idle cores; OMP_NUM_THREADS if set)')
-    args = parser.parse_args(argv)
-    if args.threads is not None and args.threads < 1:
-        parser.error(f'--threads: at least 1, got {args.threads}')
-    return args
+    return parser.parse_args(argv)
 
 
 def search_loop_class(search_cfg: dict) -> type:
@@ -117,8 +121,10 @@ def prepare_config(args: argparse.Namespace) -> Config:
             says what to do with.
     """
     from razorlib.engine.config import ConfigError, check_config, load_config, set_work_dir
+    from razorlib.utils.cli import merge_cfg_options
 
-    cfg = load_config(args.config, args.cfg_options)
+    cfg = merge_cfg_options(load_config(args.config), args.cfg_options, ('search_cfg', ),
+                            error=ConfigError)
     check_config(cfg, SEARCH_KEYS)
     loop_cls = search_loop_class(cfg.search_cfg)
     if cfg.search_cfg.get('calib_dataloader') is None and cfg.get('train_dataloader') is None:
@@ -166,6 +172,42 @@ def check_earlier_search(args: argparse.Namespace, cfg: Config, loop_cls: type) 
         raise ConfigError(f'{results}: a search wrote its results here; pass --overwrite to '
                           'replace them (its subnet files and plot are deleted), or choose '
                           'another --work-dir')
+
+
+def check_metric_keys(loop: BaseSearchLoop) -> None:
+    """Refuse a ``score_key`` or ``tie_break_key`` that the evaluator does not report
+    before the search spends any time (and before ``--overwrite`` deletes the earlier
+    results): the metric names are read off one validation batch of the supernet as it
+    is, as a candidate is scored but for the BatchNorm recalibration and the hooks (the
+    names do not depend on the weights).
+
+    Raises:
+        ConfigError: naming the key, the closest metrics and all of them.
+    """
+    import torch
+    from mmengine.runner.loops import _parse_losses, _update_losses
+
+    from razorlib.engine.config import ConfigError
+    from razorlib.engine.loops.subnet_val_loop import batch_size
+    from razorlib.utils.cli import closest
+
+    batch = next(iter(loop.dataloader), None)
+    if batch is None:
+        return
+    loop.runner.model.eval()
+    with torch.no_grad():
+        outputs, losses = _update_losses(loop.runner.model.val_step(batch), {})
+    loop.evaluator.process(data_samples=outputs, data_batch=batch)
+    metrics = loop.evaluator.evaluate(batch_size(batch))
+    if losses:
+        metrics.update(_parse_losses(losses, 'val'))
+    for name in ('score_key', 'tie_break_key'):
+        key = getattr(loop, name)
+        if key is not None and key not in metrics:
+            near = closest(key, metrics)
+            raise ConfigError(f'search_cfg.{name}: {key!r} is not a metric of the evaluator'
+                              + (f' (closest: {", ".join(near)})' if near else '')
+                              + f'; it reports {", ".join(sorted(metrics))}')
 
 
 def generations(state: Path) -> str:
@@ -389,6 +431,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         runner.logger.info(f'threads: {set_threads(args.threads, unwrap(runner.model))}')
         check_fits(unwrap(runner.model), state_dict_of(checkpoint), args.checkpoint)
         loop: BaseSearchLoop = runner.val_loop  # built here: its settings are checked
+        check_metric_keys(loop)  # before --overwrite deletes anything
         baseline = baseline_hook()
         runner.register_hook(baseline)
         if args.overwrite:

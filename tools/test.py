@@ -7,17 +7,29 @@ Examples:
         work_dirs/half/slim.pth --cfg-options model.channel_cfg=work_dirs/half/channel_cfg.yaml
 
 An AutoSlim supernet is evaluated at its max subnet.  A checkpoint that is cut short or
-not of the config's model (other keys or shapes) is refused in one line, exit code 2.
-See docs/tools/test.md.
+not of the config's model (other keys or shapes), a config mistake or a ``--cfg-options``
+key the config does not have is refused in one line, exit code 2, before the work dir
+is made.  See docs/tools/test.md.
 """
 import argparse
 import logging
+import runpy
 import sys
-from typing import Optional, Sequence
+from importlib.util import find_spec
+from pathlib import Path
+from typing import TYPE_CHECKING, Optional, Sequence
 
 # Only what the arguments need is imported here (no torch), so that --help is instant.
 from mmengine.config import DictAction
 from mmengine.logging import print_log
+
+if TYPE_CHECKING:
+    from mmengine.config import Config
+
+#: razorlib.utils.cli, run from its file: ``import razorlib`` loads torch, which --help
+#: must not wait for.
+at_least = runpy.run_path(str(Path(find_spec('razorlib').origin).parent / 'utils'
+                              / 'cli.py'))['at_least']
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -30,30 +42,50 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument('--cfg-options', nargs='+', action=DictAction, metavar='KEY=VALUE',
                         help='override config keys, e.g. test_dataloader.batch_size=64 '
                         '(default: none)')
-    parser.add_argument('--threads', type=int, metavar='N',
+    parser.add_argument('--threads', type=at_least(1), metavar='N',
                         help='torch threads (default: 1 for a model under 1M parameters, '
                         'else the idle cores; OMP_NUM_THREADS if set)')
-    args = parser.parse_args(argv)
-    if args.threads is not None and args.threads < 1:
-        parser.error(f'--threads: at least 1, got {args.threads}')
-    return args
+    return parser.parse_args(argv)
+
+
+def checked_config(args: argparse.Namespace) -> 'Config':
+    """The config with ``--cfg-options`` merged, checked with the checkpoint before the
+    Runner makes the work dir: the checkpoint is read and fitted to the model built here
+    from the config, as the Runner will build it.
+
+    Raises:
+        ConfigError: a config mistake or a ``--cfg-options`` key it does not have.
+        CheckpointError: a checkpoint missing, cut short or of another model.
+    """
+    from mmengine.registry import init_default_scope
+
+    from razorlib.engine.checkpoint_check import check_fits, read_checkpoint, state_dict_of
+    from razorlib.engine.config import TEST_KEYS, ConfigError, check_config, load_config
+    from razorlib.registry import MODELS, SCOPE
+    from razorlib.utils.cli import merge_cfg_options
+
+    cfg = merge_cfg_options(load_config(args.config), args.cfg_options, error=ConfigError)
+    check_config(cfg, TEST_KEYS)
+    checkpoint = read_checkpoint(args.checkpoint)
+    model_cfg = dict(cfg.model)
+    if cfg.get('data_preprocessor') is not None:  # as Runner.__init__ merges it
+        model_cfg.setdefault('data_preprocessor', cfg.data_preprocessor)
+    init_default_scope(cfg.get('default_scope') or SCOPE)
+    check_fits(MODELS.build(model_cfg), state_dict_of(checkpoint), args.checkpoint)
+    return cfg
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
     from mmengine.runner import Runner
 
-    from razorlib.engine.checkpoint_check import (CheckpointError, check_fits,
-                                                  read_checkpoint, state_dict_of)
-    from razorlib.engine.config import (TEST_KEYS, ConfigError, check_config, load_config,
-                                        set_work_dir)
+    from razorlib.engine.checkpoint_check import CheckpointError
+    from razorlib.engine.config import ConfigError, set_work_dir
     from razorlib.engine.threads import set_threads
     from razorlib.engine.utils import unwrap
 
     try:
-        cfg = load_config(args.config, args.cfg_options)
-        check_config(cfg, TEST_KEYS)
-        checkpoint = read_checkpoint(args.checkpoint)  # before the Runner makes the work dir
+        cfg = checked_config(args)
     except CheckpointError as err:
         print_log(str(err), logger='current', level=logging.ERROR)
         return 2
@@ -64,13 +96,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     cfg.load_from = args.checkpoint
     cfg.resume = False
     runner = Runner.from_cfg(cfg)
-    model = unwrap(runner.model)
-    try:
-        runner.logger.info(f'threads: {set_threads(args.threads, model)}')
-        check_fits(model, state_dict_of(checkpoint), args.checkpoint)
-    except ConfigError as err:
-        print_log(str(err), logger='current', level=logging.ERROR)
-        return 2
+    runner.logger.info(f'threads: {set_threads(args.threads, unwrap(runner.model))}')
     metrics = runner.test()
     print_log(f'test metrics: {metrics}', logger='current')
     return 0

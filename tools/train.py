@@ -12,13 +12,21 @@ code 2.  See docs/tools/train.md.
 """
 import argparse
 import logging
+import runpy
 import sys
 from contextlib import nullcontext
+from importlib.util import find_spec
+from pathlib import Path
 from typing import Optional, Sequence
 
 # Only what the arguments need is imported here (no torch), so that --help is instant.
 from mmengine.config import Config, DictAction
 from mmengine.logging import print_log
+
+#: razorlib.utils.cli, run from its file: ``import razorlib`` loads torch, which --help
+#: must not wait for.
+at_least = runpy.run_path(str(Path(find_spec('razorlib').origin).parent / 'utils'
+                              / 'cli.py'))['at_least']
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -35,13 +43,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument('--launcher', choices=['none', 'pytorch'], default='none',
                         help="'pytorch' under torchrun for distributed training "
                         '(default: %(default)s)')
-    parser.add_argument('--threads', type=int, metavar='N',
+    parser.add_argument('--threads', type=at_least(1), metavar='N',
                         help='torch threads (default: 1 for a model under 1M parameters, '
                         'else the idle cores; OMP_NUM_THREADS if set)')
-    args = parser.parse_args(argv)
-    if args.threads is not None and args.threads < 1:
-        parser.error(f'--threads: at least 1, got {args.threads}')
-    return args
+    return parser.parse_args(argv)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -52,9 +57,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from razorlib.engine.config import (TRAIN_KEYS, ConfigError, check_config, load_config,
                                         set_work_dir)
     from razorlib.engine.distributed import distributed_run
+    from razorlib.utils.cli import merge_cfg_options
 
     try:
-        cfg = load_config(args.config, args.cfg_options)
+        cfg = merge_cfg_options(load_config(args.config), args.cfg_options, error=ConfigError)
         check_config(cfg, TRAIN_KEYS)
         set_work_dir(cfg, args.config, args.work_dir)
         if args.resume is not None:

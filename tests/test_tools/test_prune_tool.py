@@ -182,8 +182,8 @@ def test_an_unreachable_budget_exits_2_and_writes_nothing(tmp_path):
 @pytest.mark.parametrize('extra, message', [
     (['--flops', '0.5'], '--flops: for --model only'),
     # given at their default values, or 0: given all the same, and as ignored
-    (['--ratio', '0', '--model', 'resnet50', '--data-batches', '8', '--except-start-keys'],
-     '--model, --ratio, --data-batches, --except-start-keys: for --model only; CONFIG mode '
+    (['--max-ratio', '0', '--model', 'resnet50', '--data-batches', '8', '--except-start-keys'],
+     '--model, --max-ratio, --data-batches, --except-start-keys: for --model only; CONFIG mode '
      'keeps the channels of --subnet'),
 ])
 def test_model_options_are_refused_with_a_config(tiny_supernet, tmp_path, monkeypatch, extra,
@@ -234,7 +234,18 @@ def test_contradicting_options_are_refused_by_the_parser():
 @pytest.mark.parametrize('argv, message', [
     (['--importance', 'bogus'], "--importance: importance 'bogus' is not registered; known: "
      r"\[.*'wanda'\]"),
-    (['--input-size', '0'], '--input-size: at least 1, got 0'),
+    (['--input-size', '0'], "argument --input-size: expected an integer of at least 1, got '0'"),
+    (['--round-to', '0'], "argument --round-to: expected an integer of at least 1, got '0'"),
+    (['--data-batches', '-1'], "argument --data-batches: expected an integer of at least 1, "
+     "got '-1'"),
+    (['--recalib-batches', '-1'], "argument --recalib-batches: expected an integer of at least "
+     "0, got '-1'"),
+    (['--threads', '0'], "argument --threads: expected an integer of at least 1, got '0'"),
+    # a budget is a fraction of the dense model in (0, 1], as the pruners take it
+    (['--ratio', '0'], r"argument --ratio: expected a number in \(0, 1\], got '0'"),
+    (['--flops', '1.5'], r"argument --flops: expected a number in \(0, 1\], got '1.5'"),
+    (['--latency', 'nan'], r"argument --latency: expected a number in \(0, 1\], got 'nan'"),
+    (['--quantile', '2'], r"argument --quantile: expected a number in \[0, 1\], got '2'"),
 ])
 def test_bad_values_are_refused_before_anything_runs(argv, message, capsys):
     tool = load_tool('prune')

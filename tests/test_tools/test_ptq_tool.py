@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from mmengine.config import Config
 from mmengine.registry import init_default_scope
 
-from conftest import REPO, TINY, load_tool
+from conftest import REPO, TINY, LogCapture, load_tool
 from razorlib.datasets import DigitsDataset
 from razorlib.pruning import L1NormPruner
 from razorlib.registry import MODELS
@@ -165,34 +165,50 @@ def test_trt_json_export_and_a_static_batch(trained, tmp_path):
     assert abs(results['top1']['int8_simulated'] - results['top1']['fp32']) <= 0.5
 
 
-def test_mistakes_are_reported_with_exit_code_2(trained, tmp_path):
+def refused(config, checkpoint, work_dir, *options, monkeypatch=None) -> str:
+    """What the tool reported for a run it must refuse before it makes its work dir: exit
+    code 2, nothing written."""
+    tool = load_tool('ptq')
+    log = LogCapture(tool, monkeypatch)
+    assert tool.main([str(config), str(checkpoint), '--work-dir', str(work_dir),
+                      '--calib-steps', '8', '--analyse-steps', '2', *options]) == 2
+    assert not work_dir.exists()
+    return log.text
+
+
+def test_mistakes_are_reported_with_exit_code_2_and_no_work_dir(trained, tmp_path,
+                                                                monkeypatch):
     config, checkpoint, _ = trained
-    code, _ = run(config, tmp_path / 'missing.pth', tmp_path)
-    assert code == 2
-    assert 'missing.pth does not exist' in (tmp_path / 'ptq.log').read_text()
+    text = refused(config, tmp_path / 'missing.pth', tmp_path / 'missing',
+                   monkeypatch=monkeypatch)
+    assert 'missing.pth does not exist' in text
     torch.save({'head.fc.weight': torch.zeros(3, 3)}, tmp_path / 'other.pth')
-    code, _ = run(config, tmp_path / 'other.pth', tmp_path / 'other')
-    assert code == 2
-    assert 'other.pth: not a checkpoint of this ImageClassifier' in \
-        (tmp_path / 'other' / 'ptq.log').read_text()
+    text = refused(config, tmp_path / 'other.pth', tmp_path / 'other', monkeypatch=monkeypatch)
+    assert text.startswith(f"{tmp_path / 'other.pth'}: not a checkpoint of this ImageClassifier")
     (tmp_path / 'subnet.yaml').write_text(
         'version: 1\nmodules:\n  backbone.stages.0.conv: {out_channels: 4}\n')
-    code, _ = run(config, checkpoint, tmp_path / 'bad', '--subnet', str(tmp_path / 'subnet.yaml'))
-    assert code == 2
-    assert "missing key 'raw_out_channels'" in (tmp_path / 'bad' / 'ptq.log').read_text()
+    text = refused(config, checkpoint, tmp_path / 'bad', '--subnet', str(tmp_path / 'subnet.yaml'),
+                   monkeypatch=monkeypatch)
+    assert "missing key 'raw_out_channels'" in text
     bad_ptq = config.parent / 'bad_ptq.py'
     bad_ptq.write_text("_base_ = ['./digits_cnn.py']\nptq = dict(observers='kl')\n")
-    code, _ = run(bad_ptq, checkpoint, tmp_path / 'bad_ptq')
-    assert code == 2
-    assert 'ptq.observers: no such setting' in (tmp_path / 'bad_ptq' / 'ptq.log').read_text()
+    text = refused(bad_ptq, checkpoint, tmp_path / 'bad_ptq', monkeypatch=monkeypatch)
+    assert 'ptq.observers: no such setting' in text
+    text = refused(config, checkpoint, tmp_path / 'typo', '--cfg-options',
+                   'val_dataloader.batch_sizee=10', monkeypatch=monkeypatch)
+    assert text.startswith(f'{config}: --cfg-options val_dataloader.batch_sizee: the config '
+                           'has no such key (closest: val_dataloader.batch_size, ')
 
 
 @pytest.mark.parametrize('flag, value, message', [
-    ('--analyse-steps', '0', 'argument --analyse-steps: must be at least 1, got 0'),
-    ('--top', '-1', 'argument --top: must be at least 1, got -1'),
-    ('--recalibrate-bn', '-5', 'argument --recalibrate-bn: must be at least 0, got -5'),
-    ('--calib-steps', '0', 'argument --calib-steps: must be at least 1, got 0'),
-    ('--top', 'all', "argument --top: expected an integer, got 'all'"),
+    ('--analyse-steps', '0', "argument --analyse-steps: expected an integer of at least 1, "
+     "got '0'"),
+    ('--top', '-1', "argument --top: expected an integer of at least 1, got '-1'"),
+    ('--recalibrate-bn', '-5', "argument --recalibrate-bn: expected an integer of at least 0, "
+     "got '-5'"),
+    ('--calib-steps', '0', "argument --calib-steps: expected an integer of at least 1, got '0'"),
+    ('--top', 'all', "argument --top: expected an integer of at least 1, got 'all'"),
+    ('--threads', '0', "argument --threads: expected an integer of at least 1, got '0'"),
 ])
 def test_a_count_out_of_range_is_refused_before_anything_is_written(
         flag, value, message, tmp_path, capsys):
@@ -203,19 +219,11 @@ def test_a_count_out_of_range_is_refused_before_anything_is_written(
     assert not (tmp_path / 'out').exists()
 
 
-def refused(config, checkpoint, work_dir, *options) -> str:
-    """What the tool logged for a run it must refuse before calibrating: exit code 2, no
-    model written."""
-    code, _ = run(config, checkpoint, work_dir, *options)
-    assert code == 2
-    assert not list(work_dir.glob('*.onnx'))
-    return (work_dir / 'ptq.log').read_text()
-
-
-def test_trt_json_for_onnxruntime_is_refused_before_calibration(trained, tmp_path):
+def test_trt_json_for_onnxruntime_is_refused_before_calibration(trained, tmp_path,
+                                                                monkeypatch):
     config, checkpoint, _ = trained
-    log = refused(config, checkpoint, tmp_path, '--platform', 'ORT_INT8', '--export-format',
-                  'TRT_JSON')
+    log = refused(config, checkpoint, tmp_path / 'out', '--platform', 'ORT_INT8',
+                  '--export-format', 'TRT_JSON', monkeypatch=monkeypatch)
     assert '--export-format TRT_JSON: TensorRT dynamic ranges are symmetric and per tensor, ' \
         'so they need the TRT_INT8 platform, not --platform ORT_INT8' in log
 
@@ -231,11 +239,11 @@ def test_trt_json_for_onnxruntime_is_refused_before_calibration(trained, tmp_pat
      'ptq.dispatcher: ConservativeDispatcher() takes no arguments'),
 ])
 def test_a_ptq_section_that_cannot_be_built_is_refused_before_calibration(
-        section, message, trained, tmp_path):
+        section, message, trained, tmp_path, monkeypatch):
     config, checkpoint, _ = trained
     ptq_config = tmp_path / 'typo.py'
     ptq_config.write_text(f"_base_ = [{str(config)!r}]\nptq = dict({section})\n")
-    log = refused(ptq_config, checkpoint, tmp_path / 'out')
+    log = refused(ptq_config, checkpoint, tmp_path / 'out', monkeypatch=monkeypatch)
     assert f'{ptq_config}: {message}' in log
     assert 'Traceback' not in log
 
@@ -250,7 +258,28 @@ def test_a_failed_run_leaves_no_earlier_results_beside_its_model(trained, tmp_pa
     monkeypatch.setattr(razorlib.quantization, 'analyse_error', broken)
     config, checkpoint, _ = trained
     (tmp_path / 'ptq.json').write_text('{"top1": {"fp32": 99.0}}')
+    (tmp_path / 'digits_cnn_int8.json').write_text('{}')  # an earlier TRT_JSON export's
     with pytest.raises(RuntimeError, match='analysis failed'):
-        run(config, checkpoint, tmp_path)
+        run(config, checkpoint, tmp_path, '--overwrite')
     assert (tmp_path / 'digits_cnn_int8.onnx').is_file()
     assert not (tmp_path / 'ptq.json').exists()
+    assert not (tmp_path / 'digits_cnn_int8.json').exists()
+
+
+def test_an_earlier_result_is_replaced_only_with_overwrite(trained, tmp_path, monkeypatch):
+    config, checkpoint, _ = trained
+    (tmp_path / 'ptq.json').write_text('{"top1": {}}')
+    (tmp_path / 'digits_cnn_int8.onnx').write_bytes(b'earlier')
+    tool = load_tool('ptq')
+    log = LogCapture(tool, monkeypatch)
+    argv = [str(config), str(checkpoint), '--work-dir', str(tmp_path), '--calib-steps', '8',
+            '--analyse-steps', '2']
+    assert tool.main(argv) == 2
+    assert log.text == f'{tmp_path}: holds the ptq.json and digits_cnn_int8.onnx of an ' \
+        'earlier run; pass --overwrite to replace them, or choose another --work-dir'
+    assert sorted(path.name for path in tmp_path.iterdir()) == [
+        'digits_cnn_int8.onnx', 'ptq.json']  # untouched, and no ptq.log
+    assert (tmp_path / 'digits_cnn_int8.onnx').read_bytes() == b'earlier'
+    assert tool.main([*argv, '--overwrite']) == 0
+    assert json.loads((tmp_path / 'ptq.json').read_text())['top1']['fp32'] > 90
+    onnx.checker.check_model(onnx.load(str(tmp_path / 'digits_cnn_int8.onnx')))

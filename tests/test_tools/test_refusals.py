@@ -79,7 +79,7 @@ def test_a_checkpoint_with_other_keys_names_the_first_missing_and_unexpected(
 
 @pytest.mark.parametrize('tool', TOOLS)
 def test_a_checkpoint_cut_short_is_one_line_and_leaves_no_work_dir(tool, files, tmp_path,
-                                                                    monkeypatch):
+                                                                   monkeypatch):
     checkpoint = files['folder'] / 'cut.pth'
     code, text = run(tool, argv(tool, files, checkpoint, tmp_path / 'out'), tmp_path / 'out',
                      monkeypatch)

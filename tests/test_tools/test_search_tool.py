@@ -215,8 +215,11 @@ def test_a_spent_space_ends_the_search_before_max_epochs(tiny_supernet, tmp_path
 @pytest.mark.parametrize('search_cfg, extra, message', [
     (None, (), "search_cfg: missing; this tool needs"),
     (dict(type='ValLoop'), (), "search_cfg.type: 'ValLoop' is not a search loop"),
-    (GREEDY, ('search_cfg.target_flop=3', ), "search_cfg.target_flop: GreedySearchLoop takes "
-                                              "no argument 'target_flop'"),
+    (GREEDY, ('search_cfg.max_bins=3', ),
+     "search_cfg.max_bins: GreedySearchLoop takes no argument 'max_bins'"),
+    # a letter off a key the config sets: taken for a misspelling of it
+    (GREEDY, ('search_cfg.target_flop=3', ), "--cfg-options search_cfg.target_flop: the config "
+     "has no such key (closest: search_cfg.target_flops"),
     (GREEDY, ('search_cfg.target_flops=[10]', ), 'target_flops: 10 is below'),
     (GREEDY, ('--resume', ), '--resume: GreedySearchLoop does not checkpoint'),
     (EVOLUTION, ('search_cfg.constraints.latency=3', ), 'constraints.latency: unknown'),
@@ -228,6 +231,31 @@ def test_errors_name_the_key_at_fault(tiny_supernet, tmp_path, monkeypatch, sear
     log = LogCapture(tool, monkeypatch)
     assert run(tool, tiny_supernet, search_cfg, tmp_path / 'bad', *extra) == 2
     assert message in log.text
+
+
+def test_a_metric_the_evaluator_lacks_is_refused_before_the_search(
+        tiny_supernet, tmp_path, monkeypatch):
+    """A misspelt score_key or tie_break_key is named, with the metrics there are, before
+    any candidate is scored: an earlier search's results stay (even with --overwrite), and
+    none are written."""
+    tool = load_tool('search')
+    work_dir = tmp_path / 'searched'
+    assert run(tool, tiny_supernet, GREEDY, work_dir) == 0
+    results = ['search_results.json', 'search_plot.png', 'subnet_flops30000.yaml']
+    before = {name: (work_dir / name).read_bytes() for name in results}
+    log = LogCapture(tool, monkeypatch)
+    assert run(tool, tiny_supernet, dict(GREEDY, score_key='accuracy/top_1'), work_dir,
+               '--overwrite') == 2
+    assert "search_cfg.score_key: 'accuracy/top_1' is not a metric of the evaluator (closest: " \
+        "accuracy/top1, accuracy/top5); it reports accuracy/top1, accuracy/top5" in log.text
+    assert {name: (work_dir / name).read_bytes() for name in results} == before
+    fresh = tmp_path / 'fresh'
+    assert run(tool, tiny_supernet, dict(GREEDY, tie_break_key='accuracy/nll'), fresh) == 2
+    assert "search_cfg.tie_break_key: 'accuracy/nll' is not a metric of the evaluator" \
+        in log.messages[-1]
+    assert not list(fresh.glob('*.yaml')) and not list(fresh.glob('*.json'))
+    logs = [path.read_text() for path in fresh.glob('*/*.log')]
+    assert logs and not any('greedy step' in text for text in logs)  # no candidate scored
 
 
 def test_a_missing_checkpoint_is_named(tmp_path, monkeypatch):
