@@ -7,36 +7,14 @@ import json
 
 import pytest
 import torch
-import torch.nn as nn
+from latency_fakes import ParamsRuntime, net
 
 import razorlib
 from razorlib.pruning import ImportancePruner
 from razorlib.pruning.latency import (LatencyCacheWarning, LatencyTable, LatencyTableError,
                                       SubnetLatency)
-from razorlib.pruning.runtimes import Runtime
 
 X = torch.randn(1, 3, 16, 16)
-
-
-class ParamsRuntime(Runtime):
-    """A deterministic 'runtime': 0.01 ms plus 1e-5 ms per parameter; counts its calls."""
-    name = 'params'
-
-    def __init__(self, **kwargs):
-        super().__init__(**kwargs)
-        self.calls = 0
-
-    def latency(self, modules, inputs):
-        self.calls += 1
-        return [0.01 + 1e-5 * sum(p.numel() for p in m.parameters()) for m in modules]
-
-
-def net(width=32):
-    torch.manual_seed(0)
-    return nn.Sequential(nn.Conv2d(3, width, 3, padding=1), nn.BatchNorm2d(width), nn.ReLU(),
-                         nn.Conv2d(width, width, 3, padding=1), nn.BatchNorm2d(width),
-                         nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
-                         nn.Linear(width, 10)).eval()
 
 
 def timer(cache_dir, model=None, x=X):

@@ -5,40 +5,15 @@ key/value cache off.  Figures are only checked to be positive: nothing timed is 
 import pytest
 import torch
 import torch.nn as nn
+from latency_fakes import ParamsRuntime, net
 
 import razorlib
 from razorlib.pruning import ImportancePruner
 from razorlib.pruning import runtimes as runtimes_module
 from razorlib.pruning.latency import SubnetLatency
-from razorlib.pruning.runtimes import OnnxRuntime, Runtime, TorchRuntime, build_runtime
+from razorlib.pruning.runtimes import OnnxRuntime, TorchRuntime, build_runtime
 
 X = torch.randn(1, 3, 16, 16)
-
-
-class ParamsRuntime(Runtime):
-    """A deterministic 'runtime': 0.01 ms plus 1e-5 ms per parameter.  Records the inputs
-    and every transformers config's ``use_cache`` while the modules are timed."""
-    name = 'params'
-
-    def __init__(self, **kwargs):
-        super().__init__(**kwargs)
-        self.calls, self.inputs, self.use_cache = 0, [], set()
-
-    def latency(self, modules, inputs):
-        self.calls += 1
-        self.inputs.append(inputs)
-        for module in modules:
-            self.use_cache |= {m.config.use_cache for m in module.modules()
-                               if hasattr(m, 'config')}
-        return [0.01 + 1e-5 * sum(p.numel() for p in m.parameters()) for m in modules]
-
-
-def net(width=32):
-    torch.manual_seed(0)
-    return nn.Sequential(nn.Conv2d(3, width, 3, padding=1), nn.BatchNorm2d(width), nn.ReLU(),
-                         nn.Conv2d(width, width, 3, padding=1), nn.BatchNorm2d(width),
-                         nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
-                         nn.Linear(width, 10)).eval()
 
 
 class KeywordNet(nn.Module):

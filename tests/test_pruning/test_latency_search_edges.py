@@ -7,11 +7,10 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-import torch.nn as nn
+from latency_fakes import ParamsRuntime, net
 
 import razorlib
 from razorlib.pruning.latency_search import REFUSAL_MEASUREMENTS, search_latency
-from razorlib.pruning.runtimes import Runtime
 
 X = torch.randn(1, 3, 16, 16)
 
@@ -84,27 +83,6 @@ def test_a_subnet_no_faster_than_the_dense_model_is_refused_without_a_budget_abo
     assert 'median of 3 measurements' in message
     assert 'does not make the model measurably faster on scripted' in message
     assert 'latency>=' not in message
-
-
-class ParamsRuntime(Runtime):
-    """A deterministic 'runtime': 0.01 ms plus 1e-5 ms per parameter; counts its calls."""
-    name = 'params'
-
-    def __init__(self, **kwargs):
-        super().__init__(**kwargs)
-        self.calls = 0
-
-    def latency(self, modules, inputs):
-        self.calls += 1
-        return [0.01 + 1e-5 * sum(p.numel() for p in m.parameters()) for m in modules]
-
-
-def net(width=32):
-    torch.manual_seed(0)
-    return nn.Sequential(nn.Conv2d(3, width, 3, padding=1), nn.BatchNorm2d(width), nn.ReLU(),
-                         nn.Conv2d(width, width, 3, padding=1), nn.BatchNorm2d(width),
-                         nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
-                         nn.Linear(width, 10)).eval()
 
 
 def test_prune_meets_a_budget_just_below_the_smallest_subnet_within_the_tolerance():
