@@ -19,7 +19,7 @@ import torch
 from ..ir import BaseGraph, Operation, QuantableOperation
 from .batches import BatchToInputs, graph_batches
 from .executor import QuantExecutor
-from .state import dequantized, quantable_operations
+from .state import check_calibrated, dequantized, quantable_operations
 
 __all__ = ['LayerError', 'QuantErrorReport', 'SNRMeter', 'analyse_error', 'snr_db']
 
@@ -35,9 +35,17 @@ def snr_db(reference: torch.Tensor, tensor: torch.Tensor) -> float:
         ``10 log10(sum(reference^2) / sum((reference - tensor)^2))``; ``inf`` when they
         are equal.
 
+    Raises:
+        ValueError: the shapes differ (broadcasting would compare other elements).
+
     Example:
         >>> round(snr_db(torch.tensor([3.0, 4.0]), torch.tensor([3.0, 3.5])), 2)
         20.0
+        >>> snr_db(torch.zeros(3, 1), torch.ones(3))
+        Traceback (most recent call last):
+        ...
+        ValueError: SNR of tensors of different shapes: reference (3, 1), tensor (3,); \
+they are compared element by element
     """
     meter = SNRMeter()
     meter.update(reference, tensor)
@@ -63,7 +71,11 @@ class SNRMeter:
     noise: float = 0.0
 
     def update(self, reference: torch.Tensor, tensor: torch.Tensor) -> None:
-        """Add one pair of tensors."""
+        """Add one pair of tensors, of one shape (ValueError otherwise)."""
+        if tuple(reference.shape) != tuple(tensor.shape):
+            raise ValueError(f'SNR of tensors of different shapes: reference '
+                             f'{tuple(reference.shape)}, tensor {tuple(tensor.shape)}; they are '
+                             'compared element by element')
         reference = reference.detach().double()
         self.signal += float(reference.square().sum())
         self.noise += float((reference - tensor.detach().double()).square().sum())
@@ -182,6 +194,14 @@ def analyse_error(graph: BaseGraph, dataloader: Iterable, steps: int = 8,
     Returns:
         The report.
 
+    Raises:
+        ValueError: ``dataloader`` gave no batch (there would be nothing to measure).
+
+    Warns:
+        UserWarning: the graph has uncalibrated configs
+            (:func:`~razorlib.quantization.state.check_calibrated`): their tensors stay in
+            floating point, and the SNRs overstate the quantized model.
+
     Example:
         >>> from razorlib.ir import from_torch
         >>> from razorlib.quantization import calibrate, quantize_graph
@@ -195,12 +215,15 @@ def analyse_error(graph: BaseGraph, dataloader: Iterable, steps: int = 8,
         >>> [row.op_type for row in report.layers], 20 < report.outputs['conv2d_1'] < 60
         (['Conv', 'Relu', 'Conv'], True)
     """
+    check_calibrated(graph, 'analyse_error')
     executor = QuantExecutor(graph, device)
     operations = quantable_operations(graph)
     layer = {op: SNRMeter() for op in operations}
     accumulated = {op: SNRMeter() for op in operations}
     outputs = {name: SNRMeter() for name in graph.outputs}
+    measured = 0
     for inputs in graph_batches(dataloader, steps, collate_fn, progress):
+        measured += 1
         recorded: Dict[Operation, tuple] = {}
 
         def record(op: Operation, op_inputs: list, op_outputs: list) -> None:
@@ -218,6 +241,9 @@ def analyse_error(graph: BaseGraph, dataloader: Iterable, steps: int = 8,
         for name, reference, tensor in zip(graph.outputs, references,
                                            _run_with_hook(executor, inputs, compare)):
             _update(outputs[name], [reference], [tensor])
+    if not measured:
+        raise ValueError('analyse_error: dataloader gave no batch; the SNRs need at least one '
+                         f'(got {dataloader!r:.60})')
     return QuantErrorReport(
         [LayerError(op.name, op.type, layer[op].db, accumulated[op].db) for op in operations],
         {name: meter.db for name, meter in outputs.items()})

@@ -6,9 +6,11 @@ record shapes and dtypes, run the graph passes (:data:`DEFAULT_PASSES` through a
 :class:`~razorlib.ir.PassManager`), dispatch and quantize for the platform
 (:func:`~razorlib.quantization.quantize_graph`), set the activations' observer and
 calibrate (:func:`~razorlib.quantization.calibrate`), with the PTQ passes
-(:mod:`razorlib.quantization.passes`) before quantizing and after calibrating.  The graph that comes back runs
-quantized in a :class:`~razorlib.quantization.QuantExecutor` and exports with
-:func:`~razorlib.quantization.export_graph`.
+(:mod:`razorlib.quantization.passes`) before quantizing and after calibrating.  The graph
+that comes back runs quantized in a :class:`~razorlib.quantization.QuantExecutor` and
+exports with :func:`~razorlib.quantization.export_graph`.  The arguments are checked
+before any work (:func:`check_quantize_arguments`), and each calibration batch against
+the graph's inputs (:func:`~razorlib.quantization.batches.checked_inputs`).
 
 Observers and dispatchers are given as registered names (``'kl'``, ``'conservative'``)
 or as config dicts (``dict(type='KLObserver', bins=2048)``), as in a PTQ config file
@@ -16,25 +18,33 @@ or as config dicts (``dict(type='KLObserver', bins=2048)``), as in a PTQ config 
 batch size; otherwise its shapes are the example inputs', and a calibration batch of
 another shape is an error naming it.
 """
+import difflib
+import inspect
+import logging
+import numbers
 import os
-from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Sequence, Union
 
 import onnx
 import torch
 
 from ..ir import BaseGraph, PassManager, QuantizationStates, TorchExecutor, from_onnx, from_torch
-from ..ir.components import split_type
-from .batches import BatchToInputs, graph_batches
+from ..ir.components import registered, split_type
+from ..ir.passes import GraphPass
+from ..registry import DISPATCHERS, GRAPH_PASSES, PTQ_PASSES
+from .batches import BatchToInputs, checked_inputs, graph_batches
 from .calibration import calibrate
 from .dispatch import DispatchingTable
 from .observers import observer_class
-from .passes import build_ptq_passes, run_ptq_passes
+from .passes import PTQPass, build_ptq_passes, run_ptq_passes
 from .platform import TargetPlatform
 from .quantize import quantize_graph
 from .state import quantable_operations
 
-__all__ = ['DEFAULT_PASSES', 'prepare_graph', 'quantize_onnx_model', 'quantize_torch_model',
-           'set_activation_observer']
+logger = logging.getLogger(__name__)
+
+__all__ = ['DEFAULT_PASSES', 'check_options', 'prepare_graph', 'quantize_onnx_model',
+           'quantize_torch_model', 'set_activation_observer']
 
 _Platform = Union[TargetPlatform, str]
 _Spec = Union[str, Mapping[str, Any]]
@@ -45,6 +55,161 @@ DEFAULT_PASSES = ('FormatConstant', 'FormatParameter', 'FuseBatchNorm', 'FuseGem
 see weights), shared parameters are split (each reader's can be baked), BatchNorm, bias
 Adds and MatMul + Add fold into their layers (one quantized layer each), primitive
 LayerNorm and GELU become single ops, and what no output needs goes."""
+
+
+def check_options(target: Callable, options: Mapping[str, Any], parameter: str,
+                  skip: Sequence[str] = ()) -> None:
+    """Refuse ``options`` that ``target``'s constructor (or the function) does not take.
+
+    Args:
+        target: a class or a function, e.g. a registered observer class.
+        options: the keyword arguments a config dict gives it.
+        parameter: the setting's name in the message (``'ptq.observer'``).
+        skip: parameters the caller sets itself, which no config may give.
+
+    Raises:
+        TypeError: an option that is no keyword parameter of ``target`` (a ``**kwargs``
+            target takes any); the message names the option, ``target`` and the options
+            it takes.
+
+    Example:
+        >>> from razorlib.quantization import KLObserver
+        >>> check_options(KLObserver, {'bins': 512}, 'observer')
+        >>> check_options(KLObserver, {'binz': 512}, 'observer', skip=['channel_axis'])
+        Traceback (most recent call last):
+        ...
+        TypeError: observer: KLObserver.__init__() got an unexpected keyword argument 'binz' \
+(did you mean 'bins'?); KLObserver takes bins
+    """
+    try:
+        signature = inspect.signature(target)
+    except (TypeError, ValueError):  # a builtin without a signature: let it say
+        return
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in signature.parameters.values()):
+        return
+    taken = [name for name, p in signature.parameters.items()
+             if p.kind in kinds and name not in skip]
+    name = getattr(target, '__name__', repr(target))
+    for key in options:
+        if key in taken:
+            continue
+        # Python's own words (what building it would raise), then what it takes.
+        if not taken:
+            kind = 'options' if set(skip) & set(signature.parameters) else 'arguments'
+            raise TypeError(f'{parameter}: {name}() takes no {kind}, got option {key!r}')
+        close = difflib.get_close_matches(str(key), taken, n=1)
+        hint = f' (did you mean {close[0]!r}?)' if close else ''
+        call = f'{name}.__init__()' if inspect.isclass(target) else f'{name}()'
+        raise TypeError(f'{parameter}: {call} got an unexpected keyword argument {key!r}{hint}; '
+                        f'{name} takes {", ".join(taken)}')
+
+
+def _lookup(find: Callable[[str], Any], kind: str, parameter: str) -> Any:
+    """``find(kind)``, a KeyError naming ``parameter``."""
+    try:
+        return find(kind)
+    except KeyError as error:
+        raise KeyError(f'{parameter}: {error.args[0]}') from None
+
+
+def _check_spec(find: Callable[[str], Any], spec: Any, parameter: str,
+                skip: Sequence[str] = ()) -> None:
+    """A name or ``dict(type=..., **options)`` that ``find`` knows, with options it takes."""
+    kind, options = split_type(spec, parameter)
+    check_options(_lookup(find, kind, parameter), options, parameter, skip)
+
+
+def _check_steps(value: Any, parameter: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f'{parameter} must be an int, got {type(value).__name__} {value!r}')
+    if value < 1:
+        raise ValueError(f'{parameter} must be at least 1, got {value}')
+
+
+def _check_pass_list(specs: Any, parameter: str, registry, base: type) -> None:
+    """A list or tuple of registered names, config dicts or built passes."""
+    if isinstance(specs, (str, Mapping)):
+        raise TypeError(f'{parameter} must be a list of names or dicts, got the '
+                        f'{type(specs).__name__} {specs!r}; write [{specs!r}]')
+    if not isinstance(specs, (list, tuple)):
+        raise TypeError(f'{parameter} must be a list of names or dicts, got '
+                        f'{type(specs).__name__} {specs!r}')
+    for spec in specs:
+        if not isinstance(spec, base):
+            _check_spec(lambda kind: registered(registry, kind), spec, parameter)
+
+
+def check_quantize_arguments(prefix: str = '', calib_steps: Any = 32,
+                             observer: Any = 'percentile',
+                             observer_options: Optional[Mapping[str, Any]] = None,
+                             dispatcher: Any = 'conservative', passes: Any = DEFAULT_PASSES,
+                             ptq_passes: Any = (), dynamic_batch: Any = True) -> None:
+    """Check the arguments of :func:`quantize_torch_model` before any work is done.
+
+    Every message names the argument, with ``prefix`` (``'ptq.'`` for a PTQ config):
+    ``calib_steps`` must be an int of at least 1 and ``dynamic_batch`` a bool; observers,
+    dispatchers and passes must be registered, and the options of their config dicts
+    keyword parameters of their constructors; ``passes`` and ``ptq_passes`` must be lists,
+    not a bare name; the PTQ passes are built (so their own checks run).
+
+    Raises:
+        TypeError: a value of the wrong type, an option the constructor does not take.
+        KeyError: a name that is not registered; the message lists those that are.
+        ValueError: ``calib_steps`` below 1, what a PTQ pass refuses.
+
+    Example:
+        >>> check_quantize_arguments('ptq.', calib_steps='4')
+        Traceback (most recent call last):
+        ...
+        TypeError: ptq.calib_steps must be an int, got str '4'
+        >>> check_quantize_arguments(passes='FuseBatchNorm')
+        Traceback (most recent call last):
+        ...
+        TypeError: passes must be a list of names or dicts, got the str 'FuseBatchNorm'; \
+write ['FuseBatchNorm']
+    """
+    _check_steps(calib_steps, f'{prefix}calib_steps')
+    if not isinstance(dynamic_batch, bool):
+        raise TypeError(f'{prefix}dynamic_batch must be True or False, got '
+                        f'{type(dynamic_batch).__name__} {dynamic_batch!r}')
+    if observer is not None:
+        _check_spec(observer_class, observer, f'{prefix}observer', skip=['channel_axis'])
+    if observer_options is not None:
+        if not isinstance(observer_options, Mapping):
+            raise TypeError(f'{prefix}observer_options must be a dict of observer name -> '
+                            f'options, got {type(observer_options).__name__}')
+        for name, options in observer_options.items():
+            where = f'{prefix}observer_options[{name!r}]'
+            if not isinstance(options, Mapping):
+                raise TypeError(f'{where} must be a dict of options, got '
+                                f'{type(options).__name__} {options!r}')
+            check_options(_lookup(observer_class, name, where), options, where,
+                          skip=['channel_axis'])
+    if not hasattr(dispatcher, 'dispatch'):  # a dispatcher built already passes
+        _check_spec(lambda kind: registered(DISPATCHERS, kind), dispatcher,
+                    f'{prefix}dispatcher')
+    _check_pass_list(passes, f'{prefix}passes', GRAPH_PASSES, GraphPass)
+    _check_pass_list(ptq_passes, f'{prefix}ptq_passes', PTQ_PASSES, PTQPass)
+    try:
+        build_ptq_passes(ptq_passes)
+    except (KeyError, TypeError, ValueError) as error:
+        message = error.args[0] if error.args else str(error)
+        raise type(error)(f'{prefix}ptq_passes: {message}') from error
+
+
+def _warn_unused_observer_options(graph: BaseGraph, options: Mapping[str, Any]) -> None:
+    """Warn about ``observer_options`` of observers that no config of ``graph`` uses."""
+    used = {observer_class(config.dominated_by.observer_algorithm)
+            for op in quantable_operations(graph)
+            for config in (*op.input_quant_config, *op.output_quant_config)
+            if config.state is QuantizationStates.INITIAL and config.master_by is None}
+    for name in options:
+        if observer_class(name) not in used:
+            logger.warning('observer_options: no config of graph %r uses observer %r, so its '
+                           'options %s are not used; the observers in use are %s', graph.name,
+                           name, dict(options[name]),
+                           ', '.join(sorted(cls.__name__ for cls in used)) or 'none')
 
 
 def set_activation_observer(graph: BaseGraph, observer: _Spec) -> BaseGraph:
@@ -130,17 +295,37 @@ def _quantize(graph: BaseGraph, calib_dataloader: Iterable, example_inputs: Any,
         if given:
             options[name] = {**options.get(name, {}), **given}
     before, after = build_ptq_passes(ptq_passes)
+    prepare_graph(graph, example_inputs, passes, device)
+    # Batches are checked against the graph's inputs (their number, their dtypes) as
+    # they come, so that an error names the batch.
+    collate_fn = checked_inputs(graph, collate_fn)
     if before or after:  # the passes run the batches again: take them once
         calib_dataloader = list(graph_batches(calib_dataloader, calib_steps, collate_fn))
         collate_fn = None
-    prepare_graph(graph, example_inputs, passes, device)
     run_ptq_passes(graph, before, calib_dataloader, device)
     quantize_graph(graph, platform, dispatcher, dispatching_table)
     if observer is not None:
         set_activation_observer(graph, observer)
+    _warn_unused_observer_options(graph, options)
     calibrate(graph, calib_dataloader, calib_steps, collate_fn, device, progress, options)
     run_ptq_passes(graph, after, calib_dataloader, device)
     return graph
+
+
+def _refuse_model(model: Any, function: str, takes: str) -> None:
+    """A TypeError for a model ``function`` does not take, pointing at the right call."""
+    if isinstance(model, BaseGraph):
+        hint = ('quantize a graph with quantize_graph(graph, platform) and then '
+                'calibrate(graph, batches); prepare_graph(graph, example_inputs) first records '
+                'its shapes and runs the graph passes')
+    elif isinstance(model, onnx.ModelProto):
+        hint = 'quantize an ONNX model with quantize_onnx_model'
+    elif isinstance(model, torch.nn.Module):
+        hint = 'quantize a PyTorch model with quantize_torch_model'
+    else:
+        hint = None
+    raise TypeError(f'{function}: model must be {takes}, got {type(model).__name__}'
+                    + (f'; {hint}' if hint else ''))
 
 
 def quantize_torch_model(model: torch.nn.Module, calib_dataloader: Iterable,
@@ -188,8 +373,16 @@ def quantize_torch_model(model: torch.nn.Module, calib_dataloader: Iterable,
         The quantized, calibrated graph.
 
     Raises:
-        ValueError: the dataloader gives no batch, or a batch of a shape the graph does
-            not take (the message names the batch and both shapes).
+        ValueError: the dataloader gives no batch, a batch of a shape the graph does not
+            take (the message names the batch and both shapes), or a sequence of another
+            length than the graph's inputs (an ``(inputs, labels)`` pair needs a
+            ``collate_fn``).
+        TypeError: ``model`` is no module (a graph goes to
+            :func:`~razorlib.quantization.quantize_graph`), an argument of the wrong type
+            or an option a constructor does not take (checked before any work, see
+            :func:`check_quantize_arguments`), or a batch of a dtype the graph does not
+            take (:class:`~razorlib.ir.executor.shapes.InputDtypeError`).
+        KeyError: an observer, dispatcher or pass that is not registered.
 
     Example:
         >>> from razorlib.quantization import QuantExecutor
@@ -203,6 +396,10 @@ def quantize_torch_model(model: torch.nn.Module, calib_dataloader: Iterable,
         ...     torch.randn(7, 3, 8, 8))[0].shape
         (torch.Size([4, 10]), torch.Size([7, 10]))
     """
+    if not isinstance(model, torch.nn.Module):
+        _refuse_model(model, 'quantize_torch_model', 'a torch.nn.Module')
+    check_quantize_arguments('', calib_steps, observer, observer_options, dispatcher, passes,
+                             ptq_passes, dynamic_batch)
     graph = from_torch(model, example_inputs, dynamic_batch=dynamic_batch)
     return _quantize(graph, calib_dataloader, example_inputs, platform, calib_steps, observer,
                      dispatcher, dispatching_table, collate_fn, device, observer_options,
@@ -248,7 +445,9 @@ def quantize_onnx_model(model: Union[onnx.ModelProto, str, os.PathLike],
         The quantized, calibrated graph.
 
     Raises:
-        ValueError: see :func:`quantize_torch_model`.
+        ValueError: see :func:`quantize_torch_model`, like the errors below.
+        TypeError: see :func:`quantize_torch_model`.
+        KeyError: see :func:`quantize_torch_model`.
 
     Example:
         >>> from razorlib.ir import to_onnx
@@ -259,6 +458,10 @@ def quantize_onnx_model(model: Union[onnx.ModelProto, str, os.PathLike],
         >>> [op.platform.name for op in graph.operations.values()]
         ['TRT_INT8', 'TRT_INT8']
     """
+    if not isinstance(model, (onnx.ModelProto, str, os.PathLike)):
+        _refuse_model(model, 'quantize_onnx_model', 'an onnx.ModelProto or a path')
+    check_quantize_arguments('', calib_steps, observer, observer_options, dispatcher, passes,
+                             ptq_passes)
     graph = from_onnx(model)
     if example_inputs is None:
         example_inputs = next(iter(graph_batches(calib_dataloader, 1, collate_fn)), None)

@@ -13,18 +13,30 @@ places, a passive bias at input scale x weight scale), only differentiably.  Zer
 stay as calibrated.  :meth:`LSQGraph.calibrated_graph` writes the learned values into a
 copy of the graph, which ``QuantExecutor`` runs and ``export_graph`` exports like any
 PTQ graph.
+
+A checkpoint (``state_dict``) holds, besides the weights and log scales, the
+quantization signature as buffers: ``quant_signature.platforms`` (the platforms, a bit
+mask), ``quant_signature.<scale>`` (the integer range, bits, policy, rounding and channel
+axis of that scale's config) and ``zero_points.<scale>``.  Loading it into a graph
+quantized otherwise (another platform, integer range or policy) raises naming the scale
+and what differs, before any tensor is loaded; the zero points come from the checkpoint,
+not from this graph's calibration.  A checkpoint saved before the signature existed loads
+unchecked, with a warning saying so (tools that check a checkpoint's keys before loading
+it, such as ``tools/deploy.py``, report the ``quant_signature`` keys missing).
 """
 import re
-from typing import Dict, List, Optional, Union
+import warnings
+from typing import Any, Dict, List, Mapping, Optional, Union
 
 import torch
 import torch.nn as nn
 
 from ..ir import (BaseGraph, Operation, QuantableOperation, QuantizationProperty,
-                  TensorQuantizationConfig, TorchExecutor)
+                  RoundingPolicy, TensorQuantizationConfig, TorchExecutor)
 from .executor import QuantExecutor, quantized_inputs
 from .observers import MIN_SCALE
-from .state import quantable_operations
+from .platform import TargetPlatform, as_platform
+from .state import check_calibrated, quantable_operations
 
 __all__ = ['LSQGraph', 'follow_passive_scales', 'lsq_fake_quantize']
 
@@ -96,8 +108,10 @@ class LSQGraph(nn.Module):
     The graph's float parameters become this module's ``weights`` (the graph's variables
     then hold those very tensors), and the logarithm of each calibrated scale (one per
     dominance set, not the passive ones) a parameter of ``scales``; a checkpoint of the
-    module restores both.  Keep the graph for this module alone: its variables hold
-    trainable tensors.
+    module restores both, and also carries the quantization signature (see the module):
+    loading one of a graph quantized otherwise raises, and the zero points are the
+    checkpoint's.  Keep the graph for this module alone: its variables hold trainable
+    tensors.
 
     Args:
         graph: a calibrated graph (from ``quantize_torch_model``), taken over.
@@ -119,9 +133,19 @@ class LSQGraph(nn.Module):
         >>> plain = lsq.calibrated_graph()  # a PTQ graph again, with the learned values
         >>> torch.equal(QuantExecutor(plain)(batches[1])[0], lsq(batches[1]).detach())
         True
+
+        A checkpoint loads only into a graph quantized the same way:
+
+        >>> other = LSQGraph(quantize_torch_model(net, batches, batches[0], 'ORT_INT8',
+        ...                                       progress=False))
+        >>> other.load_state_dict(lsq.state_dict())  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: LSQGraph checkpoint: quantized for TRT_INT8, this graph for ORT_INT8; ...
     """
 
     def __init__(self, graph: BaseGraph, device: Union[str, torch.device] = 'cpu') -> None:
+        check_calibrated(graph, 'LSQGraph')
         super().__init__()
         self.weights = nn.ParameterDict()
         self.scales = nn.ParameterDict()
@@ -142,6 +166,7 @@ class LSQGraph(nn.Module):
                 for index, (config, var) in enumerate(zip(configs, variables)):
                     self._add_scale(config, var, f'{op.name}_{side}{index}')
         self._executor = _LSQExecutor(graph, self, device)
+        self._register_signature()
 
     def _add_scale(self, config: TensorQuantizationConfig, var, name: str) -> None:
         root = config.dominated_by
@@ -156,8 +181,8 @@ class LSQGraph(nn.Module):
     def scale_of(self, op: QuantableOperation, config: TensorQuantizationConfig) -> torch.Tensor:
         """The learned scale of ``config`` (of ``op``); a passive bias's is derived."""
         if config.state.is_passive:
-            return self.scale_of(op, op.input_quant_config[0]) * self.scale_of(op,
-                                                                              config.master_by)
+            return (self.scale_of(op, op.input_quant_config[0])
+                    * self.scale_of(op, config.master_by))
         return self.scales[self._roots[config.dominated_by]].exp().clamp_min(MIN_SCALE)
 
     def fake_quantize(self, op: QuantableOperation, config: TensorQuantizationConfig,
@@ -182,6 +207,78 @@ class LSQGraph(nn.Module):
         for key, name in self._variables.items():  # the graph reads the moved tensors
             self._graph.variables[name].value = self.weights[key]
         return module
+
+    def _platforms(self) -> List[TargetPlatform]:
+        return sorted({as_platform(op.platform) for op in quantable_operations(self._graph)},
+                      key=list(TargetPlatform).index)
+
+    def _register_signature(self) -> None:
+        """The buffers a checkpoint carries to be checked (see the module)."""
+        self.quant_signature = nn.Module()
+        self.zero_points = nn.Module()
+        self.quant_signature.register_buffer('version', torch.tensor(SIGNATURE_VERSION))
+        self.quant_signature.register_buffer('platforms', torch.tensor(
+            sum(1 << list(TargetPlatform).index(platform) for platform in self._platforms())))
+        for root, key in self._roots.items():
+            self.quant_signature.register_buffer(key, _signature(root))
+            self.zero_points.register_buffer(key, _zero_point(root))
+
+    def _save_to_state_dict(self, destination, prefix, keep_vars) -> None:
+        for root, key in self._roots.items():  # the zero points in use (children save later)
+            getattr(self.zero_points, key).copy_(_zero_point(root))
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys,
+                              unexpected_keys, error_msgs) -> None:
+        """Check the checkpoint's signature before any tensor loads; take its zero points."""
+        if self._roots and prefix + 'quant_signature.version' not in state_dict:
+            warnings.warn(f'LSQGraph checkpoint: no {prefix}quant_signature: it predates the '
+                          'quantization signature (platform, integer ranges, zero points) '
+                          'that LSQGraph saves, so it is loaded unchecked, with the zero points '
+                          'of this graph; save it again to add the signature', stacklevel=2)
+            # torch and mmengine hand the children the entries of this (local) dict: this
+            # graph's own signature and zero points are then loaded, not reported missing
+            for name, buffer in [*self.quant_signature.named_buffers(prefix='quant_signature'),
+                                 *self.zero_points.named_buffers(prefix='zero_points')]:
+                state_dict.setdefault(prefix + name, buffer.detach().clone())
+        else:
+            self._check_signature(state_dict, prefix)
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys,
+                                      unexpected_keys, error_msgs)
+
+    def _check_signature(self, state_dict: Mapping[str, Any], prefix: str) -> None:
+        """Raise ValueError naming what differs; then set the checkpoint's zero points."""
+        version = state_dict.get(prefix + 'quant_signature.version')
+        if version is not None and int(version) != SIGNATURE_VERSION:
+            raise ValueError(f'LSQGraph checkpoint: quantization signature version '
+                             f'{int(version)}, this razorlib reads {SIGNATURE_VERSION}')
+        platforms = state_dict.get(prefix + 'quant_signature.platforms')
+        here = self.quant_signature.platforms
+        if platforms is not None and int(platforms) != int(here):
+            raise ValueError(f'LSQGraph checkpoint: quantized for {_platform_names(platforms)}, '
+                             f'this graph for {_platform_names(here)}; build the QAT with the '
+                             'platform it was trained with')
+        zero_points = {}
+        for root, key in self._roots.items():
+            saved = state_dict.get(f'{prefix}quant_signature.{key}')
+            ours = getattr(self.quant_signature, key)
+            if saved is None or tuple(saved.shape) != tuple(ours.shape):
+                continue  # a scale of another graph: reported as a missing key
+            differ = [f'{field} {_field(field, int(theirs))} in the checkpoint, '
+                      f'{_field(field, int(mine))} here'
+                      for field, theirs, mine in zip(_SIGNATURE_FIELDS, saved, ours)
+                      if int(theirs) != int(mine)]
+            if differ:
+                raise ValueError(f'LSQGraph checkpoint: scale {key!r} is quantized otherwise: '
+                                 f'{", ".join(differ)}; build the QAT with the quantization '
+                                 'settings it was trained with')
+            zero_point = state_dict.get(f'{prefix}zero_points.{key}')
+            if zero_point is not None and zero_point.shape == _zero_point(root).shape:
+                zero_points[root] = zero_point
+        for root, zero_point in zero_points.items():
+            if root.offset is not None or bool(zero_point.any()):
+                dtype = torch.float32 if root.offset is None else root.offset.dtype
+                root.offset = zero_point.detach().to(root.scale.device, dtype, copy=True)
 
     def calibrated_graph(self) -> BaseGraph:
         """A copy of the graph holding the learned weights and scales, detached.
@@ -216,6 +313,46 @@ def follow_passive_scales(graph: BaseGraph) -> BaseGraph:
             if config.state.is_passive and config.master_by is not None:
                 config.scale = op.input_quant_config[0].scale * config.master_by.scale
     return graph
+
+
+SIGNATURE_VERSION = 1
+"""The layout of an :class:`LSQGraph` checkpoint's ``quant_signature`` buffers."""
+
+#: What each ``quant_signature.<scale>`` buffer holds, in order.
+_SIGNATURE_FIELDS = ('quant_min', 'quant_max', 'num_of_bits', 'policy', 'rounding',
+                     'channel_axis')
+
+
+def _signature(config: TensorQuantizationConfig) -> torch.Tensor:
+    """What a checkpoint's scale must match, as integers (see :data:`_SIGNATURE_FIELDS`)."""
+    axis = -1 if config.channel_axis is None else config.channel_axis
+    return torch.tensor([config.quant_min, config.quant_max, config.num_of_bits,
+                         config.policy.value, list(RoundingPolicy).index(config.rounding), axis],
+                        dtype=torch.int64)
+
+
+def _field(field: str, value: int) -> str:
+    """A signature value as its config shows it."""
+    if field == 'policy':
+        return '|'.join(flag.name for flag in QuantizationProperty if flag.value & value)
+    if field == 'rounding':
+        return list(RoundingPolicy)[value].name
+    if field == 'channel_axis' and value < 0:
+        return 'None'
+    return str(value)
+
+
+def _platform_names(mask: torch.Tensor) -> str:
+    return '+'.join(platform.name for index, platform in enumerate(TargetPlatform)
+                    if int(mask) >> index & 1) or 'no platform'
+
+
+def _zero_point(config: TensorQuantizationConfig) -> torch.Tensor:
+    """The config's zero point (zeros like its scale when it has none), float, detached."""
+    scale = config.scale.detach().float()
+    if config.offset is None:
+        return torch.zeros_like(scale)
+    return torch.broadcast_to(config.offset.detach().to(scale), scale.shape).clone()
 
 
 def _numel(var) -> Optional[int]:

@@ -8,11 +8,9 @@ and hands :meth:`PTQSettings.quantize_kwargs` to
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
 
-from ..ir.components import split_type
-from .api import DEFAULT_PASSES
-from .dispatch import DISPATCHERS
-from .observers import observer_class
-from .passes import build_ptq_passes
+from ..ir.components import registered, split_type
+from ..registry import EXPORTERS
+from .api import DEFAULT_PASSES, check_options, check_quantize_arguments
 from .platform import as_export_format, as_platform, is_quantized_platform
 
 __all__ = ['PTQSettings']
@@ -37,8 +35,15 @@ class PTQSettings:
         export: the export format (``'QDQ_ONNX'``, ``'TRT_JSON'``, ``'ONNX'``, a dict),
             or None for the platform's default.
 
+    Every value is checked when the settings are made, and an error names the setting
+    (see :func:`~razorlib.quantization.api.check_quantize_arguments`): the options of an
+    observer, dispatcher, pass or export dict must be keyword parameters of its class (or
+    exporter); ``passes`` and ``ptq_passes`` are lists, never a bare name.
+
     Raises:
-        KeyError: an observer or dispatcher that is not registered.
+        KeyError: an observer, dispatcher, graph pass or PTQ pass that is not registered.
+        TypeError: a value of the wrong type (``calib_steps='8'``, ``dynamic_batch='no'``,
+            ``passes='FuseBatchNorm'``), an option that its class does not take.
         ValueError: a platform that is not quantized, an unknown export format, or
             ``calib_steps`` below 1.
 
@@ -52,6 +57,11 @@ class PTQSettings:
         ...
         KeyError: 'ptq.observers: no such setting; the settings are platform, observer, \
 dispatcher, calib_steps, dynamic_batch, passes, export, ptq_passes'
+        >>> PTQSettings.from_config(dict(observer=dict(type='kl', binz=3)))
+        Traceback (most recent call last):
+        ...
+        TypeError: ptq.observer: KLObserver.__init__() got an unexpected keyword argument \
+'binz' (did you mean 'bins'?); KLObserver takes bins
     """
     platform: str = 'TRT_INT8'
     observer: Spec = 'percentile'
@@ -67,20 +77,16 @@ dispatcher, calib_steps, dynamic_batch, passes, export, ptq_passes'
             raise ValueError(f'ptq.platform: {self.platform!r} is not a quantized platform '
                              '(TRT_INT8, ORT_INT8)')
         self.platform = as_platform(self.platform).name
-        observer_class(split_type(self.observer, 'ptq.observer')[0])
-        kind = split_type(self.dispatcher, 'ptq.dispatcher')[0]
-        if DISPATCHERS.get(kind) is None:
-            raise KeyError(f'ptq.dispatcher: no dispatcher {kind!r}; registered: '
-                           f'{", ".join(sorted(DISPATCHERS.module_dict))}')
-        if self.calib_steps < 1:
-            raise ValueError(f'ptq.calib_steps must be at least 1, got {self.calib_steps}')
+        check_quantize_arguments('ptq.', calib_steps=self.calib_steps, observer=self.observer,
+                                 dispatcher=self.dispatcher, passes=self.passes,
+                                 ptq_passes=self.ptq_passes, dynamic_batch=self.dynamic_batch)
         self.passes = tuple(self.passes)
         self.ptq_passes = tuple(self.ptq_passes)
-        try:
-            build_ptq_passes(self.ptq_passes)
-        except (KeyError, TypeError, ValueError) as error:
-            raise type(error)(f'ptq.ptq_passes: {str(error).strip(chr(34))}') from error
-        self.export_format  # noqa: B018  (validates ``export``)
+        export_format = self.export_format  # validates ``export``
+        if self.export is not None:
+            options = split_type(self.export, 'ptq.export')[1]
+            check_options(registered(EXPORTERS, export_format.name), options, 'ptq.export',
+                          skip=['graph', 'path'])
 
     @classmethod
     def from_config(cls, section: Optional[Mapping[str, Any]],
@@ -103,8 +109,8 @@ dispatcher, calib_steps, dynamic_batch, passes, export, ptq_passes'
     def export_format(self):
         """The :class:`~razorlib.quantization.ExportFormat` written (the platform's default
         when ``export`` is None)."""
-        kind = self.platform if self.export is None else split_type(self.export,
-                                                                     'ptq.export')[0]
+        kind = (self.platform if self.export is None
+                else split_type(self.export, 'ptq.export')[0])
         return as_export_format(kind, parameter='ptq.export')
 
     def quantize_kwargs(self) -> Dict[str, Any]:
@@ -124,8 +130,8 @@ dispatcher, calib_steps, dynamic_batch, passes, export, ptq_passes'
         """One short phrase per setting, for a log line."""
         observer = split_type(self.observer, 'observer')
         export = self.export_format.name
-        return [self.platform, f'{observer[0]} activations' + (f' {observer[1]}' if observer[1]
-                                                              else ''),
+        options = f' {observer[1]}' if observer[1] else ''
+        return [self.platform, f'{observer[0]} activations{options}',
                 f'{split_type(self.dispatcher, "dispatcher")[0]} dispatch',
                 'dynamic batch' if self.dynamic_batch else 'static batch', f'{export} export'] + (
                     ['PTQ passes ' + ', '.join(split_type(spec, 'ptq pass')[0]

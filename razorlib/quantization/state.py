@@ -5,14 +5,15 @@ config states; these functions do it for every quantable operation of a graph.  
 tensors without arithmetic, so a dequantized graph computes its FP32 result bit for bit,
 and a restored one its quantized result.
 """
+import warnings
 from contextlib import contextmanager
-from typing import Iterator, List
+from typing import Iterator, List, Tuple
 
-from ..ir import BaseGraph, QuantableOperation
+from ..ir import BaseGraph, QuantableOperation, QuantizationStates
 from .functional import fake_quantize
 
-__all__ = ['bake_parameters', 'dequantize_graph', 'dequantized', 'quantable_operations',
-           'restore_quantize_state']
+__all__ = ['bake_parameters', 'check_calibrated', 'dequantize_graph', 'dequantized',
+           'quantable_operations', 'restore_quantize_state', 'uncalibrated_configs']
 
 
 def quantable_operations(graph: BaseGraph) -> List[QuantableOperation]:
@@ -24,6 +25,74 @@ def quantable_operations(graph: BaseGraph) -> List[QuantableOperation]:
         []
     """
     return [op for op in graph.topological_sort() if isinstance(op, QuantableOperation)]
+
+
+def uncalibrated_configs(graph: BaseGraph) -> Tuple[int, int]:
+    """``(uncalibrated, calibrated_or_not)``: how many configs of the graph's quantable
+    operations are still INITIAL (configured, never calibrated), and how many calibration
+    gives a scale of their own (INITIAL, ACTIVATED or BAKED; not FP32, nor OVERLAPPED or
+    PASSIVE, which take another config's).
+
+    Example:
+        >>> import torch
+        >>> from razorlib.ir import BaseGraph
+        >>> from razorlib.quantization import calibrate, quantize_graph
+        >>> graph = BaseGraph()
+        >>> graph.mark_variable_as_graph_input(graph.create_variable('x'))
+        >>> _ = graph.create_operation('Relu', 'relu', inputs=[graph.variables['x']],
+        ...                            outputs=[graph.create_variable('y')])
+        >>> graph = quantize_graph(graph, 'TRT_INT8')
+        >>> uncalibrated_configs(graph)
+        (2, 2)
+        >>> uncalibrated_configs(calibrate(graph, [torch.randn(4)], progress=False))
+        (0, 2)
+    """
+    own = (QuantizationStates.INITIAL, QuantizationStates.ACTIVATED, QuantizationStates.BAKED)
+    configs = [config for op in quantable_operations(graph)
+               for config in op.input_quant_config + op.output_quant_config
+               if config.state in own]
+    return sum(config.state is QuantizationStates.INITIAL for config in configs), len(configs)
+
+
+def check_calibrated(graph: BaseGraph, action: str, error: bool = False) -> None:
+    """Warn (or raise) when ``graph`` has quantization configs never calibrated.
+
+    An INITIAL config has no scale: the executor, the LSQ module and the exporters leave
+    its tensor in floating point, so what ``action`` computes is not the quantized model.
+    Every consumer of a calibrated graph calls this one check.
+
+    Args:
+        graph: a quantized graph.
+        action: what is about to happen, for the message (``'analyse_error'``).
+        error: raise instead of warning.
+
+    Raises:
+        ValueError: with ``error``, some configs are uncalibrated.
+
+    Example:
+        >>> import torch
+        >>> from razorlib.ir import BaseGraph
+        >>> from razorlib.quantization import quantize_graph
+        >>> graph = BaseGraph('g')
+        >>> graph.mark_variable_as_graph_input(graph.create_variable('x'))
+        >>> _ = graph.create_operation('Relu', 'relu', inputs=[graph.variables['x']],
+        ...                            outputs=[graph.create_variable('y')])
+        >>> check_calibrated(quantize_graph(graph, 'TRT_INT8'), 'export_graph', error=True)
+        Traceback (most recent call last):
+        ...
+        ValueError: export_graph: 2 of the 2 quantization configs of graph 'g' are \
+uncalibrated (INITIAL, no scale), so their tensors would stay in floating point; call \
+calibrate() first
+    """
+    uncalibrated, total = uncalibrated_configs(graph)
+    if not uncalibrated:
+        return
+    message = (f'{action}: {uncalibrated} of the {total} quantization configs of graph '
+               f'{graph.name!r} are uncalibrated (INITIAL, no scale), so their tensors would '
+               'stay in floating point; call calibrate() first')
+    if error:
+        raise ValueError(message)
+    warnings.warn(message, stacklevel=3)
 
 
 def bake_parameters(graph: BaseGraph) -> BaseGraph:

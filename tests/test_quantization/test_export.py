@@ -102,8 +102,9 @@ def test_export_does_not_change_the_graph(platform, tmp_path):
 
 def test_trt_json_holds_the_ranges_beside_a_plain_model(tmp_path):
     graph = calibrated(float_graph(), 'TRT_INT8')
-    fp32 = {name: var.value.clone() for name, var in graph.variables.items() if var.is_parameter}
     bake_parameters(graph)
+    in_use = {name: var.value.clone() for name, var in graph.variables.items()
+              if var.is_parameter}
     model = export_graph(graph, tmp_path / 'net.onnx', 'TRT_JSON')
     ranges = json.loads((tmp_path / 'net.json').read_text())['act_quant_info']
     assert ranges == pytest.approx(activation_ranges(graph))
@@ -113,8 +114,10 @@ def test_trt_json_holds_the_ranges_beside_a_plain_model(tmp_path):
             if config.state.is_activated:
                 assert ranges[var.name] == pytest.approx(float(config.scale) * 127)
     assert set(ranges) >= set(graph.inputs)
-    for name, value in initializers(model).items():  # the fp32 values, not the baked ones
-        assert torch.equal(torch.tensor(value), fp32[name])
+    # the values the quantized graph computes with (baked weights, float biases): TensorRT
+    # quantizes them again to the same integers (test_export_trt_json_values.py)
+    for name, value in initializers(model).items():
+        assert torch.equal(torch.tensor(value), in_use[name])
 
 
 def test_plain_onnx_round_trips_to_the_float_graph():

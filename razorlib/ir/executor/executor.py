@@ -21,7 +21,7 @@ from ..operation import Operation
 from ..variable import EMPTY_NAME
 from . import ops  # noqa: F401  fills OP_TABLE
 from .kernels import Kernel, build_kernel
-from .shapes import check_input_shape, dynamic_axes, grow_along, merge_shape
+from .shapes import check_input_dtype, check_input_shape, dynamic_axes, grow_along, merge_shape
 
 logger = logging.getLogger(__name__)
 
@@ -64,7 +64,10 @@ class TorchExecutor:
 
     Running raises :class:`~razorlib.ir.executor.shapes.InputShapeError` (a
     ``ValueError``) for a tensor whose shape differs from its graph input's on a fixed
-    axis, naming the input, the expected and the given shape.
+    axis, naming the input, the expected and the given shape, and
+    :class:`~razorlib.ir.executor.shapes.InputDtypeError` (a ``TypeError``) for a tensor
+    of a dtype its graph input does not take (exact widening casts within a kind, float16
+    to float32, are made; see :func:`~razorlib.ir.executor.shapes.check_input_dtype`).
 
     Example:
         >>> import torch
@@ -283,6 +286,7 @@ class TorchExecutor:
                                f'inputs are {names}')
             tensor = torch.as_tensor(value)
             check_input_shape(self.graph.name, self.graph.inputs[name], tensor)
+            tensor = check_input_dtype(self.graph.name, self.graph.inputs[name], tensor)
             env[name] = tensor.to(self.device)
         return env
 

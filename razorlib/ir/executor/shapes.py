@@ -10,7 +10,8 @@ import torch
 
 from ..variable import Dim, Variable
 
-__all__ = ['InputShapeError', 'check_input_shape', 'dynamic_axes', 'grow_along', 'merge_shape']
+__all__ = ['InputDtypeError', 'InputShapeError', 'check_input_dtype', 'check_input_shape',
+           'dynamic_axes', 'grow_along', 'merge_shape']
 
 
 class InputShapeError(ValueError):
@@ -78,6 +79,76 @@ def check_input_shape(graph_name: str, var: Variable, tensor: torch.Tensor,
     if len(given) != len(expected) or any(isinstance(want, int) and want != got
                                           for want, got in zip(expected, given)):
         raise InputShapeError(graph_name, var.name, expected, given, where)
+
+
+class InputDtypeError(TypeError):
+    """A tensor given for a graph input has a dtype the input does not take.
+
+    Args:
+        graph_name: the graph's name.
+        input_name: the graph input's name.
+        expected: the input's recorded dtype.
+        given: the tensor's dtype.
+        where: what gave the tensor (``'calibration batch 3'``), for the message.
+
+    Example:
+        >>> print(InputDtypeError('g', 'x', torch.float32, torch.int64))
+        graph 'g': input 'x' expects dtype torch.float32, got torch.int64; convert the tensor \
+(tensor.to(torch.float32), after any scaling an integer image needs)
+    """
+
+    def __init__(self, graph_name: str, input_name: str, expected: torch.dtype,
+                 given: torch.dtype, where: Optional[str] = None) -> None:
+        self.graph_name, self.input_name = graph_name, input_name
+        self.expected, self.given = expected, given
+        self.where = where
+        prefix = f'{where}: ' if where else ''
+        advice = f'tensor.to({expected})'
+        if _dtype_kind(given) == 'int' and _dtype_kind(expected) == 'float':
+            advice += ', after any scaling an integer image needs'
+        super().__init__(f'{prefix}graph {graph_name!r}: input {input_name!r} expects dtype '
+                         f'{expected}, got {given}; convert the tensor ({advice})')
+
+    def __reduce__(self):
+        return type(self), (self.graph_name, self.input_name, self.expected, self.given,
+                            self.where)
+
+
+def _dtype_kind(dtype: torch.dtype) -> str:
+    if dtype == torch.bool:
+        return 'bool'
+    if dtype.is_complex:
+        return 'complex'
+    return 'float' if dtype.is_floating_point else 'int'
+
+
+def check_input_dtype(graph_name: str, var: Variable, tensor: torch.Tensor,
+                      where: Optional[str] = None) -> torch.Tensor:
+    """``tensor`` in the dtype of graph input ``var``, or :class:`InputDtypeError`.
+
+    A tensor of another dtype is cast only when the cast is exact and of the same kind
+    (a float16 or bfloat16 batch for a float32 input, int32 token ids for an int64 input):
+    it then holds the very values the caller meant.  Any other dtype is an error: an
+    integer batch for a float input is most often an image not yet scaled, and float64
+    to float32 rounds.  An input with no recorded dtype takes any tensor.
+
+    Example:
+        >>> x = Variable('x', dtype=torch.float32)
+        >>> check_input_dtype('g', x, torch.ones(2, dtype=torch.float16)).dtype
+        torch.float32
+        >>> check_input_dtype('g', x, torch.ones(2, dtype=torch.float64), 'batch 1')
+        Traceback (most recent call last):
+        ...
+        razorlib.ir.executor.shapes.InputDtypeError: batch 1: graph 'g': input 'x' expects \
+dtype torch.float32, got torch.float64; convert the tensor (tensor.to(torch.float32))
+    """
+    expected, given = var.dtype, tensor.dtype
+    if expected is None or given == expected:
+        return tensor
+    if _dtype_kind(given) == _dtype_kind(expected) and \
+            torch.promote_types(given, expected) == expected:
+        return tensor.to(expected)
+    raise InputDtypeError(graph_name, var.name, expected, given, where)
 
 
 def dynamic_axes(var: Variable) -> List[int]:

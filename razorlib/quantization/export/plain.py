@@ -1,27 +1,96 @@
-"""Plain FP32 ONNX export of a (possibly quantized and baked) graph."""
+"""Plain ONNX export of a (possibly quantized and baked) graph: its FP32 parameters, or
+the values its quantized form computes with."""
 import os
-from typing import Union
+from typing import Dict, Union
 
 import onnx
+import torch
 
 from ...ir import BaseGraph, to_onnx
-from ..state import dequantize_graph
+from ..functional import fake_quantize
+from ..state import check_calibrated, dequantize_graph, quantable_operations
 
-__all__ = ['export_onnx']
+__all__ = ['export_onnx', 'write_quantized_parameters']
 
 
-def export_onnx(graph: BaseGraph, path: Union[str, os.PathLike, None] = None) -> onnx.ModelProto:
-    """The graph as a plain FP32 ONNX model: baked parameters get their fp32 values back.
+def write_quantized_parameters(graph: BaseGraph) -> BaseGraph:
+    """Give every parameter the value the quantized graph computes with, in place.
+
+    The values a post-training pass set in the quantized graph only (BiasCorrection's
+    corrected biases, AdaRound's rounded weights) stay as they are, and a parameter
+    quantized at run time (ACTIVATED, or PASSIVE: an integer bias) becomes its
+    fake-quantized value, the point of its grid the executor uses; a baked one holds that
+    already.  FP32 parameters (TensorRT's biases, a dequantized operation's) keep the value
+    in use.  The configs are left as they are; :func:`export_onnx` calls this on its copy.
+
+    Args:
+        graph: a calibrated graph, changed in place (call it on a copy).
+
+    Returns:
+        ``graph``, so calls chain.
+
+    Raises:
+        ValueError: a parameter read by two operations that quantize it differently (a
+            plain model holds one value per initializer).
+
+    Example:
+        >>> from razorlib.ir import BaseGraph
+        >>> from razorlib.quantization import calibrate, quantize_graph
+        >>> graph = BaseGraph()
+        >>> graph.mark_variable_as_graph_input(graph.create_variable('x'))
+        >>> w = graph.create_variable('w', torch.tensor([[0.333], [-1.27]]), is_parameter=True)
+        >>> _ = graph.create_operation('MatMul', 'fc', inputs=[graph.variables['x'], w],
+        ...                            outputs=[graph.create_variable('y')])
+        >>> graph = calibrate(quantize_graph(graph, 'TRT_INT8'), [torch.randn(4, 2)],
+        ...                   progress=False)
+        >>> write_quantized_parameters(graph.copy()).variables['w'].value
+        tensor([[ 0.3300],
+                [-1.2700]])
+    """
+    written: Dict[str, torch.Tensor] = {}
+    for op in quantable_operations(graph):
+        for index, var in enumerate(op.inputs):
+            if not var.is_parameter or var.value is None or index >= len(op.input_quant_config):
+                continue
+            config = op.input_quant_config[index]
+            value = var.value.detach()
+            if config.state.is_activated and value.is_floating_point():
+                value = fake_quantize(value, config)
+            if var.name in written:
+                if not torch.equal(written[var.name], value):
+                    raise ValueError(f'parameter {var.name!r} is quantized differently by '
+                                     f'the operations that read it ({op.name!r} and another); '
+                                     'a plain ONNX model holds one value for it (export '
+                                     'QDQ_ONNX instead)')
+                continue
+            written[var.name] = value
+    for name, value in written.items():
+        graph.variables[name].value = value
+    return graph
+
+
+def export_onnx(graph: BaseGraph, path: Union[str, os.PathLike, None] = None,
+                quantized_parameters: bool = False) -> onnx.ModelProto:
+    """The graph as a plain ONNX model, without quantization nodes.
 
     Args:
         graph: any graph; it is left as it is (the export works on a copy).
         path: where to save the model; nothing is saved when None.
+        quantized_parameters: False (default): the FP32 model, baked parameters and the
+            values PTQ passes set get their fp32 values back.  True: the values the
+            quantized graph computes with (:func:`write_quantized_parameters`), what a
+            runtime that quantizes a plain model itself (TensorRT's implicit INT8 mode,
+            ``TRT_JSON``) must be given; the graph must be calibrated.
 
     Returns:
         The ONNX model.
 
+    Raises:
+        ValueError: with ``quantized_parameters``, the graph has uncalibrated configs
+            (:func:`~razorlib.quantization.state.check_calibrated`), or see
+            :func:`write_quantized_parameters`.
+
     Example:
-        >>> import torch
         >>> from razorlib.ir import BaseGraph
         >>> graph = BaseGraph('g')
         >>> x = graph.create_variable('x', shape=(2,), dtype=torch.float32)
@@ -33,5 +102,9 @@ def export_onnx(graph: BaseGraph, path: Union[str, os.PathLike, None] = None) ->
         ['Relu']
     """
     work = graph.copy()
-    dequantize_graph(work)
+    if quantized_parameters:
+        check_calibrated(work, 'export_onnx(quantized_parameters=True)', error=True)
+        write_quantized_parameters(work)
+    else:
+        dequantize_graph(work)
     return to_onnx(work, path)

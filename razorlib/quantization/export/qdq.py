@@ -25,7 +25,7 @@ from ...ir import (BaseGraph, Operation, Opset, QuantizationProperty, TensorQuan
                    Variable, to_onnx)
 from ..executor import quantized_inputs
 from ..functional import quantize_integers
-from ..state import quantable_operations
+from ..state import check_calibrated, quantable_operations
 
 __all__ = ['MIN_QDQ_OPSET', 'export_qdq_onnx', 'integer_dtype']
 
@@ -176,8 +176,9 @@ def export_qdq_onnx(graph: BaseGraph, path: Union[str, os.PathLike, None] = None
         The ONNX model.
 
     Raises:
-        ValueError: the graph uses an opset before 13, or an activation's integer range
-            is not a whole ONNX integer type.
+        ValueError: the graph uses an opset before 13, an activation's integer range is
+            not a whole ONNX integer type, or configs are uncalibrated (no Q/DQ pair
+            could be written for them; call ``calibrate()`` first).
 
     Example:
         >>> from razorlib.ir import BaseGraph
@@ -197,6 +198,7 @@ def export_qdq_onnx(graph: BaseGraph, path: Union[str, os.PathLike, None] = None
         ['QuantizeLinear', 'DequantizeLinear', 'DequantizeLinear', 'Gemm', 'QuantizeLinear',
          'DequantizeLinear']
     """
+    check_calibrated(graph, 'export_qdq_onnx', error=True)
     work = graph.copy()
     writer = _QDQWriter(work)
     plan: List[Tuple[Callable, Operation, int, TensorQuantizationConfig]] = []

@@ -1,4 +1,4 @@
-"""TensorRT dynamic ranges: a plain FP32 ONNX model and a JSON file of activation ranges.
+"""TensorRT dynamic ranges: a plain ONNX model and a JSON file of activation ranges.
 
 TensorRT's implicit int8 mode takes one symmetric range per tensor
 (``ITensor.setDynamicRange(-amax, amax)``) and computes weight scales itself.  Both files
@@ -9,20 +9,46 @@ are named after the path given, the model with the suffix ``.onnx`` and the rang
 
 with ``amax = scale * quant_max`` of the config that quantizes the tensor: its producer's
 output config, else the first reader that quantizes it itself.
+
+The model holds the parameter values the quantized graph computes with
+(:func:`~razorlib.quantization.export.plain.write_quantized_parameters`): the biases
+BiasCorrection corrected (TensorRT keeps biases in floating point, so they are used as
+written) and the weights on razorlib's grid, AdaRound's rounding included.  TensorRT
+quantizes those weights again with its own scale, ``max|w| / 127`` per output channel.
+That reproduces razorlib's grid exactly when every channel's largest integer is 127 (or
+the channel is all zero), as with razorlib's default min-max weight scales: the written
+weights are then integers times razorlib's scale and TensorRT gets the same integers.
+When a channel's largest integer is smaller (a clipping observer, a scale LSQ or a pass
+learned) or a weight is quantized per tensor, TensorRT's scale is finer than razorlib's,
+it rounds the weights again and the rounding is only approximately kept; the export then
+warns naming the layers (``QDQ_ONNX`` carries razorlib's integers exactly).
+
+A MixedPrecision graph (``graph.extension_attrib['mixed_precision']['float_layers']``) is
+refused: implicit INT8 mode runs a layer in INT8 when its input and output tensors have
+ranges, and a float layer's input and output ranges are needed as well by the INT8 layers
+before and after it, so no set of ranges keeps exactly those layers in floating point.
+Export such a graph as ``QDQ_ONNX`` (TensorRT's explicit quantization), whose Q/DQ pairs
+say exactly which layers run in INT8.
 """
 import json
 import os
+import warnings
 from pathlib import Path
-from typing import Dict, Tuple, Union
+from typing import Dict, List, Tuple, Union
 
 import onnx
 
 from ...ir import BaseGraph, QuantizationProperty, TensorQuantizationConfig
 from ..executor import quantized_inputs
-from ..state import quantable_operations
+from ..functional import quantize_integers
+from ..state import check_calibrated, quantable_operations
 from .plain import export_onnx
 
-__all__ = ['activation_ranges', 'export_trt_json', 'trt_json_paths']
+__all__ = ['TRT_WEIGHT_QUANT_MAX', 'activation_ranges', 'export_trt_json', 'float_layers',
+           'trt_json_paths', 'weights_off_trt_grid']
+
+TRT_WEIGHT_QUANT_MAX = 127
+"""TensorRT's implicit weight scale is ``max|w| / TRT_WEIGHT_QUANT_MAX`` per channel."""
 
 
 def _amax(name: str, config: TensorQuantizationConfig) -> float:
@@ -71,6 +97,68 @@ def activation_ranges(graph: BaseGraph) -> Dict[str, float]:
     return ranges
 
 
+def float_layers(graph: BaseGraph) -> List[str]:
+    """The layers MixedPrecision keeps in floating point (those still in the graph).
+
+    Example:
+        >>> float_layers(BaseGraph())
+        []
+    """
+    chosen = graph.extension_attrib.get('mixed_precision') or {}
+    return [name for name in chosen.get('float_layers', ()) if name in graph.operations]
+
+
+def weights_off_trt_grid(graph: BaseGraph) -> List[str]:
+    """The operations whose quantized weights TensorRT's own scale would round again.
+
+    TensorRT quantizes a weight with ``max|w| / 127`` per output channel; that is
+    razorlib's scale when every channel of the integers razorlib rounds the weight to has
+    the largest magnitude 127, or is all zero.  A per-tensor weight, or a channel whose
+    largest integer is smaller (or -128), is listed.
+
+    Example:
+        >>> import torch
+        >>> from razorlib.quantization import calibrate, quantize_graph
+        >>> graph = BaseGraph()
+        >>> graph.mark_variable_as_graph_input(graph.create_variable('x'))
+        >>> w = graph.create_variable('w', torch.tensor([[0.5], [-1.27]]), is_parameter=True)
+        >>> _ = graph.create_operation('MatMul', 'fc', inputs=[graph.variables['x'], w],
+        ...                            outputs=[graph.create_variable('y')])
+        >>> graph = calibrate(quantize_graph(graph, 'TRT_INT8'), [torch.randn(4, 2)],
+        ...                   progress=False)
+        >>> weights_off_trt_grid(graph)  # min-max scales: max|w| is 127 steps
+        []
+        >>> graph.operations['fc'].input_quant_config[1].scale *= 2  # a clipping scale
+        >>> weights_off_trt_grid(graph)
+        ['fc']
+    """
+    listed = []
+    for op in quantable_operations(graph):
+        for index in quantized_inputs(op):
+            var, config = op.inputs[index], op.input_quant_config[index]
+            if not var.is_parameter or var.value is None or config.state.is_passive:
+                continue
+            if QuantizationProperty.PER_CHANNEL not in config.policy:
+                listed.append(op.name)
+                break
+            integers = quantize_integers(var.value.detach().float(), config)
+            if config.offset is not None:
+                integers = integers - _broadcast(config.offset, integers, config.channel_axis)
+            axes = [axis for axis in range(integers.dim())
+                    if axis != config.channel_axis % max(integers.dim(), 1)]
+            largest = integers.abs().amax(dim=axes) if axes else integers.abs()
+            if not bool(((largest == 0) | (largest == TRT_WEIGHT_QUANT_MAX)).all()):
+                listed.append(op.name)
+                break
+    return listed
+
+
+def _broadcast(offset, integers, axis: int):
+    shape = [1] * integers.dim()
+    shape[axis] = -1
+    return offset.to(integers).reshape(shape) if offset.numel() > 1 else offset.to(integers)
+
+
 def trt_json_paths(path: Union[str, os.PathLike]) -> Tuple[Path, Path]:
     """The model and ranges files of a TRT_JSON export to ``path``: its suffix replaced by
     ``.onnx`` and by ``.json`` (added when it has none), so they never collide.
@@ -86,7 +174,10 @@ def trt_json_paths(path: Union[str, os.PathLike]) -> Tuple[Path, Path]:
 
 
 def export_trt_json(graph: BaseGraph, path: Union[str, os.PathLike]) -> onnx.ModelProto:
-    """Save the graph as a plain FP32 ONNX model and its dynamic ranges as JSON beside it.
+    """Save the graph as a plain ONNX model and its dynamic ranges as JSON beside it.
+
+    The model holds the parameter values the quantized graph computes with (corrected
+    biases, weights on razorlib's grid with AdaRound's rounding; see the module).
 
     Args:
         graph: a calibrated graph quantized for TRT_INT8; it is left as it is.
@@ -95,6 +186,15 @@ def export_trt_json(graph: BaseGraph, path: Union[str, os.PathLike]) -> onnx.Mod
 
     Returns:
         The ONNX model.
+
+    Raises:
+        ValueError: the graph has uncalibrated configs, an asymmetric or per-channel
+            activation, or layers MixedPrecision keeps in floating point (named; export
+            ``QDQ_ONNX`` instead).
+
+    Warns:
+        UserWarning: TensorRT's own weight scales would round some layers' weights again
+            (:func:`weights_off_trt_grid`): their rounding is only approximately kept.
 
     Example:
         >>> import json, os, tempfile, torch
@@ -108,8 +208,25 @@ def export_trt_json(graph: BaseGraph, path: Union[str, os.PathLike]) -> onnx.Mod
         ...         sorted(json.load(file)['act_quant_info'])
         ['input', 'relu']
     """
+    check_calibrated(graph, 'export_trt_json', error=True)
+    kept = float_layers(graph)
+    if kept:
+        raise ValueError(f'export_trt_json: graph {graph.name!r} keeps layers in floating '
+                         f'point (MixedPrecision: {", ".join(kept[:5])}'
+                         f'{", ..." if len(kept) > 5 else ""}), which dynamic ranges cannot '
+                         'express: TensorRT\'s implicit INT8 mode runs a layer in INT8 once its '
+                         'input and output have ranges, and the INT8 layers around it need '
+                         'them; export QDQ_ONNX instead')
     ranges = activation_ranges(graph)
+    off_grid = weights_off_trt_grid(graph)
+    if off_grid:
+        warnings.warn(f'export_trt_json: TensorRT computes weight scales itself '
+                      f'(max|w| / {TRT_WEIGHT_QUANT_MAX} per channel), which differ from '
+                      f'razorlib\'s for {len(off_grid)} layers ({", ".join(off_grid[:5])}'
+                      f'{", ..." if len(off_grid) > 5 else ""}): TensorRT rounds their weights '
+                      'again, so their rounding is only approximately kept (QDQ_ONNX keeps it '
+                      'exactly)', stacklevel=2)
     model_path, ranges_path = trt_json_paths(path)
-    model = export_onnx(graph, model_path)
+    model = export_onnx(graph, model_path, quantized_parameters=True)
     ranges_path.write_text(json.dumps({'act_quant_info': ranges}, indent=2))
     return model

@@ -1,0 +1,100 @@
+"""An LSQGraph / QAT checkpoint carries its quantization signature: it loads only into a
+graph quantized the same way, and brings its zero points with it."""
+import pytest
+import torch
+
+from razorlib.algorithms import QAT
+from razorlib.engine.checkpoint_check import check_fits
+from razorlib.quantization import LSQGraph, quantize_torch_model
+
+NET = dict(type='ImageClassifier', backbone=dict(type='PlainCNN', channels=(4, 8)),
+           head=dict(type='LinearClsHead', num_classes=3))
+
+
+def conv_net():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(),
+                               torch.nn.Conv2d(8, 4, 3)).eval()
+
+
+def data(shift=0.0, scale=1.0, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.randn(8, 3, 8, 8, generator=generator) * scale + shift for _ in range(2)]
+
+
+def lsq(platform, batches, net=None):
+    net = conv_net() if net is None else net
+    return LSQGraph(quantize_torch_model(net, batches, batches[0], platform, progress=False))
+
+
+def offsets(module):
+    graph = module.calibrated_graph()
+    return [config.offset for op in graph.operations.values()
+            for config in getattr(op, 'input_quant_config', []) if config.offset is not None]
+
+
+def test_zero_points_come_from_the_checkpoint(tmp_path):
+    trained, other = lsq('ORT_INT8', data()), lsq('ORT_INT8', data(0.5, 2.0, seed=1))
+    with torch.no_grad():
+        for scale in trained.scales.values():
+            scale.add_(0.05)
+    x = data(seed=2)[0]
+    assert any(not torch.equal(a, b) for a, b in zip(offsets(trained), offsets(other)))
+    path = tmp_path / 'lsq.pth'
+    torch.save(trained.state_dict(), path)
+    state = torch.load(path, weights_only=True)  # what the tools read
+    check_fits(other, state, path)
+    other.load_state_dict(state)
+    assert all(torch.equal(a, b) for a, b in zip(offsets(trained), offsets(other)))
+    with torch.no_grad():
+        assert torch.equal(other(x), trained(x))
+    again = other.state_dict()  # and it saves the zero points it now uses
+    assert all(torch.equal(again[key], value) for key, value in state.items())
+
+
+@pytest.mark.parametrize('saved, loaded', [('TRT_INT8', 'ORT_INT8'), ('ORT_INT8', 'TRT_INT8')])
+def test_a_checkpoint_of_another_platform_is_refused(saved, loaded):
+    state = lsq(saved, data()).state_dict()
+    target = lsq(loaded, data())
+    before = {key: value.clone() for key, value in target.state_dict().items()}
+    with pytest.raises(ValueError, match=f'quantized for {saved}, this graph for {loaded}'):
+        target.load_state_dict(state)
+    assert all(torch.equal(before[key], value) for key, value in target.state_dict().items())
+
+
+def test_a_scale_quantized_otherwise_is_named():
+    state = lsq('TRT_INT8', data()).state_dict()
+    key = next(key for key in state if key.startswith('quant_signature.node'))
+    state[key] = state[key].clone()
+    state[key][1] = 255  # quant_max
+    with pytest.raises(ValueError, match=rf"scale '{key.split('.')[1]}' is quantized "
+                                         "otherwise: quant_max 255 in the checkpoint, 127 here"):
+        lsq('TRT_INT8', data()).load_state_dict(state)
+
+
+def test_a_checkpoint_from_before_the_signature_loads_unchecked_and_says_so():
+    trained = lsq('ORT_INT8', data())
+    old = {key: value for key, value in trained.state_dict().items()
+           if not key.startswith(('quant_signature.', 'zero_points.'))}
+    target = lsq('ORT_INT8', data(0.5, 2.0, seed=1))
+    own = offsets(target)
+    with pytest.warns(UserWarning, match='predates the quantization signature .* loaded '
+                                         "unchecked, with the zero points of this graph"):
+        target.load_state_dict(old)  # strict: nothing reported missing
+    assert all(torch.equal(a, b) for a, b in zip(offsets(target), own))
+    assert all(torch.equal(target.state_dict()[key], value) for key, value in old.items())
+
+
+def test_a_trt_qat_checkpoint_does_not_load_into_an_ort_qat():
+    torch.manual_seed(0)
+    images = [torch.randn(4, 3, 8, 8) for _ in range(2)]
+    trt = QAT(NET, images, dict(calib_steps=2, platform='TRT_INT8'))
+    state = trt.state_dict()
+    assert 'quantized.quant_signature.platforms' in state
+    ort = QAT(NET, images, dict(calib_steps=2, platform='ORT_INT8'))
+    with pytest.raises(ValueError, match='quantized for TRT_INT8, this graph for ORT_INT8'):
+        ort.load_state_dict(state)
+    same = QAT(NET, images, dict(calib_steps=2, observer='minmax'))  # same ranges: loads
+    same.load_state_dict(state)
+    with torch.no_grad():
+        assert torch.equal(same(images[0]), trt(images[0]))
