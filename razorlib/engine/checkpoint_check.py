@@ -23,7 +23,7 @@ this Linear: 1 tensor of another shape (weight: (2, 4) here, (2, 8) in the model
 import pickle
 import zipfile
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Union
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 import torch
 import torch.nn as nn
@@ -102,9 +102,16 @@ def check_fits(model: nn.Module, state_dict: Mapping[str, Any], path: Union[str,
     Raises:
         CheckpointError: naming the checkpoint, the first missing and unexpected keys and
             the first tensors of another shape.
+
+    A module may name state its checkpoints have not always held
+    (``OPTIONAL_STATE_PREFIXES``, e.g. an ``LSQGraph``'s quantization signature, added
+    after the first QAT checkpoints were written): keys under those prefixes may be
+    missing, and the module's own loading says what that means.
     """
     expected = model.state_dict()
-    missing = [key for key in expected if key not in state_dict]
+    optional = optional_state_prefixes(model)
+    missing = [key for key in expected if key not in state_dict
+               and not key.startswith(optional)]
     unexpected = [key for key in state_dict if key not in expected]
     reshaped = [key for key in expected if key in state_dict
                 and tuple(getattr(state_dict[key], 'shape', ())) != tuple(expected[key].shape)]
@@ -125,6 +132,21 @@ def check_fits(model: nn.Module, state_dict: Mapping[str, Any], path: Union[str,
     raise CheckpointError(f'{path}: not a checkpoint of this {type(model).__name__}: '
                           f"{'; '.join(parts)}; use the config (and --cfg-options, e.g. "
                           'model.channel_cfg) it was saved with')
+
+
+def optional_state_prefixes(model: nn.Module) -> Tuple[str, ...]:
+    """The state_dict key prefixes that ``model``'s modules declare optional in a
+    checkpoint (their ``OPTIONAL_STATE_PREFIXES``), each under its module's name.
+
+    Example:
+        >>> class Signed(nn.Linear):
+        ...     OPTIONAL_STATE_PREFIXES = ('signature.', )
+        >>> optional_state_prefixes(nn.Sequential(nn.ReLU(), Signed(2, 2)))
+        ('1.signature.',)
+    """
+    return tuple(f'{name}.{prefix}' if name else prefix
+                 for name, module in model.named_modules()
+                 for prefix in getattr(module, 'OPTIONAL_STATE_PREFIXES', ()))
 
 
 def _names(keys: List[str], shown: Optional[List[str]] = None) -> str:

@@ -21,8 +21,10 @@ axis of that scale's config) and ``zero_points.<scale>``.  Loading it into a gra
 quantized otherwise (another platform, integer range or policy) raises naming the scale
 and what differs, before any tensor is loaded; the zero points come from the checkpoint,
 not from this graph's calibration.  A checkpoint saved before the signature existed loads
-unchecked, with a warning saying so (tools that check a checkpoint's keys before loading
-it, such as ``tools/deploy.py``, report the ``quant_signature`` keys missing).
+unchecked, with a warning saying so; the signature's keys are declared optional
+(``LSQGraph.OPTIONAL_STATE_PREFIXES``), so tools that check a checkpoint's keys before
+loading it (``check_fits``: ``tools/deploy.py``) let such a checkpoint through to that
+warning.
 """
 import re
 import warnings
@@ -143,6 +145,10 @@ class LSQGraph(nn.Module):
         ...
         ValueError: LSQGraph checkpoint: quantized for TRT_INT8, this graph for ORT_INT8; ...
     """
+
+    #: What a checkpoint saved before the quantization signature lacks (see the module
+    #: docstring): ``check_fits`` lets these keys be missing.
+    OPTIONAL_STATE_PREFIXES = ('quant_signature.', 'zero_points.')
 
     def __init__(self, graph: BaseGraph, device: Union[str, torch.device] = 'cpu') -> None:
         check_calibrated(graph, 'LSQGraph')

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from razorlib.algorithms import QAT
-from razorlib.engine.checkpoint_check import check_fits
+from razorlib.engine.checkpoint_check import CheckpointError, check_fits
 from razorlib.quantization import LSQGraph, quantize_torch_model
 
 NET = dict(type='ImageClassifier', backbone=dict(type='PlainCNN', channels=(4, 8)),
@@ -98,3 +98,19 @@ def test_a_trt_qat_checkpoint_does_not_load_into_an_ort_qat():
     same.load_state_dict(state)
     with torch.no_grad():
         assert torch.equal(same(images[0]), trt(images[0]))
+
+
+def test_a_qat_checkpoint_from_before_the_signature_passes_the_tools_key_check(tmp_path):
+    # tools/deploy.py runs check_fits before loading: it reported the signature missing
+    torch.manual_seed(0)
+    images = [torch.randn(4, 3, 8, 8) for _ in range(2)]
+    trained = QAT(NET, images, dict(calib_steps=2))
+    old = {key: value for key, value in trained.state_dict().items()
+           if '.quant_signature.' not in key and '.zero_points.' not in key}
+    target = QAT(NET, images, dict(calib_steps=2))
+    check_fits(target, old, tmp_path / 'old.pth')
+    with pytest.warns(UserWarning, match='predates the quantization signature'):
+        target.load_state_dict(old)
+    del old[next(iter(old))]  # any other key missing is still refused
+    with pytest.raises(CheckpointError, match='1 of the model'):
+        check_fits(target, old, tmp_path / 'old.pth')
