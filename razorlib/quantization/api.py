@@ -21,7 +21,6 @@ another shape is an error naming it.
 import difflib
 import inspect
 import logging
-import numbers
 import os
 from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Sequence, Union
 
@@ -32,6 +31,7 @@ from ..ir import BaseGraph, PassManager, QuantizationStates, TorchExecutor, from
 from ..ir.components import registered, split_type
 from ..ir.passes import GraphPass
 from ..registry import DISPATCHERS, GRAPH_PASSES, PTQ_PASSES
+from ..utils.checks import integer_number
 from .batches import BatchToInputs, checked_inputs, graph_batches
 from .calibration import calibrate
 from .dispatch import DispatchingTable
@@ -120,13 +120,6 @@ def _check_spec(find: Callable[[str], Any], spec: Any, parameter: str,
     check_options(_lookup(find, kind, parameter), options, parameter, skip)
 
 
-def _check_steps(value: Any, parameter: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f'{parameter} must be an int, got {type(value).__name__} {value!r}')
-    if value < 1:
-        raise ValueError(f'{parameter} must be at least 1, got {value}')
-
-
 def _check_pass_list(specs: Any, parameter: str, registry, base: type) -> None:
     """A list or tuple of registered names, config dicts or built passes."""
     if isinstance(specs, (str, Mapping)):
@@ -162,14 +155,14 @@ def check_quantize_arguments(prefix: str = '', calib_steps: Any = 32,
         >>> check_quantize_arguments('ptq.', calib_steps='4')
         Traceback (most recent call last):
         ...
-        TypeError: ptq.calib_steps must be an int, got str '4'
+        TypeError: ptq.calib_steps must be an integer (a number of batches), got '4' (str)
         >>> check_quantize_arguments(passes='FuseBatchNorm')
         Traceback (most recent call last):
         ...
         TypeError: passes must be a list of names or dicts, got the str 'FuseBatchNorm'; \
 write ['FuseBatchNorm']
     """
-    _check_steps(calib_steps, f'{prefix}calib_steps')
+    integer_number(calib_steps, f'{prefix}calib_steps', 'a number of batches', minimum=1)
     if not isinstance(dynamic_batch, bool):
         raise TypeError(f'{prefix}dynamic_batch must be True or False, got '
                         f'{type(dynamic_batch).__name__} {dynamic_batch!r}')

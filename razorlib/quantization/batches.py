@@ -7,7 +7,6 @@ tensor.  :func:`checked_inputs` makes a ``collate_fn`` that also checks each bat
 a graph's inputs (their number and dtypes), naming the batch.
 """
 import itertools
-import numbers
 import sys
 from typing import Any, Callable, Iterable, Iterator, Mapping, Optional
 
@@ -17,6 +16,7 @@ from mmengine.utils import ProgressBar
 
 from ..ir import BaseGraph
 from ..ir.executor.shapes import check_input_dtype
+from ..utils.checks import integer_number
 
 __all__ = ['BatchToInputs', 'checked_inputs', 'graph_batches']
 
@@ -40,7 +40,7 @@ def graph_batches(dataloader: Iterable, steps: int,
 
     Raises:
         TypeError: ``steps`` is not an int (a bool is not either).
-        ValueError: ``steps`` is not positive.
+        ValueError: ``steps`` is below 1.
 
     Example:
         >>> import torch
@@ -48,12 +48,7 @@ def graph_batches(dataloader: Iterable, steps: int,
         >>> [x.sum().item() for x in graph_batches(data, 2, collate_fn=lambda b: b[0])]
         [0.0, 6.0]
     """
-    if isinstance(steps, bool) or not isinstance(steps, numbers.Integral):
-        raise TypeError(f'steps must be an int, a number of batches, got '
-                        f'{type(steps).__name__} {steps!r}')
-    if steps < 1:
-        raise ValueError(f'steps must be a positive number of batches, got {steps}')
-    steps = int(steps)
+    steps = integer_number(steps, 'steps', 'a number of batches', minimum=1)
     total = min(steps, len(dataloader)) if hasattr(dataloader, '__len__') else steps
     bar = ProgressBar(total, file=sys.stdout) if progress else None
     for batch in itertools.islice(dataloader, steps):

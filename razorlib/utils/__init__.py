@@ -1,4 +1,5 @@
-"""Utilities: FLOPs / parameter counting, batch-norm statistics, atomic file writes."""
+"""Utilities: FLOPs / parameter counting, batch-norm statistics, atomic file writes, and
+the checks of numeric settings (:mod:`razorlib.utils.checks`)."""
 from .batch_norm import preserved_bn_stats, reestimate_bn_stats
 from .complexity import Complexity, count_params, get_model_complexity
 from .files import atomic_write_text

@@ -4,8 +4,6 @@ An observer reduces what it sees to a range ``[lo, hi]`` (one per channel when i
 per channel); :func:`range_to_scale_offset` turns the range into the config's scale and
 offset, following the config's symmetry and integer range.
 """
-import math
-import numbers
 from typing import ClassVar, Optional, Tuple, Type, TypeVar
 
 import torch
@@ -14,8 +12,8 @@ from ...ir import QuantizationProperty, QuantizationStates, TensorQuantizationCo
 from ...ir.components import registered
 from ...registry import OBSERVERS
 
-__all__ = ['MIN_SCALE', 'OBSERVERS', 'Observer', 'build_observer', 'integer_option',
-           'observer_class', 'range_to_scale_offset', 'real_option', 'register_observer']
+__all__ = ['MIN_SCALE', 'OBSERVERS', 'Observer', 'build_observer', 'observer_class',
+           'range_to_scale_offset', 'register_observer']
 
 MIN_SCALE = 2.0**-23
 """The smallest scale rendered, so a constant-zero tensor still gets a usable config."""
@@ -51,57 +49,6 @@ def observer_class(key: str) -> Type['Observer']:
         ('KLObserver', 'kl')
     """
     return registered(OBSERVERS, key)
-
-
-def real_option(name: str, value: object, wanted: str) -> float:
-    """An observer's numeric option as a float, refused when it is no real number.
-
-    Args:
-        name: the option's name, for the message.
-        value: what was given.
-        wanted: what the option holds, for the message (``'a percentage'``).
-
-    Raises:
-        TypeError: ``value`` is no real number (a string, None, a bool).
-        ValueError: ``value`` is nan.
-
-    Example:
-        >>> real_option('percentile', 99, 'a percentage')
-        99.0
-        >>> real_option('percentile', 'high', 'a percentage')
-        Traceback (most recent call last):
-        TypeError: percentile must be a number (a percentage), got 'high' (str)
-    """
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f'{name} must be a number ({wanted}), got {value!r} '
-                        f'({type(value).__name__})')
-    if math.isnan(value):
-        raise ValueError(f'{name} must be a number ({wanted}), got nan')
-    return float(value)
-
-
-def integer_option(name: str, value: object, wanted: str) -> int:
-    """An observer's integer option (a count), refused when it is no integer.
-
-    Args:
-        name: the option's name, for the message.
-        value: what was given.
-        wanted: what the option holds, for the message (``'a number of bins'``).
-
-    Raises:
-        TypeError: ``value`` is no integer (a float, a string, None, a bool).
-
-    Example:
-        >>> integer_option('bins', 2048, 'a number of bins')
-        2048
-        >>> integer_option('bins', 2048.0, 'a number of bins')
-        Traceback (most recent call last):
-        TypeError: bins must be an integer (a number of bins), got 2048.0 (float)
-    """
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f'{name} must be an integer ({wanted}), got {value!r} '
-                        f'({type(value).__name__})')
-    return int(value)
 
 
 _RENDERABLE = (QuantizationStates.INITIAL, QuantizationStates.ACTIVATED)

@@ -12,7 +12,8 @@ from typing import Optional
 
 import torch
 
-from .base import Observer, integer_option
+from ...utils.checks import integer_number
+from .base import Observer
 
 __all__ = ['HistogramObserver', 'SymmetricHistogram', 'histogram_quantile']
 
@@ -67,7 +68,7 @@ class SymmetricHistogram:
     """
 
     def __init__(self, bins: int) -> None:
-        bins = integer_option('bins', bins, 'a number of histogram bins')
+        bins = integer_number(bins, 'bins', 'a number of histogram bins')
         if bins < 2 or bins % 2:
             raise ValueError(f'a symmetric histogram needs an even number of bins, got {bins}')
         self.bins = bins

@@ -5,7 +5,8 @@ import torch
 
 from ...ir import QuantizationProperty, TensorQuantizationConfig
 from ..functional import linear_fake_quantize
-from .base import integer_option, range_to_scale_offset, register_observer
+from ...utils.checks import integer_number
+from .base import range_to_scale_offset, register_observer
 from .histogram import HistogramObserver
 
 __all__ = ['MSEObserver']
@@ -49,7 +50,7 @@ class MSEObserver(HistogramObserver):
 
     def __init__(self, channel_axis: Optional[int] = None, grid: int = 100,
                  bins: int = 4096) -> None:
-        grid = integer_option('grid', grid, 'a number of candidate ranges')
+        grid = integer_number(grid, 'grid', 'a number of candidate ranges')
         if grid < 1:
             raise ValueError(f'grid must be at least 1, got {grid}')
         super().__init__(channel_axis, bins)

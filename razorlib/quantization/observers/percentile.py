@@ -4,7 +4,8 @@ from typing import Optional, Tuple
 import torch
 
 from ...ir import QuantizationProperty, TensorQuantizationConfig
-from .base import real_option, register_observer
+from ...utils.checks import real_number
+from .base import register_observer
 from .histogram import HistogramObserver, histogram_quantile
 
 __all__ = ['PercentileObserver']
@@ -57,7 +58,7 @@ class PercentileObserver(HistogramObserver):
 
     def __init__(self, channel_axis: Optional[int] = None, percentile: float = 99.99,
                  bins: int = 4096) -> None:
-        real_option('percentile', percentile, f'a percentage in [{SMALLEST_PERCENTILE:g}, 100]')
+        real_number(percentile, 'percentile', f'a percentage in [{SMALLEST_PERCENTILE:g}, 100]')
         _check_percentile(percentile)
         super().__init__(channel_axis, bins)
         self.percentile = float(percentile)

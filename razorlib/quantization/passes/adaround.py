@@ -19,6 +19,7 @@ import torch
 
 from ...ir import BaseGraph, PassResult, QuantableOperation, QuantizationStates
 from ...registry import PTQ_PASSES
+from ...utils.checks import integer_number, real_number
 from ..executor import QuantExecutor
 from ..functional import config_scale_offset
 from .base import PTQPass
@@ -99,6 +100,11 @@ class AdaRound(PTQPass):
                  reg_weight: float = 10.0, beta: Sequence[float] = (20.0, 2.0),
                  warmup: float = 0.2, layers: Optional[Sequence[str]] = None,
                  seed: int = 0) -> None:
+        steps = integer_number(steps, 'AdaRound: steps', 'Adam steps per layer')
+        batch_size = integer_number(batch_size, 'AdaRound: batch_size', 'samples per step')
+        lr, reg_weight = (real_number(lr, 'AdaRound: lr'),
+                          real_number(reg_weight, 'AdaRound: reg_weight'))
+        warmup = real_number(warmup, 'AdaRound: warmup', 'a share of the steps')
         if steps < 1 or batch_size < 1 or not 0 <= warmup < 1:
             raise ValueError(f'AdaRound: steps and batch_size must be >= 1 and warmup in '
                              f'[0, 1), got {steps}, {batch_size}, {warmup}')

@@ -17,13 +17,13 @@ runs the layer in FP16 or FP32.
 """
 import logging
 import math
-import numbers
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
 from ...ir import BaseGraph, OperationQuantizationConfig, PassResult, QuantableOperation
 from ...registry import PTQ_PASSES
+from ...utils.checks import integer_number, real_number
 from ..analysis import SNRMeter, analyse_error
 from ..executor import QuantExecutor
 from ..quantizers.formats import fp32_config
@@ -89,15 +89,6 @@ def keep_in_float(op: QuantableOperation) -> Saved:
     return saved
 
 
-def _check_number(value: Any, name: str) -> None:
-    """A real number (a bool or a string is not), not NaN; the error names ``name``."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f'MixedPrecision: {name} must be a number, got '
-                        f'{type(value).__name__} {value!r}')
-    if math.isnan(value):
-        raise ValueError(f'MixedPrecision: {name} must be a number, got nan')
-
-
 def _restore(saved: Saved) -> None:
     for op, configs in reversed(saved):
         op.config = configs
@@ -148,22 +139,16 @@ class MixedPrecision(PTQPass):
             raise ValueError('MixedPrecision: give either target_snr_db or metric (with '
                              'max_drop), not both and not neither')
         if target_snr_db is not None:
-            _check_number(target_snr_db, 'target_snr_db')
+            real_number(target_snr_db, 'MixedPrecision: target_snr_db')
         if metric is not None and not callable(metric):
             raise TypeError(f'MixedPrecision: metric must be a function of the graph, got '
                             f'{type(metric).__name__} {metric!r}')
-        _check_number(max_drop, 'max_drop')
+        real_number(max_drop, 'MixedPrecision: max_drop')
         if max_drop < 0:
             raise ValueError(f'MixedPrecision: max_drop must be at least 0, got {max_drop}')
         for name, value, least in (('max_layers', max_layers, 0), ('steps', steps, 1)):
-            if value is None:
-                continue
-            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-                raise TypeError(f'MixedPrecision: {name} must be an int or None, got '
-                                f'{type(value).__name__} {value!r}')
-            if value < least:
-                raise ValueError(f'MixedPrecision: {name} must be at least {least} or None, '
-                                 f'got {value}')
+            if value is not None:
+                integer_number(value, f'MixedPrecision: {name}', 'or None', minimum=least)
         if layers is not None and (isinstance(layers, str) or not isinstance(layers, Sequence)
                                    or not all(isinstance(name, str) for name in layers)):
             raise TypeError(f'MixedPrecision: layers must be a list of layer names or None, '

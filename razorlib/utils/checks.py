@@ -1,0 +1,77 @@
+"""Checks of the numbers a config or a call gives (an observer's bins, a pass's target, a
+number of calibration batches), so that a wrong one is refused by name up front.
+
+Without them a string compares with an int deep inside (``'<' not supported``), a float
+count fails in ``itertools.islice`` after calibration, and a bool passes as 0 or 1.  A
+value of the wrong type is a ``TypeError``, one of the right type out of range a
+``ValueError``; both name the setting and say what it holds.
+"""
+import math
+import numbers
+from typing import Optional
+
+__all__ = ['integer_number', 'real_number']
+
+
+def _holds(wanted: str) -> str:
+    return f' ({wanted})' if wanted else ''
+
+
+def real_number(value: object, name: str, wanted: str = '') -> float:
+    """``value`` as a float, refused when it is no real number or NaN.
+
+    Args:
+        value: what was given.
+        name: the setting, for the message (``'MixedPrecision: max_drop'``).
+        wanted: what it holds, for the message (``'a percentage'``).
+
+    Raises:
+        TypeError: ``value`` is no real number (a string, None, a bool).
+        ValueError: ``value`` is NaN.
+
+    Example:
+        >>> real_number(99, 'percentile', 'a percentage')
+        99.0
+        >>> real_number('high', 'percentile', 'a percentage')
+        Traceback (most recent call last):
+        TypeError: percentile must be a number (a percentage), got 'high' (str)
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f'{name} must be a number{_holds(wanted)}, got {value!r} '
+                        f'({type(value).__name__})')
+    if math.isnan(value):
+        raise ValueError(f'{name} must be a number{_holds(wanted)}, got nan')
+    return float(value)
+
+
+def integer_number(value: object, name: str, wanted: str = '',
+                   minimum: Optional[int] = None) -> int:
+    """``value`` as an int, refused when it is no integer or below ``minimum``.
+
+    Args:
+        value: what was given.
+        name: the setting, for the message (``'calib_steps'``).
+        wanted: what it holds, for the message (``'a number of bins'``).
+        minimum: the smallest value allowed (None: any).
+
+    Raises:
+        TypeError: ``value`` is no integer (a float, even a whole one, a string, None, a
+            bool).
+        ValueError: ``value`` is below ``minimum``.
+
+    Example:
+        >>> integer_number(2048, 'bins', 'a number of bins')
+        2048
+        >>> integer_number(2048.0, 'bins', 'a number of bins')
+        Traceback (most recent call last):
+        TypeError: bins must be an integer (a number of bins), got 2048.0 (float)
+        >>> integer_number(0, 'calib_steps', minimum=1)
+        Traceback (most recent call last):
+        ValueError: calib_steps must be at least 1, got 0
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f'{name} must be an integer{_holds(wanted)}, got {value!r} '
+                        f'({type(value).__name__})')
+    if minimum is not None and value < minimum:
+        raise ValueError(f'{name} must be at least {minimum}, got {value}')
+    return int(value)
