@@ -1,6 +1,7 @@
 """SingleTeacherDistill: fine-tune a slim student with knowledge distillation from a
 frozen dense teacher (mmrazor's ``SingleTeacherDistill``)."""
 import copy
+import math
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
@@ -13,6 +14,8 @@ from mmengine.model import BaseModel
 
 from ..engine.checkpoint_check import check_fits, read_checkpoint, state_dict_of
 from ..registry import MODELS
+from ..utils import Complexity, get_model_complexity
+from ..utils.checks import real_number
 from .building import ModuleOrCfg, build_architecture, preprocessor_of
 
 
@@ -78,7 +81,8 @@ class SingleTeacherDistill(BaseModel):
     teacher's when they differ.  The teacher is built from a config and a checkpoint,
     its parameters frozen, and it stays in eval mode whatever ``train()`` says (its batch
     norms keep their statistics).  Only the student is evaluated and deployed
-    (:meth:`slim_architecture`).
+    (:meth:`slim_architecture`), and only it is counted by :meth:`flops_params` (what
+    ``ResourceEstimatorHook`` logs).
 
     Args:
         architecture: the student, or its config (e.g. ``dict(type='sub_model', ...)``,
@@ -88,13 +92,18 @@ class SingleTeacherDistill(BaseModel):
             only for a teacher module that is already trained.
         student_ckpt: weights for the student (e.g. ``SlimExportHook``'s ``slim.pth``);
             None to keep its own.
-        temperature: the softmax temperature of the logit loss.
-        kd_weight, label_weight: weights of the logit and label losses.
+        temperature: the softmax temperature of the logit loss, > 0.
+        kd_weight, label_weight: weights of the logit and label losses: finite, >= 0.
         features: ``dict(student='backbone.stages.3', teacher='backbone.stages.3',
-            weight=1.0)`` per feature pair to match.
+            weight=1.0)`` per feature pair to match (``weight`` finite, >= 0).
         input_shape: ``(C, H, W)`` of one image: a dry run on it sizes the connectors.
         data_preprocessor: a preprocessor or its config; default the student's.
         init_cfg: mmengine initialisation config.
+
+    Raises:
+        TypeError: ``temperature``, ``kd_weight``, ``label_weight`` or a feature's
+            ``weight`` is no real number (a string, None, a bool).
+        ValueError: one of them is out of range (a negative weight trains to NaN).
 
     Example:
         >>> net = dict(type='ImageClassifier', backbone=dict(type='PlainCNN', channels=(8, 16)),
@@ -104,6 +113,11 @@ class SingleTeacherDistill(BaseModel):
         ...                              features=[dict(student='backbone', teacher='backbone')])
         >>> model.connectors[0]
         Conv2d(8, 16, kernel_size=(1, 1), stride=(1, 1), bias=False)
+        >>> model.flops_params().params == sum(p.numel() for p in model.architecture.parameters())
+        True
+        >>> SingleTeacherDistill(slim, net, kd_weight=-1.0)
+        Traceback (most recent call last):
+        ValueError: SingleTeacherDistill: kd_weight must be a finite number >= 0, got -1.0
     """
 
     def __init__(self, architecture: ModuleOrCfg, teacher: ModuleOrCfg,
@@ -113,12 +127,19 @@ class SingleTeacherDistill(BaseModel):
                  features: Sequence[dict] = (), input_shape: Sequence[int] = (3, 224, 224),
                  data_preprocessor: Optional[ModuleOrCfg] = None,
                  init_cfg: Optional[dict] = None):
-        student = build_architecture(architecture)
-        super().__init__(data_preprocessor=preprocessor_of(student, data_preprocessor),
-                         init_cfg=init_cfg)
+        temperature = real_number(temperature, 'SingleTeacherDistill: temperature',
+                                  'a softmax temperature')
         if not temperature > 0:
             raise ValueError(f'SingleTeacherDistill: temperature must be > 0, got '
                              f'{temperature!r}')
+        kd_weight = _weight(kd_weight, 'kd_weight')
+        label_weight = _weight(label_weight, 'label_weight')
+        features = [dict(student=f['student'], teacher=f['teacher'],
+                         weight=_weight(f.get('weight', 1.0), f'features[{i}].weight'))
+                    for i, f in enumerate(features)]
+        student = build_architecture(architecture)
+        super().__init__(data_preprocessor=preprocessor_of(student, data_preprocessor),
+                         init_cfg=init_cfg)
         self.architecture = student
         if isinstance(teacher, dict) and teacher_ckpt is None:
             MMLogger.get_current_instance().warning(
@@ -132,9 +153,8 @@ class SingleTeacherDistill(BaseModel):
         self.teacher.requires_grad_(False)
         self.teacher.eval()
         self.temperature, self.kd_weight, self.label_weight = \
-            float(temperature), float(kd_weight), float(label_weight)
-        self.features = [dict(student=f['student'], teacher=f['teacher'],
-                              weight=float(f.get('weight', 1.0))) for f in features]
+            temperature, kd_weight, label_weight
+        self.features = features
         self.input_shape = tuple(input_shape)
         self.connectors = nn.ModuleList(self._connectors())
 
@@ -196,9 +216,30 @@ class SingleTeacherDistill(BaseModel):
         loss_fn = getattr(getattr(self.architecture, 'head', None), 'loss_fn', None)
         return (loss_fn or nn.CrossEntropyLoss())(logits, labels)
 
+    def example_inputs(self) -> torch.Tensor:
+        """A random ``1 x input_shape`` batch on the student's device."""
+        param = next(self.architecture.parameters(), None)
+        return torch.randn(1, *self.input_shape,
+                           device=param.device if param is not None else 'cpu')
+
+    def flops_params(self) -> Complexity:
+        """FLOPs and parameters of the student on one ``input_shape`` image: what is
+        deployed, so neither the teacher nor the connectors are counted."""
+        return get_model_complexity(self.architecture, self.example_inputs())
+
     def slim_architecture(self) -> nn.Module:
         """A copy of the student: what ``SlimExportHook`` saves for deployment."""
         return copy.deepcopy(self.architecture)
+
+
+def _weight(value: object, name: str) -> float:
+    """A loss weight: a finite real number >= 0 (a negative one trains to NaN), else
+    refused naming ``name``."""
+    value = real_number(value, f'SingleTeacherDistill: {name}', 'a loss weight')
+    if not (math.isfinite(value) and value >= 0):
+        raise ValueError(f'SingleTeacherDistill: {name} must be a finite number >= 0, '
+                         f'got {value!r}')
+    return value
 
 
 def _load(model: nn.Module, path: Union[str, Path], key: str) -> None:

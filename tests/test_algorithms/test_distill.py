@@ -13,8 +13,10 @@ from mmengine.registry import init_default_scope
 from pruning_helpers import CONFIGS, digits_batch, run_config, tiny_classifier
 from razorlib.algorithms import SingleTeacherDistill, sub_model
 from razorlib.algorithms.distill import kd_loss
+from razorlib.engine.hooks import ResourceEstimatorHook
 from razorlib.pruning import L1NormPruner
 from razorlib.registry import MODELS
+from razorlib.utils import Complexity, get_model_complexity
 
 
 def test_the_kd_loss_is_t_squared_times_the_kl_of_the_softened_distributions():
@@ -85,6 +87,46 @@ def test_mistakes_name_the_argument_and_the_module(teacher_ckpt, tmp_path):
         distill(teacher_ckpt, student_ckpt=teacher_ckpt)  # a dense checkpoint, slim student
     with pytest.raises(KeyError, match="features: teacher: no module 'backbone.nope'"):
         distill(teacher_ckpt, features=[dict(student='backbone', teacher='backbone.nope')])
+
+
+def test_only_the_student_is_counted_in_flops_and_params(teacher_ckpt):
+    model = distill(teacher_ckpt, features=[dict(student='backbone', teacher='backbone')])
+    assert not isinstance(model.connectors[0], torch.nn.Identity)  # a connector with weights
+    student = sum(p.numel() for p in model.architecture.parameters())
+    assert sum(p.numel() for p in model.parameters()) > student  # teacher and connector
+    x = torch.randn(1, 3, 16, 16)
+    whole = get_model_complexity(model, x)  # what the hook counted before: FLOPs of the
+    assert model.flops_params() == Complexity(whole.flops, student)  # student's forward
+    estimate = ResourceEstimatorHook(input_shape=(3, 16, 16)).estimate(model)
+    assert estimate == {'flops_M': whole.flops / 1e6, 'params_M': student / 1e6}
+
+
+@pytest.mark.parametrize('cfg, error, message', [
+    (dict(kd_weight=-1.0), ValueError, 'kd_weight must be a finite number >= 0, got -1.0'),
+    (dict(kd_weight=float('inf')), ValueError, 'kd_weight must be a finite number >= 0, got inf'),
+    (dict(kd_weight=float('nan')), ValueError, 'kd_weight must be a number .*got nan'),
+    (dict(kd_weight='1'), TypeError, "kd_weight must be a number .*got '1' .str."),
+    (dict(label_weight='abc'), TypeError, "label_weight must be a number .*got 'abc' .str."),
+    (dict(label_weight=-0.5), ValueError, 'label_weight must be a finite number >= 0, got -0.5'),
+    (dict(label_weight=True), TypeError, 'label_weight must be a number .*got True .bool.'),
+    (dict(features=[dict(student='backbone', teacher='backbone'),
+                    dict(student='neck', teacher='neck', weight=-5.0)]),
+     ValueError, r'features\[1\]\.weight must be a finite number >= 0, got -5.0'),
+    (dict(features=[dict(student='neck', teacher='neck', weight=None)]),
+     TypeError, r'features\[0\]\.weight must be a number .*got None'),
+    (dict(temperature='4'), TypeError, "temperature must be a number .*got '4' .str."),
+    (dict(temperature=0), ValueError, 'temperature must be > 0, got 0.0'),
+])
+def test_loss_weights_must_be_finite_numbers_not_below_zero(teacher_ckpt, cfg, error, message):
+    with pytest.raises(error, match=f'^SingleTeacherDistill: {message}'):
+        distill(teacher_ckpt, **cfg)
+
+
+def test_zero_weights_are_accepted(teacher_ckpt):
+    model = distill(teacher_ckpt, kd_weight=0, label_weight=0.0,
+                    features=[dict(student='neck', teacher='neck', weight=0)])
+    assert (model.kd_weight, model.label_weight, model.features[0]['weight']) == (0.0, 0.0, 0.0)
+    assert all(type(w) is float for w in (model.kd_weight, model.features[0]['weight']))
 
 
 def slim_files(folder, arch: dict):

@@ -18,9 +18,11 @@ class ResourceEstimatorHook(Hook):
     ``val/``, ``test/`` or ``train/`` prefix, so ``LoggerHook`` prints them next to the
     metrics and the visualisation backends record them: after every validation and
     test epoch (for the subnet just evaluated), and every ``interval`` training
-    iterations when ``interval > 0``.  A model with ``flops_params()`` (AutoSlim)
-    counts itself; any other is counted by ``get_model_complexity`` on a random
-    ``1 x input_shape`` batch (a masked supernet at its kept widths).
+    iterations when ``interval > 0``.  A model with ``flops_params()`` (the pruning
+    algorithms, AutoSlim, SPOS, ``SingleTeacherDistill``) counts what it deploys
+    itself (a distiller its student, not its teacher); any other is counted by
+    ``get_model_complexity`` on a random ``1 x input_shape`` batch (a masked supernet
+    at its kept widths).
 
     Args:
         interval: log during training every this many iterations; 0: never.
