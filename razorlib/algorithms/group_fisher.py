@@ -8,6 +8,7 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
 import numpy as np
 import torch
 from mmengine.dist import all_reduce
+from mmengine.logging import MMLogger
 
 from ..pruning import ImportancePruner
 from ..pruning.allocation import SubnetMeter
@@ -59,13 +60,17 @@ class FisherRecorder:
         with _hooked(self.points, gate):
             yield
 
-    def collect(self, fisher: List[torch.Tensor]) -> None:
+    def collect(self, fisher: List[torch.Tensor], keep_pending: bool = False) -> None:
         """Add the Fisher of the gates' gradients (after the backward) to ``fisher``
-        (one float64 tensor per prunable group) and drop the gates."""
+        (one float64 tensor per prunable group) and drop the gates (with
+        ``keep_pending``, keep those whose backward has not run yet)."""
         per_group: Dict[int, torch.Tensor] = {}
+        pending: Dict[int, List[torch.Tensor]] = {}
         for i, calls in self._gates.items():
             for ones in calls:
                 if ones.grad is None:
+                    if keep_pending:
+                        pending.setdefault(i, []).append(ones)
                     continue
                 rows = per_sample(ones.grad, self.points[i].dim % ones.grad.dim())
                 for g, (columns, position) in self.entries[i].items():
@@ -78,7 +83,7 @@ class FisherRecorder:
                                  .double())
         for g, f in per_group.items():
             fisher[g] += f.pow(2).sum(0).to(fisher[g].device) / 2
-        self._gates = {}
+        self._gates = pending
 
 
 @MODELS.register_module()
@@ -139,8 +144,88 @@ class GroupFisherAlgorithm(PruningAlgorithm):
         self.recorder = FisherRecorder(self.pruner, importance)
         widths = [g.num_channels for g in self.pruner.groups.prunable.values()]
         self.register_buffer('fisher', torch.zeros(sum(widths), dtype=torch.float64))
+        # No group can lose a channel: stop trying (saved in checkpoints).
+        self.register_buffer('stuck', torch.zeros((), dtype=torch.bool))
         self._memory: Optional[List[float]] = None
-        self._stuck = False  # no group can lose a channel: stop trying
+        prunable = list(self.pruner.groups.prunable)
+        self.check_target([prunable[g] for g in self.recorder.scored])
+        # A checkpoint saved between a backward and the next forward holds that
+        # backward's Fisher (a resumed run accumulates what an uninterrupted one does).
+        self.register_state_dict_pre_hook(_flush_fisher)
+
+    def check_target(self, groups: Optional[List[str]] = None) -> None:
+        """Refuse a target the pruner's rules cannot meet by pruning the groups the
+        Fisher cut reaches (checked once the recorder knows them)."""
+        if hasattr(self, 'recorder'):
+            super().check_target(groups)
+
+    #: Saved state older checkpoints lack (``stuck`` came later): ``check_fits`` lets it
+    #: be missing and loading keeps this run's value (False: not stuck).
+    OPTIONAL_STATE_PREFIXES = ('stuck', )
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys,
+                              unexpected_keys, error_msgs) -> None:
+        state_dict.setdefault(prefix + 'stuck', self.stuck.detach().clone())
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys,
+                                      unexpected_keys, error_msgs)
+
+    @property
+    def _stuck(self) -> bool:
+        return bool(self.stuck)
+
+    @_stuck.setter
+    def _stuck(self, value: bool) -> None:
+        self.stuck.fill_(bool(value))
+
+    def min_prune_steps(self) -> int:
+        """A lower bound on the pruning steps the target takes: each step removes at
+        most the largest cut any group's rule allows, at its dense cost."""
+        metric, target = self.target
+        prunable = list(self.pruner.groups.prunable.values())
+        full = {g.id: np.ones(g.num_channels, dtype=bool) for g in prunable}
+        total = sum(g.num_channels for g in prunable)
+        meter = SubnetMeter(self.pruner, self.example_inputs())
+        dense = None if metric == 'ratio' else getattr(meter(full, metric == 'flops'), metric)
+        largest = 0.0
+        for g in self.recorder.scored:
+            group = prunable[g]
+            widths = np.append(np.sort(self.pruner.rule.allowed(group)), group.num_channels)
+            widths = np.unique(widths)
+            if widths.size < 2:
+                continue
+            cut = int(np.diff(widths).max())
+            if metric == 'ratio':
+                largest = max(largest, cut / total)
+                continue
+            width = int(widths[-2])
+            keep = group.keep_best(np.arange(group.num_channels), width)
+            removed = dense - getattr(meter({**full, group.id: keep}, metric == 'flops'),
+                                      metric)
+            per_channel = removed / (group.num_channels - width)
+            largest = max(largest, per_channel * cut / max(dense, 1))
+        if largest <= 0:
+            return 0
+        return max(int(np.ceil((1 - target) / largest - 1e-9)), 0)
+
+    def schedule_overrun(self, max_iters: int) -> Optional[str]:
+        """Why a run of ``max_iters`` training iterations ends before pruning can reach
+        the target (None: it may not)."""
+        steps = self.min_prune_steps()
+        last = self.start + steps * self.interval
+        if not steps or last < max_iters:
+            return None
+        metric, value = self.target
+        return (f'{type(self).__name__}: {metric}={value:g} takes at least {steps} pruning '
+                f'steps, the last at iteration {last} at the earliest (start={self.start}, '
+                f'interval={self.interval}), but the run has {max_iters} iterations (0 to '
+                f'{max_iters - 1}): the model at its end is not pruned to the target. Lower '
+                'interval or start, or train longer (train_cfg max_epochs / max_iters); a '
+                'resumed run goes on pruning.')
+
+    def flush(self) -> None:
+        """Add the gate gradients of the last backward to the ``fisher`` buffer now
+        (gates without a gradient yet are kept for the next collection)."""
+        self.recorder.collect(self.fisher_sums(), keep_pending=True)
 
     def fisher_sums(self) -> List[torch.Tensor]:
         """Views of the ``fisher`` buffer, one per prunable group (in the pruner's order)."""
@@ -181,8 +266,11 @@ class GroupFisherAlgorithm(PruningAlgorithm):
         candidates = self.candidates(fisher, inputs)
         self.fisher.zero_()
         if not candidates:
-            self.log('no group can lose another channel under round_to/max_ratio; '
-                     'pruning stops short of the target')
+            metric, target = self.target
+            MMLogger.get_current_instance().warning(
+                f'{type(self).__name__}: no group can lose another channel under '
+                f'round_to/max_ratio; pruning stops short of the target {metric}='
+                f'{target:g} at {float(self.kept_fraction):.4f} of the dense model')
             self._stuck = True
             return None
         value, gid, keep = min(candidates, key=lambda c: c[0])
@@ -235,3 +323,8 @@ class GroupFisherAlgorithm(PruningAlgorithm):
             ctx = ImportanceContext.from_pruner(self.pruner, data=[(inputs[:1], None)])
             self._memory = self.pruner.importance._cost(ctx)
         return self._memory
+
+
+def _flush_fisher(module: GroupFisherAlgorithm, prefix: str, keep_vars: bool) -> None:
+    """``state_dict`` pre-hook: the pending gate gradients into the ``fisher`` buffer."""
+    module.flush()

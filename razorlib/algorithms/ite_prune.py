@@ -73,6 +73,29 @@ class ItePruneAlgorithm(PruningAlgorithm):
         """Whether every pruning step was taken (the rest is fine-tuning)."""
         return int(self.step_count) > self.schedule()[-1][0]
 
+    @property
+    def target_met(self) -> bool:
+        """Whether every pruning step was taken: the last prunes to the target."""
+        return self.finished
+
+    #: the name of the ``start`` argument in the config (for messages)
+    _start_option = 'start'
+
+    def schedule_overrun(self, max_iters: int) -> Optional[str]:
+        """Why a run of ``max_iters`` training iterations ends before the last pruning
+        step (None: it does not)."""
+        last = self.schedule()[-1][0]
+        if last < max_iters:
+            return None
+        metric, value = self.target
+        return (f'{type(self).__name__}: the last pruning step is at iteration {last} '
+                f'({self._start_option}={self.start}, prune_times={self.prune_times}, '
+                f'step_freq={self.step_freq}), but the run has {max_iters} iterations (0 to '
+                f'{max_iters - 1}): the model at its end is not pruned to {metric}='
+                f'{value:g}. Lower {self._start_option}, step_freq or prune_times, or train '
+                'longer (train_cfg max_epochs / max_iters); a resumed run goes on with '
+                'the schedule.')
+
     def loss(self, inputs: torch.Tensor, data_samples: Optional[list]) -> Dict[str, torch.Tensor]:
         """Prune if this iteration is a step of :meth:`schedule`, then the losses."""
         if self.training:

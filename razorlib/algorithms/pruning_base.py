@@ -9,7 +9,7 @@ channels are masked, not sliced, so training goes on at the pruned widths; at th
 with its channel config.
 """
 import copy
-from typing import Any, Dict, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -92,6 +92,39 @@ class PruningAlgorithm(BaseModel):
         self.register_buffer('kept_fraction', torch.ones((), dtype=torch.float64))
         self.register_load_state_dict_post_hook(_restore_subnet)
         self._dense: Optional[Complexity] = None
+        self.check_target()
+
+    def check_target(self, groups: Optional[List[str]] = None) -> None:
+        """Refuse, before training, a target the pruner's rules cannot meet: the check of
+        :func:`~razorlib.pruning.allocate` on the dense model, with the pruner's options.
+
+        Args:
+            groups: the ids of the groups the algorithm prunes; default every prunable
+                group.
+
+        Raises:
+            ValueError: the target cannot be met (the message names the smallest value
+                the rules allow).
+        """
+        metric, value = self.target
+        prunable = self.pruner.groups.prunable
+        ids = list(prunable) if groups is None else groups
+        rule = self.pruner.rule
+        allocate(self.pruner, {gid: np.zeros(prunable[gid].num_channels) for gid in ids},
+                 **{metric: value}, global_ranking=self.pruner.global_ranking,
+                 round_to=rule.round_to, max_ratio=rule.max_ratio,
+                 example_inputs=self.example_inputs())
+
+    # ------------------------------------------------------------------ schedule
+    @property
+    def target_met(self) -> bool:
+        """Whether the subnet meets the pruner's target."""
+        return float(self.kept_fraction) <= self.target[1] + 1e-9
+
+    def schedule_overrun(self, max_iters: int) -> Optional[str]:
+        """Why a run of ``max_iters`` training iterations ends before the pruning
+        schedule does (None: it does not, or the algorithm cannot tell)."""
+        return None
 
     # ------------------------------------------------------------------ subnets
     def example_inputs(self) -> torch.Tensor:

@@ -1,6 +1,7 @@
 """SlimmingAlgorithm: network slimming: L1 on the batch-norm scales while training, then
 prune by them (Liu et al., "Learning Efficient Convolutional Networks through Network
 Slimming", ICCV 2017)."""
+import math
 from typing import Dict, List, Optional, Sequence, Union
 
 import torch
@@ -8,6 +9,7 @@ import torch.nn as nn
 
 from ..pruning import ImportancePruner
 from ..registry import MODELS
+from ..utils.checks import real_number
 from .ite_prune import ItePruneAlgorithm
 from .pruning_base import ModuleOrCfg
 
@@ -57,8 +59,11 @@ class SlimmingAlgorithm(ItePruneAlgorithm):
                  input_shape: Sequence[int] = (3, 224, 224),
                  data_preprocessor: Optional[ModuleOrCfg] = None,
                  init_cfg: Optional[dict] = None):
-        if not sparsity >= 0:
-            raise ValueError(f'SlimmingAlgorithm: sparsity must be >= 0, got {sparsity!r}')
+        sparsity = real_number(sparsity, 'SlimmingAlgorithm: sparsity',
+                               'the weight of the L1 penalty')
+        if not 0 <= sparsity < math.inf:
+            raise ValueError(f'SlimmingAlgorithm: sparsity must be a finite number >= 0, '
+                             f'got {sparsity!r}')
         super().__init__(architecture, DEFAULT_PRUNER if pruner is None else pruner,
                          step_freq=step_freq, prune_times=prune_times, start=prune_at,
                          input_shape=input_shape, data_preprocessor=data_preprocessor,
@@ -68,6 +73,8 @@ class SlimmingAlgorithm(ItePruneAlgorithm):
             raise ValueError('SlimmingAlgorithm penalises the scales of the norms of prunable '
                              'channel groups, but the architecture has none (no prunable '
                              'group holds an affine norm)')
+
+    _start_option = 'prune_at'
 
     def penalised(self) -> List[tuple]:
         """``(name, norm)`` of the affine norms on prunable channels: whose ``weight``
@@ -83,8 +90,10 @@ class SlimmingAlgorithm(ItePruneAlgorithm):
         return self.sparsity * sum(norm.weight.abs().sum() for _, norm in self.penalised())
 
     def loss(self, inputs: torch.Tensor, data_samples: Optional[list]) -> Dict[str, torch.Tensor]:
-        """The losses, with ``loss_sparsity`` until the last pruning step."""
+        """The losses, with ``loss_sparsity`` (0 after the last pruning step)."""
         losses = super().loss(inputs, data_samples)
-        if self.training and not self.finished and self.sparsity > 0:
-            losses['loss_sparsity'] = self.sparsity_loss()
+        if self.training and self.sparsity > 0:
+            # after the last step the penalty is 0, logged so (not a stale value)
+            losses['loss_sparsity'] = (self.kept_fraction.new_zeros((), dtype=torch.float32)
+                                       if self.finished else self.sparsity_loss())
         return losses

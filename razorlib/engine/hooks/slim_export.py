@@ -1,4 +1,5 @@
 """SlimExportHook: write the pruned model, sliced, and its channel config to work_dir."""
+import warnings
 from pathlib import Path
 from typing import Optional
 
@@ -46,10 +47,29 @@ class SlimExportHook(Hook):
                             'pruning algorithm or SingleTeacherDistill), got '
                             f'{type(unwrap(runner.model)).__name__}')
 
+    def before_train(self, runner) -> None:
+        """Warn when the run ends before the pruning schedule does (a warning, not an
+        error: a resumed run may go on with it)."""
+        model = unwrap(runner.model)
+        max_iters = getattr(runner, 'max_iters', None)
+        if hasattr(model, 'schedule_overrun') and max_iters:
+            message = model.schedule_overrun(int(max_iters))
+            if message:
+                runner.logger.warning(message)
+                warnings.warn(message, stacklevel=2)
+
     def after_train(self, runner) -> None:
         model = unwrap(runner.model)
         folder = Path(self.out_dir or runner.work_dir)
         written = []
+        if getattr(model, 'target_met', True) is False:
+            metric, value = model.target
+            message = (f'SlimExportHook: training ended before pruning reached its target: '
+                       f'the slim model keeps {float(model.kept_fraction):.4f} of the dense '
+                       f"model's {metric}, the target is {value:g} "
+                       f'(after {int(model.step_count)} iterations)')
+            runner.logger.warning(message)
+            warnings.warn(message, stacklevel=2)
         if is_main_process():
             folder.mkdir(parents=True, exist_ok=True)
             if hasattr(model, 'export_subnet'):
