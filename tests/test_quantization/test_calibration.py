@@ -122,7 +122,7 @@ def test_a_bias_whose_layer_input_is_fp32_stays_fp32():
 
 
 def test_steps_must_be_positive():
-    with pytest.raises(ValueError, match='positive'):
+    with pytest.raises(ValueError, match='^steps must be at least 1, got 0$'):
         calibrate(minmax_graph(), batches(1), steps=0, progress=False)
 
 
