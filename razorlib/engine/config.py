@@ -15,7 +15,6 @@ Example:
     razorlib.engine.config.ConfigError: model.backbone.type: 'ResNt' is not registered ...
 """
 import ast
-import inspect
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set, Union
 
@@ -25,6 +24,7 @@ from mmengine.registry import (DATA_SAMPLERS, DATASETS, FUNCTIONS, HOOKS, LOOPS,
                                PARAM_SCHEDULERS, TRANSFORMS, Registry)
 
 from ..registry import PRUNERS, SCOPE
+from ..utils.checks import keyword_parameters
 
 #: Nested keys whose value is built from another registry than its parent's.
 NESTED = {'pruner': PRUNERS, 'data_preprocessor': MODELS, 'dataset': DATASETS,
@@ -258,17 +258,13 @@ def _scopes_having(registry: Registry, name: str) -> List[str]:
 
 
 def _check_arguments(obj: Any, cfg: dict, where: str, registry: Registry, scope: str) -> None:
-    try:
-        params = inspect.signature(obj).parameters
-    except (TypeError, ValueError):
-        return
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+    params = keyword_parameters(obj)
+    if params is None:  # **kwargs, or no signature to read
         return
     for key in cfg:
         if key != 'type' and not key.startswith('_') and key not in params:
-            accepted = [name for name in params if name != 'self']
             raise ConfigError(f'{where}.{key}: {getattr(obj, "__name__", obj)} takes no '
-                              f'argument {key!r}; it takes {accepted}'
+                              f'argument {key!r}; it takes {params}'
                               + _namesake_hint(obj, cfg['type'], registry, scope))
 
 

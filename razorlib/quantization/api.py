@@ -31,7 +31,7 @@ from ..ir import BaseGraph, PassManager, QuantizationStates, TorchExecutor, from
 from ..ir.components import registered, split_type
 from ..ir.passes import GraphPass
 from ..registry import DISPATCHERS, GRAPH_PASSES, PTQ_PASSES
-from ..utils.checks import integer_number
+from ..utils.checks import integer_number, keyword_parameters
 from .batches import BatchToInputs, checked_inputs, graph_batches
 from .calibration import calibrate
 from .dispatch import DispatchingTable
@@ -81,22 +81,17 @@ def check_options(target: Callable, options: Mapping[str, Any], parameter: str,
         TypeError: observer: KLObserver.__init__() got an unexpected keyword argument 'binz' \
 (did you mean 'bins'?); KLObserver takes bins
     """
-    try:
-        signature = inspect.signature(target)
-    except (TypeError, ValueError):  # a builtin without a signature: let it say
+    parameters = keyword_parameters(target)
+    if parameters is None:  # **kwargs, or no signature to read: the target says
         return
-    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in signature.parameters.values()):
-        return
-    taken = [name for name, p in signature.parameters.items()
-             if p.kind in kinds and name not in skip]
+    taken = [name for name in parameters if name not in skip]
     name = getattr(target, '__name__', repr(target))
     for key in options:
         if key in taken:
             continue
         # Python's own words (what building it would raise), then what it takes.
         if not taken:
-            kind = 'options' if set(skip) & set(signature.parameters) else 'arguments'
+            kind = 'options' if set(skip) & set(parameters) else 'arguments'
             raise TypeError(f'{parameter}: {name}() takes no {kind}, got option {key!r}')
         close = difflib.get_close_matches(str(key), taken, n=1)
         hint = f' (did you mean {close[0]!r}?)' if close else ''

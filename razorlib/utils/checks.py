@@ -1,16 +1,18 @@
 """Checks of the numbers a config or a call gives (an observer's bins, a pass's target, a
-number of calibration batches), so that a wrong one is refused by name up front.
+number of calibration batches), so that a wrong one is refused by name up front, and the
+keyword parameters a config dict may give a class (:func:`keyword_parameters`).
 
 Without them a string compares with an int deep inside (``'<' not supported``), a float
 count fails in ``itertools.islice`` after calibration, and a bool passes as 0 or 1.  A
 value of the wrong type is a ``TypeError``, one of the right type out of range a
 ``ValueError``; both name the setting and say what it holds.
 """
+import inspect
 import math
 import numbers
-from typing import Optional
+from typing import Callable, List, Optional
 
-__all__ = ['integer_number', 'real_number']
+__all__ = ['integer_number', 'keyword_parameters', 'real_number']
 
 
 def _holds(wanted: str) -> str:
@@ -75,3 +77,27 @@ def integer_number(value: object, name: str, wanted: str = '',
     if minimum is not None and value < minimum:
         raise ValueError(f'{name} must be at least {minimum}, got {value}')
     return int(value)
+
+
+def keyword_parameters(target: Callable) -> Optional[List[str]]:
+    """The names ``target`` (a class: its constructor; or a function) takes by keyword,
+    in order; None when it takes any keyword (``**kwargs``) or has no signature to read.
+
+    What a config dict may set besides ``type``: the config checks refuse other keys by
+    name before anything is built, instead of the constructor's bare TypeError.
+
+    Example:
+        >>> class Observer:
+        ...     def __init__(self, bins=2048, *, channel_axis=None):
+        ...         pass
+        >>> keyword_parameters(Observer), keyword_parameters(dict)
+        (['bins', 'channel_axis'], None)
+    """
+    try:
+        parameters = inspect.signature(target).parameters
+    except (TypeError, ValueError):  # a builtin without a signature
+        return None
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return None
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return [name for name, p in parameters.items() if p.kind in kinds]

@@ -5,7 +5,6 @@ from pathlib import Path
 from typing import List
 
 import pytest
-import torch
 from mmengine.config import Config
 from mmengine.registry import init_default_scope
 
@@ -83,19 +82,4 @@ def test_the_test_tool_refuses_before_it_makes_its_work_dir(option, message, tin
     assert tool.main([str(TINY), str(tiny_supernet), '--work-dir', str(tmp_path / 'out'),
                       '--cfg-options', option]) == 2
     assert log.text.startswith(f'{TINY}: {message}')
-    assert not (tmp_path / 'out').exists()
-
-
-def test_the_test_tool_fits_the_checkpoint_before_it_makes_its_work_dir(tmp_path, monkeypatch):
-    init_default_scope('razorlib')
-    cfg = Config.fromfile(TINY)
-    wider = MODELS.build(dict(cfg.model, architecture=dict(
-        cfg.model.architecture, backbone=dict(cfg.model.architecture.backbone,
-                                              channels=(16, 32)))))
-    torch.save({'meta': {}, 'state_dict': wider.state_dict()}, tmp_path / 'wider.pth')
-    tool = load_tool('test')
-    log = LogCapture(tool, monkeypatch)
-    assert tool.main([str(TINY), str(tmp_path / 'wider.pth'), '--work-dir',
-                      str(tmp_path / 'out')]) == 2
-    assert log.text.startswith(f"{tmp_path / 'wider.pth'}: not a checkpoint of this AutoSlim")
     assert not (tmp_path / 'out').exists()
