@@ -49,7 +49,8 @@ def pass_through(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
         ctx.freeze(split.grid.ravel(), 'shape', node,
                    'changes the size of a dim of channels split by a reshape')
         split = None
-    return [TensorChannels(out_shape, slots, split)] + [None] * (len(shapes) - 1)
+    repeats = {d: r for d, r in x.repeats.items() if out_shape[d] == x.shape[d]}
+    return [TensorChannels(out_shape, slots, split, repeats)] + [None] * (len(shapes) - 1)
 
 
 def bind_aligned(ctx: TraceContext, node, ins: Sequence[InputInfo],
@@ -206,8 +207,14 @@ def matmul(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
     out: Dict[int, np.ndarray] = {}
     nd = len(out_shape)
     if nd == 3:
+        heads.bind_single_head_positions(ctx, node, b.channels, 0, out_shape[0])
         batch_a, batch_b = _dim_slots(a, 0), _dim_slots(b, 0)
-        if batch_a is None or batch_b is None or out_shape[0] == 1:
+        single = None if batch_a is None or batch_b is not None else \
+            heads.repeated_head(ctx, node, b.channels, 0, len(batch_a))
+        if single is not None:  # multi-query attention: b's channels are its one head
+            out[0] = heads.pair_single_head(ctx, node, batch_a, *single)
+            b = InputInfo(b.node, b.output_nr, b.shape, TensorChannels(b.channels.shape))
+        elif batch_a is None or batch_b is None or out_shape[0] == 1:
             out.update(bind_aligned(ctx, node, [_only_dim(a, 0), _only_dim(b, 0)],
                                     out_shape[:1]))
         else:

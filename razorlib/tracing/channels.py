@@ -44,6 +44,14 @@ class TensorChannels:
         split: channels a reshape split over several dims (:class:`Split`); only ops
             that keep it (elementwise ops, permutes, reshapes, selects of a grid axis)
             carry it, any other op reads it as heads first (``tracing/heads.py``).
+        repeats: ``{dim: head slots}`` for dims along which the tensor repeats one
+            slice, an ``expand`` of a size-1 dim: multi-query attention's ``repeat_kv``
+            of its one key/value head over the query heads.  Each entry is the slot that
+            stands for the repeated head (the first of the tensor's one channel dim,
+            bound to the rest only if attention reads it as a head:
+            ``heads.pair_single_head``).  Only expands, permutes, reshapes and
+            same-shape copies keep them; no other rule reads them, so losing one only
+            leaves heads unpaired.
 
     Example:
         >>> import numpy as np
@@ -54,6 +62,7 @@ class TensorChannels:
     shape: Tuple[int, ...]
     slots: Dict[int, np.ndarray] = field(default_factory=dict)
     split: Optional[Split] = None
+    repeats: Dict[int, np.ndarray] = field(default_factory=dict)
 
     @property
     def ndim(self) -> int:

@@ -16,10 +16,11 @@ attention's ``repeat_kv`` (an expand and a merge) repeats each key/value head's 
 over its query heads, so a kv head and its query heads form one class.  With
 ``trace(..., gqa='query')`` the key/value heads stay whole instead and each kv group
 keeps the same query heads (:func:`pair_heads`).  A single key/value head (multi-query
-attention) has no head axis the tracer can see (a dim of size 1 carries no channels, so
-``repeat_kv``'s expand of it carries none either): its query heads cannot be paired with
-it and stay whole, and a pruner asked for ``gqa='query'`` warns, naming the attention
-(:func:`warn_unpaired_query_heads`).
+attention) is viewed with a one-head axis, which carries no channels; its ``expand``
+over the query heads (``repeat_kv``, a broadcast) is marked as a repeat of one head
+(:class:`~.channels.TensorChannels` ``repeats``), so attention reads its channels as that
+head (:func:`pair_single_head`): under ``gqa='query'`` it stays whole and the query
+heads prune freely, under ``gqa='kv'`` the attention stays whole.
 
 With ``trace(..., heads='width')`` a split read by attention prunes ``head_dim`` instead:
 position ``j`` of every head is one class (and of ``q``, ``k`` and ``v`` of one module,
@@ -27,7 +28,9 @@ viewed by one ``head_dim``), the head dim carries no channels.  ``q @ k^T`` bind
 contracted positions, ``attn @ v`` carries ``v``'s to the output, merged back into
 ``o_proj``'s input once per head.  RoPE's ``rotate_half`` slices bind ``i`` with
 ``i + d/2`` (``shape_rules.slice_``), and ``cos``/``sin`` made under ``no_grad`` are
-followed to the rotary ``inv_freq`` (:func:`bind_rotary`).
+followed to the rotary ``inv_freq`` (:func:`bind_rotary`).  A single key/value head's
+positions are paired without RoPE; under it they are not known as a head's, and a pruner
+warns, naming the attention (:func:`warn_unpaired_head_width`).
 """
 import os
 import sys
@@ -222,6 +225,86 @@ def pair_heads(ctx: TraceContext, node, a: np.ndarray, b: np.ndarray, reason: st
     return (a, b)[side]
 
 
+def head_slot(ctx: TraceContext, node, tc: TensorChannels) -> int:
+    """The slot that stands for ``tc`` as one head: the first of its one channel dim, or,
+    with none (its channels fixed), a fresh fixed slot."""
+    if tc.slots:
+        (channels, ) = tc.slots.values()
+        return int(channels[0])
+    return int(ctx.external(1, node, 'a repeated head whose channels are fixed')[0])
+
+
+def repeated_head(ctx: TraceContext, node, tc: Optional[TensorChannels], dim: int,
+                  count: int) -> Optional[Tuple[np.ndarray, np.ndarray]]:
+    """``(head slots, channels)`` of a tensor that holds one head ``count`` times along
+    ``dim``, or None: the head slot repeated, and the head's channels (its ``head_dim``;
+    none where they are fixed).
+
+    Multi-query attention's single key/value head: its tensor has at most one channel
+    dim, the head's, and along the head dim either an ``expand`` of it
+    (:class:`~.channels.TensorChannels` ``repeats``: ``repeat_kv``, or a matrix product
+    broadcasting it) or a size-1 axis that attention broadcasts itself (SDPA's
+    ``enable_gqa``).
+
+    Example:
+        >>> k = TensorChannels((2, 1, 6, 4), {3: np.arange(4)})
+        >>> single, channels = repeated_head(None, None, k, 1, 8)
+        >>> single.tolist(), channels.tolist()
+        ([0, 0, 0, 0, 0, 0, 0, 0], [0, 1, 2, 3])
+    """
+    if tc is None or tc.split is not None or dim in tc.slots or len(tc.slots) > 1:
+        return None
+    channels = next(iter(tc.slots.values()), np.zeros(0, dtype=np.int64))
+    if dim in tc.repeats:
+        single = tc.repeats[dim]
+    elif tc.shape[dim] == 1:
+        single = np.full(count, head_slot(ctx, node, tc))
+    else:
+        return None
+    if len(single) != count or (single != single[0]).any() or \
+            (len(channels) and single[0] not in channels):
+        return None
+    return single, channels
+
+
+def pair_single_head(ctx: TraceContext, node, query: np.ndarray, single: np.ndarray,
+                     channels: np.ndarray) -> np.ndarray:
+    """Pair query heads with one key/value head repeated over them (multi-query
+    attention, :func:`repeated_head`); returns the slots the output's head dim carries.
+
+    The key/value head's ``channels`` are read as one head, bound to its head slot, as
+    :func:`read_as_heads` binds every head's.  With ``gqa='query'`` that head stays whole
+    and the query heads prune freely: ``repeat_kv`` (or a broadcast) repeats it over as
+    many query heads as the slim model keeps (``num_key_value_groups`` follows the
+    projections' widths).  With ``gqa='kv'`` a key/value head is pruned with its query
+    heads, which here would remove the attention: it stays whole, saying so.
+    """
+    head = single[0]
+    count = len(np.unique(query))
+    ctx.bind(np.full(int((channels != head).sum()), head), channels[channels != head],
+             f'{node.name()} reads {len(channels)} channels as one key/value head')
+    if ctx.gqa == 'query':
+        ctx.freeze(single[:1], 'fixed', node, "gqa='query' keeps the key/value head whole "
+                   f'(multi-query attention: one key/value head of {count} query heads)')
+    else:
+        ctx.freeze(np.append(query, head), 'fixed', node, (
+            f'{count} query heads over a single key/value head (multi-query attention): '
+            "gqa='kv' prunes a key/value head with its query heads, which would remove the "
+            "attention, so it stays whole; gqa='query' prunes the query heads"))
+    return query
+
+
+def bind_single_head_positions(ctx: TraceContext, node, tc: Optional[TensorChannels],
+                               dim: int, count: int) -> None:
+    """Under ``heads='width'``: a single key/value head repeated ``count`` times along
+    ``dim`` (:func:`repeated_head`) keeps the ``head_dim`` positions of its module's other
+    heads, which its code views by the same ``head_dim``, as :func:`read_as_heads` binds a
+    split's."""
+    found = repeated_head(ctx, node, tc, dim, count) if ctx.heads == 'width' else None
+    if found is not None and len(found[1]):
+        _bind_module_positions(ctx, node, found[1])
+
+
 #: Buffers a rotary embedding computes its ``cos``/``sin`` from, one entry per pair of
 #: ``head_dim`` positions ``(i, i + d/2)`` (Hugging Face's ``rotary_emb``).
 ROTARY_BUFFERS = ('inv_freq', 'original_inv_freq')
@@ -288,9 +371,10 @@ def scaled_dot_product_attention(ctx: TraceContext, node,
     """``F.scaled_dot_product_attention(q, k, v)`` on ``(B, heads, N, head_dim)``.
 
     Head ``h`` of ``q`` goes with head ``h`` of ``k`` and ``v``; with fewer key/value
-    heads (``enable_gqa``), with head ``h // (heads // kv_heads)`` (:func:`pair_heads`).
-    The contracted ``head_dim`` of ``q`` and ``k`` is bound; the output has ``q``'s heads
-    and ``v``'s value channels.  A mask with channels of its own freezes them.
+    heads (``enable_gqa``), with head ``h // (heads // kv_heads)`` (:func:`pair_heads`);
+    with one key/value head, with that head (:func:`pair_single_head`).  The contracted
+    ``head_dim`` of ``q`` and ``k`` is bound; the output has ``q``'s heads and ``v``'s
+    value channels.  A mask with channels of its own freezes them.
     """
     shapes = output_shapes(node)
     q, k, v = (inp.channels for inp in ins[:3])
@@ -304,7 +388,15 @@ def scaled_dot_product_attention(ctx: TraceContext, node,
         return [TensorChannels(shape) for shape in shapes]
     heads = q.slots.get(1)
     kv_heads = [tc.slots.get(1) for tc in (k, v)]
-    if heads is not None and all(s is not None for s in kv_heads):
+    for tc in (k, v):
+        bind_single_head_positions(ctx, node, tc, 1, q.shape[1])
+    singles = [repeated_head(ctx, node, tc, 1, len(heads)) if heads is not None else None
+               for tc in (k, v)]
+    if all(single is not None for single in singles):
+        for single, channels in singles:
+            heads = pair_single_head(ctx, node, heads, single, channels)
+        k, v = (TensorChannels(tc.shape) for tc in (k, v))
+    elif heads is not None and all(s is not None for s in kv_heads):
         for kv in kv_heads:
             groups = len(heads) // len(kv)
             if len(heads) != groups * len(kv):
@@ -314,14 +406,10 @@ def scaled_dot_product_attention(ctx: TraceContext, node,
             heads = pair_heads(ctx, node, heads, np.repeat(kv, groups),
                                f'{node.name()} pairs each query head with its key/value head')
     else:
-        single = heads is not None and all(tc.shape[1] == 1 for tc in (k, v))
         for tc in (q, k, v):
             if tc.slots.get(1) is not None:
-                ctx.freeze(tc.slots[1], 'fixed', node, (
-                    f'{len(heads)} query heads over a single key/value head (multi-query '
-                    'attention): a one-head axis carries no channels, so the query heads '
-                    'cannot be paired with it and stay whole') if single else
-                    'attention between heads that can be pruned and heads that cannot')
+                ctx.freeze(tc.slots[1], 'fixed', node,
+                           'attention between heads that can be pruned and heads that cannot')
         heads = None
     qd, kd = q.slots.get(3), k.slots.get(3)
     if qd is not None and kd is not None:
@@ -370,27 +458,18 @@ def single_kv_head_attention(model) -> List[Tuple[str, int]]:
     return found
 
 
-def warn_unpaired_query_heads(model, groups, heads: str = 'whole') -> List[str]:
-    """Under ``gqa='query'`` or ``heads='width'``: warn, naming them, about the
-    multi-query attentions (:func:`single_kv_head_attention`) whose query projections the
-    trace left unprunable; returns their names.
+def warn_unpaired_head_width(model, groups) -> List[str]:
+    """Under ``heads='width'``: warn, naming them, about the multi-query attentions
+    (:func:`single_kv_head_attention`) whose query projections the trace left
+    unprunable; returns their names.
 
-    ``gqa='query'`` prunes query heads alike in every key/value group.  With one
-    key/value head the query heads are independent, but the tracer sees no head axis on
-    that head (a size-1 dim carries no channels, nor does ``repeat_kv``'s expand of it),
-    so the attention product cannot pair the query heads with it and freezes them: the
-    attention stays whole, as under ``gqa='kv'`` (where the one key/value head would take
-    every query head with it).  Without this warning the option would change nothing
-    silently.  ``heads='width'`` fails there for the same reason: the query heads'
-    ``head_dim`` positions cannot be paired with the one key/value head's.
-
-    The warning points at the first caller outside razorlib.
-
-    Args:
-        model: the traced model.
-        groups: its :class:`~razorlib.tracing.ChannelGroups`.
-        heads: the trace's ``heads`` mode: ``'whole'`` (under ``gqa='query'``) or
-            ``'width'``.
+    ``heads='width'`` keeps the same ``head_dim`` positions in every head.  A single
+    key/value head is viewed with a one-head axis, which carries no channels, so its
+    positions are not known as a head's when RoPE rotates them (``rotate_half``'s slices
+    and the rotary frequencies bind position ``i`` with ``i + d/2`` only in a head): they
+    freeze, and the query heads' positions with them.  Without this warning the option
+    would leave the attention whole silently.  The warning points at the first caller
+    outside razorlib.
     """
     prunable = {layer for group in groups.prunable.values() for layer in group.layers}
     left = [(name, count) for name, count in single_kv_head_attention(model)
@@ -398,21 +477,15 @@ def warn_unpaired_query_heads(model, groups, heads: str = 'whole') -> List[str]:
     if left:
         name, count = left[0]
         more = f' (and {len(left) - 1} more)' if len(left) > 1 else ''
-        if heads == 'width':
-            what, target, again, as_kv = ("heads='width' prunes no head_dim positions",
-                                          'their head_dim', "again with heads='width'", '')
-        else:
-            what, target, again, as_kv = ("gqa='query' prunes no query heads",
-                                          'these query heads', "with gqa='kv'",
-                                          " as under gqa='kv'")
         warnings.warn(
-            f"{what} of {name}{more}: its {count} query heads "
-            'share a single key/value head (multi-query attention, num_key_value_heads=1), '
-            'which the tracer cannot pair them with (a one-head axis carries no channels), '
-            f'so its attention stays whole{as_kv}; the rest of the model is pruned. To prune '
-            f'{target}, repeat k_proj and v_proj to one key/value head per '
-            'query head (num_key_value_heads = num_attention_heads: the outputs do not '
-            f'change) and prune {again}', UserWarning, stacklevel=_caller_level())
+            f"heads='width' prunes no head_dim positions of {name}{more}: its {count} query "
+            'heads share a single key/value head (multi-query attention, '
+            'num_key_value_heads=1), whose positions the tracer does not pair with theirs '
+            '(its one-head axis carries no channels), so its attention stays whole; the '
+            "rest of the model is pruned. gqa='query' prunes its query heads instead; to "
+            'prune their head_dim, repeat k_proj and v_proj to one key/value head per query '
+            'head (num_key_value_heads = num_attention_heads: the outputs do not change) and '
+            "prune again with heads='width'", UserWarning, stacklevel=_caller_level())
     return [name for name, _ in left]
 
 

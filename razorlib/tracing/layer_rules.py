@@ -31,15 +31,28 @@ WEIGHT_INPUT = {
 
 def _leaf(node, index: int, through_transpose: bool = False):
     """The tensor behind input ``index`` of ``node`` if it is a leaf (a parameter), also
-    through a transpose (``F.linear``) or a repeat (``F.instance_norm`` repeats its
-    affine parameters over the batch)."""
+    through a transpose (``F.linear``'s ``t()``, or ``weight.T`` / ``weight.mT`` in a
+    Linear subclass's own forward, as Falcon's ``input @ self.weight.T``) or a repeat
+    (``F.instance_norm`` repeats its affine parameters over the batch)."""
     if index >= len(node.next_functions):
         return None
     child = node.next_functions[index][0]
-    if child is not None and (through_transpose and child.name() == 'TBackward0' or
+    if child is not None and (through_transpose and _is_transpose_2d(child) or
                               child.name() == 'RepeatBackward0'):
         child = child.next_functions[0][0]
     return getattr(child, 'variable', None) if child is not None else None
+
+
+def _is_transpose_2d(node) -> bool:
+    """Whether ``node`` transposes a matrix: ``t()``, ``.T`` (a permute) or ``.mT``."""
+    name = node.name()
+    if name == 'TBackward0':
+        return True
+    if name == 'PermuteBackward0':
+        return tuple(node._saved_dims) in ((1, 0), (-1, -2))
+    if name == 'TransposeBackward0':
+        return {node._saved_dim0 % 2, node._saved_dim1 % 2} == {0, 1}
+    return False
 
 
 def _returning_module(ctx: TraceContext, node) -> Optional[str]:

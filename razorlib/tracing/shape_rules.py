@@ -35,7 +35,8 @@ def permute(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
         order = [1, 0]
     position = {old: new for new, old in enumerate(order)}
     slots = {position[d]: s for d, s in x.slots.items()}
-    return [TensorChannels(out_shape, slots, x.split and x.split.moved(position))]
+    repeats = {position[d]: r for d, r in x.repeats.items()}
+    return [TensorChannels(out_shape, slots, x.split and x.split.moved(position), repeats)]
 
 
 def reshape_groups(in_shape: Sequence[int],
@@ -111,7 +112,21 @@ def reshape(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
                 ctx.freeze(x.slots[d], 'mixing', node,
                            f'reshape {tuple(x.shape)} -> {tuple(out_shape)} splits or '
                            'merges channel dims in a way that cannot be sliced')
-    return [TensorChannels(out_shape, slots, split)]
+    return [TensorChannels(out_shape, slots, split, _reshaped_repeats(x, groups))]
+
+
+def _reshaped_repeats(x: TensorChannels, groups) -> Dict[int, np.ndarray]:
+    """Where a reshape takes the repeated dims (:class:`TensorChannels` ``repeats``): a
+    group of dims merged into one output dim keeps its one repeated dim's head slots,
+    tiled as the channels of :func:`_merged` are (``(B, heads)`` into ``B * heads``, or a
+    kv head's ``(1, n_rep)`` into ``heads``); a group that also holds channels, or that a
+    reshape splits, drops them."""
+    repeats = {}
+    for gi, go in groups:
+        repeated = [d for d in gi if d in x.repeats]
+        if len(go) == 1 and len(repeated) == 1 and not any(d in x.slots for d in gi):
+            repeats[go[0]] = _merged(x, gi, repeated[0], x.repeats)
+    return repeats
 
 
 def _reshaped_split(ctx: TraceContext, node, split: Split, groups) -> Tuple:
@@ -128,23 +143,41 @@ def _reshaped_split(ctx: TraceContext, node, split: Split, groups) -> Tuple:
     return None, None
 
 
-def _merged(x: TensorChannels, dims: List[int], slotted: int) -> np.ndarray:
+def _merged(x: TensorChannels, dims: List[int], slotted: int,
+            source: Optional[Dict[int, np.ndarray]] = None) -> np.ndarray:
+    """The slots of ``dims`` merged into one dim, where only ``slotted`` has any (in
+    ``x.slots``, or ``source``): each repeated over the dims after it, the whole tiled
+    over the dims before it."""
     sizes = [x.shape[d] for d in dims]
     k = dims.index(slotted)
     after = int(np.prod(sizes[k + 1:], dtype=np.int64))
     before = int(np.prod(sizes[:k], dtype=np.int64))
-    return np.tile(np.repeat(x.slots[slotted], after), before)
+    return np.tile(np.repeat((x.slots if source is None else source)[slotted], after), before)
 
 
 def expand(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
-    """expand / broadcast_to: new leading dims; expanded dims had size 1 (no slots)."""
+    """expand / broadcast_to: new leading dims; expanded dims had size 1 (no slots).
+
+    A tensor with at most one channel dim (a single key/value head's ``head_dim``)
+    expanded along a size-1 dim repeats that head there: the dim is marked in
+    :class:`TensorChannels` ``repeats``, with the head's first slot, for attention to pair
+    the query heads with (``heads.pair_single_head``: multi-query attention's
+    ``repeat_kv``, or a matrix product broadcasting one head).
+    """
     x = ins[0].channels
     (out_shape, ) = output_shapes(node)
     if x is None:
         return [None]
     offset = len(out_shape) - x.ndim
     split = x.split and x.split.moved({d: d + offset for d in x.split.dims})
-    return [TensorChannels(out_shape, {d + offset: s for d, s in x.slots.items()}, split)]
+    repeats = {d + offset: r for d, r in x.repeats.items()}
+    expanded = [d + offset for d, size in enumerate(x.shape)
+                if size == 1 and out_shape[d + offset] > 1]
+    if expanded and len(x.slots) <= 1 and split is None:
+        head = heads.head_slot(ctx, node, x)
+        repeats.update({d: np.full(out_shape[d], head) for d in expanded})
+    return [TensorChannels(out_shape, {d + offset: s for d, s in x.slots.items()}, split,
+                           repeats)]
 
 
 def repeat(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:

@@ -1,7 +1,8 @@
-"""Multi-query attention in a Hugging Face Llama (4 query heads over one key/value head):
-``gqa='query'`` cannot pair the query heads with a one-head axis, so it warns, naming the
-attention, and prunes the rest; the workaround it names (one key/value head per query
-head, ``gqa='kv'``) prunes the query heads."""
+"""Multi-query attention in Hugging Face Llama-likes (4 query heads over one key/value
+head): ``gqa='query'`` keeps the key/value head and prunes query heads, and the config,
+the masked supernet and a reload all follow; by default the attention stays whole;
+``heads='width'`` cannot pair the positions under RoPE and says so, naming the attention,
+and the workaround it names prunes them."""
 import copy
 import warnings
 
@@ -10,33 +11,65 @@ import torch
 from hf_builders import attention_widths, build, main_output, relative_error
 
 import razorlib
-from razorlib.integrations.transformers import hidden_size_keys
+from razorlib.integrations.transformers import hidden_size_keys, save_pruned
 from razorlib.pruning import L1NormPruner
 from razorlib.utils import get_model_complexity
 
 transformers = pytest.importorskip('transformers')
 
-WARNING = (r"gqa='query' prunes no query heads of model.layers.0.self_attn \(and 1 more\): "
-           r'its 4 query heads share a single key/value head \(multi-query attention, '
-           r'num_key_value_heads=1\)')
+LLAMA_LIKES = ('llama', 'mistral', 'qwen2')
 
 
 @pytest.mark.parametrize('implementation', ['eager', 'sdpa'])
-def test_gqa_query_on_a_single_kv_head_warns_and_keeps_the_attention(implementation):
-    model, inputs = build('llama', num_key_value_heads=1,
-                          attn_implementation=implementation)
-    with pytest.warns(UserWarning, match=WARNING) as record:
+@pytest.mark.parametrize('name', LLAMA_LIKES)
+def test_gqa_query_prunes_query_heads_over_one_kv_head_and_reloads(name, implementation,
+                                                                   tmp_path):
+    model, inputs = build(name, num_key_value_heads=1, attn_implementation=implementation)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', UserWarning)
         slim = razorlib.prune(model, inputs, ratio=0.5, gqa='query')
-    assert any(w.filename == __file__ for w in record)
     for i in range(2):
-        assert attention_widths(slim, 'llama', i) == (64, 16, 16, 64)
+        assert attention_widths(slim, name, i) == (32, 16, 16, 32)
+        assert slim.model.layers[i].self_attn.num_key_value_groups == 2
         assert slim.model.layers[i].mlp.up_proj.out_features == 64
-    assert (slim.config.num_attention_heads, slim.config.num_key_value_heads) == (4, 1)
+    assert (slim.config.num_attention_heads, slim.config.num_key_value_heads) == (2, 1)
+    assert save_pruned(slim, tmp_path).exact
+    again = type(model).from_pretrained(tmp_path, attn_implementation=implementation).eval()
+    assert attention_widths(again, name, 1) == (32, 16, 16, 32)
+    assert relative_error(main_output(again, inputs), main_output(slim, inputs)) <= 1e-6
+
+
+def test_the_masked_model_computes_what_the_slim_model_does():
+    model, inputs = build('llama', num_key_value_heads=1)
+    dense = main_output(model, inputs)
+    pruner = L1NormPruner(ratio=0.5, except_start_keys=hidden_size_keys(model), gqa='query')
+    pruner.prepare_from_supernet(model, inputs)
+    spaces = pruner.groups.prunable
+    assert sorted(spaces) == [f'model.layers.{i}.{layer}' for i in range(2)
+                              for layer in ('mlp.up_proj', 'self_attn.q_proj')]
+    assert spaces['model.layers.0.self_attn.q_proj'].num_channels == 4  # query heads
+    torch.manual_seed(0)
+    pruner.set_subnet(pruner.sample_subnet())
+    masked = main_output(model, inputs)
+    params = get_model_complexity(model, inputs).params
+    slim = pruner.deploy_subnet(copy.deepcopy(model), pruner.export_subnet())
+    assert relative_error(main_output(slim, inputs), masked) <= 1e-4
+    assert relative_error(masked, dense) > 1e-2
+    assert params == sum(p.numel() for p in slim.parameters())
+
+
+def test_gqa_kv_keeps_the_attention_and_says_why():
+    model, inputs = build('llama', num_key_value_heads=1)
+    pruner = L1NormPruner(ratio=0.5, except_start_keys=hidden_size_keys(model))
+    pruner.prepare_from_supernet(model, inputs)
+    assert sorted(pruner.groups.prunable) == [f'model.layers.{i}.mlp.up_proj' for i in range(2)]
+    reasons = pruner.groups.groups['model.layers.0.self_attn.q_proj'].frozen_reasons
+    assert any("gqa='query' prunes the query heads" in r.message for r in reasons)
 
 
 def test_head_width_on_a_single_kv_head_warns_and_keeps_the_attention():
-    """heads='width' cannot pair head_dim positions with the one key/value head either
-    (RoPE's frequencies bind them across layers): said, not silent."""
+    """heads='width' cannot pair head_dim positions with the one key/value head under
+    RoPE: said, not silent."""
     model, inputs = build('llama', num_key_value_heads=1)
     match = (r"heads='width' prunes no head_dim positions of model.layers.0.self_attn "
              r"\(and 1 more\): .* prune again with heads='width'")
@@ -52,22 +85,7 @@ def test_head_width_on_a_single_kv_head_warns_and_keeps_the_attention():
     assert attention_widths(slim, 'llama', 0) == (32, 16, 16, 32)
 
 
-def test_the_masked_model_computes_what_the_slim_model_does():
-    model, inputs = build('llama', num_key_value_heads=1)
-    pruner = L1NormPruner(ratio=0.5, except_start_keys=hidden_size_keys(model), gqa='query')
-    with pytest.warns(UserWarning, match=WARNING):
-        pruner.prepare_from_supernet(model, inputs)
-    assert sorted(pruner.groups.prunable) == [f'model.layers.{i}.mlp.up_proj' for i in range(2)]
-    torch.manual_seed(0)
-    pruner.set_subnet(pruner.sample_subnet())
-    masked = main_output(model, inputs)
-    params = get_model_complexity(model, inputs).params
-    slim = pruner.deploy_subnet(copy.deepcopy(model), pruner.export_subnet())
-    assert relative_error(main_output(slim, inputs), masked) <= 1e-4
-    assert params == sum(p.numel() for p in slim.parameters())
-
-
-def test_the_named_workaround_prunes_query_heads():
+def test_the_named_workaround_prunes_head_width():
     model, inputs = build('llama', num_key_value_heads=1)
     config = copy.deepcopy(model.config)
     config.num_key_value_heads = config.num_attention_heads
@@ -76,9 +94,10 @@ def test_the_named_workaround_prunes_query_heads():
              else tensor for name, tensor in model.state_dict().items()}
     repeated.load_state_dict(state)
     assert relative_error(main_output(repeated, inputs), main_output(model, inputs)) <= 1e-6
-    with warnings.catch_warnings():
-        warnings.simplefilter('error', UserWarning)
-        slim = razorlib.prune(repeated, inputs, ratio=0.5, gqa='kv')
+    with warnings.catch_warnings(record=True) as record:  # a slim head_dim has no config
+        warnings.simplefilter('always')
+        slim = razorlib.prune(repeated, inputs, ratio=0.5, heads='width')
+    assert not [w for w in record if 'prunes no head_dim' in str(w.message)]
     for i in range(2):
         assert attention_widths(slim, 'llama', i) == (32, 32, 32, 32)
-    assert (slim.config.num_attention_heads, slim.config.num_key_value_heads) == (2, 2)
+        assert slim.model.layers[i].self_attn.head_dim == 8

@@ -161,3 +161,35 @@ def test_prelu_weight_is_sliced_with_the_channels():
     shared = Traced(Seq(nn.Conv2d(3, 8, 1), nn.PReLU(), tail=lambda y: y.sum()),
                     torch.randn(1, 3, 4, 4))
     assert shared.group_of('layers.0').prunable and not shared.group_of('layers.0').params
+
+
+class _OwnMatmulLinear(nn.Linear):
+    """A Linear subclass with its own forward (Falcon's ``FalconLinear``)."""
+
+    def __init__(self, *args, transpose: str = 'T', **kwargs):
+        super().__init__(*args, **kwargs)
+        self.transpose = transpose
+
+    def forward(self, x):
+        weight = {'T': lambda w: w.T, 'mT': lambda w: w.mT, 't': lambda w: w.t()}[
+            self.transpose](self.weight)
+        out = x @ weight
+        return out if self.bias is None else out + self.bias
+
+
+@pytest.mark.parametrize('bias', [True, False], ids=['bias', 'no bias'])
+@pytest.mark.parametrize('transpose', ['T', 'mT', 't'])
+def test_a_linear_subclass_multiplying_by_its_transposed_weight_is_a_linear(transpose, bias):
+    from masked_vs_slim import sample_and_deploy
+    from razorlib.pruning import L1NormPruner
+    torch.manual_seed(0)
+    model = Seq(_OwnMatmulLinear(3, 8, bias=bias, transpose=transpose), nn.ReLU(),
+                _OwnMatmulLinear(8, 2, bias=bias, transpose=transpose))
+    x = torch.randn(2, 5, 3)
+    traced = Traced(model, x)
+    group = traced.group_of('layers.0')
+    assert group.prunable and group.num_channels == 8 and group.consumers == ['layers.2']
+    pruner = L1NormPruner(ratio=0.5)
+    pruner.prepare_from_supernet(model, x)
+    slim = sample_and_deploy(pruner, model, x)  # masked == slim, params exact
+    assert (slim.layers[0].out_features, slim.layers[2].in_features) == (4, 4)

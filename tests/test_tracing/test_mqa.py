@@ -1,7 +1,8 @@
-"""Multi-query attention (one key/value head under several query heads) and
-``gqa='query'``: the tracer cannot pair the query heads with a one-head axis, so they stay
-whole; a pruner asked for ``gqa='query'`` says so, naming the attention, instead of
-changing nothing silently, and the workaround it names prunes them."""
+"""Multi-query attention (one key/value head under several query heads): the tracer marks
+the key/value head's expand over the query heads as a repeat of one head, so
+``gqa='query'`` keeps that head whole and prunes the query heads freely, ``gqa='kv'``
+keeps the attention whole and says why; ``heads='width'`` pairs the positions without
+RoPE and warns, naming the attention, where RoPE leaves them unpaired."""
 import warnings
 
 import pytest
@@ -20,9 +21,8 @@ MQA_CASES = {
     'sdpa repeat_kv': dict(sdpa=True),
     'sdpa enable_gqa': dict(sdpa=True, gqa_in_sdpa=True),
 }
-WARNING = (r"gqa='query' prunes no query heads of blocks.0.attn \(and 1 more\): its 8 query "
-           r'heads share a single key/value head \(multi-query attention.*repeat k_proj and '
-           r"v_proj to one key/value head per query head .* prune with gqa='kv'")
+KV_WHOLE = "gqa='query' keeps the key/value head whole (multi-query attention: one " \
+    'key/value head of 8 query heads)'
 
 
 def _mqa_model(kv_heads: int = 1, **options):
@@ -39,6 +39,10 @@ def _pruner(model, **kwargs):
     return pruner
 
 
+def _messages(traced, name):
+    return [reason.message for reason in traced.reasons(name)]
+
+
 def test_multi_query_attentions_are_found_by_their_projections():
     assert single_kv_head_attention(_mqa_model()) == [('blocks.0.attn', 8), ('blocks.1.attn', 8)]
     assert single_kv_head_attention(_mqa_model(kv_heads=2)) == []
@@ -47,45 +51,92 @@ def test_multi_query_attentions_are_found_by_their_projections():
 
 @pytest.mark.parametrize('meta', [True, False], ids=['meta', 'real'])
 @pytest.mark.parametrize('case', sorted(MQA_CASES))
-def test_query_heads_over_one_kv_head_stay_whole(case, meta):
+def test_gqa_query_frees_the_query_heads_of_one_kv_head(case, meta):
     traced = Traced(_mqa_model(**MQA_CASES[case]), TOKENS_IN, gqa='query', meta=meta)
-    for name in ('q_proj', 'k_proj'):
+    query = traced.group_of('blocks.0.attn.q_proj')
+    assert query.prunable and query.num_channels == 8  # one class per query head
+    assert 'blocks.0.attn.o_proj' in query.consumers
+    for name in ('k_proj', 'v_proj'):
         assert not traced.group_of(f'blocks.0.attn.{name}').prunable
+    assert KV_WHOLE in _messages(traced, 'blocks.0.attn.v_proj')
     assert traced.group_of('blocks.0.mlp.0').prunable
-    if case == 'sdpa enable_gqa' and not meta:  # SDPA's fused kernel, read by its own rule
-        reasons = traced.reasons('blocks.0.attn.q_proj')
-        assert any('8 query heads over a single key/value head (multi-query attention)'
-                   in r.message for r in reasons)
 
 
 @pytest.mark.parametrize('case', sorted(MQA_CASES))
-def test_gqa_query_warns_naming_the_attention_and_prunes_the_rest(case):
+def test_gqa_query_prunes_query_heads_and_the_slim_model_computes_the_masked_one(case):
     model = _mqa_model(**MQA_CASES[case])
-    with pytest.warns(UserWarning, match=WARNING) as record:
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', UserWarning)
         pruner = _pruner(model, gqa='query')
-    assert record[0].filename == __file__  # points at the caller, not into razorlib
-    assert sorted(pruner.groups.prunable) == ['blocks.0.mlp.0', 'blocks.1.mlp.0']
+    assert sorted(pruner.groups.prunable) == ['blocks.0.attn.q_proj', 'blocks.0.mlp.0',
+                                              'blocks.1.attn.q_proj', 'blocks.1.mlp.0']
     slim = sample_and_deploy(pruner, model, TOKENS_IN)  # masked == slim, params exact
     for block in slim.blocks:
         attn = block.attn
         assert (attn.q_proj.out_features, attn.k_proj.out_features,
-                attn.v_proj.out_features, attn.o_proj.in_features) == (64, 8, 8, 64)
+                attn.v_proj.out_features, attn.o_proj.in_features) == (32, 8, 8, 32)
+        assert (attn.num_heads, attn.num_key_value_heads, attn.num_key_value_groups) == \
+            (4, 1, 4)
         assert block.mlp[0].out_features == 32
 
 
-def test_no_warning_where_gqa_query_pairs_heads_or_was_not_asked():
+@pytest.mark.parametrize('case', sorted(MQA_CASES))
+def test_gqa_kv_keeps_the_attention_of_one_kv_head_whole_and_says_why(case):
+    traced = Traced(_mqa_model(**MQA_CASES[case]), TOKENS_IN)
+    assert not traced.group_of('blocks.0.attn.q_proj').prunable
+    assert any("gqa='kv' prunes a key/value head with its query heads, which would remove "
+               "the attention, so it stays whole; gqa='query' prunes the query heads" in m
+               for m in _messages(traced, 'blocks.0.attn.q_proj'))
+    assert traced.group_of('blocks.0.mlp.0').prunable
+
+
+def test_a_broadcast_kv_head_pairs_like_a_repeated_one():
+    """``q @ k^T`` with ``k`` of one head and no ``repeat_kv``: matmul broadcasts it."""
+    class Broadcast(SeparateQKV):
+        def forward(self, x):
+            q, k, v = (proj(x).view(*x.shape[:-1], -1, self.head_dim).transpose(1, 2)
+                       for proj in (self.q_proj, self.k_proj, self.v_proj))
+            out = ((q @ k.transpose(-2, -1)) * self.scaling).softmax(-1) @ v
+            return self.o_proj(out.transpose(1, 2).reshape(*x.shape[:-1], -1))
+
+    torch.manual_seed(0)
+    model = Encoder(Block(Broadcast(heads=8, kv_heads=1))).eval()
+    slim = sample_and_deploy(_pruner(model, gqa='query'), model, TOKENS_IN)
+    assert (slim.blocks[0].attn.q_proj.out_features, slim.blocks[0].attn.k_proj.out_features) \
+        == (32, 8)
+
+
+@pytest.mark.parametrize('case', ['repeat_kv', 'sdpa repeat_kv', 'sdpa enable_gqa'])
+def test_head_width_prunes_the_positions_of_one_kv_head_and_its_query_heads(case):
+    model = _mqa_model(**MQA_CASES[case])
     with warnings.catch_warnings():
         warnings.simplefilter('error')
-        grouped = _pruner(_mqa_model(kv_heads=2), gqa='query')
-        assert grouped.groups.prunable['blocks.0.attn.q_proj'].num_channels == 4
-        _pruner(_mqa_model(), gqa='kv')
-        _pruner(_mqa_model(), gqa='query', heads='width')  # gqa does not apply there
+        pruner = _pruner(model, heads='width')
+    group = pruner.groups.prunable['blocks.0.attn.v_proj']
+    assert group.num_channels == 8  # head_dim positions, shared by q, k and v
+    assert sorted(group.layers) == [f'blocks.0.attn.{p}_proj' for p in 'kqv']
+    slim = sample_and_deploy(pruner, model, TOKENS_IN)
+    for attn in (block.attn for block in slim.blocks):
+        assert (attn.q_proj.out_features, attn.k_proj.out_features,
+                attn.v_proj.out_features, attn.o_proj.in_features) == (32, 4, 4, 32)
+        assert (attn.num_heads, attn.num_key_value_heads, attn.head_dim) == (8, 1, 4)
+
+
+def test_head_width_warns_where_rope_leaves_one_kv_head_unpaired():
+    match = (r"heads='width' prunes no head_dim positions of blocks.0.attn \(and 1 more\): "
+             r'its 8 query heads share a single key/value head .* gqa=.query. prunes its '
+             r'query heads instead')
+    with pytest.warns(UserWarning, match=match) as record:
+        pruner = _pruner(_mqa_model(rope=True), heads='width')
+    assert record[0].filename == __file__  # points at the caller, not into razorlib
+    assert sorted(pruner.groups.prunable) == ['blocks.0.mlp.0', 'blocks.1.mlp.0']
 
 
 @pytest.mark.parametrize('case', sorted(MQA_CASES))
-def test_the_named_workaround_prunes_the_query_heads(case):
+def test_repeated_kv_heads_prune_with_their_query_heads(case):
     """k_proj and v_proj repeated to one key/value head per query head compute the same
-    function; gqa='kv' then prunes each query head with its copy."""
+    function (the width warning's workaround); gqa='kv' then prunes each query head with
+    its copy."""
     model = _mqa_model(**MQA_CASES[case])
     with torch.no_grad():
         dense = model(TOKENS_IN)
