@@ -216,7 +216,7 @@ def analyse_error(graph: BaseGraph, dataloader: Iterable, steps: int = 8,
         (['Conv', 'Relu', 'Conv'], True)
     """
     check_calibrated(graph, 'analyse_error')
-    executor = QuantExecutor(graph, device)
+    executor = QuantExecutor(graph, device, warn_uncalibrated=False)  # warned just above
     operations = quantable_operations(graph)
     layer = {op: SNRMeter() for op in operations}
     accumulated = {op: SNRMeter() for op in operations}

@@ -99,7 +99,8 @@ def calibrate(graph: BaseGraph, dataloader: Iterable, steps: int = 32,
 
     The graph runs in a :class:`~razorlib.quantization.QuantExecutor`, so configs that
     are not INITIAL (calibrated before, FP32) apply as they are while the others are
-    observed in floating point.
+    observed in floating point (on purpose: the executor's uncalibrated-graph warning is
+    off).
 
     Args:
         graph: a graph from :func:`~razorlib.quantization.quantize_graph`, changed in
@@ -144,7 +145,7 @@ def calibrate(graph: BaseGraph, dataloader: Iterable, steps: int = 32,
     taps = _Taps(observer_options or {})
     for op in quantable_operations(graph):
         taps.add(op)
-    executor = QuantExecutor(graph, device)
+    executor = QuantExecutor(graph, device, warn_uncalibrated=False)  # observes INITIAL ones
     handles = [executor.register_forward_pre_hook(taps.pre_hook),
                executor.register_forward_hook(taps.post_hook)]
     seen = 0

@@ -14,13 +14,20 @@ An input is not quantized again when the operation that produced it quantized it
 same config (a dominance set): :func:`quantized_inputs` says which inputs an operation
 quantizes itself.  The exporters place their Q/DQ pairs by the same rule, so the executor
 and an exported QDQ model compute the same numbers.
+
+An INITIAL config has no scale yet, so a graph never calibrated runs entirely in floating
+point: its first such run warns, or a user who forgot calibration would read FP32 numbers
+as the quantized model's.  Calibration runs the uncalibrated graph on purpose and says so
+with ``warn_uncalibrated=False``.
 """
-from typing import List
+from typing import List, Optional, Sequence, Union
 
 import torch
 
-from ..ir import Operation, QuantableOperation, TensorQuantizationConfig, TorchExecutor
+from ..ir import BaseGraph, Operation, QuantableOperation, TensorQuantizationConfig, TorchExecutor
+from ..ir.executor.executor import GraphInputs
 from .functional import fake_quantize
+from .state import check_calibrated, is_uncalibrated, quantable_operations
 
 __all__ = ['QuantExecutor', 'quantized_inputs']
 
@@ -85,6 +92,14 @@ class QuantExecutor(TorchExecutor):
     Args:
         graph: the graph to run.
         device: where to run it.
+        warn_uncalibrated: warn, at the first run that finds INITIAL configs, that they
+            leave their tensors in floating point.  Only code that runs an uncalibrated
+            graph on purpose (calibration itself) or has warned already turns it off.
+
+    Warns:
+        UserWarning: once per executor, a run found uncalibrated configs
+            (:func:`~razorlib.quantization.state.check_calibrated`: how many, the first
+            operations holding them, and to calibrate first).
 
     Example:
         >>> import torch
@@ -105,6 +120,27 @@ class QuantExecutor(TorchExecutor):
         >>> QuantExecutor(graph)(torch.tensor([[0.333]]))  # x -> 0.33, y = [0.33, 0.165]
         [tensor([[0.3300, 0.1700]])]
     """
+
+    def __init__(self, graph: BaseGraph, device: Union[str, torch.device] = 'cpu', *,
+                 warn_uncalibrated: bool = True) -> None:
+        super().__init__(graph, device)
+        self._quantable = quantable_operations(graph)
+        self._warn_uncalibrated = warn_uncalibrated
+
+    def forward(self, inputs: GraphInputs,
+                output_names: Optional[Sequence[str]] = None) -> List[torch.Tensor]:
+        """Run the graph, as :meth:`~razorlib.ir.TorchExecutor.forward`; warns once when
+        configs are uncalibrated.
+
+        Configs are checked at each run until one warns, as calibration may happen
+        after the executor is built.
+        """
+        if self._warn_uncalibrated and any(map(is_uncalibrated, self._quantable)):
+            self._warn_uncalibrated = False
+            check_calibrated(self.graph, 'QuantExecutor')
+        return super().forward(inputs, output_names)
+
+    __call__ = forward
 
     def run_operation(self, op: Operation, inputs: Tensors) -> Tensors:
         """Run ``op`` with its inputs and outputs quantized as its configs say."""

@@ -88,7 +88,7 @@ class _LSQExecutor(QuantExecutor):
     """Runs the graph of an :class:`LSQGraph` with its learned scales, with gradients."""
 
     def __init__(self, graph: BaseGraph, owner: 'LSQGraph', device) -> None:
-        super().__init__(graph, device)
+        super().__init__(graph, device, warn_uncalibrated=False)  # LSQGraph warned
         self.owner = owner
 
     def run_operation(self, op: Operation, inputs: List[torch.Tensor]) -> List[torch.Tensor]:

@@ -9,11 +9,16 @@ import warnings
 from contextlib import contextmanager
 from typing import Iterator, List, Tuple
 
-from ..ir import BaseGraph, QuantableOperation, QuantizationStates
+from ..ir import BaseGraph, QuantableOperation, QuantizationStates, TensorQuantizationConfig
 from .functional import fake_quantize
 
 __all__ = ['bake_parameters', 'check_calibrated', 'dequantize_graph', 'dequantized',
-           'quantable_operations', 'restore_quantize_state', 'uncalibrated_configs']
+           'is_uncalibrated', 'quantable_operations', 'restore_quantize_state',
+           'uncalibrated_configs', 'uncalibrated_operations']
+
+_OWN_SCALE = (QuantizationStates.INITIAL, QuantizationStates.ACTIVATED, QuantizationStates.BAKED)
+"""States of configs calibration gives a scale of their own (not FP32, nor OVERLAPPED or
+PASSIVE, which take another config's)."""
 
 
 def quantable_operations(graph: BaseGraph) -> List[QuantableOperation]:
@@ -47,15 +52,52 @@ def uncalibrated_configs(graph: BaseGraph) -> Tuple[int, int]:
         >>> uncalibrated_configs(calibrate(graph, [torch.randn(4)], progress=False))
         (0, 2)
     """
-    own = (QuantizationStates.INITIAL, QuantizationStates.ACTIVATED, QuantizationStates.BAKED)
-    configs = [config for op in quantable_operations(graph)
-               for config in op.input_quant_config + op.output_quant_config
-               if config.state in own]
+    configs = [config for op in quantable_operations(graph) for config in _configs(op)
+               if config.state in _OWN_SCALE]
     return sum(config.state is QuantizationStates.INITIAL for config in configs), len(configs)
 
 
+def _configs(op: QuantableOperation) -> List[TensorQuantizationConfig]:
+    return op.input_quant_config + op.output_quant_config
+
+
+def is_uncalibrated(op: QuantableOperation) -> bool:
+    """Whether ``op`` has a config still INITIAL: a tensor it would leave in floating point.
+
+    Cheap (no graph walk), so an executor can ask it of its operations at every run.
+
+    Example:
+        >>> from razorlib.ir import BaseGraph
+        >>> from razorlib.quantization import quantize_graph
+        >>> graph = BaseGraph()
+        >>> graph.mark_variable_as_graph_input(graph.create_variable('x'))
+        >>> _ = graph.create_operation('Relu', 'relu', inputs=[graph.variables['x']],
+        ...                            outputs=[graph.create_variable('y')])
+        >>> is_uncalibrated(quantize_graph(graph, 'TRT_INT8').operations['relu'])
+        True
+    """
+    return any(config.state is QuantizationStates.INITIAL for config in _configs(op))
+
+
+def uncalibrated_operations(graph: BaseGraph) -> List[str]:
+    """The names of the quantable operations with an uncalibrated (INITIAL) config, in
+    topological order: what a message about an uncalibrated graph names.
+
+    Example:
+        >>> from razorlib.ir import BaseGraph
+        >>> uncalibrated_operations(BaseGraph())
+        []
+    """
+    return [op.name for op in quantable_operations(graph) if is_uncalibrated(op)]
+
+
+_NAMED = 5
+"""How many uncalibrated operations :func:`check_calibrated` names."""
+
+
 def check_calibrated(graph: BaseGraph, action: str, error: bool = False) -> None:
-    """Warn (or raise) when ``graph`` has quantization configs never calibrated.
+    """Warn (or raise) when ``graph`` has quantization configs never calibrated, naming
+    how many and the first operations that hold them.
 
     An INITIAL config has no scale: the executor, the LSQ module and the exporters leave
     its tensor in floating point, so what ``action`` computes is not the quantized model.
@@ -81,15 +123,18 @@ def check_calibrated(graph: BaseGraph, action: str, error: bool = False) -> None
         Traceback (most recent call last):
         ...
         ValueError: export_graph: 2 of the 2 quantization configs of graph 'g' are \
-uncalibrated (INITIAL, no scale), so their tensors would stay in floating point; call \
-calibrate() first
+uncalibrated (INITIAL, no scale; ops 'relu'), so their tensors would stay in floating \
+point; call calibrate() first (quantize_torch_model and quantize_onnx_model calibrate)
     """
     uncalibrated, total = uncalibrated_configs(graph)
     if not uncalibrated:
         return
+    names = uncalibrated_operations(graph)
+    listed = ', '.join(map(repr, names[:_NAMED])) + (', ...' if len(names) > _NAMED else '')
     message = (f'{action}: {uncalibrated} of the {total} quantization configs of graph '
-               f'{graph.name!r} are uncalibrated (INITIAL, no scale), so their tensors would '
-               'stay in floating point; call calibrate() first')
+               f'{graph.name!r} are uncalibrated (INITIAL, no scale; ops {listed}), so their '
+               'tensors would stay in floating point; call calibrate() first '
+               '(quantize_torch_model and quantize_onnx_model calibrate)')
     if error:
         raise ValueError(message)
     warnings.warn(message, stacklevel=3)

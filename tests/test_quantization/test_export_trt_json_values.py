@@ -11,7 +11,7 @@ from onnx import numpy_helper
 from razorlib.ir import from_torch
 from razorlib.quantization import (AdaRound, BiasCorrection, MixedPrecision, QuantExecutor,
                                    calibrate, export_graph, quantize_graph)
-from razorlib.quantization.export import float_layers, weights_off_trt_grid
+from razorlib.quantization.export import activation_ranges, float_layers, weights_off_trt_grid
 from ptq_helpers import batches, calibrated, float_graph
 
 OFF_GRID = 'TensorRT computes weight scales itself'
@@ -128,3 +128,14 @@ def test_trt_json_without_float_layers_is_unaffected(tmp_path):
     graph.extension_attrib['mixed_precision'] = dict(float_layers=[], reached=40.0)
     export_graph(graph, tmp_path / 'net.onnx', 'TRT_JSON')
     assert json.loads((tmp_path / 'net.json').read_text())['act_quant_info']
+
+
+def test_activation_ranges_refuse_a_mixed_precision_graph_naming_its_float_layers():
+    graph = mixed_precision_graph()
+    kept = float_layers(graph)
+    with pytest.raises(ValueError, match=rf'^activation_ranges: graph .* keeps layers in '
+                                         rf'floating point \(MixedPrecision: {kept[0]}\).*'
+                                         'export QDQ_ONNX instead$'):
+        activation_ranges(graph)
+    graph.extension_attrib['mixed_precision']['float_layers'] = []
+    assert activation_ranges(graph)  # no float layer: the ranges as before

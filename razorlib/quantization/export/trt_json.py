@@ -69,7 +69,8 @@ def activation_ranges(graph: BaseGraph) -> Dict[str, float]:
         The ranges, in topological order of the operations that quantize the tensors.
 
     Raises:
-        ValueError: an activation is asymmetric or per-channel.
+        ValueError: an activation is asymmetric or per-channel, or MixedPrecision keeps
+            layers in floating point (named): ranges alone would quantize them.
 
     Example:
         >>> import torch
@@ -85,6 +86,7 @@ def activation_ranges(graph: BaseGraph) -> Dict[str, float]:
         >>> {name: round(amax, 4) for name, amax in activation_ranges(graph).items()}
         {'x': 2.54, 'y': 1.27}
     """
+    _refuse_float_layers(graph, 'activation_ranges')
     ranges: Dict[str, float] = {}
     for op in quantable_operations(graph):
         for index in quantized_inputs(op):
@@ -106,6 +108,30 @@ def float_layers(graph: BaseGraph) -> List[str]:
     """
     chosen = graph.extension_attrib.get('mixed_precision') or {}
     return [name for name in chosen.get('float_layers', ()) if name in graph.operations]
+
+
+def _refuse_float_layers(graph: BaseGraph, action: str) -> None:
+    """Refuse a graph whose :func:`float_layers` dynamic ranges cannot keep in floating point.
+
+    TensorRT's implicit INT8 mode runs a layer in INT8 once its input and output have
+    ranges, and the INT8 layers around a float layer need those ranges: a consumer of the
+    ranges alone would quantize the layers MixedPrecision kept in floating point.
+
+    Args:
+        graph: a quantized graph.
+        action: what is refused, for the message (``'export_trt_json'``).
+
+    Raises:
+        ValueError: naming the first five float layers; export ``QDQ_ONNX`` instead.
+    """
+    kept = float_layers(graph)
+    if kept:
+        raise ValueError(f'{action}: graph {graph.name!r} keeps layers in floating point '
+                         f'(MixedPrecision: {", ".join(kept[:5])}'
+                         f'{", ..." if len(kept) > 5 else ""}), which dynamic ranges cannot '
+                         'express: TensorRT\'s implicit INT8 mode runs a layer in INT8 once its '
+                         'input and output have ranges, and the INT8 layers around it need '
+                         'them; export QDQ_ONNX instead')
 
 
 def weights_off_trt_grid(graph: BaseGraph) -> List[str]:
@@ -209,14 +235,7 @@ def export_trt_json(graph: BaseGraph, path: Union[str, os.PathLike]) -> onnx.Mod
         ['input', 'relu']
     """
     check_calibrated(graph, 'export_trt_json', error=True)
-    kept = float_layers(graph)
-    if kept:
-        raise ValueError(f'export_trt_json: graph {graph.name!r} keeps layers in floating '
-                         f'point (MixedPrecision: {", ".join(kept[:5])}'
-                         f'{", ..." if len(kept) > 5 else ""}), which dynamic ranges cannot '
-                         'express: TensorRT\'s implicit INT8 mode runs a layer in INT8 once its '
-                         'input and output have ranges, and the INT8 layers around it need '
-                         'them; export QDQ_ONNX instead')
+    _refuse_float_layers(graph, 'export_trt_json')
     ranges = activation_ranges(graph)
     off_grid = weights_off_trt_grid(graph)
     if off_grid:
