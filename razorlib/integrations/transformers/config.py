@@ -11,10 +11,18 @@ agree is rewritten.  Widths the config cannot write are left in
 config: widths that differ across layers, head counts the config class refuses, and the
 heads of models whose head width is always ``hidden_size / num_attention_heads`` (BERT,
 GPT-2), where fewer heads in the config would mean wider ones.
+
+Shapes are not all a config decides: a non-persistent buffer (Gemma's ``embed_scale =
+sqrt(hidden_size)``, RoPE's ``inv_freq``) is in no checkpoint, so a reload computes it
+from the config.  A rewrite is kept only if the model it builds also holds the slim
+model's value in each such buffer (:func:`buffer_mismatches`); otherwise its widths stay
+for the channel config, whose reload builds the unrewritten config and keeps the value.
 """
 import copy
+import math
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import Dict, Iterable, Iterator, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -23,7 +31,8 @@ from ...tracing.forward import is_transformers_model
 
 __all__ = ['MLP_WIDTH_FIELDS', 'HEAD_COUNT_FIELDS', 'HIDDEN_SIZE_FIELDS', 'WIDTH_FIELDS',
            'HEAD_SHAPE_ATTRIBUTES', 'ConfigSync', 'Mismatch', 'is_hf_model', 'build_like',
-           'head_shapes_differ', 'shape_mismatches', 'sync_config']
+           'buffer_mismatches', 'buffer_values', 'head_shapes_differ', 'shape_mismatches',
+           'sync_config']
 
 #: Config fields that size the MLP of every layer, by model family (tried in order).
 MLP_WIDTH_FIELDS = ('intermediate_size', 'n_inner', 'ffn_dim', 'd_ff', 'encoder_ffn_dim',
@@ -40,12 +49,19 @@ WIDTH_FIELDS = MLP_WIDTH_FIELDS + HEAD_COUNT_FIELDS + HIDDEN_SIZE_FIELDS
 @dataclass(frozen=True)
 class Mismatch:
     """A tensor whose shape differs between the slim model and one built from its config
-    (``None`` where one of them lacks it)."""
+    (``None`` where one of them lacks it), or, with ``config_value`` and ``model_value``,
+    a non-persistent buffer of the same shape whose value differs
+    (:func:`buffer_mismatches`)."""
     name: str
     config_shape: Optional[Tuple[int, ...]]
     model_shape: Optional[Tuple[int, ...]]
+    config_value: Optional[str] = None
+    model_value: Optional[str] = None
 
     def __str__(self) -> str:
+        if self.config_value is not None:
+            return f'{self.name}: config builds {self.config_value}, the model has ' \
+                f'{self.model_value}'
         return f'{self.name}: config builds {self.config_shape}, the model has {self.model_shape}'
 
 
@@ -57,9 +73,13 @@ class ConfigSync:
         changed: config field -> ``(old value, new value)``.
         mismatches: tensors whose shapes a model built from the new config still gets
             wrong (widths that differ across layers).
+        refused: buffer values that a config rewrite fitting the shapes would have built
+            wrong (:func:`buffer_mismatches`), the reason its widths stay in
+            ``mismatches``.
     """
     changed: Dict[str, Tuple[object, int]] = field(default_factory=dict)
     mismatches: List[Mismatch] = field(default_factory=list)
+    refused: List[Mismatch] = field(default_factory=list)
 
     @property
     def exact(self) -> bool:
@@ -97,6 +117,130 @@ def shape_mismatches(model: nn.Module, reference: nn.Module) -> List[Mismatch]:
     ref, own = _shapes(reference), _shapes(model)
     return [Mismatch(name, ref.get(name), own.get(name)) for name in sorted(set(ref) | set(own))
             if ref.get(name) != own.get(name)]
+
+
+def _non_persistent_buffers(model: nn.Module) -> Iterator[Tuple[str, torch.Tensor]]:
+    """``(name, buffer)`` of every buffer the state dict leaves out: a reload computes it
+    from the config (or in ``_init_weights``), not from the checkpoint."""
+    for prefix, module in model.named_modules(remove_duplicate=False):
+        for name in sorted(module._non_persistent_buffers_set):  # pylint: disable=protected-access
+            buffer = module._buffers.get(name)  # pylint: disable=protected-access
+            if buffer is not None:
+                yield f'{prefix}.{name}' if prefix else name, buffer
+
+
+@contextmanager
+def _parameters_on_meta() -> Iterator[None]:
+    """Modules built inside get their parameters on ``meta`` (no memory) and their buffers
+    computed on the default device, as ``accelerate.init_empty_weights(include_buffers=
+    False)`` (which transformers' loading used): a model's constructor sizes a parameter
+    with ``torch.empty`` and fills it after registering it, so nothing is filled.  It
+    patches ``nn.Module.register_parameter`` while it lasts: not for threads that build
+    other modules meanwhile."""
+    register = nn.Module.register_parameter
+
+    def on_meta(module: nn.Module, name: str, param: Optional[nn.Parameter]) -> None:
+        register(module, name, param)
+        if param is not None and param.device.type != 'meta':
+            moved = type(param)(param.data.to('meta'), requires_grad=param.requires_grad)
+            moved.__dict__.update(param.__dict__)
+            module._parameters[name] = moved  # pylint: disable=protected-access
+
+    nn.Module.register_parameter = on_meta
+    try:
+        yield
+    finally:
+        nn.Module.register_parameter = register
+
+
+def buffer_values(model: nn.Module, config=None) -> Optional[Dict[str, torch.Tensor]]:
+    """The non-persistent buffers (on the CPU) of a model of ``model``'s class built from
+    ``config`` (default its own): what a reload computes, since no checkpoint holds them.
+    Its parameters stay on ``meta`` (:func:`_parameters_on_meta`).  ``None`` where the
+    class cannot be built that way.
+
+    Example:
+        >>> from transformers import GemmaConfig, GemmaForCausalLM
+        >>> gemma = GemmaForCausalLM(GemmaConfig(
+        ...     hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+        ...     num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=50))
+        >>> config = copy.deepcopy(gemma.config)
+        >>> config.hidden_size = 32
+        >>> float(buffer_values(gemma, config)['model.embed_tokens.embed_scale'])  # sqrt(32)
+        5.656854152679443
+    """
+    config = copy.deepcopy(model.config if config is None else config)
+    try:
+        with _parameters_on_meta():
+            built = type(model)(config)
+    except Exception:  # pylint: disable=broad-except  # unbuildable so: no values to check
+        return None
+    return {name: buffer.detach().cpu() for name, buffer in _non_persistent_buffers(built)
+            if buffer.device.type != 'meta'}
+
+
+def _show(tensor: torch.Tensor, index: Optional[int] = None) -> str:
+    """A buffer's value (its ``index``-th element, for more than one) in a few digits."""
+    flat = tensor.reshape(-1)
+    value = flat[0 if index is None else index].item()
+    text = f'{value:.4g}' if isinstance(value, float) else str(value)
+    if isinstance(value, float) and math.isfinite(value) and text.lstrip('-').isdigit():
+        text += '.0'
+    return text if index is None else f'{text} at [{index}] of {flat.numel()}'
+
+
+def _first_difference(own: torch.Tensor, built: torch.Tensor) -> Optional[int]:
+    """The flat index of the first element where ``built`` (cast to ``own``'s dtype)
+    differs from ``own`` beyond rounding to that dtype, ``None`` where none does."""
+    dtype = own.dtype
+    built, own = built.to(dtype).reshape(-1), own.reshape(-1)
+    if dtype.is_floating_point:  # the same code in another precision rounds otherwise
+        differ = ~torch.isclose(own.double(), built.double(), atol=0.0, equal_nan=True,
+                                rtol=8 * torch.finfo(dtype).eps)
+    else:
+        differ = own != built
+    found = differ.nonzero()
+    return int(found[0]) if len(found) else None
+
+
+def buffer_mismatches(model: nn.Module, built: Dict[str, torch.Tensor],
+                      reference: Optional[Dict[str, torch.Tensor]] = None) -> List[Mismatch]:
+    """The non-persistent buffers whose value a model built from a config (``built``,
+    from :func:`buffer_values`) gets wrong, where the shapes agree: no checkpoint holds
+    them, so a reload keeps the config's value, not the model's, and computes something
+    else without an error (Gemma's ``embed_scale``, ``sqrt(hidden_size)`` at
+    ``__init__``).
+
+    A buffer of ``model`` on ``meta`` is taken as ``reference``'s, the values of the
+    config the model was built from.  A value equal to ``reference``'s is no mismatch
+    either: the unrewritten config builds it too (a buffer the model updated as it ran).
+
+    Example:
+        >>> model = nn.Module()
+        >>> model.register_buffer('scale', torch.tensor(8.0), persistent=False)
+        >>> [str(m) for m in buffer_mismatches(model, {'scale': torch.tensor(32 ** 0.5)})]
+        ['scale: config builds 5.657, the model has 8.0']
+    """
+    reference = reference or {}
+    found = []
+    for name, own in _non_persistent_buffers(model):
+        theirs = built.get(name)
+        if own.device.type == 'meta':
+            own = reference.get(name)
+        if own is None or theirs is None or tuple(own.shape) != tuple(theirs.shape):
+            continue  # a shape mismatch, if any, is shape_mismatches' to report
+        own = own.detach().cpu()
+        index = _first_difference(own, theirs)
+        if index is None:
+            continue
+        ref = reference.get(name)
+        if ref is not None and tuple(ref.shape) == tuple(theirs.shape) \
+                and _first_difference(ref, theirs) is None:
+            continue
+        at = None if own.numel() == 1 else index
+        found.append(Mismatch(name, tuple(theirs.shape), tuple(own.shape),
+                              _show(theirs.to(own.dtype), at), _show(own, at)))
+    return found
 
 
 def _width_changes(mismatches: Iterable[Mismatch]) -> Dict[int, set]:
@@ -242,12 +386,38 @@ def head_shapes_differ(model: nn.Module, reference: nn.Module) -> List[str]:
     return differ
 
 
-def _try(model: nn.Module, config, move: Dict[str, int],
-         current: List[Mismatch]) -> Optional[Tuple[object, List[Mismatch]]]:
+class _Values:
+    """The non-persistent buffer values of the config the model was built from
+    (:func:`buffer_values`), computed once, when a rewrite first fits the shapes; and
+    the buffer mismatches of the rewrites refused for them."""
+
+    def __init__(self, model: nn.Module):
+        self.model, self.refused = model, []
+        self._reference: Optional[Dict[str, torch.Tensor]] = None
+        self._built = False
+
+    @property
+    def reference(self) -> Dict[str, torch.Tensor]:
+        if not self._built:
+            self._reference, self._built = buffer_values(self.model) or {}, True
+        return self._reference
+
+
+def _keeps(left: List[Mismatch], current: List[Mismatch]) -> bool:
+    """Whether a config that leaves ``left`` improves on one that leaves ``current``: it
+    fixes some tensors, breaks none, and a channel config can still slice what it builds."""
+    return len(left) < len(current) and {m.name for m in left} <= {m.name for m in current} \
+        and _sliceable(left)
+
+
+def _try(model: nn.Module, config, move: Dict[str, int], current: List[Mismatch],
+         values: Optional[_Values] = None) -> Optional[Tuple[object, List[Mismatch]]]:
     """The config with ``move`` applied and its mismatches, if that is a config
-    ``from_pretrained`` accepts, fixes some tensors, breaks none, and builds attention
-    heads as the slim model has them wherever the tensors agree
-    (:func:`head_shapes_differ`)."""
+    ``from_pretrained`` accepts, fixes some tensors, breaks none (:func:`_keeps`), builds
+    attention heads as the slim model has them wherever the tensors agree
+    (:func:`head_shapes_differ`) and, with ``values``, computes the slim model's value
+    into every non-persistent buffer (:func:`buffer_mismatches`): a value it gets wrong
+    counts as a tensor it breaks."""
     trial = copy.deepcopy(config)
     for name, value in move.items():
         setattr(trial, name, value)
@@ -258,22 +428,26 @@ def _try(model: nn.Module, config, move: Dict[str, int],
     except (ValueError, RuntimeError):  # the model class refuses the config
         return None
     left = shape_mismatches(model, built)
-    before = {m.name for m in current}
-    if not (len(left) < len(current) and {m.name for m in left} <= before
-            and _sliceable(left)):
+    if not _keeps(left, current):
         return None
     mismatched = {m.name.rsplit('.', 2)[0] for m in left}
     if any(name.rsplit('.', 1)[0] not in mismatched for name in head_shapes_differ(model, built)):
         return None
+    if values is not None:
+        wrong = buffer_mismatches(model, buffer_values(model, trial) or {}, values.reference)
+        if not _keeps(left + wrong, current):
+            values.refused.extend(m for m in wrong if m not in values.refused)
+            return None
     return trial, left
 
 
-def _first_fix(model: nn.Module, config, fields: Iterable[str], mismatches: List[Mismatch]
+def _first_fix(model: nn.Module, config, fields: Iterable[str], mismatches: List[Mismatch],
+               values: Optional[_Values] = None
                ) -> Optional[Tuple[object, List[Mismatch], Dict[str, int]]]:
     """The first of :func:`_moves` that :func:`_try` keeps: the new config, its
     mismatches and the move."""
     for move in _moves(config, fields, mismatches):
-        found = _try(model, config, move, mismatches)
+        found = _try(model, config, move, mismatches, values)
         if found is not None:
             return found + (move, )
     return None
@@ -306,7 +480,12 @@ def sync_config(model: nn.Module, fields: Tuple[str, ...] = WIDTH_FIELDS) -> Con
     model splits a width into other heads than the slim model does
     (:func:`head_shapes_differ`): equal shapes can hide that.  A pruned ``head_dim``
     (``heads='width'``) changes no head count (:func:`_head_width_pruned`): its
-    projections stay mismatches, so ``from_pretrained`` refuses the saved weights.
+    projections stay mismatches, so ``from_pretrained`` refuses the saved weights.  Nor
+    is one kept whose model computes another value into a non-persistent buffer than the
+    slim model holds (:func:`buffer_mismatches`: Gemma's ``embed_scale`` is
+    ``sqrt(hidden_size)``, so a halved hidden size stays in ``mismatches``, listed with
+    the buffer in :attr:`ConfigSync.refused`): no checkpoint holds such a buffer, a
+    reload would compute it from the rewritten config, without an error.
 
     Args:
         model: a pruned transformers model.
@@ -344,9 +523,9 @@ def sync_config(model: nn.Module, fields: Tuple[str, ...] = WIDTH_FIELDS) -> Con
     mismatches = shape_mismatches(model, reference)
     if _head_width_pruned(model, reference):
         fields = tuple(name for name in fields if name not in HEAD_COUNT_FIELDS)
-    sync = ConfigSync()
+    sync, values = ConfigSync(), _Values(model)
     while mismatches:
-        found = _first_fix(model, config, fields, mismatches)
+        found = _first_fix(model, config, fields, mismatches, values)
         if found is None:
             break
         config, mismatches, move = found
@@ -355,4 +534,5 @@ def sync_config(model: nn.Module, fields: Tuple[str, ...] = WIDTH_FIELDS) -> Con
     for name, (_, new) in sync.changed.items():
         setattr(model.config, name, new)
     sync.mismatches = mismatches
+    sync.refused = values.refused if mismatches else []
     return sync

@@ -146,7 +146,14 @@ def load_pruned(directory: Union[str, Path], model_class: Optional[type] = None,
         directory: the folder ``save_pruned`` wrote.
         model_class: the transformers class; default the config's ``architectures``.
         layer_kinds: layer kinds used when the model was pruned, if not the registry's.
-        **from_kwargs: ``from_pretrained`` arguments (``dtype``, ``device_map``).
+        **from_kwargs: ``from_pretrained`` arguments (``dtype``, ``device_map``);
+            with ``output_loading_info=True`` it returns ``(model, loading info)``.
+
+    Raises:
+        ValueError: naming the folder and the weights, when a weight of the model was not
+            loaded from the checkpoint (it would be freshly initialised) or one of the
+            checkpoint was not used, other than those transformers itself declares
+            ignorable for the class (tied weights, ``_keys_to_ignore_on_load_*``).
 
     Example:
         >>> import random, tempfile, torch
@@ -174,7 +181,7 @@ def load_pruned(directory: Union[str, Path], model_class: Optional[type] = None,
     model_class = model_class or _model_class(config, directory)
     path = directory / CHANNELS_FILE
     if not path.exists():
-        return model_class.from_pretrained(directory, **from_kwargs)
+        return _from_pretrained(model_class, directory, from_kwargs)
     channels = ChannelConfig.load(path)
 
     class Sliced(model_class):  # what from_pretrained builds is sliced before it loads
@@ -182,7 +189,50 @@ def load_pruned(directory: Union[str, Path], model_class: Optional[type] = None,
             super().__init__(*args, **kwargs)
             slim_model(self, channels, layer_kinds)
 
-    Sliced.__name__ = Sliced.__qualname__ = model_class.__name__
-    model = Sliced.from_pretrained(directory, **from_kwargs)
+    # transformers tells its own classes from custom code by ``__module__``
+    # (``PreTrainedModel.is_custom_code``) and skips the checkpoint conversion mappings
+    # (``embed_out`` -> ``lm_head`` of GPT-NeoX, ...) and changes how weights are
+    # initialised for custom code: the subclass must read as ``model_class`` itself.
+    for attr in ('__module__', '__name__', '__qualname__', '__doc__'):
+        setattr(Sliced, attr, getattr(model_class, attr))
+    loaded = _from_pretrained(Sliced, directory, from_kwargs)
+    model = loaded[0] if isinstance(loaded, tuple) else loaded
     model.__class__ = model_class
-    return model
+    return loaded
+
+
+def _from_pretrained(model_class: type, directory: Path, from_kwargs: dict):
+    """``model_class.from_pretrained(directory, **from_kwargs)``, refused when a weight of
+    the model was not loaded from the checkpoint or one of the checkpoint was left over
+    (transformers only logs it, and the weight is then freshly initialised)."""
+    from_kwargs = dict(from_kwargs)
+    want_info = from_kwargs.pop('output_loading_info', False)
+    model, info = model_class.from_pretrained(directory, output_loading_info=True,
+                                              **from_kwargs)
+    _check_loading(info, directory, model_class.__name__)
+    return (model, info) if want_info else model
+
+
+def _check_loading(info: dict, directory: Path, class_name: str) -> None:
+    """Raise ``ValueError`` naming what ``from_pretrained`` reported as not loaded.
+
+    ``info`` is transformers' loading info: its keys the class itself declares
+    ignorable (``_keys_to_ignore_on_load_missing`` / ``_unexpected``, tied weights) are
+    already left out, and non-persistent buffers are never in it."""
+    problems = []
+    for what, keys in (('missing from the checkpoint (freshly initialised)',
+                        info.get('missing_keys')),
+                       ('in the checkpoint but not in the model', info.get('unexpected_keys')),
+                       ('of another shape in the checkpoint', [
+                           f'{key[0]} {tuple(key[1])} vs {tuple(key[2])}'
+                           if isinstance(key, tuple) and len(key) == 3 else str(key)
+                           for key in info.get('mismatched_keys') or ()]),
+                       ('errors', info.get('error_msgs'))):
+        keys = sorted(map(str, keys or ()))
+        if keys:
+            shown = ', '.join(keys[:8]) + (f' (and {len(keys) - 8} more)' if len(keys) > 8
+                                           else '')
+            problems.append(f'{what}: {shown}')
+    if problems:
+        raise ValueError(f'load_pruned: {class_name} from {directory} does not hold the saved '
+                         'weights; ' + '; '.join(problems))
