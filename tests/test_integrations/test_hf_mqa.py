@@ -1,5 +1,5 @@
-"""Multi-query attention in Hugging Face Llama-likes (4 query heads over one key/value
-head): ``gqa='query'`` keeps the key/value head and prunes query heads, and the config,
+"""Multi-query attention in Hugging Face Llama-likes and Gemma (4 query heads over one
+key/value head): ``gqa='query'`` keeps the key/value head and prunes query heads, and the config,
 the masked supernet and a reload all follow; by default the attention stays whole;
 ``heads='width'`` cannot pair the positions under RoPE and says so, naming the attention,
 and the workaround it names prunes them."""
@@ -101,3 +101,24 @@ def test_the_named_workaround_prunes_head_width():
     for i in range(2):
         assert attention_widths(slim, 'llama', i) == (32, 32, 32, 32)
         assert slim.model.layers[i].self_attn.head_dim == 8
+
+
+def test_gemma_multi_query_prunes_query_heads_reloads_and_generates(tmp_path):
+    """Gemma-2B's layout (one key/value head), tiny."""
+    torch.manual_seed(0)
+    model = transformers.GemmaForCausalLM(transformers.GemmaConfig(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=1, head_dim=16, vocab_size=100)).eval()
+    inputs = {'input_ids': torch.randint(0, 100, (2, 8))}
+    slim = razorlib.prune(model, inputs, ratio=0.5, gqa='query')
+    attn = slim.model.layers[0].self_attn
+    assert (attn.q_proj.out_features, attn.k_proj.out_features, attn.o_proj.in_features) == \
+        (32, 16, 32)
+    assert (slim.config.num_attention_heads, slim.config.num_key_value_heads) == (2, 1)
+    assert save_pruned(slim, tmp_path).exact
+    again = type(model).from_pretrained(tmp_path).eval()
+    assert relative_error(main_output(again, inputs), main_output(slim, inputs)) <= 1e-6
+    with torch.no_grad():
+        cached = slim.generate(**inputs, max_new_tokens=4, do_sample=False)
+        uncached = slim.generate(**inputs, max_new_tokens=4, do_sample=False, use_cache=False)
+    assert torch.equal(cached, uncached)
