@@ -275,14 +275,14 @@ def main(argv=None) -> int:
     from razorlib.quantization import QuantExecutor, dequantized, export_graph
 
     name = Path(args.config).stem
-    work_dir = Path(args.work_dir or f'work_dirs/deploy_{name}')
-    work_dir.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(args.seed)
     try:
         graph, cfg, preprocessor = quantized_graph(args)
     except (ConfigError, CheckpointError, ValueError) as err:
         print_log(f'{args.config}: {err}', logger='current', level=logging.ERROR)
         return 2
+    work_dir = Path(args.work_dir or f'work_dirs/deploy_{name}')  # made once inputs check
+    work_dir.mkdir(parents=True, exist_ok=True)
     paths = {'int8': work_dir / f'{name}_int8.onnx', 'fp16': work_dir / f'{name}_fp32.onnx'}
     export_graph(graph, paths['int8'], 'QDQ_ONNX')
     export_graph(graph, paths['fp16'], 'ONNX')
