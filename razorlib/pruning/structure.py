@@ -22,7 +22,6 @@ from ..tracing import ChannelGroup, ChannelGroups, build_groups, trace
 from ..tracing.context import check_gqa, check_heads
 from ..tracing.forward import call_model, default_example_inputs, flatten_tensors, \
     shadow_tensors, shadowed
-from ..tracing.heads import warn_unpaired_head_width
 from .channel_config import ChannelConfig, ChannelSelection, as_channel_config
 from .masks import IN_MASK, OUT_MASK, _is_ours, add_masks, add_param_mask, remove_masks, \
     set_mask
@@ -143,8 +142,6 @@ class StructurePruner(metaclass=ABCMeta):
         graph = trace(supernet, example_inputs, self.strict, self.except_start_keys,
                       layer_kinds=self.kinds, gqa=self.gqa, heads=self.heads)
         groups = build_groups(graph)
-        if self.heads == 'width':  # a single kv head's positions are not paired
-            warn_unpaired_head_width(supernet, groups)
         relevant = np.zeros(len(groups.labels), dtype=bool)
         for group in groups.prunable.values():
             relevant[group.classes] = True

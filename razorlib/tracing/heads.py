@@ -29,12 +29,9 @@ contracted positions, ``attn @ v`` carries ``v``'s to the output, merged back in
 ``o_proj``'s input once per head.  RoPE's ``rotate_half`` slices bind ``i`` with
 ``i + d/2`` (``shape_rules.slice_``), and ``cos``/``sin`` made under ``no_grad`` are
 followed to the rotary ``inv_freq`` (:func:`bind_rotary`).  A single key/value head's
-positions are paired without RoPE; under it they are not known as a head's, and a pruner
-warns, naming the attention (:func:`warn_unpaired_head_width`).
+view with a one-head axis makes its channels that head's positions
+(:func:`view_as_one_head`), bound to its module's other heads'.
 """
-import os
-import sys
-import warnings
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -114,6 +111,23 @@ def _bind_module_positions(ctx: TraceContext, node, positions: np.ndarray) -> No
     first = ctx.head_positions.setdefault((owner, len(positions)), positions)
     ctx.bind(first, positions, f'{node.name()}: the heads of {owner or "the model"} are viewed '
              f'by one head_dim of {len(positions)}, so they keep the same positions')
+
+
+def view_as_one_head(ctx: TraceContext, node, x: TensorChannels, out_shape: Sequence[int],
+                     dim: int, out_dim: int) -> None:
+    """Under ``heads='width'``: a reshape that views the last channel dim as one head,
+    ``(B, N, head_dim) -> (B, N, 1, head_dim)`` (multi-query attention's key/value head),
+    makes its channels that head's positions, as :func:`read_as_heads` makes a split's:
+    RoPE's slices and frequencies then pair them (:func:`bind_rotary`), and they keep the
+    positions of their module's other heads.  (A size-1 axis carries no channels, so the
+    view makes no split.)"""
+    if ctx.heads != 'width' or out_dim != len(out_shape) - 1 or dim != x.ndim - 1 \
+            or out_dim == 0 or out_shape[out_dim - 1] != 1 \
+            or sum(size == 1 for size in out_shape) <= sum(size == 1 for size in x.shape):
+        return
+    positions = x.slots[dim]
+    ctx.head_width.update(positions.tolist())
+    _bind_module_positions(ctx, node, positions)
 
 
 def settle(ctx: TraceContext, node, inp: InputInfo) -> InputInfo:
@@ -428,72 +442,3 @@ def scaled_dot_product_attention(ctx: TraceContext, node,
     if v.slots.get(3) is not None:
         slots[3] = v.slots[3]
     return [TensorChannels(shapes[0], slots)] + [None] * (len(shapes) - 1)
-
-
-def single_kv_head_attention(model) -> List[Tuple[str, int]]:
-    """``(module name, query heads)`` of every multi-query attention of ``model``: one
-    key/value head under several query heads, told by Llama-style projections (a
-    ``q_proj`` and a ``k_proj`` with ``out_features``, and an integer ``head_dim``, the
-    ``k_proj`` one head wide), as Hugging Face's Llama, Mistral and Qwen2 attentions
-    with ``num_key_value_heads=1`` have.
-
-    Example:
-        >>> import torch.nn as nn
-        >>> attn = nn.Module()
-        >>> attn.q_proj, attn.k_proj, attn.head_dim = nn.Linear(8, 8), nn.Linear(8, 2), 2
-        >>> single_kv_head_attention(nn.ModuleDict({'attn': attn}))
-        [('attn', 4)]
-    """
-    found = []
-    for name, module in model.named_modules():
-        head_dim = getattr(module, 'head_dim', None)
-        widths = [getattr(getattr(module, proj, None), 'out_features', None)
-                  for proj in ('q_proj', 'k_proj')]
-        if not isinstance(head_dim, int) or isinstance(head_dim, bool) or head_dim < 1 \
-                or not all(isinstance(w, int) for w in widths):
-            continue
-        query, key = widths
-        if key == head_dim and query > head_dim and query % head_dim == 0:
-            found.append((name, query // head_dim))
-    return found
-
-
-def warn_unpaired_head_width(model, groups) -> List[str]:
-    """Under ``heads='width'``: warn, naming them, about the multi-query attentions
-    (:func:`single_kv_head_attention`) whose query projections the trace left
-    unprunable; returns their names.
-
-    ``heads='width'`` keeps the same ``head_dim`` positions in every head.  A single
-    key/value head is viewed with a one-head axis, which carries no channels, so its
-    positions are not known as a head's when RoPE rotates them (``rotate_half``'s slices
-    and the rotary frequencies bind position ``i`` with ``i + d/2`` only in a head): they
-    freeze, and the query heads' positions with them.  Without this warning the option
-    would leave the attention whole silently.  The warning points at the first caller
-    outside razorlib.
-    """
-    prunable = {layer for group in groups.prunable.values() for layer in group.layers}
-    left = [(name, count) for name, count in single_kv_head_attention(model)
-            if (f'{name}.q_proj' if name else 'q_proj') not in prunable]
-    if left:
-        name, count = left[0]
-        more = f' (and {len(left) - 1} more)' if len(left) > 1 else ''
-        warnings.warn(
-            f"heads='width' prunes no head_dim positions of {name}{more}: its {count} query "
-            'heads share a single key/value head (multi-query attention, '
-            'num_key_value_heads=1), whose positions the tracer does not pair with theirs '
-            '(its one-head axis carries no channels), so its attention stays whole; the '
-            "rest of the model is pruned. gqa='query' prunes its query heads instead; to "
-            'prune their head_dim, repeat k_proj and v_proj to one key/value head per query '
-            'head (num_key_value_heads = num_attention_heads: the outputs do not change) and '
-            "prune again with heads='width'", UserWarning, stacklevel=_caller_level())
-    return [name for name, _ in left]
-
-
-def _caller_level() -> int:
-    """The ``stacklevel`` of the first frame outside razorlib, for a ``warnings.warn`` in
-    the function that calls this one."""
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-    frame, level = sys._getframe(1), 1
-    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
-        frame, level = frame.f_back, level + 1
-    return level

@@ -102,6 +102,7 @@ def reshape(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
             continue
         if len(gi) == 1 and len(go) == 1:
             slots[go[0]] = x.slots[gi[0]]
+            heads.view_as_one_head(ctx, node, x, out_shape, gi[0], go[0])
         elif len(go) == 1 and len(slotted) == 1:
             slots[go[0]] = _merged(x, gi, slotted[0])
         elif len(gi) == 1 and split is None:

@@ -1,8 +1,7 @@
 """Multi-query attention in Hugging Face Llama-likes and Gemma (4 query heads over one
 key/value head): ``gqa='query'`` keeps the key/value head and prunes query heads, and the config,
 the masked supernet and a reload all follow; by default the attention stays whole;
-``heads='width'`` cannot pair the positions under RoPE and says so, naming the attention,
-and the workaround it names prunes them."""
+``heads='width'`` prunes the same positions of every head, RoPE pairing them."""
 import copy
 import warnings
 
@@ -67,39 +66,20 @@ def test_gqa_kv_keeps_the_attention_and_says_why():
     assert any("gqa='query' prunes the query heads" in r.message for r in reasons)
 
 
-def test_head_width_on_a_single_kv_head_warns_and_keeps_the_attention():
-    """heads='width' cannot pair head_dim positions with the one key/value head under
-    RoPE: said, not silent."""
-    model, inputs = build('llama', num_key_value_heads=1)
-    match = (r"heads='width' prunes no head_dim positions of model.layers.0.self_attn "
-             r"\(and 1 more\): .* prune again with heads='width'")
-    with pytest.warns(UserWarning, match=match):
-        slim = razorlib.prune(model, inputs, ratio=0.5, heads='width')
+@pytest.mark.parametrize('implementation', ['eager', 'sdpa'])
+def test_head_width_prunes_the_positions_of_one_kv_head_and_its_query_heads(implementation):
+    model, inputs = build('llama', num_key_value_heads=1, attn_implementation=implementation)
+    pruner = L1NormPruner(ratio=0.5, except_start_keys=hidden_size_keys(model), heads='width')
+    pruner.prepare_from_supernet(model, inputs)
+    group = pruner.groups.prunable['model.layers.0.self_attn.v_proj']
+    assert group.num_channels == 8  # 16 positions, RoPE pairing i with i + 8
+    torch.manual_seed(0)
+    pruner.set_subnet(pruner.sample_subnet())
+    masked = main_output(model, inputs)
+    slim = pruner.deploy_subnet(copy.deepcopy(model), pruner.export_subnet())
+    assert relative_error(main_output(slim, inputs), masked) <= 1e-4
     for i in range(2):
-        assert attention_widths(slim, 'llama', i) == (64, 16, 16, 64)
-    grouped, inputs = build('llama', num_key_value_heads=2)
-    with warnings.catch_warnings(record=True) as record:
-        warnings.simplefilter('always')
-        slim = razorlib.prune(grouped, inputs, ratio=0.5, heads='width')
-    assert not [w for w in record if 'prunes no head_dim' in str(w.message)]
-    assert attention_widths(slim, 'llama', 0) == (32, 16, 16, 32)
-
-
-def test_the_named_workaround_prunes_head_width():
-    model, inputs = build('llama', num_key_value_heads=1)
-    config = copy.deepcopy(model.config)
-    config.num_key_value_heads = config.num_attention_heads
-    repeated = transformers.LlamaForCausalLM(config).eval()
-    state = {name: tensor.repeat(4, 1) if name.endswith(('k_proj.weight', 'v_proj.weight'))
-             else tensor for name, tensor in model.state_dict().items()}
-    repeated.load_state_dict(state)
-    assert relative_error(main_output(repeated, inputs), main_output(model, inputs)) <= 1e-6
-    with warnings.catch_warnings(record=True) as record:  # a slim head_dim has no config
-        warnings.simplefilter('always')
-        slim = razorlib.prune(repeated, inputs, ratio=0.5, heads='width')
-    assert not [w for w in record if 'prunes no head_dim' in str(w.message)]
-    for i in range(2):
-        assert attention_widths(slim, 'llama', i) == (32, 32, 32, 32)
+        assert attention_widths(slim, 'llama', i) == (32, 8, 8, 32)
         assert slim.model.layers[i].self_attn.head_dim == 8
 
 

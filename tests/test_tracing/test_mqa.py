@@ -1,8 +1,8 @@
 """Multi-query attention (one key/value head under several query heads): the tracer marks
 the key/value head's expand over the query heads as a repeat of one head, so
 ``gqa='query'`` keeps that head whole and prunes the query heads freely, ``gqa='kv'``
-keeps the attention whole and says why; ``heads='width'`` pairs the positions without
-RoPE and warns, naming the attention, where RoPE leaves them unpaired."""
+keeps the attention whole and says why; ``heads='width'`` prunes the same positions of
+the one key/value head and of every query head, with RoPE or without."""
 import warnings
 
 import pytest
@@ -12,7 +12,6 @@ from attention_models import Block, Encoder, SeparateQKV
 from helpers import Traced
 from masked_vs_slim import sample_and_deploy
 from razorlib.pruning import L1NormPruner
-from razorlib.tracing.heads import single_kv_head_attention
 
 TOKENS_IN = torch.randn(2, 6, 8)
 MQA_CASES = {
@@ -41,12 +40,6 @@ def _pruner(model, **kwargs):
 
 def _messages(traced, name):
     return [reason.message for reason in traced.reasons(name)]
-
-
-def test_multi_query_attentions_are_found_by_their_projections():
-    assert single_kv_head_attention(_mqa_model()) == [('blocks.0.attn', 8), ('blocks.1.attn', 8)]
-    assert single_kv_head_attention(_mqa_model(kv_heads=2)) == []
-    assert single_kv_head_attention(_mqa_model(kv_heads=8)) == []
 
 
 @pytest.mark.parametrize('meta', [True, False], ids=['meta', 'real'])
@@ -106,56 +99,18 @@ def test_a_broadcast_kv_head_pairs_like_a_repeated_one():
         == (32, 8)
 
 
-@pytest.mark.parametrize('case', ['repeat_kv', 'sdpa repeat_kv', 'sdpa enable_gqa'])
+@pytest.mark.parametrize('case', sorted(MQA_CASES))
 def test_head_width_prunes_the_positions_of_one_kv_head_and_its_query_heads(case):
     model = _mqa_model(**MQA_CASES[case])
     with warnings.catch_warnings():
         warnings.simplefilter('error')
         pruner = _pruner(model, heads='width')
     group = pruner.groups.prunable['blocks.0.attn.v_proj']
-    assert group.num_channels == 8  # head_dim positions, shared by q, k and v
+    # head_dim positions, shared by q, k and v; RoPE pairs i with i + 4
+    assert group.num_channels == (4 if MQA_CASES[case].get('rope') else 8)
     assert sorted(group.layers) == [f'blocks.0.attn.{p}_proj' for p in 'kqv']
     slim = sample_and_deploy(pruner, model, TOKENS_IN)
     for attn in (block.attn for block in slim.blocks):
         assert (attn.q_proj.out_features, attn.k_proj.out_features,
                 attn.v_proj.out_features, attn.o_proj.in_features) == (32, 4, 4, 32)
         assert (attn.num_heads, attn.num_key_value_heads, attn.head_dim) == (8, 1, 4)
-
-
-def test_head_width_warns_where_rope_leaves_one_kv_head_unpaired():
-    match = (r"heads='width' prunes no head_dim positions of blocks.0.attn \(and 1 more\): "
-             r'its 8 query heads share a single key/value head .* gqa=.query. prunes its '
-             r'query heads instead')
-    with pytest.warns(UserWarning, match=match) as record:
-        pruner = _pruner(_mqa_model(rope=True), heads='width')
-    assert record[0].filename == __file__  # points at the caller, not into razorlib
-    assert sorted(pruner.groups.prunable) == ['blocks.0.mlp.0', 'blocks.1.mlp.0']
-
-
-@pytest.mark.parametrize('case', sorted(MQA_CASES))
-def test_repeated_kv_heads_prune_with_their_query_heads(case):
-    """k_proj and v_proj repeated to one key/value head per query head compute the same
-    function (the width warning's workaround); gqa='kv' then prunes each query head with
-    its copy."""
-    model = _mqa_model(**MQA_CASES[case])
-    with torch.no_grad():
-        dense = model(TOKENS_IN)
-    options = dict(MQA_CASES[case], heads=8, kv_heads=8)
-    torch.manual_seed(0)
-    repeated = Encoder(*(Block(SeparateQKV(**options)) for _ in range(2))).eval()
-    state = {name: tensor.repeat(8, *([1] * (tensor.dim() - 1)))
-             if '.k_proj.' in name or '.v_proj.' in name else tensor
-             for name, tensor in model.state_dict().items()}
-    repeated.load_state_dict(state)
-    with torch.no_grad():
-        assert torch.allclose(repeated(TOKENS_IN), dense, atol=1e-6)
-    pruner = _pruner(repeated, gqa='kv')
-    (group, ) = [group for group in pruner.groups.prunable.values()
-                 if 'blocks.0.attn.k_proj' in group.layers]
-    assert group.num_channels == 8 and 'blocks.0.attn.q_proj' in group.layers
-    slim = sample_and_deploy(pruner, repeated, TOKENS_IN)
-    for attn in (block.attn for block in slim.blocks):
-        assert (attn.q_proj.out_features, attn.k_proj.out_features,
-                attn.v_proj.out_features, attn.o_proj.in_features) == (32, 32, 32, 32)
-        assert (attn.num_heads, attn.num_key_value_heads, attn.num_key_value_groups) == \
-            (4, 4, 1)
