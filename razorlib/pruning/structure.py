@@ -162,8 +162,9 @@ class StructurePruner(metaclass=ABCMeta):
                 add_masks(module, self.kinds.kind_of(module), graph.out_dims[use.name])
                 self._masked[use.name] = module
         self._reset_subnet()
-        if self.heads == 'width':
-            self._freeze_inexact_groups(example_inputs)
+        checked = list(groups.prunable) if self.heads == 'width' else groups.whole_heads
+        if checked and not any(p.is_meta for p in supernet.parameters()):
+            self._freeze_inexact_groups(example_inputs, checked)
             self._reset_subnet()  # the groups it froze leave the subnet
 
     def _reset_subnet(self) -> None:
@@ -171,24 +172,31 @@ class StructurePruner(metaclass=ABCMeta):
         self._subnet = {gid: np.ones(g.num_channels, dtype=bool)
                         for gid, g in self.groups.prunable.items()}
 
-    def _freeze_inexact_groups(self, example_inputs: Any) -> Dict[str, str]:
-        """Freeze the prunable groups whose slim model computes something else than the
-        masked one (``heads='width'``).
+    def _freeze_inexact_groups(self, example_inputs: Any, ids: List[str]) -> Dict[str, str]:
+        """Freeze the groups among ``ids`` whose slim model computes something else than
+        the masked one: every prunable group under ``heads='width'``, those read as whole
+        heads otherwise (``groups.whole_heads``).
 
-        Pruning ``head_dim`` is exact only where the code's scale and rotary frequencies
-        do not follow the slim width: a scale read from the ``head_dim`` attribute, SDPA
-        without ``scale=`` or a rotary layout other than ``rotate_half``'s would change
-        the outputs silently, and shapes cannot tell.  So the model runs on
+        Shapes cannot tell these apart.  Pruning ``head_dim`` is exact only where the
+        code's scale and rotary frequencies follow the slim width: a scale read from the
+        ``head_dim`` attribute, SDPA without ``scale=`` or a rotary layout other than
+        ``rotate_half``'s would change the outputs silently.  Pruning whole heads is exact
+        only where the code splits by the slim head count: ``reshape(B, N, self.h, -1)``
+        with a count no ``HEAD_ATTRIBUTES`` entry rewrites splits the slim channels into
+        as many narrower heads, without an error.  So the model runs on
         ``example_inputs`` with the groups halved, masked and then sliced (in place, put
         back after), and the groups whose outputs differ are bisected out and frozen.
+        (Models with parameters on the ``meta`` device are not run.)
 
         Returns:
             ``{group id: difference}`` for each group frozen.
         """
-        failing = bisect_failing(list(self.groups.prunable),
-                                 lambda ids: self._difference(ids, example_inputs))
-        freeze_failing(self.groups, failing, "heads='width': the slim model computes other "
-                       'outputs than the masked one ({error})', self.strict, "heads='whole'")
+        failing = bisect_failing(ids, lambda ids: self._difference(ids, example_inputs))
+        instead = "heads='whole'" if self.heads == 'width' else (
+            'view by -1 heads, or register a HEAD_ATTRIBUTES entry that rewrites the head '
+            'count from the projections, or except_start_keys to exclude the module')
+        freeze_failing(self.groups, failing, f"heads={self.heads!r}: the slim model computes "
+                       'other outputs than the masked one ({error})', self.strict, instead)
         return failing
 
     def _difference(self, ids: List[str], example_inputs: Any) -> Optional[str]:

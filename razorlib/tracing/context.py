@@ -97,6 +97,10 @@ class TraceContext:
         #: slots that are ``head_dim`` positions (``heads='width'``): a slice of them may
         #: follow the pruning (``shape_rules.slice_``).
         self.head_width: Set[int] = set()
+        #: slots read as whole heads (``heads='whole'``): pruning them changes a head count
+        #: that the code may keep as a number of its own, which would re-split the slim
+        #: heads without an error (``StructurePruner`` compares slim and masked outputs).
+        self.whole_heads: Set[int] = set()
         #: (attention module, head_dim) -> the positions its first split read as heads
         #: carries: its other splits are bound to them (``heads.read_as_heads``).
         self.head_positions: Dict[Tuple[str, int], np.ndarray] = {}

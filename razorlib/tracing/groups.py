@@ -151,8 +151,19 @@ class ChannelGroups:
             >>> build_groups(trace(Net(), torch.randn(1, 3, 4, 4))).size_dependent
             ['a']
         """
+        return self._touching(self.graph.size_dependent)
+
+    @property
+    def whole_heads(self) -> List[str]:
+        """Prunable groups whose channels attention reads as whole heads: a code that
+        splits them by a head count of its own (``reshape(B, N, self.h, -1)``) would
+        re-split the slim model's heads without failing (``graph.whole_heads``)."""
+        return self._touching(self.graph.whole_heads)
+
+    def _touching(self, slots: np.ndarray) -> List[str]:
+        """Prunable groups with a class that holds any of ``slots``."""
         touched = np.zeros(len(self.labels), dtype=bool)
-        touched[self.labels[self.graph.size_dependent]] = True
+        touched[self.labels[slots]] = True
         return [gid for gid, g in self.prunable.items() if touched[g.classes].any()]
 
     def use_masks(self, keep: Dict[str, np.ndarray]) -> Dict[Tuple[str, str, int], np.ndarray]:

@@ -95,6 +95,7 @@ def read_as_heads(ctx: TraceContext, node, tc: TensorChannels) -> TensorChannels
                  f'{node.name()} reads channels split by a reshape as {heads} heads of '
                  f'{width}')
         slots[split.dims[0]] = split.grid[:, 0]
+        ctx.whole_heads.update(split.grid.ravel().tolist())
     else:
         ctx.freeze(split.grid.ravel(), 'mixing', node,
                    f'channels split by a reshape into a {"x".join(map(str, split.grid.shape))}'

@@ -45,6 +45,8 @@ class ChannelGraph:
             channels, as traced (``-3`` for NCHW, ``-1`` for channels-last).
         size_dependent: slots whose pruning the model's code might not follow: they reach
             a view, split or norm the code may size by hand (``literal_sizes.py``).
+        whole_heads: slots read as whole attention heads (``heads='whole'``): their code
+            may split the slim heads by a head count of its own without failing.
     """
     slots: SlotTable
     uses: List[ChannelUse]
@@ -54,6 +56,7 @@ class ChannelGraph:
     device: str = 'meta'
     out_dims: Dict[str, int] = field(default_factory=dict)
     size_dependent: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    whole_heads: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
 
 def _topological_order(roots: Sequence[Any]) -> Tuple[List[Any], Dict[Any, List[Any]]]:
@@ -152,7 +155,8 @@ def trace(model: nn.Module, example_inputs: Any = None, strict: bool = False,
         op_counts[node.name()] += 1
     return ChannelGraph(ctx.slots, list(ctx.uses.values()), dict(record.calls), untraced,
                         dict(op_counts), record.device,
-                        _output_dims(ctx, channels, record.module_outputs), size_dependent)
+                        _output_dims(ctx, channels, record.module_outputs), size_dependent,
+                        np.array(sorted(ctx.whole_heads), dtype=np.int64))
 
 
 def _input_info(ctx: TraceContext, channels: Dict, child, nr: int) -> InputInfo:
