@@ -347,16 +347,16 @@ def allocate(pruner: Any, scores: Optional[Dict[str, np.ndarray]] = None, *,
 
         # a budget over all channels (not one ratio per group, which the rules round)
         if (sensitivity is not None or global_ranking) and kept(0) > target * total:
+            least = kept(0) / total
             raise ValueError(f'ratio={target:g} cannot be met: the smallest subnet allowed '
-                             f'({_describe_rules(rule)}) keeps {kept(0) / total:.4f} of the '
-                             'channels. Nothing was changed.')
-        if sensitivity is not None:
+                             f'({_describe_rules(rule)}) keeps {least:.4f} of the channels; '
+                             f'ask for ratio>={math.ceil(least * 1e4) / 1e4:.4f}, or lower '
+                             'round_to / raise max_ratio. Nothing was changed.')
+        if sensitivity is not None or global_ranking:  # at most the fraction asked
             index = _largest_within(kept, family.size, target * total)
             return _result(family, family.counts(index), unscored, None, None, None)
-        counts = (family.counts_at_top(int(round(target * total))) if global_ranking
-                  else family.counts_at_ratio(target))
-        return _result(family, counts, unscored, None, None,
-                       None if global_ranking else target)
+        # one ratio per group, each rounded to the nearest width the rules allow
+        return _result(family, family.counts_at_ratio(target), unscored, None, None, target)
     meter = SubnetMeter(pruner, example_inputs)
     measure_flops = metric == 'flops'
     full = {gid: np.ones(g.num_channels, dtype=bool) for gid, g in prunable.items()}

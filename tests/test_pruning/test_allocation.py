@@ -55,7 +55,7 @@ def test_global_ranking_differs_from_local_on_a_real_criterion():
     ranked = prepared(copy.deepcopy(model), importance=dict(type='l1', normalize='none'),
                       global_ranking=True)
     assert kept(local.allocate()) == {'0': 4, '2': 4}
-    assert kept(ranked.allocate()) == {'0': 1, '2': 8}
+    assert kept(ranked.allocate()) == {'0': 1, '2': 7}  # at most half of the 16
 
 
 def test_equal_scores_across_groups_prune_every_group_alike():
@@ -67,7 +67,9 @@ def test_equal_scores_across_groups_prune_every_group_alike():
 def test_max_ratio_caps_what_one_group_loses():
     pruner = prepared()
     capped = allocate(pruner, SCORES, ratio=0.5, global_ranking=True, max_ratio=0.5)
-    assert kept(capped) == {'0': 7, '2': 4}  # group 2 may lose half, no more
+    # group 2 may lose half, no more, and the 8 of 16 channels asked hold: group 0 gives
+    # up the rest (it kept 7 once, 11 channels in all)
+    assert kept(capped) == {'0': 4, '2': 4}
     assert WidthRule(max_ratio=0.75).allowed(ChannelGroup('g', 10, 10)).tolist() == \
         list(range(3, 11))
 

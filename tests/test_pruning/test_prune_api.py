@@ -163,7 +163,8 @@ def test_rules_that_keep_every_channel_are_said_or_refused(rules):
         slim = razorlib.prune(net(), X, ratio=0.5, **rules)
     assert slim.conv1.out_channels == 8
     with pytest.raises(ValueError, match=r'ratio=0.5 cannot be met: the smallest subnet allowed '
-                       r'\(.*\) keeps 1.0000 of the channels. Nothing was changed'):
+                       r'\(.*\) keeps 1.0000 of the channels; ask for ratio>=1.0000, or '
+                       r'lower round_to / raise max_ratio. Nothing was changed'):
         razorlib.prune(net(), X, ratio=0.5, global_ranking=True, **rules)
 
 
