@@ -26,7 +26,7 @@ mask changes, naming the smallest reachable value.
 import math
 import numbers
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -277,6 +277,16 @@ def _largest_within(cost: Callable[[int], float], size: int, limit: float) -> in
     return lo
 
 
+def _unscored_note(unscored: Sequence[str]) -> str:
+    """What a refusal adds about the groups the criterion does not score: they stay
+    whole, so a budget may be out of reach for them and not for the rules."""
+    if not unscored:
+        return ''
+    more = f' and {len(unscored) - 3} more' if len(unscored) > 3 else ''
+    return (f' {len(unscored)} prunable group(s) the criterion does not score stay whole '
+            f'({", ".join(unscored[:3])}{more}).')
+
+
 def _describe_rules(rule: WidthRule) -> str:
     parts = ['every group keeps a channel of each layer and chunk piece']
     if rule.max_ratio is not None:
@@ -351,7 +361,8 @@ def allocate(pruner: Any, scores: Optional[Dict[str, np.ndarray]] = None, *,
             raise ValueError(f'ratio={target:g} cannot be met: the smallest subnet allowed '
                              f'({_describe_rules(rule)}) keeps {least:.4f} of the channels; '
                              f'ask for ratio>={math.ceil(least * 1e4) / 1e4:.4f}, or lower '
-                             'round_to / raise max_ratio. Nothing was changed.')
+                             'round_to / raise max_ratio.' + _unscored_note(unscored) +
+                             ' Nothing was changed.')
         if sensitivity is not None or global_ranking:  # at most the fraction asked
             index = _largest_within(kept, family.size, target * total)
             return _result(family, family.counts(index), unscored, None, None, None)
@@ -380,7 +391,7 @@ def allocate(pruner: Any, scores: Optional[Dict[str, np.ndarray]] = None, *,
             f'({_describe_rules(rule)}) keeps {best:.4f} of the dense model\'s {metric} '
             f'({human(cost(0))} of {human(getattr(dense, metric))}); ask for '
             f'{metric}>={math.ceil(best * 1e4) / 1e4:.4f}, or lower round_to / raise '
-            'max_ratio. Nothing was changed.')
+            'max_ratio.' + _unscored_note(unscored) + ' Nothing was changed.')
     index = _largest_within(cost, family.size, limit)
     counts = family.counts(index)
     pruned = meter({**full, **family.keep(counts)})

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from ..tracing.forward import call_model
+from ..tracing.forward import call_on_batch
 from ..utils.batch_norm import preserved_bn_stats, reestimate_bn_stats
 from .data import LossFn, batch_loss, pair_batches
 
@@ -37,8 +37,10 @@ Sensitivity = Dict[str, Dict[int, float]]
 def _mean_loss(model: nn.Module, batches: Sequence[tuple], loss_fn: Optional[LossFn],
                where: str) -> float:
     with torch.no_grad():
-        return sum(float(batch_loss(loss_fn, call_model(model, inputs), targets,
-                                    'sensitivity allocation', f' on batch {index}{where}'))
+        return sum(float(batch_loss(loss_fn, call_on_batch(model, inputs,
+                                                           'sensitivity allocation', index),
+                                    targets, 'sensitivity allocation',
+                                    f' on batch {index}{where}'))
                    for index, (inputs, targets) in enumerate(batches)) / len(batches)
 
 

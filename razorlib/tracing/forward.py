@@ -122,6 +122,26 @@ def call_model(model: nn.Module, example_inputs: Any) -> Any:
         return model(example_inputs)
 
 
+def call_on_batch(model: nn.Module, inputs: Any, who: str, index: int) -> Any:
+    """:func:`call_model` on batch ``index`` of the data ``who`` reads; an error in the
+    forward is re-raised as a ``ValueError`` naming the batch and its input shapes: a
+    size mismatch deep in a layer does not say that the data was at fault.
+
+    Example:
+        >>> call_on_batch(nn.Linear(3, 2), torch.zeros(4, 5), "importance 'taylor'", 0)
+        Traceback (most recent call last):
+        ...
+        ValueError: importance 'taylor': the model fails on data batch 0 (inputs (4, 5)): ...
+    """
+    try:
+        return call_model(model, inputs)
+    except Exception as err:  # pylint: disable=broad-except  # re-raised, with the batch
+        shapes = ', '.join(str(tuple(t.shape)) for t in flatten_tensors(inputs)) or \
+            type(inputs).__name__
+        raise ValueError(f'{who}: the model fails on data batch {index} (inputs {shapes}): '
+                         f'{type(err).__name__}: {err}'.splitlines()[0]) from err
+
+
 def flatten_tensors(obj: Any) -> List[torch.Tensor]:
     """Every tensor in a nested mapping/list/tuple, in order."""
     if isinstance(obj, torch.Tensor):

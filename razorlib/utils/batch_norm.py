@@ -6,7 +6,7 @@ from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
 import torch
 import torch.nn as nn
 
-from ..tracing.forward import call_model
+from ..tracing.forward import call_on_batch
 
 
 _STATS = ('running_mean', 'running_var', 'num_batches_tracked')
@@ -74,9 +74,9 @@ def reestimate_bn_stats(model: nn.Module, batches: Iterable[Any],
         the number of batches run (0, and nothing changed, if the model has no such norm).
 
     Raises:
-        ValueError: ``batches`` is empty, or the statistics came out NaN or infinite
-            (the batches hold such values), naming the norms; the statistics are then
-            left as they were.
+        ValueError: ``batches`` is empty, the model fails on a batch (named), or the
+            statistics came out NaN or infinite (the batches hold such values), naming
+            the norms; the statistics are then left as they were.
 
     Example:
         >>> bn = nn.BatchNorm1d(2)
@@ -107,7 +107,7 @@ def reestimate_bn_stats(model: nn.Module, batches: Iterable[Any],
             for inputs in batches:
                 if max_batches is not None and count >= max_batches:
                     break
-                call_model(model, inputs)
+                call_on_batch(model, inputs, 're-estimating batch norms', count)
                 count += 1
     except BaseException:
         _restore(saved)

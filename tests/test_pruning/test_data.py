@@ -76,3 +76,23 @@ def test_prune_checks_its_data_before_it_changes_anything():
                        'running statistics in 1: the batches hold NaN'):
         razorlib.prune(model, X[:1], flops=0.5, data=[(torch.full_like(X, float('inf')), Y)])
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+@pytest.mark.parametrize('importance, who', [('taylor', "importance 'taylor'"),
+                                             ('activation', "importance 'activation'"),
+                                             ('l1', 're-estimating batch norms')])
+def test_batches_the_model_cannot_run_are_named(importance, who):
+    wrong = [(torch.randn(2, 5, 8, 8), Y[:2])]  # 5 channels for a 3-channel conv
+    model = net()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(ValueError, match=rf'^{who}: the model fails on data batch 0 \(inputs '
+                       r'\(2, 5, 8, 8\)\): RuntimeError: '):
+        razorlib.prune(model, X, ratio=0.5, importance=importance, data=wrong)
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())
+
+
+def test_a_refused_budget_names_the_groups_the_criterion_does_not_score():
+    mlp = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2))
+    with pytest.raises(ValueError, match=r'flops=0.5 cannot be met: .* 2 prunable group\(s\) '
+                       r'the criterion does not score stay whole \(0, 2\)\. Nothing was changed'):
+        razorlib.prune(mlp, torch.randn(4, 6), flops=0.5, importance='bn_scale')

@@ -19,7 +19,7 @@ import torch.nn as nn
 from torch.utils.checkpoint import checkpoint
 
 from ...tracing.context import ChannelUse
-from ...tracing.forward import call_model
+from ...tracing.forward import call_on_batch
 from .base import ImportanceContext
 
 __all__ = ['Point', 'points_of', 'observe', 'gate_grads', 'channel_sums', 'repeated_blocks',
@@ -94,8 +94,8 @@ def observe(ctx: ImportanceContext, points: Sequence[Point], criterion: str,
     """Run the model (eval mode, no grad) on every batch of ``ctx.data``, handing each
     point's tensor to ``on_tensor(point index, tensor)``."""
     with _evaluating(ctx.model), torch.no_grad(), _hooked(points, on_tensor):
-        for inputs, _ in ctx.batches(criterion):
-            call_model(ctx.model, inputs)
+        for index, (inputs, _) in enumerate(ctx.batches(criterion)):
+            call_on_batch(ctx.model, inputs, f'importance {criterion!r}', index)
 
 
 def per_sample(tensor: torch.Tensor, dim: int) -> torch.Tensor:
@@ -191,12 +191,13 @@ def gate_grads(ctx: ImportanceContext, points: Sequence[Point], criterion: str,
     match the forward's) but recording no gate, so the gradients are those of the gates
     of the forward, in order.
     """
-    for inputs, targets in ctx.batches(criterion):
-        yield _batch_gate_grads(ctx, points, criterion, inputs, targets, layerwise)
+    for index, (inputs, targets) in enumerate(ctx.batches(criterion)):
+        yield _batch_gate_grads(ctx, points, criterion, inputs, targets, layerwise, index)
 
 
 def _batch_gate_grads(ctx: ImportanceContext, points: Sequence[Point], criterion: str,
-                      inputs: Any, targets: Any, layerwise: bool) -> Dict[int, torch.Tensor]:
+                      inputs: Any, targets: Any, layerwise: bool,
+                      index: int) -> Dict[int, torch.Tensor]:
     """One batch of :func:`gate_grads`."""
     gates: Dict[int, List[torch.Tensor]] = {}
     forward = True
@@ -215,7 +216,8 @@ def _batch_gate_grads(ctx: ImportanceContext, points: Sequence[Point], criterion
     blocks = checkpointed(ctx.model) if layerwise else nullcontext()
     # the backward runs in here too: a checkpointed block recomputes with the hooks and mode
     with _evaluating(ctx.model), torch.enable_grad(), _hooked(points, gate), blocks:
-        loss = ctx.loss(call_model(ctx.model, inputs), targets, criterion)
+        loss = ctx.loss(call_on_batch(ctx.model, inputs, f'importance {criterion!r}', index),
+                        targets, criterion)
         forward = False
         flat = [g for calls in gates.values() for g in calls]
         if not flat:
