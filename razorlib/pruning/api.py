@@ -1,5 +1,6 @@
 """``razorlib.prune``: trace, score, allocate to a budget and slim a model in one call."""
 import copy
+import difflib
 import inspect
 import warnings
 from typing import Any, Callable, Dict, List, Optional, Union
@@ -145,6 +146,7 @@ def slim_copy(model: nn.Module, example_inputs: Any, call: Dict[str, Any],
                                     'runtime', 'sensitivity')}
     data, loss_fn, hidden = call['data'], call['loss_fn'], call['hidden']
     budget_of(**budget)
+    _check_pruner_kwargs(call['pruner'], pruner_kwargs, caller)
     if data is not None:
         data = pair_batches(data, caller)
     budget = {k: v for k, v in budget.items() if v is not None}
@@ -173,6 +175,40 @@ def slim_copy(model: nn.Module, example_inputs: Any, call: Dict[str, Any],
     if data is not None:
         reestimate_bn_stats(slim, (inputs for inputs, _ in data))
     return slim
+
+
+def _init_keywords(cls: type) -> Optional[List[str]]:
+    """The keyword arguments ``cls()`` takes, following ``**kwargs`` up the bases whose
+    ``__init__`` passes them on (``ImportancePruner`` to ``StructurePruner``); None where
+    a constructor takes any keyword."""
+    names: List[str] = []
+    for base in cls.__mro__:
+        init = vars(base).get('__init__')
+        if init is None:
+            continue
+        parameters = list(inspect.signature(init).parameters.values())[1:]  # after self
+        names += [p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD,
+                                                           p.KEYWORD_ONLY)]
+        if not any(p.kind is p.VAR_KEYWORD for p in parameters):
+            return names
+    return None
+
+
+def _check_pruner_kwargs(pruner: Union[str, dict], pruner_kwargs: Dict[str, Any],
+                         caller: str) -> None:
+    """Refuse an extra argument the pruner does not take, with the closest name among
+    :func:`prune`'s and the pruner's (``fllops=0.5``: did you mean ``flops``?), instead
+    of the pruner constructor's bare ``TypeError``."""
+    kind = pruner if isinstance(pruner, str) else dict(pruner).get('type')
+    cls = PRUNERS.get(kind) if isinstance(kind, str) else kind
+    accepted = _init_keywords(cls) if isinstance(cls, type) else None
+    if accepted is None:
+        return
+    for key in pruner_kwargs:
+        if key not in accepted:
+            close = difflib.get_close_matches(key, list(PRUNE_DEFAULTS) + accepted, n=1)
+            raise TypeError(f'{caller}: unexpected argument {key!r}' +
+                            (f' (did you mean {close[0]!r}?)' if close else ''))
 
 
 def _pruner_cfg(pruner: Union[str, dict], budget: Dict[str, float], options: Dict[str, Any],

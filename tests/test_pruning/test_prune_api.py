@@ -186,3 +186,12 @@ def test_groups_a_criterion_cannot_score_are_kept_whole_with_a_warning():
         slim = razorlib.prune(model, X, ratio=0.5, importance='bn_scale')
     assert slim[0].out_channels == 8 and slim[2].out_channels == 4
     assert any('scores no channel of 0: kept whole' in str(w.message) for w in caught)
+
+
+def test_a_misspelled_argument_is_named_with_the_closest_one():
+    with pytest.raises(TypeError, match=r"^razorlib.prune: unexpected argument 'fllops' \(did "
+                       r"you mean 'flops'\?\)$"):
+        razorlib.prune(net(), X, fllops=0.5)
+    with pytest.raises(TypeError, match=r"unexpected argument 'excep_start_keys' \(did you "
+                       r"mean 'except_start_keys'\?\)"):
+        razorlib.prune(net(), X, excep_start_keys=['conv1'])
