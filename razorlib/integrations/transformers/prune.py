@@ -16,7 +16,7 @@ import torch.nn as nn
 from .config import is_hf_model, sync_config
 
 __all__ = ['prune', 'hidden_size_keys', 'with_hidden_size_keys', 'warn_if_hidden_pruned',
-           'uniform_subnet', 'describe_slim_config']
+           'warn_whole_attention', 'uniform_subnet', 'describe_slim_config']
 
 
 def hidden_size_keys(model: nn.Module) -> Tuple[str, ...]:
@@ -67,6 +67,48 @@ def warn_if_hidden_pruned(model: nn.Module, slim: nn.Module, caller: str,
                           'masked supernet does, not what the dense model does)', UserWarning,
                           stacklevel=stacklevel)
             return
+
+
+def warn_whole_attention(model: nn.Module, groups: Any, caller: str,
+                         stacklevel: int = 4) -> List[str]:
+    """Warn when attention modules (their class named ``...Attention``) come out whole:
+    none of their layers' output channels in a prunable group, for a reason other than
+    ``except_start_keys``.  A user of a language
+    model expects heads to go; where the trace freezes them (a fused projection sliced
+    at fixed offsets, Phi-3's ``qkv_proj``; a split with sizes of the code's own) only
+    the MLPs shrink, which the FLOPs would show but nothing said.  One warning names how
+    many, the first, and its reason; returns the names.
+
+    Example:
+        >>> from transformers import GPT2Config, GPT2LMHeadModel
+        >>> from razorlib.pruning import L1NormPruner
+        >>> gpt2 = GPT2LMHeadModel(GPT2Config(n_embd=16, n_layer=1, n_head=2, vocab_size=20,
+        ...                                   n_positions=8))
+        >>> pruner = L1NormPruner(except_start_keys=hidden_size_keys(gpt2))
+        >>> pruner.prepare_from_supernet(gpt2, {'input_ids': torch.zeros(1, 4).long()})
+        >>> warn_whole_attention(gpt2, pruner.groups, 'prune')  # its heads are prunable
+        []
+    """
+    group_of = {layer: group for group in groups.groups.values() for layer in group.layers}
+    whole = []
+    for name, module in model.named_modules():
+        inside = sorted(layer for layer in group_of if layer.startswith(f'{name}.'))
+        if not type(module).__name__.endswith('Attention') or \
+                any(group_of[layer].prunable for layer in inside):
+            continue
+        # a reason other than except_start_keys (the hidden size's, or the user's own)
+        why = next((f'{layer}: {reason}' for layer in inside
+                    for reason in group_of[layer].frozen_reasons
+                    if reason.kind != 'except-key'), None)
+        if why is not None:
+            whole.append((name, why))
+    if whole:
+        name, why = whole[0]
+        more = f' (and {len(whole) - 1} more)' if len(whole) > 1 else ''
+        warnings.warn(f'{caller}: the attention of {type(model).__name__} is left whole in '
+                      f'{len(whole)} module(s), {name}{more} ({why}); the rest is pruned',
+                      UserWarning, stacklevel=stacklevel)
+    return [name for name, _ in whole]
 
 
 def _layer_pattern(space_id: str) -> str:

@@ -1,0 +1,50 @@
+"""Attention the trace leaves whole is said: Phi-3's fused ``qkv_proj`` is sliced at fixed
+offsets and GPTBigCode's multi-query ``c_attn`` split by fixed sizes, so only their MLPs
+shrink; ``razorlib.prune`` warns once, naming the first attention and why."""
+import warnings
+
+import pytest
+import torch
+from hf_builders import VOCAB, build, token_inputs
+
+import razorlib
+
+transformers = pytest.importorskip('transformers')
+
+
+def _phi3():
+    torch.manual_seed(0)
+    return transformers.Phi3ForCausalLM(transformers.Phi3Config(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, vocab_size=VOCAB, pad_token_id=0)).eval()
+
+
+def _bigcode():
+    torch.manual_seed(0)
+    return transformers.GPTBigCodeForCausalLM(transformers.GPTBigCodeConfig(
+        n_embd=64, n_layer=2, n_head=4, vocab_size=VOCAB, multi_query=True,
+        bos_token_id=0, eos_token_id=0)).eval()
+
+
+@pytest.mark.parametrize('builder, first, why', [
+    (_phi3, 'model.layers.0.self_attn', r'model.layers.0.self_attn.qkv_proj: \[fixed\] '
+     r'SliceBackward0: slices channel dim 2 with fixed bounds'),
+    (_bigcode, 'transformer.h.0.attn', r'transformer.h.0.attn.c_attn: \[fixed\] '
+     r'SplitWithSizesBackward0: splits channels into parts of fixed sizes \[64, 16, 16\]')])
+def test_attention_left_whole_is_named_with_its_reason(builder, first, why):
+    model = builder()
+    with pytest.warns(UserWarning, match=rf'razorlib.prune: the attention of \w+ is left '
+                      rf'whole in 2 module\(s\), {first} \(and 1 more\) \({why}.*\); the rest '
+                      'is pruned') as record:
+        slim = razorlib.prune(model, token_inputs(), ratio=0.5)
+    assert any(w.filename == __file__ for w in record)
+    assert sum(p.numel() for p in slim.parameters()) < sum(p.numel() for p in model.parameters())
+
+
+def test_no_word_where_heads_prune_or_the_user_kept_them():
+    model, inputs = build('llama')
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', UserWarning)
+        razorlib.prune(model, inputs, ratio=0.5)
+        razorlib.prune(model, inputs, ratio=0.5, except_start_keys=[
+            f'model.layers.{i}.self_attn' for i in range(2)])
