@@ -163,8 +163,10 @@ def slim_copy(model: nn.Module, example_inputs: Any, call: Dict[str, Any],
     if not structure_pruner.strict:
         _warn_unpruned(structure_pruner.groups.strict_reasons())
     if hf:
-        from ..integrations.transformers.prune import warn_whole_attention
+        from ..integrations.transformers.prune import warn_if_hidden_kept, warn_whole_attention
         warn_whole_attention(model, structure_pruner.groups, caller)
+        if hidden:
+            warn_if_hidden_kept(model, structure_pruner.groups, caller)
     subnet = _choose_subnet(structure_pruner, budget, options, example_inputs, data, loss_fn)
     if reshape is not None:
         subnet = reshape(structure_pruner, subnet)

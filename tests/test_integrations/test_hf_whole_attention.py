@@ -1,6 +1,7 @@
-"""Attention the trace leaves whole is said: Phi-3's fused ``qkv_proj`` is sliced at fixed
+"""What the trace leaves whole is said: Phi-3's fused ``qkv_proj`` is sliced at fixed
 offsets and GPTBigCode's multi-query ``c_attn`` split by fixed sizes, so only their MLPs
-shrink; ``razorlib.prune`` warns once, naming the first attention and why."""
+shrink, and ``razorlib.prune`` warns once, naming the first attention and why; a hidden
+size that ``hidden=True`` cannot prune is named with its reason too."""
 import warnings
 
 import pytest
@@ -48,3 +49,16 @@ def test_no_word_where_heads_prune_or_the_user_kept_them():
         razorlib.prune(model, inputs, ratio=0.5)
         razorlib.prune(model, inputs, ratio=0.5, except_start_keys=[
             f'model.layers.{i}.self_attn' for i in range(2)])
+
+
+def test_hidden_true_that_prunes_no_hidden_size_says_why():
+    model, inputs = build('bert')  # a headless encoder: the hidden states are its output
+    with pytest.warns(UserWarning, match=r'razorlib.prune\(hidden=True\) prunes no hidden size '
+                      r'of BertModel \(\[output\] .*channels of a model output.*\); the rest is '
+                      'pruned'):
+        razorlib.prune(model, inputs, ratio=0.5, hidden=True)
+    model, inputs = build('gpt2')
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter('always')
+        razorlib.prune(model, inputs, ratio=0.5, hidden=True)
+    assert not [w for w in record if 'prunes no hidden size' in str(w.message)]

@@ -16,7 +16,7 @@ import torch.nn as nn
 from .config import is_hf_model, sync_config
 
 __all__ = ['prune', 'hidden_size_keys', 'with_hidden_size_keys', 'warn_if_hidden_pruned',
-           'warn_whole_attention', 'uniform_subnet', 'describe_slim_config']
+           'warn_if_hidden_kept', 'warn_whole_attention', 'uniform_subnet', 'describe_slim_config']
 
 
 def hidden_size_keys(model: nn.Module) -> Tuple[str, ...]:
@@ -67,6 +67,24 @@ def warn_if_hidden_pruned(model: nn.Module, slim: nn.Module, caller: str,
                           'masked supernet does, not what the dense model does)', UserWarning,
                           stacklevel=stacklevel)
             return
+
+
+def warn_if_hidden_kept(model: nn.Module, groups: Any, caller: str,
+                        stacklevel: int = 4) -> bool:
+    """Under ``hidden=True``: warn when the input embeddings' channels (the hidden size)
+    are in no prunable group, naming the reason (a headless encoder returns the hidden
+    states: ``channels of a model output``), since the option then changes nothing;
+    returns whether it warned."""
+    keys = hidden_size_keys(model)
+    for group in groups.groups.values():
+        if group.prunable or not any(layer in keys for layer in group.layers):
+            continue
+        reason = f' ({group.frozen_reasons[0]})' if group.frozen_reasons else ''
+        warnings.warn(f'{caller}(hidden=True) prunes no hidden size of '
+                      f'{type(model).__name__}{reason}; the rest is pruned', UserWarning,
+                      stacklevel=stacklevel)
+        return True
+    return False
 
 
 def warn_whole_attention(model: nn.Module, groups: Any, caller: str,
