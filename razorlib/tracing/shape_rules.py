@@ -173,7 +173,7 @@ def expand(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
     split = x.split and x.split.moved({d: d + offset for d in x.split.dims})
     repeats = {d + offset: r for d, r in x.repeats.items()}
     expanded = [d + offset for d, size in enumerate(x.shape)
-                if size == 1 and out_shape[d + offset] > 1]
+                if size == 1 and out_shape[d + offset] > 1 and d not in x.slots]
     if expanded and len(x.slots) <= 1 and split is None:
         head = heads.head_slot(ctx, node, x)
         repeats.update({d: np.full(out_shape[d], head) for d in expanded})
