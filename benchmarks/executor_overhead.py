@@ -6,7 +6,11 @@ in eval mode under ``torch.no_grad()``.  BatchNorm statistics are random, so tha
 relative error of the executor's output (also printed) means something.  Eager and
 executor runs alternate so that load from other processes hits both alike; times are
 medians of ``--repeat`` runs after a warm-up, *ratio* is executor / eager of the medians
-and *best* of the fastest runs (the least disturbed by other load).  The *loop* column
+and *best* of the fastest runs (the least disturbed by other load).  The exported graph
+has BatchNorm folded into the convolutions, the eager module has not: *folded ms* is
+eager PyTorch running the same module with its BatchNorms folded too
+(``torch.fx.experimental.optimization.fuse``), timed in the same alternation, and
+*ratio folded* executor / that, the executor's overhead alone.  The *loop* column
 is the interpreter alone: the executor with every kernel replaced by a lookup of its
 recorded outputs (gathering inputs, checking hooks, freeing intermediates).
 
@@ -23,6 +27,8 @@ import time
 from typing import Callable, Dict, List
 
 import torch
+
+from torch.fx.experimental.optimization import fuse
 
 from razorlib.ir import Operation, TorchExecutor, from_torch
 from razorlib.models import MobileNetV2, ResNet
@@ -75,13 +81,15 @@ def measure(name: str, batch: int, size: int, repeat: int, device: str) -> str:
     start = time.perf_counter()
     graph = from_torch(model, x)
     export_s = time.perf_counter() - start
-    model, x = model.to(device), x.to(device)
+    folded = fuse(model)  # a copy, BatchNorm folded into the convolutions as in the graph
+    model, folded, x = model.to(device), folded.to(device), x.to(device)
     executor = TorchExecutor(graph, device)
     loop = LoopOnly(executor, x)
     with torch.no_grad():
         expected = model(x)
     error = ((executor(x)[0] - expected).abs().max() / expected.abs().max()).item()
-    runs = {'eager': lambda: model(x), 'executor': lambda: executor(x), 'loop': lambda: loop(x)}
+    runs = {'eager': lambda: model(x), 'executor': lambda: executor(x), 'loop': lambda: loop(x),
+            'folded': lambda: folded(x)}
     with torch.no_grad():
         for run in runs.values():  # warm-up
             run()
@@ -89,11 +97,12 @@ def measure(name: str, batch: int, size: int, repeat: int, device: str) -> str:
         for _ in range(repeat):
             for key, run in runs.items():
                 times[key].append(timed(run, device))
-    eager, ours, loop_s = (statistics.median(times[key]) for key in runs)
+    eager, ours, loop_s, folded_s = (statistics.median(times[key])
+                                     for key in ('eager', 'executor', 'loop', 'folded'))
     best = min(times['executor']) / min(times['eager'])
     return (f'{name:<12}{len(graph.operations):>5}{export_s:>9.1f}{1000 * eager:>10.1f}'
             f'{1000 * ours:>12.1f}{ours / eager:>8.2f}{best:>7.2f}{1000 * loop_s:>9.2f}'
-            f'{error:>11.1e}')
+            f'{error:>11.1e}{1000 * folded_s:>11.1f}{ours / folded_s:>14.2f}')
 
 
 def main() -> None:
@@ -109,7 +118,8 @@ def main() -> None:
     print(f'input {args.batch}x3x{args.size}x{args.size}, median of {args.repeat} '
           'alternating runs\n')
     header = (f"{'model':<12}{'ops':>5}{'export s':>9}{'eager ms':>10}{'executor ms':>12}"
-              f"{'ratio':>8}{'best':>7}{'loop ms':>9}{'rel. err':>11}")
+              f"{'ratio':>8}{'best':>7}{'loop ms':>9}{'rel. err':>11}{'folded ms':>11}"
+              f"{'ratio folded':>14}")
     print(header)
     print('-' * len(header))
     for name in MODELS:

@@ -20,7 +20,8 @@ CUDA events after a warm-up, each in three ways:
   BatchNorm into its conv), then captured in a CUDA graph: the form a deployment runs;
 - ``compiled`` (not in the default ``--modes``: minutes of compiling per row):
   ``torch.compile`` with inductor's freezing (BatchNorm folded, activations and adds fused
-  into Triton kernels), then captured in a CUDA graph.
+  into Triton kernels), static shapes (``dynamic=False``, dynamo reset before each
+  compile), then captured in a CUDA graph.
 
 Then, where TensorRT is installed (``razorlib[tensorrt]``), each slim model quantized by
 ``quantize_torch_model`` (TRT_INT8), exported to QDQ ONNX and built into an INT8 engine by
@@ -101,9 +102,13 @@ def torch_runner(model: torch.nn.Module, dtype: torch.dtype, batch: int,
         with torch.no_grad():
             net = torch.jit.freeze(torch.jit.trace(net, images))
     elif mode == 'compiled':
+        import torch._dynamo
         import torch._inductor.config as inductor
         inductor.freezing = True
-        net = torch.compile(net)
+        # dynamo's cache outlives a compile: without the reset, the second batch size of
+        # the same model class recompiles with a dynamic batch dimension
+        torch._dynamo.reset()
+        net = torch.compile(net, dynamic=False)
 
     def run():
         with torch.no_grad():
@@ -196,7 +201,8 @@ def main(argv=None) -> int:
             for key, model in models.items():
                 if trt and key != 'dense':
                     ms = measure(lambda: trt_int8_runner(model, batch), args.iters)
-                    base = times['dense', 'FP16'][modes[-1]]
+                    # the dense FP16 row exists only when FP16 is among --precisions
+                    base = times.get(('dense', 'FP16'), {}).get(modes[-1])
                     versus = (f'{ms / base:.2f}x dense FP16 {modes[-1]}'
                               if isinstance(ms, float) and isinstance(base, float) else '')
                     print(f'| {name} | {key} INT8 (TensorRT engine) | {batch} | '

@@ -9,7 +9,14 @@ mean and standard deviation next to the searched subnet's.  Wall times are print
 for the SPOS pipeline (supernet, search, retraining the searched subnet) and in all.
 
     OMP_NUM_THREADS=1 python benchmarks/nas_spos.py [--random 10] [--seeds 0] \
-        [--search-options search_cfg.score_key=accuracy/nll ...]
+        [--search-options search_cfg.score_key=accuracy/nll ...] \
+        [--random-from work_dirs/nas_spos_benchmark/nas_spos.json] [--overwrite]
+
+``--random-from`` takes the random subnets' results from an earlier run's json (trained
+with the same seeds and schedule) instead of training ``--random`` new ones, so a second
+search (e.g. loss-ranked) is judged against the same random subnets.  The results go to
+``<work-dir>/nas_spos.json``; if that file exists, the run stops before training anything
+unless ``--overwrite`` is given.
 """
 import argparse
 import importlib.util
@@ -70,22 +77,49 @@ def summary(values: Sequence[float]) -> str:
     return f'{statistics.mean(values):.2f} ± {spread:.2f}'
 
 
-def main() -> None:
+def load_randoms(path: Path, seeds: List[int], budget: float) -> List[Dict]:
+    """The random subnets' results of an earlier run's json; they must have been trained
+    with ``seeds`` under ``budget`` to be comparable."""
+    earlier = json.loads(path.read_text())
+    if earlier['seeds'] != seeds or earlier['budget_flops'] != budget:
+        raise SystemExit(f'{path}: seeds {earlier["seeds"]} and budget '
+                         f'{earlier["budget_flops"]} differ from this run\'s {seeds} and '
+                         f'{budget}')
+    if not earlier['random']:
+        raise SystemExit(f'{path} has no random subnets (a --random 0 run)')
+    return earlier['random']
+
+
+def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--work-dir', default='work_dirs/nas_spos_benchmark')
-    parser.add_argument('--random', type=int, default=10, help='random subnets to train')
+    parser.add_argument('--random', type=int, default=10,
+                        help='random subnets to train (ignored with --random-from)')
+    parser.add_argument('--random-from', type=Path, metavar='JSON',
+                        help="an earlier run's nas_spos.json: reuse its random subnets' "
+                        'results (same --seeds and FLOPs budget) instead of training new ones')
+    parser.add_argument('--overwrite', action='store_true',
+                        help='replace an existing <work-dir>/nas_spos.json (without it the '
+                        'run refuses to start)')
     parser.add_argument('--seeds', type=int, nargs='+', default=[0],
                         help='training seeds of every subnet (each result is their mean)')
     parser.add_argument('--search-options', nargs='+', default=[], metavar='KEY=VALUE',
                         help="tools/search.py --cfg-options, e.g. a loss-ranked search: "
                         'search_cfg.score_key=accuracy/nll search_cfg.score_rule=less '
                         'val_evaluator.nll=True')
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     work = Path(args.work_dir)
+    output = work / 'nas_spos.json'
+    if output.exists() and not args.overwrite:
+        parser.error(f'{output} exists: pass --overwrite to replace it, or another --work-dir')
+    search_cfg = CONFIGS / 'spos_shufflenet_digits_search.py'
+    budget = Config.fromfile(str(search_cfg)).search_cfg.constraints['flops']
+    # read (and checked) before anything trains, and before this run may replace the file
+    reused = None if args.random_from is None else load_randoms(args.random_from, args.seeds,
+                                                                budget)
     start = time.perf_counter()
     assert tool('train').main([str(CONFIGS / 'spos_shufflenet_digits_supernet.py'),
                                '--work-dir', str(work / 'supernet')]) == 0
-    search_cfg = CONFIGS / 'spos_shufflenet_digits_search.py'
     assert tool('search').main([str(search_cfg), str(work / 'supernet' / 'epoch_20.pth'),
                                 '--work-dir', str(work / 'search'), '--overwrite',
                                 *(['--cfg-options', *args.search_options]
@@ -97,9 +131,9 @@ def main() -> None:
                 for s in args.seeds]
     pipeline = time.perf_counter() - start
     retrain = time.perf_counter() - searched_at
-    budget = Config.fromfile(str(search_cfg)).search_cfg.constraints['flops']
-    randoms = []
-    for index, subnet in enumerate(random_subnets(args.random, budget, seed=2024)):
+    randoms = reused or []
+    for index, subnet in enumerate([] if reused else
+                                   random_subnets(args.random, budget, seed=2024)):
         path = work / 'random' / f'subnet{index}.yaml'
         FixedSubnet(subnet).dump(path)
         scores = [train_and_test(path, work / 'random' / f'subnet{index}_seed{s}', s)[top1]
@@ -109,16 +143,21 @@ def main() -> None:
     mean = statistics.mean(random_top1)
     std = statistics.stdev(random_top1) if len(random_top1) > 1 else 0.0
     result = dict(
-        budget_flops=budget, seeds=args.seeds, search_options=args.search_options, searched_subnet=FixedSubnet.load(best).choices,
+        budget_flops=budget, seeds=args.seeds, search_options=args.search_options,
+        searched_subnet=FixedSubnet.load(best).choices,
         searched_test_top1=statistics.mean(searched), searched_runs=searched,
-        random=randoms, random_mean=mean, random_std=std,
-        target_met=statistics.mean(searched) >= mean + std,
+        random=randoms, random_from=None if args.random_from is None else str(args.random_from),
+        random_mean=mean, random_std=std,
+        # None: no random subnets to judge against (--random 0 without --random-from)
+        target_met=statistics.mean(searched) >= mean + std if randoms else None,
         pipeline_seconds=round(pipeline, 1), searched_retrain_seconds=round(retrain, 1),
         total_seconds=round(time.perf_counter() - start, 1), threads=torch.get_num_threads())
-    (work / 'nas_spos.json').write_text(json.dumps(result, indent=1))
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(result, indent=1))
     print(f'FLOPs budget {budget:.3g}; test top-1 (seeds {args.seeds}):')
     print(f'| searched (SPOS + evolution) | {summary(searched)} |')
-    print(f'| {len(randoms)} random subnets | {mean:.2f} ± {std:.2f} '
+    source = f' (from {args.random_from})' if args.random_from else ''
+    print(f'| {len(randoms)} random subnets{source} | {mean:.2f} ± {std:.2f} '
           f'(min {min(random_top1):.2f}, max {max(random_top1):.2f}) |')
     print(f'target (searched >= random mean + 1 std): {result["target_met"]}')
     print(f'SPOS pipeline {pipeline:.0f} s (retraining {retrain:.0f} s), '

@@ -1,30 +1,39 @@
 """razorlib's PTQ passes and QAT vs onnxruntime's ``quantize_static``, on digits.
 
     python benchmarks/ptq_passes.py [--epochs 15] [--calib-batches 8] [--threads 1]
+                                    [--score-split val|test] [--test-ratio 0.2]
+                                    [--ort-like-trt]
 
 The models and their training are those of ``benchmarks/ptq_vs_ort.py`` (imported from
 it): the digits PlainCNN supernet, its two L1-pruned subnets, a 16-wide ResNet-18 and a
 MobileNetV2 x0.5, trained on the train split of the digits' three-way split
 (``--test-ratio 0.2``: 1,077 train / 360 val / 360 test images) and scored on its test
 split, which none of this benchmark's choices has seen (the pass list was chosen by runs
-scored on the validation split).  Calibration reads training images.  Each model is
+scored on the validation split: ``--score-split val``).  With ``--test-ratio 0`` the
+models train on the two-way split of ``ptq_vs_ort.py`` (1,437 train / 360 val) and are
+scored on its validation split (there is no test split).  Calibration reads training
+images.  Each model is
 quantized for TRT_INT8 (symmetric int8, per-channel weights, ``mse`` activations) by
 razorlib
 
 - as calibrated (``baseline``);
 - with the passes: ``LayerwiseEqualization``, ``ClipEqualization``, ``AdaRound`` and
   ``BiasCorrection`` (``passes``);
-- with those and ``MixedPrecision`` targeting onnxruntime's best SNR + ``--margin`` dB on
-  the calibration batches (``+ mixed``: how many layers stay in floating point);
+- with those and ``MixedPrecision`` targeting onnxruntime's best SNR on the calibration
+  batches + ``--margin`` dB (``+ mixed``: how many layers stay in floating point); the
+  target and the SNR it is compared with are both measured on the calibration batches
+  (training images), so the scored split decides nothing here;
 - by QAT: the ``baseline`` graph trained ``--qat-epochs`` epochs with LSQ
   (:class:`~razorlib.quantization.LSQGraph`, Adam, the training images with
   ``ptq_vs_ort.train``'s one-pixel shifts) on the labels (``QAT``), and the same with the
   FP32 model's logits as targets (``QAT+KD``: distillation at ``--qat-kd-temperature``,
   plus ``--qat-kd-label-weight`` times the labels' cross-entropy);
 
-and by onnxruntime's ``quantize_static`` with each calibration method (its best is the
-reference).  Every INT8 model is exported to QDQ ONNX and run by onnxruntime on the 360
-test images: logits SNR against FP32 (dB), top-1 and top-1 agreement with FP32.
+and by onnxruntime's ``quantize_static`` with each calibration method (its best on the
+scored images is the reference; ``--ort-like-trt``: with ``ptq_vs_ort.trt_like_options``,
+rounding where TensorRT does, instead of its defaults).  Every INT8 model is exported to
+QDQ ONNX and run by onnxruntime on the 360 scored images: logits SNR against FP32 (dB),
+top-1 and top-1 agreement with FP32.
 Targets: razorlib with the passes at or above onnxruntime's best + 3 dB on every model;
 QAT top-1 within 0.1 points of FP32.
 """
@@ -49,7 +58,7 @@ from razorlib.algorithms.qat import distill_options, qat_losses  # noqa: E402
 from razorlib.ir import from_torch, to_onnx  # noqa: E402
 from razorlib.models import ImageClassifier  # noqa: E402
 from razorlib.quantization import (LSQGraph, MixedPrecision, export_graph,  # noqa: E402
-                                   quantize_torch_model)
+                                   quantize_torch_model, snr_db)
 
 PASSES = ['LayerwiseEqualization', 'ClipEqualization', 'AdaRound', 'BiasCorrection']
 
@@ -95,16 +104,23 @@ def train_qat(graph, images, labels, epochs: int, lr: float, teacher=None,
 def compare(model, calibration, held, held_labels, images, labels, args) -> Dict[str, dict]:
     fp32 = base.in_batches(model, held)
     results = {'FP32': base.scores(fp32, fp32, held_labels)}
+    calib = torch.cat(calibration)
+    calib_fp32 = base.in_batches(model, calib)
     with tempfile.TemporaryDirectory() as folder:
         folder = Path(folder)
         fp32_path = folder / 'fp32.onnx'
         to_onnx(from_torch(model, calibration[0]), fp32_path)
         for method in args.ort_methods:
             with contextlib.redirect_stdout(io.StringIO()):
-                int8 = base.quantize_with_onnxruntime(fp32_path, calibration, method, folder)
-            results[f'ORT {method}'] = base.scores(
-                base.in_batches(base.onnxruntime_runner(int8), held), fp32, held_labels)
-        best = max(results[f'ORT {m}']['snr'] for m in args.ort_methods)
+                int8 = base.quantize_with_onnxruntime(fp32_path, calibration, method, folder,
+                                                      args.ort_like_trt)
+            runner = base.onnxruntime_runner(int8)
+            key = base.ort_label(method, args.ort_like_trt)
+            results[key] = base.scores(base.in_batches(runner, held), fp32, held_labels)
+            # MixedPrecision measures razorlib on the calibration batches: so is its target
+            results[key]['calib_snr'] = snr_db(calib_fp32, base.in_batches(runner, calib))
+        best = max(results[base.ort_label(m, args.ort_like_trt)]['calib_snr']
+                   for m in args.ort_methods)
         adaround = dict(type='AdaRound', steps=args.adaround_steps)
         passes = [adaround if name == 'AdaRound' else name for name in PASSES]
         mixed = dict(type='MixedPrecision', target_snr_db=best + args.margin)
@@ -121,6 +137,7 @@ def compare(model, calibration, held, held_labels, images, labels, args) -> Dict
                                          held_labels)
         results['+ mixed']['float'] = len(graph.extension_attrib['mixed_precision']
                                           ['float_layers'])
+        results['+ mixed']['target'] = mixed['target_snr_db']
         for name, teacher in (('QAT', None), ('QAT+KD', model.eval())):
             torch.manual_seed(0)  # the same batches and shifts for both
             start = baseline.copy(copy_value=True)  # LSQGraph takes its graph over
@@ -132,28 +149,33 @@ def compare(model, calibration, held, held_labels, images, labels, args) -> Dict
     return results
 
 
-def tables(rows: Dict[str, Dict[str, dict]], methods: List[str], margin: float) -> str:
+def tables(rows: Dict[str, Dict[str, dict]], methods: List[str], margin: float,
+           like_trt: bool = False) -> str:
     tools = ['baseline', 'passes', '+ mixed', 'QAT', 'QAT+KD']
+    methods = [base.ort_label(m, like_trt) for m in methods]
     header = (['model', 'best ORT SNR dB'] + [f'razorlib {t} SNR dB' for t in tools[:3]]
-              + ['passes - best ORT dB', 'float layers (+ mixed)'])
+              + ['passes - best ORT dB', 'float layers (+ mixed)',
+                 'mixed target dB (calibration)'])
     lines = ['| ' + ' | '.join(header) + ' |', '|---|' + '---:|' * (len(header) - 1)]
     for model, r in rows.items():
-        best = max(r[f'ORT {m}']['snr'] for m in methods)
+        best = max(r[m]['snr'] for m in methods)
         lines.append('| ' + ' | '.join(
             [model, f'{best:.2f}'] + [f"{r[t]['snr']:.2f}" for t in tools[:3]]
-            + [f"{r['passes']['snr'] - best:+.2f}", str(r['+ mixed']['float'])]) + ' |')
+            + [f"{r['passes']['snr'] - best:+.2f}", str(r['+ mixed']['float']),
+               f"{r['+ mixed']['target']:.2f}"]) + ' |')
     header = (['model', 'FP32 top-1', 'best ORT top-1 / agree']
               + [f'razorlib {t} top-1 / agree' for t in tools]
               + ['QAT - FP32', 'QAT+KD - FP32'])
     lines += ['', '| ' + ' | '.join(header) + ' |', '|---|' + '---:|' * (len(header) - 1)]
     for model, r in rows.items():
-        best = max((f'ORT {m}' for m in methods), key=lambda key: r[key]['snr'])
+        best = max(methods, key=lambda key: r[key]['snr'])
         cells = [f"{r[t]['top1']:.2f} / {r[t]['agree']:.2f}" for t in [best] + tools]
         gaps = [f"{r[t]['top1'] - r['FP32']['top1']:+.2f}" for t in ('QAT', 'QAT+KD')]
         lines.append('| ' + ' | '.join([model, f"{r['FP32']['top1']:.2f}"] + cells + gaps)
                      + ' |')
-    lines.append(f'\n(+ mixed: MixedPrecision to the best ORT SNR + {margin} dB, measured on '
-                 'the calibration batches)')
+    lines.append(f'\n(+ mixed: MixedPrecision to the best ORT SNR on the calibration batches '
+                 f'+ {margin} dB, razorlib measured on the same batches; onnxruntime options: '
+                 f'{"like-TRT" if like_trt else "defaults"})')
     return '\n'.join(lines)
 
 
@@ -167,7 +189,8 @@ def main(argv=None) -> None:
                         default=['MinMax', 'Entropy', 'Percentile', 'Distribution'])
     parser.add_argument('--adaround-steps', type=int, default=500)
     parser.add_argument('--margin', type=float, default=3.5,
-                        help='MixedPrecision target over the best ORT SNR, dB')
+                        help='MixedPrecision target over the best ORT SNR on the calibration '
+                        'batches, dB')
     parser.add_argument('--qat-epochs', type=int, default=3)
     parser.add_argument('--qat-lr', type=float, default=1e-4)
     parser.add_argument('--qat-kd-temperature', type=float, default=1.0,
@@ -177,12 +200,25 @@ def main(argv=None) -> None:
     parser.add_argument('--models', nargs='+', help='a subset of the model names')
     parser.add_argument('--threads', type=int, default=1)
     parser.add_argument('--test-ratio', type=float, default=0.2,
-                        help='train on the three-way split and score on its test split '
-                        '(0: the two-way split of ptq_vs_ort.py, scored on its validation split)')
+                        help='train on the three-way split with this test fraction (0: the '
+                        'two-way split of ptq_vs_ort.py, which has no test split: scored on '
+                        'its validation split)')
+    parser.add_argument('--score-split', choices=['val', 'test'],
+                        help="the split scored: 'test' (the default with --test-ratio > 0) or "
+                        "'val' (for choosing passes or options; the default, and the only "
+                        'choice, with --test-ratio 0)')
+    parser.add_argument('--ort-like-trt', action='store_true',
+                        help="quantize with onnxruntime rounding where TensorRT does "
+                        "(ptq_vs_ort.trt_like_options) instead of quantize_static's defaults "
+                        '(the recorded runs)')
     args = parser.parse_args(argv)
+    if args.score_split is None:
+        args.score_split = 'test' if args.test_ratio else 'val'
+    if args.score_split == 'test' and not args.test_ratio:
+        parser.error('--score-split test needs --test-ratio > 0 (0 has no test split)')
     torch.set_num_threads(args.threads)
     images, labels = base.digits('train', args.test_ratio)
-    held, held_labels = base.digits('test' if args.test_ratio else 'held', args.test_ratio)
+    held, held_labels = base.digits(args.score_split, args.test_ratio)
     order = torch.randperm(len(images), generator=torch.Generator().manual_seed(0))
     calibration = [b for b in list(images[order].split(base.BATCH))[:args.calib_batches]
                    if len(b) == base.BATCH]
@@ -208,10 +244,11 @@ def main(argv=None) -> None:
         subnet = base.train(subnet, images, labels, args.finetune_epochs, 1e-3)
         rows[name] = compare(subnet, calibration, held, held_labels, images, labels, args)
         print(f'{name}: done', flush=True)
-    print(tables(rows, args.ort_methods, args.margin))
-    split = 'test' if args.test_ratio else 'validation'
-    print(f'calibration: {len(calibration)} batches of {base.BATCH}; scored on {len(held)} '
-          f'{split} images; torch {torch.__version__}, onnxruntime {ort.__version__}')
+    print(tables(rows, args.ort_methods, args.margin, args.ort_like_trt))
+    split = {'test': 'test', 'val': 'validation'}[args.score_split]
+    print(f'calibration: {len(calibration)} batches of {base.BATCH}; trained on {len(images)} '
+          f'images (test ratio {args.test_ratio:g}), scored on {len(held)} {split} images; '
+          f'torch {torch.__version__}, onnxruntime {ort.__version__}')
 
 
 if __name__ == '__main__':

@@ -15,6 +15,11 @@ quantized from the same calibration batches (the first ``--calib-batches`` batch
 - onnxruntime: ``quantize_static`` (QDQ, per-channel, symmetric int8 activations and
   weights) of the FP32 ONNX model, calibrated by each of ``--ort-methods`` (default all
   four: MinMax, Entropy, Percentile, Distribution, with onnxruntime's default options).
+  onnxruntime's defaults round more tensors than razorlib's TRT_INT8 does (each Conv's
+  output before its ReLU / Clip, a residual Add's inputs and sum, the classifier head's
+  Gemm); ``--ort-like-trt`` quantizes with :func:`trt_like_options` instead, which rounds
+  where TensorRT does (columns ``ORT <method> like-TRT``).  The recorded runs used the
+  defaults.
 
 Every INT8 model runs in onnxruntime on the 360 validation images.  The first table
 gives the SNR of the logits against FP32 (dB) and, last, each razorlib observer's margin
@@ -105,17 +110,67 @@ class Batches(CalibrationDataReader):
         return next(self.feeds, None)
 
 
+# Beyond razorlib's TRT_INT8 rounding points, quantize_static's defaults (onnxruntime 1.32,
+# symmetric activations) also round each Conv's output before its ReLU / Clip, a residual
+# Add's inputs and its sum, and the head (the Gemm's input, weights and output):
+# ``--ort-like-trt`` (trt_like_options) leaves those in FP32.
+POOLS = ('ReduceMean', 'GlobalAveragePool')
+
+
+def trt_like_options(fp32: Path) -> dict:
+    """``quantize_static`` keyword arguments that round where razorlib's TRT_INT8 does.
+
+    - ``nodes_to_exclude``: every ``Gemm`` (the head stays in FP32: the global average pool
+      is no TensorRT int8 op) and every ``Add`` fed by a ``Conv`` that only it reads (the
+      residual Adds of ``FuseResidualAdds``: the Add neither rounds its inputs nor its sum);
+    - ``OpTypesToExcludeOutputQuantization``: ``Conv`` (and the pools), so a convolution's
+      output is rounded only where a quantized op reads it: after its ReLU / Clip (which is
+      then left unquantized, as TensorRT fuses it), or as the next convolution's input;
+    - ``op_types_to_quantize``: onnxruntime's defaults plus ``ReduceMean``, so the pool's
+      input is rounded as razorlib rounds it, and its output is not.
+
+    Not reachable with these options (a quantizer option acts per op type or per node, not
+    per tensor): a Conv output read only by a residual Add whose other input is a Conv too
+    (ResNet's downsampling shortcut) stays FP32 here, where razorlib rounds one of the two.
+    """
+    import onnx
+    from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
+    graph = onnx.load(str(fp32)).graph
+    readers: Dict[str, int] = {}
+    for node in graph.node:
+        for name in node.input:
+            readers[name] = readers.get(name, 0) + 1
+    convs = {output for node in graph.node if node.op_type == 'Conv' for output in node.output}
+    exclude = [node.name for node in graph.node
+               if node.op_type == 'Gemm' or node.op_type == 'Add' and any(
+                   name in convs and readers[name] == 1 for name in node.input)]
+    return dict(nodes_to_exclude=exclude,
+                op_types_to_quantize=sorted(set(QLinearOpsRegistry) | set(QDQRegistry)
+                                            | {'ReduceMean'}),
+                extra_options={'OpTypesToExcludeOutputQuantization': ['Conv', *POOLS]})
+
+
 def quantize_with_onnxruntime(fp32: Path, calibration: List[torch.Tensor], method: str,
-                              folder: Path) -> Path:
-    """``quantize_static`` of the FP32 model, calibrated by ``method`` (its defaults)."""
-    int8 = folder / f'ort_{method}.onnx'
+                              folder: Path, like_trt: bool = False) -> Path:
+    """``quantize_static`` of the FP32 model, calibrated by ``method`` (its defaults; with
+    ``like_trt``, :func:`trt_like_options`)."""
+    int8 = folder / f'ort_{method}{"_like_trt" if like_trt else ""}.onnx'
     name = ort.InferenceSession(str(fp32), providers=['CPUExecutionProvider']).get_inputs()[0].name
+    options = trt_like_options(fp32) if like_trt else dict(extra_options={})
     quantize_static(fp32, int8, Batches(name, calibration), quant_format=QuantFormat.QDQ,
                     per_channel=True, activation_type=QuantType.QInt8,
                     weight_type=QuantType.QInt8,
                     calibrate_method=getattr(CalibrationMethod, method),
-                    extra_options={'ActivationSymmetric': True, 'WeightSymmetric': True})
+                    nodes_to_exclude=options.get('nodes_to_exclude'),
+                    op_types_to_quantize=options.get('op_types_to_quantize'),
+                    extra_options={'ActivationSymmetric': True, 'WeightSymmetric': True,
+                                   **options['extra_options']})
     return int8
+
+
+def ort_label(method: str, like_trt: bool = False) -> str:
+    """The results' key (and table column) of onnxruntime calibrated by ``method``."""
+    return f'ORT {method}{" like-TRT" if like_trt else ""}'
 
 
 def scores(logits: torch.Tensor, fp32: torch.Tensor, labels: torch.Tensor) -> Dict[str, float]:
@@ -126,7 +181,7 @@ def scores(logits: torch.Tensor, fp32: torch.Tensor, labels: torch.Tensor) -> Di
 
 def compare(model: nn.Module, calibration: List[torch.Tensor], val: torch.Tensor,
             labels: torch.Tensor, observers: List[str],
-            ort_methods: List[str]) -> Dict[str, Dict[str, float]]:
+            ort_methods: List[str], like_trt: bool = False) -> Dict[str, Dict[str, float]]:
     """Scores of FP32, razorlib per observer and onnxruntime per calibration method."""
     fp32 = in_batches(model, val)
     results = {'FP32': scores(fp32, fp32, labels)}
@@ -143,9 +198,10 @@ def compare(model: nn.Module, calibration: List[torch.Tensor], val: torch.Tensor
         to_onnx(from_torch(model, calibration[0]), fp32_path)
         for method in ort_methods:
             with contextlib.redirect_stdout(io.StringIO()):  # its progress lines
-                int8 = quantize_with_onnxruntime(fp32_path, calibration, method, folder)
+                int8 = quantize_with_onnxruntime(fp32_path, calibration, method, folder,
+                                                 like_trt)
             theirs = in_batches(onnxruntime_runner(int8), val)
-            results[f'ORT {method}'] = scores(theirs, fp32, labels)
+            results[ort_label(method, like_trt)] = scores(theirs, fp32, labels)
     return results
 
 
@@ -186,6 +242,11 @@ def main(argv=None) -> None:
                         help="onnxruntime's calibration methods, one column each")
     parser.add_argument('--threads', type=int, default=1,
                         help='torch threads (small images: 1 is fastest on shared cores)')
+    parser.add_argument('--ort-like-trt', action='store_true',
+                        help="quantize with onnxruntime rounding where TensorRT does (head "
+                        "Gemm in FP32, conv+relu and conv+add+relu rounded once: "
+                        "trt_like_options) instead of quantize_static's defaults (the "
+                        "recorded runs)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     images, labels = digits('train')
@@ -202,7 +263,7 @@ def main(argv=None) -> None:
         model = train(ImageClassifier(backbone, dict(type='LinearClsHead', num_classes=10)),
                       images, labels, args.epochs, 3e-3)
         rows[name] = compare(model, calibration, val, val_labels, args.observers,
-                             args.ort_methods)
+                             args.ort_methods, args.ort_like_trt)
         print(f'{name}: trained and compared in {time.perf_counter() - start:.0f} s', flush=True)
         if name.startswith('PlainCNN'):
             supernet = model
@@ -211,11 +272,12 @@ def main(argv=None) -> None:
         subnet = razorlib.prune(copy.deepcopy(supernet), calibration[0][:1], ratio=ratio)
         subnet = train(subnet, images, labels, args.finetune_epochs, 1e-3)
         rows[name] = compare(subnet, calibration, val, val_labels, args.observers,
-                             args.ort_methods)
+                             args.ort_methods, args.ort_like_trt)
 
     print(tables(rows))
     print(f'calibration: {len(calibration)} batches of {BATCH}; validation: {len(val)} images; '
-          f'torch {torch.__version__}, onnxruntime {ort.__version__}, numpy {np.__version__}')
+          f'torch {torch.__version__}, onnxruntime {ort.__version__}, numpy {np.__version__}; '
+          f'onnxruntime options: {"like-TRT" if args.ort_like_trt else "defaults"}')
 
 
 if __name__ == '__main__':
