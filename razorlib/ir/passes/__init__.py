@@ -7,18 +7,19 @@ requirements before and ``graph.check()`` after.  Every pass is registered in
 :class:`PassManager` (or a config) lists them as names or dicts.  After every pass the
 graph computes what it computed before.
 
-=====================  ===================  ==================================================
-class                  alias                rewrite
-=====================  ===================  ==================================================
-``FormatConstant``     ``format_constant``  Constant operations become parameters
-``FormatParameter``    ``format_parameter`` one copy of a shared parameter per reader
-``FuseBatchNorm``      ``fuse_bn``          BatchNormalization folded into Conv/Gemm/MatMul
-``FuseGemm``           ``fuse_gemm``        2-D MatMul + constant Add -> Gemm
-``FuseBiasAdd``        ``fuse_bias_add``    Add of a per-channel constant -> the layer's bias
-``FuseLayerNorm``      ``fuse_layernorm``   primitive LayerNorm -> LayerNormalization
-``FuseGelu``           ``fuse_gelu``        Erf GELU -> Gelu
-``DeleteIsolated``     ``delete_isolated``  what no graph output needs goes
-=====================  ===================  ==================================================
+==========================  =======================  ===============================================
+class                       alias                    rewrite
+==========================  =======================  ===============================================
+``FormatConstant``          ``format_constant``      Constant operations become parameters
+``FormatParameter``         ``format_parameter``     one copy of a shared parameter per reader
+``FuseBatchNorm``           ``fuse_bn``              BatchNormalization folded into Conv/Gemm/MatMul
+``FuseGemm``                ``fuse_gemm``            2-D MatMul + constant Add -> Gemm
+``FuseBiasAdd``             ``fuse_bias_add``        per-channel constant Add -> the layer's bias
+``FuseLayerNorm``           ``fuse_layernorm``       primitive LayerNorm -> LayerNormalization
+``FuseGelu``                ``fuse_gelu``            Erf GELU -> Gelu
+``ReduceMeanToGlobalPool``  ``reduce_mean_to_pool``  spatial ReduceMean -> GlobalAveragePool
+``DeleteIsolated``          ``delete_isolated``      what no graph output needs goes
+==========================  =======================  ===============================================
 
 Example:
     >>> from razorlib.ir import BaseGraph
@@ -35,8 +36,9 @@ from .fuse_bn import FuseBatchNorm
 from .fuse_gelu import FuseGelu
 from .fuse_gemm import FuseGemm
 from .fuse_layernorm import FuseLayerNorm
+from .global_pool import ReduceMeanToGlobalPool
 from .manager import PassManager, build_pass
 
 __all__ = ['DeleteIsolated', 'FormatConstant', 'FormatParameter', 'FuseBatchNorm', 'FuseBiasAdd',
            'FuseGelu', 'FuseGemm', 'FuseLayerNorm', 'GraphPass', 'PassManager', 'PassResult',
-           'build_pass']
+           'ReduceMeanToGlobalPool', 'build_pass']

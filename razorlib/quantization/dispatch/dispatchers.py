@@ -28,9 +28,10 @@ Example:
     ...  for name in ('aggressive', 'allin', 'conservative', 'pointwise')}
     {'aggressive': 'TRT_INT8', 'allin': 'TRT_INT8', 'conservative': 'FP32', 'pointwise': 'FP32'}
 """
-from typing import ClassVar, Dict, Mapping, Set, TypeVar
+import logging
+from typing import ClassVar, Dict, List, Mapping, Optional, Set, Tuple, TypeVar
 
-from ...ir import BaseGraph, Operation, TensorRole, Variable
+from ...ir import BaseGraph, Operation, TensorRole
 from ...registry import DISPATCHERS
 from ..op_types import COMPUTE_TYPES, CONSTANT_TYPES, POINTWISE_TYPES
 from ..platform import QUANTIZABLE_OP_TYPES, TargetPlatform
@@ -40,7 +41,11 @@ __all__ = [
     'GraphDispatcher', 'PointwiseDispatcher', 'register_dispatcher'
 ]
 
+logger = logging.getLogger(__name__)
+
 Placement = Dict[str, TargetPlatform]
+_NAMED_FALLBACKS = 3
+"""How many of the ops the conservative rule leaves in FP32 its log line names."""
 _DispatcherClass = TypeVar('_DispatcherClass', bound=type)
 
 
@@ -108,7 +113,10 @@ class ConservativeDispatcher(GraphDispatcher):
     from a graph input, a parameter, a constant, an SOI op or an op on the quantized
     platform.  Decided in topological order, so a quantized region grows from the graph
     inputs and stops at the first op that falls back to FP32; an Add fed by FP32 ops stays
-    in FP32 rather than forming a lone int8 island.
+    in FP32 rather than forming a lone int8 island.  Since that silently keeps whole
+    regions in FP32 (a classifier head after an op the platform lacks), one INFO line per
+    graph counts the ops of quantizable types left in FP32 and names the first few with
+    the float op before each; nothing is logged when none is left.
 
     Example:
         >>> from razorlib.ir import BaseGraph
@@ -128,19 +136,40 @@ class ConservativeDispatcher(GraphDispatcher):
                pinned: Mapping[str, TargetPlatform]) -> Set[str]:
         quantizable = QUANTIZABLE_OP_TYPES[platform]
         placed: Placement = dict(pinned)
+        fallbacks: List[Tuple[Operation, Operation]] = []  # (op, the float op before it)
         for op in graph.topological_sort():
-            if op.name not in placed:
-                ready = op.type in quantizable and all(
-                    _comes_quantized(var, placed, platform) for var in _data_inputs(op))
-                placed[op.name] = platform if ready else TargetPlatform.FP32
+            if op.name in placed:
+                continue
+            blocking = _float_source(op, placed, platform) if op.type in quantizable else None
+            ready = op.type in quantizable and blocking is None
+            placed[op.name] = platform if ready else TargetPlatform.FP32
+            if blocking is not None:
+                fallbacks.append((op, blocking))
+        if fallbacks:
+            _log_fallbacks(graph, platform, fallbacks)
         return {name for name, placed_on in placed.items()
                 if placed_on is platform and name not in pinned}
 
 
-def _comes_quantized(var: Variable, placed: Placement, platform: TargetPlatform) -> bool:
-    source = var.source_op
-    return (source is None or source.type in CONSTANT_TYPES
-            or placed[source.name] in (platform, TargetPlatform.SOI))
+def _float_source(op: Operation, placed: Placement,
+                  platform: TargetPlatform) -> Optional[Operation]:
+    """The first op writing a quantizable input of ``op`` off the quantized platform."""
+    for var in _data_inputs(op):
+        source = var.source_op
+        if not (source is None or source.type in CONSTANT_TYPES
+                or placed[source.name] in (platform, TargetPlatform.SOI)):
+            return source
+    return None
+
+
+def _log_fallbacks(graph: BaseGraph, platform: TargetPlatform,
+                   fallbacks: List[Tuple[Operation, Operation]]) -> None:
+    named = ', '.join(f'{op.name} ({op.type}, after {source.type} {source.name})'
+                      for op, source in fallbacks[:_NAMED_FALLBACKS])
+    more = ', ...' if len(fallbacks) > _NAMED_FALLBACKS else ''
+    logger.info('conservative dispatch of graph %r: %d op(s) of types quantizable on %s '
+                'left in FP32 after a float op: %s%s', graph.name, len(fallbacks),
+                platform.name, named, more)
 
 
 @register_dispatcher

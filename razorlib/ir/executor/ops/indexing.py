@@ -81,9 +81,11 @@ def _gather(op: Operation, device: torch.device):
         return lambda x, indices: x.select(axis, position)
 
     def kernel(x, indices):
+        # The shape as one tuple: a 0-d index on a 1-D tensor gives a 0-d result, whose
+        # empty shape ``reshape(*shape)`` would pass as no argument at all.
         picked = x.index_select(axis, _positive(indices, x.shape[axis]).reshape(-1))
         axis_ = axis % x.dim()
-        return picked.reshape(*x.shape[:axis_], *indices.shape, *x.shape[axis_ + 1:])
+        return picked.reshape((*x.shape[:axis_], *indices.shape, *x.shape[axis_ + 1:]))
     return kernel
 
 

@@ -40,7 +40,7 @@ def _flatten(op: Operation, device: torch.device):
 def _transpose(op: Operation, device: torch.device):
     perm = op.attributes.get('perm')
     if perm is None:
-        return lambda x: x.permute(*reversed(range(x.dim())))
+        return lambda x: x.permute(tuple(reversed(range(x.dim()))))  # () for a 0-d x
     return lambda x: x.permute(perm)
 
 
