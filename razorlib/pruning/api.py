@@ -11,6 +11,7 @@ import torch.nn as nn
 from ..registry import PRUNERS
 from ..tracing.forward import call_model, default_example_inputs, is_transformers_model
 from ..utils.batch_norm import reestimate_bn_stats
+from ..utils.checks import keyword_parameters
 from .allocation import allocate, budget_of
 from .data import pair_batches
 from .importance import ImportanceArg
@@ -182,23 +183,6 @@ def slim_copy(model: nn.Module, example_inputs: Any, call: Dict[str, Any],
     return slim
 
 
-def _init_keywords(cls: type) -> Optional[List[str]]:
-    """The keyword arguments ``cls()`` takes, following ``**kwargs`` up the bases whose
-    ``__init__`` passes them on (``ImportancePruner`` to ``StructurePruner``); None where
-    a constructor takes any keyword."""
-    names: List[str] = []
-    for base in cls.__mro__:
-        init = vars(base).get('__init__')
-        if init is None:
-            continue
-        parameters = list(inspect.signature(init).parameters.values())[1:]  # after self
-        names += [p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD,
-                                                           p.KEYWORD_ONLY)]
-        if not any(p.kind is p.VAR_KEYWORD for p in parameters):
-            return names
-    return None
-
-
 def _check_pruner_kwargs(pruner: Union[str, dict], pruner_kwargs: Dict[str, Any],
                          caller: str) -> None:
     """Refuse an extra argument the pruner does not take, with the closest name among
@@ -206,7 +190,8 @@ def _check_pruner_kwargs(pruner: Union[str, dict], pruner_kwargs: Dict[str, Any]
     of the pruner constructor's bare ``TypeError``."""
     kind = pruner if isinstance(pruner, str) else dict(pruner).get('type')
     cls = PRUNERS.get(kind) if isinstance(kind, str) else kind
-    accepted = _init_keywords(cls) if isinstance(cls, type) else None
+    accepted = keyword_parameters(cls, through_bases=True) if isinstance(cls, type) \
+        else None
     if accepted is None:
         return
     for key in pruner_kwargs:

@@ -16,7 +16,7 @@ quantizes itself.  The exporters place their Q/DQ pairs by the same rule, so the
 and an exported QDQ model compute the same numbers.
 
 An INITIAL config has no scale yet, so a graph never calibrated runs entirely in floating
-point: its first such run warns, or a user who forgot calibration would read FP32 numbers
+point: an executor's first run on one warns, or a user who forgot calibration would read FP32 numbers
 as the quantized model's.  Calibration runs the uncalibrated graph on purpose and says so
 with ``warn_uncalibrated=False``.
 """
@@ -92,12 +92,12 @@ class QuantExecutor(TorchExecutor):
     Args:
         graph: the graph to run.
         device: where to run it.
-        warn_uncalibrated: warn, at the first run that finds INITIAL configs, that they
-            leave their tensors in floating point.  Only code that runs an uncalibrated
+        warn_uncalibrated: warn, at the first run, if INITIAL configs would leave their
+            tensors in floating point.  Only code that runs an uncalibrated
             graph on purpose (calibration itself) or has warned already turns it off.
 
     Warns:
-        UserWarning: once per executor, a run found uncalibrated configs
+        UserWarning: the executor's first run found uncalibrated configs
             (:func:`~razorlib.quantization.state.check_calibrated`: how many, the first
             operations holding them, and to calibrate first).
 
@@ -129,15 +129,17 @@ class QuantExecutor(TorchExecutor):
 
     def forward(self, inputs: GraphInputs,
                 output_names: Optional[Sequence[str]] = None) -> List[torch.Tensor]:
-        """Run the graph, as :meth:`~razorlib.ir.TorchExecutor.forward`; warns once when
-        configs are uncalibrated.
+        """Run the graph, as :meth:`~razorlib.ir.TorchExecutor.forward`; warns when its
+        first run finds configs uncalibrated.
 
-        Configs are checked at each run until one warns, as calibration may happen
-        after the executor is built.
+        Checked at the first run, not when built: calibration may come in between.  Not
+        on every run: the graph does not lose its scales, and each run would pay for a
+        walk over the configs.
         """
-        if self._warn_uncalibrated and any(map(is_uncalibrated, self._quantable)):
+        if self._warn_uncalibrated:
             self._warn_uncalibrated = False
-            check_calibrated(self.graph, 'QuantExecutor')
+            if any(map(is_uncalibrated, self._quantable)):
+                check_calibrated(self.graph, 'QuantExecutor')
         return super().forward(inputs, output_names)
 
     __call__ = forward

@@ -79,25 +79,40 @@ def integer_number(value: object, name: str, wanted: str = '',
     return int(value)
 
 
-def keyword_parameters(target: Callable) -> Optional[List[str]]:
+def keyword_parameters(target: Callable, through_bases: bool = False) -> Optional[List[str]]:
     """The names ``target`` (a class: its constructor; or a function) takes by keyword,
     in order; None when it takes any keyword (``**kwargs``) or has no signature to read.
 
     What a config dict may set besides ``type``: the config checks refuse other keys by
-    name before anything is built, instead of the constructor's bare TypeError.
+    name before anything is built, instead of the constructor's bare TypeError.  With
+    ``through_bases`` a class's ``**kwargs`` are followed up the bases whose
+    ``__init__`` passes them on (``ImportancePruner`` to ``StructurePruner``), to the
+    first constructor that takes no ``**kwargs``.
 
     Example:
         >>> class Observer:
         ...     def __init__(self, bins=2048, *, channel_axis=None):
         ...         pass
-        >>> keyword_parameters(Observer), keyword_parameters(dict)
-        (['bins', 'channel_axis'], None)
+        >>> class Kl(Observer):
+        ...     def __init__(self, smooth=True, **kwargs):
+        ...         super().__init__(**kwargs)
+        >>> keyword_parameters(Observer), keyword_parameters(dict), keyword_parameters(Kl)
+        (['bins', 'channel_axis'], None, None)
+        >>> keyword_parameters(Kl, through_bases=True)
+        ['smooth', 'bins', 'channel_axis']
     """
-    try:
-        parameters = inspect.signature(target).parameters
-    except (TypeError, ValueError):  # a builtin without a signature
-        return None
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
-        return None
-    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    return [name for name, p in parameters.items() if p.kind in kinds]
+    inits = [vars(base)['__init__'] for base in target.__mro__ if '__init__' in vars(base)] \
+        if through_bases and isinstance(target, type) else [target]
+    names: List[str] = []
+    for init in inits:
+        try:
+            parameters = list(inspect.signature(init).parameters.values())
+        except (TypeError, ValueError):  # a builtin without a signature
+            return None
+        if init is not target:
+            parameters = parameters[1:]  # self
+        kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        names += [p.name for p in parameters if p.kind in kinds]
+        if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+            return names
+    return None

@@ -110,9 +110,10 @@ def warn_whole_attention(model: nn.Module, groups: Any, caller: str,
     group_of = {layer: group for group in groups.groups.values() for layer in group.layers}
     whole = []
     for name, module in model.named_modules():
+        if not type(module).__name__.endswith('Attention'):
+            continue
         inside = sorted(layer for layer in group_of if layer.startswith(f'{name}.'))
-        if not type(module).__name__.endswith('Attention') or \
-                any(group_of[layer].prunable for layer in inside):
+        if any(group_of[layer].prunable for layer in inside):
             continue
         # a reason other than except_start_keys (the hidden size's, or the user's own)
         why = next((f'{layer}: {reason}' for layer in inside
