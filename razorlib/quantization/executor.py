@@ -16,9 +16,9 @@ quantizes itself.  The exporters place their Q/DQ pairs by the same rule, so the
 and an exported QDQ model compute the same numbers.
 
 An INITIAL config has no scale yet, so a graph never calibrated runs entirely in floating
-point: an executor's first run on one warns, or a user who forgot calibration would read FP32 numbers
-as the quantized model's.  Calibration runs the uncalibrated graph on purpose and says so
-with ``warn_uncalibrated=False``.
+point: an executor's first run on one warns, or a user who forgot calibration would read
+FP32 numbers as the quantized model's.  Calibration runs the uncalibrated graph on
+purpose and says so with ``warn_uncalibrated=False``.
 """
 from typing import List, Optional, Sequence, Union
 
