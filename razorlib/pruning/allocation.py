@@ -75,7 +75,9 @@ class WidthRule:
     """Which kept channel counts a group may have.
 
     Args:
-        round_to: the leader layer's kept width is a multiple of it, or its full width.
+        round_to: the leader layer's kept width is a multiple of it, or its full width;
+            where the leader's width is no whole multiple of the group's channels (a
+            concat read back in chunks), the number of group channels kept is.
         max_ratio: the largest fraction of a group's channels that may be pruned (0.75:
             every group keeps at least a quarter); None: down to one channel.
     """

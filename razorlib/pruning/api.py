@@ -286,6 +286,8 @@ def _warn_unpruned(reasons: Dict[str, List[str]]) -> None:
     if not reasons:
         return
     lines = [f'  {reason} (left unpruned: {", ".join(ids)})' for reason, ids in reasons.items()]
+    unknown = any(reason.startswith('[unknown-op]') for reason in reasons)
+    hint = '\nAdd a rule for an unknown op (docs/tracing_rules.md) to prune through it.' \
+        if unknown else ''
     warnings.warn('razorlib.prune left some layers unpruned; strict=True raises instead:\n'
-                  + '\n'.join(lines) + '\nAdd a rule for an unknown op '
-                  '(docs/tracing_rules.md) to prune through it.', UserWarning, stacklevel=4)
+                  + '\n'.join(lines) + hint, UserWarning, stacklevel=4)

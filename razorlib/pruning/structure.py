@@ -164,7 +164,13 @@ class StructurePruner(metaclass=ABCMeta):
         self._reset_subnet()
         checked = list(groups.prunable) if self.heads == 'width' else groups.whole_heads
         if checked and not any(p.is_meta for p in supernet.parameters()):
-            self._freeze_inexact_groups(example_inputs, checked)
+            if self._freeze_inexact_groups(example_inputs, checked) and self.verify:
+                # the size-dependent groups ran cut beside those: now they must run without
+                failing = bisect_failing(groups.size_dependent, lambda ids: self._cut_run(
+                    ids, example_inputs, compare=False))
+                freeze_failing(groups, failing, 'the model code fails when these channels '
+                               'are pruned: {error}', self.strict,
+                               'except_start_keys to exclude the module')
             self._reset_subnet()  # the groups it froze leave the subnet
 
     def _reset_subnet(self) -> None:
@@ -202,20 +208,25 @@ class StructurePruner(metaclass=ABCMeta):
     def _difference(self, ids: List[str], example_inputs: Any) -> Optional[str]:
         """How the slim model's outputs differ from the masked model's with ``ids``
         halved, or None where they agree."""
+        return self._cut_run(ids, example_inputs, compare=True)
+
+    def _cut_run(self, ids: List[str], example_inputs: Any, compare: bool) -> Optional[str]:
+        """Run the slim model with ``ids`` halved: its error, or (``compare``) how its
+        outputs differ from the masked model's; None where it runs (and agrees)."""
         groups = self.groups.groups
         self.set_subnet({gid: groups[gid].keep_best(np.arange(groups[gid].num_channels),
                                                     groups[gid].num_channels // 2)
                          for gid in ids})
         cfg = self.export_subnet()
         try:
-            masked = _outputs(self.model, example_inputs, lambda: None)
+            masked = _outputs(self.model, example_inputs, lambda: None) if compare else None
             slim = _outputs(self.model, example_inputs,
                             lambda: _slice_unmasked(self.model, cfg, self.kinds))
         except Exception as err:  # pylint: disable=broad-except  # the code cannot follow
             return f'{type(err).__name__}: {err}'.splitlines()[0][:300]
         finally:
             self.set_subnet({})
-        return _output_difference(masked, slim)
+        return _output_difference(masked, slim) if compare else None
 
     def _require_prepared(self) -> ChannelGroups:
         if self.groups is None:

@@ -4,9 +4,9 @@ Autograd cannot see how the model's code computes its reshape targets or split s
 ``x.reshape(B, N, heads, C // heads)`` with ``C`` read from another tensor, or
 ``x.split(self.width, 1)``, break once channels are cut.  Before a pruner hands out its
 spaces, it runs the model once on shape-only (``meta``) stand-ins of its tensors with every
-group that reaches such code halved (``tracing/literal_sizes.py`` tells which); if that
-fails it bisects those groups and freezes the ones whose pruning breaks the forward, with
-the error as the reason.
+group that reaches such code cut (``tracing/literal_sizes.py`` tells which; by different
+fractions, so that no two agree by chance); if that fails it bisects those groups and
+freezes the ones whose pruning breaks the forward, with the error as the reason.
 """
 import contextlib
 from typing import Any, Callable, Dict, List, Optional, Sequence
@@ -22,17 +22,38 @@ from .slicing import plan_slices
 from .subnet_config import subnet_channel_config
 
 
-class _Probe:
-    """Runs the model with some groups halved and reports the error, if any.
+#: The fractions of their channels the probed groups keep, in turn.  Groups cut alike can
+#: agree by chance where the code ties one width to another (``C`` read from the input's
+#: shape and ``qkv.reshape(B, N, 3, h, C // h)``: halving both runs, halving either one
+#: alone fails), so neighbours keep different fractions.
+FRACTIONS = (1 / 2, 3 / 4, 1 / 4, 5 / 8, 3 / 8)
 
-    The halved tensors live only inside :func:`shadowed`: the model itself is sliced for
+
+def probe_count(num_channels: int, fraction: float) -> int:
+    """The channels a probed group of ``num_channels`` keeps: ``fraction`` of them, at
+    least one and at least one fewer than all.
+
+    Example:
+        >>> [probe_count(8, f) for f in FRACTIONS], probe_count(2, 3 / 4)
+        ([4, 6, 2, 5, 3], 1)
+    """
+    return min(num_channels - 1, max(1, int(num_channels * fraction)))
+
+
+class _Probe:
+    """Runs the model with some groups cut (each to its fraction of :data:`FRACTIONS`,
+    by its place in ``ids``) and reports the error, if any.
+
+    The cut tensors live only inside :func:`shadowed`: the model itself is sliced for
     the length of one forward and then put back, which costs far less than a copy.
     """
 
     def __init__(self, model: nn.Module, groups: ChannelGroups, uses: Sequence[ChannelUse],
-                 example_inputs: Any, meta: bool, kinds: Optional[KindTable] = None):
+                 example_inputs: Any, meta: bool, ids: Sequence[str],
+                 kinds: Optional[KindTable] = None):
         self.model, self.groups, self.uses, self.meta = model, groups, uses, meta
         self.kinds = kinds
+        self.fractions = {gid: FRACTIONS[i % len(FRACTIONS)] for i, gid in enumerate(ids)}
         self.inputs = to_meta(example_inputs) if meta else example_inputs
         self.shadows = shadow_tensors(model, meta)
 
@@ -41,7 +62,7 @@ class _Probe:
         for gid in ids:
             group = self.groups.groups[gid]
             keep[gid] = group.keep_best(np.arange(group.num_channels),
-                                        group.num_channels // 2)
+                                        probe_count(group.num_channels, self.fractions[gid]))
         try:
             with shadowed(self.model, self.shadows):
                 cfg = subnet_channel_config(self.groups, self.uses, keep)
@@ -53,7 +74,6 @@ class _Probe:
         except Exception as err:  # any failure means the code cannot follow the widths
             return f'{type(err).__name__}: {err}'.splitlines()[0][:300]
         return None
-
 
 
 def bisect_failing(ids: List[str], error: Callable[[List[str]], Optional[str]]
@@ -113,7 +133,7 @@ def freeze_unrunnable_groups(model: nn.Module, groups: ChannelGroups,
     if not ids:
         return {}
     probe = _Probe(model, groups, uses, example_inputs, meta=groups.graph.device == 'meta',
-                   kinds=kinds)
+                   ids=ids, kinds=kinds)
     failing = bisect_failing(ids, probe.error)
     freeze_failing(groups, failing, 'the model code fails when these channels are pruned: '
                    '{error}', strict, 'except_start_keys to exclude the module')

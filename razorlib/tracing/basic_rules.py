@@ -9,7 +9,7 @@ import numpy as np
 
 from . import heads
 from .channels import InputInfo, TensorChannels
-from .context import TraceContext, dims_tuple, output_shapes
+from .context import TraceContext, dims_tuple, normalize_dim, output_shapes
 
 Outputs = List[Optional[TensorChannels]]
 
@@ -19,11 +19,59 @@ def opaque(node) -> Outputs:
     return [TensorChannels(shape) for shape in output_shapes(node)]
 
 
+def _signed(value: int) -> int:
+    """grad_fns save sizes as unsigned 64-bit values: ``-1`` reads ``2**64 - 1``."""
+    return value - 2**64 if value >= 2**63 else value
+
+
+def moved_dims(node, ndim: int) -> Dict[int, str]:
+    """The dims along which a per-channel op moves values between positions, with how.
+
+    Pooling with a window, stride or padding wider than one, padding and ``roll`` act on
+    the positions of their dims: on spatial dims that is what they are for, but on a
+    channel dim (``roll(x, 1, 1)``, ``pad`` by ``(1, -1)`` over channels, a max pool over
+    channels by ``max_pool3d(x.unsqueeze(1), (3, 1, 1))``) channel ``i`` of the output
+    reads other channels, even where the size stays.
+
+    Example:
+        >>> import torch, torch.nn.functional as F
+        >>> x = torch.randn(1, 4, 5, 5, requires_grad=True)
+        >>> moved_dims(torch.roll(x, 1, 1).grad_fn, 4)
+        {1: 'rolls it by 1'}
+        >>> sorted(moved_dims(F.avg_pool2d(x, (1, 3), 1, (0, 1)).grad_fn, 4))
+        [3]
+    """
+    kernel = getattr(node, '_saved_kernel_size', None)
+    if kernel is not None:  # pooling over the last len(kernel) dims
+        stride = node._saved_stride or kernel
+        padding = node._saved_padding
+        first = ndim - len(kernel)
+        return {first + i: f'pools over it (window {k}, stride {s}, padding {p})'
+                for i, (k, s, p) in enumerate(zip(kernel, stride, padding))
+                if (k, s, p) != (1, 1, 0)}
+    pad = getattr(node, '_saved_pad', None)
+    if pad is None:
+        pad = getattr(node, '_saved_padding', None)
+    if pad is not None:  # (last dim's left, right, the dim before's left, right, ...)
+        pad = [_signed(p) for p in pad]
+        return {ndim - 1 - i: f'pads it by {tuple(pad[2 * i:2 * i + 2])}'
+                for i in range(len(pad) // 2) if pad[2 * i] or pad[2 * i + 1]}
+    shifts = getattr(node, '_saved_shifts', None)
+    if shifts is not None:
+        dims = node._saved_dims
+        if not dims:  # roll of the flattened tensor
+            return {d: f'rolls the flattened tensor by {shifts[0]}' for d in range(ndim)}
+        return {normalize_dim(d, ndim): f'rolls it by {_signed(s)}'
+                for d, s in zip(dims, shifts) if _signed(s)}
+    return {}
+
+
 def pass_through(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
     """Per-channel ops: activations, pooling, interpolation, padding, dropout, casts.
 
-    The output keeps the input's slots on every dim whose size it keeps; a channel dim
-    whose size changes (padding or pooling over channels) is frozen.
+    The output keeps the input's slots on every dim whose size it keeps and along which
+    it moves no values (:func:`moved_dims`); any other channel dim (padding, pooling or
+    rolling over channels) is frozen.
 
     Example: ``relu(conv(x))`` has ``conv``'s output slots on dim 1.
     """
@@ -36,20 +84,26 @@ def pass_through(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
         ctx.freeze(x.all_slots(), 'shape', node,
                    f'a per-channel op changed the rank from {x.ndim} to {len(out_shape)}')
         return opaque(node)
+    moved = moved_dims(node, x.ndim)
     slots = {}
     for dim, dim_slots in x.slots.items():
-        if out_shape[dim] == x.shape[dim]:
-            slots[dim] = dim_slots
-        else:
+        if out_shape[dim] != x.shape[dim]:
             ctx.freeze(dim_slots, 'shape', node,
                        f'changes the size of channel dim {dim} '
                        f'({x.shape[dim]} -> {out_shape[dim]})')
+        elif dim in moved:
+            ctx.freeze(dim_slots, 'mixing', node, f'moves values along channel dim {dim}: '
+                       f'{moved[dim]}')
+        else:
+            slots[dim] = dim_slots
     split = x.split
-    if split is not None and any(out_shape[d] != x.shape[d] for d in split.dims):
+    if split is not None and any(out_shape[d] != x.shape[d] or d in moved for d in split.dims):
         ctx.freeze(split.grid.ravel(), 'shape', node,
-                   'changes the size of a dim of channels split by a reshape')
+                   'changes the size of a dim of channels split by a reshape, or moves '
+                   'values along it')
         split = None
-    repeats = {d: r for d, r in x.repeats.items() if out_shape[d] == x.shape[d]}
+    repeats = {d: r for d, r in x.repeats.items()
+               if out_shape[d] == x.shape[d] and d not in moved}
     return [TensorChannels(out_shape, slots, split, repeats)] + [None] * (len(shapes) - 1)
 
 

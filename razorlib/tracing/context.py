@@ -10,6 +10,10 @@ from ..layers import KindTable, LayerKind
 from .channels import InputInfo, TensorChannels
 from .slots import STRICT_KINDS, FrozenReason, SlotTable
 
+#: Buffers a rotary embedding computes its ``cos``/``sin`` from, one entry per pair of
+#: ``head_dim`` positions ``(i, i + d/2)`` (Hugging Face's ``rotary_emb``).
+ROTARY_BUFFERS = ('inv_freq', 'original_inv_freq')
+
 
 class TracingError(ValueError):
     """A traced op or shape that razorlib cannot prune through (raised under strict=True)."""
@@ -189,15 +193,29 @@ class TraceContext:
                 return self._leaf_channels[key]
             # A layer's own weight and bias are sliced with the layer, not as bare tensors
             # (nn.Linear on a non-contiguous input adds its bias as a separate op).
-            bare = self.layer_kind(self.owner(tensor)[0]) is None
+            module_name, attr = self.owner(tensor)
+            bare = self.layer_kind(module_name) is None
             slots = {}
             for dim, size in enumerate(shape):
                 if size > 1:
                     slots[dim] = self.slots.allocate(size, 'param', f'{name}:{dim}')
                     if bare:
                         self.use(name, 'param', slots[dim], dim=dim)
+            if bare and attr in ROTARY_BUFFERS and 0 in slots:
+                self._bind_rotary_copies(module_name, attr, slots[0])
             self._leaf_channels[key] = TensorChannels(shape, slots)
         return self._leaf_channels[key]
+
+    def _bind_rotary_copies(self, module_name: str, attr: str, slots: np.ndarray) -> None:
+        """Bind a rotary buffer the forward reads to its module's other rotary buffers of
+        its shape: ``original_inv_freq``, which dynamic RoPE copies back into ``inv_freq``,
+        is sliced with it though this forward never reads it."""
+        module = self.modules[module_name]
+        for other in ROTARY_BUFFERS:
+            buffer = module._buffers.get(other)
+            if other != attr and buffer is not None and buffer.shape == (len(slots), ):
+                self.bind(self.buffer_slots(module_name, other), slots,
+                          f'{module_name}.{other} is a copy of {module_name}.{attr}')
 
     def traced_leaf_channels(self, tensor: torch.Tensor) -> Optional[TensorChannels]:
         """Channels of a parameter/buffer leaf if a rule has read them, else None."""

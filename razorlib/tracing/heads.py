@@ -38,7 +38,7 @@ import numpy as np
 
 from ..layers.common import bind_blocks
 from .channels import InputInfo, Split, TensorChannels
-from .context import TraceContext, output_shapes
+from .context import ROTARY_BUFFERS, TraceContext, output_shapes
 
 
 def split_channels(slots: np.ndarray, dims: Sequence[int],
@@ -318,11 +318,6 @@ def bind_single_head_positions(ctx: TraceContext, node, tc: Optional[TensorChann
     found = repeated_head(ctx, node, tc, dim, count) if ctx.heads == 'width' else None
     if found is not None and len(found[1]):
         _bind_module_positions(ctx, node, found[1])
-
-
-#: Buffers a rotary embedding computes its ``cos``/``sin`` from, one entry per pair of
-#: ``head_dim`` positions ``(i, i + d/2)`` (Hugging Face's ``rotary_emb``).
-ROTARY_BUFFERS = ('inv_freq', 'original_inv_freq')
 
 
 def untracked_operands(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> List[Tuple[int, ...]]:

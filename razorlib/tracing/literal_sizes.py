@@ -12,8 +12,9 @@ tensors whose sizes the code read (``x.shape``, ``x.size(1)``).  After the walk,
 - an op whose sizes come from the code (rule ``sizes='code'``) and were not seen to
   follow the channels;
 - a norm (rule ``sizes='module'``) that no norm module owns, so its shape is the code's;
-- an elementwise op or concat with an operand autograd does not track that is more than
-  a scalar (a tensor the code built with a size of its own);
+- an elementwise op, concat or per-channel op with an operand autograd does not track
+  that is more than a scalar (a tensor the code built with a size of its own, the mask
+  of ``masked_fill``);
 - a size the code read.
 
 ``pruning/verify.py`` runs the model with exactly those groups pruned; a group none of
@@ -213,6 +214,8 @@ def _node_is_sized_by_code(ctx: TraceContext, node, watch: SizeWatch,
         return not _follows_channels(watch.requested.get(node), channels.get((node, 0)))
     if rule.sizes == 'module':
         return not _owned_by_layer(ctx, node, watch)
+    if rule.kind == 'pass':  # masked_fill's mask, a tensor bound of clamp
+        return node in watch.untracked_sized
     if rule.kind not in ('bind', 'concat'):
         return False
     if watch.seen(node):  # the call's operands were looked at

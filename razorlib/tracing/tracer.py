@@ -119,6 +119,10 @@ def trace(model: nn.Module, example_inputs: Any = None, strict: bool = False,
     """
     check_gqa(gqa)
     check_heads(heads)
+    if torch.is_inference_mode_enabled():
+        raise RuntimeError('the trace follows autograd, which torch.inference_mode() turns '
+                           'off: trace (or prune) outside inference_mode; torch.no_grad() '
+                           'is fine')
     modules = all_modules(model)
     for name, module in modules:
         for buffer in MASK_BUFFERS:
@@ -134,7 +138,8 @@ def trace(model: nn.Module, example_inputs: Any = None, strict: bool = False,
     if not record.outputs:
         raise ValueError('the model outputs no tensor that depends on its parameters; '
                          'nothing to trace')
-    pseudo_loss = sum(t.sum() for t in record.outputs)
+    with torch.enable_grad():  # the caller may be under no_grad
+        pseudo_loss = sum(t.sum() for t in record.outputs)
     ctx = TraceContext(model, strict, record.node_modules, record.owners,
                        kinds, modules=record.modules, gqa=gqa, heads=heads)
     # Created nodes go first in the list, so they are walked last: the order (and so the

@@ -52,19 +52,38 @@ def _bare_param_size(module: nn.Module, attr: str, tensor: torch.Tensor) -> int:
     return kept_param_size(tensor, kept)
 
 
+def _computed_weight(module: nn.Module) -> bool:
+    """Whether the module's ``weight`` is computed rather than held: a parametrization
+    (``parametrizations.weight_norm``) or the old ``weight_norm`` hook's plain tensor."""
+    weight = getattr(module, 'weight', None)
+    return isinstance(weight, torch.Tensor) and not isinstance(weight, nn.Parameter)
+
+
 def count_params(model: nn.Module, layer_kinds: LayerKindsArg = None) -> int:
     """Parameters, each layer counted by its kind at its kept widths and each bare
     parameter at its kept entries.
 
+    A layer whose weight is computed (weight or spectral norm) counts the parameters it
+    holds.
+
     Example:
         >>> count_params(nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8)))
         240
+        >>> from torch.nn.utils.parametrizations import weight_norm
+        >>> count_params(weight_norm(nn.Conv2d(3, 8, 3)))  # 216 + 8 + the norms' 8
+        232
     """
     kinds = as_table(layer_kinds)
     total, seen = 0, set()
     alone: Dict[int, int] = {}  # a layer's only parameter -> its kept size
     for module in model.modules():
         kind = kinds.kind_of(module)
+        if kind is not None and _computed_weight(module):
+            # weight_norm, spectral_norm: the weight is computed from parameters of other
+            # shapes, and such layers are never pruned, so count what they hold
+            total += sum(p.numel() for p in module.parameters() if id(p) not in seen)
+            seen.update(id(p) for p in module.parameters())
+            continue
         if kind is not None:
             own = list(module.parameters(recurse=False))
             tied = [p for p in own if id(p) in seen]

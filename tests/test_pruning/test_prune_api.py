@@ -195,3 +195,37 @@ def test_a_misspelled_argument_is_named_with_the_closest_one():
     with pytest.raises(TypeError, match=r"unexpected argument 'excep_start_keys' \(did you "
                        r"mean 'except_start_keys'\?\)"):
         razorlib.prune(net(), X, excep_start_keys=['conv1'])
+
+
+class _Flip(torch.autograd.Function):
+    """An op razorlib has no rule for."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.flip(1)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad.flip(1)
+
+
+class _Frozen(nn.Module):
+    """conv ``a`` -> ``step`` -> conv ``b``: ``a``'s channels freeze at ``step``."""
+
+    def __init__(self, step):
+        super().__init__()
+        self.a, self.b, self.step = nn.Conv2d(3, 8, 1), nn.Conv2d(8, 4, 1), step
+
+    def forward(self, x):
+        return self.b(self.step(self.a(x)))
+
+
+@pytest.mark.parametrize('step,hint', [
+    (_Flip.apply, True),
+    (lambda y: y.masked_fill(torch.arange(8).view(1, -1, 1, 1) > 5, 0.), False)])
+def test_the_unpruned_warning_suggests_a_rule_only_for_an_unknown_op(step, hint):
+    with pytest.warns(UserWarning, match='left some layers unpruned') as caught:
+        razorlib.prune(_Frozen(step), torch.randn(1, 3, 4, 4), ratio=0.5)
+    message = next(str(w.message) for w in caught if 'left some layers' in str(w.message))
+    assert ('[unknown-op]' in message) == hint and ('[runtime]' in message) != hint
+    assert ('Add a rule for an unknown op' in message) == hint

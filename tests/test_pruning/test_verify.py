@@ -3,6 +3,9 @@
 It checks only the size-dependent groups (``tracing/literal_sizes.py``); these tests hold
 it to the same answer as checking every prunable group, and to leaving the model as it was.
 """
+import copy
+
+import numpy as np
 import pytest
 import torch
 import torch.nn as nn
@@ -42,6 +45,7 @@ HARD_CODED = {
     'view': lambda m, y: y.reshape(y.shape[0], m.width, 64).view_as(y),
     'assert': _assert_width,
     'constant': lambda m, y: y + torch.ones(1, m.width, 1, 1),
+    'masked_fill': lambda m, y: y.masked_fill(torch.arange(m.width).view(1, -1, 1, 1) > 5, 0.),
     'functional norm': lambda m, y: F.layer_norm(
         y.permute(0, 2, 3, 1), (m.width, )).permute(0, 3, 1, 2),
 }
@@ -100,3 +104,41 @@ def test_the_pruned_run_leaves_the_model_as_it_was(meta):
     for key, tensor in model.state_dict(keep_vars=True).items():
         assert tensor is tensors[key][0] and torch.equal(tensor, tensors[key][1])
     assert model.a.out_channels == 8 and model.a.weight.shape == (8, 3, 3, 3)
+
+
+class TiedWidths(nn.Module):
+    """A ViT-style attention whose code ties the attention's width to the embedding's: it
+    reads ``C`` from the input (``view_heads``: ``reshape(.., h, C // h)``, ``merge``:
+    ``reshape(B, N, C)``).  Cut alike, the two groups run; either one cut alone fails."""
+
+    def __init__(self, heads, view_heads):
+        super().__init__()
+        self.h, self.view_heads = heads, view_heads
+        self.inp, self.qkv = nn.Linear(6, 4 * heads), nn.Linear(4 * heads, 12 * heads)
+        self.proj, self.head = nn.Linear(4 * heads, 4 * heads), nn.Linear(4 * heads, 3)
+
+    def forward(self, x):
+        x = self.inp(x)
+        B, N, C = x.shape
+        width = C // self.h if self.view_heads else -1
+        q, k, v = self.qkv(x).reshape(B, N, 3, self.h, width).permute(2, 0, 3, 1, 4)
+        y = ((q @ k.transpose(-2, -1)).softmax(-1) @ v).transpose(1, 2).reshape(B, N, C)
+        return self.head((x + self.proj(y)).mean(1))
+
+
+@pytest.mark.parametrize('heads,view_heads', [(2, True), (4, False), (8, False)])
+def test_groups_whose_widths_the_code_ties_are_each_cut_alone(heads, view_heads):
+    """Every group left prunable runs cut on its own (what a search may choose), whether
+    the widths tie through the whole-heads check (2 heads viewed by ``C // h``) or only
+    through the pruned run, where groups cut by different fractions disagree."""
+    torch.manual_seed(0)
+    model, x = TiedWidths(heads, view_heads).eval(), torch.randn(2, 5, 6)
+    pruner = L1NormPruner(ratio=0.5)
+    pruner.prepare_from_supernet(model, x)
+    for gid in pruner.channel_spaces:
+        group = pruner.groups.groups[gid]
+        pruner.set_subnet({gid: group.keep_best(np.arange(group.num_channels), 1)})
+        slim = pruner.deploy_subnet(copy.deepcopy(model), pruner.export_subnet())
+        assert slim(x).shape == (2, 3)
+    reasons = {gid: [r.kind for r in g.frozen_reasons] for gid, g in pruner.groups.groups.items()}
+    assert reasons['inp'] == ['runtime'] and reasons['qkv'] == ['runtime']

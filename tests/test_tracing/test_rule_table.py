@@ -2,6 +2,7 @@
 import pytest
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from helpers import Traced
 from op_catalog import (ALONG_DIM_OPS, BIND_OPS, MIXING_OPS, NOT_ON_CPU, PASS_OPS,
@@ -113,6 +114,35 @@ def test_along_dim_ops(name, op):
     assert [r.op for r in over_channels.reasons('a')] == [name]
     over_space = Traced(OpNet(lambda y: op(y, -1)), X)
     assert over_space.group_of('a').prunable
+
+
+#: Per-channel ops that keep the channel dim's size but move values along it.
+ALONG_CHANNELS = {
+    'roll': (lambda y: torch.roll(y, 1, 1), 'RollBackward0', 'rolls it by 1'),
+    'roll flattened': (lambda y: torch.roll(y, 3), 'RollBackward0', 'rolls the flattened'),
+    'pad shift': (lambda y: F.pad(y, (0, 0, 0, 0, 1, -1)), 'ConstantPadNdBackward0',
+                  'pads it by (1, -1)'),
+    'max pool': (lambda y: F.max_pool3d(y.unsqueeze(1), (3, 1, 1), 1, (1, 0, 0)).squeeze(1),
+                 'MaxPool3DWithIndicesBackward0', 'pools over it (window 3'),
+    'avg pool': (lambda y: F.avg_pool1d(y.flatten(2).transpose(1, 2), 3, 1, 1)
+                 .transpose(1, 2).reshape(1, 8, 6, 6), 'AvgPool2DBackward0',
+                 'pools over it (window 3'),
+}
+
+
+@pytest.mark.parametrize('case', sorted(ALONG_CHANNELS))
+def test_pass_op_moving_values_along_channels_freezes_them(case):
+    op, name, how = ALONG_CHANNELS[case]
+    reasons = Traced(OpNet(op), X).reasons('a')
+    assert [(r.kind, r.op) for r in reasons] == [('mixing', name)]
+    assert 'moves values along channel dim' in reasons[0].message and how in reasons[0].message
+
+
+@pytest.mark.parametrize('op', [lambda y: torch.roll(y, 1, 2), lambda y: F.pad(y, (1, -1)),
+                                lambda y: F.max_pool3d(y.unsqueeze(1), (1, 3, 3), 1, (0, 1, 1))
+                                .squeeze(1)])
+def test_pass_op_moving_values_along_space_keeps_channels(op):
+    assert Traced(OpNet(op), X).group_of('a').prunable
 
 
 class Weird(torch.autograd.Function):

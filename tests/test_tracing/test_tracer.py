@@ -7,7 +7,7 @@ import torch.nn as nn
 
 from helpers import Traced
 from razorlib.pruning import L1NormPruner
-from razorlib.tracing import trace
+from razorlib.tracing import build_groups, trace
 
 
 class Small(nn.Module):
@@ -131,6 +131,24 @@ def test_a_prepared_model_cannot_be_traced_again():
     pruner.prepare_from_supernet(model, torch.randn(1, 3, 8, 8))
     with pytest.raises(ValueError, match="module 'conv' already has a 'in_mask' buffer"):
         trace(model, torch.randn(1, 3, 8, 8))
+
+
+@pytest.mark.parametrize('meta', [True, False])
+def test_tracing_under_no_grad_gives_the_groups_of_a_plain_trace(meta):
+    model, x = Small(), torch.randn(1, 3, 8, 8)
+    with torch.no_grad():
+        quiet = trace(model, x, meta=meta)
+    plain = trace(model, x, meta=meta)
+    assert sorted((u.name, u.role) for u in quiet.uses) == \
+        sorted((u.name, u.role) for u in plain.uses)
+    assert {gid: g.num_channels for gid, g in build_groups(quiet).prunable.items()} == \
+        {gid: g.num_channels for gid, g in build_groups(plain).prunable.items()} == {'conv': 8}
+
+
+def test_tracing_under_inference_mode_is_refused_with_the_way_out():
+    with torch.inference_mode(), pytest.raises(RuntimeError, match=r'outside inference_mode'
+                                               r'; torch.no_grad\(\) is fine'):
+        trace(Small(), torch.randn(1, 3, 8, 8))
 
 
 def test_model_without_traced_outputs_is_an_error():

@@ -4,7 +4,9 @@ import copy
 import pytest
 import torch
 import torch.nn as nn
+from torch.nn.utils import parametrizations
 
+import razorlib
 from razorlib.pruning import L1NormPruner
 from razorlib.utils import count_params, get_model_complexity
 from zoo import ZOO
@@ -89,3 +91,19 @@ def test_a_tied_weight_counts_once_at_its_kept_size():
     slim = pruner.deploy_subnet(copy.deepcopy(model), pruner.export_subnet())
     assert slim.head.weight is slim.embed.weight and slim.embed.weight.shape == (10, 4)
     assert masked == sum(p.numel() for p in slim.parameters())
+
+
+@pytest.mark.parametrize('wrap', [parametrizations.weight_norm, parametrizations.spectral_norm,
+                                  nn.utils.weight_norm])
+def test_a_layer_with_a_computed_weight_counts_the_parameters_it_holds(wrap):
+    """weight or spectral norm computes the weight from parameters of other shapes; such a
+    layer stays whole, and a params budget is a fraction of what the model holds."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), wrap(nn.Conv2d(8, 16, 3)), nn.ReLU(),
+                          nn.Conv2d(16, 16, 3), nn.ReLU(), nn.Conv2d(16, 5, 1))
+    assert count_params(model) == sum(p.numel() for p in model.parameters())
+    if wrap is nn.utils.weight_norm:
+        return  # its module cannot be deep-copied, which razorlib.prune does
+    pruned = razorlib.prune(model, torch.randn(1, 3, 12, 12), params=0.6)
+    assert count_params(pruned) == sum(p.numel() for p in pruned.parameters()) <= \
+        0.6 * count_params(model)
