@@ -16,6 +16,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 import onnx
 import onnx.inliner
 import torch
+from google.protobuf.message import DecodeError
 from onnx import AttributeProto, ModelProto, ValueInfoProto, helper
 
 from ..version import __version__
@@ -43,6 +44,19 @@ _DECODERS: Dict[int, Callable[[AttributeProto], Any]] = {
 }
 
 
+def _load_onnx_file(path: str) -> ModelProto:
+    """The model in the file at ``path``, refused with the path when it is no ONNX model: a
+    file protobuf cannot parse, or an empty one (which parses as a model without a graph).
+    """
+    try:
+        model = onnx.load(path)
+    except DecodeError as err:
+        raise ValueError(f'{path}: not an ONNX model ({err})') from None
+    if not model.HasField('graph'):
+        raise ValueError(f'{path}: not an ONNX model (it holds no graph)')
+    return model
+
+
 def from_onnx(model: Union[ModelProto, str, os.PathLike]) -> BaseGraph:
     """Build a graph from an ONNX model.
 
@@ -57,6 +71,8 @@ def from_onnx(model: Union[ModelProto, str, os.PathLike]) -> BaseGraph:
         The graph, named like the ONNX graph.
 
     Raises:
+        ValueError: ``model`` is a path to a file that holds no ONNX model; the error names
+            the file.
         NotImplementedError: a node has a subgraph (``If``, ``Loop``, ``Scan``) or
             another attribute type the IR does not hold; the error names the node.
 
@@ -72,7 +88,7 @@ def from_onnx(model: Union[ModelProto, str, os.PathLike]) -> BaseGraph:
         (Opset(version=17, domain=''), ('batch', 4))
     """
     if not isinstance(model, ModelProto):
-        model = onnx.load(os.fspath(model))
+        model = _load_onnx_file(os.fspath(model))
     if model.functions:
         logger.info('from_onnx: inlining %d model-local function(s)', len(model.functions))
         model = onnx.inliner.inline_local_functions(model)

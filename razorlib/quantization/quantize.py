@@ -4,7 +4,7 @@ from typing import Any, Optional, Union
 
 from ..ir import BaseGraph
 from .dispatch import DispatchingTable, dispatch_graph
-from .platform import TargetPlatform, as_platform
+from .platform import QUANTIZABLE_OP_TYPES, TargetPlatform, as_platform, is_quantized_platform
 from .quantizers import quantizer_class
 
 __all__ = ['quantize_graph']
@@ -33,6 +33,7 @@ def quantize_graph(graph: BaseGraph, platform: Union[TargetPlatform, str],
         ``graph``, so calls chain.
 
     Raises:
+        ValueError: ``platform`` is a float one (``FP32``, ``FP16``).
         KeyError: no quantizer for ``platform`` (the message lists the registered ones);
             and what ``dispatch_graph`` raises (a graph quantized already, ...).
 
@@ -52,6 +53,10 @@ def quantize_graph(graph: BaseGraph, platform: Union[TargetPlatform, str],
         ['QuantableOperation', 'Operation']
     """
     platform = as_platform(platform)
+    if not is_quantized_platform(platform):
+        known = ', '.join(member.name for member in QUANTIZABLE_OP_TYPES)
+        raise ValueError(f'platform {platform.name} is no quantized platform, nothing would '
+                         f'be quantized; quantized ones: {known}')
     quantizer = quantizer_class(platform)(graph)
     dispatch_graph(graph, platform, dispatcher, dispatching_table)
     for op in graph.topological_sort():

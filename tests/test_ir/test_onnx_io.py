@@ -1,4 +1,6 @@
 """from_onnx / to_onnx: what a model holds survives both ways; what the IR cannot hold fails."""
+import re
+
 import onnx
 import pytest
 import torch
@@ -163,3 +165,12 @@ def test_save_and_load_with_external_data(tmp_path):
     to_onnx(graph, path, external_data=True)
     assert (tmp_path / 'rich.onnx.data').exists()
     assert structural_differences(from_onnx(path), graph) == []
+
+
+@pytest.mark.parametrize('content,why', [(b'', 'it holds no graph'),
+                                         (b'\xff\x00 not a model', 'Error parsing message')])
+def test_a_file_that_holds_no_onnx_model_is_refused_naming_it(tmp_path, content, why):
+    path = tmp_path / 'model.onnx'
+    path.write_bytes(content)
+    with pytest.raises(ValueError, match=rf'{re.escape(str(path))}: not an ONNX model .*{why}'):
+        from_onnx(path)

@@ -111,6 +111,15 @@ def test_platform_must_be_a_quantized_one():
         dispatch_graph(dispatcher_graph(), 'INT4')
 
 
+@pytest.mark.parametrize('platform', ['FP32', 'fp16'])
+def test_quantizing_for_a_float_platform_is_refused_before_anything_changes(platform):
+    graph = dispatcher_graph()
+    with pytest.raises(ValueError, match=r'platform FP(32|16) is no quantized platform, '
+                       'nothing would be quantized; quantized ones: TRT_INT8, ORT_INT8'):
+        quantize_graph(graph, platform)
+    assert {op.platform for op in graph.operations.values()} == {'UNSPECIFIED'}
+
+
 def test_table_entries_are_validated():
     with pytest.raises(ValueError, match=r"names operations not in graph 'dispatch': \['nope'\]"):
         dispatch_graph(dispatcher_graph(), T, dispatching_table={'nope': 'FP32'})
@@ -160,3 +169,32 @@ def test_custom_dispatchers_register_by_class_and_short_name():
 
 def test_empty_graph():
     assert dispatch_graph(BaseGraph(), T).operations == {}
+
+
+def _after_a_float_op(convs):
+    """Softmax (no INT8 type) -> ``convs`` Convs: conservative dispatch quantizes none."""
+    graph = BaseGraph(name='float_first')
+    x = graph.create_variable('x')
+    graph.mark_variable_as_graph_input(x)
+    out = graph.create_operation('Softmax', 'soft', inputs=[x],
+                                 outputs=[graph.create_variable()]).outputs
+    for i in range(convs):
+        out = graph.create_operation('Conv', f'conv{i}', inputs=out,
+                                     outputs=[graph.create_variable()]).outputs
+    return graph
+
+
+def test_conservative_dispatch_warns_when_most_quantizable_ops_stay_float():
+    with pytest.warns(UserWarning, match=r"graph 'float_first': 3 of 3 op\(s\) of types "
+                      r"quantizable on TRT_INT8 left in FP32 after a float op: conv0 \(Conv, "
+                      r"after Softmax soft\), conv1 .*; dispatcher='aggressive' quantizes them"):
+        graph = dispatch_graph(_after_a_float_op(3), TargetPlatform.TRT_INT8, 'conservative')
+    assert {op.platform.name for op in graph.operations.values()} == {F}
+
+
+def test_conservative_dispatch_logs_a_few_fallbacks_without_a_warning(caplog, recwarn):
+    graph = dispatcher_graph()
+    with caplog.at_level('INFO', logger='razorlib.quantization.dispatch.dispatchers'):
+        dispatch_graph(graph, TargetPlatform.TRT_INT8, 'conservative')
+    assert 'left in FP32 after a float op: conv2 (Conv, after Sigmoid sig)' in caplog.text
+    assert not [w for w in recwarn if 'left in FP32' in str(w.message)]

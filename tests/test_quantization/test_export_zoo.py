@@ -10,7 +10,7 @@ from torch.utils._pytree import tree_leaves
 import razorlib
 from razorlib.ir import TorchExecutor, from_torch
 from razorlib.quantization import QuantExecutor, calibrate, export_graph, quantize_graph
-from ptq_helpers import STEPS, run_onnxruntime, worst_steps
+from ptq_helpers import ORT_OPTIMIZED_INEXACT, STEPS, run_onnxruntime, worst_steps
 from zoo import ZOO
 
 
@@ -45,5 +45,8 @@ def test_onnxruntime_runs_the_qdq_model_as_the_executor(exported, platform, tmp_
     onnx.checker.check_model(model)
     ours = QuantExecutor(graph)(test_inputs)
     for optimized in (False, True):
+        if optimized and ORT_OPTIMIZED_INEXACT:
+            pytest.skip(f'unoptimized session agrees; optimized not checked: '
+                        f'{ORT_OPTIMIZED_INEXACT}')
         theirs = run_onnxruntime(model, test_inputs, optimized)
         assert worst_steps(graph, ours, theirs) <= STEPS, f'optimized={optimized}'

@@ -29,6 +29,7 @@ Example:
     {'aggressive': 'TRT_INT8', 'allin': 'TRT_INT8', 'conservative': 'FP32', 'pointwise': 'FP32'}
 """
 import logging
+import warnings
 from typing import ClassVar, Dict, List, Mapping, Optional, Set, Tuple, TypeVar
 
 from ...ir import BaseGraph, Operation, TensorRole
@@ -146,7 +147,8 @@ class ConservativeDispatcher(GraphDispatcher):
             if blocking is not None:
                 fallbacks.append((op, blocking))
         if fallbacks:
-            _log_fallbacks(graph, platform, fallbacks)
+            _report_fallbacks(graph, platform, fallbacks,
+                              sum(op.type in quantizable for op in graph.operations.values()))
         return {name for name, placed_on in placed.items()
                 if placed_on is platform and name not in pinned}
 
@@ -162,14 +164,21 @@ def _float_source(op: Operation, placed: Placement,
     return None
 
 
-def _log_fallbacks(graph: BaseGraph, platform: TargetPlatform,
-                   fallbacks: List[Tuple[Operation, Operation]]) -> None:
+def _report_fallbacks(graph: BaseGraph, platform: TargetPlatform,
+                      fallbacks: List[Tuple[Operation, Operation]], quantizable: int) -> None:
+    """Log the ops left in FP32; warn when they are most of the quantizable ones (a ViT
+    block after its first LayerNorm: an "INT8" model that would run nearly all in FP32)."""
     named = ', '.join(f'{op.name} ({op.type}, after {source.type} {source.name})'
                       for op, source in fallbacks[:_NAMED_FALLBACKS])
     more = ', ...' if len(fallbacks) > _NAMED_FALLBACKS else ''
-    logger.info('conservative dispatch of graph %r: %d op(s) of types quantizable on %s '
-                'left in FP32 after a float op: %s%s', graph.name, len(fallbacks),
-                platform.name, named, more)
+    message = (f'conservative dispatch of graph {graph.name!r}: {len(fallbacks)} of '
+               f'{quantizable} op(s) of types quantizable on {platform.name} left in FP32 '
+               f'after a float op: {named}{more}')
+    if 2 * len(fallbacks) > quantizable:
+        warnings.warn(f"{message}; dispatcher='aggressive' quantizes them, or pin ops "
+                      'with dispatching_table', stacklevel=2)
+    else:
+        logger.info(message)
 
 
 @register_dispatcher
