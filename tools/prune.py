@@ -343,11 +343,9 @@ def load_supernet(args: argparse.Namespace) -> Pruned:
         ConfigError: a mistake in the arguments, the config or the subnet file, or a
             checkpoint that is cut short or not of this supernet (``CheckpointError``).
     """
-    from mmengine.registry import init_default_scope
-
+    from razorlib.algorithms import AutoSlim
     from razorlib.engine.checkpoint_check import check_fits, read_checkpoint, state_dict_of
-    from razorlib.engine.config import ConfigError, check_config, load_config
-    from razorlib.registry import MODELS, SCOPE
+    from razorlib.engine.config import ConfigError, build_model, check_config, load_config
     from razorlib.utils.cli import merge_cfg_options
 
     if not args.checkpoint or not args.subnet:
@@ -357,11 +355,14 @@ def load_supernet(args: argparse.Namespace) -> Pruned:
     cfg = merge_cfg_options(load_config(args.config), args.cfg_options, error=ConfigError)
     check_config(cfg, required=('model', ))
     state = state_dict_of(read_checkpoint(args.checkpoint))
-    init_default_scope(cfg.get('default_scope') or SCOPE)
-    supernet = MODELS.build(cfg.model)
-    if not hasattr(supernet, 'architecture') or not hasattr(supernet, 'set_subnet'):
-        raise ConfigError(f'model: a supernet with an architecture and subnets (AutoSlim) '
-                          f'is needed, got {type(supernet).__name__}')
+    supernet = build_model(cfg)
+    # only AutoSlim's subnets are channel configs of its supernet (--subnet): a pruning
+    # algorithm's set_subnet takes its pruner's masks, and its run writes slim.pth itself
+    if not isinstance(supernet, AutoSlim):
+        raise ConfigError(f'model: CONFIG mode slices an AutoSlim supernet to a searched '
+                          f'subnet, got {type(supernet).__name__}; a pruning run (tools/'
+                          'train.py) writes its slim.yaml and slim.pth itself, and --model '
+                          'prunes a built-in model')
     check_fits(supernet, state, args.checkpoint)
     supernet.load_state_dict(state)
     dense = copy.deepcopy(supernet.architecture).eval()

@@ -50,28 +50,26 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 
 def checked_config(args: argparse.Namespace) -> 'Config':
     """The config with ``--cfg-options`` merged, checked with the checkpoint before the
-    Runner makes the work dir: the checkpoint is read and fitted to the model built here
-    from the config, as the Runner will build it.
+    Runner makes the work dir: the checkpoint is read, fitted to the model built here
+    from the config, as the Runner will build it, and loaded into it.
 
     Raises:
-        ConfigError: a config mistake or a ``--cfg-options`` key it does not have.
+        ConfigError: a config mistake, a ``--cfg-options`` key it does not have, or a value
+            the model's constructors refuse.
         CheckpointError: a checkpoint missing, cut short or of another model.
     """
-    from mmengine.registry import init_default_scope
-
-    from razorlib.engine.checkpoint_check import check_fits, read_checkpoint, state_dict_of
-    from razorlib.engine.config import TEST_KEYS, ConfigError, check_config, load_config
-    from razorlib.registry import MODELS, SCOPE
+    from razorlib.engine.checkpoint_check import (check_fits, check_loads, read_checkpoint,
+                                                  state_dict_of)
+    from razorlib.engine.config import (TEST_KEYS, ConfigError, build_model, check_config,
+                                        load_config)
     from razorlib.utils.cli import merge_cfg_options
 
     cfg = merge_cfg_options(load_config(args.config), args.cfg_options, error=ConfigError)
     check_config(cfg, TEST_KEYS)
-    checkpoint = read_checkpoint(args.checkpoint)
-    model_cfg = dict(cfg.model)
-    if cfg.get('data_preprocessor') is not None:  # as Runner.__init__ merges it
-        model_cfg.setdefault('data_preprocessor', cfg.data_preprocessor)
-    init_default_scope(cfg.get('default_scope') or SCOPE)
-    check_fits(MODELS.build(model_cfg), state_dict_of(checkpoint), args.checkpoint)
+    state = state_dict_of(read_checkpoint(args.checkpoint))
+    model = build_model(cfg)
+    check_fits(model, state, args.checkpoint)
+    check_loads(model, state, args.checkpoint)
     return cfg
 
 

@@ -49,28 +49,49 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = parse_args(argv)
+def checked_config(args: argparse.Namespace) -> Config:
+    """The config with ``--cfg-options`` merged and checked before the Runner makes the work
+    dir: the model is built here, as the Runner will build it, so that a value its
+    constructors refuse stops the run at once, and the checkpoint the Runner will read is
+    read (a cut-short one) and fitted to it.
+
+    Raises:
+        ConfigError: a config mistake, a ``--cfg-options`` key it does not have, or a value
+            the model's constructors refuse.
+        CheckpointError: a checkpoint missing, cut short or of another model.
+    """
     from mmengine.runner.checkpoint import find_latest_checkpoint
 
-    from razorlib.engine.checkpoint_check import CheckpointError, read_checkpoint
-    from razorlib.engine.config import (TRAIN_KEYS, ConfigError, check_config, load_config,
-                                        set_work_dir)
-    from razorlib.engine.distributed import distributed_run
+    from razorlib.engine.checkpoint_check import check_fits, read_checkpoint, state_dict_of
+    from razorlib.engine.config import (TRAIN_KEYS, ConfigError, build_model, check_config,
+                                        load_config, set_work_dir)
     from razorlib.utils.cli import merge_cfg_options
 
+    cfg = merge_cfg_options(load_config(args.config), args.cfg_options, error=ConfigError)
+    check_config(cfg, TRAIN_KEYS)
+    model = build_model(cfg)
+    set_work_dir(cfg, args.config, args.work_dir)
+    if args.resume is not None:
+        cfg.resume = True
+        cfg.load_from = None if args.resume == 'auto' else args.resume
+    # the checkpoint the Runner will read (a URL is mmengine's to download and check)
+    path = (find_latest_checkpoint(cfg.work_dir) if args.resume == 'auto'
+            else cfg.get('load_from'))
+    if path and '://' not in str(path):
+        # resuming needs the same model; load_from may leave out parts (a new head)
+        check_fits(model, state_dict_of(read_checkpoint(path)), path,
+                   partial=args.resume is None)
+    return cfg
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = parse_args(argv)
+    from razorlib.engine.checkpoint_check import CheckpointError
+    from razorlib.engine.config import ConfigError
+    from razorlib.engine.distributed import distributed_run
+
     try:
-        cfg = merge_cfg_options(load_config(args.config), args.cfg_options, error=ConfigError)
-        check_config(cfg, TRAIN_KEYS)
-        set_work_dir(cfg, args.config, args.work_dir)
-        if args.resume is not None:
-            cfg.resume = True
-            cfg.load_from = None if args.resume == 'auto' else args.resume
-        # the checkpoint the Runner will read: read first, so a cut-short one stops the
-        # run before its work dir is made (a URL is mmengine's to download and check)
-        path = (find_latest_checkpoint(cfg.work_dir) if args.resume == 'auto'
-                else cfg.get('load_from'))
-        checkpoint = read_checkpoint(path) if path and '://' not in str(path) else None
+        cfg = checked_config(args)
     except CheckpointError as err:
         print_log(str(err), logger='current', level=logging.ERROR)
         return 2
@@ -81,26 +102,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     # the Runner lives in run_training only: under torchrun its DDP model, which holds the
     # gloo group, is released before distributed_run destroys the group
     with distributed_run(cfg) if args.launcher != 'none' else nullcontext():
-        return run_training(cfg, args, checkpoint, path)
+        return run_training(cfg, args)
 
 
-def run_training(cfg: Config, args: argparse.Namespace, checkpoint: Optional[dict],
-                 path: Optional[str]) -> int:
-    """Build the Runner, check a resumed checkpoint fits its model, train; the exit code."""
+def run_training(cfg: Config, args: argparse.Namespace) -> int:
+    """Build the Runner, set its threads, train; the exit code."""
     from mmengine.runner import Runner
 
-    from razorlib.engine.checkpoint_check import check_fits, state_dict_of
     from razorlib.engine.config import ConfigError
     from razorlib.engine.threads import set_threads
     from razorlib.engine.utils import unwrap
 
     runner = Runner.from_cfg(cfg)
-    model = unwrap(runner.model)
     try:
-        runner.logger.info(f'threads: {set_threads(args.threads, model)}')
-        if checkpoint is not None:
-            # resuming needs the same model; load_from may leave out parts (a new head)
-            check_fits(model, state_dict_of(checkpoint), path, partial=args.resume is None)
+        runner.logger.info(f'threads: {set_threads(args.threads, unwrap(runner.model))}')
     except ConfigError as err:
         print_log(str(err), logger='current', level=logging.ERROR)
         return 2

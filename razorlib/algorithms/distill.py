@@ -1,6 +1,7 @@
 """SingleTeacherDistill: fine-tune a slim student with knowledge distillation from a
 frozen dense teacher (mmrazor's ``SingleTeacherDistill``)."""
 import copy
+import difflib
 import math
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -41,8 +42,10 @@ def recorded(model: nn.Module, names: Sequence[str], where: str) -> Iterator[Dic
     modules = dict(model.named_modules())
     missing = [name for name in names if name not in modules]
     if missing:
-        raise KeyError(f'{where}: no module {missing[0]!r}; modules are e.g. '
-                       f'{[n for n in modules if n][:8]}')
+        near = difflib.get_close_matches(missing[0], [n for n in modules if n], n=3)
+        raise KeyError(f'{where}: no module {missing[0]!r}'
+                       + (f' (closest: {", ".join(near)})' if near else
+                          f'; modules are e.g. {[n for n in modules if n][:8]}'))
     outputs: Dict[str, Any] = {}
     with ExitStack() as stack:
         for name in names:

@@ -52,8 +52,9 @@ class ItePruneAlgorithm(PruningAlgorithm):
                  input_shape: Sequence[int] = (3, 224, 224),
                  data_preprocessor: Optional[ModuleOrCfg] = None,
                  init_cfg: Optional[dict] = None):
+        # a subclass's own name for start (SlimmingAlgorithm's prune_at), as its config says
         for name, value, least in (('step_freq', step_freq, 1), ('prune_times', prune_times, 1),
-                                   ('start', start, 0)):
+                                   (self._start_option, start, 0)):
             if int(value) != value or value < least:
                 raise ValueError(f'{type(self).__name__}: {name} must be an integer >= '
                                  f'{least}, got {value!r}')

@@ -25,6 +25,10 @@ def sub_model(architecture: Union[nn.Module, dict],
         architecture: the supernet's architecture or its config.
         channel_cfg: the subnet's channel config (object, dict form or YAML/JSON file).
 
+    Raises:
+        FileNotFoundError: ``channel_cfg: channel config ... does not exist``, with the
+            steps that write one.
+
     Example:
         >>> from razorlib.pruning import ChannelSelection
         >>> cfg = ChannelConfig({'0': {'out': ChannelSelection(8, (0, 1, 2))},
@@ -34,4 +38,7 @@ def sub_model(architecture: Union[nn.Module, dict],
         3
     """
     model = MODELS.build(architecture) if isinstance(architecture, dict) else architecture
-    return slim_model(model, channel_cfg)
+    try:
+        return slim_model(model, channel_cfg)
+    except FileNotFoundError as err:  # the key too: the config names the file
+        raise FileNotFoundError(f'channel_cfg: {err}') from err

@@ -5,7 +5,8 @@ architecture only logs its missing keys, and the tool goes on with random weight
 test at chance accuracy, a search ranking random subnets).  A truncated file fails deep
 inside ``torch.load`` with ``OSError: [Errno 22] Invalid argument`` after the work dir
 was made.  Every tool that takes a checkpoint calls :func:`read_checkpoint` first and
-:func:`check_fits` once its model is built, and reports a :class:`CheckpointError` in
+:func:`check_fits` once its model is built (and, to evaluate it, :func:`check_loads`),
+and reports a :class:`CheckpointError` in
 one line with exit code 2.
 
 Example:
@@ -95,9 +96,14 @@ def check_fits(model: nn.Module, state_dict: Mapping[str, Any], path: Union[str,
         model: the model the tool built from its config (unwrapped).
         state_dict: the weights to load, from :func:`state_dict_of`.
         path: the checkpoint, for the message.
-        partial: accept any checkpoint that fits at least one of the model's tensors (by
-            name and shape): fine-tuning from ``load_from`` may leave out a new head, as
-            mmengine allows; only one of another architecture altogether is refused.
+        partial: accept a checkpoint that fits the model in the main (fine-tuning from
+            ``load_from`` may leave out a new head, or hold one of another class count, as
+            mmengine allows): at least one weight tensor fits by name and shape, and no
+            more tensors than fit have another shape.  Scalars are not counted: every
+            BatchNorm's ``num_batches_tracked`` and an algorithm's step count fit any
+            width, so a checkpoint of another width would pass on them alone, and the
+            Runner would skip its other tensors with a warning and train from random
+            weights.
 
     Raises:
         CheckpointError: naming the checkpoint, the first missing and unexpected keys and
@@ -115,10 +121,14 @@ def check_fits(model: nn.Module, state_dict: Mapping[str, Any], path: Union[str,
     unexpected = [key for key in state_dict if key not in expected]
     reshaped = [key for key in expected if key in state_dict
                 and tuple(getattr(state_dict[key], 'shape', ())) != tuple(expected[key].shape)]
-    fitting = len(expected) - len(missing) - len(reshaped)
-    if (fitting > 0 or not expected) if partial else not (missing or unexpected or reshaped):
+    if _fits_partly(expected, state_dict, reshaped) if partial \
+            else not (missing or unexpected or reshaped):
         return
     parts = []
+    if partial:
+        fitting = len(_weights_fitting(expected, state_dict, reshaped))
+        parts.append(f'{fitting} of its weight tensors fit by name and shape, scalars '
+                     '(BatchNorm counters, step counts) aside')
     if missing:
         parts.append(f'{len(missing)} of the model\'s {len(expected)} tensors missing '
                      f'({_names(missing)})')
@@ -132,6 +142,58 @@ def check_fits(model: nn.Module, state_dict: Mapping[str, Any], path: Union[str,
     raise CheckpointError(f'{path}: not a checkpoint of this {type(model).__name__}: '
                           f"{'; '.join(parts)}; use the config (and --cfg-options, e.g. "
                           'model.channel_cfg) it was saved with')
+
+
+def _fits_partly(expected: Mapping[str, torch.Tensor], state_dict: Mapping[str, Any],
+                 reshaped: List[str]) -> bool:
+    """Whether a ``load_from`` checkpoint fits ``expected`` in the main: some weight
+    tensors fit, and they outnumber those of another shape (a new head's weight and bias).
+
+    Example:
+        >>> model = nn.Sequential(nn.Linear(4, 8), nn.Linear(8, 3)).state_dict()
+        >>> head = dict(model, **{'1.weight': torch.zeros(5, 8), '1.bias': torch.zeros(5)})
+        >>> _fits_partly(model, head, ['1.weight', '1.bias'])
+        True
+        >>> _fits_partly(model, {'1.bias': torch.zeros(3)}, [])
+        True
+        >>> _fits_partly(model, {'0.bias': torch.zeros(8), '1.weight': torch.zeros(3, 9),
+        ...                      '0.weight': torch.zeros(8, 5)}, ['0.weight', '1.weight'])
+        False
+    """
+    if not expected:
+        return True
+    fitting = _weights_fitting(expected, state_dict, reshaped)
+    return bool(fitting) and len(reshaped) <= len(fitting)
+
+
+def _weights_fitting(expected: Mapping[str, torch.Tensor], state_dict: Mapping[str, Any],
+                     reshaped: List[str]) -> List[str]:
+    """The keys of ``expected`` that ``state_dict`` fits by name and shape, scalars aside:
+    a scalar (one element, or a BatchNorm's ``num_batches_tracked``) fits any width."""
+    return [key for key, value in expected.items()
+            if key in state_dict and key not in reshaped
+            and getattr(value, 'numel', lambda: 0)() > 1
+            and not key.endswith('num_batches_tracked')]
+
+
+def check_loads(model: nn.Module, state_dict: Mapping[str, Any],
+                path: Union[str, Path]) -> None:
+    """Load ``state_dict`` into ``model`` (one built to be checked) as the Runner will,
+    so that a module's own check of its state (an ``LSQGraph``'s quantization platform)
+    refuses the checkpoint before the Runner makes the work dir, not after.
+
+    Raises:
+        CheckpointError: ``<path>: <what the module said>``.
+
+    Example:
+        >>> check_loads(nn.Linear(2, 1), nn.Linear(2, 1).state_dict(), 'fc.pth')
+    """
+    from mmengine.runner.checkpoint import load_state_dict
+
+    try:  # mismatched keys and shapes are check_fits's: not logged twice
+        load_state_dict(model, dict(state_dict), strict=False, logger='silent')
+    except ValueError as err:
+        raise CheckpointError(f'{path}: {err}') from err
 
 
 def optional_state_prefixes(model: nn.Module) -> Tuple[str, ...]:

@@ -18,13 +18,15 @@ import ast
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set, Union
 
+import torch.nn as nn
 from mmengine.config import Config
 from mmengine.registry import (DATA_SAMPLERS, DATASETS, FUNCTIONS, HOOKS, LOOPS, METRICS,
                                MODEL_WRAPPERS, MODELS, OPTIM_WRAPPERS, OPTIMIZERS,
-                               PARAM_SCHEDULERS, TRANSFORMS, Registry)
+                               PARAM_SCHEDULERS, TRANSFORMS, Registry, init_default_scope)
 
 from ..registry import PRUNERS, SCOPE
 from ..utils.checks import keyword_parameters
+from ..utils.cli import closest
 
 #: Nested keys whose value is built from another registry than its parent's.
 NESTED = {'pruner': PRUNERS, 'data_preprocessor': MODELS, 'dataset': DATASETS,
@@ -39,6 +41,11 @@ LOOP_KEYS = ('train_cfg', 'val_cfg', 'test_cfg', 'search_cfg')
 #: What each tool needs in its config.
 TRAIN_KEYS = ('model', 'train_dataloader', 'train_cfg', 'optim_wrapper')
 TEST_KEYS = ('model', 'test_dataloader', 'test_cfg', 'test_evaluator')
+
+#: What razorlib's constructors raise for a config value they refuse: a negative
+#: ``step_freq``, ``flops=1.5``, an unknown importance or layer name, a teacher checkpoint
+#: of another model, a ``channel_cfg`` file not written yet.
+BUILD_ERRORS = (ValueError, TypeError, KeyError, FileNotFoundError)
 
 
 class ConfigError(ValueError):
@@ -182,6 +189,34 @@ def check_config(cfg: Config, required: Sequence[str] = TRAIN_KEYS) -> None:
                           "name razorlib's with their scope, e.g. 'razorlib.AutoSlimDDP'")
 
 
+def build_model(cfg: Config) -> nn.Module:
+    """Build ``cfg.model`` as the Runner will (``cfg.data_preprocessor`` merged in, types
+    looked up in the config's default scope), so that a tool reports a value the
+    constructors refuse before the Runner makes the work dir, instead of a traceback
+    after it.  Errors of other kinds (a bug, torch running out of memory) propagate.
+
+    Raises:
+        ConfigError: ``model: <what the constructor said>``.
+
+    Example:
+        >>> build_model(Config(dict(model=dict(type='ItePruneAlgorithm', step_freq=-1,
+        ...     architecture=dict(type='mmengine.BaseModel')))))  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        razorlib.engine.config.ConfigError: model: ItePruneAlgorithm: step_freq must be ...
+    """
+    model_cfg = dict(cfg.model)
+    if cfg.get('data_preprocessor') is not None:  # as Runner.__init__ merges it
+        model_cfg.setdefault('data_preprocessor', cfg.data_preprocessor)
+    init_default_scope(cfg.get('default_scope') or SCOPE)
+    try:
+        return MODELS.build(model_cfg)
+    except BUILD_ERRORS as err:
+        # a KeyError's str() is its message quoted
+        message = err.args[0] if isinstance(err, KeyError) and err.args else err
+        raise ConfigError(f'model: {message}') from err
+
+
 def _check_each(value: Any, key: str, registry: Registry, scope: str) -> None:
     """A config, or a list of configs, built from ``registry``."""
     items = value if isinstance(value, (list, tuple)) else [value]
@@ -258,14 +293,37 @@ def _scopes_having(registry: Registry, name: str) -> List[str]:
 
 
 def _check_arguments(obj: Any, cfg: dict, where: str, registry: Registry, scope: str) -> None:
-    params = keyword_parameters(obj)
+    params = _accepted_keywords(obj)
     if params is None:  # **kwargs, or no signature to read
         return
     for key in cfg:
         if key != 'type' and not key.startswith('_') and key not in params:
+            near = closest(key, params)
             raise ConfigError(f'{where}.{key}: {getattr(obj, "__name__", obj)} takes no '
-                              f'argument {key!r}; it takes {params}'
+                              f'argument {key!r}'
+                              + (f' (closest: {", ".join(near)})' if near else '')
+                              + f'; it takes {params}'
                               + _namesake_hint(obj, cfg['type'], registry, scope))
+
+
+def _accepted_keywords(obj: Any) -> Optional[List[str]]:
+    """The keywords a config may give ``obj``, None when any is taken.
+
+    razorlib's classes pass their ``**kwargs`` on to their bases (``ImportancePruner`` to
+    ``StructurePruner``), so their bases' signatures say what they take: read through
+    them, a misspelled ``flop=0.5`` is refused here, by its key, rather than by the
+    constructor's bare ``TypeError`` once the Runner has made the work dir.  Other
+    projects' classes may keep their ``**kwargs`` (an optimizer's ``**defaults``), and
+    are left to their constructors.
+
+    Example:
+        >>> from razorlib.pruning import ImportancePruner
+        >>> 'flops' in _accepted_keywords(ImportancePruner)
+        True
+    """
+    ours = isinstance(obj, type) and obj.__module__.split('.')[0] == SCOPE
+    params = keyword_parameters(obj, through_bases=ours)
+    return None if params is None else list(dict.fromkeys(params))
 
 
 def _namesake_hint(obj: Any, name: Any, registry: Registry, scope: str) -> str:

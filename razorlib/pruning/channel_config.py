@@ -140,7 +140,19 @@ class ChannelConfig:
 
     @classmethod
     def load(cls, path: Union[str, Path]) -> 'ChannelConfig':
+        """Read a file :meth:`dump` wrote.
+
+        Raises:
+            FileNotFoundError: no such file, with the steps that write one (a config
+                names the file before the run that writes it has been made).
+            ValueError: not a channel config, naming the file and the key at fault.
+        """
         path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f'channel config {path} does not exist; a pruning run '
+                                    '(tools/train.py) or tools/prune.py writes slim.yaml in '
+                                    'its work dir, tools/search.py subnet.yaml: run that step '
+                                    'first, or name the file it wrote')
         text = path.read_text()
         try:
             data = yaml.safe_load(text) if path.suffix in ('.yaml', '.yml') else json.loads(text)

@@ -87,6 +87,15 @@ def test_mistakes_name_the_argument_and_the_module(teacher_ckpt, tmp_path):
         distill(teacher_ckpt, student_ckpt=teacher_ckpt)  # a dense checkpoint, slim student
     with pytest.raises(KeyError, match="features: teacher: no module 'backbone.nope'"):
         distill(teacher_ckpt, features=[dict(student='backbone', teacher='backbone.nope')])
+    with pytest.raises(KeyError, match=r"features: student: no module 'backbone.stage.1' "
+                       r"\(closest: backbone.stages.1, "):
+        distill(teacher_ckpt, features=[dict(student='backbone.stage.1', teacher='backbone')])
+
+
+def test_a_missing_channel_cfg_names_the_key_and_what_writes_it(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r'^channel_cfg: channel config .*slim.yaml does '
+                       r'not exist; .*tools/prune.py'):
+        sub_model(tiny_classifier(), tmp_path / 'slim.yaml')
 
 
 def test_only_the_student_is_counted_in_flops_and_params(teacher_ckpt):

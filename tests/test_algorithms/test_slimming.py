@@ -63,6 +63,12 @@ def test_an_architecture_without_prunable_norms_is_refused():
         SlimmingAlgorithm(architecture=LinearChain(), input_shape=(2, ))
 
 
+def test_a_bad_prune_at_is_named_as_the_config_names_it():
+    with pytest.raises(ValueError, match='SlimmingAlgorithm: prune_at must be an integer >= 0, '
+                       'got -3'):
+        slimming(prune_at=-3)
+
+
 def test_the_digits_config_trains_sparse_then_prunes_in_the_runner(tmp_path):
     runner = run_config('slimming/slimming_plaincnn_digits.py', tmp_path, {
         'model.prune_at': 3, 'model.architecture.backbone.channels': [8, 16, 16, 32]})

@@ -109,3 +109,21 @@ def test_check_fits_accepts_a_partial_checkpoint_only_when_asked(tmp_path):
     check_fits(model, head_swapped, 'ft.pth', partial=True)  # a new head: fine-tuning
     with pytest.raises(CheckpointError, match=r"ft.pth: .*4 of the model's 4 tensors missing"):
         check_fits(model, {'other.weight': torch.zeros(1)}, 'ft.pth', partial=True)
+
+
+def conv_bn(width: int, classes: int = 4) -> torch.nn.Module:
+    return torch.nn.Sequential(torch.nn.Conv2d(3, width, 3), torch.nn.BatchNorm2d(width),
+                               torch.nn.Conv2d(width, classes, 1))
+
+
+def test_a_partial_checkpoint_of_another_width_is_refused_though_its_scalars_fit():
+    # num_batches_tracked and the head's bias fit any width: not enough to load it
+    with pytest.raises(CheckpointError, match=r"^slim.pth: not a checkpoint of this Sequential: "
+                       r"1 of its weight tensors fit .*tensors of another shape \(0.weight: "
+                       r"\(8, 3, 3, 3\) here, \(16, 3, 3, 3\) in the model"):
+        check_fits(conv_bn(16), conv_bn(8).state_dict(), 'slim.pth', partial=True)
+    only_scalars = {'1.num_batches_tracked': torch.tensor(3)}
+    with pytest.raises(CheckpointError, match='0 of its weight tensors fit'):
+        check_fits(conv_bn(16), only_scalars, 'bn.pth', partial=True)
+    # the backbone fits, the head has another class count: fine-tuning, accepted
+    check_fits(conv_bn(16), conv_bn(16, classes=10).state_dict(), 'ft.pth', partial=True)

@@ -14,7 +14,8 @@ from torch.nn.parallel import DistributedDataParallel
 from mmengine.config import Config
 
 from doctest_helpers import assert_examples_pass
-from razorlib.engine.config import TEST_KEYS, ConfigError, check_config, load_config
+from razorlib.engine.config import (TEST_KEYS, ConfigError, build_model, check_config,
+                                    load_config)
 from razorlib.engine.distributed import (distributed_run, gloo_threads,
                                          prepare_cpu_distributed)
 
@@ -54,6 +55,33 @@ def test_mistakes_are_reported_with_their_key(cfg, options, key):
     with pytest.raises(ConfigError) as info:
         check_config(cfg)
     assert str(info.value).startswith(f'{key}: ')
+
+
+def test_a_pruner_argument_is_checked_through_the_base_classes(cfg):
+    # ImportancePruner passes its **kwargs on to StructurePruner
+    cfg.model.pruner = dict(type='ImportancePruner', importance='l1', flop=0.5)
+    with pytest.raises(ConfigError, match=r"^model.pruner.flop: ImportancePruner takes no "
+                       r"argument 'flop' \(closest: flops\); it takes \["):
+        check_config(cfg)
+    cfg.model.pruner = dict(type='ImportancePruner', importance='l1', flops=0.5,
+                            except_start_keys=['head'])
+    check_config(cfg)
+
+
+@pytest.mark.parametrize('options, message', [
+    ({'model.pruner.flops': 1.5}, 'model: flops is a fraction of the dense model'),
+    ({'model.step_freq': -1}, 'model: ItePruneAlgorithm: step_freq must be an integer >= 1'),
+    ({'model.pruner.importance': 'l11'}, "model: .*'l11'"),
+])
+def test_a_value_the_constructors_refuse_is_a_config_error(options, message):
+    cfg = load_config(SUPERNET.parents[1] / 'ite_prune' / 'ite_prune_plaincnn_digits.py',
+                      options)
+    with pytest.raises(ConfigError, match=f'^{message}'):
+        build_model(cfg)
+
+
+def test_build_model_builds_what_the_runner_builds(cfg):
+    assert type(build_model(cfg)).__name__ == 'AutoSlim'
 
 
 def test_a_wrapper_type_without_its_scope_is_reported(cfg):

@@ -177,3 +177,9 @@ def test_selection_validation():
     with pytest.raises(ValueError, match=r'within \[0, 4\)'):
         ChannelSelection(4, (1, 4))
     assert ChannelSelection.full(3).is_full
+
+
+def test_a_missing_file_says_which_step_writes_it(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r'channel config .*none.yaml does not exist; a '
+                       r'pruning run \(tools/train.py\) or tools/prune.py writes slim.yaml'):
+        ChannelConfig.load(tmp_path / 'none.yaml')

@@ -9,7 +9,7 @@ from mmengine.config import Config
 from mmengine.registry import init_default_scope
 from mmengine.runner import Runner
 
-from conftest import TINY, LogCapture, load_tool
+from conftest import REPO, TINY, LogCapture, load_tool
 from razorlib.engine.loops import recalibrate_bn
 from razorlib.models import PlainCNN
 from razorlib.pruning import slim_model
@@ -95,6 +95,19 @@ def test_config_mode_needs_a_checkpoint_and_a_subnet(tmp_path, monkeypatch):
     log = LogCapture(tool, monkeypatch)
     assert tool.main([str(TINY), '--work-dir', str(tmp_path / 'out')]) == 2
     assert 'needs CHECKPOINT and --subnet' in log.text
+    assert not (tmp_path / 'out').exists()
+
+
+def test_config_mode_refuses_a_pruning_algorithm(tiny_supernet, tmp_path, monkeypatch):
+    tool = load_tool('prune')
+    log = LogCapture(tool, monkeypatch)
+    config = REPO / 'configs' / 'pruning' / 'ite_prune' / 'ite_prune_plaincnn_digits.py'
+    subnet = tmp_path / 'slim.yaml'
+    subnet.write_text('version: 1\nmodules: {}\n')
+    assert tool.main([str(config), str(tiny_supernet), '--subnet', str(subnet),
+                      '--work-dir', str(tmp_path / 'out')]) == 2
+    assert 'model: CONFIG mode slices an AutoSlim supernet to a searched subnet, got ' \
+        'ItePruneAlgorithm' in log.text
     assert not (tmp_path / 'out').exists()
 
 

@@ -3,7 +3,7 @@ import signal
 
 import torch
 
-from conftest import TINY, LogCapture, load_tool
+from conftest import REPO, TINY, LogCapture, load_tool
 
 from razorlib.engine.checkpoint_check import read_checkpoint
 
@@ -81,3 +81,38 @@ def test_train_tool_runs_as_a_script(tmp_path, run_python):
     assert result.returncode == 2
     assert '--cfg-options model.num_random_sample: the config has no such key (closest: ' \
         'model.num_random_samples' in result.stdout + result.stderr
+
+
+ITE = REPO / 'configs' / 'pruning' / 'ite_prune' / 'ite_prune_plaincnn_digits.py'
+
+
+def test_a_value_the_model_refuses_is_one_line_before_the_work_dir(tmp_path, monkeypatch):
+    tool = load_tool('train')
+    log = LogCapture(tool, monkeypatch)
+    bad = tmp_path / 'bad.py'
+    bad.write_text(f"_base_ = ['{ITE}']\nmodel = dict(pruner=dict(_delete_=True, "
+                   "type='ImportancePruner', importance='l1', flop=0.5))\n")
+    assert tool.main([str(bad), '--work-dir', str(tmp_path / 'a')]) == 2
+    assert "model.pruner.flop: ImportancePruner takes no argument 'flop' (closest: flops)" \
+        in log.messages[-1]
+    assert tool.main([str(ITE), '--work-dir', str(tmp_path / 'b'), '--cfg-options',
+                      'model.step_freq=-1']) == 2
+    assert log.messages[-1] == f'{ITE}: model: ItePruneAlgorithm: step_freq must be an ' \
+        'integer >= 1, got -1'
+    assert not (tmp_path / 'a').exists() and not (tmp_path / 'b').exists()
+
+
+def test_load_from_of_another_width_is_refused_and_a_new_head_accepted(
+        tiny_supernet, tmp_path, monkeypatch):
+    tool = load_tool('train')
+    log = LogCapture(tool, monkeypatch)
+    assert tool.main([str(TINY), '--work-dir', str(tmp_path / 'w'), '--cfg-options',
+                      f'load_from={tiny_supernet}',
+                      'model.architecture.backbone.channels=(4,8)']) == 2
+    assert log.messages[-1].startswith(f'{tiny_supernet}: not a checkpoint of this AutoSlim: ')
+    assert 'here, (4, 3, 3, 3) in the model' in log.messages[-1]
+    assert not (tmp_path / 'w').exists()
+    # the backbone fits, the head is of another class count: fine-tuning goes on
+    args = tool.parse_args([str(TINY), '--cfg-options', f'load_from={tiny_supernet}',
+                            'model.architecture.head.num_classes=5'])
+    assert tool.checked_config(args).load_from == str(tiny_supernet)
