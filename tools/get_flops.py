@@ -5,8 +5,11 @@ Examples:
     python tools/get_flops.py CONFIG --subnet work_dirs/.../subnet_best.yaml
     python tools/get_flops.py CONFIG --shape 3 224 224
 
-For a supernet (AutoSlim) it reports the max and the min subnet, and with ``--subnet``
-that subnet; for any other model the model as built, or sliced to ``--subnet``.  The
+For a supernet it reports the max and the min subnet, and with ``--subnet`` that subnet
+(an AutoSlim channel config, or a NAS supernet's subnet YAML; a NAS supernet's (SPOS,
+DARTS) max and min are each mutable's last and first choice, counted on the fixed
+network as the search counts them); for any other model the model as built, or sliced
+to ``--subnet``.  The
 input is ``--shape`` (``C H W``, ``H W`` or one size), else the supernet's
 ``input_shape``, else 3x224x224.  See docs/tools/get_flops.md.
 """
@@ -18,7 +21,7 @@ import runpy
 import sys
 from importlib.util import find_spec
 from pathlib import Path
-from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Tuple
 
 # Only what the arguments need is imported here (no torch), so that --help is instant.
 from mmengine.config import DictAction
@@ -26,6 +29,8 @@ from mmengine.logging import print_log
 
 if TYPE_CHECKING:
     import torch
+
+    from razorlib.utils import Complexity
 
 #: razorlib.utils.cli, run from its file: ``import razorlib`` loads torch, which --help
 #: must not wait for.
@@ -61,6 +66,34 @@ def input_shape(shape: List[int], model: torch.nn.Module) -> Tuple[int, ...]:
     return tuple([3] * (3 - len(shape)) + shape) if len(shape) > 1 else (3, shape[0], shape[0])
 
 
+def is_nas(model: torch.nn.Module) -> bool:
+    """Whether ``model`` is a NAS supernet (SPOS, DARTS): it has a ``search_space`` of
+    op and value choices, and no max/min channel widths of its own."""
+    return getattr(model, 'search_space', None) is not None
+
+
+def subnet_complexity(model: torch.nn.Module, subnet: Any, inputs: torch.Tensor) -> Complexity:
+    """``subnet`` of ``model`` counted: a NAS supernet's choice dict or file on its fixed
+    network (the candidates the subnet does not run are not counted, as in the
+    search); an AutoSlim supernet set to its channel config; any other model sliced to
+    it.
+
+    Raises:
+        ValueError: naming the file and the key that does not fit the model.
+    """
+    from razorlib.nas import fix_subnet
+    from razorlib.pruning import slim_model
+    from razorlib.utils import get_model_complexity
+
+    if is_nas(model):
+        return get_model_complexity(fix_subnet(model.architecture, subnet), inputs)
+    if hasattr(model, 'set_subnet'):
+        model.set_subnet(subnet)
+    else:
+        slim_model(model, subnet)
+    return get_model_complexity(model, inputs)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
     import torch
@@ -68,7 +101,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     from razorlib.engine.config import ConfigError, check_config, load_config
     from razorlib.engine.threads import set_threads
-    from razorlib.pruning import slim_model
     from razorlib.registry import MODELS, SCOPE
     from razorlib.utils import get_model_complexity
     from razorlib.utils.cli import merge_cfg_options
@@ -90,8 +122,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
     inputs = torch.randn(1, *shape)
     rows = []
-    supernet = hasattr(model, 'set_subnet')
-    if supernet:
+    if is_nas(model):
+        space = model.search_space
+        rows += [('max subnet', subnet_complexity(model, space.max_subnet(), inputs)),
+                 ('min subnet', subnet_complexity(model, space.min_subnet(), inputs))]
+    elif hasattr(model, 'set_subnet'):
         model.set_max_subnet()
         rows.append(('max subnet', get_model_complexity(model, inputs)))
         model.set_min_subnet()
@@ -100,14 +135,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         rows.append(('model', get_model_complexity(model, inputs)))
     if args.subnet:
         try:
-            if supernet:
-                model.set_subnet(args.subnet)
-            else:
-                slim_model(model, args.subnet)
+            rows.append(('subnet', subnet_complexity(model, args.subnet, inputs)))
         except (ValueError, FileNotFoundError) as err:
             print_log(f'--subnet {args.subnet}: {err}', logger='current', level=logging.ERROR)
             return 2
-        rows.append(('subnet', get_model_complexity(model, inputs)))
     print_log(f"{type(model).__name__} on input 1x{'x'.join(map(str, shape))}",
               logger='current')
     print_log(f"{'':12}{'FLOPs':>10}{'params':>10}", logger='current')

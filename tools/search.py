@@ -34,11 +34,12 @@ import argparse
 import inspect
 import json
 import logging
+import math
 import runpy
 import sys
 from importlib.util import find_spec
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 # Only what the arguments need is imported here (no torch), so that --help is instant;
 # the functions import the rest.
@@ -341,6 +342,11 @@ def panels(loop: BaseSearchLoop, records: List[SubnetRecord]) -> List[Tuple[str,
     return drawn
 
 
+def finite(values: Iterable[float]) -> List[float]:
+    """The finite ones of ``values``: what an axis can be scaled to."""
+    return [value for value in values if math.isfinite(value)]
+
+
 def plot(path: Path, records: List[SubnetRecord], uniform: List[SubnetRecord],
          chosen: Dict[str, SubnetRecord], metrics: List[Tuple[str, str]], title: str) -> None:
     """FLOPs vs each of ``metrics`` (one panel per ``(key, rule)``, better upwards):
@@ -357,11 +363,14 @@ def plot(path: Path, records: List[SubnetRecord], uniform: List[SubnetRecord],
     for ax, (key, rule) in zip(axes[0], metrics):
         sign = 1.0 if rule == 'greater' else -1.0
         # The axis ends a little beyond the uniform curve and the chosen subnets, so that
-        # a few very poor candidates do not squash the part that matters.
-        worst = min(sign * r.value(key) for r in uniform + list(chosen.values()))
-        best = max(sign * r.value(key) for r in uniform + records)
+        # a few very poor candidates do not squash the part that matters; NaN scores (a
+        # diverged subnet) are off the axis.
+        shown = finite(sign * r.value(key) for r in uniform + records)
+        worst = min(finite(sign * r.value(key) for r in uniform + list(chosen.values())),
+                    default=min(shown, default=0.0))
+        best = max(shown, default=worst)
         pad = 0.1 * (best - worst) or 0.5
-        hidden = sum(sign * r.value(key) < worst - pad for r in records)
+        hidden = sum(not sign * r.value(key) >= worst - pad for r in records)
         ax.scatter([r.flops for r in records], [r.value(key) for r in records], s=10, c='0.6',
                    label=f'evaluated subnets ({len(records)}'
                    + (f', {hidden} off the axis)' if hidden else ')'))
@@ -431,6 +440,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         runner.logger.info(f'threads: {set_threads(args.threads, unwrap(runner.model))}')
         check_fits(unwrap(runner.model), state_dict_of(checkpoint), args.checkpoint)
         loop: BaseSearchLoop = runner.val_loop  # built here: its settings are checked
+        loop.check_model()  # a supernet it cannot search (DARTS; greedy without a pruner)
         check_metric_keys(loop)  # before --overwrite deletes anything
         baseline = baseline_hook()
         runner.register_hook(baseline)

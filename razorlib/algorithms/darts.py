@@ -44,6 +44,11 @@ class DARTS(OneShotSupernet):
         >>> [len(group) for group in model.parameter_groups().values()]
         [74, 1]
     """
+    # A search loop would score the softmax mixture whatever subnet it set, and count
+    # and write the argmax subnet (export_subnet) for every candidate.
+    search_refusal = ('a DARTS subnet is derived by argmax of its architecture weights, not '
+                      'searched: take DARTS.export_subnet() (DumpSubnetHook writes it as '
+                      'subnet_final.yaml after training)')
 
     def __init__(self, architecture: ModuleOrCfg, input_shape: Sequence[int] = (3, 224, 224),
                  data_preprocessor: Optional[ModuleOrCfg] = None,

@@ -28,6 +28,9 @@ class OneShotSupernet(BaseModel):
     the subnet interface the search loops use (``set_subnet``, ``export_subnet``,
     ``flops_params``).
 
+    ``search_refusal`` is why the search loops refuse to search the supernet
+    (``BaseSearchLoop.check_model``), or None where they may.
+
     Args:
         architecture: the supernet, or its config: an mmengine model whose ``forward``
             has the modes ``'tensor'``, ``'loss'`` and ``'predict'``, with mutables in it.
@@ -35,6 +38,7 @@ class OneShotSupernet(BaseModel):
         data_preprocessor: a preprocessor or its config; default the architecture's.
         init_cfg: mmengine initialisation config.
     """
+    search_refusal: Optional[str] = None
 
     def __init__(self, architecture: ModuleOrCfg, input_shape: Sequence[int] = (3, 224, 224),
                  data_preprocessor: Optional[ModuleOrCfg] = None,

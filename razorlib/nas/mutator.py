@@ -36,8 +36,11 @@ class NasMutator:
     need not name inactive ones, :meth:`key` ignores them (two subnets that differ only
     there are the same network), and exported subnets leave them out.
 
-    Choices of an op are ordered by the candidate's parameter count, values by size,
-    so ``choices[key][0]`` is the cheapest, as a width space's narrowest.
+    Choices of an op are ordered by the candidate's parameter count (at the largest
+    choices of the mutables inside it), values by size, so ``choices[key][0]`` is the
+    first in that order, as a width space's narrowest.  It need not be the cheapest
+    subnet: an op with more parameters at full width can cost less at the widths
+    chosen inside it (a ``DynamicShuffleBlock``'s ``mid_ratios``).
 
     Args:
         model: the supernet (architecture) holding the mutables.
@@ -176,9 +179,12 @@ class NasMutator:
         return {key: (first if rng.random() < 0.5 else second)[key] for key in self.mutables}
 
     def min_subnet(self) -> Choices:
-        """Every mutable at its cheapest choice."""
+        """Every mutable at its first choice in :attr:`choices`' order (fewest op
+        parameters at full inner width, smallest value): the cheapest for independent
+        mutables, but not always with mutables nested in ops (see the class)."""
         return {key: choices[0] for key, choices in self.choices.items()}
 
     def max_subnet(self) -> Choices:
-        """Every mutable at its most expensive choice."""
+        """Every mutable at its last choice in :attr:`choices`' order (the most op
+        parameters at full inner width, the largest value)."""
         return {key: choices[-1] for key, choices in self.choices.items()}

@@ -2,7 +2,7 @@
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Mapping, Union
+from typing import Any, Dict, Hashable, List, Mapping, Tuple, Union
 
 import yaml
 
@@ -10,6 +10,37 @@ from ..utils.files import atomic_write_text
 from .mutables import Choice
 
 PathLike = Union[str, Path]
+
+
+class DuplicateKeyError(ValueError):
+    """A mapping in a subnet file names one key twice."""
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a duplicate key: PyYAML keeps the last one
+    silently, so an edited file could set another choice than the line one reads."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if not isinstance(key, Hashable):
+                continue  # the SafeLoader refuses it, naming it
+            if key in seen:
+                raise DuplicateKeyError(f'duplicate key {key!r} '
+                                        f'(line {key_node.start_mark.line + 1})')
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _unique_pairs(pairs: List[Tuple[str, Any]]) -> Dict[str, Any]:
+    """``json.loads``'s ``object_pairs_hook`` refusing a duplicate key, as in YAML."""
+    data: Dict[str, Any] = {}
+    for key, value in pairs:
+        if key in data:
+            raise DuplicateKeyError(f'duplicate key {key!r}')
+        data[key] = value
+    return data
 
 
 @dataclass
@@ -66,14 +97,18 @@ class FixedSubnet:
         """Read a file :meth:`dump` wrote (or one written by hand).
 
         Raises:
-            ValueError: naming the file when it is missing or not a subnet mapping.
+            ValueError: naming the file when it is missing or not a subnet mapping, or
+                the key a mapping in it names twice.
         """
         path = Path(path)
         if not path.is_file():
             raise ValueError(f'{path}: subnet file does not exist')
         text = path.read_text()
         try:
-            data = yaml.safe_load(text) if path.suffix in ('.yaml', '.yml') else json.loads(text)
+            data = yaml.load(text, _UniqueKeyLoader) if path.suffix in ('.yaml', '.yml') \
+                else json.loads(text, object_pairs_hook=_unique_pairs)
+        except DuplicateKeyError as err:
+            raise ValueError(f'{path}: {err}') from err
         except (yaml.YAMLError, json.JSONDecodeError) as err:
             raise ValueError(f'{path}: not a subnet file: {err}') from err
         return cls.from_dict(data or {}, where=str(path))

@@ -1,12 +1,15 @@
 """EvolutionSearchLoop: constraints hold, and a killed search resumes to the same end."""
 import json
+import math
 
 import pytest
-from search_helpers import build_runner
+from mmengine.runner import Runner
+from search_helpers import build_runner, runner_cfg
 
-from razorlib.engine.loops import EvolutionSearchLoop
+from razorlib.engine.loops import EvolutionSearchLoop, SubnetRecord, SubnetValLoop, pareto_front
 
 LIMITS = dict(flops=30000, params=4000)  # the widest subnet: 51,904 FLOPs, 6,218 params
+NAN = float('nan')
 
 
 def evolution(work_dir, **kwargs):
@@ -77,3 +80,68 @@ def test_resuming_with_other_settings_names_the_setting(tmp_path):
 def test_bad_settings_name_the_key(tmp_path, kwargs, message):
     with pytest.raises(ValueError, match=message):
         evolution(tmp_path, **kwargs).val()
+
+
+@pytest.mark.parametrize('rule', ['greater', 'less'])
+@pytest.mark.parametrize('scores', [[1.0, NAN, 0.5, 2.0], [NAN, 1.0, 0.5, 2.0]])
+def test_a_nan_score_ranks_below_every_number(tmp_path, rule, scores):
+    loop = evolution(tmp_path, top_k=3, score_rule=rule).val_loop
+    loop.records = [SubnetRecord({'a': i}, 100, 10, s) for i, s in enumerate(scores)]
+    expected = [2.0, 1.0, 0.5] if rule == 'greater' else [0.5, 1.0, 2.0]
+    assert [r.score for r in loop.best()] == expected
+    nan_record = next(r for r in loop.records if math.isnan(r.score))
+    assert all(loop.rank(nan_record) < loop.rank(r) for r in loop.records if r is not nan_record)
+    front = pareto_front([SubnetRecord({}, 1, 1, NAN)] + loop.records, rule)
+    assert [r.score for r in front] == [expected[0]]  # the NaN of fewest FLOPs hides none
+
+
+def test_a_search_never_chooses_a_nan_scored_subnet_and_warns_naming_it(tmp_path, monkeypatch):
+    validate = SubnetValLoop.validate
+    calls = []
+
+    def first_diverges(self, subnet, max_batches=None):
+        metrics = validate(self, subnet, max_batches)
+        calls.append(subnet)
+        return dict(metrics, **{'accuracy/top1': NAN}) if len(calls) == 1 else metrics
+
+    monkeypatch.setattr(SubnetValLoop, 'validate', first_diverges)
+    runner = evolution(tmp_path, max_epochs=1)
+    warnings = []
+    monkeypatch.setattr(runner.logger, 'warning', warnings.append)
+    result = runner.val()
+    diverged = result.records[0]
+    assert math.isnan(diverged.score)
+    best = result.chosen['best_subnet']
+    assert best.score == max(r.score for r in result.records[1:])
+    assert [w for w in warnings if 'accuracy/top1 is NaN for the subnet' in w] == [
+        f'generation 0: accuracy/top1 is NaN for the subnet {diverged.widths}; it ranks '
+        'below every scored subnet']
+
+
+@pytest.mark.parametrize('key, edit, digest', [
+    ('val_dataloader', dict(batch_size=15), 'val_data'),
+    ('train_dataloader', dict(batch_size=8), 'calib_data'),
+])
+def test_resuming_on_other_data_is_refused(tmp_path, key, edit, digest):
+    evolution(tmp_path, max_epochs=1).val()
+    cfg = runner_cfg(tmp_path, dict(type='EvolutionSearchLoop', max_epochs=2, num_candidates=5,
+                                    top_k=3, num_mutation=2, num_crossover=2, mutate_prob=0.5,
+                                    constraints=LIMITS, recalib_batches=1, val_batches=1,
+                                    resume_from=str(tmp_path / 'search_state.json')))
+    cfg[key] = dict(cfg[key], **edit)
+    with pytest.raises(ValueError, match=f"cannot resume: {digest} is 'sha256:[0-9a-f]{{16}}' "
+                                         'in the saved search but '):
+        Runner(**cfg).val()
+
+
+def test_a_darts_supernet_is_refused_naming_the_algorithm(tmp_path):
+    cfg = runner_cfg(tmp_path, dict(type='EvolutionSearchLoop', max_epochs=1, num_candidates=2,
+                                    top_k=1, num_mutation=0, num_crossover=0))
+    cfg['model'] = dict(type='DARTS', input_shape=(3, 8, 8), architecture=dict(
+        type='ImageClassifier', backbone=dict(
+            type='SearchableShuffleNetV2', arch_setting=[(16, 1, 2)], stem_channels=8,
+            stem='cifar', last_channels=None, mutable_cfg=dict(type='DiffMutableOP')),
+        head=dict(type='LinearClsHead', num_classes=10)))
+    with pytest.raises(ValueError, match='^model: EvolutionSearchLoop cannot search a DARTS '
+                                         'supernet: a DARTS subnet is derived by argmax'):
+        Runner(**cfg).val()

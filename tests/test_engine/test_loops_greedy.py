@@ -2,7 +2,8 @@
 import pytest
 import torch
 import yaml
-from search_helpers import ARCHITECTURE, INPUT_SHAPE, build_runner
+from mmengine.runner import Runner
+from search_helpers import ARCHITECTURE, INPUT_SHAPE, build_runner, runner_cfg
 
 from razorlib.engine.loops import GreedySearchLoop, SubnetRecord
 from razorlib.pruning import slim_model
@@ -10,6 +11,10 @@ from razorlib.registry import MODELS
 from razorlib.utils import get_model_complexity
 
 TARGETS = [40000, 20000, 8000]  # from 51,904 FLOPs (widest) to 6,064 (1 of 4 bins)
+SPOS_ARCHITECTURE = dict(
+    type='ImageClassifier', head=dict(type='LinearClsHead', num_classes=10),
+    backbone=dict(type='SearchableShuffleNetV2', arch_setting=[(16, 2, 2)], stem_channels=8,
+                  stem='cifar', last_channels=None))
 
 
 def greedy(tmp_path, **kwargs):
@@ -115,3 +120,13 @@ def test_a_real_search_records_accuracy_nll_for_every_subnet(tmp_path):
                     evaluator=dict(type='Accuracy', topk=1, nll=True))
     result = runner.val()
     assert all('accuracy/nll' in record.metrics for record in result.records)
+
+
+def test_a_supernet_without_a_pruner_is_refused_naming_it(tmp_path):
+    cfg = runner_cfg(tmp_path, dict(type='GreedySearchLoop', target_flops=TARGETS,
+                                    recalib_batches=1, val_batches=1))
+    cfg['model'] = dict(type='SPOS', input_shape=INPUT_SHAPE, architecture=SPOS_ARCHITECTURE)
+    with pytest.raises(ValueError, match=r'^model: GreedySearchLoop slims the channel widths '
+                       r'of a channel-width supernet \(AutoSlim, with a pruner\); SPOS has no '
+                       'pruner: search its op and value choices with EvolutionSearchLoop'):
+        Runner(**cfg).val()

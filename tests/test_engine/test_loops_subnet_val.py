@@ -2,12 +2,18 @@
 import pytest
 import torch
 import yaml
-from search_helpers import build_runner
+from mmengine.runner import Runner
+from search_helpers import INPUT_SHAPE, build_runner, runner_cfg
 
 from razorlib.algorithms import AutoSlim
 from razorlib.engine.config import ConfigError
 from razorlib.engine.loops import WidthSpace, recalibrate_bn
+from razorlib.nas import FixedSubnet
 
+SPOS_ARCHITECTURE = dict(
+    type='ImageClassifier', head=dict(type='LinearClsHead', num_classes=10),
+    backbone=dict(type='SearchableShuffleNetV2', arch_setting=[(16, 2, 2)], stem_channels=8,
+                  stem='cifar', last_channels=None))
 WIDTHS = {'backbone.stages.0.conv': 4, 'backbone.stages.1.conv': 8,
           'backbone.stages.2.conv': 24}
 
@@ -77,3 +83,29 @@ def test_subnet_file_errors_name_the_file_and_key(tmp_path):
         subnet_val(tmp_path, dict(WIDTHS, **{'backbone.stages.2.conv': 40})).val()
     with pytest.raises(ConfigError, match='subnet: .*nope.yaml does not exist'):
         subnet_val(tmp_path, str(tmp_path / 'nope.yaml')).val()
+
+
+def spos_val(tmp_path, subnet):
+    cfg = runner_cfg(tmp_path, dict(type='SubnetValLoop', subnet=subnet, recalib_batches=1))
+    cfg['model'] = dict(type='SPOS', input_shape=INPUT_SHAPE, architecture=SPOS_ARCHITECTURE)
+    return Runner(**cfg)
+
+
+def test_a_nas_choice_dict_validates_as_its_subnet_file(tmp_path):
+    choices = {'backbone.stages.0.0': 'shuffle_7x7', 'backbone.stages.0.1': 'shuffle_3x3'}
+    path = tmp_path / 'subnet.yaml'
+    FixedSubnet(choices).dump(path)
+    from_file = spos_val(tmp_path / 'a', str(path)).val()
+    runner = spos_val(tmp_path / 'b', choices)
+    before = runner.model.current_subnet
+    assert before != choices
+    assert runner.val() == from_file
+    assert runner.model.current_subnet == before  # put back after validating
+
+
+def test_a_bad_nas_choice_dict_is_refused_naming_the_key(tmp_path):
+    runner = spos_val(tmp_path, {'backbone.stages.0.0': 'shuffle_9x9',
+                                 'backbone.stages.0.1': 'shuffle_3x3'})
+    with pytest.raises(ConfigError, match="subnet: backbone.stages.0.0: 'shuffle_9x9' is not a "
+                                          'choice'):
+        runner.val()

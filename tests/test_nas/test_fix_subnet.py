@@ -75,6 +75,17 @@ def test_a_yaml_with_an_unknown_value_is_refused(tmp_path):
         nas_subnet(MBCONV, path)
 
 
+@pytest.mark.parametrize('name, text', [
+    ('dup.yaml', 'backbone.op: conv3x3\nbackbone.kernel: 5\nbackbone.kernel: 7\n'),
+    ('dup.json', '{"backbone.op": "conv3x3", "backbone.kernel": 5, "backbone.kernel": 7}'),
+])
+def test_a_subnet_file_naming_a_key_twice_is_refused_naming_file_and_key(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(ValueError, match=f"{path}: duplicate key 'backbone.kernel'"):
+        FixedSubnet.load(path)
+
+
 def test_nas_subnet_reinitialises_the_fixed_network():
     model, mutator, subnet = supernet_and_subnet(SHUFFLE, 0)
     torch.manual_seed(1)

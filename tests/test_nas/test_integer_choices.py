@@ -101,6 +101,15 @@ def test_fractional_choices_still_work():
     assert ratio.current_choice == 6 and isinstance(ratio.current_choice, int)
 
 
+@pytest.mark.parametrize('ratios', [(3, 6.0), (3.0, 6.0)])
+def test_a_largest_expand_ratio_written_as_a_float_builds_and_runs(ratios):
+    block = DynamicMBConv(8, 8, 1, kernel_sizes=(3, 5), expand_ratios=ratios).eval()
+    assert block.expand.conv.out_channels == 48
+    block.expand_ratio.current_choice = 6.0
+    x = torch.randn(1, 8, 5, 5)
+    assert torch.allclose(block(x), block.to_static().eval()(x), atol=1e-6)
+
+
 def test_a_float_for_an_integer_choice_is_refused_by_name():
     with pytest.raises(ValueError, match=r'OneShotMutableValue: choices\[1\] must be an '
                                          r'integer, got 5.0 \(a float; write 5\)'):

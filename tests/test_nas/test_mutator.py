@@ -4,7 +4,8 @@ import random
 import pytest
 import torch.nn as nn
 
-from razorlib.nas import NasMutator, SearchableMobileNet, SearchableShuffleNetV2
+from razorlib.nas import NasMutator, SearchableMobileNet, SearchableShuffleNetV2, fix_subnet
+from razorlib.utils.complexity import count_params
 
 
 def shufflenet() -> nn.Module:
@@ -86,3 +87,21 @@ def test_fair_samples_use_every_choice_of_every_mutable_once():
     assert len(samples) == max(mutator.sizes.values()) == 3
     for key, choices in mutator.choices.items():
         assert set(choices) <= {s[key] for s in samples}
+
+
+def test_min_and_max_subnet_are_each_mutables_first_and_last_choice_not_the_cheapest():
+    """Ops are ordered by their parameters at full inner width, so with a width nested in
+    an op the first choices need not be the cheapest subnet (as the docstring says)."""
+    net = SearchableShuffleNetV2(
+        arch_setting=[(32, 2, 2)], stem_channels=16, last_channels=None, stem='cifar',
+        candidates=dict(shuffle_7x7=dict(type='DynamicShuffleBlock', kernel_size=7,
+                                         mid_ratios=(0.25, 1.0)),
+                        shuffle_xception=dict(type='ShuffleXception')))
+    mutator = NasMutator(net)
+    assert mutator.min_subnet() == {key: choices[0] for key, choices in mutator.choices.items()}
+    assert mutator.max_subnet() == {key: choices[-1] for key, choices in mutator.choices.items()}
+    assert mutator.min_subnet()['stages.0.0'] == 'shuffle_xception'
+    narrow = {key: 'shuffle_7x7' if value == 'shuffle_xception' else 0.25 if key.endswith('width')
+              else value for key, value in mutator.min_subnet().items()}
+    assert count_params(fix_subnet(net, mutator.active(narrow))) < \
+        count_params(fix_subnet(net, mutator.active(mutator.min_subnet())))

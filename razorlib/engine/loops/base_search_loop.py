@@ -1,4 +1,5 @@
 """BaseSearchLoop: what every search loop shares; set a subnet, recalibrate, score it."""
+import math
 from typing import Any, Dict, List, Optional, Tuple, Union
 
 from mmengine.evaluator import Evaluator
@@ -12,6 +13,11 @@ from ..utils import unwrap
 from .results import SCORE_RULES, SearchResult, SubnetRecord
 from .subnet_val_loop import LoaderOrCfg, SubnetValLoop
 from .width_space import SearchSpace, Widths, WidthSpace
+
+
+def worst_if_nan(value: float) -> float:
+    """``value``, or ``-inf`` for NaN: what ranks below every number (higher is better)."""
+    return -math.inf if math.isnan(value) else value
 
 
 class BaseSearchLoop(BaseLoop):
@@ -95,22 +101,40 @@ class BaseSearchLoop(BaseLoop):
             self._space = self.build_space()
         return self._space
 
+    def check_model(self) -> None:
+        """Refuse a supernet this loop cannot search, before any candidate is scored
+        (``tools/search.py`` calls it first): one whose ``search_refusal`` says why
+        (DARTS: every candidate would score as the softmax mixture and count and export
+        as the argmax subnet).
+
+        Raises:
+            ConfigError: ``model: <loop> cannot search a <model> supernet: <why>``.
+        """
+        refusal = getattr(self.model, 'search_refusal', None)
+        if refusal:
+            raise ConfigError(f'model: {type(self).__name__} cannot search a '
+                              f'{type(self.model).__name__} supernet: {refusal}')
+
     def build_space(self) -> SearchSpace:
-        """The space the candidates come from: the model's own ``search_space`` when it
-        has one (a NAS supernet's op and value choices, ``SPOS.search_space``), else
-        the widths of its pruner (AutoSlim)."""
+        """The space the candidates come from (the model checked by :meth:`check_model`
+        first): the model's own ``search_space`` when it has one (a NAS supernet's op
+        and value choices, ``SPOS.search_space``), else the widths of its pruner
+        (AutoSlim)."""
+        self.check_model()
         space = getattr(self.model, 'search_space', None)
         if space is not None:
             return space
         if not hasattr(self.model, 'pruner'):
             raise TypeError(f'{type(self).__name__} searches a supernet with a search_space '
-                            f'(SPOS, DARTS) or a pruner (AutoSlim); '
+                            f'(SPOS) or a pruner (AutoSlim); '
                             f'{type(self.model).__name__} has neither')
         return WidthSpace(self.model.pruner)
 
     def run(self) -> SearchResult:
         """Run :meth:`search` inside ``before_val``/``before_search`` and
-        ``after_search(result)``/``after_val``; return its result."""
+        ``after_search(result)``/``after_val``; return its result (after
+        :meth:`check_model`, before any hook)."""
+        self.check_model()
         if not any(hasattr(hook, 'after_search') for hook in self.runner.hooks):
             self.runner.logger.warning(
                 'no hook has after_search, so nothing will write the chosen subnets; add '
@@ -154,14 +178,25 @@ class BaseSearchLoop(BaseLoop):
                               {k: float(v) for k, v in metrics.items()})
         self.runner.logger.info(f'{tag}: FLOPs {human(flops)}, params {human(params)}, '
                                 f'{self.score_key} {record.score:.4g}')
+        if math.isnan(record.score):
+            self.runner.logger.warning(f'{tag}: {self.score_key} is NaN for the subnet '
+                                       f'{dict(widths)}; it ranks below every scored subnet')
         self.runner.call_hook('after_search_candidate', record=record)
         return record
 
-    def rank(self, record: SubnetRecord) -> Tuple[float, float]:
-        """Sort key of a scored subnet, higher is better: its score (negated under
-        ``score_rule='less'``), then the negated tie-break metric (0 without one)."""
+    def rank(self, record: SubnetRecord) -> Tuple[bool, float, float]:
+        """Sort key of a scored subnet, higher is better: whether its score is a number,
+        its score (negated under ``score_rule='less'``), then the negated tie-break
+        metric (0 without one).
+
+        A NaN (a diverged candidate op, an overflow) compares false with everything,
+        so sorting or ``max`` would put it anywhere, even first: it ranks below every
+        number instead, a NaN score below any score and a NaN tie-break metric below
+        any tie-break metric.
+        """
+        score = record.score if self.score_rule == 'greater' else -record.score
         tie = -record.metrics[self.tie_break_key] if self.tie_break_key else 0.0
-        return (record.score if self.score_rule == 'greater' else -record.score), tie
+        return not math.isnan(score), worst_if_nan(score), worst_if_nan(tie)
 
     def subnet_config(self, widths: Widths) -> ChannelConfig:
         """The channel config of a subnet, as ``export_subnet()`` writes it."""

@@ -3,7 +3,7 @@ import hashlib
 import json
 import random
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple, Union
 
 from ...registry import LOOPS
 from ...utils.complexity import human
@@ -37,6 +37,18 @@ def checkpoint_fingerprint(path: Optional[str]) -> Fingerprint:
         for chunk in iter(lambda: stream.read(1 << 20), b''):
             digest.update(chunk)
     return dict(path=str(file.resolve()), size=file.stat().st_size, sha256=digest.hexdigest())
+
+
+def config_digest(cfg: Any) -> Optional[str]:
+    """``'sha256:<16 hex>'`` of a dataloader config (its keys sorted; a class or function
+    in it by its qualified name, which unlike its repr is the same in every process),
+    or None for a dataloader given built: it has no config to tell it apart by."""
+    if not isinstance(cfg, Mapping):
+        return None
+    text = json.dumps(cfg, sort_keys=True, default=lambda obj: '.'.join(
+        (getattr(obj, '__module__', None) or type(obj).__module__,
+         getattr(obj, '__qualname__', type(obj).__qualname__))))
+    return 'sha256:' + hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def same_checkpoint(saved: Fingerprint, current: Fingerprint) -> bool:
@@ -81,8 +93,9 @@ class EvolutionSearchLoop(BaseSearchLoop):
     atomically, and the hooks' ``after_search_step(step=generation, best=...)`` is
     called; a search started with ``resume_from`` set to that file continues with the
     next generation and ends exactly as an uninterrupted one would.  A resume with other
-    settings or another checkpoint is refused: its scores would not compare with the
-    saved ones.  Every random draw comes from the loop's own
+    settings, other data (the settings hold digests of the scoring and recalibration
+    dataloaders' configs, :meth:`data_digests`) or another checkpoint is refused: its
+    scores would not compare with the saved ones.  Every random draw comes from the loop's own
     ``random.Random(seed)`` (``self.rng``), never from the global generators.  The best
     subnet is chosen as ``'best_subnet'`` (``DumpSubnetHook`` writes
     ``best_subnet.yaml``).
@@ -116,6 +129,7 @@ class EvolutionSearchLoop(BaseSearchLoop):
                  constraints: Optional[Dict[str, float]] = None,
                  resume_from: Union[str, Path, None] = None, max_trials: int = 100, **kwargs):
         super().__init__(runner, dataloader, evaluator, **kwargs)
+        self._data_cfgs = dict(val_data=dataloader, calib_data=kwargs.get('calib_dataloader'))
         self.constraints = self._check_constraints(constraints or {})
         rules = [('max_epochs', max_epochs, max_epochs >= 1, '>= 1'),
                  ('num_candidates', num_candidates, num_candidates >= 1, '>= 1'),
@@ -156,7 +170,19 @@ class EvolutionSearchLoop(BaseSearchLoop):
             score_key=self.score_key, score_rule=self.score_rule,
             tie_break_key=self.tie_break_key,
             recalib_batches=self.recalib_batches,
-            val_batches=self.val_batches, spaces=self.space.choices)))
+            val_batches=self.val_batches, spaces=self.space.choices, **self.data_digests())))
+
+    def data_digests(self) -> Dict[str, Optional[str]]:
+        """:func:`config_digest` of the config of the data candidates are scored on
+        (``val_data``) and of the BatchNorm recalibration data (``calib_data``: the
+        loop's ``calib_dataloader``, else the runner's ``train_dataloader``, the config
+        mmengine keeps in ``runner._train_dataloader``): scores on other data, or
+        recalibrated on other batches, do not compare with the saved ones."""
+        calib = self._data_cfgs['calib_data']
+        if calib is None:
+            calib = getattr(self.runner, '_train_dataloader', None)
+        return dict(val_data=config_digest(self._data_cfgs['val_data']),
+                    calib_data=config_digest(calib))
 
     def feasible(self, widths: Widths) -> bool:
         """Whether the subnet meets every constraint."""

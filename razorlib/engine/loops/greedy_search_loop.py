@@ -61,6 +61,20 @@ class GreedySearchLoop(BaseSearchLoop):
         self.max_channel_bins = max_channel_bins
         self._scored: Dict[tuple, SubnetRecord] = {}
 
+    def check_model(self) -> None:
+        """Refuse a supernet without a pruner (SPOS, DARTS) as well: the greedy search
+        removes channel bins, which only a channel-width supernet (AutoSlim) has.
+
+        Raises:
+            ConfigError: ``model: GreedySearchLoop slims ...; <model> has no pruner ...``.
+        """
+        super().check_model()
+        if not hasattr(self.model, 'pruner'):
+            raise ConfigError(
+                f'model: {type(self).__name__} slims the channel widths of a channel-width '
+                f'supernet (AutoSlim, with a pruner); {type(self.model).__name__} has no '
+                'pruner: search its op and value choices with EvolutionSearchLoop')
+
     def widths_at(self, bins: Bins) -> Widths:
         """The subnet ``bins`` stands for, as the pruner's ``set_channel_bins`` sets it."""
         pruner = self.model.pruner

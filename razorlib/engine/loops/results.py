@@ -1,5 +1,6 @@
 """What a search evaluates and returns: one record per subnet, the search's result (and
 its results JSON), and the Pareto front of a set of records."""
+import math
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -114,7 +115,8 @@ class SearchResult:
 
 def pareto_front(records: Sequence[SubnetRecord], rule: str = 'greater',
                  key: Optional[str] = None) -> List[SubnetRecord]:
-    """The records no other record beats on both FLOPs (lower) and score.
+    """The records no other record beats on both FLOPs (lower) and score; a NaN score
+    is on no front (it compares false with every score, and would hide the front).
 
     Args:
         records: the evaluated subnets.
@@ -136,7 +138,8 @@ def pareto_front(records: Sequence[SubnetRecord], rule: str = 'greater',
         raise ValueError(f'rule must be one of {SCORE_RULES}, got {rule!r}')
     sign = 1.0 if rule == 'greater' else -1.0
     front: List[SubnetRecord] = []
-    for record in sorted(records, key=lambda r: (r.flops, -sign * r.value(key))):
+    scored = [r for r in records if not math.isnan(r.value(key))]
+    for record in sorted(scored, key=lambda r: (r.flops, -sign * r.value(key))):
         if not front or sign * record.value(key) > sign * front[-1].value(key):
             front.append(record)
     return front

@@ -40,13 +40,17 @@ def kept_subnet(model: BaseModel) -> Iterator[None]:
 
 
 def set_subnet(model: BaseModel, subnet: SubnetSpec) -> None:
-    """Set a subnet on ``model``: a channel config file or dict, ``{space id: kept
+    """Set a subnet on ``model``: for a NAS supernet (one with a ``search_space``: SPOS)
+    a choice dict or subnet file; else a channel config file or dict, ``{space id: kept
     channels}``, or the pruner's own ``{space id: keep-mask}``.
 
     Raises:
         ConfigError: the subnet does not fit the supernet; the message names the file
             (or ``subnet``) and the entry at fault.
     """
+    if getattr(model, 'search_space', None) is not None:
+        set_choices(model, subnet)
+        return
     if isinstance(subnet, Mapping) and 'modules' not in subnet:
         if all(isinstance(value, torch.Tensor) for value in subnet.values()):
             model.set_subnet(dict(subnet))  # keep-masks, as WidthSpace.masks gives them
@@ -62,6 +66,16 @@ def set_subnet(model: BaseModel, subnet: SubnetSpec) -> None:
                          if isinstance(subnet, Mapping) else subnet)
     except ValueError as err:
         raise ConfigError(f'{where}: {err}') from err
+
+
+def set_choices(model: BaseModel, subnet: SubnetSpec) -> None:
+    """Set a NAS supernet's subnet, a choice dict or a subnet file: its ``set_subnet``
+    checks it (its message names the file, or ``subnet``, and the key); a NAS supernet
+    has no pruner, so the channel forms do not apply."""
+    try:
+        model.set_subnet(dict(subnet) if isinstance(subnet, Mapping) else subnet)
+    except ValueError as err:
+        raise ConfigError(str(err)) from err
 
 
 def batch_size(batch: Any) -> int:
@@ -106,8 +120,9 @@ class SubnetValLoop(CalibrationData, ValLoop):
         dataloader: the validation data or its config.
         evaluator: the evaluator or its config.
         subnet: a channel config file (``.yaml``/``.json``, as the searches write), a
-            channel config dict, ``{space id: kept channels}``, or None for whatever
-            subnet the model is set to.
+            channel config dict, ``{space id: kept channels}``; for a NAS supernet
+            (SPOS) a subnet file or choice dict (``{mutable name: choice}``); or None
+            for whatever subnet the model is set to.
         recalib_batches: training batches for recalibration; 0 keeps the statistics.
         calib_dataloader: the recalibration data or its config; default the runner's
             training dataloader.

@@ -102,7 +102,7 @@ class DynamicMBConv(nn.Module):
         self.expand_ratio = OneShotMutableValue(expand_ratios)
         self.in_channels, self.out_channels, self.stride = in_channels, out_channels, stride
         self.act_type = act
-        hidden = in_channels * self.expand_ratio.max_choice
+        hidden = in_channels * int(self.expand_ratio.max_choice)  # 6.0 is allowed
         kernel = self.kernel_size.max_choice
         self.expand = ConvBNAct(in_channels, hidden, 1, act=act)
         self.depthwise = ConvBNAct(hidden, hidden, kernel, stride, groups=hidden, act=act)
