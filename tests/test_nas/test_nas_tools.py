@@ -48,13 +48,12 @@ def test_spos_supernet_search_and_subnet_run_through_the_tools(tmp_path):
     assert (tmp_path / 'subnet' / 'epoch_1.pth').is_file()
 
 
-def test_a_subnet_yaml_with_an_unknown_op_is_refused_by_train(tmp_path, capsys):
+def test_a_subnet_yaml_with_an_unknown_op_is_refused_by_train(tmp_path):
     bad = tmp_path / 'bad.yaml'
     bad.write_text('backbone.stages.0.1: shuffle_9x9\n')
     assert train(SPOS / 'spos_shufflenet_digits_subnet.py', tmp_path / 'bad',
-                 f'model.fix_subnet={bad}') == 2
-    assert f"model: {bad}: backbone.stages.0.1: 'shuffle_9x9' is not" in capsys.readouterr().out
-    assert not (tmp_path / 'bad').exists()
+                 f'model.fix_subnet={bad}') == 2  # a config error, before the work dir
+    assert not (tmp_path / 'bad').exists()  # the message: test_fix_subnet.py's bad files
 
 
 def test_darts_supernet_derives_a_subnet_that_trains(tmp_path):

@@ -255,7 +255,7 @@ def test_quantize_operation_refuses():
 
 
 def test_quantize_graph_refuses():
-    with pytest.raises(KeyError, match="no quantizer 'FP32' in razorlib's registry"):
+    with pytest.raises(ValueError, match='platform FP32 is no quantized platform'):
         quantize_graph(conv_concat_graph(), TargetPlatform.FP32)
     graph = quantize_graph(conv_concat_graph(), 'TRT_INT8')
     with pytest.raises(ValueError, match='is quantized already'):
