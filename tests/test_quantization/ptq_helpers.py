@@ -54,12 +54,17 @@ def calibrated(graph, platform='TRT_INT8', dispatcher='aggressive', data=None):
     return graph
 
 
-def run_onnxruntime(model, inputs, optimized=True):
-    """Run an ONNX ``ModelProto`` on a list of tensors; torch tensors back."""
+def session_options(optimized=True):
+    """onnxruntime's session options, its graph optimizations off unless ``optimized``."""
     options = ort.SessionOptions()
     if not optimized:
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    session = ort.InferenceSession(model.SerializeToString(), options,
+    return options
+
+
+def run_onnxruntime(model, inputs, optimized=True):
+    """Run an ONNX ``ModelProto`` on a list of tensors; torch tensors back."""
+    session = ort.InferenceSession(model.SerializeToString(), session_options(optimized),
                                    providers=['CPUExecutionProvider'])
     feeds = {item.name: tensor.numpy() for item, tensor in zip(session.get_inputs(), inputs)}
     return [torch.from_numpy(array) for array in session.run(None, feeds)]

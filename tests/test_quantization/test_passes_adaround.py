@@ -1,7 +1,7 @@
 """AdaRound: learned roundings reconstruct a layer better than rounding to nearest."""
 import torch
 
-from ptq_helpers import ORT_OPTIMIZED_INEXACT
+from ptq_helpers import ORT_OPTIMIZED_INEXACT, session_options
 from razorlib.ir import from_torch
 from razorlib.quantization import (AdaRound, QuantExecutor, bake_parameters, calibrate,
                                    dequantize_graph, export_graph, quantize_graph,
@@ -73,10 +73,9 @@ def test_adarounded_graph_exports_what_it_simulates(tmp_path):
     graph, batches = quantized_conv()
     AdaRound(steps=50)(graph, batches)
     export_graph(graph, tmp_path / 'conv.onnx')
-    options = ort.SessionOptions()
-    if ORT_OPTIMIZED_INEXACT:  # this CPU's fused int8 kernels saturate: see ptq_helpers
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    session = ort.InferenceSession(str(tmp_path / 'conv.onnx'), options,
+    # unoptimized where this CPU's fused int8 kernels saturate (see ptq_helpers)
+    session = ort.InferenceSession(str(tmp_path / 'conv.onnx'),
+                                   session_options(not ORT_OPTIMIZED_INEXACT),
                                    providers=['CPUExecutionProvider'])
     name = session.get_inputs()[0].name
     theirs = torch.from_numpy(session.run(None, {name: batches[1].numpy()})[0])

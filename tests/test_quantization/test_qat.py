@@ -7,7 +7,7 @@ import onnxruntime as ort
 import pytest
 import torch
 
-from ptq_helpers import ORT_OPTIMIZED_INEXACT
+from ptq_helpers import ORT_OPTIMIZED_INEXACT, session_options
 from razorlib.algorithms import QAT
 from razorlib.quantization import (LSQGraph, QuantExecutor, export_graph, lsq_fake_quantize,
                                    quantize_torch_model, snr_db)
@@ -29,10 +29,9 @@ def test_lsq_gradients_are_the_papers():
 
 
 def ort_run(path, images):
-    options = ort.SessionOptions()
-    if ORT_OPTIMIZED_INEXACT:  # this CPU's fused int8 kernels saturate: see ptq_helpers
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    session = ort.InferenceSession(str(path), options, providers=['CPUExecutionProvider'])
+    # unoptimized where this CPU's fused int8 kernels saturate (see ptq_helpers)
+    session = ort.InferenceSession(str(path), session_options(not ORT_OPTIMIZED_INEXACT),
+                                   providers=['CPUExecutionProvider'])
     return torch.from_numpy(session.run(None, {session.get_inputs()[0].name: images.numpy()})[0])
 
 
