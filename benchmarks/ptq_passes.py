@@ -248,7 +248,8 @@ def main(argv=None) -> None:
     split = {'test': 'test', 'val': 'validation'}[args.score_split]
     print(f'calibration: {len(calibration)} batches of {base.BATCH}; trained on {len(images)} '
           f'images (test ratio {args.test_ratio:g}), scored on {len(held)} {split} images; '
-          f'torch {torch.__version__}, onnxruntime {ort.__version__}')
+          f'torch {torch.__version__}, onnxruntime {ort.__version__} '
+          f'({base.optimization_level()} graph optimizations)')
 
 
 if __name__ == '__main__':

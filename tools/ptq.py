@@ -302,7 +302,6 @@ def evaluation_chunks(val: List[Batch], batch_size: Optional[int]
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    import onnxruntime as ort
     import torch
     from mmengine.logging import MMLogger
     from mmengine.runner import Runner
@@ -311,7 +310,8 @@ def main(argv=None) -> int:
     from razorlib.engine.config import ConfigError
     from razorlib.engine.threads import set_threads
     from razorlib.quantization import (QuantExecutor, analyse_error, export_graph,
-                                       quantize_torch_model)
+                                       int8_session, quantize_torch_model)
+    from razorlib.quantization.export import optimization_level
     from razorlib.utils.cli import check_earlier_results
 
     name = Path(args.config).stem
@@ -358,7 +358,7 @@ def main(argv=None) -> int:
     runs: Dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
         'fp32': classifier, 'int8_simulated': lambda x: executor(x)[0]}
     if settings.export_format.name == 'QDQ_ONNX':  # the other formats are not INT8 in ORT
-        session = ort.InferenceSession(str(onnx_path), providers=['CPUExecutionProvider'])
+        session = int8_session(onnx_path)  # unfused where this CPU's int8 kernels saturate
         input_name = session.get_inputs()[0].name
         runs['int8_onnxruntime'] = lambda x: torch.from_numpy(
             session.run(None, {input_name: x.numpy()})[0])
@@ -370,7 +370,7 @@ def main(argv=None) -> int:
         accuracy = {key: top1(run, chunks, labels) for key, run in runs.items()}
     report = analyse_error(graph, [chunk for chunk, _ in chunks], args.analyse_steps)
     labelled = {'fp32': 'FP32', 'int8_simulated': 'INT8 simulated',
-                'int8_onnxruntime': 'INT8 onnxruntime'}
+                'int8_onnxruntime': f'INT8 onnxruntime ({optimization_level()} optimizations)'}
     logger.info(f'top-1 on {len(labels)} validation images: '
                 + ', '.join(f'{labelled[key]} {value:.2f}' for key, value in accuracy.items()))
     logger.info(f'SNR of the quantized vs FP32 outputs ({args.analyse_steps} validation '

@@ -37,7 +37,7 @@ from .dispatch import (DISPATCHERS, AggressiveDispatcher, AllInDispatcher,
                        register_dispatcher)
 from .executor import QuantExecutor, quantized_inputs
 from .export import (EXPORTERS, activation_ranges, export_graph, export_onnx, export_qdq_onnx,
-                     export_trt_json, quantized_platform, trt_json_paths)
+                     export_trt_json, int8_session, quantized_platform, trt_json_paths)
 from .functional import (ROUNDING_FUNCTIONS, config_scale_offset, fake_quantize,
                          linear_fake_quantize, quantize_integers)
 from .observers import (OBSERVERS, KLObserver, MinMaxObserver, MSEObserver, Observer,
@@ -70,7 +70,8 @@ __all__ = [
     'analyse_error', 'as_export_format', 'as_platform', 'bake_parameters', 'build_observer',
     'calibrate', 'config_scale_offset', 'dequantize_graph', 'dequantized', 'dispatch_graph',
     'export_graph', 'export_onnx', 'export_qdq_onnx', 'export_trt_json', 'fake_quantize',
-    'find_soi_operations', 'graph_batches', 'is_float_platform', 'is_quantized_platform',
+    'find_soi_operations', 'graph_batches', 'int8_session', 'is_float_platform',
+    'is_quantized_platform',
     'linear_fake_quantize', 'observer_class', 'prepare_graph', 'quantable_operations',
     'quantize_graph', 'quantize_integers', 'quantize_onnx_model', 'quantize_torch_model',
     'quantized_inputs', 'quantized_platform', 'quantizer_class', 'register_dispatcher',

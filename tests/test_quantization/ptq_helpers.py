@@ -1,12 +1,13 @@
 """Shared by the PTQ tests: a small CNN, quantizing it, running exported models in onnxruntime."""
 import functools
 
-import onnxruntime as ort
 import torch
 from torch import nn
 
 from razorlib.ir import QuantableOperation, TorchExecutor, from_torch
 from razorlib.quantization import calibrate, quantize_graph
+from razorlib.quantization.export import (INT8_KERNELS_SATURATE, int8_kernels_saturate,
+                                          int8_session)
 
 
 class SmallNet(nn.Module):
@@ -54,42 +55,16 @@ def calibrated(graph, platform='TRT_INT8', dispatcher='aggressive', data=None):
     return graph
 
 
-def session_options(optimized=True):
-    """onnxruntime's session options, its graph optimizations off unless ``optimized``."""
-    options = ort.SessionOptions()
-    if not optimized:
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    return options
-
-
 def run_onnxruntime(model, inputs, optimized=True):
-    """Run an ONNX ``ModelProto`` on a list of tensors; torch tensors back."""
-    session = ort.InferenceSession(model.SerializeToString(), session_options(optimized),
-                                   providers=['CPUExecutionProvider'])
+    """Run an ONNX ``ModelProto`` on a list of tensors (onnxruntime's default optimizations,
+    or none); torch tensors back."""
+    session = int8_session(model.SerializeToString(), optimized)
     feeds = {item.name: tensor.numpy() for item, tensor in zip(session.get_inputs(), inputs)}
     return [torch.from_numpy(array) for array in session.run(None, feeds)]
 
 
-def _ort_int8_kernels_saturate() -> bool:
-    """Whether onnxruntime's optimized int8 kernels may saturate on this CPU: an x86 CPU
-    without VNNI multiplies u8 by s8 with ``vpmaddubsw``, which adds pairs of products in
-    int16 and clips them (the reason onnxruntime's quantizer offers ``reduce_range``).  Its
-    unoptimized session computes QDQ models exactly; an optimized one fuses them into those
-    kernels and, here, is off by tens of output steps."""
-    try:
-        with open('/proc/cpuinfo') as info:
-            flags = next((line.split(':', 1)[1].split() for line in info
-                          if line.startswith('flags')), None)
-    except OSError:
-        return False
-    return flags is not None and 'avx2' in flags and \
-        not {'avx512_vnni', 'avx_vnni', 'amx_int8'} & set(flags)
-
-
 #: Why an optimized onnxruntime session is not held to :data:`STEPS` on this CPU, or None.
-ORT_OPTIMIZED_INEXACT = ('onnxruntime fuses QDQ into int8 kernels that saturate on this x86 '
-                         'CPU without VNNI (u8 x s8 pairs summed in int16)'
-                         if _ort_int8_kernels_saturate() else None)
+ORT_OPTIMIZED_INEXACT = INT8_KERNELS_SATURATE if int8_kernels_saturate() else None
 
 STEPS = 2 + 1e-3
 """The agreement bound of executor and onnxruntime: two quantization steps of the output,

@@ -1,11 +1,11 @@
 """AdaRound: learned roundings reconstruct a layer better than rounding to nearest."""
 import torch
 
-from ptq_helpers import ORT_OPTIMIZED_INEXACT, session_options
 from razorlib.ir import from_torch
 from razorlib.quantization import (AdaRound, QuantExecutor, bake_parameters, calibrate,
                                    dequantize_graph, export_graph, quantize_graph,
-                                   restore_quantize_state, set_activation_observer)
+                                   int8_session, restore_quantize_state,
+                                   set_activation_observer)
 from razorlib.quantization.passes import kernel_output, record_layer, weight_layers
 
 
@@ -68,15 +68,10 @@ def test_adarounded_weights_are_on_the_grid_and_the_fp32_weights_stay_aside():
 
 
 def test_adarounded_graph_exports_what_it_simulates(tmp_path):
-    import onnxruntime as ort
-
     graph, batches = quantized_conv()
     AdaRound(steps=50)(graph, batches)
     export_graph(graph, tmp_path / 'conv.onnx')
-    # unoptimized where this CPU's fused int8 kernels saturate (see ptq_helpers)
-    session = ort.InferenceSession(str(tmp_path / 'conv.onnx'),
-                                   session_options(not ORT_OPTIMIZED_INEXACT),
-                                   providers=['CPUExecutionProvider'])
+    session = int8_session(tmp_path / 'conv.onnx')  # unfused where int8 kernels saturate
     name = session.get_inputs()[0].name
     theirs = torch.from_numpy(session.run(None, {name: batches[1].numpy()})[0])
     output_scale = graph.operations[weight_layers(graph)[0].name].output_quant_config[0].scale

@@ -3,14 +3,12 @@ and its QDQ export run by onnxruntime as razorlib simulates it."""
 import importlib.util
 from pathlib import Path
 
-import onnxruntime as ort
 import pytest
 import torch
 
-from ptq_helpers import ORT_OPTIMIZED_INEXACT, session_options
 from razorlib.algorithms import QAT
-from razorlib.quantization import (LSQGraph, QuantExecutor, export_graph, lsq_fake_quantize,
-                                   quantize_torch_model, snr_db)
+from razorlib.quantization import (LSQGraph, QuantExecutor, export_graph, int8_session,
+                                   lsq_fake_quantize, quantize_torch_model, snr_db)
 
 REPO = Path(__file__).parents[2]
 CONFIG = REPO / 'configs' / 'quantization' / 'qat' / 'qat_plaincnn_digits_trt_int8.py'
@@ -29,9 +27,7 @@ def test_lsq_gradients_are_the_papers():
 
 
 def ort_run(path, images):
-    # unoptimized where this CPU's fused int8 kernels saturate (see ptq_helpers)
-    session = ort.InferenceSession(str(path), session_options(not ORT_OPTIMIZED_INEXACT),
-                                   providers=['CPUExecutionProvider'])
+    session = int8_session(path)  # unfused where this CPU's int8 kernels saturate
     return torch.from_numpy(session.run(None, {session.get_inputs()[0].name: images.numpy()})[0])
 
 
