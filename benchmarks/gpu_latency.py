@@ -3,14 +3,19 @@ the slim INT8 model through TensorRT.
 
     python benchmarks/gpu_latency.py [--batches 1 32 128] [--iters 50] [--models ...]
                                      [--round-to 1 8] [--modes eager graph folded compiled]
-                                     [--precisions FP32 FP16 BF16]
+                                     [--precisions FP32 FP16 BF16] [--latency 0.5]
 
 For each model (razorlib's ResNet-50 and MobileNetV2 x1.0 at 224x224, random weights:
 latency does not depend on them) and each batch size: the dense model in FP32, FP16 and
 BF16, and its slim subnets (``razorlib.prune(model, flops=0.5, round_to=n)``: L1 channel
 pruning to half the FLOPs, kept widths multiples of each ``--round-to`` n; 8 suits tensor
 cores) in FP16 and BF16, all in channels_last with cuDNN's benchmark mode on, timed with
-CUDA events after a warm-up, each in three ways:
+CUDA events after a warm-up, each in three ways.  With ``--latency F``, also at each batch
+size a slim model pruned to a *latency* budget: ``razorlib.prune(model, images,
+latency=F, round_to=n)`` (the last ``--round-to`` n) measured on the ``'cuda'`` runtime as
+deployed (``graph=True, dtype='float16', channels_last=True``, at that batch), printed
+with its latency fraction measured afterwards on that runtime (the budget holds within
+5% if it is at most 1.05 F) and timed in the table like the others:
 
 - ``eager``: ``model(images)`` under ``torch.no_grad()``; at small batches this times
   Python's kernel launches more than the GPU;
@@ -39,6 +44,7 @@ import copy
 import importlib.util
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Callable, Dict, Tuple, Union
 
@@ -72,29 +78,30 @@ def build(backbone: dict) -> torch.nn.Module:
     return ImageClassifier(backbone, dict(type='LinearClsHead', num_classes=1000)).eval()
 
 
+def latency_pruned(dense: torch.nn.Module, fraction: float, batch: int,
+                   round_to: int) -> Tuple[torch.nn.Module, float]:
+    """``dense`` pruned to ``fraction`` of its FP16 CUDA-graph latency at ``batch``, and the
+    slim model's latency over the dense one's measured afterwards on the same runtime."""
+    import razorlib
+    from razorlib.pruning.runtimes import CudaRuntime
+    runtime = CudaRuntime(graph=True, dtype='float16', channels_last=True)
+    images = torch.randn(batch, 3, 224, 224)
+    slim = razorlib.prune(copy.deepcopy(dense), images, latency=fraction, runtime=runtime,
+                          round_to=round_to)
+    dense_ms, slim_ms = runtime.latency([copy.deepcopy(dense), copy.deepcopy(slim)],
+                                        (images, ))
+    return slim, slim_ms / dense_ms
+
+
 def flops_of(model: torch.nn.Module) -> float:
     from razorlib.utils import get_model_complexity
     return float(get_model_complexity(model, torch.randn(1, 3, 224, 224)).flops)
 
 
-def graphed(run: Callable[[], object]) -> Callable[[], object]:
-    """``run`` captured in a CUDA graph (after warm-up runs on a side stream, which also
-    let cuDNN's benchmark mode and TorchScript's profiling settle); returns its replay."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(5):
-            run()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        run()
-    return graph.replay
-
-
 def torch_runner(model: torch.nn.Module, dtype: torch.dtype, batch: int,
                  mode: str) -> Callable[[], object]:
     """``model`` on the GPU in ``dtype`` and channels_last, run as ``mode`` says."""
+    from razorlib.pruning.runtimes import CudaGraphReplay
     net = copy.deepcopy(model).cuda().to(dtype=dtype, memory_format=torch.channels_last)
     images = torch.randn(batch, 3, 224, 224, device='cuda', dtype=dtype).contiguous(
         memory_format=torch.channels_last)
@@ -102,18 +109,21 @@ def torch_runner(model: torch.nn.Module, dtype: torch.dtype, batch: int,
         with torch.no_grad():
             net = torch.jit.freeze(torch.jit.trace(net, images))
     elif mode == 'compiled':
-        import torch._dynamo
-        import torch._inductor.config as inductor
+        # (imported from torch: `import torch._dynamo` here would make `torch` a local name
+        # of the whole function, unbound before this line)
+        from torch import _dynamo
+        from torch._inductor import config as inductor
         inductor.freezing = True
         # dynamo's cache outlives a compile: without the reset, the second batch size of
         # the same model class recompiles with a dynamic batch dimension
-        torch._dynamo.reset()
+        _dynamo.reset()
         net = torch.compile(net, dynamic=False)
 
     def run():
         with torch.no_grad():
             return net(images)
-    return run if mode == 'eager' else graphed(run)
+    # the replay holds run, and with it the net and images the graph reads
+    return run if mode == 'eager' else CudaGraphReplay(run, warmup=5)
 
 
 def trt_int8_runner(model: torch.nn.Module, batch: int) -> Callable[[], object]:
@@ -155,6 +165,9 @@ def main(argv=None) -> int:
     parser.add_argument('--modes', nargs='+', default=list(MODES[:3]), choices=MODES)
     parser.add_argument('--precisions', nargs='+', default=list(PRECISIONS),
                         choices=list(PRECISIONS), help='FP32 is timed for the dense model only')
+    parser.add_argument('--latency', type=float, metavar='F',
+                        help="also a slim model per batch pruned to this fraction of the dense "
+                        "model's FP16 CUDA-graph latency at that batch")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print('benchmarks/gpu_latency.py: no CUDA GPU on this machine; nothing measured')
@@ -177,6 +190,23 @@ def main(argv=None) -> int:
                 round_to=n)
         flops = {key: flops_of(model) for key, model in models.items()}
         for batch in args.batches:
+            models = {k: m for k, m in models.items() if not k.startswith('slim latency')}
+            if args.latency is not None:
+                key = f'slim latency={args.latency:g} round_to={args.round_to[-1]}'
+                start = time.perf_counter()
+                try:
+                    models[key], measured = latency_pruned(models['dense'], args.latency,
+                                                           batch, args.round_to[-1])
+                except Exception as err:  # an unreachable budget: the other rows still run
+                    print(f'{name} batch {batch}: pruning to latency {args.latency:g} failed: '
+                          f'{type(err).__name__}: {err}', flush=True)
+                else:
+                    flops[key] = flops_of(models[key])
+                    print(f'{name} batch {batch}: pruned to latency {args.latency:g} on the '
+                          f'cuda runtime (graph, float16, channels_last) in '
+                          f'{time.perf_counter() - start:.0f} s; measured afterwards on it: '
+                          f'{measured:.3f} of dense; FLOPs {flops[key] / flops["dense"]:.3f}',
+                          flush=True)
             times: Dict[Tuple[str, str], Dict[str, Union[float, str]]] = {}
             for key, model in models.items():
                 for label in args.precisions:

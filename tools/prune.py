@@ -39,7 +39,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Iterator, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional, Sequence, Tuple
 
 # Only what the arguments need is imported here (no torch), so that --help is instant;
 # the functions import the rest.
@@ -69,7 +69,8 @@ Pruned = Tuple['nn.Module', 'nn.Module', 'ChannelConfig', 'torch.Tensor',
 #: Options of one mode only, refused in the other when given (even at their default).
 MODEL_ONLY = ('--model', '--pruner', '--ratio', '--flops', '--params', '--latency',
               '--importance', '--global', '--sensitivity', '--round-to', '--max-ratio',
-              '--data-config', '--data-batches', '--input-size', '--except-start-keys')
+              '--data-config', '--data-batches', '--input-size', '--batch',
+              '--except-start-keys')
 CONFIG_ONLY = ('--subnet', '--cfg-options', '--recalib-batches')
 #: What the tool writes; a work dir holding either is refused without --overwrite.
 RESULTS = ('channel_cfg.yaml', 'slim.pth')
@@ -150,6 +151,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument('--runtime', default='torch', choices=['torch', 'onnxruntime', 'cuda'],
                         help='where latency is measured, on --threads threads (default: '
                         '%(default)s)')
+    parser.add_argument('--runtime-options', nargs='+', action=DictAction,
+                        metavar='KEY=VALUE',
+                        help="the runtime's options, e.g. for cuda graph=True dtype=float16 "
+                        'channels_last=True: CUDA-graph replays of the FP16 NHWC model, as '
+                        'deployed (default: none)')
     parser.add_argument('--quantile', type=in_range(0, 1), default=0.5, metavar='Q',
                         help='the quantile of the timed runs taken as latency: 0.5 the median; '
                         'a low one (0.1) is steadier on a machine busier than its cores '
@@ -163,6 +169,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help='batches read from the data (default: %(default)s)')
     parser.add_argument('--input-size', type=at_least(1), default=224,
                         help="--model's square input side (default: %(default)s)")
+    parser.add_argument('--batch', type=at_least(1), default=1,
+                        help="--model's example input batch: its latency is measured at this "
+                        'batch (default: %(default)s)')
     parser.add_argument('--except-start-keys', nargs='*', default=[], metavar='PREFIX',
                         help="module-name prefixes whose output channels stay (default: none)")
     parser.add_argument('--work-dir', default=None,
@@ -197,6 +206,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
             build_importance(args.importance)
         except KeyError as err:
             parser.error(f'--importance: {err.args[0]}')
+    try:
+        runtime_cfg(args)
+    except (TypeError, ValueError) as err:
+        parser.error(f'--runtime-options: {err}')
     if args.global_ranking and args.sensitivity:
         parser.error('choose one allocation: --global or --sensitivity')
     if args.pruner == 'RatioPruner' and (args.importance != 'l1' or args.global_ranking
@@ -206,6 +219,19 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                      '--sensitivity and --flops/--params/--latency need L1NormPruner (the '
                      'default)')
     return args
+
+
+def runtime_cfg(args: argparse.Namespace, **fields: Any) -> dict:
+    """The latency runtime's config dict from --runtime, --quantile, ``fields`` and
+    --runtime-options (which win), its keys and dtype checked."""
+    from razorlib.pruning.runtimes import check_runtime, floating_dtype
+
+    cfg = dict(type=args.runtime, quantile=args.quantile, **fields)
+    cfg.update(args.runtime_options or {})
+    check_runtime(cfg)
+    if cfg.get('dtype') is not None:
+        floating_dtype(cfg['dtype'])
+    return cfg
 
 
 def budget_of(args: argparse.Namespace) -> Tuple[str, float]:
@@ -292,7 +318,7 @@ def prune_built_in(args: argparse.Namespace, model: nn.Module, logger: MMLogger)
     from razorlib.pruning import build_importance
     from razorlib.registry import PRUNERS
 
-    x = torch.randn(1, 3, args.input_size, args.input_size)
+    x = torch.randn(args.batch, 3, args.input_size, args.input_size)
     metric, value = budget_of(args)
     metric = metric or 'ratio'
     if args.pruner == 'RatioPruner':
@@ -301,14 +327,13 @@ def prune_built_in(args: argparse.Namespace, model: nn.Module, logger: MMLogger)
         cfg = dict(type=args.pruner, importance=args.importance,
                    global_ranking=args.global_ranking, sensitivity=args.sensitivity,
                    round_to=args.round_to, max_ratio=args.max_ratio,
-                   runtime=dict(type=args.runtime, threads=torch.get_num_threads(),
-                                quantile=args.quantile),
+                   runtime=runtime_cfg(args, threads=torch.get_num_threads()),
                    **{metric: value})
     pruner = PRUNERS.build({**cfg, 'except_start_keys': args.except_start_keys})
     needs_data = args.pruner != 'RatioPruner' and (
         args.sensitivity or build_importance(args.importance).needs_data)
     batches = load_batches(args, tuple(x.shape[1:])) if needs_data or args.data_config else []
-    logger.info(f'{args.model}, input 1x3x{args.input_size}x{args.input_size}, '
+    logger.info(f'{args.model}, input {args.batch}x3x{args.input_size}x{args.input_size}, '
                 f'{args.pruner} ({args.importance if args.pruner != "RatioPruner" else "first"} '
                 f'channels, {allocation_name(args)}) to {metric} {value:g}'
                 + (f'; {len(batches)} data batches' if batches else ''))
@@ -510,10 +535,11 @@ def log_costs(args: argparse.Namespace, dense: nn.Module, slim: nn.Module, x: to
 
     before = get_model_complexity(dense, x)
     after = get_model_complexity(slim, x)
-    runtime = build_runtime(dict(type=args.runtime, threads=torch.get_num_threads(),
-                                 repeat=30, cache_dir=False, quantile=args.quantile))
+    runtime = build_runtime(runtime_cfg(args, threads=torch.get_num_threads(), repeat=30,
+                                        cache_dir=False))
     dense_ms, slim_ms = runtime.latency([copy.deepcopy(dense), copy.deepcopy(slim)], (x, ))
-    logger.info(f"{'':8}{'params':>10}{'FLOPs':>10}{'latency':>12}  ({args.runtime}, "
+    options = ''.join(f' {k}={v}' for k, v in (args.runtime_options or {}).items())
+    logger.info(f"{'':8}{'params':>10}{'FLOPs':>10}{'latency':>12}  ({args.runtime}{options}, "
                 f'{runtime.threads} thread(s), quantile {runtime.quantile:g} of '
                 f'{runtime.repeat} interleaved runs)')
     logger.info(f"{'dense':8}{human(before.params):>10}{human(before.flops):>10}"

@@ -14,7 +14,10 @@ quantile: what the run costs when it is not pre-empted) is steadier.  Override
 ``RUNTIMES`` name   runs
 ==================  =========================================================
 ``'torch'``         ``module(*inputs)`` in eval mode under ``no_grad``, on CPU
-``'cuda'``          the same on the current CUDA device, synchronised per run
+``'cuda'``          the same on the current CUDA device, synchronised per run;
+                    ``graph=True``: replayed from a CUDA graph (the GPU's work,
+                    not Python's kernel launches), ``dtype='float16'`` and
+                    ``channels_last=True``: the form a GPU deployment runs
 ``'onnxruntime'``   the module exported to ONNX (TorchScript exporter), on
                     onnxruntime's CPU provider with every graph optimisation
 ==================  =========================================================
@@ -26,10 +29,10 @@ modules run with their transformers key/value cache off
 its ``DynamicCache`` output cannot be exported to ONNX.
 """
 import contextlib
+import copy
 import ctypes
 import difflib
 import gc
-import inspect
 import io
 import logging
 import os
@@ -45,9 +48,11 @@ import torch
 import torch.nn as nn
 
 from ..tracing.forward import without_kv_cache
+from ..utils.checks import keyword_parameters
 
 __all__ = ['RUNTIMES', 'Runtime', 'TorchRuntime', 'CudaRuntime', 'OnnxRuntime',
-           'build_runtime', 'RuntimeArg', 'default_cache_dir']
+           'build_runtime', 'check_runtime', 'RuntimeArg', 'default_cache_dir',
+           'floating_dtype', 'CudaGraphReplay']
 
 #: Positional tensors, or keyword arguments (``module(**inputs)``).
 Inputs = Union[Tuple[torch.Tensor, ...], Mapping]
@@ -185,28 +190,145 @@ class TorchRuntime(Runtime):
 
 
 class CudaRuntime(TorchRuntime):
-    """PyTorch eager on the current CUDA device; every run ends in a synchronisation."""
+    """PyTorch on the current CUDA device; every run ends in a synchronisation.
+
+    Eager by default: at batch 1 that times Python's kernel launches more than the GPU
+    (6-10 ms for any ResNet-50 or MobileNetV2 on an H100, so a latency budget could not
+    be met by pruning).  ``graph=True`` captures each module's forward once in a CUDA
+    graph and times its replays: the GPU's work, as a deployment that replays graphs
+    (or TensorRT) sees it.  ``dtype`` casts the module and its floating inputs (e.g.
+    ``'float16'``) and ``channels_last`` puts 4-d tensors in NHWC, so the figures are
+    those of the form deployed; all three are part of the latency table's cache key.
+
+    Args:
+        graph: time CUDA-graph replays instead of eager calls.
+        dtype: a floating dtype (``'float16'``, ``'bfloat16'``, a ``torch.dtype``) the
+            copies timed are cast to; None: as given.
+        channels_last: the copies timed and their 4-d inputs in channels_last.
+        *args, **kwargs: :class:`Runtime`'s.
+    """
     name = 'cuda'
     device = 'cuda'
 
-    def __init__(self, *args: Any, **kwargs: Any):
+    def __init__(self, *args: Any, graph: bool = False,
+                 dtype: Union[str, torch.dtype, None] = None, channels_last: bool = False,
+                 **kwargs: Any):
         if not torch.cuda.is_available():
             raise RuntimeError("runtime 'cuda': torch.cuda.is_available() is False on this "
                                "machine; measure on 'torch' (CPU) or 'onnxruntime' instead")
         super().__init__(*args, **kwargs)
+        self.graph, self.channels_last = bool(graph), bool(channels_last)
+        self.dtype = None if dtype is None else floating_dtype(dtype)
+
+    def __repr__(self) -> str:
+        options = ''.join(f', {k}={v!r}' for k, v in self.options().items())
+        return super().__repr__()[:-1] + options + ')'
+
+    def options(self) -> Dict[str, Any]:
+        """The options that differ from eager on the given dtype and layout."""
+        options: Dict[str, Any] = {}
+        if self.graph:
+            options['graph'] = True
+        if self.dtype is not None:
+            options['dtype'] = str(self.dtype).replace('torch.', '')
+        if self.channels_last:
+            options['channels_last'] = True
+        return options
 
     def versions(self) -> Dict[str, str]:
         return {'torch': torch.__version__, 'cuda': str(torch.version.cuda),
                 'gpu': torch.cuda.get_device_name()}
 
+    def key_fields(self) -> Dict[str, Any]:
+        return {**super().key_fields(), **self.options()}
+
     def compile(self, module: nn.Module, inputs: Inputs) -> Callable[[], Any]:
-        run = super().compile(module, inputs)
+        module = copy.deepcopy(module).eval().to(self.device)  # the caller's stays as it is
+        inputs = inputs_to(inputs, self.device)
+        if self.dtype is not None:
+            module = module.to(self.dtype)
+            inputs = _map_tensors(inputs, lambda x: x.to(self.dtype)
+                                  if x.is_floating_point() else x)
+        if self.channels_last:
+            module = module.to(memory_format=torch.channels_last)
+            inputs = _map_tensors(inputs, lambda x: x.contiguous(
+                memory_format=torch.channels_last) if x.dim() == 4 else x)
+
+        def run() -> Any:
+            with torch.no_grad():
+                return call_module(module, inputs)
+        if self.graph:
+            run = CudaGraphReplay(run)
 
         def synced() -> Any:
             out = run()
             torch.cuda.synchronize()
             return out
         return synced
+
+
+def floating_dtype(dtype: Union[str, torch.dtype]) -> torch.dtype:
+    """A floating ``torch.dtype`` from itself or its name (``'float16'``, ``'torch.half'``).
+
+    Example:
+        >>> floating_dtype('float16'), floating_dtype('torch.bfloat16')
+        (torch.float16, torch.bfloat16)
+        >>> floating_dtype('int8')
+        Traceback (most recent call last):
+        ...
+        ValueError: dtype='int8': a floating dtype ('float16', 'bfloat16', 'float32', ...)
+    """
+    value = getattr(torch, str(dtype).replace('torch.', ''), None) \
+        if isinstance(dtype, str) else dtype
+    if not isinstance(value, torch.dtype) or not value.is_floating_point:
+        raise ValueError(f'dtype={dtype!r}: a floating dtype (\'float16\', \'bfloat16\', '
+                         "'float32', ...)")
+    return value
+
+
+def _map_tensors(inputs: Inputs, fn: Callable[[torch.Tensor], torch.Tensor]) -> Inputs:
+    """``fn`` applied to each input tensor (a mapping's other values as they are)."""
+    if isinstance(inputs, Mapping):
+        return {k: fn(v) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
+    return tuple(fn(x) for x in inputs)
+
+
+class CudaGraphReplay:
+    """A function of no arguments captured once in a CUDA graph; calling it replays the
+    graph.
+
+    The replay holds ``run`` (and so the module and tensors it closes over): a graph reads
+    and writes the memory those had at capture, and replaying it after they were freed
+    reads whatever the allocator put there since, or faults (an illegal memory access,
+    after which the CUDA context is unusable).  ``warmup`` runs on a side stream come
+    first (cuDNN chooses its algorithms there, outside the capture).
+
+    Raises:
+        RuntimeError: ``run`` cannot be captured (it synchronises with the host, e.g. a
+            data-dependent shape), naming the capture's error.
+    """
+
+    def __init__(self, run: Callable[[], Any], warmup: int = 3):
+        self.run = run
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(warmup):
+                run()
+        torch.cuda.current_stream().wait_stream(stream)
+        self.graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(self.graph):
+                self.output = run()
+        except Exception as err:
+            raise RuntimeError(f"runtime 'cuda' with graph=True: the forward cannot be "
+                               f'captured in a CUDA graph ({_first_line(err)}); time it '
+                               'eagerly (graph=False)') from err
+
+    def __call__(self) -> Any:
+        """Replay the graph; its output (the tensors captured) is overwritten in place."""
+        self.graph.replay()
+        return self.output
 
 
 #: Dtypes onnxruntime's CPU provider lacks kernels for (float64: no Conv; bfloat16: no Conv,
@@ -344,8 +466,8 @@ def _quiet_output() -> Iterator[None]:
             stream.flush()
         saved = [(fd, os.dup(fd)) for fd in (1, 2)]
     except (OSError, ValueError, AttributeError):  # no descriptors to quiet
-        for _, copy in saved:
-            os.close(copy)
+        for _, duplicate in saved:
+            os.close(duplicate)
         yield
         return
     try:
@@ -355,9 +477,9 @@ def _quiet_output() -> Iterator[None]:
             yield
     finally:
         _flush_c_streams()
-        for fd, copy in saved:
-            os.dup2(copy, fd)
-            os.close(copy)
+        for fd, duplicate in saved:
+            os.dup2(duplicate, fd)
+            os.close(duplicate)
 
 
 def _flush_c_streams() -> None:
@@ -426,6 +548,23 @@ def build_runtime(runtime: RuntimeArg) -> Runtime:
     """
     if isinstance(runtime, Runtime):
         return runtime
+    cls, cfg = check_runtime(runtime)
+    return cls(**cfg)
+
+
+def check_runtime(runtime: Union[str, Mapping]) -> Tuple[Type[Runtime], Dict[str, Any]]:
+    """The runtime class a name or config dict names and the keyword arguments it is built
+    with, checked without building it (a ``'cuda'`` config is checked on a machine
+    without a GPU too).  Raises as :func:`build_runtime` does.
+
+    Example:
+        >>> check_runtime(dict(type='cuda', graph=True))
+        (<class 'razorlib.pruning.runtimes.CudaRuntime'>, {'graph': True})
+        >>> check_runtime(dict(type='onnxruntime', graph=True))
+        Traceback (most recent call last):
+        ...
+        TypeError: runtime=dict(type='onnxruntime', graph=True): 'graph' is not a key of ...
+    """
     if not isinstance(runtime, (str, Mapping)):
         raise TypeError(f'runtime={runtime!r}: a latency budget is measured on a runtime: '
                         f'one of {sorted(RUNTIMES)}, a config dict '
@@ -437,7 +576,7 @@ def build_runtime(runtime: RuntimeArg) -> Runtime:
                 else " (the config dict has no 'type')")
         raise ValueError(f'unknown latency runtime {name!r}{hint}; choose one of '
                          f'{sorted(RUNTIMES)} or pass a Runtime instance')
-    accepted = _init_keys(RUNTIMES[name])
+    accepted = keyword_parameters(RUNTIMES[name], through_bases=True) or []
     unknown = [k for k in cfg if k not in accepted]
     if unknown:
         given = ', '.join(f'{k}={v!r}' for k, v in dict(type=name, **cfg).items())
@@ -446,19 +585,4 @@ def build_runtime(runtime: RuntimeArg) -> Runtime:
                         f'{"is not a key" if len(unknown) == 1 else "are not keys"} of the '
                         f'{name} runtime' + (f' (did you mean {close[0]!r}?)' if close else '')
                         + f'; it takes {", ".join(["type"] + accepted)}')
-    return RUNTIMES[name](**cfg)
-
-
-def _init_keys(cls: type) -> List[str]:
-    """The keyword arguments ``cls(...)`` takes (following an ``__init__`` that passes
-    ``**kwargs`` on to its base class's)."""
-    keys: List[str] = []
-    for klass in cls.__mro__:
-        if '__init__' not in vars(klass):
-            continue
-        params = inspect.signature(klass.__init__).parameters.values()
-        keys += [p.name for p in params if p.name != 'self' and p.name not in keys and
-                 p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
-        if not any(p.kind == p.VAR_KEYWORD for p in params):
-            break
-    return keys
+    return RUNTIMES[name], cfg

@@ -15,7 +15,7 @@ from razorlib.pruning import ImportancePruner, allocate
 from razorlib.pruning.latency import LatencyTable, LatencyTableError, LayerLatency, SubnetLatency
 from razorlib.pruning.latency_search import monotone_fit
 from razorlib.pruning.runtimes import (CudaRuntime, OnnxRuntime, Runtime, TorchRuntime,
-                                       build_runtime)
+                                       build_runtime, check_runtime, floating_dtype)
 from razorlib.utils import get_model_complexity
 
 X = torch.randn(1, 3, 16, 16)
@@ -165,3 +165,52 @@ def test_the_cuda_runtime_times_a_layer_on_the_gpu():
     runtime = CudaRuntime(warmup=1, repeat=3)
     (ms, ) = runtime.latency([nn.Conv2d(3, 8, 3)], (X, ))
     assert ms > 0 and runtime.key_fields()['device'] == 'cuda'
+
+
+def test_the_cuda_runtime_options_are_checked_by_name_without_a_gpu():
+    assert check_runtime(dict(type='cuda', graph=True, dtype='float16')) == (
+        CudaRuntime, dict(graph=True, dtype='float16'))
+    with pytest.raises(TypeError, match=r"'grahp' is not a key of the cuda runtime \(did you "
+                       r"mean 'graph'\?\)"):
+        build_runtime(dict(type='cuda', grahp=True))
+    with pytest.raises(ValueError, match="dtype='int8': a floating dtype"):
+        floating_dtype('int8')
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason='needs a CUDA device')
+def test_the_cuda_runtime_replays_a_graph_of_the_deployed_form_of_a_copy():
+    runtime = CudaRuntime(warmup=1, repeat=3, graph=True, dtype='float16', channels_last=True)
+    assert repr(runtime).endswith("graph=True, dtype='float16', channels_last=True)")
+    fields = runtime.key_fields()
+    assert fields['graph'] and fields['dtype'] == 'float16' and fields['channels_last']
+    assert 'graph' not in CudaRuntime().key_fields()  # eager float32 keys as before
+    conv = nn.Conv2d(3, 8, 3)
+    (ms, ) = runtime.latency([conv], (X, ))
+    assert ms > 0
+    assert conv.weight.dtype == torch.float32 and conv.weight.device.type == 'cpu'
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason='needs a CUDA device')
+def test_a_latency_budget_on_cuda_graphs_holds_when_the_slim_model_is_timed_again(tmp_path):
+    torch.manual_seed(0)
+    model = ResNet(depth=18, num_classes=10).eval()
+    x = torch.randn(32, 3, 112, 112)
+    runtime = CudaRuntime(graph=True, dtype='float16', channels_last=True, repeat=30,
+                          cache_dir=tmp_path)
+    # (a GPU this size is far from busy: even a tenth of the FLOPs may run at half the
+    # latency, so the budget asked for is one any GPU reaches)
+    slim = razorlib.prune(model, x, latency=0.9, runtime=runtime, round_to=8)
+    dense_ms, slim_ms = runtime.latency([model, slim], (x, ))
+    assert slim_ms / dense_ms <= 0.9 * 1.05
+    assert len(list(tmp_path.glob('ResNet-*.json'))) == 1
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason='needs a CUDA device')
+def test_a_forward_a_cuda_graph_cannot_capture_is_named():
+    class Synchronising(nn.Module):
+        def forward(self, x):
+            return x[x > 0].sum()  # a data-dependent shape: the host waits for the GPU
+
+    with pytest.raises(RuntimeError, match="runtime 'cuda' with graph=True: the forward "
+                       r'cannot be captured in a CUDA graph \(.*\); time it eagerly'):
+        CudaRuntime(graph=True, warmup=1, repeat=1).latency([Synchronising()], (X, ))

@@ -1,4 +1,5 @@
 """tools/prune.py: a built-in model, or a trained supernet sliced to a subnet file."""
+import json
 import random
 import re
 
@@ -185,6 +186,19 @@ def test_a_latency_budget_is_searched_on_the_runtime(tmp_path, monkeypatch):
     assert len(list((tmp_path / 'cache' / 'latency').glob('PlainCNN-*.json'))) == 1
 
 
+def test_the_latency_is_measured_at_the_batch_asked_for(tmp_path, monkeypatch):
+    monkeypatch.setenv('RAZORLIB_CACHE_DIR', str(tmp_path / 'cache'))
+    code = load_tool('prune').main(['--model', 'plain_cnn', '--input-size', '16', '--batch',
+                                    '4', '--latency', '0.85', '--runtime-options', 'repeat=5',
+                                    '--work-dir', str(tmp_path / 'out')])
+    assert code == 0
+    log = (tmp_path / 'out' / 'prune.log').read_text()
+    assert 'plain_cnn, input 4x3x16x16' in log
+    assert '(torch repeat=5, ' in log and 'of 5 interleaved runs' in log
+    table = json.loads(next((tmp_path / 'cache' / 'latency').glob('PlainCNN-*.json')).read_text())
+    assert table['meta']['inputs'] == [[4, 3, 16, 16]]  # the table was timed at that batch
+
+
 def test_an_unreachable_budget_exits_2_and_writes_nothing(tmp_path):
     code = load_tool('prune').main(['--model', 'plain_cnn', '--input-size', '16', '--flops',
                                     '0.01', '--max-ratio', '0.5', '--work-dir',
@@ -259,6 +273,15 @@ def test_contradicting_options_are_refused_by_the_parser():
     (['--flops', '1.5'], r"argument --flops: expected a number in \(0, 1\], got '1.5'"),
     (['--latency', 'nan'], r"argument --latency: expected a number in \(0, 1\], got 'nan'"),
     (['--quantile', '2'], r"argument --quantile: expected a number in \[0, 1\], got '2'"),
+    (['--batch', '0'], "argument --batch: expected an integer of at least 1, got '0'"),
+    # the runtime's options are checked by name before anything runs, on any machine
+    (['--runtime', 'cuda', '--runtime-options', 'grahp=True'], "--runtime-options: "
+     r"runtime=dict\(type='cuda', quantile=0.5, grahp=True\): 'grahp' is not a key of the "
+     r"cuda runtime \(did you mean 'graph'\?\)"),
+    (['--runtime', 'onnxruntime', '--runtime-options', 'graph=True'],
+     "'graph' is not a key of the onnxruntime runtime"),
+    (['--runtime', 'cuda', '--runtime-options', 'dtype=int8'],
+     "--runtime-options: dtype='int8': a floating dtype"),
 ])
 def test_bad_values_are_refused_before_anything_runs(argv, message, capsys):
     tool = load_tool('prune')
