@@ -2,7 +2,7 @@
 
     python benchmarks/ptq_passes.py [--epochs 15] [--calib-batches 8] [--threads 1]
                                     [--score-split val|test] [--test-ratio 0.2]
-                                    [--ort-like-trt]
+                                    [--ort-like-trt] [--platform TRT_INT8|ORT_INT8]
 
 The models and their training are those of ``benchmarks/ptq_vs_ort.py`` (imported from
 it): the digits PlainCNN supernet, its two L1-pruned subnets, a 16-wide ResNet-18 and a
@@ -13,8 +13,9 @@ scored on the validation split: ``--score-split val``).  With ``--test-ratio 0``
 models train on the two-way split of ``ptq_vs_ort.py`` (1,437 train / 360 val) and are
 scored on its validation split (there is no test split).  Calibration reads training
 images.  Each model is
-quantized for TRT_INT8 (symmetric int8, per-channel weights, ``mse`` activations) by
-razorlib
+quantized for TRT_INT8 (symmetric int8, per-channel weights, ``mse`` activations; or, with
+``--platform ORT_INT8``, onnxruntime's own QDQ format: asymmetric uint8 activations,
+symmetric per-channel int8 weights, the format ``quantize_static`` writes) by razorlib
 
 - as calibrated (``baseline``);
 - with the passes: ``LayerwiseEqualization``, ``ClipEqualization``, ``AdaRound`` and
@@ -63,8 +64,8 @@ from razorlib.quantization import (LSQGraph, MixedPrecision, export_graph,  # no
 PASSES = ['LayerwiseEqualization', 'ClipEqualization', 'AdaRound', 'BiasCorrection']
 
 
-def quantize(model, calibration, observer: str, ptq_passes: list):
-    return quantize_torch_model(model, calibration, calibration[0], 'TRT_INT8',
+def quantize(model, calibration, observer: str, ptq_passes: list, platform: str = 'TRT_INT8'):
+    return quantize_torch_model(model, calibration, calibration[0], platform,
                                 calib_steps=len(calibration), observer=observer,
                                 progress=False, ptq_passes=ptq_passes)
 
@@ -125,10 +126,10 @@ def compare(model, calibration, held, held_labels, images, labels, args) -> Dict
         passes = [adaround if name == 'AdaRound' else name for name in PASSES]
         mixed = dict(type='MixedPrecision', target_snr_db=best + args.margin)
         start = time.perf_counter()
-        baseline = quantize(model, calibration, args.observer, [])
+        baseline = quantize(model, calibration, args.observer, [], args.platform)
         results['baseline'] = base.scores(run_exported(baseline, folder, 'baseline', held),
                                           fp32, held_labels)
-        graph = quantize(model, calibration, args.observer, passes)
+        graph = quantize(model, calibration, args.observer, passes, args.platform)
         results['passes'] = base.scores(run_exported(graph, folder, 'passes', held), fp32,
                                         held_labels)
         results['passes']['seconds'] = time.perf_counter() - start
@@ -185,6 +186,8 @@ def main(argv=None) -> None:
     parser.add_argument('--finetune-epochs', type=int, default=5)
     parser.add_argument('--calib-batches', type=int, default=8)
     parser.add_argument('--observer', default='mse', help="razorlib's activation observer")
+    parser.add_argument('--platform', default='TRT_INT8', choices=['TRT_INT8', 'ORT_INT8'],
+                        help="razorlib's target platform (its quantization format)")
     parser.add_argument('--ort-methods', nargs='+',
                         default=['MinMax', 'Entropy', 'Percentile', 'Distribution'])
     parser.add_argument('--adaround-steps', type=int, default=500)
@@ -246,7 +249,8 @@ def main(argv=None) -> None:
         print(f'{name}: done', flush=True)
     print(tables(rows, args.ort_methods, args.margin, args.ort_like_trt))
     split = {'test': 'test', 'val': 'validation'}[args.score_split]
-    print(f'calibration: {len(calibration)} batches of {base.BATCH}; trained on {len(images)} '
+    print(f'razorlib platform {args.platform}; calibration: {len(calibration)} batches of '
+          f'{base.BATCH}; trained on {len(images)} '
           f'images (test ratio {args.test_ratio:g}), scored on {len(held)} {split} images; '
           f'torch {torch.__version__}, onnxruntime {ort.__version__} '
           f'({base.optimization_level()} graph optimizations)')
