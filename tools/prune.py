@@ -210,6 +210,11 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         runtime_cfg(args)
     except (TypeError, ValueError) as err:
         parser.error(f'--runtime-options: {err}')
+    if args.runtime == 'cuda':  # the costs are timed on it after any budget: check it first
+        import torch
+        if not torch.cuda.is_available():
+            parser.error("--runtime cuda: torch.cuda.is_available() is False on this machine; "
+                         'measure on torch (CPU) or onnxruntime instead')
     if args.global_ranking and args.sensitivity:
         parser.error('choose one allocation: --global or --sensitivity')
     if args.pruner == 'RatioPruner' and (args.importance != 'l1' or args.global_ranking

@@ -199,6 +199,15 @@ def test_the_latency_is_measured_at_the_batch_asked_for(tmp_path, monkeypatch):
     assert table['meta']['inputs'] == [[4, 3, 16, 16]]  # the table was timed at that batch
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason='checks the refusal without CUDA')
+def test_the_cuda_runtime_without_a_gpu_is_refused_before_anything_is_written(tmp_path, capsys):
+    with pytest.raises(SystemExit) as info:
+        load_tool('prune').main(['--model', 'plain_cnn', '--input-size', '16', '--latency',
+                                 '0.5', '--runtime', 'cuda', '--work-dir', str(tmp_path / 'out')])
+    assert info.value.code == 2 and not (tmp_path / 'out').exists()
+    assert '--runtime cuda: torch.cuda.is_available() is False' in capsys.readouterr().err
+
+
 def test_an_unreachable_budget_exits_2_and_writes_nothing(tmp_path):
     code = load_tool('prune').main(['--model', 'plain_cnn', '--input-size', '16', '--flops',
                                     '0.01', '--max-ratio', '0.5', '--work-dir',
