@@ -25,11 +25,18 @@ def load_tool():
     return tool
 
 
-def test_pipeline_runs_every_step_and_pairs_subnets_with_uniform_baselines(tmp_path):
-    tool = load_tool()
-    assert tool.main(['--work-dir', str(tmp_path), '--supernet-epochs', '1',
-                      '--finetune-epochs', '1', '--seeds', '2']) == 0
-    result = json.loads((tmp_path / 'pipeline.json').read_text())
+@pytest.fixture(scope='module')
+def pipeline_run(tmp_path_factory):
+    """One run of the README's command, one epoch per training step, two fine-tune seeds:
+    its work dir and results (shared: the run takes minutes)."""
+    work_dir = tmp_path_factory.mktemp('pipeline')
+    assert load_tool().main(['--work-dir', str(work_dir), '--supernet-epochs', '1',
+                             '--finetune-epochs', '1', '--seeds', '2']) == 0
+    return work_dir, json.loads((work_dir / 'pipeline.json').read_text())
+
+
+def test_pipeline_runs_every_step_and_pairs_subnets_with_uniform_baselines(pipeline_run):
+    work_dir, result = pipeline_run
     rows = {row['subnet']: row for row in result['rows']}
     assert len(result['pairs']) == 3 and len(rows) == 7
     full = rows['supernet max']
@@ -41,16 +48,20 @@ def test_pipeline_runs_every_step_and_pairs_subnets_with_uniform_baselines(tmp_p
         for row in (a, b):  # top-1 is the mean of the two fine-tune seeds
             assert len(row['top1_runs']) == 2
             assert abs(row['top1'] - sum(row['top1_runs']) / 2) < 1e-9
-    log = (tmp_path / 'pipeline.log').read_text()
+    log = (work_dir / 'pipeline.log').read_text()
     assert 'uniform, same FLOPs' in log and 'searched 1.20M' in log
     assert 'top-1 of each fine-tune seed' in log
-    assert (tmp_path / 'subnet0' / 'finetune_seed1').is_dir()
-    # the README's command run twice: the second run replaces the first one's results
-    # (search and prune refuse an earlier run's files unless told --overwrite); one
-    # fine-tune seed is enough to show it
-    assert load_tool().main(['--work-dir', str(tmp_path), '--supernet-epochs', '1',
+    assert (work_dir / 'subnet0' / 'finetune_seed1').is_dir()
+
+
+@pytest.mark.slow  # a second whole run (about 3.5 of the suite's minutes)
+def test_the_readme_command_run_again_replaces_the_first_runs_results(pipeline_run):
+    # search and prune refuse an earlier run's files unless told --overwrite, which the
+    # pipeline passes; one fine-tune seed is enough to show it
+    work_dir, result = pipeline_run
+    assert load_tool().main(['--work-dir', str(work_dir), '--supernet-epochs', '1',
                              '--finetune-epochs', '1', '--seeds', '1']) == 0
-    again = json.loads((tmp_path / 'pipeline.json').read_text())
+    again = json.loads((work_dir / 'pipeline.json').read_text())
     assert [row['subnet'] for row in again['rows']] == [row['subnet'] for row in result['rows']]
     assert all(len(row['top1_runs']) == 1 for row in again['rows'] if 'top1_runs' in row)
 
