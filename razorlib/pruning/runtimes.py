@@ -253,10 +253,7 @@ class CudaRuntime(TorchRuntime):
             module = module.to(memory_format=torch.channels_last)
             inputs = _map_tensors(inputs, lambda x: x.contiguous(
                 memory_format=torch.channels_last) if x.dim() == 4 else x)
-
-        def run() -> Any:
-            with torch.no_grad():
-                return call_module(module, inputs)
+        run = super().compile(module, inputs)  # eager, under no_grad
         if self.graph:
             run = CudaGraphReplay(run)
 

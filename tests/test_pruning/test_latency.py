@@ -188,6 +188,13 @@ def test_the_cuda_runtime_replays_a_graph_of_the_deployed_form_of_a_copy():
     (ms, ) = runtime.latency([conv], (X, ))
     assert ms > 0
     assert conv.weight.dtype == torch.float32 and conv.weight.device.type == 'cpu'
+    # what is timed: a replayed graph (the same output tensor, overwritten in place) of
+    # the float16 channels_last copy
+    run = runtime.compile(conv, (X, ))
+    first, second = run(), run()
+    assert first is second and first.dtype == torch.float16 and first.is_cuda
+    assert first.is_contiguous(memory_format=torch.channels_last)
+    torch.testing.assert_close(first.float().cpu(), conv(X), atol=1e-2, rtol=1e-2)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason='needs a CUDA device')
