@@ -10,6 +10,8 @@ Examples:
         --round-to 8 --max-ratio 0.9 [--data-config CONFIG]
     # each group's width from the loss it costs, cut alone (FastNAS's allocation)
     python tools/prune.py --model resnet50 --flops 0.5 --sensitivity [--data-config CONFIG]
+    # cut by cut, each the cheapest in loss per FLOP saved (NetAdapt's greedy slimming)
+    python tools/prune.py --model resnet50 --flops 0.5 --greedy [--data-config CONFIG]
     # to half the latency measured on onnxruntime
     python tools/prune.py --model mobilenet_v2 --latency 0.5 --runtime onnxruntime --global
 
@@ -68,7 +70,8 @@ Pruned = Tuple['nn.Module', 'nn.Module', 'ChannelConfig', 'torch.Tensor',
                Optional[Iterable['torch.Tensor']]]
 #: Options of one mode only, refused in the other when given (even at their default).
 MODEL_ONLY = ('--model', '--pruner', '--ratio', '--flops', '--params', '--latency',
-              '--importance', '--global', '--sensitivity', '--round-to', '--max-ratio',
+              '--importance', '--global', '--sensitivity', '--greedy', '--round-to',
+              '--max-ratio',
               '--data-config', '--data-batches', '--input-size', '--batch',
               '--except-start-keys')
 CONFIG_ONLY = ('--subnet', '--cfg-options', '--recalib-batches')
@@ -143,6 +146,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="give each group the width whose loss increase, the group cut "
                         'alone and measured on the data batches, stays under one threshold '
                         'for all groups (FastNAS\'s allocation; default: one ratio per group)')
+    parser.add_argument('--greedy', action='store_true',
+                        help='cut one group a step at a time, each time the one whose loss '
+                        'increase on the data batches per unit of the budget saved is least, '
+                        'until the budget (greedy slimming; default: one ratio per group)')
     parser.add_argument('--round-to', type=at_least(1), default=1, metavar='N',
                         help="each group keeps a multiple of N channels (default: %(default)s)")
     parser.add_argument('--max-ratio', type=float, metavar='R',
@@ -215,14 +222,16 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         if not torch.cuda.is_available():
             parser.error("--runtime cuda: torch.cuda.is_available() is False on this machine; "
                          'measure on torch (CPU) or onnxruntime instead')
-    if args.global_ranking and args.sensitivity:
-        parser.error('choose one allocation: --global or --sensitivity')
-    if args.pruner == 'RatioPruner' and (args.importance != 'l1' or args.global_ranking
-                                         or args.sensitivity
+    chosen = [flag for flag, on in (('--global', args.global_ranking),
+                                    ('--sensitivity', args.sensitivity),
+                                    ('--greedy', args.greedy)) if on]
+    if len(chosen) > 1:
+        parser.error(f'choose one allocation: {" or ".join(chosen)}')
+    if args.pruner == 'RatioPruner' and (args.importance != 'l1' or chosen
                                          or args.ratio is None and budget_of(args)[0]):
         parser.error('RatioPruner keeps the first channels at --ratio; --importance, --global, '
-                     '--sensitivity and --flops/--params/--latency need L1NormPruner (the '
-                     'default)')
+                     '--sensitivity, --greedy and --flops/--params/--latency need L1NormPruner '
+                     '(the default)')
     return args
 
 
@@ -248,9 +257,10 @@ def budget_of(args: argparse.Namespace) -> Tuple[str, float]:
 
 
 def allocation_name(args: argparse.Namespace) -> str:
-    """``'global'``, ``'sensitivity'`` or ``'local'``: how the groups' widths are set."""
+    """``'global'``, ``'sensitivity'``, ``'greedy'`` or ``'local'``: how the groups' widths
+    are set."""
     return ('global' if args.global_ranking else 'sensitivity' if args.sensitivity
-            else 'local')
+            else 'greedy' if args.greedy else 'local')
 
 
 def check_mode(args: argparse.Namespace) -> None:
@@ -330,13 +340,14 @@ def prune_built_in(args: argparse.Namespace, model: nn.Module, logger: MMLogger)
         cfg = dict(type='RatioPruner', ratios=(value, ))
     else:
         cfg = dict(type=args.pruner, importance=args.importance,
-                   global_ranking=args.global_ranking, sensitivity=args.sensitivity,
+                   global_ranking=args.global_ranking,
+                   sensitivity=dict(greedy=True) if args.greedy else args.sensitivity,
                    round_to=args.round_to, max_ratio=args.max_ratio,
                    runtime=runtime_cfg(args, threads=torch.get_num_threads()),
                    **{metric: value})
     pruner = PRUNERS.build({**cfg, 'except_start_keys': args.except_start_keys})
     needs_data = args.pruner != 'RatioPruner' and (
-        args.sensitivity or build_importance(args.importance).needs_data)
+        args.sensitivity or args.greedy or build_importance(args.importance).needs_data)
     batches = load_batches(args, tuple(x.shape[1:])) if needs_data or args.data_config else []
     logger.info(f'{args.model}, input {args.batch}x3x{args.input_size}x{args.input_size}, '
                 f'{args.pruner} ({args.importance if args.pruner != "RatioPruner" else "first"} '

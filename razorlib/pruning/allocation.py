@@ -10,7 +10,8 @@ measured latency.
   the best ``K`` are kept, ``K`` the largest that meets the budget.
 - **sensitivity**: each group keeps its best channels down to the width whose measured
   loss increase, the group cut alone, stays under a common threshold; the threshold is
-  the smallest that meets the budget (:mod:`razorlib.pruning.sensitivity`).
+  the smallest that meets the budget (:mod:`razorlib.pruning.sensitivity`); greedy, the
+  widths of the first subnet on a greedy path of measured cuts that meets it.
 
 Each group's kept count then obeys :class:`WidthRule`: at least one channel, a multiple
 of ``round_to`` (or the full width), no more than ``max_ratio`` of it pruned, and a
@@ -34,7 +35,7 @@ from ..tracing import ChannelGroup
 from ..utils.complexity import Complexity, count_params, get_model_complexity, human
 from .latency import LatencyChoice, SubnetLatency
 from .runtimes import RuntimeArg
-from .sensitivity import Sensitivity, threshold_counts
+from .sensitivity import GreedyPath, Sensitivity, threshold_counts
 
 __all__ = ['Allocation', 'SubnetMeter', 'WidthRule', 'allocate', 'budget_of']
 
@@ -202,12 +203,16 @@ class _Family:
 
     def __init__(self, groups: List[ChannelGroup], scores: Dict[str, np.ndarray],
                  rule: WidthRule, global_ranking: bool,
-                 sensitivity: Optional[Sensitivity] = None):
+                 sensitivity: Optional[Sensitivity] = None, path: Optional[GreedyPath] = None):
         self.groups, self.rule, self.global_ranking = groups, rule, global_ranking
-        self.sensitivity = sensitivity
+        self.sensitivity, self.path = sensitivity, path
         self.allowed = {g.id: rule.allowed(g) for g in groups}
         self.orders = {g.id: np.argsort(-scores[g.id], kind='stable') for g in groups}
-        if sensitivity is not None:
+        if path is not None:  # index 0 the path's last (smallest) subnet
+            whole = {g.id: g.num_channels for g in groups}
+            self.path = [{**whole, **counts} for counts in reversed(path)]
+            self.size = len(path) - 1
+        elif sensitivity is not None:
             self.curves = {g.id: threshold_counts(
                 {count: loss for count, loss in sensitivity.get(g.id, {}).items()
                  if count in set(self.allowed[g.id].tolist())}, g.num_channels)
@@ -251,6 +256,8 @@ class _Family:
                 for gid, curve in self.curves.items()}
 
     def counts(self, index: int) -> Dict[str, int]:
+        if self.path is not None:
+            return self.path[index]
         if self.sensitivity is not None:
             return self.counts_at_threshold(self.thresholds[index])
         if self.global_ranking:
@@ -259,9 +266,14 @@ class _Family:
 
     def ratio(self, index: int) -> Optional[float]:
         """The common ratio of candidate ``index`` (None unless the allocation is local)."""
-        if self.sensitivity is not None or self.global_ranking:
+        if not self.local:
             return None
         return self.ratios[index]
+
+    @property
+    def local(self) -> bool:
+        """Whether every group keeps one common ratio."""
+        return self.path is None and self.sensitivity is None and not self.global_ranking
 
     def keep(self, counts: Dict[str, int]) -> Keep:
         return {g.id: g.keep_best(self.orders[g.id], counts[g.id]) for g in self.groups}
@@ -304,7 +316,8 @@ def allocate(pruner: Any, scores: Optional[Dict[str, np.ndarray]] = None, *,
              global_ranking: bool = False, round_to: int = 1,
              max_ratio: Optional[float] = None, example_inputs: Any = None,
              runtime: Union[RuntimeArg, SubnetLatency] = 'torch',
-             sensitivity: Optional[Sensitivity] = None) -> Allocation:
+             sensitivity: Optional[Sensitivity] = None,
+             path: Optional[GreedyPath] = None) -> Allocation:
     """Choose each group's kept channels for one budget; the pruner's masks are left as
     they were (``pruner.set_subnet(allocation.subnet)`` applies it).
 
@@ -330,15 +343,20 @@ def allocate(pruner: Any, scores: Optional[Dict[str, np.ndarray]] = None, *,
             increase (:func:`~razorlib.pruning.sensitivity.measure_sensitivity`); each
             group then keeps its best channels (by ``scores``) at the fewest the common
             threshold allows.  Not with ``global_ranking``.
+        path: allocate along a greedy path (group id -> kept count, from the dense model
+            down: :func:`~razorlib.pruning.sensitivity.measure_greedy_path`): the first
+            subnet on it that meets the budget.  Not with ``global_ranking`` or
+            ``sensitivity``.
 
     Raises:
         ValueError: the budget cannot be met; the message names the smallest value the
             rules allow.
     """
     metric, target = budget_of(ratio, flops, params, latency)
-    if sensitivity is not None and global_ranking:
+    if sum((sensitivity is not None, path is not None, bool(global_ranking))) > 1:
         raise ValueError('choose one allocation: global_ranking ranks scores across groups, '
-                         'sensitivity sets each group\'s width by its measured loss')
+                         'sensitivity sets each group\'s width by its measured loss, a greedy '
+                         'path by its measured cuts')
     rule = WidthRule(round_to, max_ratio)
     prunable = pruner._require_prepared().prunable
     if scores is None:
@@ -350,7 +368,10 @@ def allocate(pruner: Any, scores: Optional[Dict[str, np.ndarray]] = None, *,
                   for gid, order in pruner.channel_orders().items()}
     groups = [g for gid, g in prunable.items() if gid in scores]
     unscored = [gid for gid in prunable if gid not in scores]
-    family = _Family(groups, scores, rule, global_ranking, sensitivity)
+    if path is not None and (not path or path[0] != {g.id: g.num_channels for g in groups}):
+        raise ValueError('a greedy path starts at the dense model: every scored group at its '
+                         'full width')
+    family = _Family(groups, scores, rule, global_ranking, sensitivity, path)
     if metric == 'ratio':
         total = sum(g.num_channels for g in groups)
 
@@ -358,14 +379,14 @@ def allocate(pruner: Any, scores: Optional[Dict[str, np.ndarray]] = None, *,
             return sum(family.counts(index).values())
 
         # a budget over all channels (not one ratio per group, which the rules round)
-        if (sensitivity is not None or global_ranking) and kept(0) > target * total:
+        if not family.local and kept(0) > target * total:
             least = kept(0) / total
             raise ValueError(f'ratio={target:g} cannot be met: the smallest subnet allowed '
                              f'({_describe_rules(rule)}) keeps {least:.4f} of the channels; '
                              f'ask for ratio>={math.ceil(least * 1e4) / 1e4:.4f}, or lower '
                              'round_to / raise max_ratio.' + _unscored_note(unscored) +
                              ' Nothing was changed.')
-        if sensitivity is not None or global_ranking:  # at most the fraction asked
+        if not family.local:  # at most the fraction asked
             index = _largest_within(kept, family.size, target * total)
             return _result(family, family.counts(index), unscored, None, None, None)
         # one ratio per group, each rounded to the nearest width the rules allow

@@ -76,7 +76,10 @@ def prune(model: nn.Module, example_inputs: Any = None, *, ratio: Optional[float
             and measured on ``data``, stays under a threshold common to all groups, the
             threshold set by the budget (FastNAS's allocation:
             :mod:`razorlib.pruning.sensitivity`); True or a dict of options
-            (``dict(steps=10)``).  Needs ``data``; not with ``global_ranking``.
+            (``dict(steps=10)``; ``dict(greedy=True)`` cuts one group a step at a time
+            instead, each time the one whose loss increase per unit of the budget saved is
+            least, measured on the model as cut so far).  Needs ``data``; not with
+            ``global_ranking``.
         data: an iterable of ``(inputs, targets)`` batches: what data-driven criteria
             run on, and, after slicing, what the batch norms' running statistics are
             re-estimated on.  A one-shot iterator is read into a list first.

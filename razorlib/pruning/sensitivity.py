@@ -14,8 +14,17 @@ threshold for the budget.
 
 It costs up to ``steps - 1`` loss evaluations per group (each re-estimating the batch
 norms), and assumes the loss increases of different groups add up, as FastNAS does.
+
+The *greedy* variant (``sensitivity=dict(greedy=True)``: NetAdapt's and AutoSlim's
+greedy slimming, on a trained model) drops that assumption: from the dense model, every
+group is cut one step of its grid, each cut measured as above on the model as already
+cut, and the cut whose loss increase per unit of the budget's cost saved (FLOPs,
+params or channels) is smallest is kept; then again, until the budget's cost is reached
+(:func:`measure_greedy_path`).  Its path of subnets is the allocation's candidates.  It
+costs one evaluation per group per step, about ``steps`` times the one-shot table's for
+a deep cut.
 """
-from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 import torch
@@ -28,10 +37,15 @@ from .data import LossFn, batch_loss, pair_batches
 if TYPE_CHECKING:  # allocation imports this module
     from .allocation import WidthRule
 
-__all__ = ['Sensitivity', 'measure_sensitivity', 'threshold_counts']
+__all__ = ['GreedyPath', 'Sensitivity', 'measure_greedy_path', 'measure_sensitivity',
+           'threshold_counts']
 
 Sensitivity = Dict[str, Dict[int, float]]
 """Group id -> kept channel count -> loss increase over the dense model."""
+
+GreedyPath = List[Dict[str, int]]
+"""Kept channel counts per group id, from the dense model down, each entry one group cut
+one step further than the entry before."""
 
 
 def _mean_loss(model: nn.Module, batches: Sequence[tuple], loss_fn: Optional[LossFn],
@@ -78,12 +92,7 @@ def measure_sensitivity(pruner: Any, orders: Mapping[str, np.ndarray], data: Any
         >>> sorted(table['0'])
         [2, 4, 6]
     """
-    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
-        raise ValueError(f'sensitivity: steps must be an integer of at least 1, got {steps!r}')
-    from .allocation import WidthRule  # here: allocation imports this module
-    rule = rule or WidthRule()
-    batches = pair_batches(data, 'sensitivity allocation')
-    groups = pruner._require_prepared().prunable
+    rule, batches, groups = _setup(pruner, data, rule, steps)
     model = pruner.model
     previous, training = pruner.current_subnet, model.training
     full = {gid: np.ones(g.num_channels, dtype=bool) for gid, g in groups.items()}
@@ -94,21 +103,124 @@ def measure_sensitivity(pruner: Any, orders: Mapping[str, np.ndarray], data: Any
         dense = _mean_loss(model, batches, loss_fn, ' (the dense model)')
         for gid, order in orders.items():
             group = groups[gid]
-            allowed = rule.allowed(group)
-            counts = sorted({rule.fit(group, max(1.0, k * group.num_channels / steps), allowed)
-                             for k in range(1, steps + 1)} - {group.num_channels})
             table[gid] = {}
-            for count in counts:
+            for count in _grid(group, rule, steps)[:-1]:
                 pruner.set_subnet({**full, gid: group.keep_best(np.asarray(order), count)})
-                with preserved_bn_stats(model):
-                    reestimate_bn_stats(model, (inputs for inputs, _ in batches))
-                    table[gid][count] = _mean_loss(
-                        model, batches, loss_fn,
-                        f' (group {gid!r} cut to {count} channels)') - dense
+                table[gid][count] = _cut_loss(model, batches, loss_fn,
+                                              f' (group {gid!r} cut to {count} channels)') - dense
     finally:
         pruner.set_subnet(previous)
         model.train(training)
     return table
+
+
+def measure_greedy_path(pruner: Any, orders: Mapping[str, np.ndarray], data: Any,
+                        cost: Callable[[Dict[str, int]], float],
+                        loss_fn: Optional[LossFn] = None, rule: Optional['WidthRule'] = None,
+                        steps: int = 20, until: Optional[float] = None) -> GreedyPath:
+    """Greedy slimming: from the dense model, cut the group whose next step costs the
+    least loss per unit of ``cost`` saved, measured on the model as already cut; repeat.
+
+    Args:
+        pruner: a prepared :class:`~razorlib.pruning.StructurePruner`; its masks and
+            the model's batch-norm statistics are put back as they were.
+        orders: group id -> its channels, most worth keeping first; the groups cut.
+        data: an iterable of ``(inputs, targets)`` batches: the batch norms are
+            re-estimated on the inputs and the loss is measured on the batches.
+        cost: what the budget counts, of a subnet given as kept counts per group id of
+            ``orders`` (FLOPs, params, channels); it must fall when a group is cut.
+        loss_fn: ``loss_fn(outputs, targets)``; default cross-entropy.
+        rule: a :class:`~razorlib.pruning.WidthRule`: each group's steps are the grid's
+            widths fitted to it.
+        steps: each group's grid: ``1/steps, 2/steps, ...`` of its channels.
+        until: stop once ``cost`` is at most this; None: until no group can be cut.
+
+    Returns:
+        The path: kept counts per group id, the dense model first, then one cut per entry.
+
+    Example:
+        >>> from razorlib.pruning import ImportancePruner
+        >>> _ = torch.manual_seed(0)
+        >>> net = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(),
+        ...                     nn.Conv2d(8, 8, 3), nn.BatchNorm2d(8), nn.ReLU(),
+        ...                     nn.Flatten(), nn.LazyLinear(4))
+        >>> data = [(torch.randn(16, 3, 8, 8), torch.randint(0, 4, (16, )))]
+        >>> _ = net(data[0][0])
+        >>> pruner = ImportancePruner()
+        >>> pruner.prepare_from_supernet(net, data[0][0][:1])
+        >>> path = measure_greedy_path(pruner, pruner.channel_orders(), data,
+        ...                            cost=lambda counts: sum(counts.values()), steps=2,
+        ...                            until=12)
+        >>> path[0], len(path), sum(path[-1].values())
+        ({'0': 8, '3': 8}, 2, 12)
+    """
+    rule, batches, groups = _setup(pruner, data, rule, steps)
+    model = pruner.model
+    previous, training = pruner.current_subnet, model.training
+    full = {gid: np.ones(g.num_channels, dtype=bool) for gid, g in groups.items()}
+    grids = {gid: _grid(groups[gid], rule, steps) for gid in orders}
+    counts = {gid: groups[gid].num_channels for gid in orders}
+    path: GreedyPath = [dict(counts)]
+
+    def keep(state: Dict[str, int]) -> Dict[str, np.ndarray]:
+        return {**full, **{gid: groups[gid].keep_best(np.asarray(orders[gid]), count)
+                           for gid, count in state.items()}}
+
+    try:
+        model.eval()
+        pruner.set_subnet(full)
+        loss = _mean_loss(model, batches, loss_fn, ' (the dense model)')
+        spent = cost(counts)
+        while until is None or spent > until:
+            best = None
+            for gid, grid in grids.items():
+                smaller = [c for c in grid if c < counts[gid]]
+                if not smaller:
+                    continue
+                cut = {**counts, gid: smaller[-1]}
+                pruner.set_subnet(keep(cut))
+                increase = _cut_loss(model, batches, loss_fn,
+                                     f' (group {gid!r} cut to {smaller[-1]} channels, step '
+                                     f'{len(path)} of the greedy path)') - loss
+                saved = spent - cost(cut)
+                # a cut that saves nothing is taken only when no cut saves anything
+                key = (saved <= 0, increase / saved if saved > 0 else increase)
+                if best is None or key < best[0]:
+                    best = (key, cut, loss + increase, spent - saved)
+            if best is None:
+                break
+            _, counts, loss, spent = best
+            path.append(dict(counts))
+    finally:
+        pruner.set_subnet(previous)
+        model.train(training)
+    return path
+
+
+def _setup(pruner: Any, data: Any, rule: Optional['WidthRule'], steps: int) -> tuple:
+    """The width rule, the checked batches and the prunable groups of a measurement."""
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
+        raise ValueError(f'sensitivity: steps must be an integer of at least 1, got {steps!r}')
+    from .allocation import WidthRule  # here: allocation imports this module
+    return (rule or WidthRule(), pair_batches(data, 'sensitivity allocation'),
+            pruner._require_prepared().prunable)
+
+
+def _grid(group: Any, rule: 'WidthRule', steps: int) -> List[int]:
+    """A group's widths measured: ``1/steps, 2/steps, ...`` of it, fitted to ``rule``,
+    ascending, the full width last."""
+    allowed = rule.allowed(group)
+    return sorted({rule.fit(group, max(1.0, k * group.num_channels / steps), allowed)
+                   for k in range(1, steps + 1)} | {group.num_channels})
+
+
+def _cut_loss(model: nn.Module, batches: Sequence[tuple], loss_fn: Optional[LossFn],
+              where: str) -> float:
+    """The loss of the model as its masks stand, its batch norms re-estimated on the
+    batches' inputs (and put back afterwards)."""
+    with preserved_bn_stats(model):
+        reestimate_bn_stats(model, (inputs for inputs, _ in batches))
+        return _mean_loss(model, batches, loss_fn, where)
 
 
 def threshold_counts(curve: Mapping[int, float], full: int) -> Dict[int, float]:

@@ -1,5 +1,6 @@
 """Sensitivity allocation: each group's width from its measured loss increase, one
-threshold for all groups; the measured losses are those of the sliced model."""
+threshold for all groups, or cut by cut along a greedy path; the measured losses are
+those of the sliced model."""
 import copy
 
 import numpy as np
@@ -8,10 +9,12 @@ import torch
 import torch.nn.functional as F
 import zoo
 from test_allocation import kept, mlp
+from test_latency import FlopsRuntime
 
 import razorlib
 from razorlib.pruning import ImportancePruner, allocate
-from razorlib.pruning.sensitivity import measure_sensitivity, threshold_counts
+from razorlib.pruning.sensitivity import (measure_greedy_path, measure_sensitivity,
+                                          threshold_counts)
 from razorlib.utils import get_model_complexity
 from razorlib.utils.batch_norm import reestimate_bn_stats
 
@@ -116,3 +119,136 @@ def test_a_nan_loss_is_refused_not_ranked():
                        'channels\\) is inf'):  # 16 channels, steps=4: 4 is the first cut
         measure_sensitivity(pruner, {gid: pruner.channel_orders()[gid]}, data, loss, steps=4)
     assert all(mask.all() for mask in pruner.current_subnet.values())  # put back
+
+
+# ---------------------------------------------------------------------------- greedy
+def sliced_loss_and_flops(model, data, orders, counts):
+    """Loss and FLOPs of ``model`` sliced to ``counts`` (its best channels by ``orders``),
+    batch norms re-estimated: what a greedy step must have measured."""
+    pruner = ImportancePruner()
+    supernet = copy.deepcopy(model)
+    pruner.prepare_from_supernet(supernet, data[0][0][:1])
+    groups = pruner.groups.prunable
+    pruner.set_subnet({gid: groups[gid].keep_best(orders[gid], count)
+                       for gid, count in counts.items()})
+    slim = pruner.deploy_subnet(supernet, pruner.export_subnet())
+    reestimate_bn_stats(slim, [x for x, _ in data])
+    slim.eval()
+    with torch.no_grad():
+        loss = sum(float(F.cross_entropy(slim(x), y)) for x, y in data) / len(data)
+    return loss, get_model_complexity(slim, data[0][0][:1]).flops
+
+
+def test_greedy_cuts_first_what_costs_no_loss():
+    net = mlp()
+    with torch.no_grad():  # group '0' (fc1's outputs): channels 4-7 dead
+        net[0].weight[4:] = 0
+        net[0].bias[4:] = 0
+    x = torch.randn(32, 4)
+    data = [(x, net(x).detach())]  # the loss: distance to the dense outputs
+    pruner = ImportancePruner()
+    pruner.prepare_from_supernet(net, x[:1])
+    orders = {'0': np.arange(8), '2': np.arange(8)}  # keep_best keeps channels 0-3
+    channels = lambda counts: sum(counts.values())  # noqa: E731
+    path = measure_greedy_path(pruner, orders, data, channels, F.mse_loss, steps=2)
+    assert path == [{'0': 8, '2': 8}, {'0': 4, '2': 8}, {'0': 4, '2': 4}]
+    assert measure_greedy_path(pruner, orders, data, channels, F.mse_loss, steps=2,
+                               until=12) == path[:2]
+    assert all(mask.all() for mask in pruner.current_subnet.values())  # put back
+
+
+def test_each_greedy_step_is_the_least_loss_per_flop_measured_on_the_model_as_cut():
+    model, data = resnet_data()
+    pruner = ImportancePruner()
+    pruner.prepare_from_supernet(copy.deepcopy(model), data[0][0][:1])
+    state = copy.deepcopy(pruner.model.state_dict())
+    orders = pruner.channel_orders()
+    groups = pruner.groups.prunable
+
+    def flops(counts):
+        pruner.set_subnet({gid: groups[gid].keep_best(orders[gid], c)
+                           for gid, c in counts.items()})
+        return get_model_complexity(pruner.model, data[0][0][:1]).flops
+
+    path = measure_greedy_path(pruner, orders, data, flops, steps=2)
+    after = pruner.model.state_dict()
+    assert all(torch.equal(state[key], after[key]) for key in state)  # norms put back
+    assert path[0] == {gid: g.num_channels for gid, g in groups.items()}
+    assert path[-1] == {gid: g.num_channels // 2 for gid, g in groups.items()}
+    for before, cut in zip(path, path[1:]):  # one group, one step of its grid, per entry
+        assert [gid for gid in cut if cut[gid] != before[gid]] == [
+            gid for gid in cut if cut[gid] == groups[gid].num_channels // 2 != before[gid]]
+        assert sum(cut[gid] != before[gid] for gid in cut) == 1
+    # the second step, recomputed on sliced models from the first step's subnet
+    base_loss, base_flops = sliced_loss_and_flops(model, data, orders, path[1])
+    rates = {}
+    for gid, count in path[1].items():
+        if count == groups[gid].num_channels:
+            loss, cut_flops = sliced_loss_and_flops(model, data, orders,
+                                                    {**path[1], gid: count // 2})
+            rates[gid] = (loss - base_loss) / (base_flops - cut_flops)
+    chosen = next(gid for gid in path[2] if path[2][gid] != path[1][gid])
+    assert rates[chosen] == pytest.approx(min(rates.values()), abs=1e-9)
+
+
+@pytest.mark.parametrize('budget', [dict(flops=0.5), dict(params=0.4)])
+def test_prune_along_a_greedy_path_meets_the_budget(budget):
+    model, data = resnet_data()
+    x = data[0][0][:1]
+    slim = razorlib.prune(model, x, sensitivity=dict(greedy=True, steps=4), data=data,
+                          **budget)
+    metric, target = next(iter(budget.items()))
+    assert (getattr(get_model_complexity(slim, x), metric)
+            <= target * getattr(get_model_complexity(model, x), metric))
+    assert slim(x).shape == (1, 10)
+
+
+def test_a_ratio_on_a_greedy_path_counts_all_channels():
+    model, data = resnet_data()
+    pruner = ImportancePruner(ratio=0.6, sensitivity=dict(greedy=True, steps=4))
+    pruner.prepare_from_supernet(model, data[0][0][:1])
+    allocation = pruner.allocate(data)
+    total = sum(n for _, n in allocation.kept.values())
+    kept_channels = sum(k for k, _ in allocation.kept.values())
+    largest_step = max(-(-n // 4) for _, n in allocation.kept.values())
+    assert 0.6 * total - largest_step < kept_channels <= 0.6 * total
+    assert len({k / n for k, n in allocation.kept.values()}) > 1
+
+
+def test_a_greedy_path_to_a_latency_budget_as_the_slim_model_measures():
+    model, data = resnet_data()
+    x = data[0][0][:1]
+    runtime = FlopsRuntime(cache_dir=False)
+    slim = razorlib.prune(model, x, latency=0.5, runtime=runtime,
+                          sensitivity=dict(greedy=True, steps=2), data=data)
+    dense_ms, slim_ms = runtime.latency([model, slim], x)
+    assert 0.4 <= slim_ms / dense_ms <= 0.5 * 1.05
+
+
+def test_an_unreachable_budget_on_a_greedy_path_is_refused_naming_the_smallest():
+    model, data = resnet_data()
+    x = data[0][0][:1]
+    state = copy.deepcopy(model.state_dict())
+    with pytest.raises(ValueError, match=r'flops=0.01 cannot be met: the smallest subnet '
+                       r'allowed \(.*max_ratio=0.5\) keeps 0\.\d+ of the dense'):
+        razorlib.prune(model, x, flops=0.01, max_ratio=0.5,
+                       sensitivity=dict(greedy=True, steps=2), data=data)
+    assert all(torch.equal(state[k], v) for k, v in model.state_dict().items())
+
+
+def test_allocation_along_a_path_takes_its_first_subnet_within_the_budget():
+    pruner = ImportancePruner()
+    pruner.prepare_from_supernet(mlp(), torch.randn(1, 4))
+    scores = {'0': np.arange(8.0), '2': np.arange(8.0)}
+    path = [{'0': 8, '2': 8}, {'0': 6, '2': 8}, {'0': 6, '2': 4}, {'0': 2, '2': 4}]
+    assert kept(allocate(pruner, scores, ratio=0.7, path=path)) == {'0': 6, '2': 4}
+    assert kept(allocate(pruner, scores, ratio=0.5, path=path)) == {'0': 2, '2': 4}
+    allocation = allocate(pruner, scores, ratio=0.7, path=path)
+    assert allocation.subnet['0'].nonzero()[0].tolist() == [2, 3, 4, 5, 6, 7]  # best by score
+    assert allocation.ratio is None
+    with pytest.raises(ValueError, match='ratio=0.2 cannot be met'):
+        allocate(pruner, scores, ratio=0.2, path=path)
+    with pytest.raises(ValueError, match='a greedy path starts at the dense model'):
+        allocate(pruner, scores, ratio=0.5, path=path[1:])
+    with pytest.raises(ValueError, match='choose one allocation'):
+        allocate(pruner, scores, ratio=0.5, path=path, global_ranking=True)

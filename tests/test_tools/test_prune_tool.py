@@ -147,13 +147,14 @@ def test_a_flops_budget_with_a_data_criterion_ranked_globally(tmp_path):
     slim.load_state_dict(torch.load(tmp_path / 'slim.pth'))
 
 
-def test_a_flops_budget_allocated_by_sensitivity(tmp_path):
+@pytest.mark.parametrize('allocation', ['sensitivity', 'greedy'])
+def test_a_flops_budget_allocated_by_measured_losses(tmp_path, allocation):
     code = load_tool('prune').main(['--model', 'plain_cnn', '--input-size', '16', '--flops',
-                                    '0.5', '--sensitivity', '--data-batches', '2',
+                                    '0.5', f'--{allocation}', '--data-batches', '2',
                                     '--work-dir', str(tmp_path)])
     assert code == 0
     log = (tmp_path / 'prune.log').read_text()
-    assert 'l1 channels, sensitivity) to flops 0.5; 2 data batches' in log
+    assert f'l1 channels, {allocation}) to flops 0.5; 2 data batches' in log
     params, flops, latency = ratio_row(log)
     assert flops <= 0.5 and log.count('OK') == 2
     counts = kept_counts(log)
@@ -283,6 +284,10 @@ def test_contradicting_options_are_refused_by_the_parser():
     (['--latency', 'nan'], r"argument --latency: expected a number in \(0, 1\], got 'nan'"),
     (['--quantile', '2'], r"argument --quantile: expected a number in \[0, 1\], got '2'"),
     (['--batch', '0'], "argument --batch: expected an integer of at least 1, got '0'"),
+    (['--sensitivity', '--greedy'], 'choose one allocation: --sensitivity or --greedy'),
+    (['--global', '--greedy'], 'choose one allocation: --global or --greedy'),
+    (['--pruner', 'RatioPruner', '--greedy'], '--greedy and --flops/--params/--latency need '
+     'L1NormPruner'),
     # the runtime's options are checked by name before anything runs, on any machine
     (['--runtime', 'cuda', '--runtime-options', 'grahp=True'], "--runtime-options: "
      r"runtime=dict\(type='cuda', quantile=0.5, grahp=True\): 'grahp' is not a key of the "

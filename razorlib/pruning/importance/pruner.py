@@ -1,5 +1,5 @@
 """ImportancePruner: rank each group's channels by a criterion and keep them to a budget."""
-from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -10,7 +10,7 @@ from ...tracing import ChannelGroup
 from ...tracing.forward import default_example_inputs
 from ..allocation import Allocation, SubnetMeter, WidthRule, allocate, budget_of
 from ..runtimes import RuntimeArg
-from ..sensitivity import measure_sensitivity
+from ..sensitivity import measure_greedy_path, measure_sensitivity
 from ..structure import StructurePruner, SubnetDict
 from .base import ImportanceArg, ImportanceContext, build_importance
 
@@ -31,8 +31,9 @@ class ImportancePruner(StructurePruner):
         global_ranking: rank all groups' channels together in :meth:`allocate`.
         sensitivity: allocate by each group's measured loss sensitivity in
             :meth:`allocate` (:mod:`razorlib.pruning.sensitivity`; it needs ``data``),
-            True or a dict of :func:`~razorlib.pruning.sensitivity.measure_sensitivity`'s
-            options (``dict(steps=10)``).
+            True or a dict of options: ``steps`` (each group's grid, default 20) and
+            ``greedy`` (re-measure every group after each cut and take the cheapest in
+            loss per unit of the budget's cost saved: NetAdapt's greedy slimming).
         flops, params, latency: the budget of :meth:`allocate` as a fraction of the
             dense model's FLOPs, params or latency measured on ``runtime`` (instead of a
             ratio).
@@ -72,10 +73,11 @@ class ImportancePruner(StructurePruner):
         self.global_ranking = bool(global_ranking)
         if sensitivity and self.global_ranking:
             raise ValueError('choose one allocation: global_ranking=True or sensitivity')
-        unknown = sorted(set(sensitivity) - {'steps'}) if isinstance(sensitivity, Mapping) else []
+        unknown = (sorted(set(sensitivity) - {'steps', 'greedy'})
+                   if isinstance(sensitivity, Mapping) else [])
         if unknown:
             raise ValueError(f'sensitivity: unknown option {unknown[0]!r}; the options are '
-                             "'steps'")
+                             "'steps' and 'greedy'")
         self.sensitivity = sensitivity
         self.flops, self.params, self.latency, self.runtime = flops, params, latency, runtime
         self.rule = WidthRule(round_to, max_ratio)
@@ -173,16 +175,44 @@ class ImportancePruner(StructurePruner):
                 raise ValueError(f'allocate() needs one budget; ratios {self.ratios} are '
                                  'for sample_subnet()')
             ratio = self.ratios[0]
-        table = None
+        table = path = None
         if self.sensitivity:
-            options = self.sensitivity if isinstance(self.sensitivity, Mapping) else {}
+            options = dict(self.sensitivity) if isinstance(self.sensitivity, Mapping) else {}
             orders = {gid: np.argsort(-group, kind='stable') for gid, group in scores.items()}
-            table = measure_sensitivity(self, orders, data, loss_fn, self.rule, **options)
+            if options.pop('greedy', False):
+                cost, until = self._greedy_cost(orders, ratio)
+                path = measure_greedy_path(self, orders, data, cost, loss_fn, self.rule,
+                                           until=until, **options)
+            else:
+                table = measure_sensitivity(self, orders, data, loss_fn, self.rule, **options)
         return allocate(self, scores, ratio=ratio, flops=self.flops, params=self.params,
                         latency=self.latency, global_ranking=self.global_ranking,
                         round_to=self.rule.round_to, max_ratio=self.rule.max_ratio,
                         example_inputs=self._example_inputs, runtime=self.runtime,
-                        sensitivity=table)
+                        sensitivity=table, path=path)
+
+    def _greedy_cost(self, orders: Mapping[str, np.ndarray], ratio: Optional[float]
+                     ) -> Tuple[Callable[[Dict[str, int]], float], Optional[float]]:
+        """``(cost, until)`` of the greedy path for this pruner's budget: the channels
+        kept for a ratio, params for ``params``, FLOPs for ``flops`` and for ``latency``
+        (whose path runs to the end: the latency search measures its candidates)."""
+        if ratio is not None:
+            total = sum(self.groups.prunable[gid].num_channels for gid in orders)
+            return (lambda counts: float(sum(counts.values()))), ratio * total
+        metric = 'params' if self.params is not None else 'flops'
+        meter = SubnetMeter(self, self._example_inputs)
+        groups = self.groups.prunable
+        full = {gid: np.ones(g.num_channels, dtype=bool) for gid, g in groups.items()}
+
+        def cost(counts: Dict[str, int]) -> float:
+            return float(getattr(meter({**full, **{gid: groups[gid].keep_best(orders[gid], count)
+                                                   for gid, count in counts.items()}},
+                                       metric == 'flops'), metric))
+
+        if self.latency is not None:
+            return cost, None
+        whole = cost({gid: groups[gid].num_channels for gid in orders})
+        return cost, (self.flops if metric == 'flops' else self.params) * whole
 
     @property
     def has_budget(self) -> bool:
