@@ -238,13 +238,11 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 def runtime_cfg(args: argparse.Namespace, **fields: Any) -> dict:
     """The latency runtime's config dict from --runtime, --quantile, ``fields`` and
     --runtime-options (which win), its keys and dtype checked."""
-    from razorlib.pruning.runtimes import check_runtime, floating_dtype
+    from razorlib.pruning.runtimes import check_runtime
 
     cfg = dict(type=args.runtime, quantile=args.quantile, **fields)
     cfg.update(args.runtime_options or {})
     check_runtime(cfg)
-    if cfg.get('dtype') is not None:
-        floating_dtype(cfg['dtype'])
     return cfg
 
 

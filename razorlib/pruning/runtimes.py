@@ -552,7 +552,8 @@ def build_runtime(runtime: RuntimeArg) -> Runtime:
 def check_runtime(runtime: Union[str, Mapping]) -> Tuple[Type[Runtime], Dict[str, Any]]:
     """The runtime class a name or config dict names and the keyword arguments it is built
     with, checked without building it (a ``'cuda'`` config is checked on a machine
-    without a GPU too).  Raises as :func:`build_runtime` does.
+    without a GPU too), its keys and its ``dtype``.  Raises as :func:`build_runtime`
+    does.
 
     Example:
         >>> check_runtime(dict(type='cuda', graph=True))
@@ -561,6 +562,10 @@ def check_runtime(runtime: Union[str, Mapping]) -> Tuple[Type[Runtime], Dict[str
         Traceback (most recent call last):
         ...
         TypeError: runtime=dict(type='onnxruntime', graph=True): 'graph' is not a key of ...
+        >>> check_runtime(dict(type='cuda', dtype='int8'))
+        Traceback (most recent call last):
+        ...
+        ValueError: dtype='int8': a floating dtype ('float16', 'bfloat16', 'float32', ...)
     """
     if not isinstance(runtime, (str, Mapping)):
         raise TypeError(f'runtime={runtime!r}: a latency budget is measured on a runtime: '
@@ -582,4 +587,6 @@ def check_runtime(runtime: Union[str, Mapping]) -> Tuple[Type[Runtime], Dict[str
                         f'{"is not a key" if len(unknown) == 1 else "are not keys"} of the '
                         f'{name} runtime' + (f' (did you mean {close[0]!r}?)' if close else '')
                         + f'; it takes {", ".join(["type"] + accepted)}')
+    if cfg.get('dtype') is not None:
+        floating_dtype(cfg['dtype'])
     return RUNTIMES[name], cfg
