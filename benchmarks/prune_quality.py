@@ -1,6 +1,6 @@
-"""Prune quality on digits: razorlib's criteria, each allocated locally, globally and by
-sensitivity (``--allocations``), against Torch-Pruning's global Magnitude and Taylor
-importance and NVIDIA ModelOpt's FastNAS, at the same FLOPs.
+"""Prune quality on digits: razorlib's criteria, each allocated locally, globally, by
+sensitivity and along a greedy path (``--allocations``), against Torch-Pruning's global
+Magnitude and Taylor importance and NVIDIA ModelOpt's FastNAS, at the same FLOPs.
 
 A small ResNet is trained on the digits' train split (the test split held out:
 ``DigitsDataset(test_ratio=0.2)``, 1,077 / 360 / 360 images).  For each FLOPs target (a

@@ -133,7 +133,9 @@ def measure_greedy_path(pruner: Any, orders: Mapping[str, np.ndarray], data: Any
         rule: a :class:`~razorlib.pruning.WidthRule`: each group's steps are the grid's
             widths fitted to it.
         steps: each group's grid: ``1/steps, 2/steps, ...`` of its channels.
-        until: stop once ``cost`` is at most this; None: until no group can be cut.
+        until: stop once ``cost`` is at most this, the last cut no deeper than that
+            needs (any width the rule allows, off the grid too); None: until no group
+            can be cut.
 
     Returns:
         The path: kept counts per group id, the dense model first, then one cut per entry.
@@ -189,12 +191,32 @@ def measure_greedy_path(pruner: Any, orders: Mapping[str, np.ndarray], data: Any
                     best = (key, cut, loss + increase, spent - saved)
             if best is None:
                 break
-            _, counts, loss, spent = best
+            _, cut, loss, spent = best
+            if until is not None and spent < until:  # the last cut: no deeper than needed
+                cut, spent = _shallowest_within(groups, rule, counts, cut, cost, until)
+            counts = cut
             path.append(dict(counts))
     finally:
         pruner.set_subnet(previous)
         model.train(training)
     return path
+
+
+def _shallowest_within(groups: Mapping[str, Any], rule: 'WidthRule', before: Dict[str, int],
+                       cut: Dict[str, int], cost: Callable[[Dict[str, int]], float],
+                       until: float) -> tuple:
+    """``(counts, cost)`` of ``cut`` with its one cut group at the widest width the rule
+    allows between its widths in ``before`` and ``cut`` whose cost is within ``until``
+    (``cut``'s own width at least): the budget's remainder is kept, not cut away."""
+    gid = next(g for g in cut if cut[g] != before[g])
+    widths = [int(c) for c in rule.allowed(groups[gid]) if cut[gid] <= c < before[gid]]
+    lo, hi = 0, len(widths) - 1  # widths[lo] (the cut's own) is within ``until``
+    spent = {0: cost(cut)}
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        spent[mid] = cost({**cut, gid: widths[mid]})
+        lo, hi = (mid, hi) if spent[mid] <= until else (lo, mid - 1)
+    return {**cut, gid: widths[lo]}, spent[lo]
 
 
 def _setup(pruner: Any, data: Any, rule: Optional['WidthRule'], steps: int) -> tuple:

@@ -154,6 +154,9 @@ def test_greedy_cuts_first_what_costs_no_loss():
     assert path == [{'0': 8, '2': 8}, {'0': 4, '2': 8}, {'0': 4, '2': 4}]
     assert measure_greedy_path(pruner, orders, data, channels, F.mse_loss, steps=2,
                                until=12) == path[:2]
+    # the last cut goes no deeper than the budget needs: 5 kept, not the grid's 4
+    assert measure_greedy_path(pruner, orders, data, channels, F.mse_loss, steps=2,
+                               until=13) == [{'0': 8, '2': 8}, {'0': 5, '2': 8}]
     assert all(mask.all() for mask in pruner.current_subnet.values())  # put back
 
 
