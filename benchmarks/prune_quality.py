@@ -22,7 +22,8 @@ CE and KD runs).  Picking the best of a pool on the split it is reported on woul
 reward the larger pool for its luck on those 360 images.
 
     python benchmarks/prune_quality.py                      # about 75 minutes, 1 thread,
-    # and about 2 more per criterion for the sensitivity allocation's measurements
+    # about 2 more per criterion for the sensitivity allocation's measurements and 12
+    # more per criterion for the greedy one's (run 5 in benchmarks/README.md)
     # or split the methods over two cores and merge the rows:
     python benchmarks/prune_quality.py --criteria l1 l2 bn_scale fpgm taylor --peers \
         --work-dir work_dirs/pq_a &
