@@ -92,6 +92,8 @@ def test_prune_with_sensitivity_meets_the_budget_and_needs_data():
 def test_bad_sensitivity_options_are_named():
     with pytest.raises(ValueError, match="sensitivity: unknown option 'step'; the options"):
         ImportancePruner(flops=0.5, sensitivity=dict(step=4))
+    with pytest.raises(ValueError, match="sensitivity: greedy is True or False, got 'yes'"):
+        ImportancePruner(flops=0.5, sensitivity=dict(greedy='yes'))
     model, data = resnet_data()
     with pytest.raises(ValueError, match='sensitivity: steps must be an integer of at least 1, '
                        'got 0'):

@@ -78,6 +78,10 @@ class ImportancePruner(StructurePruner):
         if unknown:
             raise ValueError(f'sensitivity: unknown option {unknown[0]!r}; the options are '
                              "'steps' and 'greedy'")
+        if isinstance(sensitivity, Mapping) and not isinstance(sensitivity.get('greedy', False),
+                                                               bool):
+            raise ValueError(f"sensitivity: greedy is True or False, got "
+                             f"{sensitivity['greedy']!r}")
         self.sensitivity = sensitivity
         self.flops, self.params, self.latency, self.runtime = flops, params, latency, runtime
         self.rule = WidthRule(round_to, max_ratio)
