@@ -43,8 +43,8 @@ def test_one_threshold_cuts_the_insensitive_group_deeper():
 
 
 def test_a_width_is_as_sensitive_as_any_wider_one():
-    assert threshold_counts({1: 0.01, 2: 0.5, 4: 0.03}, 8) == {8: -np.inf, 4: 0.03, 2: 0.5,
-                                                                1: 0.5}
+    assert threshold_counts({1: 0.01, 2: 0.5, 4: 0.03}, 8) == {
+        8: -np.inf, 4: 0.03, 2: 0.5, 1: 0.5}
 
 
 def test_measured_losses_are_those_of_the_sliced_model_with_norms_reestimated():
