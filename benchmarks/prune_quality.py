@@ -373,9 +373,11 @@ def report(results: Dict[str, Any]) -> str:
                      'run 4 compared the best of each pool on the test split)')
         return '\n'.join(lines)
     lines += ['\nEach method\'s variant with the lowest validation KL after fine-tuning '
-              '(test figures of that variant), razorlib vs each peer:\n',
-              '| target | razorlib variant | top-1 | KL | peer | peer variant | top-1 | KL | '
-              'holds |', '| ---: | --- | ---: | ---: | --- | --- | ---: | ---: | --- |']
+              '(test figures of that variant; KL range: the lowest and highest of its '
+              'fine-tuning seeds), razorlib vs each peer:\n',
+              '| target | razorlib variant | top-1 | KL | KL range | peer | peer variant | '
+              'top-1 | KL | KL range | holds |',
+              '| ---: | --- | ---: | ---: | ---: | --- | --- | ---: | ---: | ---: | --- |']
     for target in sorted({r['target'] for r in rows}, reverse=True):
         done = [r for r in rows if r['target'] == target and 'error' not in r]
         ours = selected([r for r in done if r['method'].startswith('razorlib')])
@@ -383,18 +385,20 @@ def report(results: Dict[str, Any]) -> str:
             theirs = selected([r for r in done if r['method'] == peer])
             holds = ours[2] >= theirs[2] and ours[3] <= theirs[3]
             lines.append(f'| {target:g} | {ours[0]} {ours[1]} | {ours[2]:.2f} | {ours[3]:.4f} | '
-                         f'{peer} | {theirs[1]} | {theirs[2]:.2f} | {theirs[3]:.4f} | '
-                         f'{"yes" if holds else "no"} |')
+                         f'{ours[4]} | {peer} | {theirs[1]} | {theirs[2]:.2f} | '
+                         f'{theirs[3]:.4f} | {theirs[4]} | {"yes" if holds else "no"} |')
     return '\n'.join(lines)
 
 
-def selected(rows: List[Dict]) -> Tuple[str, str, float, float]:
-    """``(method, 'CE' or 'KD', test top-1, test KL)`` of the fine-tuned variant with the
-    lowest validation KL among ``rows`` (higher validation top-1 breaking a tie)."""
+def selected(rows: List[Dict]) -> Tuple[str, str, float, float, str]:
+    """``(method, 'CE' or 'KD', test top-1, test KL, its seeds' test KL range)`` of the
+    fine-tuned variant with the lowest validation KL among ``rows`` (higher validation
+    top-1 breaking a tie)."""
     row, loss = min(((r, k) for r in rows for k in ('ce', 'kd')),
                     key=lambda rk: (rk[0][rk[1]]['val']['kl'], -rk[0][rk[1]]['val']['top1']))
+    kls = [run['kl'] for run in row[loss]['runs']]
     return (row['method'].removeprefix('razorlib '), loss.upper(), row[loss]['top1'],
-            row[loss]['kl'])
+            row[loss]['kl'], f'{min(kls):.4f}-{max(kls):.4f}')
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
