@@ -71,8 +71,7 @@ Pruned = Tuple['nn.Module', 'nn.Module', 'ChannelConfig', 'torch.Tensor',
 #: Options of one mode only, refused in the other when given (even at their default).
 MODEL_ONLY = ('--model', '--pruner', '--ratio', '--flops', '--params', '--latency',
               '--importance', '--global', '--sensitivity', '--greedy', '--round-to',
-              '--max-ratio',
-              '--data-config', '--data-batches', '--input-size', '--batch',
+              '--max-ratio', '--data-config', '--data-batches', '--input-size', '--batch',
               '--except-start-keys')
 CONFIG_ONLY = ('--subnet', '--cfg-options', '--recalib-batches')
 #: What the tool writes; a work dir holding either is refused without --overwrite.
