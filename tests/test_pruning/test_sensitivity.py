@@ -26,6 +26,26 @@ def resnet_data():
     return model, data
 
 
+def mean_loss(net, data):
+    """The mean cross-entropy of ``net`` over the batches."""
+    with torch.no_grad():
+        return sum(float(F.cross_entropy(net(x), y)) for x, y in data) / len(data)
+
+
+def sliced(model, data, orders, counts):
+    """A copy of ``model`` sliced to ``counts`` (its best channels by ``orders``), batch
+    norms re-estimated on the data, in eval mode: what a measurement must have seen."""
+    pruner = ImportancePruner()
+    supernet = copy.deepcopy(model)
+    pruner.prepare_from_supernet(supernet, data[0][0][:1])
+    groups = pruner.groups.prunable
+    pruner.set_subnet({gid: groups[gid].keep_best(orders[gid], count)
+                       for gid, count in counts.items()})
+    slim = pruner.deploy_subnet(supernet, pruner.export_subnet())
+    reestimate_bn_stats(slim, [x for x, _ in data])
+    return slim.eval()
+
+
 def test_one_threshold_cuts_the_insensitive_group_deeper():
     pruner = ImportancePruner()
     pruner.prepare_from_supernet(mlp(), torch.randn(1, 4))
@@ -59,21 +79,11 @@ def test_measured_losses_are_those_of_the_sliced_model_with_norms_reestimated():
     after = pruner.model.state_dict()
     assert all(torch.equal(state[key], after[key]) for key in state)
 
-    def loss(net):
-        with torch.no_grad():
-            return sum(float(F.cross_entropy(net(x), y)) for x, y in data) / len(data)
-
-    dense = loss(model)
+    dense = mean_loss(model, data)
     for gid in list(table)[:3]:
-        group = pruner.groups.prunable[gid]
         count = min(table[gid])
-        other = ImportancePruner()
-        supernet = copy.deepcopy(model)
-        other.prepare_from_supernet(supernet, data[0][0][:1])
-        other.set_subnet({gid: group.keep_best(orders[gid], count)})
-        slim = other.deploy_subnet(supernet, other.export_subnet())
-        reestimate_bn_stats(slim, [x for x, _ in data])
-        assert table[gid][count] == pytest.approx(loss(slim.eval()) - dense, abs=1e-5), gid
+        slim = sliced(model, data, orders, {gid: count})
+        assert table[gid][count] == pytest.approx(mean_loss(slim, data) - dense, abs=1e-5), gid
 
 
 def test_prune_with_sensitivity_meets_the_budget_and_needs_data():
@@ -124,23 +134,6 @@ def test_a_nan_loss_is_refused_not_ranked():
 
 
 # ---------------------------------------------------------------------------- greedy
-def sliced_loss_and_flops(model, data, orders, counts):
-    """Loss and FLOPs of ``model`` sliced to ``counts`` (its best channels by ``orders``),
-    batch norms re-estimated: what a greedy step must have measured."""
-    pruner = ImportancePruner()
-    supernet = copy.deepcopy(model)
-    pruner.prepare_from_supernet(supernet, data[0][0][:1])
-    groups = pruner.groups.prunable
-    pruner.set_subnet({gid: groups[gid].keep_best(orders[gid], count)
-                       for gid, count in counts.items()})
-    slim = pruner.deploy_subnet(supernet, pruner.export_subnet())
-    reestimate_bn_stats(slim, [x for x, _ in data])
-    slim.eval()
-    with torch.no_grad():
-        loss = sum(float(F.cross_entropy(slim(x), y)) for x, y in data) / len(data)
-    return loss, get_model_complexity(slim, data[0][0][:1]).flops
-
-
 def test_greedy_cuts_first_what_costs_no_loss():
     net = mlp()
     with torch.no_grad():  # group '0' (fc1's outputs): channels 4-7 dead
@@ -181,16 +174,22 @@ def test_each_greedy_step_is_the_least_loss_per_flop_measured_on_the_model_as_cu
     assert path[0] == {gid: g.num_channels for gid, g in groups.items()}
     assert path[-1] == {gid: g.num_channels // 2 for gid, g in groups.items()}
     for before, cut in zip(path, path[1:]):  # one group, one step of its grid, per entry
-        assert [gid for gid in cut if cut[gid] != before[gid]] == [
-            gid for gid in cut if cut[gid] == groups[gid].num_channels // 2 != before[gid]]
-        assert sum(cut[gid] != before[gid] for gid in cut) == 1
+        changed = [gid for gid in cut if cut[gid] != before[gid]]
+        assert len(changed) == 1
+        assert (before[changed[0]], cut[changed[0]]) == (groups[changed[0]].num_channels,
+                                                         groups[changed[0]].num_channels // 2)
     # the second step, recomputed on sliced models from the first step's subnet
-    base_loss, base_flops = sliced_loss_and_flops(model, data, orders, path[1])
+    x = data[0][0][:1]
+
+    def loss_and_flops(counts):
+        slim = sliced(model, data, orders, counts)
+        return mean_loss(slim, data), get_model_complexity(slim, x).flops
+
+    base_loss, base_flops = loss_and_flops(path[1])
     rates = {}
     for gid, count in path[1].items():
         if count == groups[gid].num_channels:
-            loss, cut_flops = sliced_loss_and_flops(model, data, orders,
-                                                    {**path[1], gid: count // 2})
+            loss, cut_flops = loss_and_flops({**path[1], gid: count // 2})
             rates[gid] = (loss - base_loss) / (base_flops - cut_flops)
     chosen = next(gid for gid in path[2] if path[2][gid] != path[1][gid])
     assert rates[chosen] == pytest.approx(min(rates.values()), abs=1e-9)
