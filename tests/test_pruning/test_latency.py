@@ -15,7 +15,7 @@ from razorlib.pruning import ImportancePruner, allocate
 from razorlib.pruning.latency import LatencyTable, LatencyTableError, LayerLatency, SubnetLatency
 from razorlib.pruning.latency_search import monotone_fit
 from razorlib.pruning.runtimes import (CudaRuntime, OnnxRuntime, Runtime, TorchRuntime,
-                                       build_runtime, check_runtime, floating_dtype)
+                                       build_runtime, check_runtime)
 from razorlib.utils import get_model_complexity
 
 X = torch.randn(1, 3, 16, 16)
@@ -174,7 +174,7 @@ def test_the_cuda_runtime_options_are_checked_by_name_without_a_gpu():
                        r"mean 'graph'\?\)"):
         build_runtime(dict(type='cuda', grahp=True))
     with pytest.raises(ValueError, match="dtype='int8': a floating dtype"):
-        floating_dtype('int8')
+        check_runtime(dict(type='cuda', dtype='int8'))
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason='needs a CUDA device')
