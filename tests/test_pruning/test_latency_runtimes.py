@@ -11,7 +11,7 @@ import razorlib
 from razorlib.pruning import ImportancePruner
 from razorlib.pruning import runtimes as runtimes_module
 from razorlib.pruning.latency import SubnetLatency
-from razorlib.pruning.runtimes import OnnxRuntime, TorchRuntime, build_runtime
+from razorlib.pruning.runtimes import OnnxRuntime, TorchRuntime, build_runtime, copy_to
 
 X = torch.randn(1, 3, 16, 16)
 
@@ -91,6 +91,50 @@ def test_inputs_of_another_kind_are_refused_naming_the_kinds():
     pruner.prepare_from_supernet(net(), X)
     with pytest.raises(TypeError, match='a tensor, a tuple of positional tensors or a mapping'):
         SubnetLatency(pruner, [X, 'not a tensor'], ParamsRuntime(cache_dir=False))
+
+
+# ----------------------------------------------------------------------------- copies
+class TiedNet(nn.Module):
+    """An embedding tied to the output layer, a frozen layer and a batch norm."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(10, 4)
+        self.frozen = nn.Linear(4, 4).requires_grad_(False)
+        self.norm = nn.BatchNorm1d(4)
+        self.head = nn.Linear(4, 10, bias=False)
+        self.head.weight = self.embed.weight
+
+    def forward(self, ids):
+        return self.head(self.norm(self.frozen(self.embed(ids))))
+
+
+def test_copy_to_makes_each_weight_once_on_the_device_and_leaves_the_original(monkeypatch):
+    model = TiedNet()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+
+    def host_copy(tensor, memo):
+        raise AssertionError(f'a host copy of a {tuple(tensor.shape)} tensor')
+    monkeypatch.setattr(torch.Tensor, '__deepcopy__', host_copy)
+    monkeypatch.setattr(nn.Parameter, '__deepcopy__', host_copy)
+    meta = copy_to(model, 'meta', torch.float16)  # 'meta' holds no data
+    monkeypatch.undo()
+    assert all(t.device.type == 'meta' for t in [*meta.parameters(), *meta.buffers()])
+    assert meta.head.weight is meta.embed.weight  # still tied
+    assert meta.embed.weight.dtype is torch.float16
+    assert meta.norm.num_batches_tracked.dtype is torch.int64  # integers are not cast
+    assert not meta.frozen.weight.requires_grad and meta.embed.weight.requires_grad
+    assert all(t.device.type == 'cpu' and t.dtype is before[k].dtype and torch.equal(t, before[k])
+               for k, t in model.state_dict().items())
+
+
+def test_copy_to_the_same_device_shares_no_storage_and_computes_the_same():
+    model = TiedNet().eval()
+    copied = copy_to(model, 'cpu')
+    originals = {p.data_ptr() for p in model.parameters()}
+    assert not originals & {p.data_ptr() for p in copied.parameters()}
+    ids = torch.tensor([[1, 2, 3]]).view(-1)
+    assert torch.equal(copied(ids), model(ids))
 
 
 # ----------------------------------------------------------------------------- transformers
