@@ -95,6 +95,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument('--peers', nargs='*',
                         default=['tp_magnitude', 'tp_magnitude_local', 'tp_taylor', 'fastnas'],
                         choices=['tp_magnitude', 'tp_taylor', 'tp_magnitude_local', 'fastnas'])
+    parser.add_argument('--razorlib-data', choices=['train', 'val'], default='train',
+                        help="the split razorlib's data criteria, batch-norm re-estimation and "
+                        "sensitivity / greedy scores read (val: held-out images, as FastNAS "
+                        "ranks by; its rows are named '... val-data'; default: train)")
     parser.add_argument('--criteria-batches', type=int, default=8,
                         help='training batches of 64 the data criteria read (default: 8)')
     parser.add_argument('--threads', type=int, default=1)
@@ -357,8 +361,10 @@ def dense_model(args: argparse.Namespace, splits: Dict[str, Data],
 
 def methods(args: argparse.Namespace) -> List[Tuple[str, Callable]]:
     """(name, prune(dense, x, target, limit, batches, splits, work_dir, tag))."""
-    out = [(f'razorlib {c} {a}',
-            lambda d, x, t, lim, b, s, w, tag, c=c, a=a: razorlib_prune(d, x, t, c, a, b))
+    held_out = args.razorlib_data == 'val'
+    out = [(f'razorlib {c} {a}' + (' val-data' if held_out else ''),
+            lambda d, x, t, lim, b, s, w, tag, c=c, a=a: razorlib_prune(
+                d, x, t, c, a, s['val_batches'] if held_out else b))
            for c in args.criteria for a in args.allocations]
     peers = {
         'tp_magnitude': ('torch-pruning magnitude global', lambda d, x, t, lim, b, s, w, tag:
@@ -458,6 +464,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     dense_logits = {split: logits_of(dense, splits[split][0]) for split in ('val', 'test')}
     gen = torch.Generator().manual_seed(args.seed)
     batches = shuffled(splits['train'], 64, gen)[:args.criteria_batches]
+    splits['val_batches'] = shuffled(splits['val'], 64, torch.Generator().manual_seed(args.seed)
+                                     )[:args.criteria_batches]
     results = dict(machine=f'{platform.machine()}, {platform.processor() or "cpu"}, '
                    f'{args.threads} thread(s), torch {torch.__version__}',
                    args=vars(args), dense=dict(flops=dense_flops,
