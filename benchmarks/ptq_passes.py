@@ -3,6 +3,8 @@
     python benchmarks/ptq_passes.py [--epochs 15] [--calib-batches 8] [--threads 1]
                                     [--score-split val|test] [--test-ratio 0.2]
                                     [--ort-like-trt] [--platform TRT_INT8|ORT_INT8]
+                                    [--qat-start baseline|passes] [--qat-lr 1e-4]
+                                    [--qat-schedule constant|cosine]
 
 The models and their training are those of ``benchmarks/ptq_vs_ort.py`` (imported from
 it): the digits PlainCNN supernet, its two L1-pruned subnets, a 16-wide ResNet-18 and a
@@ -24,7 +26,8 @@ symmetric per-channel int8 weights, the format ``quantize_static`` writes) by ra
   batches + ``--margin`` dB (``+ mixed``: how many layers stay in floating point); the
   target and the SNR it is compared with are both measured on the calibration batches
   (training images), so the scored split decides nothing here;
-- by QAT: the ``baseline`` graph trained ``--qat-epochs`` epochs with LSQ
+- by QAT: the ``baseline`` graph (``--qat-start passes``: the ``passes`` graph) trained
+  ``--qat-epochs`` epochs with LSQ
   (:class:`~razorlib.quantization.LSQGraph`, Adam, the training images with
   ``ptq_vs_ort.train``'s one-pixel shifts) on the labels (``QAT``), and the same with the
   FP32 model's logits as targets (``QAT+KD``: distillation at ``--qat-kd-temperature``,
@@ -77,16 +80,19 @@ def run_exported(graph, folder: Path, name: str, held: torch.Tensor) -> torch.Te
 
 
 def train_qat(graph, images, labels, epochs: int, lr: float, teacher=None,
-              temperature: float = 1.0, label_weight: float = 0.0) -> LSQGraph:
-    """LSQ fine-tuning of a calibrated graph: Adam (the log-scales at 100 times ``lr``),
-    batches of 64, one-pixel shifts; on the labels, or distilling ``teacher`` (the FP32
-    model, in eval mode) with the QAT algorithm's losses
-    (:func:`razorlib.algorithms.qat.qat_losses`, summed)."""
+              temperature: float = 1.0, label_weight: float = 0.0,
+              schedule: str = 'constant') -> LSQGraph:
+    """LSQ fine-tuning of a calibrated graph: Adam (the log-scales at 100 times ``lr``;
+    ``schedule`` 'cosine' anneals both to 0 over the run), batches of 64, one-pixel
+    shifts; on the labels, or distilling ``teacher`` (the FP32 model, in eval mode) with
+    the QAT algorithm's losses (:func:`razorlib.algorithms.qat.qat_losses`, summed)."""
     distill = None if teacher is None else distill_options(
         dict(temperature=temperature, label_weight=label_weight))
     lsq = LSQGraph(graph)
     optimizer = torch.optim.Adam([dict(params=lsq.weights.parameters(), lr=lr),
                                   dict(params=lsq.scales.parameters(), lr=100 * lr)])
+    annealing = torch.optim.lr_scheduler.CosineAnnealingLR(
+        optimizer, max(epochs * (len(images) // 64), 1)) if schedule == 'cosine' else None
     for _ in range(epochs):
         for index in torch.randperm(len(images)).split(64):
             if len(index) < 64:  # the graph's batch axis is dynamic, but keep steps even
@@ -99,6 +105,8 @@ def train_qat(graph, images, labels, epochs: int, lr: float, teacher=None,
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
+            if annealing is not None:
+                annealing.step()
     return lsq
 
 
@@ -133,6 +141,7 @@ def compare(model, calibration, held, held_labels, images, labels, args) -> Dict
         results['passes'] = base.scores(run_exported(graph, folder, 'passes', held), fp32,
                                         held_labels)
         results['passes']['seconds'] = time.perf_counter() - start
+        starts = dict(baseline=baseline, passes=graph.copy(copy_value=True))  # before mixed
         MixedPrecision(**{k: v for k, v in mixed.items() if k != 'type'})(graph, calibration)
         results['+ mixed'] = base.scores(run_exported(graph, folder, 'mixed', held), fp32,
                                          held_labels)
@@ -141,9 +150,10 @@ def compare(model, calibration, held, held_labels, images, labels, args) -> Dict
         results['+ mixed']['target'] = mixed['target_snr_db']
         for name, teacher in (('QAT', None), ('QAT+KD', model.eval())):
             torch.manual_seed(0)  # the same batches and shifts for both
-            start = baseline.copy(copy_value=True)  # LSQGraph takes its graph over
+            start = starts[args.qat_start].copy(copy_value=True)  # LSQGraph takes it over
             lsq = train_qat(start, images, labels, args.qat_epochs, args.qat_lr, teacher,
-                            args.qat_kd_temperature, args.qat_kd_label_weight)
+                            args.qat_kd_temperature, args.qat_kd_label_weight,
+                            args.qat_schedule)
             results[name] = base.scores(
                 run_exported(lsq.calibrated_graph(), folder, name.lower().replace('+', '_'),
                              held), fp32, held_labels)
@@ -156,14 +166,15 @@ def tables(rows: Dict[str, Dict[str, dict]], methods: List[str], margin: float,
     methods = [base.ort_label(m, like_trt) for m in methods]
     header = (['model', 'best ORT SNR dB'] + [f'razorlib {t} SNR dB' for t in tools[:3]]
               + ['passes - best ORT dB', 'float layers (+ mixed)',
-                 'mixed target dB (calibration)'])
+                 'mixed target dB (calibration)', 'QAT SNR dB', 'QAT+KD SNR dB'])
     lines = ['| ' + ' | '.join(header) + ' |', '|---|' + '---:|' * (len(header) - 1)]
     for model, r in rows.items():
         best = max(r[m]['snr'] for m in methods)
         lines.append('| ' + ' | '.join(
             [model, f'{best:.2f}'] + [f"{r[t]['snr']:.2f}" for t in tools[:3]]
             + [f"{r['passes']['snr'] - best:+.2f}", str(r['+ mixed']['float']),
-               f"{r['+ mixed']['target']:.2f}"]) + ' |')
+               f"{r['+ mixed']['target']:.2f}"]
+            + [f"{r[t]['snr']:.2f}" for t in tools[3:]]) + ' |')
     header = (['model', 'FP32 top-1', 'best ORT top-1 / agree']
               + [f'razorlib {t} top-1 / agree' for t in tools]
               + ['QAT - FP32', 'QAT+KD - FP32'])
@@ -196,6 +207,11 @@ def main(argv=None) -> None:
                         'batches, dB')
     parser.add_argument('--qat-epochs', type=int, default=3)
     parser.add_argument('--qat-lr', type=float, default=1e-4)
+    parser.add_argument('--qat-start', choices=['baseline', 'passes'], default='baseline',
+                        help="the graph QAT and QAT+KD train from: razorlib as calibrated "
+                        "('baseline', runs 1-7) or with the passes")
+    parser.add_argument('--qat-schedule', choices=['constant', 'cosine'], default='constant',
+                        help="QAT's learning rates: constant (runs 1-7) or annealed to 0")
     parser.add_argument('--qat-kd-temperature', type=float, default=1.0,
                         help="QAT+KD: the distillation's softmax temperature")
     parser.add_argument('--qat-kd-label-weight', type=float, default=0.0,
