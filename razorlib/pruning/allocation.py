@@ -291,6 +291,34 @@ def _largest_within(cost: Callable[[int], float], size: int, limit: float) -> in
     return lo
 
 
+def _filled(family: _Family, index: int, cost: Callable[[Dict[str, int]], float],
+            limit: float) -> Dict[str, int]:
+    """Candidate ``index``'s counts; for a sensitivity allocation, with each group that
+    widens at the next candidate (over ``limit``) widened, one after another, to the
+    widest width the rules allow that keeps ``cost`` within ``limit``.
+
+    Sensitivity candidates move in steps of the groups' measured grids (10% of a group
+    at ``steps=10``), so the last one within a budget can leave part of it unused (0.467
+    of the FLOPs for ``flops=0.5`` in benchmarks/README.md's prune-quality run 8); the
+    group next in line, the least sensitive of the rest, takes what is left at a width
+    between its grid points.  The other allocations are fine-grained already (a greedy
+    path trims its last cut itself).
+    """
+    counts = dict(family.counts(index))
+    if family.sensitivity is None or index >= family.size:
+        return counts
+    for gid, wider in family.counts(index + 1).items():
+        widths = [int(w) for w in family.allowed[gid] if counts[gid] < w <= wider]
+
+        def trial(i: int, gid: str = gid, widths: List[int] = widths) -> float:
+            return cost({**counts, gid: widths[i - 1]} if i else counts)
+
+        best = _largest_within(trial, len(widths), limit)
+        if best:
+            counts[gid] = widths[best - 1]
+    return counts
+
+
 def _unscored_note(unscored: Sequence[str]) -> str:
     """What a refusal adds about the groups the criterion does not score: they stay
     whole, so a budget may be out of reach for them and not for the rules."""
@@ -376,7 +404,10 @@ def allocate(pruner: Any, scores: Optional[Dict[str, np.ndarray]] = None, *,
         total = sum(g.num_channels for g in groups)
 
         def kept(index: int) -> float:
-            return sum(family.counts(index).values())
+            return channels(family.counts(index))
+
+        def channels(counts: Dict[str, int]) -> float:
+            return sum(counts.values())
 
         # a budget over all channels (not one ratio per group, which the rules round)
         if not family.local and kept(0) > target * total:
@@ -388,7 +419,8 @@ def allocate(pruner: Any, scores: Optional[Dict[str, np.ndarray]] = None, *,
                              ' Nothing was changed.')
         if not family.local:  # at most the fraction asked
             index = _largest_within(kept, family.size, target * total)
-            return _result(family, family.counts(index), unscored, None, None, None)
+            return _result(family, _filled(family, index, channels, target * total),
+                           unscored, None, None, None)
         # one ratio per group, each rounded to the nearest width the rules allow
         return _result(family, family.counts_at_ratio(target), unscored, None, None, target)
     meter = SubnetMeter(pruner, example_inputs)
@@ -401,7 +433,9 @@ def allocate(pruner: Any, scores: Optional[Dict[str, np.ndarray]] = None, *,
     cache: Dict[tuple, float] = {}
 
     def cost(index: int) -> float:
-        counts = family.counts(index)
+        return cost_of(family.counts(index))
+
+    def cost_of(counts: Dict[str, int]) -> float:
         key = tuple(counts.values())
         if key not in cache:
             cache[key] = getattr(meter({**full, **family.keep(counts)}, measure_flops), metric)
@@ -416,7 +450,7 @@ def allocate(pruner: Any, scores: Optional[Dict[str, np.ndarray]] = None, *,
             f'{metric}>={math.ceil(best * 1e4) / 1e4:.4f}, or lower round_to / raise '
             'max_ratio.' + _unscored_note(unscored) + ' Nothing was changed.')
     index = _largest_within(cost, family.size, limit)
-    counts = family.counts(index)
+    counts = _filled(family, index, cost_of, limit)
     pruned = meter({**full, **family.keep(counts)})
     return _result(family, counts, unscored, dense, pruned, family.ratio(index))
 

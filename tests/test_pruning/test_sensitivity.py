@@ -51,15 +51,35 @@ def test_one_threshold_cuts_the_insensitive_group_deeper():
     pruner.prepare_from_supernet(mlp(), torch.randn(1, 4))
     scores = {'0': np.ones(8), '2': np.arange(8.0)[::-1].copy()}
     table = {'0': {1: 3.0, 2: 2.0, 4: 1.0, 6: 0.5}, '2': {1: 0.01, 2: 0.02, 4: 0.03, 6: 0.04}}
-    # thresholds 3, 2, 1, 0.5 keep 2, 3, 5, 7 channels; 0.04 keeps group '0' whole (9)
+    # thresholds 3, 2, 1, 0.5 keep 2, 3, 5, 7 channels; 0.04 keeps group '0' whole (9):
+    # at 0.5 (8 of 16) group '0', next to widen, takes the channel left: 7 between 6 and 8
     allocation = allocate(pruner, scores, ratio=0.5, sensitivity=table)
-    assert kept(allocation) == {'0': 6, '2': 1} and allocation.ratio is None
+    assert kept(allocation) == {'0': 7, '2': 1} and allocation.ratio is None
     assert allocation.subnet['2'].nonzero()[0].tolist() == [0]  # its best channel by score
+    assert kept(allocate(pruner, scores, ratio=7 / 16, sensitivity=table)) == {'0': 6, '2': 1}
     assert kept(allocate(pruner, scores, ratio=1.0, sensitivity=table)) == {'0': 8, '2': 8}
     with pytest.raises(ValueError, match='ratio=0.1 cannot be met'):
         allocate(pruner, scores, ratio=0.1, sensitivity=table)
     with pytest.raises(ValueError, match='choose one allocation'):
         allocate(pruner, scores, ratio=0.5, sensitivity=table, global_ranking=True)
+
+
+def test_the_group_next_in_line_takes_the_budget_left_between_its_grid_points():
+    pruner = ImportancePruner()
+    pruner.prepare_from_supernet(mlp(), torch.randn(1, 4))
+    scores = {'0': np.ones(8), '2': np.ones(8)}
+    table = {'0': {1: 3.0, 2: 2.0, 4: 1.0, 6: 0.5}, '2': {1: 0.01, 2: 0.02, 4: 0.03, 6: 0.04}}
+    # params of widths (a, b): fc1 5a, fc2 ab + b, fc3 2b + 2; dense (8, 8) 130.  The
+    # candidates (2, 1) 17, (4, 1) 29, (6, 1) 41, (8, 1) 53, (8, 8) 130: for 65 the last
+    # within is (8, 1), and group '2' widens to b = 2 (42 + 11b = 64; b = 3 would be 75)
+    allocation = allocate(pruner, scores, params=0.5, sensitivity=table,
+                          example_inputs=torch.randn(1, 4))
+    assert kept(allocation) == {'0': 8, '2': 2}
+    assert (allocation.pruned.params, allocation.dense.params) == (64, 130)
+    rounded = allocate(pruner, scores, params=0.5, sensitivity=table, round_to=4,
+                       example_inputs=torch.randn(1, 4))
+    # widths 4 and 8 only: candidates (4, 4) 50 and (8, 4) 86, and '0' has no width between
+    assert kept(rounded) == {'0': 4, '2': 4} and rounded.pruned.params == 50
 
 
 def test_a_width_is_as_sensitive_as_any_wider_one():
