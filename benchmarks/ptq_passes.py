@@ -3,8 +3,8 @@
     python benchmarks/ptq_passes.py [--epochs 15] [--calib-batches 8] [--threads 1]
                                     [--score-split val|test] [--test-ratio 0.2]
                                     [--ort-like-trt] [--platform TRT_INT8|ORT_INT8]
-                                    [--qat-start baseline|passes] [--qat-lr 1e-4]
-                                    [--qat-schedule constant|cosine]
+                                    [--qat-start passes|baseline] [--qat-lr 1e-5]
+                                    [--qat-schedule cosine|constant]
 
 The models and their training are those of ``benchmarks/ptq_vs_ort.py`` (imported from
 it): the digits PlainCNN supernet, its two L1-pruned subnets, a 16-wide ResNet-18 and a
@@ -26,10 +26,11 @@ symmetric per-channel int8 weights, the format ``quantize_static`` writes) by ra
   batches + ``--margin`` dB (``+ mixed``: how many layers stay in floating point); the
   target and the SNR it is compared with are both measured on the calibration batches
   (training images), so the scored split decides nothing here;
-- by QAT: the ``baseline`` graph (``--qat-start passes``: the ``passes`` graph) trained
-  ``--qat-epochs`` epochs with LSQ
-  (:class:`~razorlib.quantization.LSQGraph`, Adam, the training images with
-  ``ptq_vs_ort.train``'s one-pixel shifts) on the labels (``QAT``), and the same with the
+- by QAT: the ``passes`` graph (``--qat-start baseline``: the ``baseline`` one, as in
+  runs 1-7 of benchmarks/README.md) trained ``--qat-epochs`` epochs with LSQ
+  (:class:`~razorlib.quantization.LSQGraph`, Adam at ``--qat-lr`` annealed to 0, the
+  log-scales at 100 times it, the training images with ``ptq_vs_ort.train``'s one-pixel
+  shifts) on the labels (``QAT``), and the same with the
   FP32 model's logits as targets (``QAT+KD``: distillation at ``--qat-kd-temperature``,
   plus ``--qat-kd-label-weight`` times the labels' cross-entropy);
 
@@ -206,12 +207,15 @@ def main(argv=None) -> None:
                         help='MixedPrecision target over the best ORT SNR on the calibration '
                         'batches, dB')
     parser.add_argument('--qat-epochs', type=int, default=3)
-    parser.add_argument('--qat-lr', type=float, default=1e-4)
-    parser.add_argument('--qat-start', choices=['baseline', 'passes'], default='baseline',
-                        help="the graph QAT and QAT+KD train from: razorlib as calibrated "
-                        "('baseline', runs 1-7) or with the passes")
-    parser.add_argument('--qat-schedule', choices=['constant', 'cosine'], default='constant',
-                        help="QAT's learning rates: constant (runs 1-7) or annealed to 0")
+    parser.add_argument('--qat-lr', type=float, default=1e-5,
+                        help="QAT's weight learning rate (the log-scales' is 100 times it; "
+                        'default: 1e-5; runs 1-7: 1e-4)')
+    parser.add_argument('--qat-start', choices=['baseline', 'passes'], default='passes',
+                        help="the graph QAT and QAT+KD train from: razorlib with the passes "
+                        "(the default) or as calibrated ('baseline', runs 1-7)")
+    parser.add_argument('--qat-schedule', choices=['constant', 'cosine'], default='cosine',
+                        help="QAT's learning rates annealed to 0 (the default) or constant "
+                        '(runs 1-7)')
     parser.add_argument('--qat-kd-temperature', type=float, default=1.0,
                         help="QAT+KD: the distillation's softmax temperature")
     parser.add_argument('--qat-kd-label-weight', type=float, default=0.0,
