@@ -180,7 +180,8 @@ def test_the_benchmark_trains_with_qat_losses(monkeypatch):
     images, labels = torch.randn(64, 3, 8, 8), torch.randint(0, 4, (64, ))
     bench.train_qat(model.quantized.calibrated_graph(), images, labels, epochs=1, lr=1e-4,
                     teacher=model.teacher, temperature=2.0, label_weight=0.5)
-    bench.train_qat(model.quantized.calibrated_graph(), images, labels, epochs=1, lr=1e-4)
+    bench.train_qat(model.quantized.calibrated_graph(), images, labels, epochs=1, lr=1e-4,
+                    schedule='cosine')  # the script's default since its run 8
     assert calls == [(True, dict(temperature=2.0, kd_weight=1.0, label_weight=0.5)),
                      (False, None)]
 
