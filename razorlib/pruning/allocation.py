@@ -35,7 +35,7 @@ from ..tracing import ChannelGroup
 from ..utils.complexity import Complexity, count_params, get_model_complexity, human
 from .latency import LatencyChoice, SubnetLatency
 from .runtimes import RuntimeArg
-from .sensitivity import GreedyPath, Sensitivity, threshold_counts
+from .sensitivity import GreedyPath, Sensitivity, threshold_counts, widest_within
 
 __all__ = ['Allocation', 'SubnetMeter', 'WidthRule', 'allocate', 'budget_of']
 
@@ -304,18 +304,13 @@ def _filled(family: _Family, index: int, cost: Callable[[Dict[str, int]], float]
     between its grid points.  The other allocations are fine-grained already (a greedy
     path trims its last cut itself).
     """
-    counts = dict(family.counts(index))
+    counts = family.counts(index)
     if family.sensitivity is None or index >= family.size:
         return counts
     for gid, wider in family.counts(index + 1).items():
-        widths = [int(w) for w in family.allowed[gid] if counts[gid] < w <= wider]
-
-        def trial(i: int, gid: str = gid, widths: List[int] = widths) -> float:
-            return cost({**counts, gid: widths[i - 1]} if i else counts)
-
-        best = _largest_within(trial, len(widths), limit)
-        if best:
-            counts[gid] = widths[best - 1]
+        if wider > counts[gid]:
+            counts, _ = widest_within(counts, cost(counts), gid, wider, family.allowed[gid],
+                                      cost, limit)
     return counts
 
 

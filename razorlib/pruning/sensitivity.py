@@ -189,12 +189,13 @@ def measure_greedy_path(pruner: Any, orders: Mapping[str, np.ndarray], data: Any
                 # a cut that saves nothing is taken only when no cut saves anything
                 key = (saved <= 0, increase / saved if saved > 0 else increase)
                 if best is None or key < best[0]:
-                    best = (key, cut, loss + increase, spent - saved)
+                    best = (key, gid, cut, loss + increase, spent - saved)
             if best is None:
                 break
-            _, cut, loss, spent = best
+            _, gid, cut, loss, spent = best
             if until is not None and spent < until:  # the last cut: no deeper than needed
-                cut, spent = _shallowest_within(groups, rule, counts, cut, cost, until)
+                cut, spent = widest_within(cut, spent, gid, counts[gid],
+                                           rule.allowed(groups[gid]), cost, until)
             counts = cut
             path.append(dict(counts))
     finally:
@@ -203,21 +204,27 @@ def measure_greedy_path(pruner: Any, orders: Mapping[str, np.ndarray], data: Any
     return path
 
 
-def _shallowest_within(groups: Mapping[str, Any], rule: 'WidthRule', before: Dict[str, int],
-                       cut: Dict[str, int], cost: Callable[[Dict[str, int]], float],
-                       until: float) -> tuple:
-    """``(counts, cost)`` of ``cut`` with its one cut group at the widest width the rule
-    allows between its widths in ``before`` and ``cut`` whose cost is within ``until``
-    (``cut``'s own width at least): the budget's remainder is kept, not cut away."""
-    gid = next(g for g in cut if cut[g] != before[g])
-    widths = [int(c) for c in rule.allowed(groups[gid]) if cut[gid] <= c < before[gid]]
-    lo, hi = 0, len(widths) - 1  # widths[lo] (the cut's own) is within ``until``
-    spent = {0: cost(cut)}
-    while lo < hi:
+def widest_within(counts: Dict[str, int], spent: float, gid: str, upto: int,
+                  allowed: Sequence[int], cost: Callable[[Dict[str, int]], float],
+                  limit: float) -> tuple:
+    """``(counts, cost)`` with group ``gid`` widened to the widest of the ``allowed`` widths
+    in ``(counts[gid], upto]`` whose ``cost`` is within ``limit`` (``counts``, costing
+    ``spent``, must be): a budget's remainder is kept, not cut away.  The greedy path's
+    last cut and the sensitivity allocation's next group (``allocation``) both end here.
+
+    Example:
+        >>> widest_within({'a': 2, 'b': 4}, 6, 'a', 8, [1, 2, 4, 6, 8], lambda c: sum(
+        ...     c.values()), limit=11)
+        ({'a': 6, 'b': 4}, 10)
+    """
+    widths = [int(c) for c in allowed if counts[gid] < c <= upto]
+    lo, hi = 0, len(widths)  # index i > 0 is widths[i - 1]; 0 is ``counts`` as it is
+    costs = {0: spent}
+    while lo < hi:  # cost does not fall as the width grows: bisect
         mid = (lo + hi + 1) // 2
-        spent[mid] = cost({**cut, gid: widths[mid]})
-        lo, hi = (mid, hi) if spent[mid] <= until else (lo, mid - 1)
-    return {**cut, gid: widths[lo]}, spent[lo]
+        costs[mid] = cost({**counts, gid: widths[mid - 1]})
+        lo, hi = (mid, hi) if costs[mid] <= limit else (lo, mid - 1)
+    return ({**counts, gid: widths[lo - 1]} if lo else counts), costs[lo]
 
 
 def _setup(pruner: Any, data: Any, rule: Optional['WidthRule'], steps: int) -> tuple:
