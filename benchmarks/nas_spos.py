@@ -8,8 +8,8 @@ budget, and reports each one's top-1 on the held-out test split: the random subn
 mean and standard deviation next to the searched subnet's.  Wall times are printed
 for the SPOS pipeline (supernet, search, retraining the searched subnet) and in all.
 
-    OMP_NUM_THREADS=1 python benchmarks/nas_spos.py [--random 10] [--seeds 0] \
-        [--search-options search_cfg.score_key=accuracy/nll ...] \
+    OMP_NUM_THREADS=1 python benchmarks/nas_spos.py [--random 10] [--seeds 0] \\
+        [--search-options search_cfg.score_key=accuracy/nll ...] \\
         [--random-from work_dirs/nas_spos_benchmark/nas_spos.json] [--overwrite]
 
 ``--random-from`` takes the random subnets' results from an earlier run's json (trained

@@ -25,9 +25,9 @@ reward the larger pool for its luck on those 360 images.
     # about 2 more per criterion for the sensitivity allocation's measurements and 12
     # more per criterion for the greedy one's (run 5 in benchmarks/README.md)
     # or split the methods over two cores and merge the rows:
-    python benchmarks/prune_quality.py --criteria l1 l2 bn_scale fpgm taylor --peers \
+    python benchmarks/prune_quality.py --criteria l1 l2 bn_scale fpgm taylor --peers \\
         --work-dir work_dirs/pq_a &
-    python benchmarks/prune_quality.py --criteria fisher activation apoz random \
+    python benchmarks/prune_quality.py --criteria fisher activation apoz random \\
         --work-dir work_dirs/pq_b; wait
     python benchmarks/prune_quality.py --merge work_dirs/pq_a work_dirs/pq_b
     python benchmarks/prune_quality.py --width 8 --train-epochs 3 --ft-epochs 1 \\
@@ -360,21 +360,21 @@ def dense_model(args: argparse.Namespace, splits: Dict[str, Data],
 
 
 def methods(args: argparse.Namespace) -> List[Tuple[str, Callable]]:
-    """(name, prune(dense, x, target, limit, batches, splits, work_dir, tag))."""
-    held_out = args.razorlib_data == 'val'
-    out = [(f'razorlib {c} {a}' + (' val-data' if held_out else ''),
-            lambda d, x, t, lim, b, s, w, tag, c=c, a=a: razorlib_prune(
-                d, x, t, c, a, s['val_batches'] if held_out else b))
+    """(name, prune(dense, x, target, limit, batches, splits, work_dir, tag)): ``batches``
+    maps 'train' and 'val' to the shuffled batches of that split a method may read."""
+    data = args.razorlib_data
+    out = [(f'razorlib {c} {a}' + (' val-data' if data == 'val' else ''),
+            lambda d, x, t, lim, b, s, w, tag, c=c, a=a: razorlib_prune(d, x, t, c, a, b[data]))
            for c in args.criteria for a in args.allocations]
     peers = {
         'tp_magnitude': ('torch-pruning magnitude global', lambda d, x, t, lim, b, s, w, tag:
-                         torch_pruning(d, x, lim, 'magnitude', True, b)),
+                         torch_pruning(d, x, lim, 'magnitude', True, b['train'])),
         'tp_magnitude_local': ('torch-pruning magnitude local', lambda d, x, t, lim, b, s, w,
-                               tag: torch_pruning(d, x, lim, 'magnitude', False, b)),
+                               tag: torch_pruning(d, x, lim, 'magnitude', False, b['train'])),
         'tp_taylor': ('torch-pruning taylor global', lambda d, x, t, lim, b, s, w, tag:
-                      torch_pruning(d, x, lim, 'taylor', True, b)),
+                      torch_pruning(d, x, lim, 'taylor', True, b['train'])),
         'fastnas': ('modelopt fastnas', lambda d, x, t, lim, b, s, w, tag:
-                    fastnas(d, x, lim, b, s['val'], w / f'fastnas_{tag}.pth')),
+                    fastnas(d, x, lim, b['train'], s['val'], w / f'fastnas_{tag}.pth')),
     }
     return out + [peers[p] for p in args.peers]
 
@@ -463,9 +463,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     dense_flops = flops_of(dense, x)
     dense_logits = {split: logits_of(dense, splits[split][0]) for split in ('val', 'test')}
     gen = torch.Generator().manual_seed(args.seed)
-    batches = shuffled(splits['train'], 64, gen)[:args.criteria_batches]
-    splits['val_batches'] = shuffled(splits['val'], 64, torch.Generator().manual_seed(args.seed)
-                                     )[:args.criteria_batches]
+    batches = dict(train=shuffled(splits['train'], 64, gen)[:args.criteria_batches],
+                   val=shuffled(splits['val'], 64, torch.Generator().manual_seed(args.seed)
+                                )[:args.criteria_batches])
     results = dict(machine=f'{platform.machine()}, {platform.processor() or "cpu"}, '
                    f'{args.threads} thread(s), torch {torch.__version__}',
                    args=vars(args), dense=dict(flops=dense_flops,

@@ -142,7 +142,8 @@ def compare(model, calibration, held, held_labels, images, labels, args) -> Dict
         results['passes'] = base.scores(run_exported(graph, folder, 'passes', held), fp32,
                                         held_labels)
         results['passes']['seconds'] = time.perf_counter() - start
-        starts = dict(baseline=baseline, passes=graph.copy(copy_value=True))  # before mixed
+        # QAT's start, taken before MixedPrecision floats layers of the passes graph
+        start_graph = baseline if args.qat_start == 'baseline' else graph.copy(copy_value=True)
         MixedPrecision(**{k: v for k, v in mixed.items() if k != 'type'})(graph, calibration)
         results['+ mixed'] = base.scores(run_exported(graph, folder, 'mixed', held), fp32,
                                          held_labels)
@@ -151,7 +152,7 @@ def compare(model, calibration, held, held_labels, images, labels, args) -> Dict
         results['+ mixed']['target'] = mixed['target_snr_db']
         for name, teacher in (('QAT', None), ('QAT+KD', model.eval())):
             torch.manual_seed(0)  # the same batches and shifts for both
-            start = starts[args.qat_start].copy(copy_value=True)  # LSQGraph takes it over
+            start = start_graph.copy(copy_value=True)  # LSQGraph takes it over
             lsq = train_qat(start, images, labels, args.qat_epochs, args.qat_lr, teacher,
                             args.qat_kd_temperature, args.qat_kd_label_weight,
                             args.qat_schedule)

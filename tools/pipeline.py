@@ -19,8 +19,8 @@ Each step is the tool a user would run, started as a subprocess; its log is in
 
 From a fixed subnet instead (a NAS subnet config, or any classifier config)::
 
-    python tools/pipeline.py --from-subnet configs/nas/spos/spos_shufflenet_digits_subnet.py \
-        --cfg-options model.fix_subnet=work_dirs/spos_shufflenet_digits_search/best_subnet.yaml \
+    python tools/pipeline.py --from-subnet configs/nas/spos/spos_shufflenet_digits_subnet.py \\
+        --cfg-options model.fix_subnet=work_dirs/spos_shufflenet_digits_search/best_subnet.yaml \\
         [--train-epochs 20] [--prune-flops 0.5 0.25] [--finetune-epochs 10] [--seeds 3]
 
 trains the config's model from scratch, quantizes it, prunes it to each FLOPs fraction

@@ -6,7 +6,7 @@ Examples:
     # a built-in model, pruned with a pruner at one ratio
     python tools/prune.py --model resnet50 --ratio 0.5 --work-dir work_dirs/prune_resnet50
     # to a budget: half the FLOPs, channels ranked globally by Taylor on data batches
-    python tools/prune.py --model resnet50 --flops 0.5 --importance taylor --global \
+    python tools/prune.py --model resnet50 --flops 0.5 --importance taylor --global \\
         --round-to 8 --max-ratio 0.9 [--data-config CONFIG]
     # each group's width from the loss it costs, cut alone (FastNAS's allocation)
     python tools/prune.py --model resnet50 --flops 0.5 --sensitivity [--data-config CONFIG]

@@ -1,7 +1,7 @@
 """Search a trained AutoSlim supernet for subnets, and compare them with uniform widths.
 
 Example:
-    python tools/search.py configs/pruning/autoslim/autoslim_plaincnn_digits_search.py \
+    python tools/search.py configs/pruning/autoslim/autoslim_plaincnn_digits_search.py \\
         work_dirs/autoslim_plaincnn_digits_supernet/epoch_30.pth
 
 The config's ``search_cfg`` names the loop (``GreedySearchLoop`` or

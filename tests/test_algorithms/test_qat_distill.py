@@ -155,7 +155,8 @@ def test_qat_losses_says_what_is_missing():
 
 def test_the_benchmark_trains_with_qat_losses(monkeypatch):
     """benchmarks/ptq_passes.py trains an LSQGraph without the Runner: its train_qat
-    takes its loss from razorlib's qat_losses, with the options it was given."""
+    takes its loss from razorlib's qat_losses, with the options it was given, and
+    ``schedule='cosine'`` anneals both learning rates to 0."""
     monkeypatch.setattr(sys, 'path', list(sys.path))  # the script prepends benchmarks/
     before = set(sys.modules)
     spec = importlib.util.spec_from_file_location('ptq_passes_benchmark',
@@ -175,6 +176,14 @@ def test_the_benchmark_trains_with_qat_losses(monkeypatch):
         return qat_losses(logits, labels, teacher_logits, distill)
 
     monkeypatch.setattr(bench, 'qat_losses', spy)
+    schedules = []
+
+    class Recorded(torch.optim.lr_scheduler.CosineAnnealingLR):
+        def __init__(self, optimizer, *args, **kwargs):
+            super().__init__(optimizer, *args, **kwargs)
+            schedules.append(self)
+
+    monkeypatch.setattr(torch.optim.lr_scheduler, 'CosineAnnealingLR', Recorded)
     torch.manual_seed(0)
     model = build(dict(temperature=2.0, label_weight=0.5))
     images, labels = torch.randn(64, 3, 8, 8), torch.randint(0, 4, (64, ))
@@ -184,6 +193,12 @@ def test_the_benchmark_trains_with_qat_losses(monkeypatch):
                     schedule='cosine')  # the script's default since its run 8
     assert calls == [(True, dict(temperature=2.0, kd_weight=1.0, label_weight=0.5)),
                      (False, None)]
+    # only the cosine run anneals: from 1e-4 (weights) and 1e-2 (log-scales) to 0 over
+    # its one step (64 images, batches of 64)
+    schedule, = schedules
+    groups = schedule.optimizer.param_groups
+    assert [group['initial_lr'] for group in groups] == pytest.approx([1e-4, 1e-2])
+    assert [group['lr'] for group in groups] == pytest.approx([0.0, 0.0], abs=1e-12)
 
 
 def test_the_teacher_is_frozen_and_out_of_the_optimizer_and_the_checkpoint():

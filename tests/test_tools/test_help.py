@@ -1,6 +1,7 @@
 """Every tool's ``--help`` answers at once (no torch, mmengine runner or razorlib imported
 before the arguments are parsed), with an example and a described default per option."""
 import argparse
+import ast
 import json
 import subprocess
 import sys
@@ -79,3 +80,17 @@ def test_ptq_offers_registered_observers_and_dispatchers():
     ptq = load_tool('ptq')
     assert all(OBSERVERS.get(name) is not None for name in ptq.OBSERVER_NAMES)
     assert all(DISPATCHERS.get(name) is not None for name in ptq.DISPATCHER_NAMES)
+
+
+@pytest.mark.parametrize('script', sorted(str(path.relative_to(REPO)) for folder in (
+    'tools', 'benchmarks') for path in (REPO / folder).glob('*.py')))
+def test_usage_examples_keep_their_line_breaks(script):
+    """A command continued with a lone backslash inside a docstring is joined into one
+    line of ``--help`` (the string eats the backslash and the newline): a usage example
+    spanning lines must write ``\\\\``.  So the docstring has as many lines as its source."""
+    tree = ast.parse((REPO / script).read_text())
+    node = tree.body[0].value
+    assert isinstance(node, ast.Constant) and isinstance(node.value, str), script
+    spanned = node.end_lineno - node.lineno + 1
+    lines = len(node.value.split('\n'))
+    assert lines == spanned, f'{script}: the docstring spans {spanned} lines and has {lines}'
