@@ -13,12 +13,16 @@ Amplified, they use the whole range, and the activation's rounding noise falls w
 the signal is small.
 
 The price: an input that drives an amplified channel above its calibrated maximum times
-``1 / margin`` is clipped where the FP32 model was not (the activation quantizer clips
-such values anyway, at the calibrated range), and the second layer's weights for that
-channel shrink by ``s``, which costs weight precision where the second layer's weights
-are quantized per output channel across its inputs (a dense 1x1 conv), but not in a
-depthwise conv, whose weight channels each have their own scale.  ``depthwise_only``
-keeps to the pairs where amplifying is free of that cost.
+``1 / margin`` is clipped where the FP32 model was not.  The activation quantizer does
+not hide that: its per-tensor range is sized by the channels that reach the clip, and a
+quiet channel had room below it before it was amplified to ``margin`` of it.  So the
+rewritten FP32 graph is the original on data like the calibration batches, and departs
+from it on data that goes further (docs/quantization/passes.md measures both on a
+MobileNetV2); a lower ``margin`` buys headroom for some of the gain.  And the second
+layer's weights for that channel shrink by ``s``, which costs weight precision where the
+second layer's weights are quantized per output channel across its inputs (a dense 1x1
+conv), but not in a depthwise conv, whose weight channels each have their own scale.
+``depthwise_only`` keeps to the pairs where amplifying is free of that cost.
 """
 import logging
 from typing import Dict, List, Optional, Tuple
