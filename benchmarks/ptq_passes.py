@@ -4,7 +4,7 @@
                                     [--score-split val|test] [--test-ratio 0.2]
                                     [--ort-like-trt] [--platform TRT_INT8|ORT_INT8]
                                     [--qat-start passes|baseline] [--qat-lr 1e-5]
-                                    [--qat-schedule cosine|constant]
+                                    [--qat-schedule cosine|constant] [--passes P ...]
 
 The models and their training are those of ``benchmarks/ptq_vs_ort.py`` (imported from
 it): the digits PlainCNN supernet, its two L1-pruned subnets, a 16-wide ResNet-18 and a
@@ -21,7 +21,7 @@ symmetric per-channel int8 weights, the format ``quantize_static`` writes) by ra
 
 - as calibrated (``baseline``);
 - with the passes: ``LayerwiseEqualization``, ``ClipEqualization``, ``AdaRound`` and
-  ``BiasCorrection`` (``passes``);
+  ``BiasCorrection`` (``passes``; ``--passes`` another list);
 - with those and ``MixedPrecision`` targeting onnxruntime's best SNR on the calibration
   batches + ``--margin`` dB (``+ mixed``: how many layers stay in floating point); the
   target and the SNR it is compared with are both measured on the calibration batches
@@ -132,7 +132,7 @@ def compare(model, calibration, held, held_labels, images, labels, args) -> Dict
         best = max(results[base.ort_label(m, args.ort_like_trt)]['calib_snr']
                    for m in args.ort_methods)
         adaround = dict(type='AdaRound', steps=args.adaround_steps)
-        passes = [adaround if name == 'AdaRound' else name for name in PASSES]
+        passes = [adaround if name == 'AdaRound' else name for name in args.passes]
         mixed = dict(type='MixedPrecision', target_snr_db=best + args.margin)
         start = time.perf_counter()
         baseline = quantize(model, calibration, args.observer, [], args.platform)
@@ -203,6 +203,8 @@ def main(argv=None) -> None:
                         help="razorlib's target platform (its quantization format)")
     parser.add_argument('--ort-methods', nargs='+',
                         default=['MinMax', 'Entropy', 'Percentile', 'Distribution'])
+    parser.add_argument('--passes', nargs='+', default=PASSES,
+                        help="razorlib's pass list, in order (default: %(default)s)")
     parser.add_argument('--adaround-steps', type=int, default=500)
     parser.add_argument('--margin', type=float, default=3.5,
                         help='MixedPrecision target over the best ORT SNR on the calibration '
@@ -270,8 +272,8 @@ def main(argv=None) -> None:
         print(f'{name}: done', flush=True)
     print(tables(rows, args.ort_methods, args.margin, args.ort_like_trt))
     split = {'test': 'test', 'val': 'validation'}[args.score_split]
-    print(f'razorlib platform {args.platform}; calibration: {len(calibration)} batches of '
-          f'{base.BATCH}; trained on {len(images)} '
+    print(f'razorlib platform {args.platform}, passes {args.passes}; calibration: '
+          f'{len(calibration)} batches of {base.BATCH}; trained on {len(images)} '
           f'images (test ratio {args.test_ratio:g}), scored on {len(held)} {split} images; '
           f'torch {torch.__version__}, onnxruntime {ort.__version__} '
           f'({base.optimization_level()} graph optimizations)')

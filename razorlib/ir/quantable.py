@@ -152,6 +152,52 @@ class QuantableOperation(Operation):
             self._parked_values[index] = var.value.detach().to('cpu', copy=True)
         var.value = value.to(var.value)
 
+    def add_to_parameter(self, index: int, delta: torch.Tensor) -> None:
+        """Add ``delta`` to parameter input ``index`` in the quantized graph and in the fp32
+        value kept aside.
+
+        :meth:`set_parameter_value` changes the quantized graph alone, so the dequantized
+        graph (the FP32 reference) computes what it did; a rewrite that changes what the
+        graph computes at one tensor and undoes it at the next (a shift of an activation
+        that its readers' biases absorb) changes both, or the reference and the quantized
+        graph would disagree at that tensor.
+
+        Args:
+            index: the input index of a parameter whose value is not baked.
+            delta: broadcastable to the parameter's value.
+
+        Raises:
+            RuntimeError: the operation is dequantized, or the parameter is baked.
+            ValueError: input ``index`` is no parameter with a value.
+
+        Example:
+            >>> from razorlib.ir import BaseGraph, TensorQuantizationConfig
+            >>> graph = BaseGraph()
+            >>> x = graph.create_variable('x')
+            >>> b = graph.create_variable('b', torch.tensor([1.0]), is_parameter=True)
+            >>> add = graph.create_operation('Add', inputs=[x, b],
+            ...                              outputs=[graph.create_variable()])
+            >>> qadd = QuantableOperation(add, OperationQuantizationConfig(
+            ...     [TensorQuantizationConfig() for _ in range(2)], [TensorQuantizationConfig()]))
+            >>> qadd.set_parameter_value(1, torch.tensor([1.5]))  # the quantized graph's
+            >>> qadd.add_to_parameter(1, torch.tensor(-0.5))
+            >>> qadd.dequantize()
+            >>> b.value  # the fp32 value moved too
+            tensor([0.5000])
+        """
+        self._require_quantized('add to a parameter')
+        var = self.inputs[index]
+        if not var.is_parameter or var.value is None:
+            raise ValueError(f'operation {self.name!r}: input {index} ({var.name!r}) is no '
+                             'parameter with a value')
+        if self.input_quant_config[index].state.is_baked:
+            raise RuntimeError(f'operation {self.name!r}: parameter {var.name!r} is baked '
+                               '(its value holds quantized numbers); add to it before baking')
+        var.value = var.value + delta.to(var.value)
+        if index in self._parked_values:
+            parked = self._parked_values[index]
+            self._parked_values[index] = parked + delta.to(parked)
+
     def baking_parameters(self, quant_func: QuantFunction) -> None:
         """Quantize the activated parameters in place, once, keeping their fp32 values aside.
 

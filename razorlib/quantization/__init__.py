@@ -46,9 +46,9 @@ from .platform import (DEFAULT_EXPORT_FORMATS, QUANTIZABLE_OP_TYPES, ExportForma
                        TargetPlatform, as_export_format, as_platform, is_float_platform,
                        is_quantized_platform)
 from .lsq import LSQGraph, follow_passive_scales, lsq_fake_quantize
-from .passes import (PTQ_PASSES, ActivationScaleSearch, AdaRound, BiasCorrection,
-                     ClipEqualization, LayerwiseEqualization, MixedPrecision, PTQPass,
-                     build_ptq_pass)
+from .passes import (PTQ_PASSES, ActivationCentering, ActivationScaleSearch, AdaRound,
+                     BiasCorrection, ClipEqualization, LayerwiseEqualization, MixedPrecision,
+                     PTQPass, build_ptq_pass)
 from .quantize import quantize_graph
 from .settings import PTQSettings
 from .quantizers import (QUANTIZERS, BaseQuantizer, ORTQDQQuantizer, ScaleSharing, TensorFormat,
@@ -57,7 +57,8 @@ from .state import (bake_parameters, dequantize_graph, dequantized, quantable_op
                     restore_quantize_state)
 
 __all__ = [
-    'ActivationScaleSearch', 'AdaRound', 'BiasCorrection', 'ClipEqualization', 'LSQGraph',
+    'ActivationCentering', 'ActivationScaleSearch', 'AdaRound', 'BiasCorrection',
+    'ClipEqualization', 'LSQGraph',
     'LayerwiseEqualization', 'MixedPrecision', 'PTQPass', 'PTQ_PASSES', 'build_ptq_pass',
     'follow_passive_scales', 'lsq_fake_quantize',
     'AggressiveDispatcher', 'AllInDispatcher', 'BaseQuantizer', 'ConservativeDispatcher',

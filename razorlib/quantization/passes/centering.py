@@ -1,0 +1,215 @@
+"""ActivationCentering: centre a ReLU6 output on zero, so a symmetric quantizer uses all of
+its steps.
+
+TensorRT's INT8 activations are symmetric (zero point 0).  A ReLU6 output lies in
+``[0, 6]``: quantized with range ``r`` it uses the codes 0..127 and never -127..-1, one
+bit of the eight, where onnxruntime's asymmetric uint8 would use all 256.  The shift
+``clip(y, 0, h) - c = clip(y - c, -c, h - c)`` moves it by a constant at no cost: the
+layer before the Clip takes ``-c`` into its bias and the Clip's bounds become
+``(-c, h - c)`` (still one Clip after the convolution, as ReLU6 was), and
+each reader that is linear in its input and reads no padding (a Conv with zero pads, a
+Gemm) takes it back into its bias: ``W (x - c) + b + c W 1 = W x + b``.  The FP32 graph
+computes what it did.  With ``c = r / 2`` and half the scale, the calibrated range
+``[0, r]`` maps onto the codes -127..127: the same range at twice the resolution, and 0
+(most of a ReLU6 output) still lands on a code exactly (-127), so the rounding noise of
+the tensor falls by a factor of 4 (6 dB).  It is onnxruntime's unsigned format, kept in
+TensorRT's signed one.
+
+A reader with zero padding (a 3x3 depthwise conv with ``pads=1``, as after MobileNetV2's
+expansion) sees the padded zeros as ``x = c``: its output at the borders would change,
+so such tensors are left as they are, as are tensors read by anything else, graph
+outputs, and tensors whose quantizer is not symmetric (onnxruntime's uint8 already uses
+every code).  On MobileNetV2 that leaves the outputs of the depthwise convs (read by the
+1x1 projections): half of its ReLU6 tensors.
+"""
+import logging
+from typing import List, Optional, Tuple
+
+import torch
+
+from ...ir import BaseGraph, Operation, PassResult, QuantableOperation
+from ...registry import PTQ_PASSES
+from ..functional import fake_quantize
+from ..lsq import follow_passive_scales
+from .base import PTQPass
+from .clip_equalization import _clip_bounds
+from .equalization import _is_layer, _sole_reader
+
+logger = logging.getLogger(__name__)
+
+__all__ = ['ActivationCentering', 'centerable_clips']
+
+
+def _has_bias(op: Operation) -> bool:
+    """Whether ``op`` has a parameter bias with one value per output channel."""
+    if len(op.inputs) < 3 or not op.inputs[2].is_parameter or op.inputs[2].value is None:
+        return False
+    weight = op.inputs[1].value
+    outputs = (weight.shape[0] if op.type == 'Conv' or op.attributes.get('transB', 0)
+               else weight.shape[1])
+    return op.inputs[2].value.numel() == outputs
+
+
+def _absorbs_shift(op: Operation, var) -> bool:
+    """Whether ``op`` reads ``var`` as a data input it is linear in, with no padding, and
+    has a bias to take the shift back."""
+    if not (_is_layer(op) and _has_bias(op) and op.inputs[0] is var
+            and all(other is not var for other in op.inputs[1:])):
+        return False
+    if op.type == 'Gemm':
+        return float(op.attributes.get('beta', 1.0)) != 0.0
+    pads = op.attributes.get('pads', ())
+    return (op.attributes.get('auto_pad', 'NOTSET') in ('NOTSET', 'VALID')
+            and not any(int(pad) for pad in pads))
+
+
+def centerable_clips(graph: BaseGraph) -> List[Tuple[Operation, Operation, List[Operation]]]:
+    """Every ``(producer, clip, readers)`` whose Clip output may be shifted: a
+    ``Clip(0, high)`` with constant bounds, the sole reader of a weight layer with a bias
+    (``producer``), whose output is no graph output and is read only by weight layers
+    that absorb a shift (``readers``: Conv without padding, Gemm; each with a bias).
+
+    Example:
+        >>> import torch
+        >>> from razorlib.ir import from_torch
+        >>> net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 1), torch.nn.ReLU6(),
+        ...                           torch.nn.Conv2d(4, 4, 3, padding=1, groups=4),
+        ...                           torch.nn.ReLU6(), torch.nn.Conv2d(4, 2, 1))
+        >>> graph = from_torch(net, torch.randn(1, 3, 4, 4))
+        >>> [(p.type, len(r)) for p, _, r in centerable_clips(graph)]  # not the padded one
+        [('Conv', 1)]
+    """
+    found = []
+    for clip in graph.topological_sort():
+        bounds = _clip_bounds(clip)
+        if bounds is None or bounds[0] != 0.0 or bounds[1] <= 0.0:
+            continue
+        producer = clip.inputs[0].source_op
+        var = clip.outputs[0]
+        if (producer is None or not _is_layer(producer) or not _has_bias(producer)
+                or _sole_reader(graph, producer) is not clip or var.name in graph.outputs
+                or not var.dest_ops):
+            continue
+        if all(_absorbs_shift(reader, var) for reader in var.dest_ops):
+            found.append((producer, clip, list(var.dest_ops)))
+    return found
+
+
+def _add(op: Operation, index: int, delta: torch.Tensor) -> None:
+    """Add ``delta`` to parameter ``index`` of ``op``, in the FP32 reference too."""
+    if isinstance(op, QuantableOperation):
+        op.add_to_parameter(index, delta)
+    else:
+        op.inputs[index].value = op.inputs[index].value + delta.to(op.inputs[index].value)
+
+
+def _absorb(reader: Operation, shift: float) -> None:
+    """Give ``reader``'s bias ``shift`` times its weight sums: the FP32 weights' in the
+    FP32 reference, the weights as they run (quantized by their config) in the quantized
+    graph, so that each computes exactly what it did before its input moved."""
+    bias = reader.inputs[2].value
+    weight = reader.inputs[1].value
+    fp32 = shift * _weight_sums(reader, weight)
+    _add(reader, 2, fp32.reshape(bias.shape))
+    config = reader.input_quant_config[1] if isinstance(reader, QuantableOperation) else None
+    if config is not None and config.state.is_activated and config.scale is not None:
+        running = shift * _weight_sums(reader, fake_quantize(weight, config))
+        reader.set_parameter_value(2, reader.inputs[2].value + (running - fp32).reshape(
+            bias.shape).to(bias))
+
+
+def _weight_sums(op: Operation, weight: torch.Tensor) -> torch.Tensor:
+    """Per output channel, the sum of ``weight`` (``op``'s) over everything one output
+    reads, times what multiplies it (a Gemm's ``alpha / beta``: its bias is ``beta C``)."""
+    weight = weight.double()
+    if op.type == 'Gemm':
+        alpha = float(op.attributes.get('alpha', 1.0))
+        beta = float(op.attributes.get('beta', 1.0))
+        sums = weight.sum(1 if op.attributes.get('transB', 0) else 0)
+        return sums * alpha / beta
+    return weight.reshape(weight.shape[0], -1).sum(1)
+
+
+@PTQ_PASSES.register_module(name=['ActivationCentering', 'activation_centering'])
+class ActivationCentering(PTQPass):
+    """Shift each centerable ReLU6 output to the middle of its range (module docstring).
+
+    Runs after calibration (``stage = 'calibrated'``): the shift is half the calibrated
+    range, and the tensor's scale halves with it.  List it first among the calibrated
+    passes: AdaRound and bias correction then work on the centred graph (the rewrite is
+    the FP32 reference's too, so they compare like with like).  Reads no data.
+
+    Args:
+        clips: the names of the Clip operations to centre (None: every one of
+            :func:`centerable_clips` whose quantizer is symmetric and per tensor).
+
+    Example:
+        >>> import torch
+        >>> from razorlib.quantization import QuantExecutor, quantize_torch_model, snr_db
+        >>> _ = torch.manual_seed(0)
+        >>> net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 1), torch.nn.ReLU6(),
+        ...                           torch.nn.Conv2d(8, 4, 1)).eval()
+        >>> with torch.no_grad():
+        ...     _ = net[0].weight.mul_(4)  # the ReLU6 output spans [0, 6]
+        >>> batches = [torch.randn(16, 3, 6, 6) for _ in range(4)]
+        >>> graph = quantize_torch_model(net, batches, batches[0], 'TRT_INT8',
+        ...                              progress=False)
+        >>> def snr():
+        ...     with torch.no_grad():
+        ...         return snr_db(net(batches[0]), QuantExecutor(graph)(batches[0])[0])
+        >>> before = snr()
+        >>> ActivationCentering()(graph, batches).changes
+        1
+        >>> {name: round(shift, 3) for name, shift in  # half of the calibrated 6
+        ...  graph.extension_attrib['activation_centering'].items()}
+        {'n4': 3.0}
+        >>> round(before, 1), round(snr(), 1)  # the input and output roundings stay
+        (35.0, 35.7)
+    """
+
+    def __init__(self, clips: Optional[List[str]] = None) -> None:
+        self.clips = None if clips is None else list(clips)
+
+    def call(self, graph: BaseGraph, batches: list, device) -> PassResult:
+        """Centre every eligible Clip output; ``changes`` counts them, and
+        ``graph.extension_attrib['activation_centering']`` maps each Clip's name to its
+        shift ``c``."""
+        found = centerable_clips(graph)
+        if self.clips is not None:
+            known = {clip.name for _, clip, _ in found}
+            missing = sorted(set(self.clips) - known)
+            if missing:
+                raise KeyError(f'ActivationCentering: graph {graph.name!r} has no centerable '
+                               f'Clip {missing}; it has {sorted(known)}')
+            found = [entry for entry in found if entry[1].name in self.clips]
+        shifts = graph.extension_attrib.setdefault('activation_centering', {})
+        for producer, clip, readers in found:
+            shift = self._centre(producer, clip, readers)
+            if shift is not None:
+                shifts[clip.name] = shift
+        follow_passive_scales(graph)  # the readers' biases: input scale x weight scale
+        logger.info('ActivationCentering: %d of %d centerable ReLU6 outputs of graph %r '
+                    'centred', len(shifts), len(found), graph.name)
+        return PassResult.counted(graph, len(shifts))
+
+    @staticmethod
+    def _centre(producer: Operation, clip: Operation, readers: List[Operation]
+                ) -> Optional[float]:
+        """Shift one Clip output by half its calibrated range; its shift, or None where its
+        quantizer is not a symmetric, signed, per-tensor one."""
+        if not isinstance(clip, QuantableOperation):
+            return None
+        root = clip.output_quant_config[0].dominated_by
+        if (not root.state.is_activated or root.state.is_passive or root.scale is None
+                or root.scale.numel() != 1 or root.quant_min >= 0
+                or (root.offset is not None and bool((root.offset != 0).any()))):
+            return None
+        half = root.scale / 2
+        shift = float(half) * root.quant_max  # -shift lands on code -quant_max exactly
+        _add(producer, 2, torch.tensor(-shift))
+        _add(clip, 1, torch.tensor(-shift))
+        _add(clip, 2, torch.tensor(-shift))
+        for reader in readers:
+            _absorb(reader, shift)
+        root.scale = half
+        return shift

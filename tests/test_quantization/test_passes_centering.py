@@ -1,0 +1,192 @@
+"""ActivationCentering: FP32-exact, the centred ReLU6 output rounded at twice the
+resolution, only where every reader absorbs the shift, and exported as simulated."""
+import contextlib
+
+import pytest
+import torch
+
+from razorlib.ir import QuantizationStates, from_torch
+from razorlib.quantization import (ActivationCentering, QuantExecutor, export_graph,
+                                   quantize_torch_model, snr_db)
+from razorlib.quantization.passes import centerable_clips
+from razorlib.quantization.state import dequantized, quantable_operations
+
+from ptq_helpers import STEPS, run_onnxruntime, worst_steps
+
+
+def block(padding: int = 0, head: bool = True) -> torch.nn.Module:
+    """1x1 expand -> ReLU6 -> 3x3 depthwise (``padding``) -> ReLU6 -> 1x1 project, and a
+    ReLU6 -> pooled Linear head: MobileNetV2's layer kinds, the expansion's ReLU6 driven
+    across its whole [0, 6] range."""
+    torch.manual_seed(0)
+    layers = [torch.nn.Conv2d(3, 8, 1), torch.nn.ReLU6(),
+              torch.nn.Conv2d(8, 8, 3, padding=padding, groups=8), torch.nn.ReLU6(),
+              torch.nn.Conv2d(8, 4, 1)]
+    net = torch.nn.Sequential(*layers)
+    with torch.no_grad():
+        net[0].weight.mul_(4)
+    if head:
+        net = torch.nn.Sequential(net, torch.nn.ReLU6(), torch.nn.Flatten(),
+                                  torch.nn.Linear(4 * (6 if padding else 4) ** 2, 5))
+    return net.eval()
+
+
+def data(count: int = 4):
+    torch.manual_seed(1)
+    return [torch.randn(16, 3, 6, 6) for _ in range(count)]
+
+
+def quantized(net, batches, platform='TRT_INT8'):
+    return quantize_torch_model(net, batches, batches[0], platform, progress=False)
+
+
+def test_finds_the_clips_whose_readers_absorb_a_shift():
+    x = data(1)[0]
+    graph = from_torch(block(padding=0), x)
+    clips = [op.name for op in graph.topological_sort() if op.type == 'Clip']
+    # the head's ReLU6 is read by a Flatten (no bias to absorb it): left alone
+    assert [(c.name, [r.type for r in readers]) for _, c, readers in centerable_clips(graph)
+            ] == [(clips[0], ['Conv']), (clips[1], ['Conv'])]
+    padded = from_torch(block(padding=1), x)
+    clips = [op.name for op in padded.topological_sort() if op.type == 'Clip']
+    # the expansion's output is read by a padded conv: its borders would see x = c
+    assert [c.name for _, c, _ in centerable_clips(padded)] == [clips[1]]
+    no_head = from_torch(block(head=False), x)
+    assert len(centerable_clips(no_head)) == 2
+    linear = from_torch(torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.ReLU6(),
+                                            torch.nn.Linear(8, 3)), torch.randn(2, 6))
+    assert [[r.type for r in readers] for _, _, readers in centerable_clips(linear)] == [['Gemm']]
+
+
+@pytest.mark.parametrize('net', [block(), torch.nn.Sequential(
+    torch.nn.Linear(6, 8), torch.nn.ReLU6(), torch.nn.Linear(8, 3)).eval()],
+    ids=['convs', 'gemms'])
+def test_the_fp32_reference_and_the_quantized_graph_compute_what_they_did(net):
+    torch.manual_seed(2)
+    batches = data() if isinstance(net[0], torch.nn.Sequential) else [
+        torch.randn(16, 6) * 3 for _ in range(4)]
+    graph = quantized(net, batches)
+    executor = QuantExecutor(graph)  # kernels take constant operands (Clip bounds) once
+    clips = [op for op in graph.topological_sort() if op.type == 'Clip']
+    roots = [clip.output_quant_config[0].dominated_by for clip in clips]
+    scales = [root.scale.clone() for root in roots]
+    with torch.no_grad():
+        with dequantized(graph):
+            fp32_before = [executor(b)[0] for b in batches]
+        for root in roots:  # the centred tensors in floating point: the rest as quantized
+            root.state = QuantizationStates.FP32
+        rest_before = [executor(b)[0] for b in batches]
+        for root in roots:
+            root.state = QuantizationStates.ACTIVATED
+    result = ActivationCentering()(graph, batches)
+    shifts = graph.extension_attrib['activation_centering']
+    centred = [clip for clip in clips if clip.name in shifts]
+    assert result.changes == len(centred) >= 1
+    executor = QuantExecutor(graph)
+    for clip, root, scale in zip(clips, roots, scales):
+        if clip.name in shifts:  # half the scale; -shift lands on code -127
+            torch.testing.assert_close(root.scale, scale / 2)
+            assert shifts[clip.name] == pytest.approx(float(scale) / 2 * 127, abs=1e-4)
+            assert [float(v.value) for v in clip.inputs[1:]] == pytest.approx(
+                [-shifts[clip.name], 6 - shifts[clip.name]], abs=1e-5)
+    with torch.no_grad():
+        with dequantized(graph):
+            for batch, expected in zip(batches, fp32_before):
+                torch.testing.assert_close(executor(batch)[0], expected, rtol=1e-4,
+                                           atol=1e-5)
+        for root in roots:
+            root.state = QuantizationStates.FP32
+        for batch, expected in zip(batches, rest_before):  # weights as they run absorb it
+            torch.testing.assert_close(executor(batch)[0], expected, rtol=1e-4, atol=1e-5)
+        for root in roots:
+            root.state = QuantizationStates.ACTIVATED
+
+
+@contextlib.contextmanager
+def activations_alone(graph, root=None):
+    """Every activation but ``root``'s in floating point, for the block; the weights stay
+    quantized (a reader's bias absorbs the shift with its weights as they run)."""
+    saved = [(config, config.state) for op in quantable_operations(graph)
+             for config, var in op.config_with_variable
+             if config.state.is_activated and not var.is_parameter
+             and config.dominated_by is not root]
+    for config, _ in saved:
+        config.state = QuantizationStates.FP32
+    try:
+        yield graph
+    finally:
+        for config, state in saved:
+            config.state = state
+
+
+def test_the_centred_tensor_rounds_at_twice_the_resolution():
+    """The noise the centred tensor adds to the output falls by 4 (6 dB: the weights'
+    rounding measured alone and taken out), and with everything quantized the output's
+    SNR rises."""
+    net, batches = block(head=False), data()
+    graph = quantized(net, batches)
+    clip = [op for op in graph.topological_sort() if op.type == 'Clip'][0]
+    root = clip.output_quant_config[0].dominated_by
+    reference = torch.cat([net(b) for b in batches]).detach()
+
+    def noise(executor):
+        output = torch.cat([executor(b)[0] for b in batches])
+        return float((output - reference).double().square().mean())
+
+    def measure():
+        executor = QuantExecutor(graph)
+        with torch.no_grad():
+            with activations_alone(graph):
+                weights = noise(executor)
+            with activations_alone(graph, root):
+                tensor = noise(executor) - weights
+            return tensor, snr_db(reference, torch.cat([executor(b)[0] for b in batches]))
+
+    tensor_before, output_before = measure()
+    ActivationCentering()(graph, batches)
+    tensor_after, output_after = measure()
+    assert 3.5 < tensor_before / tensor_after < 5.0  # 4.6 here
+    assert output_after > output_before + 0.5
+
+
+def test_asymmetric_activations_and_unknown_clips_are_left_or_refused():
+    batches = data()
+    graph = quantized(block(), batches, 'ORT_INT8')  # uint8 already uses every code
+    assert ActivationCentering()(graph, batches).changes == 0
+    graph = quantized(block(), batches)
+    with pytest.raises(KeyError, match=r"ActivationCentering: graph '.*' has no centerable "
+                                       r"Clip \['nope'\]; it has \["):
+        ActivationCentering(clips=['nope'])(graph, batches)
+    first = centerable_clips(graph)[0][1].name
+    assert ActivationCentering(clips=[first])(graph, batches).changes == 1
+    assert list(graph.extension_attrib['activation_centering']) == [first]
+
+
+def test_centred_graph_exports_qdq_onnx_that_onnxruntime_runs_as_simulated(tmp_path):
+    batches = data()
+    graph = quantize_torch_model(block(), batches, batches[0], 'TRT_INT8', progress=False,
+                                 ptq_passes=['ActivationCentering', 'AdaRound',
+                                             'BiasCorrection'])
+    assert len(graph.extension_attrib['activation_centering']) == 2
+    model = export_graph(graph, tmp_path / 'block.onnx', 'QDQ_ONNX')
+    clips = [node for node in model.graph.node if node.op_type == 'Clip']
+    assert clips and any(node.op_type == 'QuantizeLinear' for node in model.graph.node)
+    theirs = run_onnxruntime(model, [batches[1]])
+    with torch.no_grad():
+        ours = QuantExecutor(graph)(batches[1])
+    assert worst_steps(graph, ours, theirs) <= STEPS
+
+
+def test_add_to_parameter_refuses_baked_values_and_dequantized_operations():
+    batches = data()
+    graph = quantized(block(head=False), batches)
+    conv = next(op for op in graph.topological_sort() if op.type == 'Conv')
+    conv.dequantize()
+    with pytest.raises(RuntimeError, match='is dequantized: call restore_quantize_state'):
+        conv.add_to_parameter(2, torch.tensor(1.0))
+    conv.restore_quantize_state()
+    with pytest.raises(ValueError, match='input 0 .* is no parameter'):
+        conv.add_to_parameter(0, torch.tensor(1.0))
+    conv.baking_parameters(lambda value, config: value)
+    with pytest.raises(RuntimeError, match='is baked .* add to it before baking'):
+        conv.add_to_parameter(1, torch.tensor(1.0))
