@@ -20,8 +20,9 @@ quantized for TRT_INT8 (symmetric int8, per-channel weights, ``mse`` activations
 symmetric per-channel int8 weights, the format ``quantize_static`` writes) by razorlib
 
 - as calibrated (``baseline``);
-- with the passes: ``LayerwiseEqualization``, ``ClipEqualization``, ``AdaRound`` and
-  ``BiasCorrection`` (``passes``; ``--passes`` another list);
+- with the passes: ``LayerwiseEqualization``, ``ClipEqualization``,
+  ``ActivationCentering``, ``AdaRound`` and ``BiasCorrection`` (``passes``; ``--passes``
+  another list; runs 4-8 of benchmarks/README.md had no ``ActivationCentering``);
 - with those and ``MixedPrecision`` targeting onnxruntime's best SNR on the calibration
   batches + ``--margin`` dB (``+ mixed``: how many layers stay in floating point); the
   target and the SNR it is compared with are both measured on the calibration batches
@@ -65,7 +66,8 @@ from razorlib.models import ImageClassifier  # noqa: E402
 from razorlib.quantization import (LSQGraph, MixedPrecision, export_graph,  # noqa: E402
                                    quantize_torch_model, snr_db)
 
-PASSES = ['LayerwiseEqualization', 'ClipEqualization', 'AdaRound', 'BiasCorrection']
+PASSES = ['LayerwiseEqualization', 'ClipEqualization', 'ActivationCentering', 'AdaRound',
+          'BiasCorrection']  # runs 4-8 of benchmarks/README.md: without ActivationCentering
 
 
 def quantize(model, calibration, observer: str, ptq_passes: list, platform: str = 'TRT_INT8'):
