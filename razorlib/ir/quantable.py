@@ -152,6 +152,26 @@ class QuantableOperation(Operation):
             self._parked_values[index] = var.value.detach().to('cpu', copy=True)
         var.value = value.to(var.value)
 
+    def fp32_parameter(self, index: int) -> torch.Tensor:
+        """The fp32 value of parameter input ``index``: the one kept aside (by
+        :meth:`set_parameter_value` or baking) if any, else the one in use.
+
+        Example:
+            >>> from razorlib.ir import BaseGraph, TensorQuantizationConfig
+            >>> graph = BaseGraph()
+            >>> b = graph.create_variable('b', torch.tensor([1.0]), is_parameter=True)
+            >>> add = graph.create_operation('Add', inputs=[graph.create_variable('x'), b],
+            ...                              outputs=[graph.create_variable()])
+            >>> qadd = QuantableOperation(add, OperationQuantizationConfig(
+            ...     [TensorQuantizationConfig() for _ in range(2)], [TensorQuantizationConfig()]))
+            >>> qadd.set_parameter_value(1, torch.tensor([1.5]))
+            >>> qadd.fp32_parameter(1), b.value
+            (tensor([1.]), tensor([1.5000]))
+        """
+        if self._dequantized or index not in self._parked_values:
+            return self.inputs[index].value
+        return self._parked_values[index].to(self.inputs[index].value.device)
+
     def add_to_parameter(self, index: int, delta: torch.Tensor) -> None:
         """Add ``delta`` to parameter input ``index`` in the quantized graph and in the fp32
         value kept aside.

@@ -190,3 +190,18 @@ def test_add_to_parameter_refuses_baked_values_and_dequantized_operations():
     conv.baking_parameters(lambda value, config: value)
     with pytest.raises(RuntimeError, match='is baked .* add to it before baking'):
         conv.add_to_parameter(1, torch.tensor(1.0))
+
+
+def test_after_adaround_the_fp32_reference_still_sums_the_fp32_weights():
+    """Listed after AdaRound (whose rounded weights are in use, the FP32 ones kept
+    aside), the readers' FP32 biases take the FP32 weights' sums: the dequantized graph
+    is still the model."""
+    net, batches = block(head=False), data()
+    graph = quantize_torch_model(net, batches, batches[0], 'TRT_INT8', progress=False,
+                                 ptq_passes=[dict(type='AdaRound', steps=20),
+                                             'ActivationCentering'])
+    assert len(graph.extension_attrib['activation_centering']) == 2
+    executor = QuantExecutor(graph)
+    with torch.no_grad(), dequantized(graph):
+        for batch in batches:
+            torch.testing.assert_close(executor(batch)[0], net(batch), rtol=1e-4, atol=1e-5)

@@ -108,10 +108,11 @@ def _absorb(reader: Operation, shift: float) -> None:
     FP32 reference, the weights as they run (quantized by their config) in the quantized
     graph, so that each computes exactly what it did before its input moved."""
     bias = reader.inputs[2].value
-    weight = reader.inputs[1].value
-    fp32 = shift * _weight_sums(reader, weight)
+    weight = reader.inputs[1].value  # rounded already where a pass (AdaRound) set it
+    quantable = isinstance(reader, QuantableOperation)
+    fp32 = shift * _weight_sums(reader, reader.fp32_parameter(1) if quantable else weight)
     _add(reader, 2, fp32.reshape(bias.shape))
-    config = reader.input_quant_config[1] if isinstance(reader, QuantableOperation) else None
+    config = reader.input_quant_config[1] if quantable else None
     if config is not None and config.state.is_activated and config.scale is not None:
         running = shift * _weight_sums(reader, fake_quantize(weight, config))
         reader.set_parameter_value(2, reader.inputs[2].value + (running - fp32).reshape(
