@@ -7,7 +7,7 @@ import torch
 
 from razorlib.ir import QuantizationStates, from_torch
 from razorlib.quantization import (ActivationCentering, QuantExecutor, export_graph,
-                                   quantize_torch_model, snr_db)
+                                   prepare_graph, quantize_torch_model, snr_db)
 from razorlib.quantization.passes import centerable_clips
 from razorlib.quantization.state import dequantized, quantable_operations
 
@@ -40,21 +40,27 @@ def quantized(net, batches, platform='TRT_INT8'):
     return quantize_torch_model(net, batches, batches[0], platform, progress=False)
 
 
+def prepared(net, x):
+    """The graph as the quantizer sees it: the exporter's shared Clip bounds split."""
+    return prepare_graph(from_torch(net, x), x)
+
+
 def test_finds_the_clips_whose_readers_absorb_a_shift():
     x = data(1)[0]
-    graph = from_torch(block(padding=0), x)
+    assert centerable_clips(from_torch(block(padding=0), x)) == []  # shared bounds
+    graph = prepared(block(padding=0), x)
     clips = [op.name for op in graph.topological_sort() if op.type == 'Clip']
     # the head's ReLU6 is read by a Flatten (no bias to absorb it): left alone
     assert [(c.name, [r.type for r in readers]) for _, c, readers in centerable_clips(graph)
             ] == [(clips[0], ['Conv']), (clips[1], ['Conv'])]
-    padded = from_torch(block(padding=1), x)
+    padded = prepared(block(padding=1), x)
     clips = [op.name for op in padded.topological_sort() if op.type == 'Clip']
     # the expansion's output is read by a padded conv: its borders would see x = c
     assert [c.name for _, c, _ in centerable_clips(padded)] == [clips[1]]
-    no_head = from_torch(block(head=False), x)
+    no_head = prepared(block(head=False), x)
     assert len(centerable_clips(no_head)) == 2
-    linear = from_torch(torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.ReLU6(),
-                                            torch.nn.Linear(8, 3)), torch.randn(2, 6))
+    linear = prepared(torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.ReLU6(),
+                                          torch.nn.Linear(8, 3)), torch.randn(2, 6))
     assert [[r.type for r in readers] for _, _, readers in centerable_clips(linear)] == [['Gemm']]
 
 
@@ -205,3 +211,12 @@ def test_after_adaround_the_fp32_reference_still_sums_the_fp32_weights():
     with torch.no_grad(), dequantized(graph):
         for batch in batches:
             torch.testing.assert_close(executor(batch)[0], net(batch), rtol=1e-4, atol=1e-5)
+
+
+def test_a_clip_whose_bounds_another_op_reads_is_left_alone():
+    """Moving shared bounds would move the other reader's too."""
+    graph = prepared(block(head=False), data(1)[0])
+    first, second = [op for op in graph.topological_sort() if op.type == 'Clip'][:2]
+    shared = first.inputs[1]
+    graph.replace_input(second, 1, shared)  # both Clips read one lower bound
+    assert [clip.name for _, clip, _ in centerable_clips(graph)] == []

@@ -65,17 +65,20 @@ def _absorbs_shift(op: Operation, var) -> bool:
 
 def centerable_clips(graph: BaseGraph) -> List[Tuple[Operation, Operation, List[Operation]]]:
     """Every ``(producer, clip, readers)`` whose Clip output may be shifted: a
-    ``Clip(0, high)`` with constant bounds, the sole reader of a weight layer with a bias
-    (``producer``), whose output is no graph output and is read only by weight layers
-    that absorb a shift (``readers``: Conv without padding, Gemm; each with a bias).
+    ``Clip(0, high)`` with parameter bounds that no other op reads, the sole reader of a
+    weight layer with a bias (``producer``), whose output is no graph output and is read
+    only by weight layers that absorb a shift (``readers``: Conv without padding, Gemm;
+    each with a bias).
 
     Example:
         >>> import torch
         >>> from razorlib.ir import from_torch
+        >>> from razorlib.quantization import prepare_graph
         >>> net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 1), torch.nn.ReLU6(),
         ...                           torch.nn.Conv2d(4, 4, 3, padding=1, groups=4),
         ...                           torch.nn.ReLU6(), torch.nn.Conv2d(4, 2, 1))
-        >>> graph = from_torch(net, torch.randn(1, 3, 4, 4))
+        >>> x = torch.randn(1, 3, 4, 4)
+        >>> graph = prepare_graph(from_torch(net, x), x)  # each Clip its own bounds
         >>> [(p.type, len(r)) for p, _, r in centerable_clips(graph)]  # not the padded one
         [('Conv', 1)]
     """
@@ -88,7 +91,8 @@ def centerable_clips(graph: BaseGraph) -> List[Tuple[Operation, Operation, List[
         var = clip.outputs[0]
         if (producer is None or not _is_layer(producer) or not _has_bias(producer)
                 or _sole_reader(graph, producer) is not clip or var.name in graph.outputs
-                or not var.dest_ops):
+                or not var.dest_ops or not all(  # bounds this Clip alone reads: they move
+                    bound.is_parameter and bound.dest_ops == [clip] for bound in clip.inputs[1:])):
             continue
         if all(_absorbs_shift(reader, var) for reader in var.dest_ops):
             found.append((producer, clip, list(var.dest_ops)))
