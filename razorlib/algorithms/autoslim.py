@@ -23,7 +23,6 @@ from ..utils import Complexity, get_model_complexity, preserved_bn_stats
 from .building import ModuleOrCfg, build_architecture, preprocessor_of
 
 
-
 @contextmanager
 def _recorded_outputs(module: nn.Module) -> Iterator[List[torch.Tensor]]:
     """Collect what ``module`` returns from each forward inside the block."""

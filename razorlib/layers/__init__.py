@@ -17,8 +17,9 @@ from .table import KindTable, LayerKindsArg, as_table, kind_of
 
 __all__ = [
     'IN_MASK', 'OUT_MASK', 'Kept', 'LayerKind', 'SlicePlan', 'kept_widths', 'take',
-    'ConvKind', 'LinearKind', 'EmbeddingKind', 'HFConv1DKind', 'NormKind', 'BatchNormKind', 'InstanceNormKind',
-    'LayerNormKind', 'GroupNormKind', 'RMSNormKind', 'MultiheadAttentionKind', 'KindTable', 'LayerKindsArg',
+    'ConvKind', 'LinearKind', 'EmbeddingKind', 'HFConv1DKind', 'NormKind', 'BatchNormKind',
+    'InstanceNormKind', 'LayerNormKind', 'GroupNormKind', 'RMSNormKind', 'MultiheadAttentionKind',
+    'KindTable', 'LayerKindsArg',
     'as_table', 'kind_of', 'param_mask_name', 'plan_param', 'param_channel_weights',
     'kept_param_size', 'HeadAttributes', 'head_attributes_of',
 ]

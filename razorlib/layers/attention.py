@@ -55,6 +55,7 @@ class MultiheadAttentionKind(LayerKind):
 
     def flops(self, module: nn.Module, inputs: Tuple, output, kept: Kept) -> int:
         query, key, value = inputs[:3]
+
         def tokens(t):
             return t.numel() // t.shape[-1] if t.dim() > 1 else 1
 

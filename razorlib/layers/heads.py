@@ -37,7 +37,6 @@ from .table import KindTable
 __all__ = ['HeadAttributes', 'head_attributes_of']
 
 
-
 class HeadAttributes:
     """Which attributes of an attention module count its heads, and from which child.
 
@@ -207,4 +206,3 @@ def head_attributes_of(module: nn.Module) -> Optional[HeadAttributes]:
         if spec.matches(module):
             return spec
     return None
-

@@ -268,6 +268,7 @@ def split_multihead_attention(model: nn.Module) -> nn.Module:
     if isinstance(model, nn.MultiheadAttention):
         raise ValueError('the model itself is an nn.MultiheadAttention: convert it with '
                          'SeparateProjectionAttention.from_multihead(model)')
+
     def check(name: str, mha: nn.MultiheadAttention) -> None:
         problem = _unsupported(mha)
         if problem is not None:

@@ -1,9 +1,9 @@
 """Physical slicing of modules by kept channel indices, planned by their layer kinds.
 
 A module's :class:`~razorlib.layers.LayerKind` reads it and its kept channels and returns
-the new tensors and attributes without touching it (``plan_slice``); :func:`slim_model` plans every module first and
-applies the plans only when all of them succeeded, so a bad channel config never leaves
-a half-pruned model behind.
+the new tensors and attributes without touching it (``plan_slice``); :func:`slim_model`
+plans every module first and applies the plans only when all of them succeeded, so a bad
+channel config never leaves a half-pruned model behind.
 """
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple, Union
@@ -181,7 +181,8 @@ def slim_model(model: nn.Module, channel_cfg: Union[ChannelConfig, Dict[str, Any
     return model
 
 
-def _ties(model: nn.Module, plans: List[Tuple[nn.Module, Any]]) -> List[List[Tuple[nn.Module, str]]]:
+def _ties(model: nn.Module, plans: List[Tuple[nn.Module, Any]]
+          ) -> List[List[Tuple[nn.Module, str]]]:
     """The ``(module, attribute)`` owners of each parameter several modules hold, checked
     to be sliced alike (an embedding tied to ``lm_head``, both cut on the hidden size).
 

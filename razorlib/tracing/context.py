@@ -43,7 +43,8 @@ def check_mode(option: str, value: str, modes: Dict[str, str]) -> str:
         >>> check_mode('heads', 'dim', HEAD_MODES)
         Traceback (most recent call last):
         ...
-        ValueError: heads must be 'whole' (prune whole attention heads) or 'width' (prune the same head_dim positions of every head), got 'dim'
+        ValueError: heads must be 'whole' (prune whole attention heads) or 'width' (prune \
+the same head_dim positions of every head), got 'dim'
     """
     if value not in modes:
         allowed = ' or '.join(f'{mode!r} ({what})' for mode, what in modes.items())

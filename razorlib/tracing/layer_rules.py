@@ -108,7 +108,8 @@ def _traced_by_kind(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Option
 def convolution(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
     """``ConvolutionBackward0``; without a layer kind (a functional conv), mixing."""
     return _traced_by_kind(ctx, node, ins) or mixing(
-        ctx, node, ins, 'convolution whose weight belongs to no nn.Conv* or other module with a layer kind')
+        ctx, node, ins,
+        'convolution whose weight belongs to no nn.Conv* or other module with a layer kind')
 
 
 def addmm(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
@@ -116,7 +117,8 @@ def addmm(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
     wrapped in views that merge and split the token dims, which the reshape rule
     follows); without a layer kind, mixing."""
     return _traced_by_kind(ctx, node, ins) or mixing(
-        ctx, node, ins, 'addmm whose weight belongs to no nn.Linear or other module with a layer kind')
+        ctx, node, ins,
+        'addmm whose weight belongs to no nn.Linear or other module with a layer kind')
 
 
 def mm(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
@@ -127,7 +129,8 @@ def mm(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
 def embedding(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
     """``EmbeddingBackward0``; without a layer kind, mixing."""
     return _traced_by_kind(ctx, node, ins) or mixing(
-        ctx, node, ins, 'embedding whose weight belongs to no nn.Embedding or other module with a layer kind')
+        ctx, node, ins,
+        'embedding whose weight belongs to no nn.Embedding or other module with a layer kind')
 
 
 def _unowned_norm(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:

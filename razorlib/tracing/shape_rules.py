@@ -337,7 +337,7 @@ def unbind(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
     dim = normalize_dim(node._saved_dim, x.ndim)
     return [TensorChannels(shape, slots, split)
             for shape, (slots, split) in zip(shapes, _picked(ctx, node, x, dim, len(shapes),
-                                                              'picks channels by a fixed index'))]
+                                                             'picks channels by a fixed index'))]
 
 
 def select(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:

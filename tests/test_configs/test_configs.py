@@ -116,7 +116,7 @@ def test_another_projects_config_uses_autoslim_through_custom_imports(tmp_path):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / 'tests' / 'data')]))
     result = subprocess.run(
         [sys.executable, '-c', script, str(REPO / 'tests' / 'data' / 'configs' /
-                                          'extproj_autoslim.py'), str(tmp_path)],
+                                           'extproj_autoslim.py'), str(tmp_path)],
         env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert 'razorlib.algorithms.autoslim extproj.models' in result.stdout

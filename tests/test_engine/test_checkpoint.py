@@ -102,7 +102,7 @@ def test_read_checkpoint_names_what_is_wrong_with_the_file(checkpoint, tmp_path)
 def test_check_fits_accepts_a_partial_checkpoint_only_when_asked(tmp_path):
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 3))
     head_swapped = dict(model.state_dict(), **{'1.weight': torch.zeros(5, 8),
-                                                '1.bias': torch.zeros(5)})
+                                               '1.bias': torch.zeros(5)})
     with pytest.raises(CheckpointError, match=r'2 tensors of another shape \(1.weight: '
                        r'\(5, 8\) here, \(3, 8\) in the model, 1.bias'):
         check_fits(model, head_swapped, 'ft.pth')

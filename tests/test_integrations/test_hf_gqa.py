@@ -22,7 +22,7 @@ HALF = {'kv': (HALF_ATTENTION['llama'], 2), 'query': ((32, 32, 32, 32), 1)}
 @pytest.mark.parametrize('implementation', ['eager', 'sdpa'])
 @pytest.mark.parametrize('name', LLAMA_LIKES)
 def test_masked_model_computes_and_counts_what_the_slim_model_does(name, implementation,
-                                                                    gqa):
+                                                                   gqa):
     model, inputs = build(name, attn_implementation=implementation)
     dense = main_output(model, inputs)
     pruner = L1NormPruner(ratio=0.5, except_start_keys=hidden_size_keys(model), gqa=gqa)

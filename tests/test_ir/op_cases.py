@@ -130,7 +130,7 @@ _ELEMENTWISE: List[OpCase] = [
     case('Mod', _INTS, _INT_DIVISORS, controls=(), label='int'),
     case('Mod', f(2, 3), pos(2, 3), fmod=1, label='fmod'),
     *(case(op, f(2, 3), f(2, 3)) for op in ('Equal', 'Less', 'LessOrEqual', 'Greater',
-                                              'GreaterOrEqual')),
+                                            'GreaterOrEqual')),
     *(case(op, f(2, 3) > 0, f(3) > 0, controls=()) for op in ('And', 'Or', 'Xor')),
     case('Not', f(2, 3) > 0),
     case('Where', f(2, 3) > 0, f(2, 3), f(3), controls=()),

@@ -16,7 +16,6 @@ def randn(*shape):
     return RNG.standard_normal(shape).astype(np.float32)
 
 
-
 # BatchNormalization.
 
 def linear_bn_graph(op_type, x_shape, weight, bias=None, **attributes):

@@ -12,7 +12,6 @@ from pass_helpers import changes, node, onnx_graph, op_types, run_pass
 RNG = np.random.default_rng(0)
 
 
-
 # LayerNorm.
 
 class HandWrittenLayerNorm(nn.Module):

@@ -47,7 +47,10 @@ def test_an_overlapped_output_is_left_to_its_master():
     executor.register_forward_hook(lambda op, inputs, outputs: seen.update({op.name: outputs[0]}))
     executor(batches(1)[0])
     step = graph.operations['relu'].output_quant_config[0].scale
-    on_grid = lambda tensor: torch.allclose(tensor / step, torch.round(tensor / step), atol=1e-4)
+
+    def on_grid(tensor):
+        return torch.allclose(tensor / step, torch.round(tensor / step), atol=1e-4)
+
     assert graph.operations['conv'].output_quant_config[0].state is S.OVERLAPPED
     assert not on_grid(seen['conv']) and on_grid(seen['relu'])
 
