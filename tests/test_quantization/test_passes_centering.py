@@ -9,7 +9,7 @@ from razorlib.ir import QuantizationStates, from_torch
 from razorlib.quantization import (ActivationCentering, QuantExecutor, export_graph,
                                    prepare_graph, quantize_torch_model, snr_db)
 from razorlib.quantization.passes import centerable_clips
-from razorlib.quantization.state import dequantized, quantable_operations
+from razorlib.quantization.state import bake_parameters, dequantized, quantable_operations
 
 from ptq_helpers import STEPS, run_onnxruntime, worst_steps
 
@@ -220,3 +220,30 @@ def test_a_clip_whose_bounds_another_op_reads_is_left_alone():
     shared = first.inputs[1]
     graph.replace_input(second, 1, shared)  # both Clips read one lower bound
     assert [clip.name for _, clip, _ in centerable_clips(graph)] == []
+
+
+def test_a_second_run_centres_nothing_more_and_a_baked_graph_stays_exact():
+    net, batches = block(head=False), data()
+    graph = quantized(net, batches)
+    assert ActivationCentering()(graph, batches).changes == 2
+    shifts = dict(graph.extension_attrib['activation_centering'])
+    assert ActivationCentering()(graph, batches).changes == 0  # its Clips start at -c now
+    assert graph.extension_attrib['activation_centering'] == shifts
+    baked = bake_parameters(quantized(net, batches))  # weights hold their quantized numbers
+    roots = [clip.output_quant_config[0].dominated_by for _, clip, _ in centerable_clips(baked)]
+
+    def with_roots_in_float():
+        executor = QuantExecutor(baked)
+        for root in roots:
+            root.state = QuantizationStates.FP32
+        try:
+            with torch.no_grad():
+                return [executor(b)[0] for b in batches]
+        finally:
+            for root in roots:
+                root.state = QuantizationStates.ACTIVATED
+
+    before = with_roots_in_float()
+    assert ActivationCentering()(baked, batches).changes == 2
+    for expected, after in zip(before, with_roots_in_float()):
+        torch.testing.assert_close(after, expected, rtol=1e-4, atol=1e-5)

@@ -113,12 +113,16 @@ def _absorb(reader: Operation, shift: float) -> None:
     graph, so that each computes exactly what it did before its input moved."""
     bias = reader.inputs[2].value
     weight = reader.inputs[1].value  # rounded already where a pass (AdaRound) set it
-    quantable = isinstance(reader, QuantableOperation)
-    fp32 = shift * _weight_sums(reader, reader.fp32_parameter(1) if quantable else weight)
+    if not isinstance(reader, QuantableOperation):
+        _add(reader, 2, (shift * _weight_sums(reader, weight)).reshape(bias.shape))
+        return
+    fp32 = shift * _weight_sums(reader, reader.fp32_parameter(1))
     _add(reader, 2, fp32.reshape(bias.shape))
-    config = reader.input_quant_config[1] if quantable else None
-    if config is not None and config.state.is_activated and config.scale is not None:
-        running = shift * _weight_sums(reader, fake_quantize(weight, config))
+    config = reader.input_quant_config[1]
+    if config.state.is_activated and config.scale is not None:
+        weight = fake_quantize(weight, config)  # a baked weight holds its numbers already
+    running = shift * _weight_sums(reader, weight)
+    if not torch.equal(running, fp32):
         reader.set_parameter_value(2, reader.inputs[2].value + (running - fp32).reshape(
             bias.shape).to(bias))
 
@@ -187,11 +191,12 @@ class ActivationCentering(PTQPass):
                 raise KeyError(f'ActivationCentering: graph {graph.name!r} has no centerable '
                                f'Clip {missing}; it has {sorted(known)}')
             found = [entry for entry in found if entry[1].name in self.clips]
-        shifts = graph.extension_attrib.setdefault('activation_centering', {})
+        shifts = {}
         for producer, clip, readers in found:
             shift = self._centre(producer, clip, readers)
             if shift is not None:
                 shifts[clip.name] = shift
+        graph.extension_attrib.setdefault('activation_centering', {}).update(shifts)
         follow_passive_scales(graph)  # the readers' biases: input scale x weight scale
         logger.info('ActivationCentering: %d of %d centerable ReLU6 outputs of graph %r '
                     'centred', len(shifts), len(found), graph.name)
