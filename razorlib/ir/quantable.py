@@ -140,11 +140,7 @@ class QuantableOperation(Operation):
             >>> qadd.dequantize(); b.value
             tensor([1.])
         """
-        self._require_quantized('set a parameter value')
-        var = self.inputs[index]
-        if not var.is_parameter or var.value is None:
-            raise ValueError(f'operation {self.name!r}: input {index} ({var.name!r}) is no '
-                             'parameter with a value')
+        var = self._parameter(index, 'set a parameter value')
         if tuple(value.shape) != tuple(var.value.shape):
             raise ValueError(f'operation {self.name!r}: parameter {var.name!r} has shape '
                              f'{tuple(var.value.shape)}, the new value {tuple(value.shape)}')
@@ -205,11 +201,7 @@ class QuantableOperation(Operation):
             >>> b.value  # the fp32 value moved too
             tensor([0.5000])
         """
-        self._require_quantized('add to a parameter')
-        var = self.inputs[index]
-        if not var.is_parameter or var.value is None:
-            raise ValueError(f'operation {self.name!r}: input {index} ({var.name!r}) is no '
-                             'parameter with a value')
+        var = self._parameter(index, 'add to a parameter')
         if self.input_quant_config[index].state.is_baked:
             raise RuntimeError(f'operation {self.name!r}: parameter {var.name!r} is baked '
                                '(its value holds quantized numbers); add to it before baking')
@@ -275,6 +267,16 @@ class QuantableOperation(Operation):
             in_use = var.value
             var.value = parked.to(in_use.device)
             self._parked_values[index] = in_use.to(expire_device)
+
+    def _parameter(self, index: int, action: str):
+        """Input ``index``, a parameter with a value, of this quantized operation, before
+        ``action``; RuntimeError if dequantized, ValueError if no such parameter."""
+        self._require_quantized(action)
+        var = self.inputs[index]
+        if not var.is_parameter or var.value is None:
+            raise ValueError(f'operation {self.name!r}: input {index} ({var.name!r}) is no '
+                             'parameter with a value')
+        return var
 
     def _require_quantized(self, action: str) -> None:
         if self._dequantized:
