@@ -32,8 +32,7 @@ from ...registry import PTQ_PASSES
 from ..functional import fake_quantize
 from ..lsq import follow_passive_scales
 from .base import PTQPass
-from .clip_equalization import _clip_bounds
-from .equalization import _is_layer, _sole_reader
+from .layers import clip_bounds, is_channel_layer, sole_reader
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +52,7 @@ def _has_bias(op: Operation) -> bool:
 def _absorbs_shift(op: Operation, var) -> bool:
     """Whether ``op`` reads ``var`` as a data input it is linear in, with no padding, and
     has a bias to take the shift back."""
-    if not (_is_layer(op) and _has_bias(op) and op.inputs[0] is var
+    if not (is_channel_layer(op) and _has_bias(op) and op.inputs[0] is var
             and all(other is not var for other in op.inputs[1:])):
         return False
     if op.type == 'Gemm':
@@ -84,13 +83,13 @@ def centerable_clips(graph: BaseGraph) -> List[Tuple[Operation, Operation, List[
     """
     found = []
     for clip in graph.topological_sort():
-        bounds = _clip_bounds(clip)
+        bounds = clip_bounds(clip)
         if bounds is None or bounds[0] != 0.0 or bounds[1] <= 0.0:
             continue
         producer = clip.inputs[0].source_op
         var = clip.outputs[0]
-        if (producer is None or not _is_layer(producer) or not _has_bias(producer)
-                or _sole_reader(graph, producer) is not clip or var.name in graph.outputs
+        if (producer is None or not is_channel_layer(producer) or not _has_bias(producer)
+                or sole_reader(graph, producer) is not clip or var.name in graph.outputs
                 or not var.dest_ops or not all(  # bounds this Clip alone reads: they move
                     bound.is_parameter and bound.dest_ops == [clip] for bound in clip.inputs[1:])):
             continue

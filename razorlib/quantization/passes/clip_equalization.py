@@ -25,30 +25,19 @@ conv), but not in a depthwise conv, whose weight channels each have their own sc
 ``depthwise_only`` keeps to the pairs where amplifying is free of that cost.
 """
 import logging
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Tuple
 
 import torch
 
 from ...ir import BaseGraph, Operation, PassResult, TorchExecutor
 from ...registry import PTQ_PASSES
 from .base import PTQPass
-from .equalization import _is_layer, _sole_reader, layer_after, rescale_pair
-from .layers import output_channel_axis
+from .equalization import layer_after, rescale_pair
+from .layers import clip_bounds, is_channel_layer, output_channel_axis, sole_reader
 
 logger = logging.getLogger(__name__)
 
 __all__ = ['ClipEqualization', 'clipped_pairs']
-
-
-def _clip_bounds(op: Operation) -> Optional[Tuple[float, float]]:
-    """``(low, high)`` of a Clip whose bounds are constants (ONNX inputs 1 and 2), else
-    None."""
-    if op.type != 'Clip' or len(op.inputs) != 3:
-        return None
-    bounds = [var.value for var in op.inputs[1:]]
-    if any(value is None or value.numel() != 1 for value in bounds):
-        return None
-    return float(bounds[0]), float(bounds[1])
 
 
 def clipped_pairs(graph: BaseGraph) -> List[Tuple[Operation, Operation, float]]:
@@ -67,10 +56,10 @@ def clipped_pairs(graph: BaseGraph) -> List[Tuple[Operation, Operation, float]]:
     """
     pairs = []
     for first in graph.topological_sort():
-        if not _is_layer(first):
+        if not is_channel_layer(first):
             continue
-        clip = _sole_reader(graph, first)
-        bounds = None if clip is None else _clip_bounds(clip)
+        clip = sole_reader(graph, first)
+        bounds = None if clip is None else clip_bounds(clip)
         if bounds is None or bounds[0] != 0.0 or bounds[1] <= 0.0:
             continue
         second = layer_after(graph, first, clip)

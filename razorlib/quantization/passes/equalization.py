@@ -19,21 +19,13 @@ import torch
 from ...ir import BaseGraph, Operation, PassResult
 from ...registry import PTQ_PASSES
 from .base import PTQPass
+from .layers import is_channel_layer, sole_reader
 
 logger = logging.getLogger(__name__)
 
 __all__ = ['LayerwiseEqualization', 'equalizable_pairs', 'layer_after', 'rescale_pair']
 
 _HOMOGENEOUS = ('Relu', 'LeakyRelu')
-
-
-def _is_layer(op: Operation) -> bool:
-    if op.type == 'Conv':
-        return len(op.inputs) > 1 and op.inputs[1].is_parameter and op.inputs[1].value is not None
-    if op.type == 'Gemm':
-        return (len(op.inputs) > 1 and op.inputs[1].is_parameter and op.inputs[1].value is not None
-                and not op.attributes.get('transA', 0) and op.inputs[1].value.dim() == 2)
-    return False
 
 
 def _weight_grid(op: Operation, weight: torch.Tensor) -> torch.Tensor:
@@ -62,19 +54,12 @@ def _in_ranges(op: Operation) -> torch.Tensor:
     return grid.amax(dim=(1, 3)).reshape(-1)
 
 
-def _sole_reader(graph: BaseGraph, op: Operation) -> Optional[Operation]:
-    var = op.outputs[0]
-    if len(op.outputs) != 1 or len(var.dest_ops) != 1 or var.name in graph.outputs:
-        return None
-    return var.dest_ops[0]
-
-
 def layer_after(graph: BaseGraph, first: Operation, through: Operation) -> Optional[Operation]:
     """The weight layer that alone reads ``through``'s output (``through`` is ``first``
     or the activation after it) as its data input, with as many input channels as
     ``first`` has output channels; None if there is none."""
-    second = _sole_reader(graph, through)
-    if (second is None or not _is_layer(second) or second.inputs[0] is not through.outputs[0]
+    second = sole_reader(graph, through)
+    if (second is None or not is_channel_layer(second) or second.inputs[0] is not through.outputs[0]
             or _out_ranges(first).numel() != _in_ranges(second).numel()):
         return None
     return second
@@ -106,9 +91,9 @@ def equalizable_pairs(graph: BaseGraph) -> List[Tuple[Operation, Operation]]:
     """
     pairs = []
     for first in graph.topological_sort():
-        if not _is_layer(first):
+        if not is_channel_layer(first):
             continue
-        middle = _sole_reader(graph, first)
+        middle = sole_reader(graph, first)
         homogeneous = (middle is not None and middle.type in _HOMOGENEOUS
                        and len(middle.inputs) == 1)
         second = layer_after(graph, first, middle if homogeneous else first)

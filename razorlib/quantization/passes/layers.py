@@ -7,17 +7,17 @@ shifts and which mixed precision may keep in floating point.  :func:`record_laye
 the graph up to one such layer only (the rest of the graph is not computed), once
 dequantized (the FP32 reference) and once quantized.
 """
-from typing import Any, List, NamedTuple, Optional, Sequence
+from typing import Any, List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 
-from ...ir import Operation, QuantableOperation, TorchExecutor
+from ...ir import BaseGraph, Operation, QuantableOperation, TorchExecutor
 from ..executor import QuantExecutor, quantized_inputs
 from ..functional import fake_quantize
 from ..state import dequantized, quantable_operations
 
-__all__ = ['LAYER_TYPES', 'LayerRecord', 'kernel_output', 'output_channel_axis', 'record_layer',
-           'weight_layers']
+__all__ = ['LAYER_TYPES', 'LayerRecord', 'clip_bounds', 'is_channel_layer', 'kernel_output',
+           'output_channel_axis', 'record_layer', 'sole_reader', 'weight_layers']
 
 LAYER_TYPES = ('Conv', 'ConvTranspose', 'Gemm', 'MatMul')
 """The op types whose weight (input 1) the PTQ passes work on."""
@@ -62,6 +62,66 @@ def weight_layers(graph, names: Optional[Sequence[str]] = None) -> List[Quantabl
         raise KeyError(f'graph {graph.name!r} has no quantized weight layer named {missing}; '
                        f'its weight layers are {sorted(known)}')
     return [op for op in layers if op.name in set(names)]
+
+
+def is_channel_layer(op: Operation) -> bool:
+    """Whether ``op`` is a Conv, or a Gemm on an untransposed 2-D input, whose weight is a
+    parameter with a value: a layer whose output channels the equalization and centring
+    passes may rescale or shift, and whose input channels they may compensate.
+
+    Example:
+        >>> import torch
+        >>> from razorlib.ir import from_torch
+        >>> net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 1), torch.nn.ReLU6())
+        >>> [(op.type, is_channel_layer(op))
+        ...  for op in from_torch(net, torch.randn(1, 3, 4, 4)).topological_sort()]
+        [('Conv', True), ('Clip', False)]
+    """
+    if op.type == 'Conv':
+        return len(op.inputs) > 1 and op.inputs[1].is_parameter and op.inputs[1].value is not None
+    if op.type == 'Gemm':
+        return (len(op.inputs) > 1 and op.inputs[1].is_parameter and op.inputs[1].value is not None
+                and not op.attributes.get('transA', 0) and op.inputs[1].value.dim() == 2)
+    return False
+
+
+def sole_reader(graph: BaseGraph, op: Operation) -> Optional[Operation]:
+    """The one operation that reads ``op``'s single output, which is no graph output;
+    None if there are several, none, or the output leaves the graph (a rewrite of the
+    tensor would then change what another reader or the user sees).
+
+    Example:
+        >>> import torch
+        >>> from razorlib.ir import from_torch
+        >>> net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 1), torch.nn.ReLU6())
+        >>> graph = from_torch(net, torch.randn(1, 3, 4, 4))
+        >>> conv, clip = graph.topological_sort()
+        >>> sole_reader(graph, conv) is clip, sole_reader(graph, clip)
+        (True, None)
+    """
+    var = op.outputs[0]
+    if len(op.outputs) != 1 or len(var.dest_ops) != 1 or var.name in graph.outputs:
+        return None
+    return var.dest_ops[0]
+
+
+def clip_bounds(op: Operation) -> Optional[Tuple[float, float]]:
+    """``(low, high)`` of a Clip whose bounds are constants (ONNX inputs 1 and 2), else
+    None: a ReLU6 as the exporter writes it.
+
+    Example:
+        >>> import torch
+        >>> from razorlib.ir import from_torch
+        >>> net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 1), torch.nn.ReLU6())
+        >>> [clip_bounds(op) for op in from_torch(net, torch.randn(1, 3, 4, 4)).topological_sort()]
+        [None, (0.0, 6.0)]
+    """
+    if op.type != 'Clip' or len(op.inputs) != 3:
+        return None
+    bounds = [var.value for var in op.inputs[1:]]
+    if any(value is None or value.numel() != 1 for value in bounds):
+        return None
+    return float(bounds[0]), float(bounds[1])
 
 
 class LayerRecord(NamedTuple):
