@@ -4,5 +4,4 @@
 #   python tools/train.py configs/quantization/qat/qat_plaincnn_digits_ort_int8.py
 _base_ = ['./qat_plaincnn_digits_trt_int8.py']
 
-model = dict(
-    quantization=dict(platform='ORT_INT8', observer=dict(_delete_=True, type='minmax')))
+model = dict(quantization=dict(platform='ORT_INT8'))

@@ -28,15 +28,18 @@ model = dict(
         collate_fn=dict(type='default_collate')),
     quantization=dict(
         platform='TRT_INT8',  # symmetric int8, per-channel weights
-        observer=dict(type='PercentileObserver', percentile=99.99),
+        observer=dict(type='mse'),
         calib_steps=16,
-        ptq_passes=[dict(type='BiasCorrection')],  # a better start for training
+        # training starts from the PTQ passes' graph (benchmarks/README.md, PTQ passes run 8:
+        # from the calibrated graph at 1e-4 QAT left the INT8 model less like the FP32 one)
+        ptq_passes=['LayerwiseEqualization', 'ClipEqualization', 'ActivationCentering',
+                    'AdaRound', 'BiasCorrection'],
         export=dict(type='QDQ_ONNX')))
 
-# a short, low learning-rate schedule: the weights move little; the scales (learned as
-# logarithms) take a 100 times larger rate, so Adam moves each by about 1% a step
+# a short, low learning-rate schedule annealed to 0: the weights move little; the scales
+# (learned as logarithms) take a 100 times larger rate
 optim_wrapper = dict(
-    optimizer=dict(type='Adam', lr=1e-4, weight_decay=0.0),
+    optimizer=dict(type='Adam', lr=1e-5, weight_decay=0.0),
     paramwise_cfg=dict(custom_keys={'quantized.scales': dict(lr_mult=100.0)}))
 param_scheduler = [
     dict(type='CosineAnnealingLR', T_max=max_epochs, by_epoch=True, begin=0, end=max_epochs)
