@@ -1,6 +1,7 @@
 """ActivationCentering: FP32-exact, the centred ReLU6 output rounded at twice the
 resolution, only where every reader absorbs the shift, and exported as simulated."""
 import contextlib
+import logging
 
 import pytest
 import torch
@@ -155,10 +156,14 @@ def test_the_centred_tensor_rounds_at_twice_the_resolution():
     assert output_after > output_before + 0.5
 
 
-def test_asymmetric_activations_and_unknown_clips_are_left_or_refused():
+def test_asymmetric_activations_and_unknown_clips_are_left_or_refused(caplog):
     batches = data()
     graph = quantized(block(), batches, 'ORT_INT8')  # uint8 already uses every code
-    assert ActivationCentering()(graph, batches).changes == 0
+    with caplog.at_level(logging.INFO, logger='razorlib.quantization.passes.centering'):
+        assert ActivationCentering()(graph, batches).changes == 0
+    clips = sorted(clip.name for _, clip, _ in centerable_clips(graph))
+    assert len(clips) == 2
+    assert f'left {clips}: not quantized by a calibrated, symmetric' in caplog.text
     graph = quantized(block(), batches)
     with pytest.raises(KeyError, match=r"ActivationCentering: graph '.*' has no centerable "
                                        r"Clip \['nope'\]; it has \["):

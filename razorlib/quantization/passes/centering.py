@@ -199,6 +199,11 @@ class ActivationCentering(PTQPass):
         follow_passive_scales(graph)  # the readers' biases: input scale x weight scale
         logger.info('ActivationCentering: %d of %d centerable ReLU6 outputs of graph %r '
                     'centred', len(shifts), len(found), graph.name)
+        if len(shifts) < len(found):
+            logger.info('ActivationCentering: left %s: not quantized by a calibrated, '
+                        'symmetric, signed, per-tensor quantizer (an asymmetric one, as '
+                        "ORT_INT8's uint8, already spends every code on the range)",
+                        sorted(clip.name for _, clip, _ in found if clip.name not in shifts))
         return PassResult.counted(graph, len(shifts))
 
     @staticmethod
