@@ -6,6 +6,12 @@ parameter: the operations whose weights AdaRound rounds, whose biases bias corre
 shifts and which mixed precision may keep in floating point.  :func:`record_layer` runs
 the graph up to one such layer only (the rest of the graph is not computed), once
 dequantized (the FP32 reference) and once quantized.
+
+The passes that rewrite a layer together with the one after it (equalization, clip
+equalization, centring) walk narrower ground: a *channel layer*
+(:func:`is_channel_layer`, a Conv or plain Gemm of any graph, quantized or not) whose
+output only one operation reads (:func:`sole_reader`), through a ReLU6 written as a
+Clip with constant bounds (:func:`clip_bounds`).
 """
 from typing import Any, List, NamedTuple, Optional, Sequence, Tuple
 
