@@ -19,7 +19,6 @@ import argparse
 import logging
 import runpy
 import sys
-from importlib.util import find_spec
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Tuple
 
@@ -32,9 +31,9 @@ if TYPE_CHECKING:
 
     from razorlib.utils import Complexity
 
-#: razorlib.utils.cli, run from its file: ``import razorlib`` loads torch, which --help
-#: must not wait for.
-at_least = runpy.run_path(str(Path(find_spec('razorlib').origin).parent / 'utils'
+#: razorlib.utils.cli, run from its file beside this folder: ``import razorlib`` loads
+#: torch, which --help must not wait for.
+at_least = runpy.run_path(str(Path(__file__).resolve().parents[1] / 'razorlib' / 'utils'
                               / 'cli.py'))['at_least']
 
 

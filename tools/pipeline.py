@@ -38,7 +38,6 @@ import statistics
 import subprocess
 import sys
 import time
-from importlib.util import find_spec
 from pathlib import Path
 from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
@@ -56,9 +55,9 @@ CONFIGS = ROOT / 'configs' / 'pruning' / 'autoslim'
 SUPERNET = CONFIGS / 'autoslim_plaincnn_digits_supernet.py'
 SEARCH = CONFIGS / 'autoslim_plaincnn_digits_search.py'
 FINETUNE = CONFIGS / 'autoslim_plaincnn_digits_subnet_finetune.py'
-#: razorlib.utils.cli, run from its file: ``import razorlib`` loads torch, which --help
-#: must not wait for.
-CLI = runpy.run_path(str(Path(find_spec('razorlib').origin).parent / 'utils' / 'cli.py'))
+#: razorlib.utils.cli, run from its file beside this folder: ``import razorlib`` loads
+#: torch, which --help must not wait for.
+CLI = runpy.run_path(str(Path(__file__).resolve().parents[1] / 'razorlib' / 'utils' / 'cli.py'))
 at_least, in_range = CLI['at_least'], CLI['in_range']
 
 

@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import copy
 import logging
-from importlib.util import find_spec
 from itertools import islice
 import runpy
 import shutil
@@ -76,9 +75,9 @@ MODEL_ONLY = ('--model', '--pruner', '--ratio', '--flops', '--params', '--latenc
 CONFIG_ONLY = ('--subnet', '--cfg-options', '--recalib-batches')
 #: What the tool writes; a work dir holding either is refused without --overwrite.
 RESULTS = ('channel_cfg.yaml', 'slim.pth')
-#: razorlib.utils.cli, run from its file: ``import razorlib`` loads torch, which --help
-#: must not wait for.
-CLI = runpy.run_path(str(Path(find_spec('razorlib').origin).parent / 'utils' / 'cli.py'))
+#: razorlib.utils.cli, run from its file beside this folder: ``import razorlib`` loads
+#: torch, which --help must not wait for.
+CLI = runpy.run_path(str(Path(__file__).resolve().parents[1] / 'razorlib' / 'utils' / 'cli.py'))
 at_least, in_range = CLI['at_least'], CLI['in_range']
 #: The type of a budget: a fraction of the dense model in (0, 1], as the pruners take it.
 fraction = in_range(0, 1, '(]')

@@ -28,7 +28,6 @@ import json
 import logging
 import runpy
 import sys
-from importlib.util import find_spec
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple
 
@@ -53,9 +52,9 @@ Batch = Tuple['torch.Tensor', 'torch.Tensor']  # preprocessed images, labels
 #: Top-level config sections the tool reads besides the Runner's: ``--cfg-options`` may add
 #: them (``ptq``'s keys are checked by ``PTQSettings``).
 CONFIG_KEYS = ('ptq', 'calib_dataloader')
-#: razorlib.utils.cli, run from its file: ``import razorlib`` loads torch, which --help
-#: must not wait for.
-at_least = runpy.run_path(str(Path(find_spec('razorlib').origin).parent / 'utils'
+#: razorlib.utils.cli, run from its file beside this folder: ``import razorlib`` loads
+#: torch, which --help must not wait for.
+at_least = runpy.run_path(str(Path(__file__).resolve().parents[1] / 'razorlib' / 'utils'
                               / 'cli.py'))['at_least']
 
 

@@ -37,7 +37,6 @@ import logging
 import math
 import runpy
 import sys
-from importlib.util import find_spec
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
@@ -58,9 +57,9 @@ TOP1 = 'accuracy/top1'
 STATE_FILE = 'search_state.json'
 #: What the tool itself writes to the work dir.
 PLOT_FILE = 'search_plot.png'
-#: razorlib.utils.cli, run from its file: ``import razorlib`` loads torch, which --help
-#: must not wait for.
-at_least = runpy.run_path(str(Path(find_spec('razorlib').origin).parent / 'utils'
+#: razorlib.utils.cli, run from its file beside this folder: ``import razorlib`` loads
+#: torch, which --help must not wait for.
+at_least = runpy.run_path(str(Path(__file__).resolve().parents[1] / 'razorlib' / 'utils'
                               / 'cli.py'))['at_least']
 
 

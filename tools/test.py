@@ -15,7 +15,6 @@ import argparse
 import logging
 import runpy
 import sys
-from importlib.util import find_spec
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional, Sequence
 
@@ -26,9 +25,9 @@ from mmengine.logging import print_log
 if TYPE_CHECKING:
     from mmengine.config import Config
 
-#: razorlib.utils.cli, run from its file: ``import razorlib`` loads torch, which --help
-#: must not wait for.
-at_least = runpy.run_path(str(Path(find_spec('razorlib').origin).parent / 'utils'
+#: razorlib.utils.cli, run from its file beside this folder: ``import razorlib`` loads
+#: torch, which --help must not wait for.
+at_least = runpy.run_path(str(Path(__file__).resolve().parents[1] / 'razorlib' / 'utils'
                               / 'cli.py'))['at_least']
 
 

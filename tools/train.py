@@ -15,7 +15,6 @@ import logging
 import runpy
 import sys
 from contextlib import nullcontext
-from importlib.util import find_spec
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -23,9 +22,9 @@ from typing import Optional, Sequence
 from mmengine.config import Config, DictAction
 from mmengine.logging import print_log
 
-#: razorlib.utils.cli, run from its file: ``import razorlib`` loads torch, which --help
-#: must not wait for.
-at_least = runpy.run_path(str(Path(find_spec('razorlib').origin).parent / 'utils'
+#: razorlib.utils.cli, run from its file beside this folder: ``import razorlib`` loads
+#: torch, which --help must not wait for.
+at_least = runpy.run_path(str(Path(__file__).resolve().parents[1] / 'razorlib' / 'utils'
                               / 'cli.py'))['at_least']
 
 
