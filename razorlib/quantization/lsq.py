@@ -104,6 +104,13 @@ class _LSQExecutor(QuantExecutor):
                     else tensor for config, tensor in zip(op.output_quant_config, outputs)]
 
 
+def _reread_constants(lsq: 'LSQGraph', incompatible_keys) -> None:
+    """After a checkpoint loads: a new executor, which reads the constant operands it
+    decodes once (a Clip's bounds, which ``ActivationCentering`` moves) from the loaded
+    weights; the old one would go on with those the graph was built with."""
+    lsq._executor = _LSQExecutor(lsq._graph, lsq, lsq._executor.device)
+
+
 class LSQGraph(nn.Module):
     """A calibrated graph whose weights and scales train by backpropagation (LSQ).
 
@@ -173,6 +180,7 @@ class LSQGraph(nn.Module):
                     self._add_scale(config, var, f'{op.name}_{side}{index}')
         self._executor = _LSQExecutor(graph, self, device)
         self._register_signature()
+        self.register_load_state_dict_post_hook(_reread_constants)
 
     def _add_scale(self, config: TensorQuantizationConfig, var, name: str) -> None:
         root = config.dominated_by

@@ -76,6 +76,30 @@ def test_a_qat_checkpoint_restores_the_trained_model():
         assert torch.equal(again(images[0]), model(images[0]))
 
 
+def test_a_checkpoint_with_other_clip_bounds_runs_with_the_loaded_bounds():
+    """A Clip's bounds are decoded once by the executor; a checkpoint whose bounds differ
+    from the built graph's (centred ReLU6 outputs, loaded into a QAT built without
+    ActivationCentering) must run with its own, as its graph does."""
+    def net():
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 1), torch.nn.ReLU6(),
+                                    torch.nn.Conv2d(8, 4, 1), torch.nn.AdaptiveAvgPool2d(1),
+                                    torch.nn.Flatten()).eval()
+        with torch.no_grad():
+            model[0].weight.mul_(4)  # the ReLU6 output spans [0, 6]
+        return model
+
+    images = [torch.randn(4, 3, 6, 6) for _ in range(2)]
+    centred = QAT(net(), images, dict(calib_steps=2, ptq_passes=['ActivationCentering']))
+    assert len(centred.calibrated_graph().extension_attrib['activation_centering']) == 1
+    plain = QAT(net(), images, dict(calib_steps=2))
+    plain.load_state_dict(centred.state_dict())
+    with torch.no_grad():
+        expected = QuantExecutor(centred.calibrated_graph())(images[0])[0]
+        assert torch.equal(centred(images[0]), expected)
+        assert torch.equal(plain(images[0]), expected)  # was 1.7 off: the built bounds
+
+
 def test_qat_predicts_scores_and_refuses_an_unknown_mode():
     images = [torch.randn(4, 3, 8, 8) for _ in range(2)]
     model = QAT(NET, images, dict(calib_steps=2, platform='ORT_INT8'))
