@@ -107,8 +107,11 @@ class _LSQExecutor(QuantExecutor):
 def _reread_constants(lsq: 'LSQGraph', incompatible_keys) -> None:
     """After a checkpoint loads: a new executor, which reads the constant operands it
     decodes once (a Clip's bounds, which ``ActivationCentering`` moves) from the loaded
-    weights; the old one would go on with those the graph was built with."""
-    lsq._executor = _LSQExecutor(lsq._graph, lsq, lsq._executor.device)
+    weights; the old one would go on with those the graph was built with.  It is built
+    where the weights are now (``to()`` moves them, not the executor), so the graph's
+    variables stay the module's parameters."""
+    device = next((weight.device for weight in lsq.weights.values()), lsq._executor.device)
+    lsq._executor = _LSQExecutor(lsq._graph, lsq, device)
 
 
 class LSQGraph(nn.Module):

@@ -98,6 +98,9 @@ def test_a_checkpoint_with_other_clip_bounds_runs_with_the_loaded_bounds():
         expected = QuantExecutor(centred.calibrated_graph())(images[0])[0]
         assert torch.equal(centred(images[0]), expected)
         assert torch.equal(plain(images[0]), expected)  # was 1.7 off: the built bounds
+    lsq = plain.quantized  # its graph still reads the module's parameters (they train)
+    assert all(lsq._graph.variables[name].value is lsq.weights[key]
+               for key, name in lsq._variables.items())
 
 
 def test_qat_predicts_scores_and_refuses_an_unknown_mode():
