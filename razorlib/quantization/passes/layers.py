@@ -83,12 +83,12 @@ def is_channel_layer(op: Operation) -> bool:
         ...  for op in from_torch(net, torch.randn(1, 3, 4, 4)).topological_sort()]
         [('Conv', True), ('Clip', False)]
     """
-    if op.type == 'Conv':
-        return len(op.inputs) > 1 and op.inputs[1].is_parameter and op.inputs[1].value is not None
-    if op.type == 'Gemm':
-        return (len(op.inputs) > 1 and op.inputs[1].is_parameter and op.inputs[1].value is not None
-                and not op.attributes.get('transA', 0) and op.inputs[1].value.dim() == 2)
-    return False
+    if op.type not in ('Conv', 'Gemm') or len(op.inputs) < 2:
+        return False
+    weight = op.inputs[1]
+    if not weight.is_parameter or weight.value is None:
+        return False
+    return op.type == 'Conv' or (not op.attributes.get('transA', 0) and weight.value.dim() == 2)
 
 
 def sole_reader(graph: BaseGraph, op: Operation) -> Optional[Operation]:
