@@ -3,7 +3,8 @@ channel layers, when an op has one reader, and which Clips have constant bounds.
 import torch
 
 from razorlib.ir import BaseGraph
-from razorlib.quantization.passes.layers import clip_bounds, is_channel_layer, sole_reader
+from razorlib.quantization.passes.layers import (clip_bounds, clip_from_zero, is_channel_layer,
+                                                 sole_reader)
 
 
 def gemm(attributes=None, weight=torch.ones(4, 3), parameter=True):
@@ -49,7 +50,8 @@ def test_sole_reader_needs_one_reader_of_an_output_that_stays_in_the_graph():
         assert sole_reader(graph, first) is None
 
 
-def test_clip_bounds_are_those_of_a_clip_with_two_scalar_constants():
+def clip_maker():
+    """A function that adds ``Clip(x, low, high)`` to a graph (None: a run-time bound)."""
     graph = BaseGraph()
     x = graph.create_variable('x')
 
@@ -57,10 +59,23 @@ def test_clip_bounds_are_those_of_a_clip_with_two_scalar_constants():
         inputs = [x] + [graph.create_variable(value=None if v is None else torch.tensor(v))
                         for v in (low, high)]
         return graph.create_operation('Clip', inputs=inputs)
+    return graph, x, clip
 
+
+def test_clip_bounds_are_those_of_a_clip_with_two_scalar_constants():
+    graph, x, clip = clip_maker()
     assert clip_bounds(clip(0.0, 6.0)) == (0.0, 6.0)
     assert clip_bounds(clip(-1.5, 4.5)) == (-1.5, 4.5)
     assert clip_bounds(clip(0.0, None)) is None  # a bound computed at run time
     assert clip_bounds(clip(0.0, [6.0, 6.0])) is None
     assert clip_bounds(graph.create_operation('Clip', inputs=[x])) is None  # opset 6 attrs
     assert clip_bounds(graph.create_operation('Relu', inputs=[x])) is None
+
+
+def test_clip_from_zero_is_the_upper_bound_of_a_clip_from_zero_to_above_it():
+    _, _, clip = clip_maker()
+    assert clip_from_zero(clip(0.0, 6.0)) == 6.0
+    assert clip_from_zero(clip(0.0, 0.5)) == 0.5
+    assert clip_from_zero(clip(-3.0, 3.0)) is None  # a centred ReLU6: 0 is not a bound
+    assert clip_from_zero(clip(0.0, 0.0)) is None  # constant zero output
+    assert clip_from_zero(clip(0.0, None)) is None

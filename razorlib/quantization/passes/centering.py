@@ -32,7 +32,7 @@ from ...registry import PTQ_PASSES
 from ..functional import fake_quantize
 from ..lsq import follow_passive_scales
 from .base import PTQPass
-from .layers import clip_bounds, is_channel_layer, sole_reader
+from .layers import clip_from_zero, is_channel_layer, sole_reader
 
 logger = logging.getLogger(__name__)
 
@@ -83,8 +83,7 @@ def centerable_clips(graph: BaseGraph) -> List[Tuple[Operation, Operation, List[
     """
     found = []
     for clip in graph.topological_sort():
-        bounds = clip_bounds(clip)
-        if bounds is None or bounds[0] != 0.0 or bounds[1] <= 0.0:
+        if clip_from_zero(clip) is None:
             continue
         producer = clip.inputs[0].source_op
         var = clip.outputs[0]

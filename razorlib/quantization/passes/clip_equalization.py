@@ -33,7 +33,7 @@ from ...ir import BaseGraph, Operation, PassResult, TorchExecutor
 from ...registry import PTQ_PASSES
 from .base import PTQPass
 from .equalization import layer_after, rescale_pair
-from .layers import clip_bounds, is_channel_layer, output_channel_axis, sole_reader
+from .layers import clip_from_zero, is_channel_layer, output_channel_axis, sole_reader
 
 logger = logging.getLogger(__name__)
 
@@ -59,12 +59,12 @@ def clipped_pairs(graph: BaseGraph) -> List[Tuple[Operation, Operation, float]]:
         if not is_channel_layer(first):
             continue
         clip = sole_reader(graph, first)
-        bounds = None if clip is None else clip_bounds(clip)
-        if bounds is None or bounds[0] != 0.0 or bounds[1] <= 0.0:
+        high = None if clip is None else clip_from_zero(clip)
+        if high is None:
             continue
         second = layer_after(graph, first, clip)
         if second is not None:
-            pairs.append((first, second, bounds[1]))
+            pairs.append((first, second, high))
     return pairs
 
 

@@ -11,7 +11,8 @@ The passes that rewrite a layer together with the one after it (equalization, cl
 equalization, centring) walk narrower ground: a *channel layer*
 (:func:`is_channel_layer`, a Conv or plain Gemm of any graph, quantized or not) whose
 output only one operation reads (:func:`sole_reader`), through a ReLU6 written as a
-Clip with constant bounds (:func:`clip_bounds`).
+Clip with constant bounds (:func:`clip_bounds`), one from 0 for the passes that rescale
+or shift its output (:func:`clip_from_zero`).
 """
 from typing import Any, List, NamedTuple, Optional, Sequence, Tuple
 
@@ -22,8 +23,8 @@ from ..executor import QuantExecutor, quantized_inputs
 from ..functional import fake_quantize
 from ..state import dequantized, quantable_operations
 
-__all__ = ['LAYER_TYPES', 'LayerRecord', 'clip_bounds', 'is_channel_layer', 'kernel_output',
-           'output_channel_axis', 'record_layer', 'sole_reader', 'weight_layers']
+__all__ = ['LAYER_TYPES', 'LayerRecord', 'clip_bounds', 'clip_from_zero', 'is_channel_layer',
+           'kernel_output', 'output_channel_axis', 'record_layer', 'sole_reader', 'weight_layers']
 
 LAYER_TYPES = ('Conv', 'ConvTranspose', 'Gemm', 'MatMul')
 """The op types whose weight (input 1) the PTQ passes work on."""
@@ -128,6 +129,26 @@ def clip_bounds(op: Operation) -> Optional[Tuple[float, float]]:
     if any(value is None or value.numel() != 1 for value in bounds):
         return None
     return float(bounds[0]), float(bounds[1])
+
+
+def clip_from_zero(op: Operation) -> Optional[float]:
+    """The upper bound ``high`` of a ``Clip(0, high)`` with ``high > 0`` and constant
+    bounds (a ReLU6, ``high = 6``), else None: the Clips whose output a pass may rescale
+    or shift channel by channel, as the bound 0 maps to itself.
+
+    Example:
+        >>> import torch
+        >>> from razorlib.ir import from_torch
+        >>> net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 1), torch.nn.ReLU6(),
+        ...                           torch.nn.Conv2d(4, 4, 1), torch.nn.Hardtanh(-1.0, 1.0))
+        >>> graph = from_torch(net, torch.randn(1, 3, 4, 4))
+        >>> [clip_from_zero(op) for op in graph.topological_sort()]
+        [None, 6.0, None, None]
+    """
+    bounds = clip_bounds(op)
+    if bounds is None or bounds[0] != 0.0 or bounds[1] <= 0.0:
+        return None
+    return bounds[1]
 
 
 class LayerRecord(NamedTuple):
