@@ -17,6 +17,7 @@ from ..engine.checkpoint_check import check_fits, read_checkpoint, state_dict_of
 from ..registry import MODELS
 from ..utils import Complexity, get_model_complexity
 from ..utils.checks import real_number
+from ..utils.modes import kept_modes
 from .building import ModuleOrCfg, build_architecture, preprocessor_of
 
 
@@ -175,14 +176,10 @@ class SingleTeacherDistill(BaseModel):
                 recorded(self.teacher, names_t, 'features: teacher') as out_t:
             with torch.no_grad():
                 logits_t = self.teacher(inputs)
-            training = self.architecture.training
-            if no_grad:
-                self.architecture.eval()
-            try:
-                with torch.set_grad_enabled(not no_grad):
-                    logits_s = self.architecture(inputs)
-            finally:
-                self.architecture.train(training)
+            with kept_modes(self.architecture), torch.set_grad_enabled(not no_grad):
+                if no_grad:
+                    self.architecture.eval()
+                logits_s = self.architecture(inputs)
         return ([out_s[n] for n in names_s], [out_t[n] for n in names_t], logits_s, logits_t)
 
     def train(self, mode: bool = True) -> 'SingleTeacherDistill':

@@ -18,6 +18,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import onnx
 import torch
 
+from ..utils.modes import evaluating
 from .graph import BaseGraph
 from .onnx_io import from_onnx
 
@@ -68,12 +69,8 @@ def from_torch(model: torch.nn.Module, example_inputs: Any, exporter: str = 'aut
     if exporter not in ('auto', *EXPORTERS):
         raise ValueError(f"exporter must be 'auto' or one of {EXPORTERS}, got {exporter!r}")
     args, kwargs = _arguments(example_inputs)
-    was_training = model.training
-    model.eval()
-    try:
+    with evaluating(model):
         proto, used = _export(model, args, kwargs, exporter, opset_version, dynamic_batch)
-    finally:
-        model.train(was_training)
     graph = from_onnx(proto)
     graph.extension_attrib['exporter'] = used
     logger.info('from_torch: %s exported with the %s exporter (%d operations)',

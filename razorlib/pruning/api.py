@@ -12,6 +12,7 @@ from ..registry import PRUNERS
 from ..tracing.forward import call_model, default_example_inputs, is_transformers_model
 from ..utils.batch_norm import reestimate_bn_stats
 from ..utils.checks import keyword_parameters
+from ..utils.modes import evaluating
 from .allocation import allocate, budget_of
 from .data import pair_batches
 from .importance import ImportanceArg
@@ -255,17 +256,13 @@ def _choose_subnet(pruner: StructurePruner, budget: Dict[str, float], options: D
 
 
 def _check_runs(slim: nn.Module, example_inputs: Any) -> None:
-    training = slim.training
-    slim.eval()
     try:
-        with torch.no_grad():
+        with evaluating(slim), torch.no_grad():
             call_model(slim, example_inputs)
     except RuntimeError as err:
         raise RuntimeError(f'the pruned model does not run: {err}. Its code probably '
                            'hard-codes a channel count; exclude the module with '
                            'except_start_keys') from err
-    finally:
-        slim.train(training)
 
 
 def _warn_if_nothing_pruned(pruner: StructurePruner, subnet: SubnetDict,

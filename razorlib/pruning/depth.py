@@ -23,6 +23,7 @@ import torch
 import torch.nn as nn
 
 from ..tracing.forward import call_model
+from ..utils.modes import evaluating
 
 __all__ = ['DepthPruned', 'residual_blocks', 'block_importance', 'select_blocks',
            'remove_blocks', 'prune_depth']
@@ -130,13 +131,10 @@ def residual_blocks(model: nn.Module, example_inputs: Any) -> List[str]:
     for name, block in _candidates(model):
         handles.append(block.register_forward_pre_hook(pre_hook(name), with_kwargs=True))
         handles.append(block.register_forward_hook(hook(name), with_kwargs=True))
-    training = model.training
     try:
-        model.eval()
-        with torch.enable_grad():
+        with evaluating(model), torch.enable_grad():
             call_model(model, example_inputs)
     finally:
-        model.train(training)
         for handle in handles:
             handle.remove()
     return sorted(set(found), key=[n for n, _ in _candidates(model)].index)
@@ -216,26 +214,21 @@ def block_importance(model: nn.Module, batches: Iterable[Any], blocks: Sequence[
     batches = list(batches)
     if not batches:
         raise ValueError('block_importance needs at least one calibration batch')
-    training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            if metric == 'cosine':
-                totals = {name: [0.0, 0] for name in blocks}
-                with _watch({name: modules[name] for name in blocks}, totals):
-                    for batch in batches:
-                        call_model(model, batch)
-                return {name: total / max(count, 1) for name, (total, count) in totals.items()}
-            loss_fn = loss_fn or _default_loss
-            base = sum(float(loss_fn(model, batch)) for batch in batches)
-            scores = {}
-            for name in blocks:
-                with _skipped(modules[name]):
-                    scores[name] = (sum(float(loss_fn(model, b)) for b in batches) - base) \
-                        / len(batches)
-            return scores
-    finally:
-        model.train(training)
+    with evaluating(model), torch.no_grad():
+        if metric == 'cosine':
+            totals = {name: [0.0, 0] for name in blocks}
+            with _watch({name: modules[name] for name in blocks}, totals):
+                for batch in batches:
+                    call_model(model, batch)
+            return {name: total / max(count, 1) for name, (total, count) in totals.items()}
+        loss_fn = loss_fn or _default_loss
+        base = sum(float(loss_fn(model, batch)) for batch in batches)
+        scores = {}
+        for name in blocks:
+            with _skipped(modules[name]):
+                scores[name] = (sum(float(loss_fn(model, b)) for b in batches) - base) \
+                    / len(batches)
+        return scores
 
 
 def select_blocks(importance: Dict[str, float], num: Optional[int] = None,

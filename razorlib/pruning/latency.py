@@ -43,6 +43,7 @@ import torch.nn as nn
 from ..layers import IN_MASK, OUT_MASK, kept_widths
 from ..tracing.forward import call_model, without_kv_cache
 from ..utils.files import atomic_write_text
+from ..utils.modes import evaluating
 from .latency_search import LatencyChoice, search_latency
 from .masks import remove_masks
 from .runtimes import Inputs, Runtime, RuntimeArg, build_runtime
@@ -443,14 +444,12 @@ class SubnetLatency:
                 inputs.setdefault(name, tuple(a.detach() for a in args))
             return record
         handles = [m.register_forward_pre_hook(hook(n)) for n, m in pruner._masked.items()]
-        training = pruner.model.training
         try:
-            with torch.no_grad():
-                call_model(pruner.model.eval(), self.inputs)
+            with evaluating(pruner.model), torch.no_grad():
+                call_model(pruner.model, self.inputs)
         finally:
             for handle in handles:
                 handle.remove()
-            pruner.model.train(training)
             pruner.set_subnet(previous)
         return calls, inputs
 

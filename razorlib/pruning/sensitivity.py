@@ -33,6 +33,7 @@ import torch.nn as nn
 
 from ..tracing.forward import call_on_batch
 from ..utils.batch_norm import preserved_bn_stats, reestimate_bn_stats
+from ..utils.modes import evaluating
 from .data import LossFn, batch_loss, pair_batches
 
 if TYPE_CHECKING:  # allocation imports this module
@@ -95,23 +96,23 @@ def measure_sensitivity(pruner: Any, orders: Mapping[str, np.ndarray], data: Any
     """
     rule, batches, groups = _setup(pruner, data, rule, steps)
     model = pruner.model
-    previous, training = pruner.current_subnet, model.training
+    previous = pruner.current_subnet
     full = {gid: np.ones(g.num_channels, dtype=bool) for gid, g in groups.items()}
     table: Sensitivity = {}
-    try:
-        model.eval()
-        pruner.set_subnet(full)
-        dense = _mean_loss(model, batches, loss_fn, ' (the dense model)')
-        for gid, order in orders.items():
-            group = groups[gid]
-            table[gid] = {}
-            for count in _grid(group, rule, steps)[:-1]:
-                pruner.set_subnet({**full, gid: group.keep_best(np.asarray(order), count)})
-                table[gid][count] = _cut_loss(model, batches, loss_fn,
-                                              f' (group {gid!r} cut to {count} channels)') - dense
-    finally:
-        pruner.set_subnet(previous)
-        model.train(training)
+    with evaluating(model):
+        try:
+            pruner.set_subnet(full)
+            dense = _mean_loss(model, batches, loss_fn, ' (the dense model)')
+            for gid, order in orders.items():
+                group = groups[gid]
+                table[gid] = {}
+                for count in _grid(group, rule, steps)[:-1]:
+                    pruner.set_subnet({**full, gid: group.keep_best(np.asarray(order), count)})
+                    cut = _cut_loss(model, batches, loss_fn,
+                                    f' (group {gid!r} cut to {count} channels)')
+                    table[gid][count] = cut - dense
+        finally:
+            pruner.set_subnet(previous)
     return table
 
 
@@ -159,7 +160,7 @@ def measure_greedy_path(pruner: Any, orders: Mapping[str, np.ndarray], data: Any
     """
     rule, batches, groups = _setup(pruner, data, rule, steps)
     model = pruner.model
-    previous, training = pruner.current_subnet, model.training
+    previous = pruner.current_subnet
     full = {gid: np.ones(g.num_channels, dtype=bool) for gid, g in groups.items()}
     grids = {gid: _grid(groups[gid], rule, steps) for gid in orders}
     counts = {gid: groups[gid].num_channels for gid in orders}
@@ -169,38 +170,37 @@ def measure_greedy_path(pruner: Any, orders: Mapping[str, np.ndarray], data: Any
         return {**full, **{gid: groups[gid].keep_best(np.asarray(orders[gid]), count)
                            for gid, count in state.items()}}
 
-    try:
-        model.eval()
-        pruner.set_subnet(full)
-        loss = _mean_loss(model, batches, loss_fn, ' (the dense model)')
-        spent = cost(counts)
-        while until is None or spent > until:
-            best = None
-            for gid, grid in grids.items():
-                smaller = [c for c in grid if c < counts[gid]]
-                if not smaller:
-                    continue
-                cut = {**counts, gid: smaller[-1]}
-                pruner.set_subnet(keep(cut))
-                increase = _cut_loss(model, batches, loss_fn,
-                                     f' (group {gid!r} cut to {smaller[-1]} channels, step '
-                                     f'{len(path)} of the greedy path)') - loss
-                saved = spent - cost(cut)
-                # a cut that saves nothing is taken only when no cut saves anything
-                key = (saved <= 0, increase / saved if saved > 0 else increase)
-                if best is None or key < best[0]:
-                    best = (key, gid, cut, loss + increase, spent - saved)
-            if best is None:
-                break
-            _, gid, cut, loss, spent = best
-            if until is not None and spent < until:  # the last cut: no deeper than needed
-                cut, spent = widest_within(cut, spent, gid, counts[gid],
-                                           rule.allowed(groups[gid]), cost, until)
-            counts = cut
-            path.append(dict(counts))
-    finally:
-        pruner.set_subnet(previous)
-        model.train(training)
+    with evaluating(model):
+        try:
+            pruner.set_subnet(full)
+            loss = _mean_loss(model, batches, loss_fn, ' (the dense model)')
+            spent = cost(counts)
+            while until is None or spent > until:
+                best = None
+                for gid, grid in grids.items():
+                    smaller = [c for c in grid if c < counts[gid]]
+                    if not smaller:
+                        continue
+                    cut = {**counts, gid: smaller[-1]}
+                    pruner.set_subnet(keep(cut))
+                    increase = _cut_loss(model, batches, loss_fn,
+                                         f' (group {gid!r} cut to {smaller[-1]} channels, step '
+                                         f'{len(path)} of the greedy path)') - loss
+                    saved = spent - cost(cut)
+                    # a cut that saves nothing is taken only when no cut saves anything
+                    key = (saved <= 0, increase / saved if saved > 0 else increase)
+                    if best is None or key < best[0]:
+                        best = (key, gid, cut, loss + increase, spent - saved)
+                if best is None:
+                    break
+                _, gid, cut, loss, spent = best
+                if until is not None and spent < until:  # the last cut: no deeper than needed
+                    cut, spent = widest_within(cut, spent, gid, counts[gid],
+                                               rule.allowed(groups[gid]), cost, until)
+                counts = cut
+                path.append(dict(counts))
+        finally:
+            pruner.set_subnet(previous)
     return path
 
 

@@ -162,7 +162,8 @@ class StructurePruner(metaclass=ABCMeta):
                 add_masks(module, self.kinds.kind_of(module), graph.out_dims[use.name])
                 self._masked[use.name] = module
         self._reset_subnet()
-        checked = list(groups.prunable) if self.heads == 'width' else groups.whole_heads
+        checked = list(groups.prunable) if self.heads == 'width' else list(
+            dict.fromkeys(groups.whole_heads + groups.summed))
         if checked and not any(p.is_meta for p in supernet.parameters()):
             if self._freeze_inexact_groups(example_inputs, checked) and self.verify:
                 # the size-dependent groups ran cut beside those: now they must run without
@@ -180,8 +181,9 @@ class StructurePruner(metaclass=ABCMeta):
 
     def _freeze_inexact_groups(self, example_inputs: Any, ids: List[str]) -> Dict[str, str]:
         """Freeze the groups among ``ids`` whose slim model computes something else than
-        the masked one: every prunable group under ``heads='width'``, those read as whole
-        heads otherwise (``groups.whole_heads``).
+        the masked one: every prunable group under ``heads='width'``, otherwise those read
+        as whole heads (``groups.whole_heads``) and those a sum adds up over
+        (``groups.summed``).
 
         Shapes cannot tell these apart.  Pruning ``head_dim`` is exact only where the
         code's scale and rotary frequencies follow the slim width: a scale read from the
@@ -189,7 +191,9 @@ class StructurePruner(metaclass=ABCMeta):
         ``rotate_half``'s would change the outputs silently.  Pruning whole heads is exact
         only where the code splits by the slim head count: ``reshape(B, N, self.h, -1)``
         with a count no ``HEAD_ATTRIBUTES`` entry rewrites splits the slim channels into
-        as many narrower heads, without an error.  So the model runs on
+        as many narrower heads, without an error.  Dropping a channel from a sum is exact
+        only where the masked model's pruned channel is zero there, which an op after the
+        layer undoes (``y.exp().sum(1)``, ``sigmoid``, ``+ 1``).  So the model runs on
         ``example_inputs`` with the groups halved, masked and then sliced (in place, put
         back after), and the groups whose outputs differ are bisected out and frozen.
         (Models with parameters on the ``meta`` device are not run.)
@@ -198,11 +202,18 @@ class StructurePruner(metaclass=ABCMeta):
             ``{group id: difference}`` for each group frozen.
         """
         failing = bisect_failing(ids, lambda ids: self._difference(ids, example_inputs))
+        heads = failing if self.heads == 'width' else {
+            gid: error for gid, error in failing.items() if gid in self.groups.whole_heads}
         instead = "heads='whole'" if self.heads == 'width' else (
             'view by -1 heads, or register a HEAD_ATTRIBUTES entry that rewrites the head '
             'count from the projections, or except_start_keys to exclude the module')
-        freeze_failing(self.groups, failing, f"heads={self.heads!r}: the slim model computes "
+        freeze_failing(self.groups, heads, f"heads={self.heads!r}: the slim model computes "
                        'other outputs than the masked one ({error})', self.strict, instead)
+        freeze_failing(self.groups, {gid: error for gid, error in failing.items()
+                                     if gid not in heads},
+                       'the slim model computes other outputs than the masked one ({error}): '
+                       'a sum over these channels reads them where pruning leaves them '
+                       'non-zero', self.strict, 'except_start_keys to exclude the module')
         return failing
 
     def _difference(self, ids: List[str], example_inputs: Any) -> Optional[str]:

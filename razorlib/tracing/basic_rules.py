@@ -211,9 +211,10 @@ def reduction(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
     """Reductions (sum, mean, max, amax, var, norm) over some dims.
 
     Reducing over spatial dims (global pooling) keeps the channel slots.  A ``sum`` over
-    a channel dim stays exact after pruning (the removed terms are zero) and simply drops
-    the dim; a ``mean``/``max``/``var`` over channels would change its value, so those
-    channels are frozen.
+    a channel dim drops the dim: it stays exact after pruning where the removed terms are
+    zero, which the pruner checks on the model (``ctx.summed``: an ``exp`` or ``+ 1``
+    after the layer makes them non-zero); a ``mean``/``max``/``var`` over channels would
+    change its value, so those channels are frozen.
     """
     x = ins[0].channels
     shapes = output_shapes(node)
@@ -224,7 +225,9 @@ def reduction(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
     slots = {}
     for dim, dim_slots in x.slots.items():
         if dim in dims:
-            if not exact:
+            if exact:
+                ctx.summed.update(dim_slots.tolist())
+            else:
                 ctx.freeze(dim_slots, 'mixing', node, f'reduces over channel dim {dim}')
             continue
         slots[dim if keepdim else dim - sum(1 for r in dims if r < dim)] = dim_slots
@@ -251,7 +254,8 @@ def matmul(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
     """``a @ b`` between activations (``mm``, ``bmm``; nn.Linear has a layer rule).
 
     The contracted dim binds ``a``'s last-dim slots to ``b``'s first-dim slots (pruning
-    one removes one product term from every output, exactly); the output takes ``a``'s
+    one removes one product term from every output, exactly where one of its factors is
+    zero in the masked model: ``ctx.summed``, checked by the pruner); the output takes ``a``'s
     row slots and ``b``'s column slots; bmm's batch dim binds like an elementwise op,
     or, where it holds attention heads, as attention pairs them
     (:func:`~.heads.pair_heads`: grouped-query attention's repeated key/value heads).
@@ -278,6 +282,7 @@ def matmul(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
     known = [s for s in contracted if s is not None]
     if len(known) == 2:
         ctx.bind(known[0], known[1], f'{node.name()} contracts these channels')
+        ctx.summed.update(known[0].tolist())
     elif known:
         ctx.freeze(known[0], 'fixed', node, 'contracts channels with a tensor whose '
                    'channels cannot be pruned')

@@ -106,6 +106,11 @@ class TraceContext:
         #: that the code may keep as a number of its own, which would re-split the slim
         #: heads without an error (``StructurePruner`` compares slim and masked outputs).
         self.whole_heads: Set[int] = set()
+        #: slots a sum or a product of activations adds up over: dropping them is exact
+        #: only where the pruned channels are zero there, which an op between the layer
+        #: and the sum can undo (``exp``, ``sigmoid``, ``+ 1``) (``StructurePruner``
+        #: compares slim and masked outputs).
+        self.summed: Set[int] = set()
         #: (attention module, head_dim) -> the positions its first split read as heads
         #: carries: its other splits are bound to them (``heads.read_as_heads``).
         self.head_positions: Dict[Tuple[str, int], np.ndarray] = {}

@@ -160,6 +160,14 @@ class ChannelGroups:
         re-split the slim model's heads without failing (``graph.whole_heads``)."""
         return self._touching(self.graph.whole_heads)
 
+    @property
+    def summed(self) -> List[str]:
+        """Prunable groups whose channels a sum or a product of activations adds up
+        over: dropping their terms is exact only where the masked model's pruned channels
+        are zero at the sum, which an op after the layer can undo (``y.exp().sum(1)``)
+        (``graph.summed``)."""
+        return self._touching(self.graph.summed)
+
     def _touching(self, slots: np.ndarray) -> List[str]:
         """Prunable groups with a class that holds any of ``slots``."""
         touched = np.zeros(len(self.labels), dtype=bool)

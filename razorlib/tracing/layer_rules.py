@@ -133,17 +133,43 @@ def embedding(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
         'embedding whose weight belongs to no nn.Embedding or other module with a layer kind')
 
 
+def _freeze_dims(ctx: TraceContext, node, ins: Sequence[InputInfo], dims: Sequence[int],
+                 why: str) -> Outputs:
+    """The input's channels through ``node``, those on ``dims`` (negative: from the end)
+    frozen: a norm whose statistics mix them."""
+    x = ins[0].channels
+    (out_shape, ) = output_shapes(node)[:1]
+    if x is None:
+        return [None]
+    slots = dict(x.slots)
+    for dim in sorted({dim % x.ndim for dim in dims}):
+        if dim in slots:
+            ctx.freeze(slots.pop(dim), 'mixing', node, why.format(dim=dim))
+    return [TensorChannels(out_shape, slots)]
+
+
 def _unowned_norm(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
+    """A norm no layer kind claims (a functional call, or a module without affine
+    parameters).  Batch and instance norms use statistics of each channel alone, so
+    their channels pass through; layer and group norms average over the channels they
+    normalise, which a masked model would count as zeros and a slim one would not:
+    those channels freeze."""
     if any(inp.channels is not None and inp.channels.slots for inp in ins[1:]):
         ctx.freeze_all(ins, 'shape', node, 'normalisation whose affine parameters belong to '
                        'no module with a layer kind')
+    if node.name() == 'NativeLayerNormBackward0':
+        return _freeze_dims(ctx, node, ins, [-1], 'layer norm without a module takes its '
+                            'statistics over channel dim {dim}')
+    if node.name() == 'NativeGroupNormBackward0':
+        return _freeze_dims(ctx, node, ins, [1], 'group norm without a module takes its '
+                            'statistics over channel dim {dim}')
     return pass_through(ctx, node, ins[:1])
 
 
 def norm(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
-    """Batch and group norms: the layer kind binds the channels; a norm no kind claims
-    (``F.batch_norm`` without a module, running statistics only) passes its channels
-    through unless its affine parameters carry slots."""
+    """Batch and group norms: the layer kind binds the channels; for a norm no kind
+    claims see :func:`_unowned_norm` (``F.batch_norm`` passes its channels through,
+    ``F.group_norm`` freezes them)."""
     return _traced_by_kind(ctx, node, ins) or _unowned_norm(ctx, node, ins)
 
 
@@ -153,16 +179,8 @@ def layer_norm(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
     normalized = len(node._saved_normalized_shape)
     if normalized == 1:
         return norm(ctx, node, ins)
-    x = ins[0].channels
-    (out_shape, ) = output_shapes(node)[:1]
-    if x is None:
-        return [None]
-    slots = dict(x.slots)
-    for dim in range(x.ndim - normalized, x.ndim):
-        if dim in slots:
-            ctx.freeze(slots.pop(dim), 'mixing', node,
-                       f'layer norm over {normalized} dims mixes channel dim {dim}')
-    return [TensorChannels(out_shape, slots)]
+    return _freeze_dims(ctx, node, ins, range(-normalized, 0),
+                        f'layer norm over {normalized} dims mixes channel dim {{dim}}')
 
 
 def prelu(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:

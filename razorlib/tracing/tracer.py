@@ -47,6 +47,8 @@ class ChannelGraph:
             a view, split or norm the code may size by hand (``literal_sizes.py``).
         whole_heads: slots read as whole attention heads (``heads='whole'``): their code
             may split the slim heads by a head count of its own without failing.
+        summed: slots a sum over channels or a product of activations adds up over:
+            exact after pruning only where the pruned channels are zero there.
     """
     slots: SlotTable
     uses: List[ChannelUse]
@@ -57,6 +59,7 @@ class ChannelGraph:
     out_dims: Dict[str, int] = field(default_factory=dict)
     size_dependent: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     whole_heads: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    summed: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
 
 def _topological_order(roots: Sequence[Any]) -> Tuple[List[Any], Dict[Any, List[Any]]]:
@@ -161,7 +164,8 @@ def trace(model: nn.Module, example_inputs: Any = None, strict: bool = False,
     return ChannelGraph(ctx.slots, list(ctx.uses.values()), dict(record.calls), untraced,
                         dict(op_counts), record.device,
                         _output_dims(ctx, channels, record.module_outputs), size_dependent,
-                        np.array(sorted(ctx.whole_heads), dtype=np.int64))
+                        np.array(sorted(ctx.whole_heads), dtype=np.int64),
+                        np.array(sorted(ctx.summed), dtype=np.int64))
 
 
 def _input_info(ctx: TraceContext, channels: Dict, child, nr: int) -> InputInfo:

@@ -21,6 +21,7 @@ from torch.overrides import TorchFunctionMode
 from ..layers import (KindTable, LayerKindsArg, as_table, kept_param_size, kept_widths,
                       param_mask_name)
 from ..tracing.forward import call_model, default_example_inputs
+from .modes import evaluating
 
 __all__ = ['Complexity', 'count_params', 'get_model_complexity', 'human']
 
@@ -174,18 +175,15 @@ def get_model_complexity(model: nn.Module, example_inputs: Any = None,
                 kept = kept_widths(mod, kind.widths(mod))
                 flops[name] = flops.get(name, 0) + kind.flops(mod, inputs, output, kept)
             handles.append(module.register_forward_hook(hook, with_kwargs=True))
-    training = model.training
     products = _AttentionProducts()
     try:
-        model.eval()
-        with torch.no_grad():
+        with evaluating(model), torch.no_grad():
             if attention:
                 with products:
                     call_model(model, example_inputs)
             else:
                 call_model(model, example_inputs)
     finally:
-        model.train(training)
         for handle in handles:
             handle.remove()
     if attention:

@@ -131,11 +131,49 @@ def test_embedding_dim_is_a_prunable_output():
 @pytest.mark.parametrize('norm,x', [
     (nn.BatchNorm1d(8), torch.randn(2, 3)), (nn.BatchNorm2d(8), torch.randn(1, 3, 4, 4)),
     (nn.BatchNorm2d(8, affine=False), torch.randn(1, 3, 4, 4)),
-    (nn.GroupNorm(1, 8), torch.randn(1, 3, 4, 4)), (nn.GroupNorm(8, 8), torch.randn(1, 3, 4, 4))])
+    (nn.GroupNorm(1, 8), torch.randn(1, 3, 4, 4)), (nn.GroupNorm(8, 8), torch.randn(1, 3, 4, 4)),
+    (nn.GroupNorm(4, 8, affine=False), torch.randn(1, 3, 4, 4)),
+    (nn.LayerNorm(8, elementwise_affine=False), torch.randn(2, 3))])
 def test_norms_follow_their_input(norm, x):
     first = nn.Linear(3, 8) if x.dim() == 2 else nn.Conv2d(3, 8, 1)
     traced = Traced(Seq(first, norm, tail=lambda y: y.sum()), x)
     assert traced.group_of('layers.0').norms == ['layers.1']
+
+
+class _Lambda(nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, y):
+        return self.fn(y)
+
+
+def _channels_last_layer_norm(y):
+    return F.layer_norm(y.permute(0, 2, 3, 1), y.shape[1:2]).permute(0, 3, 1, 2)
+
+
+@pytest.mark.parametrize('norm, why', [
+    (lambda y: F.group_norm(y, 4), 'group norm without a module'),
+    (_channels_last_layer_norm, 'layer norm without a module')])
+def test_a_functional_norm_over_the_channels_freezes_them(norm, why):
+    """Its statistics span the channels: a masked model would count the pruned channels
+    as zeros, a slim one would not count them at all.  (A norm module, with or without
+    affine parameters, is its layer kind's: it keeps the statistics of the kept
+    channels.)"""
+    traced = Traced(Seq(nn.Conv2d(3, 8, 1), _Lambda(norm), nn.Conv2d(8, 4, 1),
+                        tail=lambda y: y.sum()), torch.randn(1, 3, 4, 4))
+    assert not traced.group_of('layers.0').prunable
+    assert [why in reason.message for reason in traced.reasons('layers.0')] == [True]
+
+
+@pytest.mark.parametrize('norm', [lambda y: F.instance_norm(y),
+                                  lambda y: F.batch_norm(y, None, None, training=True)])
+def test_a_norm_without_affine_parameters_per_channel_passes_them(norm):
+    traced = Traced(Seq(nn.Conv2d(3, 8, 1), _Lambda(norm), nn.Conv2d(8, 4, 1),
+                        tail=lambda y: y.sum()), torch.randn(2, 3, 4, 4))
+    assert traced.group_of('layers.0').prunable
+    assert traced.group_of('layers.0').consumers == ['layers.2']
 
 
 def test_group_norm_binds_across_its_groups():

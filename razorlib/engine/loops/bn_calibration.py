@@ -15,6 +15,8 @@ from mmengine.dist import all_reduce
 from mmengine.model import BaseModel
 from torch.nn.modules.batchnorm import _BatchNorm
 
+from ...utils.modes import kept_modes
+
 
 @contextmanager
 def seeded(seed: int) -> Iterator[None]:
@@ -79,21 +81,19 @@ def recalibrate_bn(model: BaseModel, dataloader: Iterable, num_batches: int,
         return 0
     norms = [m for m in model.modules() if isinstance(m, _BatchNorm) and m.track_running_stats]
     momenta = [norm.momentum for norm in norms]
-    training = model.training
     used = 0
     try:
         for norm in norms:
             norm.reset_running_stats()
             norm.momentum = None
-        model.train()
-        with torch.no_grad(), seeded(seed):
+        with kept_modes(model), torch.no_grad(), seeded(seed):
+            model.train()
             for batch in islice(dataloader, num_batches):
                 model._run_forward(model.data_preprocessor(batch, True), mode='tensor')
                 used += 1
     finally:
         for norm, momentum in zip(norms, momenta):
             norm.momentum = momentum
-        model.train(training)
     if used == 0:
         raise RuntimeError('BatchNorm recalibration got no batches: the dataloader is empty')
     for norm in norms:

@@ -20,6 +20,7 @@ from torch.utils.checkpoint import checkpoint
 
 from ...tracing.context import ChannelUse
 from ...tracing.forward import call_on_batch
+from ...utils.modes import evaluating
 from .base import ImportanceContext
 
 __all__ = ['Point', 'points_of', 'observe', 'gate_grads', 'channel_sums', 'repeated_blocks',
@@ -79,21 +80,11 @@ def _hooked(points: Sequence[Point],
             handle.remove()
 
 
-@contextmanager
-def _evaluating(model: nn.Module) -> Iterator[None]:
-    training = model.training
-    model.eval()
-    try:
-        yield
-    finally:
-        model.train(training)
-
-
 def observe(ctx: ImportanceContext, points: Sequence[Point], criterion: str,
             on_tensor: Callable[[int, torch.Tensor], None]) -> None:
     """Run the model (eval mode, no grad) on every batch of ``ctx.data``, handing each
     point's tensor to ``on_tensor(point index, tensor)``."""
-    with _evaluating(ctx.model), torch.no_grad(), _hooked(points, on_tensor):
+    with evaluating(ctx.model), torch.no_grad(), _hooked(points, on_tensor):
         for index, (inputs, _) in enumerate(ctx.batches(criterion)):
             call_on_batch(ctx.model, inputs, f'importance {criterion!r}', index)
 
@@ -215,7 +206,7 @@ def _batch_gate_grads(ctx: ImportanceContext, points: Sequence[Point], criterion
 
     blocks = checkpointed(ctx.model) if layerwise else nullcontext()
     # the backward runs in here too: a checkpointed block recomputes with the hooks and mode
-    with _evaluating(ctx.model), torch.enable_grad(), _hooked(points, gate), blocks:
+    with evaluating(ctx.model), torch.enable_grad(), _hooked(points, gate), blocks:
         loss = ctx.loss(call_on_batch(ctx.model, inputs, f'importance {criterion!r}', index),
                         targets, criterion)
         forward = False
