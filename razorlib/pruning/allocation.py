@@ -244,7 +244,7 @@ class _Family:
             self.size = len(self.ratios) - 1
 
     def counts_at_ratio(self, ratio: float) -> Dict[str, int]:
-        return {g.id: self.rule.fit(g, int(round(ratio * g.num_channels)), self.allowed[g.id])
+        return {g.id: self.rule.fit(g, ratio * g.num_channels, self.allowed[g.id])
                 for g in self.groups}
 
     def counts_at_top(self, top: int) -> Dict[str, int]:

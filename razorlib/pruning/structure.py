@@ -7,6 +7,7 @@ writes it into the masks; ``export_subnet`` turns it into a :class:`ChannelConfi
 ``deploy_subnet`` slices a model to a channel config.
 """
 import difflib
+import math
 import random
 import warnings
 from abc import ABCMeta, abstractmethod
@@ -270,9 +271,10 @@ class StructurePruner(metaclass=ABCMeta):
 
     @staticmethod
     def keep_ratio(group: ChannelGroup, ratio: float, order: np.ndarray) -> torch.Tensor:
-        """Keep-mask of the first ``round(ratio * channels)`` (at least 1) of ``order``,
-        with a channel of each layer and chunk input in the group (``keep_best``)."""
-        count = max(1, int(round(ratio * group.num_channels)))
+        """Keep-mask of the first ``ratio * channels`` of ``order``, rounded half up (as
+        ``WidthRule.fit`` rounds: half of 5 keeps 3) and at least 1, with a channel of each
+        layer and chunk input in the group (``keep_best``)."""
+        count = max(1, math.floor(ratio * group.num_channels + 0.5))
         return torch.from_numpy(group.keep_best(np.asarray(order), count))
 
     def subnet_at(self, ratios: Union[float, Mapping[str, float]]) -> SubnetDict:

@@ -58,6 +58,19 @@ def test_the_default_keeps_half_of_each_group_by_summed_l1():
     assert torch.equal(slim.bn1.running_mean, model.bn1.running_mean[keep_a])  # no data: kept
 
 
+@pytest.mark.parametrize('pruner', ['ImportancePruner', 'RatioPruner'])
+def test_a_ratio_between_two_widths_keeps_the_larger_whatever_their_parity(pruner):
+    """Half of an odd width is a tie: every pruner keeps the larger count, as
+    ``WidthRule.fit`` does (Python's round() would keep 2 of 5 but 4 of 7)."""
+    widths, layers, channels = (5, 7, 9, 11, 13), [], 3
+    for width in widths:
+        layers += [nn.Conv2d(channels, width, 1), nn.ReLU()]
+        channels = width
+    model = nn.Sequential(*layers, nn.Conv2d(channels, 2, 1)).eval()
+    slim = razorlib.prune(model, torch.randn(1, 3, 4, 4), ratio=0.5, pruner=pruner)
+    assert [layer.out_channels for layer in slim[:-1:2]] == [3, 4, 5, 6, 7]
+
+
 def test_norm_scales_false_reads_the_filters_as_before():
     model = net()
     slim = razorlib.prune(model, X, ratio=0.5, importance=dict(type='l1', norm_scales=False))

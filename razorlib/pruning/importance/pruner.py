@@ -142,9 +142,10 @@ class ImportancePruner(StructurePruner):
 
     # ------------------------------------------------------------------ subnets
     def keep_ratio(self, group: ChannelGroup, ratio: float, order: np.ndarray) -> torch.Tensor:
-        """Keep-mask of the best ``round(ratio * channels)`` of ``order``, fitted to
-        ``round_to`` and ``max_ratio`` (see :class:`~razorlib.pruning.allocation.WidthRule`)."""
-        count = self.rule.fit(group, int(round(ratio * group.num_channels)))
+        """Keep-mask of the best ``ratio * channels`` of ``order``, fitted to ``round_to``
+        and ``max_ratio``: the allowed count nearest it, the larger on a tie (see
+        :class:`~razorlib.pruning.allocation.WidthRule`)."""
+        count = self.rule.fit(group, ratio * group.num_channels)
         return torch.from_numpy(group.keep_best(np.asarray(order), count))
 
     def subnet_at(self, ratios: Union[float, Mapping[str, float]]) -> SubnetDict:
