@@ -252,3 +252,42 @@ def test_a_second_run_centres_nothing_more_and_a_baked_graph_stays_exact():
     assert ActivationCentering()(baked, batches).changes == 2
     for expected, after in zip(before, with_roots_in_float()):
         torch.testing.assert_close(after, expected, rtol=1e-4, atol=1e-5)
+
+
+def gemm_pair(beta: float):
+    """An ONNX ``Gemm(beta) -> Clip(0, 6) -> Gemm``: a producer whose bias counts ``beta``
+    times (torch's Linear always exports ``beta = 1``)."""
+    onnx = pytest.importorskip('onnx')
+    from onnx import TensorProto, helper, numpy_helper
+    torch.manual_seed(3)
+    values = {'w1': torch.randn(16, 12), 'b1': torch.randn(16), 'w2': torch.randn(5, 16) * 0.3,
+              'b2': torch.randn(5), 'lo': torch.tensor(0.0), 'hi': torch.tensor(6.0)}
+    nodes = [helper.make_node('Gemm', ['x', 'w1', 'b1'], ['h'], beta=beta, transB=1),
+             helper.make_node('Clip', ['h', 'lo', 'hi'], ['a']),
+             helper.make_node('Gemm', ['a', 'w2', 'b2'], ['y'], beta=beta, transB=1)]
+    graph = helper.make_graph(
+        nodes, 'gemm_pair', [helper.make_tensor_value_info('x', TensorProto.FLOAT, ['n', 12])],
+        [helper.make_tensor_value_info('y', TensorProto.FLOAT, ['n', 5])],
+        [numpy_helper.from_array(value.numpy(), name) for name, value in values.items()])
+    return helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid('', 13)])
+
+
+@pytest.mark.parametrize('beta', [0.5, 2.0])
+def test_a_gemm_whose_bias_counts_beta_times_takes_the_shift_over_beta(beta):
+    from razorlib.quantization import quantize_onnx_model
+    batches = [torch.randn(8, 12) * 2 for _ in range(3)]
+    graph = quantize_onnx_model(gemm_pair(beta), batches, batches[0], 'TRT_INT8',
+                                calib_steps=3, progress=False, dispatcher='aggressive')
+    with torch.no_grad(), dequantized(graph):
+        before = QuantExecutor(graph)(batches[0])[0]
+    assert ActivationCentering()(graph, batches).changes == 1
+    with torch.no_grad(), dequantized(graph):
+        torch.testing.assert_close(QuantExecutor(graph)(batches[0])[0], before, rtol=1e-5,
+                                   atol=1e-5)
+
+
+def test_a_gemm_that_drops_its_bias_beta_0_takes_no_shift():
+    from razorlib.ir import from_onnx
+    x = torch.randn(2, 12)
+    assert centerable_clips(prepare_graph(from_onnx(gemm_pair(0.0)), x)) == []
+    assert len(centerable_clips(prepare_graph(from_onnx(gemm_pair(1.0)), x))) == 1

@@ -28,6 +28,23 @@ def test_a_channel_layer_is_a_conv_or_an_untransposed_gemm_with_a_parameter_weig
     assert not is_channel_layer(graph.create_operation('Conv', inputs=[x]))
 
 
+def test_a_layer_that_shares_its_weight_or_bias_is_no_channel_layer():
+    """The passes rewrite a channel layer's parameters in place: a module called twice,
+    exported without the format passes that copy its parameters per call, would change at
+    its other call too."""
+    graph = BaseGraph()
+    x = graph.create_variable('x')
+    w = graph.create_variable('w', torch.ones(4, 3, 1, 1), is_parameter=True)
+    b = graph.create_variable('b', torch.zeros(4), is_parameter=True)
+    first = graph.create_operation('Conv', inputs=[x, w, b])
+    assert is_channel_layer(first)
+    second = graph.create_operation('Conv', inputs=[x, w])
+    assert not is_channel_layer(first) and not is_channel_layer(second)
+    w3 = graph.create_variable('w3', torch.ones(4, 3, 1, 1), is_parameter=True)
+    third = graph.create_operation('Conv', inputs=[x, w3, b])
+    assert not is_channel_layer(third)  # the bias is first's too
+
+
 def producer_of_y(readers: int, output: bool = False):
     """A graph whose op 'first' writes y, read by ``readers`` ops, y a graph output or not."""
     graph = BaseGraph()

@@ -6,7 +6,7 @@ import torch
 from razorlib.ir import from_torch
 from razorlib.quantization import (MixedPrecision, PTQSettings, QuantExecutor, calibrate,
                                    quantize_graph, quantize_torch_model, snr_db)
-from razorlib.quantization.passes import weight_layers
+from razorlib.quantization.passes import keep_in_float, restore_quantized, weight_layers
 
 SPOILED = (1, 3)  # the layers whose quantization destroys their output
 
@@ -44,6 +44,28 @@ def test_the_spoiled_layers_and_only_they_stay_in_float():
     held_out = torch.randn(64, 16)
     with torch.no_grad():
         assert snr_db(net(held_out), QuantExecutor(graph)(held_out)[0]) > 30
+
+
+def test_a_float_layer_computes_with_its_fp32_weight_and_bias_again():
+    """AdaRound's rounding and BiasCorrection's bias were chosen for the quantized layer;
+    kept in float, the layer is the FP32 one: every layer floated, the graph is FP32."""
+    net = mlp()
+    batches = [torch.randn(32, 16) for _ in range(2)]
+    graph = quantize_torch_model(net, batches, batches[0], calib_steps=2, progress=False,
+                                 ptq_passes=[dict(type='AdaRound', steps=20), 'BiasCorrection'])
+    layers = weight_layers(graph)
+    before = {op.name: [var.value.clone() for var in op.inputs[1:]] for op in layers}
+    assert any(not torch.equal(value, op.fp32_parameter(i + 1))
+               for op in layers for i, value in enumerate(before[op.name]))
+    saved = [keep_in_float(op) for op in layers]
+    with torch.no_grad():
+        torch.testing.assert_close(QuantExecutor(graph)(batches[0])[0], net(batches[0]))
+    for entry in reversed(saved):
+        restore_quantized(entry)
+    for op in layers:
+        assert all(torch.equal(var.value, value)
+                   for var, value in zip(op.inputs[1:], before[op.name]))
+        assert op.input_quant_config[1].state.is_activated
 
 
 def test_one_float_layer_is_not_enough_and_a_met_target_floats_none():

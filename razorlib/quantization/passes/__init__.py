@@ -39,13 +39,14 @@ from .clip_equalization import ClipEqualization, clipped_pairs
 from .equalization import LayerwiseEqualization, equalizable_pairs
 from .layers import (LAYER_TYPES, LayerRecord, kernel_output, output_channel_axis, record_layer,
                      weight_layers)
-from .mixed_precision import MixedPrecision, keep_in_float
+from .mixed_precision import (FloatedOperation, MixedPrecision, keep_in_float,
+                              restore_quantized)
 from .reconstruction import ActivationScaleSearch, activation_roots
 
 __all__ = ['ActivationCentering', 'ActivationScaleSearch', 'AdaRound', 'BiasCorrection',
-           'ClipEqualization', 'LAYER_TYPES', 'LayerRecord', 'LayerwiseEqualization',
-           'MixedPrecision', 'PTQPass', 'PTQ_PASSES', 'STAGES', 'activation_roots',
-           'build_ptq_pass', 'build_ptq_passes', 'centerable_clips', 'channel_means',
-           'clipped_pairs', 'equalizable_pairs', 'kernel_output', 'keep_in_float',
-           'output_channel_axis', 'record_layer', 'rectified_sigmoid', 'run_ptq_passes',
-           'weight_layers']
+           'ClipEqualization', 'FloatedOperation', 'LAYER_TYPES', 'LayerRecord',
+           'LayerwiseEqualization', 'MixedPrecision', 'PTQPass', 'PTQ_PASSES', 'STAGES',
+           'activation_roots', 'build_ptq_pass', 'build_ptq_passes', 'centerable_clips',
+           'channel_means', 'clipped_pairs', 'equalizable_pairs', 'kernel_output',
+           'keep_in_float', 'output_channel_axis', 'record_layer', 'rectified_sigmoid',
+           'restore_quantized', 'run_ptq_passes', 'weight_layers']

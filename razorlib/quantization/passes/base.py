@@ -20,7 +20,7 @@ import torch
 from ...ir import BaseGraph, PassResult
 from ...ir.components import build_component
 from ...registry import PTQ_PASSES
-from ..state import quantable_operations
+from ..state import check_calibrated, quantable_operations, uncalibrated_configs
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +60,9 @@ class PTQPass(abc.ABC):
                  device: Union[str, torch.device] = 'cpu') -> PassResult:
         """Run the pass on ``graph`` with ``batches`` (graph inputs, one run each).
 
+        A ``'calibrated'`` pass warns when some configs are uncalibrated and refuses a
+        graph none of whose configs is (quantized, never calibrated).
+
         Raises:
             ValueError: the graph is not at the pass's stage, or ``batches`` is empty for
                 a pass that needs data.
@@ -68,9 +71,12 @@ class PTQPass(abc.ABC):
         if self.stage == 'float' and quantized:
             raise ValueError(f'PTQ pass {self!r} runs on the FP32 graph before quantization; '
                              f'graph {graph.name!r} is quantized already: list it first')
-        if self.stage == 'calibrated' and not quantized:
-            raise ValueError(f'PTQ pass {self!r} runs on a calibrated graph; graph '
-                             f'{graph.name!r} has no quantized operation')
+        if self.stage == 'calibrated':
+            if not quantized:
+                raise ValueError(f'PTQ pass {self!r} runs on a calibrated graph; graph '
+                                 f'{graph.name!r} has no quantized operation')
+            uncalibrated, total = uncalibrated_configs(graph)
+            check_calibrated(graph, f'PTQ pass {self!r}', error=uncalibrated == total)
         try:
             result = self.call(graph, list(batches), device)
             graph.check()

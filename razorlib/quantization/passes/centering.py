@@ -40,8 +40,11 @@ __all__ = ['ActivationCentering', 'centerable_clips']
 
 
 def _has_bias(op: Operation) -> bool:
-    """Whether ``op`` has a parameter bias with one value per output channel."""
+    """Whether ``op`` has a parameter bias with one value per output channel, which it
+    adds (a Gemm's ``beta`` is not 0)."""
     if len(op.inputs) < 3 or not op.inputs[2].is_parameter or op.inputs[2].value is None:
+        return False
+    if op.type == 'Gemm' and _bias_factor(op) == 0.0:
         return False
     weight = op.inputs[1].value
     outputs = (weight.shape[0] if op.type == 'Conv' or op.attributes.get('transB', 0)
@@ -56,7 +59,7 @@ def _absorbs_shift(op: Operation, var) -> bool:
             and all(other is not var for other in op.inputs[1:])):
         return False
     if op.type == 'Gemm':
-        return float(op.attributes.get('beta', 1.0)) != 0.0
+        return True
     pads = op.attributes.get('pads', ())
     return (op.attributes.get('auto_pad', 'NOTSET') in ('NOTSET', 'VALID')
             and not any(int(pad) for pad in pads))
@@ -97,6 +100,12 @@ def centerable_clips(graph: BaseGraph) -> List[Tuple[Operation, Operation, List[
     return found
 
 
+def _bias_factor(op: Operation) -> float:
+    """What multiplies ``op``'s bias in its output: a Gemm's ``beta`` (``alpha A B +
+    beta C``), 1 for a Conv."""
+    return float(op.attributes.get('beta', 1.0)) if op.type == 'Gemm' else 1.0
+
+
 def _add(op: Operation, index: int, delta: torch.Tensor) -> None:
     """Add ``delta`` to parameter ``index`` of ``op``, in the FP32 reference too."""
     if isinstance(op, QuantableOperation):
@@ -131,9 +140,8 @@ def _weight_sums(op: Operation, weight: torch.Tensor) -> torch.Tensor:
     weight = weight.double()
     if op.type == 'Gemm':
         alpha = float(op.attributes.get('alpha', 1.0))
-        beta = float(op.attributes.get('beta', 1.0))
         sums = weight.sum(1 if op.attributes.get('transB', 0) else 0)
-        return sums * alpha / beta
+        return sums * alpha / _bias_factor(op)
     return weight.reshape(weight.shape[0], -1).sum(1)
 
 
@@ -219,7 +227,7 @@ class ActivationCentering(PTQPass):
             return None
         half = root.scale / 2
         shift = float(half) * root.quant_max  # -shift lands on code -quant_max exactly
-        _add(producer, 2, torch.tensor(-shift))
+        _add(producer, 2, torch.tensor(-shift / _bias_factor(producer)))  # output - shift
         _add(clip, 1, torch.tensor(-shift))
         _add(clip, 2, torch.tensor(-shift))
         for reader in readers:

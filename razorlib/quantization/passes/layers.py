@@ -74,7 +74,10 @@ def weight_layers(graph, names: Optional[Sequence[str]] = None) -> List[Quantabl
 def is_channel_layer(op: Operation) -> bool:
     """Whether ``op`` is a Conv, or a Gemm on an untransposed 2-D input, whose weight is a
     parameter with a value: a layer whose output channels the equalization and centring
-    passes may rescale or shift, and whose input channels they may compensate.
+    passes may rescale or shift, and whose input channels they may compensate.  Its
+    weight and bias must be its own (no other operation reads them): those passes rewrite
+    them in place, which would change a layer that shares them (a module called twice,
+    exported without the format passes that give each call its own copy).
 
     Example:
         >>> import torch
@@ -87,7 +90,9 @@ def is_channel_layer(op: Operation) -> bool:
     if op.type not in ('Conv', 'Gemm') or len(op.inputs) < 2:
         return False
     weight = op.inputs[1]
-    if not weight.is_parameter or weight.value is None:
+    if not weight.is_parameter or weight.value is None or any(
+            var.is_parameter and any(reader is not op for reader in var.dest_ops)
+            for var in op.inputs[1:3]):
         return False
     return op.type == 'Conv' or (not op.attributes.get('transA', 0) and weight.value.dim() == 2)
 

@@ -17,7 +17,7 @@ runs the layer in FP16 or FP32.
 """
 import logging
 import math
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence
 
 import torch
 
@@ -33,7 +33,7 @@ from .layers import weight_layers
 
 logger = logging.getLogger(__name__)
 
-__all__ = ['MixedPrecision', 'keep_in_float']
+__all__ = ['FloatedOperation', 'MixedPrecision', 'keep_in_float', 'restore_quantized']
 
 Metric = Callable[[BaseGraph], float]
 
@@ -47,15 +47,30 @@ def _fused_activation(op: QuantableOperation) -> Optional[QuantableOperation]:
     return readers[0] if master in readers[0].output_quant_config else None
 
 
-Saved = List[Tuple[QuantableOperation, OperationQuantizationConfig]]
+class FloatedOperation(NamedTuple):
+    """What :func:`keep_in_float` changed of one operation, for :func:`restore_quantized`.
+
+    Args:
+        op: the operation.
+        config: its quantization configs before.
+        values: parameter input index -> the value it computed with before (a rounding
+            AdaRound chose, a bias BiasCorrection moved), where its FP32 value differs.
+    """
+    op: QuantableOperation
+    config: OperationQuantizationConfig
+    values: Dict[int, torch.Tensor]
+
+
+Saved = List[FloatedOperation]
 
 
 def keep_in_float(op: QuantableOperation) -> Saved:
     """Make ``op`` (and the activation fused into it) compute in floating point.
 
     Their configs are replaced by unlinked FP32 ones; the configs they shared a scale
-    with keep it among themselves.  Returns ``(operation, configs)`` pairs:
-    ``operation.config = configs`` for each undoes the change.
+    with keep it among themselves.  Their parameters take their FP32 values back: the
+    values a pass set for the quantized graph (AdaRound's rounding, a corrected bias)
+    were chosen for a quantized layer.  :func:`restore_quantized` undoes the change.
 
     Example:
         >>> import torch
@@ -71,10 +86,9 @@ def keep_in_float(op: QuantableOperation) -> Saved:
         >>> graph = calibrate(quantize_graph(graph, 'TRT_INT8'), [torch.randn(1, 3, 4, 4)],
         ...                   progress=False)
         >>> saved = keep_in_float(graph.operations['conv'])
-        >>> [(op.name, [c.state.name for c in op.output_quant_config]) for op, _ in saved]
+        >>> [(op.name, [c.state.name for c in op.output_quant_config]) for op, *_ in saved]
         [('conv', ['FP32']), ('relu', ['FP32'])]
-        >>> for op, configs in saved:
-        ...     op.config = configs
+        >>> restore_quantized(saved)
         >>> graph.operations['relu'].output_quant_config[0].state.name
         'ACTIVATED'
     """
@@ -82,16 +96,25 @@ def keep_in_float(op: QuantableOperation) -> Saved:
     for current in (op, _fused_activation(op)):
         if current is None:
             continue
-        saved.append((current, current.config))
+        values = {}
+        for index, var in enumerate(current.inputs):
+            if var.is_parameter and var.value is not None:
+                fp32 = current.fp32_parameter(index).to(var.value)
+                if not torch.equal(fp32, var.value):
+                    values[index], var.value = var.value, fp32
+        saved.append(FloatedOperation(current, current.config, values))
         current.config = OperationQuantizationConfig(
             [fp32_config() for _ in current.input_quant_config],
             [fp32_config() for _ in current.output_quant_config])
     return saved
 
 
-def _restore(saved: Saved) -> None:
-    for op, configs in reversed(saved):
-        op.config = configs
+def restore_quantized(saved: Saved) -> None:
+    """Undo :func:`keep_in_float`: the configs and parameter values come back."""
+    for op, config, values in reversed(saved):
+        op.config = config
+        for index, value in values.items():
+            op.inputs[index].value = value
 
 
 @PTQ_PASSES.register_module(name=['MixedPrecision', 'mixed_precision'])
@@ -179,10 +202,10 @@ class MixedPrecision(PTQPass):
                            'the target %.2f; keeping the best set', len(saved), graph.name,
                            best[0], target)
             for name in list(saved)[best[1]:]:
-                _restore(saved.pop(name))
+                restore_quantized(saved.pop(name))
         else:
             for name in reversed(list(saved)):  # put back what the target can do without
-                _restore(saved[name])
+                restore_quantized(saved[name])
                 if score() >= target:
                     del saved[name]
                 else:
