@@ -27,6 +27,7 @@ Example:
     >>> spec.update(attn), attn.num_heads
     ({'num_heads': 2}, 2)
 """
+import copy
 from typing import Dict, Optional, Tuple
 
 import torch.nn as nn
@@ -83,7 +84,13 @@ class HeadAttributes:
             return head_dim
         count = next(getattr(module, name) for name in self.heads
                      if isinstance(getattr(module, name, None), int))
-        return _out_width(kinds or KindTable(), getattr(module, self.query)) // self.parts // count
+        return self.widths_of(module, kinds or KindTable())[0] // count
+
+    def widths_of(self, module: nn.Module, kinds: KindTable) -> Tuple[int, Optional[int]]:
+        """``(query width, key width)`` of ``module`` as it is now: the query child's
+        output over ``parts``, the key child's output (None without one)."""
+        width = _out_width(kinds, getattr(module, self.query)) // self.parts
+        return width, None if self.key is None else _out_width(kinds, getattr(module, self.key))
 
     def update(self, module: nn.Module, kinds: Optional[KindTable] = None,
                head_dim: Optional[int] = None) -> Dict[str, int]:
@@ -92,11 +99,11 @@ class HeadAttributes:
         one); returns what it set."""
         kinds = kinds or KindTable()
         head_dim = getattr(module, self.head_dim) if head_dim is None else head_dim
-        width = _out_width(kinds, getattr(module, self.query)) // self.parts
+        width, keys = self.widths_of(module, kinds)
         values = {name: width // head_dim for name in self.heads}
         values.update({name: width for name in self.widths})
-        if self.key is not None:
-            kv = _out_width(kinds, getattr(module, self.key)) // head_dim
+        if keys is not None:
+            kv = keys // head_dim
             values.update({name: kv for name in self.kv_heads})
             values.update({name: width // head_dim // max(kv, 1) for name in self.groups})
         values = {name: value for name, value in values.items()
@@ -113,8 +120,7 @@ class HeadAttributes:
 
     def head_count(self, module: nn.Module, kinds: Optional[KindTable] = None) -> int:
         """Query heads of ``module`` as it is: its query width over ``head_dim``."""
-        width = _out_width(kinds or KindTable(), getattr(module, self.query)) // self.parts
-        return width // self.head_width(module, kinds)
+        return self.widths_of(module, kinds or KindTable())[0] // self.head_width(module, kinds)
 
     def update_width(self, module: nn.Module, heads: int, attributes: Dict[str, int],
                      kinds: Optional[KindTable] = None) -> Dict[str, int]:
@@ -137,8 +143,8 @@ class HeadAttributes:
             ({'head_dim': 8}, 2)
         """
         kinds = kinds or KindTable()
-        width = _out_width(kinds, getattr(module, self.query)) // self.parts
-        keys = _out_width(kinds, getattr(module, self.key)) if self.key is not None else width
+        width, keys = self.widths_of(module, kinds)
+        keys = width if keys is None else keys
         head_dim = width // max(heads, 1)
         if not head_dim or width % heads or keys % head_dim:
             raise ValueError(f'{type(module).__name__}: {width} query and {keys} key channels '
@@ -197,6 +203,57 @@ class GPT2Heads(HeadAttributes):
 
     def matches(self, module: nn.Module) -> bool:
         return super().matches(module) and not getattr(module, 'is_cross_attention', False)
+
+
+@HEAD_ATTRIBUTES.register_module()
+class Phi3Heads(HeadAttributes):
+    """Phi-3's fused ``qkv_proj``: queries, keys and values of unequal widths
+    (grouped-query attention), cut at ``config.num_attention_heads * head_dim`` and then
+    ``num_key_value_heads * head_dim``.  The query width is ``o_proj``'s input, the keys
+    and values share the rest.  ``config`` is the model's, shared by every layer, so a
+    pruned layer gets a copy of its own before its head count is set.
+
+    Example:
+        >>> from types import SimpleNamespace
+        >>> attn = nn.Module()
+        >>> attn.config = SimpleNamespace(num_attention_heads=4)
+        >>> attn.head_dim, attn.num_key_value_heads, attn.num_key_value_groups = 8, 2, 2
+        >>> attn.qkv_proj, attn.o_proj = nn.Linear(32, 64), nn.Linear(32, 32)
+        >>> shared = attn.config
+        >>> attn.qkv_proj, attn.o_proj = nn.Linear(32, 32), nn.Linear(16, 32)  # a kv head
+        >>> spec = head_attributes_of(attn)
+        >>> type(spec).__name__, spec.update(attn)
+        ('Phi3Heads', {'num_key_value_heads': 1, 'num_key_value_groups': 2, \
+'config.num_attention_heads': 2})
+        >>> shared.num_attention_heads, attn.config.num_attention_heads
+        (4, 2)
+    """
+    query = 'qkv_proj'
+    kv_heads = ('num_key_value_heads', )
+    groups = ('num_key_value_groups', )
+
+    def matches(self, module: nn.Module) -> bool:
+        return (super().matches(module) and isinstance(getattr(module, 'o_proj', None), nn.Module)
+                and isinstance(getattr(getattr(module, 'config', None), 'num_attention_heads',
+                                       None), int))
+
+    def widths_of(self, module: nn.Module, kinds: KindTable) -> Tuple[int, Optional[int]]:
+        """The query width is ``o_proj``'s input; keys and values split the rest."""
+        queries = kinds.kind_of(module.o_proj).widths(module.o_proj)['in']
+        return queries, (_out_width(kinds, module.qkv_proj) - queries) // 2
+
+    def update(self, module: nn.Module, kinds: Optional[KindTable] = None,
+               head_dim: Optional[int] = None) -> Dict[str, int]:
+        """:meth:`HeadAttributes.update`, and the query head count in the module's own
+        copy of the config."""
+        values = super().update(module, kinds, head_dim)
+        head_dim = getattr(module, self.head_dim) if head_dim is None else head_dim
+        heads = self.widths_of(module, kinds or KindTable())[0] // head_dim
+        if module.config.num_attention_heads != heads:
+            module.config = copy.copy(module.config)
+            module.config.num_attention_heads = heads
+            values['config.num_attention_heads'] = heads
+        return values
 
 
 def head_attributes_of(module: nn.Module) -> Optional[HeadAttributes]:

@@ -3,7 +3,7 @@ import copy
 import difflib
 import inspect
 import warnings
-from typing import Any, Callable, Dict, List, Optional, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 import torch
 import torch.nn as nn
@@ -167,15 +167,19 @@ def slim_copy(model: nn.Module, example_inputs: Any, call: Dict[str, Any],
     structure_pruner.prepare_from_supernet(slim, example_inputs)
     if not structure_pruner.strict:
         _warn_unpruned(structure_pruner.groups.strict_reasons())
+    hidden_keys: List[str] = []
     if hf:
-        from ..integrations.transformers.prune import warn_if_hidden_kept, warn_whole_attention
+        from ..integrations.transformers.prune import (hidden_size_keys, warn_if_hidden_kept,
+                                                       warn_whole_attention)
         warn_whole_attention(model, structure_pruner.groups, caller)
         if hidden:
             warn_if_hidden_kept(model, structure_pruner.groups, caller)
+            hidden_keys = hidden_size_keys(model)
     subnet = _choose_subnet(structure_pruner, budget, options, example_inputs, data, loss_fn)
     if reshape is not None:
         subnet = reshape(structure_pruner, subnet)
     _warn_if_nothing_pruned(structure_pruner, subnet, budget, caller)
+    _warn_norm_statistics(structure_pruner, subnet, caller, hidden_keys)
     structure_pruner.set_subnet(subnet)
     structure_pruner.deploy_subnet(slim, structure_pruner.export_subnet())
     _check_runs(slim, example_inputs)
@@ -277,6 +281,34 @@ def _warn_if_nothing_pruned(pruner: StructurePruner, subnet: SubnetDict,
             warnings.warn(f'{caller}: nothing was pruned: every channel is kept '
                           f'({said or "no prunable group can lose a channel"}); the model '
                           'is returned whole', UserWarning, stacklevel=4)
+
+
+def _warn_norm_statistics(pruner: StructurePruner, subnet: SubnetDict, caller: str,
+                          hidden: Sequence[str] = ()) -> None:
+    """Say so when a group loses channels that a norm takes its statistics over (a
+    LayerNorm, RMSNorm or GroupNorm across them: OLMo-2's ``q_norm`` over every head):
+    the slim norm normalises over fewer channels, so the slim model computes what the
+    masked one does, not the dense model with those channels removed.  Groups of the
+    hidden size (``hidden``: the modules that start it) have their own warning."""
+    modules = dict(pruner.model.named_modules())
+    found = []
+    for gid, keep in subnet.items():
+        group = pruner.groups.prunable.get(gid)
+        if group is None or bool(torch.as_tensor(keep).all()) or any(
+                layer.startswith(key) for layer in group.layers for key in hidden):
+            continue
+        kinds = {name: pruner.kinds.kind_of(modules[name]) for name in group.norms}
+        spanning = [name for name, kind in kinds.items()
+                    if kind is not None and not getattr(kind, 'per_channel_statistics', True)]
+        if spanning:
+            found.append(f'{gid} -> {spanning[0]} ({type(modules[spanning[0]]).__name__})')
+    if found:
+        more = f' (and {len(found) - 1} more)' if len(found) > 1 else ''
+        warnings.warn(f'{caller}: pruned channels that a norm takes its statistics over, '
+                      f'{found[0]}{more}: the slim norm normalises over fewer channels, so '
+                      'the slim model computes what the masked supernet does, not the dense '
+                      'model with those channels removed; fine-tune it, or keep the group '
+                      'with except_start_keys', UserWarning, stacklevel=4)
 
 
 def _warn_unpruned(reasons: Dict[str, List[str]]) -> None:

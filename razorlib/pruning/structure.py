@@ -66,6 +66,21 @@ def _check_except_keys(model: nn.Module, keys: Sequence[str]) -> None:
                           f'{", ".join(repr(n) for n in close)})', UserWarning, stacklevel=3)
 
 
+#: Why a group read by a slice at the code's bounds is frozen (``groups.sliced``).
+_SLICED = 'a slice of these channels takes them at bounds the code computes'
+
+
+def _every_other(count: int) -> np.ndarray:
+    """``count`` channel indices, the odd ones first: halving a group by this order keeps
+    every other channel, which a slice at a literal bound cannot read by chance.
+
+    Example:
+        >>> _every_other(5).tolist()
+        [1, 3, 0, 2, 4]
+    """
+    return np.r_[1:count:2, 0:count:2]
+
+
 class StructurePruner(metaclass=ABCMeta):
     """Base class of structured channel pruners.
 
@@ -164,8 +179,14 @@ class StructurePruner(metaclass=ABCMeta):
                 self._masked[use.name] = module
         self._reset_subnet()
         checked = list(groups.prunable) if self.heads == 'width' else list(
-            dict.fromkeys(groups.whole_heads + groups.summed))
-        if checked and not any(p.is_meta for p in supernet.parameters()):
+            dict.fromkeys(groups.whole_heads + groups.summed + groups.sliced))
+        if any(p.is_meta for p in supernet.parameters()):
+            freeze_failing(groups, dict.fromkeys(groups.sliced, 'the model is on the meta '
+                                                 'device'), _SLICED + ', which only a run on '
+                           'real weights can check ({error})', self.strict,
+                           'load the model with real weights')
+            self._reset_subnet()
+        elif checked:
             if self._freeze_inexact_groups(example_inputs, checked) and self.verify:
                 # the size-dependent groups ran cut beside those: now they must run without
                 failing = bisect_failing(groups.size_dependent, lambda ids: self._cut_run(
@@ -194,10 +215,14 @@ class StructurePruner(metaclass=ABCMeta):
         with a count no ``HEAD_ATTRIBUTES`` entry rewrites splits the slim channels into
         as many narrower heads, without an error.  Dropping a channel from a sum is exact
         only where the masked model's pruned channel is zero there, which an op after the
-        layer undoes (``y.exp().sum(1)``, ``sigmoid``, ``+ 1``).  So the model runs on
-        ``example_inputs`` with the groups halved, masked and then sliced (in place, put
-        back after), and the groups whose outputs differ are bisected out and frozen.
-        (Models with parameters on the ``meta`` device are not run.)
+        layer undoes (``y.exp().sum(1)``, ``sigmoid``, ``+ 1``).  A slice of a channel dim
+        (``groups.sliced``) takes the kept channels only where the code computes its
+        bounds from the slim widths.  So the model runs on ``example_inputs`` with the
+        groups halved, masked and then sliced (in place, put back after), and the groups
+        whose outputs differ are bisected out and frozen.  The half kept is every other
+        channel, not a prefix: a literal ``x[:, :16]`` of 32 channels reads the same
+        channels of a slim model that kept the first 16.  (Models with parameters on the
+        ``meta`` device are not run.)
 
         Returns:
             ``{group id: difference}`` for each group frozen.
@@ -205,16 +230,22 @@ class StructurePruner(metaclass=ABCMeta):
         failing = bisect_failing(ids, lambda ids: self._difference(ids, example_inputs))
         heads = failing if self.heads == 'width' else {
             gid: error for gid, error in failing.items() if gid in self.groups.whole_heads}
+        sliced = {gid: error for gid, error in failing.items()
+                  if gid not in heads and gid in self.groups.sliced}
+        summed = {gid: error for gid, error in failing.items()
+                  if gid not in heads and gid not in sliced}
         instead = "heads='whole'" if self.heads == 'width' else (
             'view by -1 heads, or register a HEAD_ATTRIBUTES entry that rewrites the head '
             'count from the projections, or except_start_keys to exclude the module')
-        freeze_failing(self.groups, heads, f"heads={self.heads!r}: the slim model computes "
-                       'other outputs than the masked one ({error})', self.strict, instead)
-        freeze_failing(self.groups, {gid: error for gid, error in failing.items()
-                                     if gid not in heads},
-                       'the slim model computes other outputs than the masked one ({error}): '
-                       'a sum over these channels reads them where pruning leaves them '
-                       'non-zero', self.strict, 'except_start_keys to exclude the module')
+        differs = 'the slim model computes other outputs than the masked one ({error})'
+        freeze_failing(self.groups, heads, f'heads={self.heads!r}: {differs}', self.strict,
+                       instead)
+        freeze_failing(self.groups, sliced, f'{differs}: {_SLICED}', self.strict,
+                       'compute the bounds from the widths, or except_start_keys to exclude '
+                       'the module')
+        freeze_failing(self.groups, summed, f'{differs}: a sum over these channels reads them '
+                       'where pruning leaves them non-zero', self.strict,
+                       'except_start_keys to exclude the module')
         return failing
 
     def _difference(self, ids: List[str], example_inputs: Any) -> Optional[str]:
@@ -226,7 +257,7 @@ class StructurePruner(metaclass=ABCMeta):
         """Run the slim model with ``ids`` halved: its error, or (``compare``) how its
         outputs differ from the masked model's; None where it runs (and agrees)."""
         groups = self.groups.groups
-        self.set_subnet({gid: groups[gid].keep_best(np.arange(groups[gid].num_channels),
+        self.set_subnet({gid: groups[gid].keep_best(_every_other(groups[gid].num_channels),
                                                     groups[gid].num_channels // 2)
                          for gid in ids})
         cfg = self.export_subnet()
@@ -420,7 +451,7 @@ class StructurePruner(metaclass=ABCMeta):
                 buffer = modules[owner]._buffers[param_mask_name(attr, use.dim)]
             else:
                 buffer = self._masked[use.name]._buffers[IN_MASK if use.role == 'in' else OUT_MASK]
-            masks[(use.name, use.role, use.dim)] = buffer.detach().reshape(-1).cpu().numpy() != 0
+            masks[(use.name, use.role, use.dim)] = (buffer.detach().reshape(-1).cpu() != 0).numpy()
         return masks
 
     def _adopt_loaded_masks(self) -> None:
@@ -469,7 +500,7 @@ class StructurePruner(metaclass=ABCMeta):
         return keep
 
     def _space_mask(self, group: ChannelGroup, mask: Any) -> np.ndarray:
-        values = torch.as_tensor(mask).detach().cpu().reshape(-1).numpy() != 0
+        values = (torch.as_tensor(mask).detach().cpu().reshape(-1) != 0).numpy()
         if values.size == group.num_channels:
             keep = values
         elif values.size == group.width:

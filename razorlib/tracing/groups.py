@@ -168,6 +168,13 @@ class ChannelGroups:
         (``graph.summed``)."""
         return self._touching(self.graph.summed)
 
+    @property
+    def sliced(self) -> List[str]:
+        """Prunable groups whose channels a slice reads at bounds the code computes: the
+        slim slice takes the same channels only where those bounds follow the slim widths
+        (``graph.sliced``)."""
+        return self._touching(self.graph.sliced)
+
     def _touching(self, slots: np.ndarray) -> List[str]:
         """Prunable groups with a class that holds any of ``slots``."""
         touched = np.zeros(len(self.labels), dtype=bool)

@@ -355,8 +355,15 @@ def select(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
 
 
 def slice_(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
-    """``x[:, a:b]``: a slice of a channel dim is fixed in the code, so unless it spans
-    the whole dim the channels freeze; slices of other dims keep the slots.
+    """``x[:, a:b]``: slices of other dims keep the slots; a slice of a channel dim
+    keeps the slots it takes, and they are checked on the model (``ctx.sliced``).
+
+    The bounds are the code's: the slim model's slice takes the same channels only where
+    the code computes its bounds from the slim widths (Phi-3's fused ``qkv_proj``, cut
+    at ``config.num_attention_heads * head_dim``, which a ``HEAD_ATTRIBUTES`` entry
+    rewrites).  So the pruner compares slim and masked outputs with those channels cut
+    and freezes them where the two differ (a literal ``x[:, :16]``); on a model with
+    ``meta`` parameters, which is not run, they freeze.  A strided slice freezes.
 
     Under ``heads='width'`` a slice of ``head_dim`` positions into equal blocks (RoPE's
     ``x[..., :d // 2]`` and ``x[..., d // 2:]``) keeps its block's slots, and the blocks
@@ -370,11 +377,18 @@ def slice_(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
     slots = dict(x.slots)
     if dim in slots and out_shape[dim] != x.shape[dim]:
         block = _head_width_block(ctx, node, slots[dim], out_shape[dim])
+        if block is None and node._saved_step == 1:
+            start = min(normalize_dim(node._saved_start, x.shape[dim]), x.shape[dim])
+            block = slots[dim][start:start + out_shape[dim]]
+            ctx.sliced.update(slots[dim].tolist())
+            after = ', '.join(ctx.neighbours(node)[0]) or 'the model input'
+            ctx.slots.require(block, f'a slice of channels {start}:{start + len(block)} '
+                              f'({node.name()} after {after})')
         if block is not None:
             slots[dim] = block
         else:
             ctx.freeze(slots.pop(dim), 'fixed', node,
-                       f'slices channel dim {dim} with fixed bounds')
+                       f'slices channel dim {dim} with a stride of {node._saved_step}')
     return [TensorChannels(out_shape, slots)]
 
 

@@ -49,6 +49,7 @@ class ChannelGraph:
             may split the slim heads by a head count of its own without failing.
         summed: slots a sum over channels or a product of activations adds up over:
             exact after pruning only where the pruned channels are zero there.
+        sliced: slots of a channel dim sliced at bounds the code computes.
     """
     slots: SlotTable
     uses: List[ChannelUse]
@@ -60,6 +61,7 @@ class ChannelGraph:
     size_dependent: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     whole_heads: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     summed: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    sliced: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
 
 def _topological_order(roots: Sequence[Any]) -> Tuple[List[Any], Dict[Any, List[Any]]]:
@@ -165,7 +167,8 @@ def trace(model: nn.Module, example_inputs: Any = None, strict: bool = False,
                         dict(op_counts), record.device,
                         _output_dims(ctx, channels, record.module_outputs), size_dependent,
                         np.array(sorted(ctx.whole_heads), dtype=np.int64),
-                        np.array(sorted(ctx.summed), dtype=np.int64))
+                        np.array(sorted(ctx.summed), dtype=np.int64),
+                        np.array(sorted(ctx.sliced), dtype=np.int64))
 
 
 def _input_info(ctx: TraceContext, channels: Dict, child, nr: int) -> InputInfo:

@@ -28,6 +28,12 @@ def mistral(**overrides) -> nn.Module:
         transformers.MistralConfig(**{**_DECODER, **overrides}))
 
 
+def phi3(**overrides) -> nn.Module:
+    """Phi-3: one fused ``qkv_proj`` cut at the config's query and key/value widths."""
+    config = dict(_DECODER, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    return transformers.Phi3ForCausalLM(transformers.Phi3Config(**{**config, **overrides}))
+
+
 def gpt2(**overrides) -> nn.Module:
     config = dict(n_embd=64, n_layer=2, n_head=4, vocab_size=VOCAB, n_positions=32,
                   bos_token_id=0, eos_token_id=0)
@@ -60,6 +66,7 @@ MODELS: Dict[str, Tuple[Callable[..., nn.Module], Callable[..., Dict], str]] = {
     'llama': (llama, token_inputs, 'model.layers.{i}.mlp.up_proj'),
     'qwen2': (qwen2, token_inputs, 'model.layers.{i}.mlp.up_proj'),
     'mistral': (mistral, token_inputs, 'model.layers.{i}.mlp.up_proj'),
+    'phi3': (phi3, token_inputs, 'model.layers.{i}.mlp.gate_up_proj'),
     'gpt2': (gpt2, token_inputs, 'transformer.h.{i}.mlp.c_fc'),
     'bert': (bert, token_inputs, 'encoder.layer.{i}.intermediate.dense'),
     'vit': (vit, image_inputs, 'vit.layers.{i}.mlp.fc1'),
@@ -67,11 +74,13 @@ MODELS: Dict[str, Tuple[Callable[..., nn.Module], Callable[..., Dict], str]] = {
 
 
 #: name -> block ``{i}``'s attention projections: (query, key, value, output); GPT-2's fused
-#: ``c_attn`` computes all three.
+#: ``c_attn`` and Phi-3's ``qkv_proj`` compute all three.
 ATTENTION: Dict[str, Tuple[str, str, str, str]] = {
     'llama': tuple(f'model.layers.{{i}}.self_attn.{p}_proj' for p in 'qkvo'),
     'qwen2': tuple(f'model.layers.{{i}}.self_attn.{p}_proj' for p in 'qkvo'),
     'mistral': tuple(f'model.layers.{{i}}.self_attn.{p}_proj' for p in 'qkvo'),
+    'phi3': ('model.layers.{i}.self_attn.qkv_proj', ) * 3
+    + ('model.layers.{i}.self_attn.o_proj', ),
     'gpt2': ('transformer.h.{i}.attn.c_attn', ) * 3 + ('transformer.h.{i}.attn.c_proj', ),
     'bert': tuple(f'encoder.layer.{{i}}.attention.self.{p}' for p in ('query', 'key', 'value'))
     + ('encoder.layer.{i}.attention.output.dense', ),
@@ -81,10 +90,11 @@ ATTENTION: Dict[str, Tuple[str, str, str, str]] = {
 
 #: The attention widths of :data:`ATTENTION` in every block at ratio 0.5 (query, key,
 #: value outputs; the output projection's input): half the heads of 16, for Llama-likes one
-#: of two key/value heads with its two query heads.
+#: of two key/value heads with its two query heads (Phi-3's ``qkv_proj``: 32 + 16 + 16).
 HALF_ATTENTION: Dict[str, Tuple[int, int, int, int]] = {
     'llama': (32, 16, 16, 32), 'qwen2': (32, 16, 16, 32), 'mistral': (32, 16, 16, 32),
-    'gpt2': (96, 96, 96, 32), 'bert': (32, 32, 32, 32), 'vit': (32, 32, 32, 32)}
+    'phi3': (64, 64, 64, 32), 'gpt2': (96, 96, 96, 32), 'bert': (32, 32, 32, 32),
+    'vit': (32, 32, 32, 32)}
 
 
 def attention_widths(model: nn.Module, name: str, block: int) -> Tuple[int, int, int, int]:

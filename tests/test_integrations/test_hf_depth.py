@@ -100,3 +100,23 @@ def test_removal_errors_name_the_fault():
         remove_decoder_layers(gpt2, [0])
     with pytest.raises(TypeError, match='remove_blocks'):
         remove_decoder_layers(nn.Sequential(nn.Linear(2, 2)), [0])
+
+
+@pytest.mark.parametrize('placement', [dict(decoder_sparse_step=2), dict(mlp_only_layers=[3])])
+def test_layers_placed_by_index_or_stride_refuse_to_move(placement):
+    """Qwen2-MoE places its MoE and MLP blocks by ``decoder_sparse_step`` and
+    ``mlp_only_layers``: after a removal the config would build MoE blocks where MLPs
+    are (and ``from_pretrained`` initialise them), so the removal is refused first."""
+    transformers = pytest.importorskip('transformers')
+    torch.manual_seed(0)
+    model = transformers.Qwen2MoeForCausalLM(transformers.Qwen2MoeConfig(
+        hidden_size=32, intermediate_size=64, moe_intermediate_size=16,
+        shared_expert_intermediate_size=32, num_experts=4, num_experts_per_tok=2,
+        num_hidden_layers=4, num_attention_heads=2, num_key_value_heads=1, vocab_size=64,
+        **placement)).eval()
+    before = {name: tuple(p.shape) for name, p in model.named_parameters()}
+    with pytest.raises(ValueError, match=r'builds another kind of layer at position \d .*'
+                       r'decoder_sparse_step.*mlp_only_layers.*nothing was removed'):
+        remove_decoder_layers(model, [0])
+    assert {name: tuple(p.shape) for name, p in model.named_parameters()} == before
+    assert model.config.num_hidden_layers == 4

@@ -9,6 +9,7 @@ import copy
 
 import numpy as np
 import pytest
+import torch
 from hf_builders import attention_widths, build, main_output, relative_error
 
 from razorlib.integrations.transformers import hidden_size_keys, load_pruned, prune, save_pruned
@@ -115,4 +116,24 @@ def test_head_widths_without_rope_reload_from_the_channel_file(name, attention, 
     for i in range(2):
         module = again.get_submodule(attention.format(i=i))
         assert tuple(getattr(module, count) for count in counts) == (4, 8)
+    assert relative_error(main_output(again, inputs), main_output(slim.eval(), inputs)) <= 1e-6
+
+
+def test_a_narrowed_head_dim_beside_a_halved_hidden_size_keeps_the_dense_scale_on_reload(
+        tmp_path):
+    """In GPT-2 a halved ``n_embd`` would give the narrowed heads' shapes (4 heads of 8),
+    but a model built from it scales the attention by 8 ** -0.5, where the slim model
+    keeps the dense 16 ** -0.5: the config keeps its hidden size and head count, and the
+    channel file carries the widths."""
+    model, inputs = build('gpt2')
+    with torch.no_grad():  # a softmax far from uniform, so the scale shows
+        for block in model.transformer.h:
+            block.attn.c_attn.weight[:, :128] *= 20
+    slim = prune(model, inputs, ratio=0.5, heads='width', hidden=True)
+    assert (slim.transformer.h[0].attn.head_dim, slim.transformer.h[0].attn.scaling) == \
+        (8, 0.25)
+    assert slim.config.n_embd == 64
+    assert not save_pruned(slim, tmp_path).exact
+    again = load_pruned(tmp_path)
+    assert again.transformer.h[0].attn.scaling == 0.25
     assert relative_error(main_output(again, inputs), main_output(slim.eval(), inputs)) <= 1e-6

@@ -26,6 +26,7 @@ CONFIG_HEADS = {
     'qwen2': dict(num_attention_heads=2, num_key_value_heads=1, head_dim=16,
                   intermediate_size=64),
     'vit': dict(num_attention_heads=2, head_dim=16, intermediate_size=64),
+    'phi3': dict(num_attention_heads=2, num_key_value_heads=1, intermediate_size=64),
 }
 
 

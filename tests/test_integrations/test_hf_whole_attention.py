@@ -1,7 +1,7 @@
-"""What the trace leaves whole is said: Phi-3's fused ``qkv_proj`` is sliced at fixed
-offsets and GPTBigCode's multi-query ``c_attn`` split by fixed sizes, so only their MLPs
-shrink, and ``razorlib.prune`` warns once, naming the first attention and why; a hidden
-size that ``hidden=True`` cannot prune is named with its reason too."""
+"""What the trace leaves whole is said: GPTBigCode's multi-query ``c_attn`` is split by
+fixed sizes, so only its MLPs shrink, and ``razorlib.prune`` warns once, naming the first
+attention and why; a hidden size that ``hidden=True`` cannot prune is named with its
+reason too.  (Phi-3's fused ``qkv_proj`` prunes: ``test_hf_phi3.py``.)"""
 import warnings
 
 import pytest
@@ -13,13 +13,6 @@ import razorlib
 transformers = pytest.importorskip('transformers')
 
 
-def _phi3():
-    torch.manual_seed(0)
-    return transformers.Phi3ForCausalLM(transformers.Phi3Config(
-        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, vocab_size=VOCAB, pad_token_id=0)).eval()
-
-
 def _bigcode():
     torch.manual_seed(0)
     return transformers.GPTBigCodeForCausalLM(transformers.GPTBigCodeConfig(
@@ -28,8 +21,6 @@ def _bigcode():
 
 
 @pytest.mark.parametrize('builder, first, why', [
-    (_phi3, 'model.layers.0.self_attn', r'model.layers.0.self_attn.qkv_proj: \[fixed\] '
-     r'SliceBackward0: slices channel dim 2 with fixed bounds'),
     (_bigcode, 'transformer.h.0.attn', r'transformer.h.0.attn.c_attn: \[fixed\] '
      r'SplitWithSizesBackward0: splits channels into parts of fixed sizes \[64, 16, 16\]')])
 def test_attention_left_whole_is_named_with_its_reason(builder, first, why):

@@ -71,6 +71,30 @@ def test_a_ratio_between_two_widths_keeps_the_larger_whatever_their_parity(prune
     assert [layer.out_channels for layer in slim[:-1:2]] == [3, 4, 5, 6, 7]
 
 
+def test_a_bfloat16_model_prunes_and_stays_bfloat16():
+    """numpy has no bfloat16: the masks are compared in torch before they become arrays."""
+    model = net().to(torch.bfloat16)
+    slim = razorlib.prune(model, X.to(torch.bfloat16), ratio=0.5)
+    assert slim.conv1.out_channels == model.conv1.out_channels // 2
+    assert {p.dtype for p in slim.parameters()} == {torch.bfloat16}
+
+
+def test_pruning_channels_a_norm_takes_statistics_over_is_said():
+    """A GroupNorm (or LayerNorm, RMSNorm) normalises over all its channels: the slim one
+    over fewer, so the slim model is the masked supernet, not the dense model without
+    those channels.  Per-channel statistics (BatchNorm) need no word."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 16, 3), nn.GroupNorm(4, 16), nn.ReLU(),
+                          nn.Conv2d(16, 8, 3)).eval()
+    with pytest.warns(UserWarning, match=r'razorlib.prune: pruned channels that a norm takes '
+                      r'its statistics over, 0 -> 1 \(GroupNorm\): the slim norm normalises '
+                      'over fewer channels'):
+        razorlib.prune(model, torch.randn(1, 3, 8, 8), ratio=0.5)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        razorlib.prune(net(), X, ratio=0.5)  # batch norms
+
+
 def test_norm_scales_false_reads_the_filters_as_before():
     model = net()
     slim = razorlib.prune(model, X, ratio=0.5, importance=dict(type='l1', norm_scales=False))

@@ -152,8 +152,12 @@ def test_chunk_binds_parts_and_split_sizes_freeze():
 def test_slice_select_unbind():
     full = Traced(Net(lambda m, a, b: a[:, :, 1:3].mean((2, 3)), head_in=8), X)
     assert full.group_of('a').prunable
-    part = Traced(Net(lambda m, a, b: a[:, 2:5].mean()), X)
-    assert [r.op for r in part.reasons('a')] == ['SliceBackward0']
+    # a part of the channels: they follow the slice, to be checked on the model
+    part = Traced(Net(lambda m, a, b: a[:, 2:5].mean((2, 3)), head_in=3), X)
+    assert (part.classes('head', 'in') == part.classes('a')[2:5]).all()
+    assert part.group_of('a').prunable and part.groups.sliced == ['a']
+    strided = Traced(Net(lambda m, a, b: a[:, ::2].mean()), X)
+    assert [r.op for r in strided.reasons('a')] == ['SliceBackward0']
     select = Traced(Net(lambda m, a, b: a[:, 0].mean()), X)
     assert [r.op for r in select.reasons('a')] == ['SelectBackward0']
     unbind = Traced(Net(lambda m, a, b: a.unbind(2)[0].mean(2), head_in=8), X)

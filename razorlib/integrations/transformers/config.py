@@ -308,19 +308,22 @@ def _head_width(config) -> Dict[str, int]:
 
 
 def _moves(config, fields: Iterable[str], mismatches: List[Mismatch]) -> List[Dict[str, int]]:
-    """Config changes to try: each field alone, then the head counts together by one
-    ratio (GQA's query and key/value heads, where a config check wants both at once).
-    A change of head counts pins the head width (:func:`_head_width`)."""
+    """Config changes to try: the head counts together by one ratio (GQA's query and
+    key/value heads, where a config check wants both at once, or where one projection
+    holds both, as Phi-3's fused ``qkv_proj``: the query heads alone would leave it
+    between the two), then each field alone.  A change of head counts pins the head
+    width (:func:`_head_width`)."""
     changes = _width_changes(mismatches)
     present = [name for name in fields if hasattr(config, name)]
-    moves = [{name: value} for name in present
-             for value in _candidates(getattr(config, name), changes)]
+    moves = []
     heads = [name for name in present
              if name in HEAD_COUNT_FIELDS and isinstance(getattr(config, name), int)]
     for dense, slim in _uniform(changes) if len(heads) > 1 else ():
         together = {name: _scaled(getattr(config, name), dense, slim) for name in heads}
         if None not in together.values():
             moves.append(together)
+    moves += [{name: value} for name in present
+              for value in _candidates(getattr(config, name), changes)]
     hidden = [name for name in present
               if name in HIDDEN_SIZE_FIELDS and isinstance(getattr(config, name), int)]
     for dense, slim in _uniform(changes) if heads and hidden else ():
@@ -479,8 +482,11 @@ def sync_config(model: nn.Module, fields: Tuple[str, ...] = WIDTH_FIELDS) -> Con
     shrank by the same ratio (the two are tried together).  No change is kept whose
     model splits a width into other heads than the slim model does
     (:func:`head_shapes_differ`): equal shapes can hide that.  A pruned ``head_dim``
-    (``heads='width'``) changes no head count (:func:`_head_width_pruned`): its
-    projections stay mismatches, so ``from_pretrained`` refuses the saved weights.  Nor
+    (``heads='width'``) changes no head count and no hidden size
+    (:func:`_head_width_pruned`): its projections stay mismatches, so
+    ``from_pretrained`` refuses the saved weights (in GPT-2 a halved ``n_embd`` would
+    give the narrowed heads' shapes, and a reload would scale the attention by the new
+    ``head_dim``, where the slim model keeps the dense scale).  Nor
     is one kept whose model computes another value into a non-persistent buffer than the
     slim model holds (:func:`buffer_mismatches`: Gemma's ``embed_scale`` is
     ``sqrt(hidden_size)``, so a halved hidden size stays in ``mismatches``, listed with
@@ -522,7 +528,8 @@ def sync_config(model: nn.Module, fields: Tuple[str, ...] = WIDTH_FIELDS) -> Con
     reference = build_like(model)
     mismatches = shape_mismatches(model, reference)
     if _head_width_pruned(model, reference):
-        fields = tuple(name for name in fields if name not in HEAD_COUNT_FIELDS)
+        fields = tuple(name for name in fields
+                       if name not in HEAD_COUNT_FIELDS + HIDDEN_SIZE_FIELDS)
     sync, values = ConfigSync(), _Values(model)
     while mismatches:
         found = _first_fix(model, config, fields, mismatches, values)

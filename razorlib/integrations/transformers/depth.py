@@ -7,7 +7,7 @@ from typing import Any, Iterable, List, Optional, Sequence
 import torch.nn as nn
 
 from ...pruning.depth import DepthPruned, LossFn, block_importance, remove_blocks, select_blocks
-from .config import is_hf_model
+from .config import build_like, is_hf_model
 
 __all__ = ['decoder_layers', 'remove_decoder_layers', 'prune_decoder_layers']
 
@@ -36,11 +36,41 @@ def _per_layer_fields(config, count: int) -> List[str]:
             if 'layer' in name and isinstance(value, (list, tuple)) and len(value) == count]
 
 
+def _check_rebuilds(model: nn.Module, stack: str, keep: List[int], config,
+                    rewritten: Sequence[str]) -> None:
+    """Raise unless a model built from ``config`` (the rewritten one) holds, at each new
+    position, a layer of the kind the shallower model keeps there (the same parameter
+    names): a config field that places layers by index or stride, which the rewrite does
+    not follow (Qwen2-MoE's ``mlp_only_layers``, ``decoder_sparse_step``), would make
+    ``from_pretrained`` build MoE blocks where MLPs are and initialise their weights."""
+    built = build_like(model, config).get_submodule(stack)
+    layers = model.get_submodule(stack)
+    for new, old in enumerate(keep):
+        ours = {name for name, _ in layers[old].named_parameters()}
+        theirs = {name for name, _ in built[new].named_parameters()}
+        if ours != theirs:
+            fields = sorted(name for name, value in vars(config).items()
+                            if name not in ('num_hidden_layers', *rewritten)
+                            and not name.startswith('_')
+                            and any(word in name for word in ('layer', 'sparse', 'step'))
+                            and isinstance(value, (int, list, tuple)))
+            raise ValueError(
+                f'removing layers of {type(model).__name__}: a config with '
+                f'num_hidden_layers={len(keep)} builds another kind of layer at position '
+                f'{new} than layer {old} that would move there ({len(theirs - ours)} '
+                f'parameters it lacks, {len(ours - theirs)} it does not build); the config '
+                f'places layers by fields this rewrite does not follow ({fields}); nothing '
+                'was removed')
+
+
 def remove_decoder_layers(model: nn.Module, indices: Sequence[int]) -> nn.Module:
     """Remove the layers at ``indices`` from a transformers model, in place.
 
     The config's ``num_hidden_layers`` and its per-layer lists (``layer_types``) follow,
-    and every remaining layer's modules get their new position as ``layer_idx``.
+    and every remaining layer's modules get their new position as ``layer_idx``.  A model
+    whose config would then build another kind of layer at some position (layers placed
+    by index or stride, as Qwen2-MoE's MoE and MLP blocks) is refused before anything
+    changes (:func:`_check_rebuilds`).
 
     Example:
         >>> from transformers import LlamaConfig, LlamaForCausalLM
@@ -66,15 +96,19 @@ def remove_decoder_layers(model: nn.Module, indices: Sequence[int]) -> nn.Module
         raise ValueError(f'{stack} has {count} layers: cannot remove {drop} (keep at least one)')
     keep = [i for i in range(count) if i not in drop]
     lists = _per_layer_fields(config, count)
+    rewritten = copy.deepcopy(config)
+    rewritten.num_hidden_layers = len(keep)
+    for name in lists:
+        value = getattr(config, name)
+        setattr(rewritten, name, type(value)(value[i] for i in keep))
+    _check_rebuilds(model, stack, keep, rewritten, lists)
     remove_blocks(model, [f'{stack}.{i}' for i in drop])
     for new, layer in enumerate(model.get_submodule(stack)):
         for module in layer.modules():
             if isinstance(getattr(module, 'layer_idx', None), int):
                 module.layer_idx = new
-    config.num_hidden_layers = len(keep)
-    for name in lists:
-        value = getattr(config, name)
-        setattr(config, name, type(value)(value[i] for i in keep))
+    for name in ['num_hidden_layers'] + lists:
+        setattr(config, name, getattr(rewritten, name))
     return model
 
 

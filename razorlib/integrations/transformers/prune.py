@@ -91,11 +91,11 @@ def warn_whole_attention(model: nn.Module, groups: Any, caller: str,
                          stacklevel: int = 4) -> List[str]:
     """Warn when attention modules (their class named ``...Attention``) come out whole:
     none of their layers' output channels in a prunable group, for a reason other than
-    ``except_start_keys``.  A user of a language
-    model expects heads to go; where the trace freezes them (a fused projection sliced
-    at fixed offsets, Phi-3's ``qkv_proj``; a split with sizes of the code's own) only
-    the MLPs shrink, which the FLOPs would show but nothing said.  One warning names how
-    many, the first, and its reason; returns the names.
+    ``except_start_keys``.  A user of a language model expects heads to go; where they
+    stay (a fused projection cut at bounds no ``HEAD_ATTRIBUTES`` entry rewrites; a split
+    with sizes of the code's own, GPTBigCode's multi-query ``c_attn``) only the MLPs
+    shrink, which the FLOPs would show but nothing said.  One warning names how many, the
+    first, and its reason; returns the names.
 
     Example:
         >>> from transformers import GPT2Config, GPT2LMHeadModel
@@ -115,12 +115,17 @@ def warn_whole_attention(model: nn.Module, groups: Any, caller: str,
         inside = sorted(layer for layer in group_of if layer.startswith(f'{name}.'))
         if any(group_of[layer].prunable for layer in inside):
             continue
-        # a reason other than except_start_keys (the hidden size's, or the user's own)
-        why = next((f'{layer}: {reason}' for layer in inside
-                    for reason in group_of[layer].frozen_reasons
-                    if reason.kind != 'except-key'), None)
-        if why is not None:
-            whole.append((name, why))
+        # a reason other than except_start_keys (the hidden size's, or the user's own):
+        # the one most of the attention's layers share, the cause rather than what it
+        # froze on the way (multi-query attention binds q, k and v; RoPE's product, k's)
+        found = {}
+        for layer in inside:
+            for reason in group_of[layer].frozen_reasons:
+                if reason.kind != 'except-key':
+                    found.setdefault(str(reason), {})[layer] = None
+        if found:
+            reason, layers = max(found.items(), key=lambda item: len(item[1]))
+            whole.append((name, f'{next(iter(layers))}: {reason}'))
     if whole:
         name, why = whole[0]
         more = f' (and {len(whole) - 1} more)' if len(whole) > 1 else ''

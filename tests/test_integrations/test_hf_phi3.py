@@ -1,0 +1,112 @@
+"""Phi-3's attention: one ``qkv_proj`` cut at ``config.num_attention_heads * head_dim`` and
+``num_key_value_heads * head_dim``.  The trace lets the slices take their channels, the
+``Phi3Heads`` entry sets each pruned layer's head counts (the query heads in a copy of the
+config shared by every layer), and the pruner's run on the model checks that the slim
+slices take the kept heads; the slim model reloads and generates as the masked one."""
+import copy
+
+import pytest
+import torch
+from hf_builders import build, main_output, relative_error
+
+import razorlib
+from razorlib.integrations.transformers import (hidden_size_keys, load_pruned, prune,
+                                                save_pruned)
+from razorlib.pruning import L1NormPruner
+from razorlib.utils import get_model_complexity
+
+transformers = pytest.importorskip('transformers')
+
+#: (qkv_proj's output, o_proj's input, key/value heads, query heads) at ratio 0.5 of 4 query
+#: heads over 2 key/value heads of 16: one key/value head goes with its 2 query heads
+HALF = (64, 32, 1, 2)
+
+
+def _widths(model, i):
+    attn = model.model.layers[i].self_attn
+    return (attn.qkv_proj.out_features, attn.o_proj.in_features, attn.num_key_value_heads,
+            attn.config.num_attention_heads)
+
+
+@pytest.mark.parametrize('implementation', ['eager', 'sdpa'])
+def test_masked_model_computes_and_counts_what_the_slim_model_does(implementation):
+    model, inputs = build('phi3', attn_implementation=implementation)
+    dense = main_output(model, inputs)
+    pruner = L1NormPruner(ratio=0.5, except_start_keys=hidden_size_keys(model))
+    pruner.prepare_from_supernet(model, inputs)
+    attention = [gid for gid in pruner.groups.prunable if '.self_attn.' in gid]
+    assert attention == [f'model.layers.{i}.self_attn.qkv_proj' for i in range(2)]
+    assert pruner.groups.sliced == attention
+    pruner.set_subnet(pruner.sample_subnet())
+    masked = main_output(model, inputs)
+    masked_params = get_model_complexity(model, inputs).params
+    slim = pruner.deploy_subnet(copy.deepcopy(model), pruner.export_subnet())
+    assert [_widths(slim, i) for i in range(2)] == [HALF] * 2
+    assert relative_error(main_output(slim, inputs), masked) <= 1e-4
+    assert relative_error(masked, dense) > 1e-2
+    assert masked_params == sum(p.numel() for p in slim.parameters())
+
+
+def test_query_heads_alone_leave_the_fused_projection_whole():
+    """``gqa='query'`` keeps the key/value heads, which are channels of ``qkv_proj`` too:
+    the projection's group is frozen with them, as the reason says."""
+    model, inputs = build('phi3')
+    pruner = L1NormPruner(ratio=0.5, except_start_keys=hidden_size_keys(model), gqa='query')
+    pruner.prepare_from_supernet(model, inputs)
+    assert not [gid for gid in pruner.groups.prunable if '.self_attn.' in gid]
+    reasons = pruner.groups.groups['model.layers.0.self_attn.qkv_proj'].frozen_reasons
+    assert {r.message for r in reasons} == {"gqa='query' keeps key/value heads whole (2 "
+                                            'key/value heads of 2 query heads each)'}
+
+
+def test_each_pruned_layer_counts_its_heads_in_its_own_config():
+    model, inputs = build('phi3')
+    slim = razorlib.prune(model, inputs, ratio=0.5)
+    configs = [layer.self_attn.config for layer in slim.model.layers]
+    assert configs[0] is not configs[1] and configs[0] is not slim.config
+    assert model.config.num_attention_heads == 4  # the caller's model is untouched
+    assert model.model.layers[0].self_attn.config is model.config
+    assert (slim.config.num_attention_heads, slim.config.num_key_value_heads) == (2, 1)
+
+
+def test_uniform_heads_reload_with_from_pretrained_and_generate(tmp_path):
+    model, inputs = build('phi3')
+    slim = prune(model, inputs, ratio=0.5)
+    assert save_pruned(slim, tmp_path).exact
+    again = type(model).from_pretrained(tmp_path).eval()
+    assert [_widths(again, i) for i in range(2)] == [HALF] * 2
+    assert relative_error(main_output(again, inputs), main_output(slim, inputs)) <= 1e-6
+    with torch.no_grad():
+        cached = slim.generate(**inputs, max_new_tokens=4, do_sample=False)
+        uncached = slim.generate(**inputs, max_new_tokens=4, do_sample=False, use_cache=False)
+    assert torch.equal(cached, uncached)
+
+
+def test_per_layer_heads_reload_from_the_channel_file(tmp_path):
+    model, inputs = build('phi3')
+    pruner = L1NormPruner(except_start_keys=hidden_size_keys(model))
+    pruner.prepare_from_supernet(copy.deepcopy(model), inputs)
+    orders = pruner.channel_orders()
+    subnet = {gid: pruner.keep_ratio(group, 1.0 if '.1.' in gid else 0.5, orders[gid])
+              for gid, group in pruner.groups.prunable.items()}
+    pruner.set_subnet(subnet)
+    slim = pruner.deploy_subnet(copy.deepcopy(model), pruner.export_subnet())
+    assert [_widths(slim, i) for i in range(2)] == [HALF, (128, 64, 2, 4)]
+    save_pruned(slim, tmp_path)
+    again = load_pruned(tmp_path)
+    assert [_widths(again, i) for i in range(2)] == [HALF, (128, 64, 2, 4)]
+    assert relative_error(main_output(again, inputs), main_output(slim, inputs)) <= 1e-6
+
+
+def test_on_the_meta_device_the_attention_stays_whole_naming_why():
+    with torch.device('meta'):
+        model = build('phi3')[0]
+    pruner = L1NormPruner(except_start_keys=hidden_size_keys(model))
+    pruner.prepare_from_supernet(model, {'input_ids': torch.zeros(2, 8, dtype=torch.long,
+                                                                  device='meta')})
+    assert not [gid for gid in pruner.groups.prunable if '.self_attn.' in gid]
+    reasons = pruner.groups.groups['model.layers.0.self_attn.qkv_proj'].frozen_reasons
+    assert [r.message for r in reasons] == [
+        'a slice of these channels takes them at bounds the code computes, which only a run '
+        'on real weights can check (the model is on the meta device)']
+    assert [gid for gid in pruner.groups.prunable if '.mlp.' in gid]
