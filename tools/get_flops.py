@@ -9,7 +9,8 @@ For a supernet it reports the max and the min subnet, and with ``--subnet`` that
 (an AutoSlim channel config, or a NAS supernet's subnet YAML; a NAS supernet's (SPOS,
 DARTS) max and min are each mutable's last and first choice, counted on the fixed
 network as the search counts them); for any other model the model as built, or sliced
-to ``--subnet``.  The
+to ``--subnet``: of an algorithm, its ``architecture`` (a pruning algorithm's network, a
+distillation's student, a QAT's FP32 network).  The
 input is ``--shape`` (``C H W``, ``H W`` or one size), else the supernet's
 ``input_shape``, else 3x224x224.  See docs/tools/get_flops.md.
 """
@@ -65,6 +66,28 @@ def input_shape(shape: List[int], model: torch.nn.Module) -> Tuple[int, ...]:
     return tuple([3] * (3 - len(shape)) + shape) if len(shape) > 1 else (3, shape[0], shape[0])
 
 
+def counted_config(cfg) -> Any:
+    """The part of ``cfg`` whose model is counted: a QAT's FP32 architecture (its
+    quantized graph holds no modules to count, and building it calibrates), else the
+    whole model."""
+    from mmengine.config import Config
+
+    model = cfg.model
+    if model.get('type') == 'QAT' and isinstance(model.get('architecture'), dict):
+        return Config(dict(cfg, model=model.architecture))
+    return cfg
+
+
+def counted_module(model: torch.nn.Module) -> torch.nn.Module:
+    """What the FLOPs and parameters are of: an algorithm's ``architecture`` (the
+    network a pruning algorithm prunes, the student of a distillation: not its teacher
+    or its connectors), the model itself otherwise."""
+    from torch import nn
+
+    architecture = getattr(model, 'architecture', None)
+    return architecture if isinstance(architecture, nn.Module) else model
+
+
 def is_nas(model: torch.nn.Module) -> bool:
     """Whether ``model`` is a NAS supernet (SPOS, DARTS): it has a ``search_space`` of
     op and value choices, and no max/min channel widths of its own."""
@@ -86,21 +109,20 @@ def subnet_complexity(model: torch.nn.Module, subnet: Any, inputs: torch.Tensor)
 
     if is_nas(model):
         return get_model_complexity(fix_subnet(model.architecture, subnet), inputs)
-    if hasattr(model, 'set_subnet'):
+    if hasattr(model, 'set_max_subnet'):  # an AutoSlim supernet
         model.set_subnet(subnet)
-    else:
-        slim_model(model, subnet)
-    return get_model_complexity(model, inputs)
+        return get_model_complexity(model, inputs)
+    counted = counted_module(model)
+    slim_model(counted, subnet)
+    return get_model_complexity(counted, inputs)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
     import torch
-    from mmengine.registry import init_default_scope
 
-    from razorlib.engine.config import ConfigError, check_config, load_config
+    from razorlib.engine.config import ConfigError, build_model, check_config, load_config
     from razorlib.engine.threads import set_threads
-    from razorlib.registry import MODELS, SCOPE
     from razorlib.utils import get_model_complexity
     from razorlib.utils.cli import merge_cfg_options
     from razorlib.utils.complexity import human
@@ -108,11 +130,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         cfg = merge_cfg_options(load_config(args.config), args.cfg_options, error=ConfigError)
         check_config(cfg, required=('model', ))
+        model = build_model(counted_config(cfg)).eval()
     except ConfigError as err:
         print_log(f'{args.config}: {err}', logger='current', level=logging.ERROR)
         return 2
-    init_default_scope(cfg.get('default_scope') or SCOPE)
-    model = MODELS.build(cfg.model).eval()
     set_threads(args.threads, model)
     try:
         shape = input_shape(args.shape, model)
@@ -125,13 +146,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         space = model.search_space
         rows += [('max subnet', subnet_complexity(model, space.max_subnet(), inputs)),
                  ('min subnet', subnet_complexity(model, space.min_subnet(), inputs))]
-    elif hasattr(model, 'set_subnet'):
+    elif hasattr(model, 'set_max_subnet'):
         model.set_max_subnet()
         rows.append(('max subnet', get_model_complexity(model, inputs)))
         model.set_min_subnet()
         rows.append(('min subnet', get_model_complexity(model, inputs)))
     else:
-        rows.append(('model', get_model_complexity(model, inputs)))
+        rows.append(('model', get_model_complexity(counted_module(model), inputs)))
     if args.subnet:
         try:
             rows.append(('subnet', subnet_complexity(model, args.subnet, inputs)))

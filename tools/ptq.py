@@ -122,7 +122,9 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def load_classifier(args: argparse.Namespace) -> Tuple[Config, nn.Module, nn.Module]:
     """The config, its model with the checkpoint loaded, and the classifier to quantize
-    (the model's ``architecture`` when it has one), sliced to ``--subnet``.
+    (the model's ``architecture`` when it has one), sliced to ``--subnet``.  A pruning
+    algorithm's checkpoint (ItePrune, GroupFisher, network slimming) holds its subnet:
+    the classifier is its slim architecture, which a ``--subnet`` may not slice again.
 
     Raises:
         ConfigError: a missing file, a config without what the tool needs, a checkpoint
@@ -149,6 +151,12 @@ def load_classifier(args: argparse.Namespace) -> Tuple[Config, nn.Module, nn.Mod
     whole = any(key.startswith('architecture.') for key in state)
     check_fits(model if whole else classifier, state, args.checkpoint)
     (model if whole else classifier).load_state_dict(state)
+    if whole and hasattr(model, 'slim_architecture'):  # pruned in training: its masks
+        if args.subnet:
+            raise ConfigError(f'--subnet {args.subnet}: the {type(model).__name__} '
+                              f'checkpoint {args.checkpoint} holds the subnet it pruned to; '
+                              'leave --subnet out')
+        classifier = model.slim_architecture()
     if args.subnet:
         try:
             slim_model(classifier, args.subnet)

@@ -16,7 +16,7 @@ import runpy
 import sys
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Any, List, Optional, Sequence, Tuple
 
 # Only what the arguments need is imported here (no torch), so that --help is instant.
 from mmengine.config import Config, DictAction
@@ -70,17 +70,60 @@ def checked_config(args: argparse.Namespace) -> Config:
     check_config(cfg, TRAIN_KEYS)
     model = build_model(cfg)
     set_work_dir(cfg, args.config, args.work_dir)
-    if args.resume is not None:
-        cfg.resume = True
-        cfg.load_from = None if args.resume == 'auto' else args.resume
+    resume = args.resume
+    if resume == 'auto':  # the last checkpoint in work_dir; none: a first run, as configured
+        resume = find_latest_checkpoint(cfg.work_dir)
+        if resume is None:
+            print_log(f'--resume: no checkpoint in {cfg.work_dir} to resume; this run starts '
+                      f'from {cfg.get("load_from") or "the initial weights"}', logger='current',
+                      level=logging.WARNING)
+    if resume is not None:
+        cfg.resume, cfg.load_from = True, resume
     # the checkpoint the Runner will read (a URL is mmengine's to download and check)
-    path = (find_latest_checkpoint(cfg.work_dir) if args.resume == 'auto'
-            else cfg.get('load_from'))
+    path = cfg.get('load_from')
     if path and '://' not in str(path):
         # resuming needs the same model; load_from may leave out parts (a new head)
-        check_fits(model, state_dict_of(read_checkpoint(path)), path,
-                   partial=args.resume is None)
+        check_fits(model, state_dict_of(read_checkpoint(path)), path, partial=resume is None)
+    for key, module, init in pretrained_inits(cfg.model, model):
+        # mmengine's PretrainedInit loads with strict=False: a wrong file would load nothing
+        checkpoint = init['checkpoint']
+        if '://' in str(checkpoint):
+            continue
+        if not Path(checkpoint).is_file():
+            raise ConfigError(f'{key}.init_cfg.checkpoint: {checkpoint} does not exist')
+        state = state_dict_of(read_checkpoint(checkpoint))
+        prefix = init.get('prefix')
+        if prefix:
+            state = {name[len(prefix) + 1:]: value for name, value in state.items()
+                     if name.startswith(f'{prefix}.')}
+        check_fits(module, state, checkpoint, partial=True)
     return cfg
+
+
+def pretrained_inits(model_cfg, model) -> List[Tuple[str, Any, dict]]:
+    """``(config key, built module, init_cfg)`` of every ``init_cfg=dict(type='Pretrained',
+    checkpoint=...)`` in the model's config (the ImageNet pruning configs give their
+    architecture's weights so), each with the module it initialises (``model`` followed
+    down the config's keys; those the built model has no attribute for are not checked)."""
+    from torch import nn
+
+    found = []
+
+    def walk(cfg, key, module):
+        if not isinstance(cfg, dict):
+            return
+        inits = cfg.get('init_cfg')
+        for init in inits if isinstance(inits, (list, tuple)) else [inits]:
+            if isinstance(init, dict) and init.get('type') == 'Pretrained' \
+                    and init.get('checkpoint') and module is not None:
+                found.append((key, module, init))
+        for name, value in cfg.items():
+            if name != 'init_cfg':
+                walk(value, f'{key}.{name}', getattr(module, name, None)
+                     if isinstance(module, nn.Module) else None)
+
+    walk(model_cfg, 'model', model)
+    return found
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -34,6 +34,14 @@ def _recorded_outputs(module: nn.Module) -> Iterator[List[torch.Tensor]]:
         handle.remove()
 
 
+def _max_after_load(model: 'AutoSlim', incompatible_keys: Any) -> None:
+    """After a checkpoint loads: the max subnet, as between steps.  The masks a
+    checkpoint holds are whatever subnet was set when it was saved (one set from Python,
+    a search's last candidate), not the supernet's; ``tools/test.py`` evaluates, and
+    ``tools/prune.py`` counts as dense, the subnet that is set."""
+    model.set_max_subnet()
+
+
 @MODELS.register_module()
 class AutoSlim(BaseModel):
     """A slimmable supernet: an architecture and a pruner that masks it to any width.
@@ -48,8 +56,8 @@ class AutoSlim(BaseModel):
     generator seeded with the run's seed and the step count, so every process of a
     distributed run, and a resumed run, samples the same ones.
 
-    Between steps the supernet is set to its max subnet; ``val_step``/``test_step``
-    evaluate whatever subnet is set.  Under DDP, wrap it with
+    Between steps, and after a checkpoint loads, the supernet is set to its max subnet;
+    ``val_step``/``test_step`` evaluate whatever subnet is set.  Under DDP, wrap it with
     ``model_wrapper_cfg=dict(type='razorlib.AutoSlimDDP')``, whose ``train_step`` runs
     this sandwich with gradients synchronised once per step.
 
@@ -105,6 +113,7 @@ class AutoSlim(BaseModel):
         # buffer it is saved in checkpoints, so a resumed run picks the same ones.
         self.register_buffer('step_count', torch.zeros((), dtype=torch.long))
         self._in_train_step = False
+        self.register_load_state_dict_post_hook(_max_after_load)
 
     # ------------------------------------------------------------------ subnets
     def example_inputs(self) -> torch.Tensor:

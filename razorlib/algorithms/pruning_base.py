@@ -9,6 +9,7 @@ channels are masked, not sliced, so training goes on at the pruned widths; at th
 with its channel config.
 """
 import copy
+import dataclasses
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -170,9 +171,11 @@ class PruningAlgorithm(BaseModel):
         """Prune to ``fraction`` of the dense model in the target's metric (a ratio of
         channels, or of FLOPs or params), ranked by ``scores``.
 
-        Channels pruned before are ranked last, so they stay pruned unless the budget
-        leaves room for more channels than remain.  The decision is taken on the main
-        process and broadcast, so every process of a distributed run masks alike.
+        Channels pruned before are ranked last and stay pruned: a group the allocation
+        would give back a pruned channel (a global ranking with ``round_to`` may widen
+        one group while it cuts another deeper) keeps the channels it has left, so the
+        step lands at or under its budget.  The decision is taken on the main process and
+        broadcast, so every process of a distributed run masks alike.
         """
         metric, _ = self.target
         alive = self.alive()
@@ -182,6 +185,15 @@ class PruningAlgorithm(BaseModel):
                               global_ranking=self.pruner.global_ranking,
                               round_to=rule.round_to, max_ratio=rule.max_ratio,
                               example_inputs=self.example_inputs())
+        revived = [gid for gid, keep in allocation.subnet.items()
+                   if gid in alive and (torch.as_tensor(keep).numpy() & ~alive[gid]).any()]
+        if revived:
+            subnet = {**allocation.subnet,
+                      **{gid: torch.from_numpy(alive[gid].copy()) for gid in revived}}
+            allocation = dataclasses.replace(
+                allocation, subnet=subnet, pruned=None,
+                kept={gid: (int(torch.as_tensor(keep).sum()), len(keep))
+                      for gid, keep in subnet.items()})
         self.set_subnet(allocation.subnet)
         self.sync_subnet()
         self.kept_fraction.fill_(self.measure())

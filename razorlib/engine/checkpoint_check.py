@@ -147,23 +147,34 @@ def check_fits(model: nn.Module, state_dict: Mapping[str, Any], path: Union[str,
 def _fits_partly(expected: Mapping[str, torch.Tensor], state_dict: Mapping[str, Any],
                  reshaped: List[str]) -> bool:
     """Whether a ``load_from`` checkpoint fits ``expected`` in the main: some weight
-    tensors fit, and they outnumber those of another shape (a new head's weight and bias).
+    tensors fit, they outnumber those of another shape, and the modules with tensors of
+    another shape all come after every module whose tensors all fit (a new head: the
+    model's last layer, its masks beside it).  A layer of another width in the middle (a
+    checkpoint of another ``channel_cfg``) would leave it and the layers around it at
+    their initialisation.
 
     Example:
-        >>> model = nn.Sequential(nn.Linear(4, 8), nn.Linear(8, 3)).state_dict()
-        >>> head = dict(model, **{'1.weight': torch.zeros(5, 8), '1.bias': torch.zeros(5)})
-        >>> _fits_partly(model, head, ['1.weight', '1.bias'])
+        >>> model = nn.Sequential(nn.Linear(4, 8), nn.Linear(8, 8), nn.Linear(8, 3))
+        >>> model = model.state_dict()
+        >>> head = dict(model, **{'2.weight': torch.zeros(5, 8), '2.bias': torch.zeros(5)})
+        >>> _fits_partly(model, head, ['2.weight', '2.bias'])
         True
-        >>> _fits_partly(model, {'1.bias': torch.zeros(3)}, [])
+        >>> _fits_partly(model, {'2.bias': torch.zeros(3)}, [])
         True
-        >>> _fits_partly(model, {'0.bias': torch.zeros(8), '1.weight': torch.zeros(3, 9),
-        ...                      '0.weight': torch.zeros(8, 5)}, ['0.weight', '1.weight'])
+        >>> middle = dict(model, **{'0.weight': torch.zeros(9, 4), '0.bias': torch.zeros(9),
+        ...                         '1.weight': torch.zeros(8, 9)})
+        >>> _fits_partly(model, middle, ['0.weight', '0.bias', '1.weight'])
         False
     """
     if not expected:
         return True
     fitting = _weights_fitting(expected, state_dict, reshaped)
-    return bool(fitting) and len(reshaped) <= len(fitting)
+    modules = list(dict.fromkeys(key.rpartition('.')[0] for key in expected))
+    other = {key.rpartition('.')[0] for key in reshaped}
+    last = max((modules.index(module) for module in
+                {key.rpartition('.')[0] for key in fitting} - other), default=-1)
+    return bool(fitting) and len(reshaped) <= len(fitting) and all(
+        modules.index(module) > last for module in other if module in modules)
 
 
 def _weights_fitting(expected: Mapping[str, torch.Tensor], state_dict: Mapping[str, Any],

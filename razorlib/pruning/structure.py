@@ -204,8 +204,8 @@ class StructurePruner(metaclass=ABCMeta):
     def _freeze_inexact_groups(self, example_inputs: Any, ids: List[str]) -> Dict[str, str]:
         """Freeze the groups among ``ids`` whose slim model computes something else than
         the masked one: every prunable group under ``heads='width'``, otherwise those read
-        as whole heads (``groups.whole_heads``) and those a sum adds up over
-        (``groups.summed``).
+        as whole heads (``groups.whole_heads``), those a sum adds up over
+        (``groups.summed``) and those a slice reads (``groups.sliced``).
 
         Shapes cannot tell these apart.  Pruning ``head_dim`` is exact only where the
         code's scale and rotary frequencies follow the slim width: a scale read from the

@@ -147,6 +147,19 @@ def test_step_count_and_masks_are_saved_in_the_state_dict(model, batch):
     assert 'architecture.backbone.stages.0.conv.out_mask' in state
 
 
+def test_a_checkpoint_loads_at_the_max_subnet_whatever_subnet_was_set_when_saved(model):
+    """The masks a checkpoint holds are the subnet set when it was saved (here the min
+    one, from Python): a loaded supernet is at its max subnet, as between steps."""
+    full = kept_channels(model)
+    model.set_min_subnet()
+    state = model.state_dict()
+    assert kept_channels(model) != full
+    again = tiny_autoslim()
+    again.load_state_dict(state)
+    assert kept_channels(again) == full
+    assert again.flops_params() == tiny_autoslim().flops_params()
+
+
 def test_a_loss_forward_outside_train_step_points_to_the_ddp_wrapper(model, batch):
     data = model.data_preprocessor(batch, True)
     with pytest.raises(RuntimeError, match=r"model_wrapper_cfg=dict\(type='razorlib.AutoSlimDDP'"):

@@ -66,6 +66,33 @@ def test_pruned_channels_stay_pruned_whatever_their_weights_become():
         assert keep.sum() < first[gid].sum() and not (keep & ~first[gid]).any()
 
 
+def test_a_global_ranking_with_round_to_never_gives_back_a_pruned_channel():
+    """A global ranking with round_to may widen one group while it cuts another deeper
+    (8, 8, 8 -> 4, 8, 12 at a smaller budget): the pruned channels stay pruned and the
+    step lands under its budget."""
+    torch.manual_seed(8)
+    model = ItePruneAlgorithm(
+        architecture=dict(type='ImageClassifier',
+                          backbone=dict(type='PlainCNN', channels=(8, 12, 16)),
+                          head=dict(type='LinearClsHead', num_classes=10)),
+        pruner=dict(type='ImportancePruner', importance='l1', global_ranking=True,
+                    round_to=4, flops=0.3),
+        step_freq=1, prune_times=8, input_shape=(3, 8, 8))
+    optim = OptimWrapper(torch.optim.SGD(model.parameters(), lr=1.0))
+    budgets = dict(model.schedule())
+    model.train()
+    generator = torch.Generator().manual_seed(0)
+    before = model.current_subnet
+    for step in range(8):
+        inputs = torch.randn(6, 3, 8, 8, generator=generator)
+        samples = digits_batch()['data_samples'][:6]
+        model.train_step(dict(inputs=inputs, data_samples=samples), optim)
+        now = model.current_subnet
+        assert not any((now[gid] & ~before[gid]).any() for gid in now), step
+        assert float(model.kept_fraction) <= budgets[step] + 1e-6
+        before = now
+
+
 def test_a_criterion_computed_from_data_scores_on_the_training_batch():
     model = ite_prune(pruner=dict(type='ImportancePruner', importance='taylor', flops=0.5),
                       step_freq=1, prune_times=1)

@@ -127,3 +127,15 @@ def test_a_partial_checkpoint_of_another_width_is_refused_though_its_scalars_fit
         check_fits(conv_bn(16), only_scalars, 'bn.pth', partial=True)
     # the backbone fits, the head has another class count: fine-tuning, accepted
     check_fits(conv_bn(16), conv_bn(16, classes=10).state_dict(), 'ft.pth', partial=True)
+
+
+def test_a_partial_checkpoint_with_a_layer_of_another_width_in_the_middle_is_refused():
+    """Most tensors fit, but a middle layer has another width (a checkpoint of another
+    channel_cfg): it and its neighbours would stay at their initialisation."""
+    def net(middle: int) -> torch.nn.Module:
+        return torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.Conv2d(8, middle, 3),
+                                   torch.nn.Conv2d(middle, 8, 3), torch.nn.Conv2d(8, 8, 3),
+                                   torch.nn.Conv2d(8, 8, 3), torch.nn.Conv2d(8, 4, 1))
+    with pytest.raises(CheckpointError, match=r'^other.pth: not a checkpoint of this '
+                       r'Sequential: .*1.weight: \(12, 8, 3, 3\) here, \(8, 8, 3, 3\)'):
+        check_fits(net(8), net(12).state_dict(), 'other.pth', partial=True)

@@ -195,6 +195,13 @@ _POOLING: List[OpCase] = [
     case('AveragePool', f(1, 1, 5, 5), kernel_shape=[2, 2], strides=[2, 2], pads=[1, 1, 1, 1],
          ceil_mode=1, label='ceil_pads'),
     case('AveragePool', f(1, 2, 4, 4, 4), kernel_shape=[2, 2, 2], label='3d'),
+    # ceil_mode with pads torch cannot take: no window may start in the right padding
+    case('MaxPool', f(1, 1, 1, 4), kernel_shape=[1, 2], strides=[1, 2], pads=[0, 0, 0, 1],
+         ceil_mode=1, label='ceil_asymmetric'),
+    case('AveragePool', f(1, 1, 1, 4), kernel_shape=[1, 3], strides=[1, 2],
+         pads=[0, 2, 0, 2], ceil_mode=1, label='ceil_large_pads'),
+    case('AveragePool', f(1, 1, 1, 4), kernel_shape=[1, 3], strides=[1, 2],
+         pads=[0, 2, 0, 2], ceil_mode=1, count_include_pad=1, label='ceil_large_pads_include'),
     case('GlobalAveragePool', _X),
     case('GlobalMaxPool', f(2, 3, 4, 5, 2)),
 ]
@@ -210,6 +217,7 @@ _INDEXING: List[OpCase] = [
          label='negative_steps'),
     case('Slice', f(5, 6), i64(-3), i64(2**63 - 1), i64(-1), i64(2), label='clamped'),
     case('Slice', f(5, 6), starts=[1], ends=[3], axes=[1], opset=1, label='opset1'),
+    case('Slice', f(5, 6), i64(0), i64(-1), i64(1), i64(-1), label='empty_backward'),
     case('Gather', f(5, 4), i64([0, -1], [2, 3]), axis=0, label='matrix'),
     case('Gather', f(3, 5, 4), scalar(-2, np.int64), axis=1, label='scalar'),
     case('GatherElements', f(3, 4), i64([0, -1, 2, 1], [3, 0, 0, 1]), axis=1),
@@ -218,6 +226,7 @@ _INDEXING: List[OpCase] = [
     case('Pad', f(2, 3, 4), i64(0, 2, 1, 0, 1, 3), mode='edge', label='edge'),
     case('Pad', f(2, 3, 4), i64(0, 1, 3, 0, 2, 1), mode='wrap', opset=19, label='wrap'),
     case('Pad', f(2, 3, 4), i64(0, -1, 1, 0, 1, -2), label='negative'),
+    case('Pad', f(2, 6), i64(0, -1, 0, 2), mode='wrap', opset=19, label='wrap_cropped'),
     case('Pad', f(2, 3, 4), i64(1, 2), None, i64(-1), opset=18, mode='edge', label='axes'),
     case('Pad', f(2, 3, 4), pads=[0, 1, 0, 0, 1, 0], value=2.0, opset=2, label='opset2'),
 ]
@@ -260,6 +269,8 @@ _REDUCTIONS: List[OpCase] = [
     case('ReduceMean', _X, opset=18, label='all'),
     case('ReduceMean', _X, opset=18, noop_with_empty_axes=1, label='noop'),
     case('ReduceSum', _X, i64(1), opset=13),
+    *(case(op, _X, opset=18, noop_with_empty_axes=1, label='noop')  # the elementwise part
+      for op in ('ReduceL1', 'ReduceL2', 'ReduceSumSquare')),
     *(case(op, _X, i64(-1, 1), opset=18, keepdims=0)
       for op in ('ReduceMax', 'ReduceMin', 'ReduceProd', 'ReduceL1', 'ReduceL2',
                  'ReduceSumSquare', 'ReduceLogSumExp')),

@@ -68,18 +68,21 @@ def test_fuse_layernorm_with_axes_attributes_and_a_broadcast_scale():
 
 
 @pytest.mark.parametrize('case', ['other axes', 'no epsilon', 'inner output', 'scale rows',
-                                  'unknown size'])
+                                  'unknown size', 'scale of more dims'])
 def test_fuse_layernorm_leaves_what_is_no_layernorm(case):
     nodes = layernorm_nodes(second_axes=(1, ) if case == 'other axes' else None,
                             epsilon='var' if case == 'no epsilon' else 'eps')
     graph = layernorm_graph(nodes, x_shape=(2, 4, 'width') if case == 'unknown size' else
-                            (2, 4, 6), scale_shape=(4, 1) if case == 'scale rows' else (6, ),
+                            (2, 4, 6), scale_shape={'scale rows': (4, 1),
+                                                    'scale of more dims': (1, 1, 1, 6)}.get(
+                                                        case, (6, )),
                             outputs=('out', 'd') if case == 'inner output' else ('out', ))
     before = op_types(graph)
     fused = run_pass(graph, 'fuse_layernorm', [torch.randn(2, 4, 6)])
-    # A scale along other axes stays a Mul after the fused part.
+    # A scale along other axes, or of more dims than x (it widens the output's rank),
+    # stays a Mul after the fused part.
     assert (fused, op_types(graph)) == ((1, ['LayerNormalization', 'Mul', 'Add'])
-                                        if case == 'scale rows' else (0, before))
+                                        if case.startswith('scale') else (0, before))
 
 
 # GELU.

@@ -5,7 +5,7 @@ import torch
 from mmengine.config import Config
 from mmengine.registry import init_default_scope
 
-from conftest import TINY, LogCapture, load_tool
+from conftest import REPO, TINY, LogCapture, load_tool
 from razorlib.registry import MODELS
 from razorlib.utils import get_model_complexity
 from razorlib.utils.complexity import human
@@ -47,3 +47,27 @@ def test_get_flops_counts_a_plain_model_at_the_given_shape(tmp_path, monkeypatch
     assert flops_table(log) == {'model': human(expected.flops)}
     assert tool.main([str(tmp_path / 'plain.py'), '--shape', '1', '2', '3', '4']) == 2
     assert log.messages[-1].startswith('--shape: expected C H W')
+
+
+def _params_row(log: LogCapture) -> str:
+    return [line.split() for line in log.messages[2:]][0][-1]
+
+
+def test_an_algorithm_is_counted_by_its_architecture(monkeypatch):
+    """A pruning algorithm counts the network it prunes (it has no max/min subnet to
+    set); a QAT config its FP32 architecture, built without calibrating."""
+    configs = REPO / 'configs'
+    tool = load_tool('get_flops')
+    for config, model in (
+            (configs / 'pruning' / 'ite_prune' / 'ite_prune_plaincnn_digits.py', 'model'),
+            (configs / 'quantization' / 'qat' / 'qat_plaincnn_digits_trt_int8.py',
+             'model.architecture')):
+        log = LogCapture(tool, monkeypatch)
+        assert tool.main([str(config), '--shape', '16']) == 0
+        init_default_scope('razorlib')
+        cfg = Config.fromfile(str(config))
+        built = MODELS.build(cfg.model if model == 'model' else cfg.model.architecture)
+        architecture = getattr(built, 'architecture', built)
+        expected = get_model_complexity(architecture, torch.randn(1, 3, 16, 16))
+        assert flops_table(log) == {'model': human(expected.flops)}
+        assert _params_row(log) == human(expected.params)

@@ -283,3 +283,26 @@ def test_an_earlier_result_is_replaced_only_with_overwrite(trained, tmp_path, mo
     assert tool.main([*argv, '--overwrite']) == 0
     assert json.loads((tmp_path / 'ptq.json').read_text())['top1']['fp32'] > 90
     onnx.checker.check_model(onnx.load(str(tmp_path / 'digits_cnn_int8.onnx')))
+
+
+def test_a_pruning_algorithm_checkpoint_is_quantized_at_its_pruned_widths(tmp_path):
+    """An ItePrune checkpoint holds its subnet in its masks: the tool quantizes the slim
+    architecture (the masks' widths), not the dense one with the masks dropped."""
+    config = REPO / 'configs' / 'pruning' / 'ite_prune' / 'ite_prune_plaincnn_digits.py'
+    init_default_scope('razorlib')
+    torch.manual_seed(0)
+    algorithm = MODELS.build(Config.fromfile(str(config)).model)
+    orders = algorithm.pruner.channel_orders()
+    algorithm.set_subnet({gid: algorithm.pruner.keep_ratio(group, 0.5, orders[gid])
+                          for gid, group in algorithm.pruner.groups.prunable.items()})
+    widths = [module.out_channels for module in algorithm.slim_architecture().modules()
+              if isinstance(module, torch.nn.Conv2d)]
+    checkpoint = tmp_path / 'ite_prune.pth'
+    torch.save(algorithm.state_dict(), checkpoint)
+    code, results = run(config, checkpoint, tmp_path / 'ptq')
+    assert code == 0
+    exported = [item.dims[0] for item in onnx.load(results['onnx']).graph.initializer
+                if item.name.endswith('weight_quantized') and len(item.dims) == 4]
+    assert exported == widths and widths[0] < 32
+    assert load_tool('ptq').main([str(config), str(checkpoint), '--work-dir',
+                                  str(tmp_path / 'refused'), '--subnet', str(checkpoint)]) == 2

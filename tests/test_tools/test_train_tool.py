@@ -116,3 +116,57 @@ def test_load_from_of_another_width_is_refused_and_a_new_head_accepted(
     args = tool.parse_args([str(TINY), '--cfg-options', f'load_from={tiny_supernet}',
                             'model.architecture.head.num_classes=5'])
     assert tool.checked_config(args).load_from == str(tiny_supernet)
+
+
+def test_resume_without_a_checkpoint_starts_as_configured_from_load_from(
+        tiny_supernet, tmp_path, monkeypatch):
+    """A first run under ``--resume`` (the same command for every run of a preemptible
+    job) starts as its config says: from ``load_from`` (mmengine alone would drop it and
+    start from the initial weights), saying so; once a checkpoint is there, from it."""
+    tool = load_tool('train')
+    log = LogCapture(tool, monkeypatch)
+
+    def config(work_dir):
+        return tool.checked_config(tool.parse_args([
+            str(TINY), '--work-dir', str(work_dir), '--resume',
+            '--cfg-options', f'load_from={tiny_supernet}']))
+
+    first = config(tmp_path / 'first')
+    assert (first.load_from, bool(first.get('resume'))) == (str(tiny_supernet), False)
+    assert f'--resume: no checkpoint in {tmp_path / "first"} to resume; this run starts from ' \
+        f'{tiny_supernet}' in log.text
+    again = tmp_path / 'again'
+    again.mkdir()
+    (again / 'last_checkpoint').write_text(str(tiny_supernet))
+    resumed = config(again)
+    assert (resumed.load_from, resumed.resume) == (str(tiny_supernet), True)
+
+
+def test_a_pretrained_init_checkpoint_is_checked_like_load_from(
+        tiny_supernet, tmp_path, monkeypatch):
+    """``init_cfg=dict(type='Pretrained', ...)`` loads with strict=False: a checkpoint of
+    another model would load nothing and train from the initial weights, so it is
+    checked against the module it initialises (its ``prefix`` taken off)."""
+    tool = load_tool('train')
+    log = LogCapture(tool, monkeypatch)
+
+    def code(init: str) -> int:
+        config = tmp_path / 'pretrained.py'
+        config.write_text(f'_base_ = [{str(TINY)!r}]\n'
+                          f"model = dict(architecture=dict(init_cfg=dict(type='Pretrained', "
+                          f'{init})))\n')
+        return tool.main([str(config), '--work-dir', str(tmp_path / 'run'), '--cfg-options',
+                          'train_cfg.max_epochs=0'])
+
+    # the supernet's checkpoint holds architecture.* keys: without the prefix nothing fits
+    assert code(f'checkpoint={str(tiny_supernet)!r}') == 2
+    assert f'{tiny_supernet}: not a checkpoint of this' in log.text
+    assert code(f"checkpoint={str(tmp_path / 'none.pth')!r}") == 2
+    assert 'model.architecture.init_cfg.checkpoint: ' in log.messages[-1]
+    assert not (tmp_path / 'run').exists()
+    config = tmp_path / 'prefixed.py'
+    config.write_text(f'_base_ = [{str(TINY)!r}]\n'
+                      f"model = dict(architecture=dict(init_cfg=dict(type='Pretrained', "
+                      f"checkpoint={str(tiny_supernet)!r}, prefix='architecture')))\n")
+    assert tool.checked_config(tool.parse_args([str(config), '--work-dir',
+                                                str(tmp_path / 'ok')])).model is not None

@@ -79,7 +79,8 @@ def _fuse(graph: BaseGraph, match: List[Operation]) -> bool:
     for op_type in ('Mul', 'Add'):
         consumer = sole_consumer(graph, output)
         if consumer is not None and consumer.type == op_type:
-            value = _along(constant_value(other_input(consumer, output)), normalized)
+            value = _along(constant_value(other_input(consumer, output)), normalized,
+                           len(x.shape))
             if value is not None:
                 ops.append(consumer)
                 output, affine[op_type] = consumer.outputs[0], value
@@ -115,9 +116,11 @@ def _layer_norm_axis(rank: int, reductions: Sequence[Operation]) -> Optional[int
     return negative[0] if negative == list(range(-len(negative), 0)) else None
 
 
-def _along(value: Optional[torch.Tensor], normalized: Tuple[int, ...]) -> Optional[torch.Tensor]:
-    """``value`` expanded to the normalized shape, if it varies only along those axes."""
-    if value is None:
+def _along(value: Optional[torch.Tensor], normalized: Tuple[int, ...],
+           rank: int) -> Optional[torch.Tensor]:
+    """``value`` expanded to the normalized shape, if it varies only along those axes and
+    has no more dims than the input (``rank``): more would broadcast the output to them."""
+    if value is None or value.dim() > rank:
         return None
     extra = value.dim() - len(normalized)
     if extra > 0:

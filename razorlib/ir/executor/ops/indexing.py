@@ -62,8 +62,10 @@ def _slice(op: Operation, device: torch.device):
             else:
                 backward.append((axis % x.dim(), start, end, step))
         out = x[tuple(index)]
-        for axis, start, end, step in backward:
-            out = out.index_select(axis, torch.arange(start, end, step, device=x.device))
+        for axis, start, end, step in backward:  # an empty range (start <= end) is empty
+            positions = torch.arange(start, end, step, device=x.device) if start > end \
+                else torch.zeros(0, dtype=torch.long, device=x.device)
+            out = out.index_select(axis, positions)
         return out
     return kernel
 
@@ -128,7 +130,8 @@ def _full_pads(rank: int, pads: Sequence[int],
 
 @register_kernel('Pad')
 def _pad(op: Operation, device: torch.device):
-    """Modes constant, reflect, edge and wrap; negative pads crop; ``axes`` (opset 18)."""
+    """Modes constant, reflect, edge and wrap; negative pads crop, first (as onnxruntime:
+    a wrap then repeats the cropped tensor); ``axes`` (opset 18)."""
     mode = op.attributes.get('mode', 'constant')
     if mode != 'constant' and mode not in _PAD_MODES:
         raise UnsupportedOperationError(op, f'mode {mode!r}')
@@ -143,6 +146,10 @@ def _pad(op: Operation, device: torch.device):
             value = value_of(inputs)
             return F.pad(x, torch_pads(begins, ends), value=0 if value is None else value)
         for axis, (begin, end) in enumerate(zip(begins, ends)):
+            if begin < 0 or end < 0:
+                cut = max(-begin, 0)
+                x = x.narrow(axis, cut, x.shape[axis] - cut - max(-end, 0))
+                begin, end = max(begin, 0), max(end, 0)
             if begin or end:
                 size = x.shape[axis]
                 positions = torch.arange(-begin, size + end, device=x.device)

@@ -21,6 +21,26 @@ def _fits_torch(begins: List[int], ends: List[int], kernel: List[int],
                                   for pad, k, d in zip(begins, kernel, dilations))
 
 
+def _ceil_windows(out: torch.Tensor, sizes, begins: List[int],
+                  strides: List[int]) -> torch.Tensor:
+    """``out`` of a ``ceil_mode`` pooling of an input padded by hand, cut to ONNX's window
+    count: torch took the hand-made padding for input, so it kept a last window that
+    starts in the right padding, which ONNX (as torch's own padding) drops.
+
+    Example:
+        >>> x = torch.tensor([[[1., 2., 3., 4.]]])
+        >>> out = F.max_pool1d(F.pad(x, (0, 1), value=-9.), 2, 2, ceil_mode=True)
+        >>> out, _ceil_windows(out, [4], [0], [2])
+        (tensor([[[ 2.,  4., -9.]]]), tensor([[[2., 4.]]]))
+    """
+    index = [slice(None)] * (out.dim() - len(sizes))
+    for size, begin, count, s in zip(sizes, begins, out.shape[2:], strides):
+        while count > 1 and (count - 1) * s >= size + begin:
+            count -= 1
+        index.append(slice(0, count))
+    return out[tuple(index)]
+
+
 @register_kernel('MaxPool')
 def _max_pool(op: Operation, device: torch.device):
     window = SlidingWindow(op, len(op.attributes['kernel_shape']))
@@ -37,7 +57,10 @@ def _max_pool(op: Operation, device: torch.device):
             if with_indices:
                 raise UnsupportedOperationError(op, 'Indices with asymmetric or large pads')
             low = torch.finfo(x.dtype).min if x.is_floating_point() else torch.iinfo(x.dtype).min
-            x, padding = F.pad(x, torch_pads(begins, ends), value=low), 0
+            sizes = x.shape[2:]
+            x = F.pad(x, torch_pads(begins, ends), value=low)
+            out = pool(x, kernel_shape, strides, 0, dilations, ceil_mode)
+            return _ceil_windows(out, sizes, begins, strides) if ceil_mode else out
         if not with_indices:
             return pool(x, kernel_shape, strides, padding, dilations, ceil_mode)
         out, indices = pool(x, kernel_shape, strides, padding, dilations, ceil_mode, True)
@@ -62,10 +85,10 @@ def _average_pool(op: Operation, device: torch.device):
             return pool(x, kernel_shape, strides, begins, ceil_mode, include_pad)
         padded = F.pad(x, torch_pads(begins, ends))
         out = pool(padded, kernel_shape, strides, 0, ceil_mode, True)
-        if include_pad:
-            return out
-        ones = F.pad(torch.ones_like(x[:1, :1]), torch_pads(begins, ends))
-        return out / pool(ones, kernel_shape, strides, 0, ceil_mode, True)
+        if not include_pad:
+            ones = F.pad(torch.ones_like(x[:1, :1]), torch_pads(begins, ends))
+            out = out / pool(ones, kernel_shape, strides, 0, ceil_mode, True)
+        return _ceil_windows(out, x.shape[2:], begins, strides) if ceil_mode else out
     return kernel
 
 

@@ -32,7 +32,10 @@ _REDUCERS: Dict[str, Callable[[torch.Tensor, Tuple[int, ...], bool], torch.Tenso
 def _reduce_builder(reduce: Callable[[torch.Tensor, Tuple[int, ...], bool], torch.Tensor]):
     def build(op: Operation, device: torch.device):
         """Axes from the attribute (older opsets) or input 1; no axes reduces every dim,
-        or nothing with ``noop_with_empty_axes``."""
+        or nothing with ``noop_with_empty_axes``: then only the elementwise part applies
+        (``|x|`` for ReduceL1 and ReduceL2, ``x * x`` for ReduceSumSquare, as
+        onnxruntime and the ONNX reference compute it), a reduction over a new dim of
+        one."""
         axes_of = reader(op, 1, attribute='axes')
         keep = bool(op.attributes.get('keepdims', 1))
         noop = op.attributes.get('noop_with_empty_axes', 0)
@@ -41,7 +44,7 @@ def _reduce_builder(reduce: Callable[[torch.Tensor, Tuple[int, ...], bool], torc
             x, axes = inputs[0], axes_of(inputs)
             if not axes:
                 if noop:
-                    return x
+                    return reduce(x.unsqueeze(0), (0, ), False)
                 axes = range(x.dim())
             return reduce(x, tuple(axes), keep)
         return kernel
