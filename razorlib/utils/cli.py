@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import importlib
 import inspect
 import math
 from pathlib import Path
@@ -179,7 +180,10 @@ def _cfg_option_problem(tree: Mapping[str, Any], key: str, tool_keys: Sequence[s
             if part in node:
                 node = node[part]
                 continue
-            if _may_add(parts[:depth + 1], typed, tool_keys) and not _misspelt(part, node):
+            if _may_add(parts[:depth + 1], typed, tool_keys, tree) and \
+                    not _misspelt(part, node):
+                if depth == 0 and len(parts) > 1 and part in _BUILT_BY_DEFAULT:
+                    return _default_section_problem(part, parts[1], key)
                 return None
             return _no_such_key(tree, key, walked, node, tool_keys)
         if isinstance(node, list):
@@ -197,14 +201,33 @@ def _cfg_option_problem(tree: Mapping[str, Any], key: str, tool_keys: Sequence[s
     return None
 
 
-def _may_add(path: Sequence[str], typed: bool, tool_keys: Sequence[str]) -> bool:
+def _may_add(path: Sequence[str], typed: bool, tool_keys: Sequence[str],
+             tree: Mapping[str, Any]) -> bool:
     """Whether a key the config does not have, at ``path``, is one something checks or
     uses (see :func:`merge_cfg_options`)."""
     if path[0] in tool_keys or typed:
         return True
     if len(path) == 1:
         return path[0] in RUNNER_KEYS
-    return len(path) == 2 and path[1] in _section_arguments(path[0])
+    return len(path) == 2 and path[1] in _section_arguments(path[0], tree.get(path[0]))
+
+
+#: Runner sections a config may leave out, and the class the Runner then builds with the
+#: section's keys as arguments.
+_BUILT_BY_DEFAULT = {'log_processor': 'mmengine.runner.LogProcessor',
+                     'visualizer': 'mmengine.visualization.Visualizer'}
+
+
+def _default_section_problem(section: str, name: str, key: str) -> Optional[str]:
+    """Why ``section.name`` (a section the config leaves out) sets nothing: the class the
+    Runner builds for it by default takes no such argument; None when it does."""
+    module, _, cls = _BUILT_BY_DEFAULT[section].rpartition('.')
+    taken = _parameters(getattr(importlib.import_module(module), cls).__init__)
+    if name in taken:
+        return None
+    near = closest(name, taken)
+    return (f'the config has no {section}, and the {cls} the Runner builds without one takes '
+            f'no argument {name!r}' + (f' (closest: {section}.{near[0]})' if near else ''))
 
 
 def _misspelt(name: str, node: Mapping[str, Any]) -> bool:
@@ -226,16 +249,20 @@ def _one_letter_apart(a: str, b: str) -> bool:
     return any(long[:i] + long[i + 1:] == short for i in range(len(long)))
 
 
-def _section_arguments(section: str) -> Collection[str]:
+def _section_arguments(section: str, value: Any = None) -> Collection[str]:
     """The keys a top-level section without a ``type`` may set that the Runner passes on
-    as arguments: its DataLoader's, its loop's, ``set_randomness``'s; none for others."""
+    as arguments: its DataLoader's, its loop's (``train_cfg``'s by its ``by_epoch``, as
+    the Runner picks the loop), ``set_randomness``'s; none for others."""
     if section.endswith('_dataloader'):
         from torch.utils.data import DataLoader
         return _parameters(DataLoader)
     if section in ('train_cfg', 'val_cfg', 'test_cfg'):
         from mmengine.runner import loops
-        classes = {'train_cfg': (loops.EpochBasedTrainLoop, loops.IterBasedTrainLoop),
-                   'val_cfg': (loops.ValLoop, ), 'test_cfg': (loops.TestLoop, )}[section]
+        by_epoch = value.get('by_epoch') if isinstance(value, Mapping) else None
+        train = {True: (loops.EpochBasedTrainLoop, ), False: (loops.IterBasedTrainLoop, )}.get(
+            by_epoch, (loops.EpochBasedTrainLoop, loops.IterBasedTrainLoop))
+        classes = {'train_cfg': train, 'val_cfg': (loops.ValLoop, ),
+                   'test_cfg': (loops.TestLoop, )}[section]
         taken = {name for cls in classes for name in _parameters(cls)}
         return (taken | {'type', 'by_epoch'}) - {'runner', 'dataloader', 'evaluator'}
     if section == 'randomness':
@@ -257,7 +284,7 @@ def _no_such_key(tree: Mapping[str, Any], key: str, walked: str, node: Mapping[s
     known = set(_paths(tree)) | set(RUNNER_KEYS) | set(tool_keys) | {
         f'{section}.{name}' for section, value in tree.items()
         if isinstance(value, Mapping) and 'type' not in value
-        for name in _section_arguments(section)}
+        for name in _section_arguments(section, value)}
     near = closest(key, {path for path in known if path.count('.') == key.count('.')})
     if near:
         return f'the config has no such key (closest: {", ".join(near)})'

@@ -112,6 +112,7 @@ TREE = dict(
     ('experiment_name', 'run'),  # a Runner argument the config leaves out
     ('env_cfg', dict(cudnn_benchmark=True)),
     ('sizes', [3]),
+    ('log_processor.window_size', 5),  # the LogProcessor the Runner builds without one
 ])
 def test_keys_that_set_something_are_merged(key, value):
     cfg = Config(TREE)
@@ -147,6 +148,13 @@ def test_keys_that_set_something_are_merged(key, value):
     ('model.backbone.strides.0', 'model.backbone.strides = (1, 2), not a dict of keys; give '
      'its whole value: model.backbone.strides=...'),
     ('load_from.path', 'load_from = None, not a dict of keys'),
+    # the config's loop is epoch-based: an iteration-based loop's argument would fail later
+    ('train_cfg.max_iters', 'the config has no such key (closest: train_cfg.max_epochs'),
+    ('log_processor.window_sizee', "the config has no log_processor, and the LogProcessor "
+     "the Runner builds without one takes no argument 'window_sizee' (closest: "
+     'log_processor.window_size)'),
+    ('visualizer.typo', "the config has no visualizer, and the Visualizer the Runner builds "
+     "without one takes no argument 'typo'"),
 ])
 def test_keys_that_set_nothing_are_refused_naming_the_closest(key, message):
     cfg = Config(TREE)
