@@ -191,12 +191,14 @@ class PruningAlgorithm(BaseModel):
             subnet = {**allocation.subnet,
                       **{gid: torch.from_numpy(alive[gid].copy()) for gid in revived}}
             allocation = dataclasses.replace(
-                allocation, subnet=subnet, pruned=None,
+                allocation, subnet=subnet,
                 kept={gid: (int(torch.as_tensor(keep).sum()), len(keep))
                       for gid, keep in subnet.items()})
         self.set_subnet(allocation.subnet)
         self.sync_subnet()
         self.kept_fraction.fill_(self.measure())
+        if revived and allocation.pruned is not None:  # what the kept subnet costs
+            allocation = dataclasses.replace(allocation, pruned=self.flops_params())
         return allocation
 
     def sync_subnet(self) -> None:

@@ -68,8 +68,8 @@ def test_pruned_channels_stay_pruned_whatever_their_weights_become():
 
 def test_a_global_ranking_with_round_to_never_gives_back_a_pruned_channel():
     """A global ranking with round_to may widen one group while it cuts another deeper
-    (8, 8, 8 -> 4, 8, 12 at a smaller budget): the pruned channels stay pruned and the
-    step lands under its budget."""
+    (8, 8, 8 -> 4, 8, 12 at a smaller budget): the pruned channels stay pruned, the step
+    lands under its budget, and its allocation reports what the kept subnet costs."""
     torch.manual_seed(8)
     model = ItePruneAlgorithm(
         architecture=dict(type='ImageClassifier',
@@ -78,6 +78,8 @@ def test_a_global_ranking_with_round_to_never_gives_back_a_pruned_channel():
         pruner=dict(type='ImportancePruner', importance='l1', global_ranking=True,
                     round_to=4, flops=0.3),
         step_freq=1, prune_times=8, input_shape=(3, 8, 8))
+    allocations, prune_to = [], model.prune_to
+    model.prune_to = lambda *args: allocations.append(prune_to(*args)) or allocations[-1]
     optim = OptimWrapper(torch.optim.SGD(model.parameters(), lr=1.0))
     budgets = dict(model.schedule())
     model.train()
@@ -90,6 +92,7 @@ def test_a_global_ranking_with_round_to_never_gives_back_a_pruned_channel():
         now = model.current_subnet
         assert not any((now[gid] & ~before[gid]).any() for gid in now), step
         assert float(model.kept_fraction) <= budgets[step] + 1e-6
+        assert allocations[-1].fraction('flops') == pytest.approx(float(model.kept_fraction))
         before = now
 
 
