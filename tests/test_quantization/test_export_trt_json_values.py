@@ -12,6 +12,7 @@ from razorlib.ir import from_torch
 from razorlib.quantization import (AdaRound, BiasCorrection, MixedPrecision, QuantExecutor,
                                    calibrate, export_graph, quantize_graph)
 from razorlib.quantization.export import activation_ranges, float_layers, weights_off_trt_grid
+from razorlib.quantization.passes import keep_in_float, restore_quantized
 from ptq_helpers import batches, calibrated, float_graph
 
 OFF_GRID = 'TensorRT computes weight scales itself'
@@ -115,7 +116,7 @@ def test_trt_json_refuses_a_mixed_precision_graph_naming_its_float_layers(tmp_pa
     graph = mixed_precision_graph()
     kept = float_layers(graph)
     assert kept
-    with pytest.raises(ValueError, match=rf'floating point \(MixedPrecision: {kept[0]}\).*'
+    with pytest.raises(ValueError, match=rf'floating point \({kept[0]}\b.*'
                                          'export QDQ_ONNX instead'):
         export_graph(graph, tmp_path / 'mp.onnx', 'TRT_JSON')
     assert not (tmp_path / 'mp.json').exists() and not (tmp_path / 'mp.onnx').exists()
@@ -134,8 +135,20 @@ def test_activation_ranges_refuse_a_mixed_precision_graph_naming_its_float_layer
     graph = mixed_precision_graph()
     kept = float_layers(graph)
     with pytest.raises(ValueError, match=rf'^activation_ranges: graph .* keeps layers in '
-                                         rf'floating point \(MixedPrecision: {kept[0]}\).*'
+                                         rf'floating point \({kept[0]}\b.*'
                                          'export QDQ_ONNX instead$'):
         activation_ranges(graph)
     graph.extension_attrib['mixed_precision']['float_layers'] = []
-    assert activation_ranges(graph)  # no float layer: the ranges as before
+    assert float_layers(graph) == kept  # the layers' states say so without the record
+
+
+def test_a_layer_kept_in_float_by_hand_is_refused_until_restored():
+    graph = calibrated(float_graph(), 'TRT_INT8')
+    assert float_layers(graph) == [] and activation_ranges(graph)
+    layer = next(op for op in graph.topological_sort() if op.type in ('Conv', 'Gemm'))
+    saved = keep_in_float(layer)
+    assert float_layers(graph) == [layer.name]
+    with pytest.raises(ValueError, match=rf'floating point \({layer.name}\)'):
+        activation_ranges(graph)
+    restore_quantized(saved)
+    assert float_layers(graph) == [] and activation_ranges(graph)

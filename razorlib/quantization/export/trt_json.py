@@ -41,6 +41,7 @@ import onnx
 from ...ir import BaseGraph, QuantizationProperty, TensorQuantizationConfig
 from ..executor import quantized_inputs
 from ..functional import quantize_integers
+from ..passes.layers import LAYER_TYPES
 from ..state import check_calibrated, quantable_operations
 from .plain import export_onnx
 
@@ -100,14 +101,23 @@ def activation_ranges(graph: BaseGraph) -> Dict[str, float]:
 
 
 def float_layers(graph: BaseGraph) -> List[str]:
-    """The layers MixedPrecision keeps in floating point (those still in the graph).
+    """The weight layers kept in floating point: those MixedPrecision chose (still in the
+    graph), then any other quantable weight layer whose weight is not quantized
+    (``keep_in_float`` called by hand).  The layers a dispatcher leaves in FP32 are not
+    quantable operations, and not listed.
 
     Example:
         >>> float_layers(BaseGraph())
         []
     """
     chosen = graph.extension_attrib.get('mixed_precision') or {}
-    return [name for name in chosen.get('float_layers', ()) if name in graph.operations]
+    kept = [name for name in chosen.get('float_layers', ()) if name in graph.operations]
+    for op in quantable_operations(graph):
+        if (op.type in LAYER_TYPES and op.name not in kept and not op.is_dequantized
+                and len(op.inputs) > 1 and op.inputs[1].is_parameter
+                and not op.input_quant_config[1].state.is_quantized):
+            kept.append(op.name)
+    return kept
 
 
 def _refuse_float_layers(graph: BaseGraph, action: str) -> None:
@@ -115,7 +125,7 @@ def _refuse_float_layers(graph: BaseGraph, action: str) -> None:
 
     TensorRT's implicit INT8 mode runs a layer in INT8 once its input and output have
     ranges, and the INT8 layers around a float layer need those ranges: a consumer of the
-    ranges alone would quantize the layers MixedPrecision kept in floating point.
+    ranges alone would quantize the layers kept in floating point.
 
     Args:
         graph: a quantized graph.
@@ -127,7 +137,7 @@ def _refuse_float_layers(graph: BaseGraph, action: str) -> None:
     kept = float_layers(graph)
     if kept:
         raise ValueError(f'{action}: graph {graph.name!r} keeps layers in floating point '
-                         f'(MixedPrecision: {", ".join(kept[:5])}'
+                         f'({", ".join(kept[:5])}'
                          f'{", ..." if len(kept) > 5 else ""}), which dynamic ranges cannot '
                          'express: TensorRT\'s implicit INT8 mode runs a layer in INT8 once its '
                          'input and output have ranges, and the INT8 layers around it need '
