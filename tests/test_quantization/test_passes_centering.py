@@ -254,9 +254,9 @@ def test_a_second_run_centres_nothing_more_and_a_baked_graph_stays_exact():
         torch.testing.assert_close(after, expected, rtol=1e-4, atol=1e-5)
 
 
-def gemm_pair(beta: float):
-    """An ONNX ``Gemm(beta) -> Clip(0, 6) -> Gemm``: a producer whose bias counts ``beta``
-    times (torch's Linear always exports ``beta = 1``)."""
+def gemm_pair(beta: float, reader_beta: float = 1.0):
+    """An ONNX ``Gemm(beta) -> Clip(0, 6) -> Gemm(reader_beta)``: Gemms whose biases
+    count ``beta`` times (torch's Linear always exports ``beta = 1``)."""
     onnx = pytest.importorskip('onnx')
     from onnx import TensorProto, helper, numpy_helper
     torch.manual_seed(3)
@@ -264,7 +264,7 @@ def gemm_pair(beta: float):
               'b2': torch.randn(5), 'lo': torch.tensor(0.0), 'hi': torch.tensor(6.0)}
     nodes = [helper.make_node('Gemm', ['x', 'w1', 'b1'], ['h'], beta=beta, transB=1),
              helper.make_node('Clip', ['h', 'lo', 'hi'], ['a']),
-             helper.make_node('Gemm', ['a', 'w2', 'b2'], ['y'], beta=beta, transB=1)]
+             helper.make_node('Gemm', ['a', 'w2', 'b2'], ['y'], beta=reader_beta, transB=1)]
     graph = helper.make_graph(
         nodes, 'gemm_pair', [helper.make_tensor_value_info('x', TensorProto.FLOAT, ['n', 12])],
         [helper.make_tensor_value_info('y', TensorProto.FLOAT, ['n', 5])],
@@ -272,11 +272,12 @@ def gemm_pair(beta: float):
     return helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid('', 13)])
 
 
-@pytest.mark.parametrize('beta', [0.5, 2.0])
-def test_a_gemm_whose_bias_counts_beta_times_takes_the_shift_over_beta(beta):
+@pytest.mark.parametrize('beta, reader_beta', [(0.5, 1.0), (2.0, 1.0), (1.0, 0.5), (1.0, 2.0)],
+                         ids=['producer 0.5', 'producer 2', 'reader 0.5', 'reader 2'])
+def test_a_gemm_whose_bias_counts_beta_times_takes_the_shift_over_beta(beta, reader_beta):
     from razorlib.quantization import quantize_onnx_model
     batches = [torch.randn(8, 12) * 2 for _ in range(3)]
-    graph = quantize_onnx_model(gemm_pair(beta), batches, batches[0], 'TRT_INT8',
+    graph = quantize_onnx_model(gemm_pair(beta, reader_beta), batches, batches[0], 'TRT_INT8',
                                 calib_steps=3, progress=False, dispatcher='aggressive')
     with torch.no_grad(), dequantized(graph):
         before = QuantExecutor(graph)(batches[0])[0]
@@ -289,5 +290,7 @@ def test_a_gemm_whose_bias_counts_beta_times_takes_the_shift_over_beta(beta):
 def test_a_gemm_that_drops_its_bias_beta_0_takes_no_shift():
     from razorlib.ir import from_onnx
     x = torch.randn(2, 12)
-    assert centerable_clips(prepare_graph(from_onnx(gemm_pair(0.0)), x)) == []
+    for beta, reader_beta in ((0.0, 1.0), (1.0, 0.0)):  # the producer's, the reader's
+        graph = prepare_graph(from_onnx(gemm_pair(beta, reader_beta)), x)
+        assert centerable_clips(graph) == []
     assert len(centerable_clips(prepare_graph(from_onnx(gemm_pair(1.0)), x))) == 1

@@ -285,7 +285,8 @@ def test_an_earlier_result_is_replaced_only_with_overwrite(trained, tmp_path, mo
     onnx.checker.check_model(onnx.load(str(tmp_path / 'digits_cnn_int8.onnx')))
 
 
-def test_a_pruning_algorithm_checkpoint_is_quantized_at_its_pruned_widths(tmp_path):
+def test_a_pruning_algorithm_checkpoint_is_quantized_at_its_pruned_widths(
+        tmp_path, monkeypatch):
     """An ItePrune checkpoint holds its subnet in its masks: the tool quantizes the slim
     architecture (the masks' widths), not the dense one with the masks dropped."""
     config = REPO / 'configs' / 'pruning' / 'ite_prune' / 'ite_prune_plaincnn_digits.py'
@@ -304,5 +305,8 @@ def test_a_pruning_algorithm_checkpoint_is_quantized_at_its_pruned_widths(tmp_pa
     exported = [item.dims[0] for item in onnx.load(results['onnx']).graph.initializer
                 if item.name.endswith('weight_quantized') and len(item.dims) == 4]
     assert exported == widths and widths[0] < 32
-    assert load_tool('ptq').main([str(config), str(checkpoint), '--work-dir',
-                                  str(tmp_path / 'refused'), '--subnet', str(checkpoint)]) == 2
+    tool = load_tool('ptq')
+    log = LogCapture(tool, monkeypatch)
+    assert tool.main([str(config), str(checkpoint), '--work-dir', str(tmp_path / 'refused'),
+                      '--subnet', str(checkpoint)]) == 2
+    assert 'holds the subnet it pruned to; leave --subnet out' in log.text
