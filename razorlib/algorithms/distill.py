@@ -11,7 +11,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from mmengine.logging import MMLogger
-from mmengine.model import BaseModel
+from mmengine.model import BaseModel, ImgDataPreprocessor
 
 from ..engine.checkpoint_check import check_fits, read_checkpoint, state_dict_of
 from ..registry import MODELS
@@ -50,10 +50,25 @@ def recorded(model: nn.Module, names: Sequence[str], where: str) -> Iterator[Dic
     outputs: Dict[str, Any] = {}
     with ExitStack() as stack:
         for name in names:
+            # a copy: the next module may change the output in place (a ReLU(inplace=True)
+            # after a norm), and the feature is the named module's; the copy keeps autograd
             handle = modules[name].register_forward_hook(
-                lambda mod, args, out, name=name: outputs.__setitem__(name, out))
+                lambda mod, args, out, name=name: outputs.__setitem__(name, _copied(out)))
             stack.callback(handle.remove)
         yield outputs
+
+
+def _copied(value: Any) -> Any:
+    """``value`` with every tensor in it (in tuples, lists, dicts) cloned."""
+    if isinstance(value, torch.Tensor):
+        return value.clone()
+    if isinstance(value, tuple) and hasattr(value, '_fields'):  # a namedtuple
+        return type(value)(*(_copied(v) for v in value))
+    if isinstance(value, (tuple, list)):
+        return type(value)(_copied(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _copied(v) for k, v in value.items()}
+    return value
 
 
 def connector_for(student: torch.Tensor, teacher: torch.Tensor) -> nn.Module:
@@ -150,6 +165,7 @@ class SingleTeacherDistill(BaseModel):
                 'SingleTeacherDistill: the teacher is built from a config without '
                 'teacher_ckpt: it distils its random initialisation')
         self.teacher = build_architecture(teacher)
+        _check_teacher_preprocessing(self.teacher, self.data_preprocessor, input_shape)
         if student_ckpt is not None:
             _load(self.architecture, student_ckpt, 'student_ckpt')
         if teacher_ckpt is not None:
@@ -242,6 +258,35 @@ def _weight(value: object, name: str) -> float:
     return value
 
 
+def _check_teacher_preprocessing(teacher: nn.Module, preprocessor: Optional[nn.Module],
+                                 input_shape: Sequence[int]) -> None:
+    """Refuse a teacher whose own image preprocessor normalises otherwise than the
+    algorithm's: the teacher is fed the algorithm's preprocessed inputs, so it would see
+    images scaled as it was never trained on.  A teacher preprocessor that leaves the
+    images as they are (an unset ``ClsDataPreprocessor``, a config without one) is taken
+    as unset, with a warning."""
+    own = getattr(teacher, 'data_preprocessor', None)
+    if own is preprocessor or not (isinstance(own, ImgDataPreprocessor)
+                                   and isinstance(preprocessor, ImgDataPreprocessor)):
+        return
+    probe = torch.arange(2 * math.prod(input_shape), dtype=torch.float32)
+    probe = (probe % 256).reshape(2, *input_shape)
+    with torch.no_grad():
+        ours = preprocessor(dict(inputs=probe), False)['inputs']
+        theirs = own(dict(inputs=probe), False)['inputs']
+    if ours.shape == theirs.shape and torch.allclose(ours, theirs):
+        return
+    if theirs.shape == probe.shape and torch.equal(theirs, probe):
+        MMLogger.get_current_instance().warning(
+            "SingleTeacherDistill: the teacher's data_preprocessor does not normalise; it "
+            "is fed the images as the algorithm's data_preprocessor prepares them")
+        return
+    raise ValueError("SingleTeacherDistill: the teacher's data_preprocessor prepares images "
+                     "otherwise than the algorithm's (the student's, or data_preprocessor): "
+                     "the teacher is fed the algorithm's inputs, so give both the same "
+                     "mean, std and channel order")
+
+
 def _load(model: nn.Module, path: Union[str, Path], key: str) -> None:
     """Load a checkpoint that must fit ``model`` exactly, naming ``key`` on failure."""
     try:
@@ -250,3 +295,6 @@ def _load(model: nn.Module, path: Union[str, Path], key: str) -> None:
     except ValueError as err:
         raise ValueError(f'SingleTeacherDistill {key}: {err}') from err
     model.load_state_dict(state)
+    # the runner's init_weights() would otherwise run the module's init_cfg (a Pretrained
+    # checkpoint, a constant...) over the weights just loaded, as mmrazor's distillers note
+    model._is_init = True

@@ -68,6 +68,60 @@ def test_the_losses_are_the_weighted_label_kd_and_feature_terms(teacher_ckpt):
     assert torch.isclose(losses['loss_feat_0'], 0.1 * F.mse_loss(connector(s_feat), t_feat))
 
 
+def test_a_feature_is_the_named_modules_output_before_an_in_place_activation(teacher_ckpt):
+    # each stage's bn is followed by ReLU(inplace=True), which rewrites the bn's output
+    model = distill(teacher_ckpt, kd_weight=0.0, label_weight=0.0,
+                    features=[dict(student='backbone.stages.1.bn',
+                                   teacher='backbone.stages.1.bn')]).eval()
+    x = model.data_preprocessor(digits_batch(), False)['inputs']
+    loss = model(x, None, mode='loss')['loss_feat_0']
+
+    def bn_output(net):
+        stages = net.backbone.stages
+        return stages[1].bn(stages[1].conv(stages[0](x)))
+
+    with torch.no_grad():
+        expected = F.mse_loss(model.connectors[0](bn_output(model.architecture)),
+                              bn_output(model.teacher))
+        after_relu = F.mse_loss(model.connectors[0](bn_output(model.architecture).relu()),
+                                bn_output(model.teacher).relu())
+    assert torch.isclose(loss, expected) and not torch.isclose(loss, after_relu)
+    loss.backward()  # the copy keeps the student's graph
+    assert model.architecture.backbone.stages[1].conv.weight.grad.abs().sum() > 0
+
+
+def test_the_runners_init_weights_keeps_the_loaded_checkpoints(teacher_ckpt, tmp_path):
+    torch.manual_seed(1)
+    torch.save(MODELS.build(tiny_classifier((4, 8))).state_dict(), tmp_path / 'slim.pth')
+    zero = dict(type='Constant', val=0.0, layer=['Conv2d', 'Linear'])
+    model = MODELS.build(dict(type='SingleTeacherDistill',
+                              architecture=dict(tiny_classifier((4, 8)), init_cfg=zero),
+                              student_ckpt=str(tmp_path / 'slim.pth'),
+                              teacher=dict(tiny_classifier(), init_cfg=zero),
+                              teacher_ckpt=str(teacher_ckpt), input_shape=(3, 16, 16)))
+    model.init_weights()  # as Runner.train() does
+    for net, saved in ((model.teacher, torch.load(teacher_ckpt)['state_dict']),
+                       (model.architecture, torch.load(tmp_path / 'slim.pth'))):
+        assert all(torch.equal(t, saved[k]) for k, t in net.state_dict().items())
+
+
+def test_a_teacher_normalised_otherwise_is_refused(teacher_ckpt):
+    imagenet = dict(type='ClsDataPreprocessor', mean=[0.485, 0.456, 0.406],
+                    std=[0.229, 0.224, 0.225])
+    with pytest.raises(ValueError, match="the teacher's data_preprocessor prepares images "
+                       "otherwise than the algorithm's"):
+        SingleTeacherDistill(architecture=tiny_classifier((4, 8)),
+                             teacher=dict(tiny_classifier(), data_preprocessor=imagenet),
+                             teacher_ckpt=teacher_ckpt, input_shape=(3, 16, 16))
+    # the same normalisation given to the algorithm itself is accepted
+    model = SingleTeacherDistill(architecture=tiny_classifier((4, 8)),
+                                 teacher=dict(tiny_classifier(), data_preprocessor=imagenet),
+                                 teacher_ckpt=teacher_ckpt, input_shape=(3, 16, 16),
+                                 data_preprocessor=imagenet)
+    assert torch.allclose(model.data_preprocessor.mean.flatten(),
+                          torch.tensor([0.485, 0.456, 0.406]))
+
+
 def test_a_student_equal_to_its_teacher_has_nothing_to_distil(teacher_ckpt):
     model = SingleTeacherDistill(architecture=tiny_classifier(), teacher=tiny_classifier(),
                                  teacher_ckpt=teacher_ckpt, student_ckpt=teacher_ckpt,
