@@ -82,3 +82,27 @@ def test_recalibration_does_not_move_the_global_random_generators():
     torch.manual_seed(1)
     recalibrate_bn(model, data, num_batches=1, seed=7)
     assert torch.equal(torch.rand(3), expected)
+
+
+class NoisyImages(torch.utils.data.Dataset):
+    """Images with noise drawn in the worker: what a random augmentation does."""
+
+    def __len__(self):
+        return 32
+
+    def __getitem__(self, index):
+        return dict(inputs=torch.full((3, 8, 8), float(index)) + torch.rand(3, 8, 8),
+                    data_samples=0)
+
+
+def test_persistent_workers_repeat_their_augmentations_every_call():
+    loader = DataLoader(NoisyImages(), batch_size=8, num_workers=1, persistent_workers=True,
+                        collate_fn=lambda items: dict(
+                            inputs=torch.stack([item['inputs'] for item in items]),
+                            data_samples=[item['data_samples'] for item in items]))
+    model = make_model()
+    stats = []
+    for _ in range(2):
+        recalibrate_bn(model, loader, num_batches=2, seed=3)
+        stats.append(model.backbone.stages[0].bn.running_mean.clone())
+    assert torch.equal(*stats)

@@ -1,4 +1,6 @@
 """SubnetValLoop: validates the subnet it is given, recalibrated, and puts the supernet back."""
+import copy
+
 import pytest
 import torch
 import yaml
@@ -47,6 +49,30 @@ def test_it_validates_the_given_subnet_after_recalibration(tmp_path, monkeypatch
     reference.model.set_subnet(WidthSpace(reference.model.pruner).masks(WIDTHS))
     recalibrate_bn(reference.model, reference.train_dataloader, num_batches=2)
     assert metrics == reference.val()
+
+
+def test_ema_weights_are_validated_with_statistics_of_their_own(tmp_path):
+    # mmengine's EMAHook swaps the averaged weights in at before_val_epoch: the loop
+    # recalibrates after it, on the weights it validates
+    cfg = runner_cfg(tmp_path / 'ema', dict(type='SubnetValLoop', subnet=None,
+                                            recalib_batches=2))
+    cfg.update(custom_hooks=[dict(type='EMAHook', momentum=0.5)],
+               train_cfg=dict(by_epoch=True, max_epochs=1, val_interval=1))
+    runner = Runner(**cfg)
+    seen = {}
+
+    def val_step(self, data):
+        if not seen:
+            twin = copy.deepcopy(self)  # the weights validated, EMA's
+            recalibrate_bn(twin, runner.train_dataloader, num_batches=2)
+            seen.update(used=self.architecture.backbone.stages[0].bn.running_mean.clone(),
+                        own=twin.architecture.backbone.stages[0].bn.running_mean)
+        return AutoSlim.val_step(self, data)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(runner.model, 'val_step', val_step.__get__(runner.model))
+        runner.train()
+    torch.testing.assert_close(seen['used'], seen['own'])
 
 
 def test_widths_and_a_channel_config_dict_validate_the_same_subnet(tmp_path):

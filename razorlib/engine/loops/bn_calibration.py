@@ -13,6 +13,7 @@ import numpy as np
 import torch
 from mmengine.dist import all_reduce
 from mmengine.model import BaseModel
+from torch.utils.data import DataLoader
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from ...utils.modes import kept_modes
@@ -44,6 +45,29 @@ def seeded(seed: int) -> Iterator[None]:
             np.random.set_state(numpy_state)
 
 
+def fresh_workers(loader: Iterable) -> Iterable:
+    """``loader``, or for a DataLoader with persistent workers a twin whose workers start
+    anew with each pass: a persistent worker carries its random state from one pass to
+    the next, so seeding the main process would not repeat its augmentations.
+
+    Example:
+        >>> from torch.utils.data import DataLoader
+        >>> loader = DataLoader(range(8), batch_size=4, num_workers=1, persistent_workers=True)
+        >>> twin = fresh_workers(loader)
+        >>> twin.persistent_workers, twin.batch_sampler is loader.batch_sampler
+        (False, True)
+    """
+    if not (isinstance(loader, DataLoader) and loader.num_workers and loader.persistent_workers):
+        return loader
+    return DataLoader(loader.dataset, batch_sampler=loader.batch_sampler,
+                      num_workers=loader.num_workers, collate_fn=loader.collate_fn,
+                      pin_memory=loader.pin_memory, timeout=loader.timeout,
+                      worker_init_fn=loader.worker_init_fn,
+                      multiprocessing_context=loader.multiprocessing_context,
+                      generator=loader.generator, prefetch_factor=loader.prefetch_factor,
+                      persistent_workers=False)
+
+
 def recalibrate_bn(model: BaseModel, dataloader: Iterable, num_batches: int,
                    seed: int = 0) -> int:
     """Reset every BatchNorm's running statistics and re-estimate them on training data.
@@ -51,8 +75,9 @@ def recalibrate_bn(model: BaseModel, dataloader: Iterable, num_batches: int,
     The statistics become the plain average over ``num_batches`` batches (momentum
     ``None``), computed in train mode under ``no_grad`` with the model's current
     subnet; momenta and the train/eval mode are restored afterwards.  Random
-    augmentations and shuffling draw from generators seeded with ``seed``, so every
-    subnet is calibrated on the same images.  Under distributed training each rank
+    augmentations and shuffling draw from generators seeded with ``seed`` (a loader's
+    persistent workers are started afresh, :func:`fresh_workers`), so every subnet is
+    calibrated on the same images.  Under distributed training each rank
     averages its statistics with the others.
 
     Args:
@@ -88,7 +113,7 @@ def recalibrate_bn(model: BaseModel, dataloader: Iterable, num_batches: int,
             norm.momentum = None
         with kept_modes(model), torch.no_grad(), seeded(seed):
             model.train()
-            for batch in islice(dataloader, num_batches):
+            for batch in islice(fresh_workers(dataloader), num_batches):
                 model._run_forward(model.data_preprocessor(batch, True), mode='tensor')
                 used += 1
     finally:

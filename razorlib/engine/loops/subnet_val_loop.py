@@ -163,8 +163,8 @@ class SubnetValLoop(CalibrationData, ValLoop):
     @torch.no_grad()
     def validate(self, subnet: Optional[SubnetSpec], max_batches: Optional[int] = None
                  ) -> Dict[str, float]:
-        """One validation epoch of a subnet: set it, recalibrate BatchNorm, run
-        ``before_val_epoch``, mmengine's ``run_iter`` on the first ``max_batches``
+        """One validation epoch of a subnet: set it, run ``before_val_epoch``,
+        recalibrate BatchNorm, mmengine's ``run_iter`` on the first ``max_batches``
         batches (None: all), evaluate, ``after_val_epoch(metrics)``; restore the model's
         subnet and BatchNorm statistics.
 
@@ -179,11 +179,13 @@ class SubnetValLoop(CalibrationData, ValLoop):
         with kept_subnet(model):
             if subnet is not None:
                 set_subnet(model, subnet)
+            # the hook first: mmengine's EMAHook swaps the averaged weights in there, and
+            # the statistics must be those of the weights validated
+            self.runner.call_hook('before_val_epoch')
             used = recalibrate_bn(model, self.calib_dataloader, self.recalib_batches, self.seed)
             if isinstance(subnet, (str, Path)):
                 self.runner.logger.info(f'validating {subnet} after BatchNorm recalibration '
                                         f'on {used} batches')
-            self.runner.call_hook('before_val_epoch')
             self.runner.model.eval()
             self.val_loss.clear()
             seen = 0
