@@ -1,6 +1,6 @@
 """ImageFolder: one sub-folder of image files per class, decoded with PIL."""
 from pathlib import Path
-from typing import Sequence, Tuple, Union
+from typing import List, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -18,7 +18,9 @@ class ImageFolder(ClsDataset):
 
     Images are read lazily, converted to RGB (or gray), resized to ``size`` with
     bilinear filtering and scaled to [0, 1]; normalisation is the data preprocessor's.
-    Files nested deeper inside a class folder belong to that class.
+    Files nested deeper inside a class folder belong to that class.  Hidden folders and
+    files (a name starting with ``.``) are skipped; a class folder without images is
+    refused, since it would still take a label.
 
     Args:
         data_root: the folder holding one sub-folder per class.
@@ -40,14 +42,21 @@ class ImageFolder(ClsDataset):
         root = Path(data_root)
         if not root.is_dir():
             raise FileNotFoundError(f'ImageFolder data_root {root} is not a folder')
-        class_dirs = sorted(path for path in root.iterdir() if path.is_dir())
+        # hidden folders (.ipynb_checkpoints, .git) are no classes: one would shift every
+        # label after it, and the splits' labels would disagree
+        class_dirs = sorted(path for path in root.iterdir()
+                            if path.is_dir() and not path.name.startswith('.'))
         self.classes = tuple(path.name for path in class_dirs)
         self.paths, self.labels = [], []
         for label, class_dir in enumerate(class_dirs):
-            for path in sorted(class_dir.rglob('*')):
-                if path.suffix.lower() in IMG_EXTENSIONS and path.is_file():
-                    self.paths.append(path)
-                    self.labels.append(label)
+            images = _images_in(class_dir)
+            if not images:
+                raise FileNotFoundError(
+                    f'ImageFolder class folder {class_dir} has no images '
+                    f'({", ".join(IMG_EXTENSIONS)}): an empty class shifts the labels of '
+                    f'the classes after it; remove it or add its images')
+            self.paths.extend(images)
+            self.labels.extend([label] * len(images))
         if not self.paths:
             raise FileNotFoundError(f'no images ({", ".join(IMG_EXTENSIONS)}) in the class '
                                     f'sub-folders of {root}')
@@ -64,3 +73,10 @@ class ImageFolder(ClsDataset):
         item = super().__getitem__(index)
         item['data_samples'].set_metainfo(dict(img_path=str(self.paths[index])))
         return item
+
+
+def _images_in(class_dir: Path) -> List[Path]:
+    """The image files under ``class_dir``, sorted, none inside a hidden folder or hidden."""
+    return [path for path in sorted(class_dir.rglob('*'))
+            if path.suffix.lower() in IMG_EXTENSIONS and path.is_file()
+            and not any(part.startswith('.') for part in path.relative_to(class_dir).parts)]

@@ -70,6 +70,11 @@ class Accuracy(BaseMetric):
         scores = torch.stack([score for score, _ in results])
         labels = torch.tensor([label for _, label in results])
         num_classes = scores.shape[1]
+        outside = labels[(labels < 0) | (labels >= num_classes)]
+        if len(outside):
+            raise ValueError(f'Accuracy: gt_label {int(outside[0])} is no class of the '
+                             f'{num_classes} scores (0 to {num_classes - 1}): the dataset\'s '
+                             f'classes and the head\'s num_classes disagree')
         skipped = [k for k in self.topk if k > num_classes]
         if skipped:
             print_log(f'Accuracy: top-k for k in {skipped} skipped, there are only '

@@ -43,3 +43,18 @@ def test_missing_root_and_empty_folders_are_named(tmp_path):
     (tmp_path / 'empty_class').mkdir()
     with pytest.raises(FileNotFoundError, match='no images'):
         ImageFolder(tmp_path)
+
+
+def test_hidden_folders_are_no_classes_and_an_empty_class_is_refused(folder):
+    # Jupyter leaves .ipynb_checkpoints beside the classes and inside them
+    (folder / '.ipynb_checkpoints').mkdir()
+    (folder / 'dog' / '.ipynb_checkpoints').mkdir()
+    Image.fromarray(np.zeros((6, 10, 3), np.uint8)).save(
+        folder / 'dog' / '.ipynb_checkpoints' / '0-checkpoint.png')
+    dataset = ImageFolder(folder, size=4)
+    assert dataset.metainfo == dict(classes=('cat', 'dog'))
+    assert dataset.labels == [0, 0, 0, 1, 1, 1]
+    (folder / 'bird').mkdir()
+    with pytest.raises(FileNotFoundError, match=r'class folder .*bird has no images .* an empty '
+                       'class shifts the labels'):
+        ImageFolder(folder)

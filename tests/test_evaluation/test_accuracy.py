@@ -55,3 +55,12 @@ def test_nll_is_the_mean_negative_log_likelihood_of_the_true_class():
     assert result['top1'] == 50.0
     assert result['nll'] == pytest.approx((-math.log(0.75) - math.log(1e-12)) / 2)
     assert 'nll' not in Accuracy(topk=1).compute_metrics(metric.results)
+
+
+@pytest.mark.parametrize('label', [2, -1])
+def test_a_label_outside_the_scores_is_refused(label):
+    # a dataset with more classes than the head: no prediction can be right, so no score
+    metric = Accuracy(topk=1)
+    metric.process(None, [ClsDataSample(gt_label=label, pred_score=torch.tensor([.3, .7]))])
+    with pytest.raises(ValueError, match=f'gt_label {label} is no class of the 2 scores'):
+        metric.compute_metrics(metric.results)
