@@ -16,6 +16,15 @@ def _depthwise(conv: nn.modules.conv._ConvNd) -> bool:
     return conv.groups == conv.in_channels and conv.groups > 1
 
 
+def _positions(module: nn.Module, x: torch.Tensor) -> int:
+    """Spatial positions of ``x`` over its whole batch: a batch of one where the input is
+    unbatched (``(C, H, W)`` for a Conv2d, which torch accepts)."""
+    spatial = len(module.kernel_size)
+    if x.dim() == spatial + 1:
+        return prod(x.shape[1:])
+    return x.shape[0] * prod(x.shape[2:])
+
+
 @LAYER_KINDS.register_module()
 class ConvKind(LayerKind):
     """Convolutions: output channel ``o`` of group ``g`` reads the input channels of ``g``.
@@ -117,10 +126,8 @@ class ConvKind(LayerKind):
         kept = self.full(module, kept)
         x, kernel = inputs[0], prod(module.kernel_size)
         if module.transposed:  # each input position scatters into (out / groups) * k outputs
-            positions = x.shape[0] * prod(x.shape[2:])
             per_input = (kept['out'] / kept['in'] if _depthwise(module)
                          else kept['out'] / module.groups)
-            return int(round(positions * kept['in'] * per_input * kernel))
-        positions = output.shape[0] * prod(output.shape[2:])
-        return int(round(positions * kept['out'] * self._per_output(module, kept['in']) *
-                         kernel))
+            return int(round(_positions(module, x) * kept['in'] * per_input * kernel))
+        return int(round(_positions(module, output) * kept['out'] *
+                         self._per_output(module, kept['in']) * kernel))

@@ -70,8 +70,12 @@ class NormKind(LayerKind):
         return weight.detach().reshape(-1, 1)
 
     def params(self, module: nn.Module, kept: Kept) -> int:
-        affine = sum(1 for attr in ('weight', 'bias') if getattr(module, attr, None) is not None)
-        return self.full(module, kept)['out'] * affine
+        """Each affine tensor at the kept channels: a norm over several dims
+        (``LayerNorm((5, 6))``) holds ``numel / width`` entries per channel."""
+        width, kept_out = self.widths(module)['out'], self.full(module, kept)['out']
+        return sum(tensor.numel() // max(width, 1) * kept_out
+                   for tensor in (getattr(module, attr, None) for attr in ('weight', 'bias'))
+                   if isinstance(tensor, torch.Tensor))
 
     def flops(self, module: nn.Module, inputs: Tuple, output, kept: Kept) -> int:
         width = self.widths(module)['out']

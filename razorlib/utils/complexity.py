@@ -6,12 +6,14 @@ embedding) at the entries its keep-masks keep.  So a supernet set to a subnet re
 exactly what the sliced subnet has: parameters as ``sum(p.numel())`` of the slim model.
 
 FLOPs are multiply-accumulates of conv, transposed conv and linear layers (and attention
-projections) plus one operation per normalised element: OpenMMLab's convention.  The
-products of two activations (``QK^T``, ``AV`` in attention) are left out unless
-``attention=True``.
+projections) plus one operation per normalised element: OpenMMLab's convention.  Weight
+layers run as functions outside their modules' calls are counted too (see
+:class:`_FunctionCounter`).  The products of two activations (``QK^T``, ``AV`` in
+attention) are left out unless ``attention=True``.
 """
 from dataclasses import dataclass
-from typing import Any, Dict, Optional
+import math
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
@@ -95,6 +97,9 @@ def count_params(model: nn.Module, layer_kinds: LayerKindsArg = None) -> int:
             if len(own) == 1:
                 alone[id(own[0])] = kept
             dense = max(kind.params(module, {}), 1)
+            # parameters the kind does not know (a Conv2d subclass's learned gain, as in
+            # timm's ScaledStdConv2d) are held whole, pruned or not
+            total += max(0, sum(p.numel() for p in own) - kind.params(module, {}))
             # a tied weight beside parameters of the module's own (lm_head with a bias):
             # its kept size where it was a layer's only parameter (the embeddings), else
             # its share of the module's dense count
@@ -112,31 +117,130 @@ def _activation(tensor: Any) -> bool:
     return isinstance(tensor, torch.Tensor) and not isinstance(tensor, nn.Parameter)
 
 
-class _AttentionProducts(TorchFunctionMode):
-    """Counts the multiply-accumulates of products of two activations: ``matmul``,
-    ``bmm``, ``@``, ``scaled_dot_product_attention`` and ``nn.MultiheadAttention``'s
-    ``F.multi_head_attention_forward`` (whose inner products the mode does not see)."""
+#: Weight layers as functions: what a kind's module runs, or code runs on a weight.
+_LINEAR, _CONVS, _TRANSPOSED = (F.linear, ), (F.conv1d, F.conv2d, F.conv3d), \
+    (F.conv_transpose1d, F.conv_transpose2d, F.conv_transpose3d)
+#: Products of two operands: ``(a, b)`` are the first two arguments, or the 2nd and 3rd
+#: after an added ``input`` (``addmm``, ``baddbmm``).
+_PRODUCTS = (torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__, torch.mm,
+             torch.Tensor.mm, torch.bmm, torch.Tensor.bmm)
+_ADDED_PRODUCTS = (torch.addmm, torch.Tensor.addmm, torch.baddbmm, torch.Tensor.baddbmm,
+                   torch.addbmm, torch.Tensor.addbmm)
 
-    MATMULS = (torch.matmul, torch.bmm, torch.Tensor.matmul, torch.Tensor.__matmul__,
-               torch.Tensor.bmm)
 
-    def __init__(self) -> None:
+def einsum_macs(equation: str, operands: Sequence[torch.Tensor], output: torch.Tensor) -> int:
+    """Multiply-accumulates of an ``einsum``: each output entry sums the product of its
+    operands over every index that the output does not keep.
+
+    Example:
+        >>> q, k = torch.randn(2, 3, 5, 4), torch.randn(2, 3, 6, 4)
+        >>> einsum_macs('bhqd,bhkd->bhqk', (q, k), torch.einsum('bhqd,bhkd->bhqk', q, k))
+        720
+    """
+    inputs, _, kept = equation.replace(' ', '').partition('->')
+    sizes: Dict[str, int] = {}
+    for subscript, operand in zip(inputs.split(','), operands):
+        head, _, tail = subscript.partition('...')
+        for i, letter in enumerate(head):
+            sizes[letter] = operand.shape[i]
+        for i, letter in enumerate(tail):
+            sizes[letter] = operand.shape[operand.dim() - len(tail) + i]
+    summed = [size for letter, size in sizes.items() if letter not in kept] if '->' in equation \
+        else [size for letter, size in sizes.items() if inputs.count(letter) > 1]
+    return output.numel() * math.prod(summed)
+
+
+def _weight_macs(func, args: tuple, out: torch.Tensor) -> int:
+    """Dense multiply-accumulates of ``F.linear`` / ``F.conv*`` / ``F.conv_transpose*``
+    with ``args[1]`` as the weight: every output (input, transposed) entry reads one
+    weight row."""
+    x, weight = args[0], args[1]
+    per_row = weight[0].numel()
+    return (x.numel() if func in _TRANSPOSED else out.numel()) * per_row
+
+
+def _product_operands(func, args: tuple) -> Optional[Tuple[torch.Tensor, torch.Tensor]]:
+    operands = args[:2] if func in _PRODUCTS else args[1:3] if func in _ADDED_PRODUCTS else ()
+    if len(operands) == 2 and all(isinstance(t, torch.Tensor) for t in operands):
+        return operands[0], operands[1]
+    return None
+
+
+class _FunctionCounter(TorchFunctionMode):
+    """Counts the multiply-accumulates that module hooks cannot see.
+
+    - Weight layers run as functions outside their module's call: ``F.linear`` on a
+      Linear's weight (torchvision's Swin runs its ``qkv`` so), ``conv.forward(x)``,
+      ``x @ parameter``, an ``einsum`` with a parameter, at the share of the weight that
+      is kept.  Calls made inside a kind's module (its hooks count those) are not.
+    - With ``attention``, products of two activations: ``matmul``, ``bmm``, ``@``,
+      ``baddbmm``, ``einsum``, ``scaled_dot_product_attention`` and
+      ``nn.MultiheadAttention``'s ``F.multi_head_attention_forward`` (whose inner
+      products the mode does not see).
+    """
+
+    def __init__(self, model: nn.Module, kinds: KindTable, attention: bool) -> None:
         super().__init__()
-        self.flops = 0
+        self.attention, self.depth = attention, 0
+        self.flops: Dict[str, int] = {}
+        self.owners: Dict[int, tuple] = {}
+        for name, module in model.named_modules():
+            kind = kinds.kind_of(module)
+            for attr, param in module._parameters.items():
+                if param is not None and id(param) not in self.owners:
+                    self.owners[id(param)] = (name, module, kind, attr)
+
+    def _add(self, key: str, macs: float) -> None:
+        self.flops[key] = self.flops.get(key, 0) + int(round(macs))
+
+    def _weight_op(self, weight: Any, dense: int) -> None:
+        """Count a product with ``weight``: under its module's name at the share of the
+        weight that its kept widths (a kind's module) or entries (a bare parameter) keep.
+        (The tracer freezes the channels of a kind's weight used outside its module's
+        call, so there the share is 1.)"""
+        owner = self.owners.get(id(weight)) if isinstance(weight, nn.Parameter) else None
+        if owner is None:
+            self._add('<functional>', dense)
+            return
+        name, module, kind, attr = owner
+        if kind is not None:
+            kept = kind.params(module, kept_widths(module, kind.widths(module)))
+            self._add(name, dense * kept / max(kind.params(module, {}), 1))
+        else:
+            self._add('<functional>', dense * _bare_param_size(module, attr, weight)
+                      / max(weight.numel(), 1))
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
-        if func in self.MATMULS and len(args) >= 2 and all(map(_activation, args[:2])):
-            a = args[0]
-            self.flops += out.numel() * a.shape[-1]
-        elif func is F.scaled_dot_product_attention:
+        if func in _LINEAR + _CONVS + _TRANSPOSED:
+            if not self.depth and len(args) >= 2:
+                self._weight_op(args[1], _weight_macs(func, args, out))
+        elif func is torch.einsum:
+            operands = args[1] if len(args) == 2 and isinstance(args[1], (list, tuple)) \
+                else args[1:]
+            params = [t for t in operands if isinstance(t, nn.Parameter)]
+            macs = einsum_macs(args[0], operands, out)
+            if params and not self.depth:
+                self._weight_op(params[0], macs)
+            elif not params and self.attention:
+                self._add('<attention>', macs)
+        elif (operands := _product_operands(func, args)) is not None:
+            a, b = operands
+            macs = a.numel() * b.shape[-1] if func not in _PRODUCTS[:3] else \
+                out.numel() * a.shape[-1]
+            params = [t for t in operands if isinstance(t, nn.Parameter)]
+            if params and not self.depth:
+                self._weight_op(params[0], macs)
+            elif not params and self.attention:
+                self._add('<attention>', macs)
+        elif func is F.scaled_dot_product_attention and self.attention:
             q, k, v = args[:3]
             scores = q.numel() // q.shape[-1] * k.shape[-2]
-            self.flops += scores * q.shape[-1] + scores * v.shape[-1]
-        elif func is F.multi_head_attention_forward:  # sequence-first (L, N, E)
+            self._add('<attention>', scores * q.shape[-1] + scores * v.shape[-1])
+        elif func is F.multi_head_attention_forward and self.attention:  # (L, N, E)
             q, k = args[:2]
-            self.flops += 2 * q.numel() * k.shape[0]
+            self._add('<attention>', 2 * q.numel() * k.shape[0])
         return out
 
 
@@ -165,29 +269,33 @@ def get_model_complexity(model: nn.Module, example_inputs: Any = None,
         example_inputs = default_example_inputs(model)
     kinds: KindTable = as_table(layer_kinds)
     flops: Dict[str, int] = {}
+    counter = _FunctionCounter(model, kinds, attention)
     handles = []
+
+    def enter(mod, args):
+        counter.depth += 1
+
     for name, module in model.named_modules():
         kind = kinds.kind_of(module)
         if kind is not None:
             def hook(mod, args, kwargs, output, name=name, kind=kind):
+                counter.depth -= 1
                 inputs = tuple(args) + tuple(v for v in kwargs.values()
                                              if isinstance(v, torch.Tensor))
                 kept = kept_widths(mod, kind.widths(mod))
                 flops[name] = flops.get(name, 0) + kind.flops(mod, inputs, output, kept)
+            handles.append(module.register_forward_pre_hook(enter))
             handles.append(module.register_forward_hook(hook, with_kwargs=True))
-    products = _AttentionProducts()
     try:
-        with evaluating(model), torch.no_grad():
-            if attention:
-                with products:
-                    call_model(model, example_inputs)
-            else:
-                call_model(model, example_inputs)
+        with evaluating(model), torch.no_grad(), counter:
+            call_model(model, example_inputs)
     finally:
         for handle in handles:
             handle.remove()
+    for key, value in counter.flops.items():
+        flops[key] = flops.get(key, 0) + value
     if attention:
-        flops['<attention>'] = products.flops
+        flops.setdefault('<attention>', 0)
     if per_module is not None:
         per_module.update(flops)
     return Complexity(sum(flops.values()), count_params(model, kinds))

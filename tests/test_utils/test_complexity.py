@@ -4,6 +4,7 @@ import copy
 import pytest
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from torch.nn.utils import parametrizations
 
 import razorlib
@@ -107,3 +108,110 @@ def test_a_layer_with_a_computed_weight_counts_the_parameters_it_holds(wrap):
     pruned = razorlib.prune(model, torch.randn(1, 3, 12, 12), params=0.6)
     assert count_params(pruned) == sum(p.numel() for p in pruned.parameters()) <= \
         0.6 * count_params(model)
+
+
+@pytest.mark.parametrize('layer, x, macs', [
+    (nn.Conv2d(3, 5, 3), torch.randn(3, 8, 8), 36 * 5 * 27),  # 6x6 outputs, batch of one
+    (nn.Conv1d(3, 5, 3), torch.randn(3, 10), 8 * 5 * 9),
+    (nn.ConvTranspose2d(3, 5, 3), torch.randn(3, 8, 8), 64 * 3 * 5 * 9),
+])
+def test_an_unbatched_conv_input_is_a_batch_of_one(layer, x, macs):
+    assert flops_of(layer, x) == macs == flops_of(layer, x[None])
+
+
+@pytest.mark.parametrize('norm, params', [(nn.LayerNorm((5, 6)), 60), (nn.RMSNorm((5, 6)), 30)])
+def test_a_norm_over_several_dims_counts_every_affine_entry(norm, params):
+    assert count_params(norm) == params == sum(p.numel() for p in norm.parameters())
+
+
+class ScaledConv(nn.Conv2d):
+    """A conv with a learned gain per output channel (timm's ScaledStdConv2d)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.gain = nn.Parameter(torch.ones(self.out_channels, 1, 1, 1))
+
+    def forward(self, x):
+        return self._conv_forward(x, self.weight * self.gain, self.bias)
+
+
+def test_a_parameter_the_layer_kind_does_not_know_is_counted():
+    conv = ScaledConv(4, 8, 3)
+    assert count_params(conv) == 8 * 4 * 9 + 8 + 8
+    assert flops_of(conv, torch.randn(1, 4, 6, 6)) == 16 * 8 * 4 * 9  # once, by its kind
+
+
+class Functional(nn.Module):
+    """Weights run as functions outside their modules' calls (torchvision's Swin runs its
+    qkv Linear so) and a bare parameter as a matrix."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.fc = nn.Conv2d(3, 4, 3), nn.Linear(4, 6)
+        self.proj = nn.Parameter(torch.randn(4, 5))
+        self.direct = nn.Conv2d(4, 4, 1)
+
+    def forward(self, x):
+        y = F.conv2d(x, self.conv.weight, self.conv.bias)
+        y = self.direct.forward(y).mean((2, 3))  # no hooks run
+        return F.linear(y, self.fc.weight, self.fc.bias), y @ self.proj
+
+
+def test_weight_layers_run_as_functions_are_counted_once():
+    per = {}
+    total = get_model_complexity(Functional(), torch.randn(2, 3, 5, 5), per_module=per).flops
+    conv, direct, fc, proj = 2 * 9 * 4 * 27, 2 * 9 * 4 * 4, 2 * 4 * 6, 2 * 4 * 5
+    assert per == {'conv': conv, 'direct': direct, 'fc': fc, '<functional>': proj}
+    assert total == conv + direct + fc + proj
+    assert get_model_complexity(Functional(), torch.randn(2, 3, 5, 5), attention=True).flops \
+        == total  # a product with a weight is no attention product
+
+
+class Projected(nn.Module):
+    """A bare parameter as the classifier: its rows go with the conv's channels."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3)
+        self.proj = nn.Parameter(torch.randn(8, 5))
+
+    def forward(self, x):
+        return self.conv(x).relu().mean((2, 3)) @ self.proj
+
+
+def test_a_bare_parameter_product_counts_its_kept_entries_as_its_slim_model_does():
+    model, x = Projected(), torch.randn(2, 3, 5, 5)
+    pruner = L1NormPruner(ratio=0.5)
+    pruner.prepare_from_supernet(model, x)
+    pruner.set_subnet(pruner.sample_subnet())
+    per = {}
+    masked = get_model_complexity(model, x, per_module=per).flops
+    assert per['<functional>'] == 2 * 4 * 5  # 2 rows, 4 of 8 channels kept, 5 outputs
+    slim = pruner.deploy_subnet(copy.deepcopy(model), pruner.export_subnet())
+    assert slim.proj.shape == (4, 5)
+    assert get_model_complexity(slim, x).flops == masked
+
+
+class Attention(nn.Module):
+    def __init__(self, mode):
+        super().__init__()
+        self.mode = mode
+
+    def forward(self, q, k, v):
+        if self.mode == 'einsum':
+            scores = torch.einsum('bhqd,bhkd->bhqk', q, k).softmax(-1)
+            return torch.einsum('bhqk,bhkd->bhqd', scores, v)
+        if self.mode == 'baddbmm':  # HF Bloom's
+            q, k, v = (t.flatten(0, 1) for t in (q, k, v))
+            scores = torch.baddbmm(torch.zeros(len(q), q.shape[1], k.shape[1]), q,
+                                   k.transpose(1, 2))
+            return torch.bmm(scores.softmax(-1), v)
+        return (q @ k.transpose(-2, -1)).softmax(-1) @ v
+
+
+@pytest.mark.parametrize('mode', ['matmul', 'einsum', 'baddbmm'])
+def test_attention_products_by_any_op(mode):
+    q = k = v = torch.randn(3, 2, 5, 4)  # batch 3, 2 heads, 5 tokens, head dim 4
+    count = get_model_complexity(Attention(mode), (q, k, v), attention=True)
+    assert count.flops == 2 * 3 * 2 * 5 * 5 * 4  # QK^T and AV
+    assert get_model_complexity(Attention(mode), (q, k, v)).flops == 0
