@@ -361,7 +361,8 @@ def allocate(pruner: Any, scores: Optional[Dict[str, np.ndarray]] = None, *,
             ``'onnxruntime'`` (CPU), ``'cuda'``, a config dict
             (``dict(type='onnxruntime', repeat=50)``), a
             :class:`~razorlib.pruning.runtimes.Runtime`, or a ready
-            :class:`~razorlib.pruning.latency.SubnetLatency` (its table and options).
+            :class:`~razorlib.pruning.latency.SubnetLatency` (its table and options) of
+            this ``pruner`` and ``example_inputs``.
         sensitivity: allocate by loss sensitivity: group id -> kept count -> loss
             increase (:func:`~razorlib.pruning.sensitivity.measure_sensitivity`); each
             group then keeps its best channels (by ``scores``) at the fewest the common
@@ -373,7 +374,8 @@ def allocate(pruner: Any, scores: Optional[Dict[str, np.ndarray]] = None, *,
 
     Raises:
         ValueError: the budget cannot be met; the message names the smallest value the
-            rules allow.
+            rules allow.  Or ``runtime`` is a ``SubnetLatency`` of another pruner or
+            other inputs; the message names which.
     """
     metric, target = budget_of(ratio, flops, params, latency)
     if sum((sensitivity is not None, path is not None, bool(global_ranking))) > 1:
@@ -457,9 +459,13 @@ def _allocate_latency(family: _Family, full: Keep, unscored: List[str], meter: S
 
     A budget below 1 when the rules leave nothing to prune (the smallest candidate is
     the dense model) is refused before anything is measured: timing the dense model
-    against itself would only report noise."""
-    timer = (runtime if isinstance(runtime, SubnetLatency)
-             else SubnetLatency(meter.pruner, meter.example_inputs, runtime))
+    against itself would only report noise.  So is a ready ``SubnetLatency`` of another
+    pruner or other inputs: it would slice and time its own, not the ones allocated."""
+    if isinstance(runtime, SubnetLatency):
+        runtime.check_matches(meter.pruner, meter.example_inputs)
+        timer = runtime
+    else:
+        timer = SubnetLatency(meter.pruner, meter.example_inputs, runtime)
     if target < 1 and family.counts(0) == family.counts(family.size):
         raise ValueError(
             f'latency={target:g} cannot be met: nothing can be pruned under the given rules '

@@ -3,7 +3,7 @@ import copy
 import difflib
 import inspect
 import warnings
-from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Union
 
 import torch
 import torch.nn as nn
@@ -17,19 +17,34 @@ from .allocation import allocate, budget_of
 from .data import pair_batches
 from .importance import ImportanceArg
 from .importance.pruner import ImportancePruner
+from .latency import SubnetLatency
 from .runtimes import RuntimeArg
 from .structure import StructurePruner, SubnetDict
 
 _BUDGET_KEYS = ('ratio', 'ratios', 'flops', 'params', 'latency')
 
 
+class _Default:
+    """A keyword's default in :func:`prune`'s signature, told apart from the same value
+    given: a ``pruner`` config's own option yields to a value given in the call, not to
+    a default (``repr`` is the value's, so the signature reads as usual)."""
+
+    def __init__(self, value: Any):
+        self.value = value
+
+    def __repr__(self) -> str:
+        return repr(self.value)
+
+
 def prune(model: nn.Module, example_inputs: Any = None, *, ratio: Optional[float] = None,
           flops: Optional[float] = None, params: Optional[float] = None,
-          latency: Optional[float] = None, runtime: RuntimeArg = 'torch',
-          importance: ImportanceArg = 'l1', global_ranking: bool = False,
-          sensitivity: Union[bool, Dict[str, Any]] = False, data: Optional[Any] = None,
-          loss_fn: Optional[Callable[[Any, Any], torch.Tensor]] = None, round_to: int = 1,
-          max_ratio: Optional[float] = None, pruner: Union[str, dict] = 'ImportancePruner',
+          latency: Optional[float] = None, runtime: RuntimeArg = _Default('torch'),
+          importance: ImportanceArg = _Default('l1'), global_ranking: bool = _Default(False),
+          sensitivity: Union[bool, Dict[str, Any]] = _Default(False),
+          data: Optional[Any] = None,
+          loss_fn: Optional[Callable[[Any, Any], torch.Tensor]] = None,
+          round_to: int = _Default(1), max_ratio: Optional[float] = _Default(None),
+          pruner: Union[str, dict] = 'ImportancePruner',
           hidden: bool = False, **pruner_kwargs: Any) -> nn.Module:
     """Return a slimmed copy of ``model`` within one budget.
 
@@ -90,6 +105,10 @@ def prune(model: nn.Module, example_inputs: Any = None, *, ratio: Optional[float
         max_ratio: the largest fraction of one group that may be pruned.
         pruner: a pruner type registered in ``PRUNERS`` or a config dict; a pruner that
             is not an ``ImportancePruner`` (``'RatioPruner'``) ranks channels its own way.
+            An ``ImportancePruner`` config's own ``runtime``, ``importance``,
+            ``global_ranking``, ``sensitivity``, ``round_to`` and ``max_ratio`` hold where
+            the call does not give them; one the call gives wins over the config's (the
+            call's budget replaces the config's).
         hidden: for a transformers ``PreTrainedModel``, also prune the hidden size (the
             residual stream from the input embeddings) where the tracer finds it
             prunable.  Off by default: every norm then normalises over fewer channels,
@@ -120,7 +139,9 @@ def prune(model: nn.Module, example_inputs: Any = None, *, ratio: Optional[float
 
 
 PRUNE_DEFAULTS: Dict[str, Any] = {
-    name: parameter.default for name, parameter in inspect.signature(prune).parameters.items()
+    name: (parameter.default.value if isinstance(parameter.default, _Default)
+           else parameter.default)
+    for name, parameter in inspect.signature(prune).parameters.items()
     if parameter.kind is inspect.Parameter.KEYWORD_ONLY}
 """:func:`prune`'s keyword arguments and their defaults."""
 
@@ -131,8 +152,9 @@ SubnetReshape = Callable[[StructurePruner, SubnetDict], SubnetDict]
 def slim_copy(model: nn.Module, example_inputs: Any, call: Dict[str, Any],
               pruner_kwargs: Dict[str, Any], reshape: Optional[SubnetReshape] = None,
               caller: str = 'razorlib.prune') -> nn.Module:
-    """What :func:`prune` does, given its keyword arguments as ``call`` (those left out
-    take :data:`PRUNE_DEFAULTS`) and its extra pruner arguments, with a hook between
+    """What :func:`prune` does, given its keyword arguments as ``call`` (those left out,
+    or left at their defaults, take :data:`PRUNE_DEFAULTS`, or the ``pruner`` config's
+    own option) and its extra pruner arguments, with a hook between
     choosing the subnet and slicing it (``reshape``: the uniform widths of
     :func:`razorlib.integrations.transformers.prune`).
 
@@ -145,7 +167,8 @@ def slim_copy(model: nn.Module, example_inputs: Any, call: Dict[str, Any],
     unknown = sorted(set(call) - set(PRUNE_DEFAULTS))
     if unknown:
         raise TypeError(f'{caller}: unexpected argument {unknown[0]!r}')
-    call = {**PRUNE_DEFAULTS, **call}
+    given = {k for k, v in call.items() if not isinstance(v, _Default)}
+    call = {**PRUNE_DEFAULTS, **{k: v for k, v in call.items() if k in given}}
     budget = {k: call[k] for k in ('ratio', 'flops', 'params', 'latency')}
     options = {k: call[k] for k in ('importance', 'global_ranking', 'round_to', 'max_ratio',
                                     'runtime', 'sensitivity')}
@@ -155,7 +178,8 @@ def slim_copy(model: nn.Module, example_inputs: Any, call: Dict[str, Any],
     if data is not None:
         data = pair_batches(data, caller)
     budget = {k: v for k, v in budget.items() if v is not None}
-    cfg = _pruner_cfg(call['pruner'], budget, options, pruner_kwargs)
+    cfg = _pruner_cfg(call['pruner'], budget, options, given, pruner_kwargs)
+    _refuse_subnet_latency(cfg.get('runtime', options['runtime']), caller)
     hf = is_transformers_model(model)
     if hf and not hidden:  # the integration loads for HF models only
         from ..integrations.transformers.prune import with_hidden_size_keys
@@ -210,15 +234,19 @@ def _check_pruner_kwargs(pruner: Union[str, dict], pruner_kwargs: Dict[str, Any]
 
 
 def _pruner_cfg(pruner: Union[str, dict], budget: Dict[str, float], options: Dict[str, Any],
-                pruner_kwargs: Dict[str, Any]) -> dict:
-    """The pruner's config: the call's budget and options over an ``ImportancePruner``'s
-    own; a ratio for a pruner that ranks channels its own way."""
+                given: Set[str], pruner_kwargs: Dict[str, Any]) -> dict:
+    """The pruner's config: the call's budget and the options it gives (``given``) over
+    an ``ImportancePruner``'s own, its defaults under them; a ratio for a pruner that
+    ranks channels its own way."""
     cfg = dict(type=pruner) if isinstance(pruner, str) else dict(pruner)
     cfg.update(pruner_kwargs)
     cls = PRUNERS.get(cfg['type']) if isinstance(cfg.get('type'), str) else cfg.get('type')
     if isinstance(cls, type) and issubclass(cls, ImportancePruner):
         for key, value in options.items():
-            cfg.setdefault(key, value)
+            if key in given:
+                cfg[key] = value
+            else:
+                cfg.setdefault(key, value)
         if budget:
             for key in _BUDGET_KEYS:
                 cfg.pop(key, None)
@@ -234,6 +262,16 @@ def _pruner_cfg(pruner: Union[str, dict], budget: Dict[str, float], options: Dic
     if 'ratio' not in cfg and 'ratios' not in cfg:
         cfg['ratios'] = (budget.get('ratio', 0.5), )
     return cfg
+
+
+def _refuse_subnet_latency(runtime: Any, caller: str) -> None:
+    """Refuse a ready ``SubnetLatency`` as the runtime: it slices and times its own pruner
+    on its own inputs, and the pruner here is built from a copy of the model."""
+    if isinstance(runtime, SubnetLatency):
+        raise ValueError(f'{caller}: the runtime is a SubnetLatency, which times the subnets of '
+                         'the pruner it was built with, not those of the pruner built here; '
+                         "pass the Runtime it measures on (runtime=timer.runtime, 'torch', "
+                         'a config dict or a Runtime instance)')
 
 
 def _choose_subnet(pruner: StructurePruner, budget: Dict[str, float], options: Dict[str, Any],

@@ -14,9 +14,11 @@ layer's grid at the layer's kept widths and summing over the layers.
 and predicts them from the table; :func:`~razorlib.pruning.latency_search.search_latency`
 uses both to find the largest candidate of an allocation that meets ``latency=`` (a
 fraction of the dense model's latency) with few whole-model measurements.  Tables are
-cached as JSON, keyed by the model's structure and masked layers, the input shapes, the
-dtypes and memory formats of the inputs and parameters, the runtime (name, device,
-threads, quantile, software versions) and the grid.
+cached as JSON, keyed by the model's structure, the input shapes, every masked layer's
+inputs (the shape, dtype and memory format of each call's) and its parameters' dtypes and
+memory formats, the runtime (class, name, options, device, threads, quantile, software
+versions) and the grid.  A layer called on inputs of several shapes (a conv shared by two
+branches) is timed on each of them.
 
 The cache is only a cache: a file that cannot be read or does not describe the table
 asked for (invalid JSON, another format version, fields missing or malformed, other
@@ -58,7 +60,29 @@ Kept = Dict[str, List[Tuple[Optional[List[int]], Optional[List[int]]]]]
 
 #: The uniform ratios whose kept widths each layer is timed at (``points=5``).
 GRID_RATIOS = (0.125, 0.25, 0.5, 0.75, 1.0)
-TABLE_VERSION = 1
+#: 2: the key describes every masked layer's inputs and the runtime's class, and a layer's
+#: ``ms`` is the mean of its calls on all its input shapes (1: its first call's).
+TABLE_VERSION = 2
+
+
+@dataclass
+class _LayerInput:
+    """One of the distinct inputs a masked layer is called on in a forward.
+
+    Args:
+        args: the positional arguments of the first call on it.
+        signature: their shapes, dtypes and memory formats (:func:`_signature`).
+        calls: how many calls of the forward take an input of this signature.
+    """
+    args: Tuple[Any, ...]
+    signature: List[Any]
+    calls: int = 1
+
+
+#: Per masked layer run by the forward, its distinct inputs in the order first seen.
+Recorded = Dict[str, List[_LayerInput]]
+#: What the table is measured from: the layers' recorded inputs and their kept indices.
+Plan = Tuple[Recorded, Kept]
 
 
 @dataclass
@@ -68,8 +92,10 @@ class LayerLatency:
     Args:
         calls: times the layer runs in one forward.
         ins, outs: kept input / output widths of the grid, ascending.
-        ms: ``ms[i][j]``: milliseconds at ``ins[i]`` inputs and ``outs[j]`` outputs; for
-            a ``bound`` layer one row, ``ms[0][j]`` at ``ins[j]`` and ``outs[j]``.
+        ms: ``ms[i][j]``: milliseconds of one call at ``ins[i]`` inputs and ``outs[j]``
+            outputs, the mean over the forward's calls (each input shape timed once and
+            weighted by its calls); for a ``bound`` layer one row, ``ms[0][j]`` at
+            ``ins[j]`` and ``outs[j]``.
         bound: input and output widths change together (a depthwise conv).
 
     Example:
@@ -122,7 +148,7 @@ class LatencyTable:
                 :data:`TABLE_VERSION`, a field missing or malformed); the message says what.
 
         Example:
-            >>> LatencyTable.from_json('{"version": 1, "key": "k", "meta": {}}', 't.json')
+            >>> LatencyTable.from_json('{"version": 2, "key": "k", "meta": {}}', 't.json')
             Traceback (most recent call last):
             ...
             razorlib.pruning.latency.LatencyTableError: t.json: no 'layers' field
@@ -250,9 +276,10 @@ def _memory_format(tensor: torch.Tensor) -> str:
 
 
 def _layout(model: nn.Module, inputs: Inputs) -> Dict[str, Any]:
-    """The dtypes and memory formats of the input tensors and of the parameters, for the
-    cache key; empty when every one is float32 and contiguous, so that such runs keep
-    the keys they had before these were part of it."""
+    """The dtypes and memory formats of the input tensors and the set of the parameters',
+    a readable summary in the key's meta (which layer has which is in the layers' hash,
+    :func:`_layer_signatures`); empty when every one is float32 and contiguous, the
+    common case."""
     values = inputs.values() if isinstance(inputs, Mapping) else inputs
     tensors = [x for x in values if isinstance(x, torch.Tensor)]
     params = list(model.parameters())
@@ -265,6 +292,37 @@ def _layout(model: nn.Module, inputs: Inputs) -> Dict[str, Any]:
                  param_dtypes=['torch.float32'] if params else [],
                  param_formats=['contiguous'] if params else [])
     return {} if layout == plain else layout
+
+
+def _signature(value: Any) -> Any:
+    """What of a layer's argument its latency depends on, JSON-able: a tensor's shape, dtype
+    and memory format; another value's ``repr``.
+
+    Example:
+        >>> _signature(torch.zeros(2, 3, dtype=torch.float16)), _signature(2.0)
+        ([[2, 3], 'torch.float16', 'contiguous'], '2.0')
+    """
+    if isinstance(value, torch.Tensor):
+        return [list(value.shape), str(value.dtype), _memory_format(value)]
+    return repr(value)
+
+
+def _inputs_signature(inputs: Inputs) -> Any:
+    """The signatures of the model's inputs, a mapping's by key: what a ready
+    :class:`SubnetLatency` and the inputs of an allocation must agree on."""
+    if isinstance(inputs, Mapping):
+        return {k: _signature(v) for k, v in inputs.items()}
+    return [_signature(x) for x in inputs]
+
+
+def _layer_signatures(masked: Dict[str, nn.Module], recorded: Recorded) -> Dict[str, Any]:
+    """Per masked layer, the signatures of its distinct inputs with their calls (none for
+    a layer the forward does not run) and its parameters' (name, shape, dtype, memory
+    format): two models of the same modules whose forwards feed them other shapes (another
+    internal resolution), or whose layers differ in dtype or layout, get other keys."""
+    return {name: dict(calls=[[x.signature, x.calls] for x in recorded.get(name, [])],
+                       params=[[n, *_signature(p)] for n, p in module.named_parameters()])
+            for name, module in masked.items()}
 
 
 def _shapes(inputs: Inputs) -> Any:
@@ -310,16 +368,45 @@ class SubnetLatency:
         self._table: Optional[LatencyTable] = None
         self._sums: Dict[tuple, float] = {}
 
+    def check_matches(self, pruner: Any, example_inputs: Any) -> None:
+        """Refuse to serve an allocation of another pruner, or on other inputs: the search
+        slices and times this one's pruner on this one's inputs.
+
+        Raises:
+            ValueError: naming what differs (the pruner, the inputs' signatures).
+        """
+        problems = []
+        if pruner is not self.pruner:
+            problems.append(f'it slices the subnets of the pruner it was built with '
+                            f'({type(self.pruner).__name__} of a '
+                            f'{type(self.pruner.model).__name__}), not of the '
+                            f'{type(pruner).__name__} being allocated')
+        mine = _inputs_signature(self.inputs)
+        theirs = (None if example_inputs is None
+                  else _inputs_signature(_example_inputs(example_inputs)))
+        if mine != theirs:
+            problems.append(f'it measures on inputs {mine}, not the example_inputs '
+                            f'{theirs} of the allocation')
+        if problems:
+            raise ValueError('runtime=SubnetLatency: ' + '; '.join(problems) + '. Build it as '
+                             'SubnetLatency(pruner, example_inputs, runtime) of the pruner '
+                             'and inputs being allocated, or pass the Runtime itself')
+
     # ------------------------------------------------------------------ the table
     def table_key(self) -> Tuple[str, Dict[str, Any]]:
-        """The cache key: a hash of the model's structure, the masked layers, the input
-        shapes, the dtypes and memory formats of the inputs and parameters (left out
-        when all are float32 and contiguous, so such runs keep their earlier keys), the
-        runtime's fields (:meth:`Runtime.key_fields`) and the grid."""
+        """The cache key: a hash of the model's structure, the input shapes, the masked
+        layers' inputs and parameters (:func:`_layer_signatures`: one full-width forward
+        records them), the dtypes and memory formats of the inputs and parameters (left
+        out when all are float32 and contiguous), the runtime's fields
+        (:meth:`Runtime.key_fields`: its class among them) and the grid."""
+        return self._key(self._record_inputs())
+
+    def _key(self, recorded: Recorded) -> Tuple[str, Dict[str, Any]]:
         model = self.pruner.model
+        layers = _layer_signatures(self.pruner._masked, recorded)
         meta = dict(model=type(model).__name__,
                     structure=hashlib.sha256(str(model).encode()).hexdigest(),
-                    layers=hashlib.sha256(' '.join(sorted(self.pruner._masked)).encode())
+                    layers=hashlib.sha256(json.dumps(layers, sort_keys=True).encode())
                     .hexdigest(),
                     inputs=_shapes(self.inputs), **_layout(model, self.inputs),
                     ratios=list(self.ratios), **self.runtime.key_fields())
@@ -328,9 +415,11 @@ class SubnetLatency:
 
     def cache_path(self) -> Optional[Path]:
         """The file the table is cached in (None: the runtime caches nothing)."""
+        return self._path(*self.table_key())
+
+    def _path(self, key: str, meta: Dict[str, Any]) -> Optional[Path]:
         if self.runtime.cache_dir is None:
             return None
-        key, meta = self.table_key()
         return self.runtime.cache_dir / f'{meta["model"]}-{key}.json'
 
     @property
@@ -345,9 +434,10 @@ class SubnetLatency:
         the user delete it by hand.  A cache that cannot be written is warned about and
         the table kept in memory."""
         if self._table is None:
-            key, meta = self.table_key()
-            path = self.cache_path()
-            plan = self._grid_plan()
+            recorded = self._record_inputs()
+            key, meta = self._key(recorded)
+            path = self._path(key, meta)
+            plan = self._grid_plan(recorded)
             if path is not None and _exists(path):
                 cached, problem = self._read_cache(path, key, plan)
                 if cached is not None:
@@ -360,7 +450,7 @@ class SubnetLatency:
                 self._save(path)
         return self._table
 
-    def _read_cache(self, path: Path, key: str, plan: Tuple[Dict[str, int], Any, Kept]
+    def _read_cache(self, path: Path, key: str, plan: Plan
                     ) -> Tuple[Optional[LatencyTable], str]:
         """The cached table, or None and what makes the file unusable for this one."""
         try:
@@ -373,20 +463,20 @@ class SubnetLatency:
         return (None, problem) if problem else (table, '')
 
     @staticmethod
-    def _table_problem(table: LatencyTable, key: str,
-                       plan: Tuple[Dict[str, int], Any, Kept]) -> Optional[str]:
+    def _table_problem(table: LatencyTable, key: str, plan: Plan) -> Optional[str]:
         """How ``table`` differs from the one ``key`` and the grid ``plan`` describe."""
         if table.key != key:
             return f'its key is {table.key!r}, not {key!r} (the file name\'s)'
-        calls, _, kept = plan
-        missing = sorted(set(calls) - set(table.layers))
-        extra = sorted(set(table.layers) - set(calls))
+        recorded, kept = plan
+        missing = sorted(set(recorded) - set(table.layers))
+        extra = sorted(set(table.layers) - set(recorded))
         if missing or extra:
             return ', '.join(([f'no layer {", ".join(missing[:3])}'] if missing else []) +
                              ([f'unknown layer {", ".join(extra[:3])}'] if extra else []))
         for name, layer in table.layers.items():
-            if layer.calls != calls[name]:
-                return f'layer {name!r} runs {layer.calls} times, not {calls[name]}'
+            calls = sum(x.calls for x in recorded[name])
+            if layer.calls != calls:
+                return f'layer {name!r} runs {layer.calls} times, not {calls}'
             pairs = _unique_pairs(kept[name])
             widths = (([_width(i) for i, _ in pairs], [_width(o) for _, o in pairs])
                       if layer.bound else
@@ -408,40 +498,37 @@ class SubnetLatency:
                 'cache_dir=...)) to a writable directory, or give cache_dir=False to cache '
                 'nothing', LatencyCacheWarning, stacklevel=3)
 
-    def _grid_plan(self) -> Tuple[Dict[str, int], Dict[str, Tuple[torch.Tensor, ...]], Kept]:
-        """Per masked layer run by the forward: its calls, its first inputs and its kept
-        channel indices at each ratio of the grid."""
+    def _grid_plan(self, recorded: Recorded) -> Plan:
+        """The recorded layers and their kept channel indices at each ratio of the grid."""
         pruner = self.pruner
-        calls, inputs = self._record_inputs()
         previous = pruner.current_subnet
-        kept: Kept = {n: [] for n in calls}
+        kept: Kept = {n: [] for n in recorded}
         try:
             for ratio in self.ratios:  # the masks' kept indices at each uniform ratio
                 pruner.set_subnet({gid: g.keep_best(np.arange(g.num_channels),
                                                     max(1, round(ratio * g.num_channels)))
                                    for gid, g in pruner._require_prepared().prunable.items()})
-                for name in calls:
+                for name in recorded:
                     kept[name].append(_kept_indices(pruner._masked[name]))
         finally:
             pruner.set_subnet(previous)
-        return calls, inputs, kept
+        return recorded, kept
 
-    def _measure_layers(self, plan: Tuple[Dict[str, int], Dict[str, Tuple[torch.Tensor, ...]],
-                                          Kept]) -> Dict[str, LayerLatency]:
-        calls, inputs, kept = plan
-        return {name: self._measure_layer(name, calls[name], inputs[name], kept[name])
-                for name in calls}
+    def _measure_layers(self, plan: Plan) -> Dict[str, LayerLatency]:
+        recorded, kept = plan
+        return {name: self._measure_layer(name, recorded[name], kept[name])
+                for name in recorded}
 
-    def _record_inputs(self) -> Tuple[Dict[str, int], Dict[str, Tuple[torch.Tensor, ...]]]:
-        """Calls and first inputs of every masked layer in one full-width forward."""
-        pruner, calls, inputs = self.pruner, {}, {}
+    def _record_inputs(self) -> Recorded:
+        """The distinct inputs (:func:`_signature`) of every masked layer in one full-width
+        forward, each with its calls and the first call's arguments."""
+        pruner, recorded = self.pruner, {}
         previous = pruner.current_subnet
         pruner.set_max_channel()
 
         def hook(name: str) -> Callable:
             def record(module: nn.Module, args: Tuple) -> None:
-                calls[name] = calls.get(name, 0) + 1
-                inputs.setdefault(name, tuple(a.detach() for a in args))
+                _note_call(recorded.setdefault(name, []), args)
             return record
         handles = [m.register_forward_pre_hook(hook(n)) for n, m in pruner._masked.items()]
         try:
@@ -451,9 +538,9 @@ class SubnetLatency:
             for handle in handles:
                 handle.remove()
             pruner.set_subnet(previous)
-        return calls, inputs
+        return recorded
 
-    def _measure_layer(self, name: str, calls: int, args: Tuple[torch.Tensor, ...],
+    def _measure_layer(self, name: str, inputs: List[_LayerInput],
                        kept: List[Tuple[Optional[List[int]], Optional[List[int]]]]
                        ) -> LayerLatency:
         module = self.pruner._masked[name]
@@ -461,16 +548,22 @@ class SubnetLatency:
         in_dim = -module._buffers[IN_MASK if IN_MASK in module._buffers else OUT_MASK].dim()
         ins = _unique_by_length([k[0] for k in kept])
         outs = _unique_by_length([k[1] for k in kept])
+        calls = sum(x.calls for x in inputs)
 
         def time_at(in_idx: Optional[List[int]], out_idx: Optional[List[int]]) -> float:
+            """One call's mean milliseconds at these kept channels: each distinct input
+            timed once, weighted by its calls."""
             layer = copy.deepcopy(module)
             remove_masks(layer)
             axes = {a: i for a, i in (('in', in_idx), ('out', out_idx))
                     if a in kind.axes and i is not None}
             kind.plan_slice(name, layer, axes).apply(layer)
-            channels = in_idx if 'in' in kind.axes else out_idx
-            x = args[0].index_select(in_dim, torch.as_tensor(channels))
-            return self.runtime.latency([layer], (x, ) + args[1:])[0]
+            channels = torch.as_tensor(in_idx if 'in' in kind.axes else out_idx)
+            total = 0.0
+            for x in inputs:
+                sliced = (x.args[0].index_select(in_dim, channels), ) + x.args[1:]
+                total += x.calls * self.runtime.latency([layer], sliced)[0]
+            return total / calls
 
         bound = False
         try:
@@ -531,6 +624,18 @@ class SubnetLatency:
                 message names its measured fraction.
         """
         return search_latency(self, subnet, size, target)
+
+
+def _note_call(seen: List[_LayerInput], args: Tuple[Any, ...]) -> None:
+    """Count a layer's call on an input it was called on before (by :func:`_signature`), or
+    keep its (detached) arguments as a new input."""
+    signature = [_signature(a) for a in args]
+    for known in seen:
+        if known.signature == signature:
+            known.calls += 1
+            return
+    seen.append(_LayerInput(tuple(a.detach() if isinstance(a, torch.Tensor) else a
+                                  for a in args), signature))
 
 
 def _exists(path: Path) -> bool:

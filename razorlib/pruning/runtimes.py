@@ -118,11 +118,20 @@ class Runtime:
         """The software whose speed the figures depend on (part of a table's cache key)."""
         return {'torch': torch.__version__}
 
+    def options(self) -> Dict[str, Any]:
+        """The options that change what is timed beyond :class:`Runtime`'s own (part of a
+        table's cache key); none here."""
+        return {}
+
     def key_fields(self) -> Dict[str, Any]:
-        """What makes figures of two runtimes comparable: name, device, threads, the
-        quantile reported and the software versions."""
-        return dict(runtime=self.name, device=self.device, threads=self.threads,
-                    quantile=self.quantile, versions=self.versions())
+        """What makes figures of two runtimes comparable: the class (module and qualified
+        name: two subclasses, which may time differently under one :attr:`name`, never
+        share a table), name, device, threads, the quantile reported, the software
+        versions and the :meth:`options`."""
+        cls = type(self)
+        return dict(runtime=self.name, runtime_class=f'{cls.__module__}.{cls.__qualname__}',
+                    device=self.device, threads=self.threads, quantile=self.quantile,
+                    versions=self.versions(), **self.options())
 
     def check(self, model: nn.Module, inputs: Inputs) -> None:
         """Refuse, before anything is measured, a model or inputs this runtime cannot
@@ -238,9 +247,6 @@ class CudaRuntime(TorchRuntime):
     def versions(self) -> Dict[str, str]:
         return {'torch': torch.__version__, 'cuda': str(torch.version.cuda),
                 'gpu': torch.cuda.get_device_name()}
-
-    def key_fields(self) -> Dict[str, Any]:
-        return {**super().key_fields(), **self.options()}
 
     def compile(self, module: nn.Module, inputs: Inputs) -> Callable[[], Any]:
         module = copy_to(module, self.device, self.dtype).eval()  # the caller's stays as is

@@ -3,6 +3,7 @@ target with a deterministic stand-in runtime (no timing flakiness), an unreachab
 target's error, and the real runtimes on a tiny layer."""
 import copy
 import json
+import re
 
 import numpy as np
 import pytest
@@ -79,12 +80,128 @@ def test_the_cache_key_names_model_input_runtime_and_threads(tmp_path):
 
 
 def test_a_table_of_another_version_is_refused_by_name(tmp_path):
-    # (SubnetLatency.table then warns and re-measures: test_latency_cache.py)
+    # (SubnetLatency.table then warns and re-measures: test_latency_cache.py); version 1
+    # timed a shared layer on its first input alone, under a key blind to the forward
     path = tmp_path / 'table.json'
-    path.write_text(json.dumps(dict(version=0, key='k', meta={}, layers={})))
-    with pytest.raises(LatencyTableError, match=r'table\.json: latency table version 0, '
-                       'expected 1'):
+    path.write_text(json.dumps(dict(version=1, key='k', meta={}, layers={})))
+    with pytest.raises(LatencyTableError, match=r'table\.json: latency table version 1, '
+                       'expected 2'):
         LatencyTable.load(path)
+
+
+class Resampled(nn.Module):
+    """Two convs and a head; ``scale`` resamples between the convs (conv2's input size),
+    which ``str()`` of the model does not show."""
+
+    def __init__(self, scale=1):
+        super().__init__()
+        torch.manual_seed(0)
+        self.c1, self.c2 = nn.Conv2d(3, 8, 3, padding=1), nn.Conv2d(8, 8, 3, padding=1)
+        self.head, self.scale = nn.Linear(8, 10), scale
+
+    def forward(self, x):
+        x = torch.relu(self.c1(x))
+        if self.scale != 1:
+            x = nn.functional.interpolate(x, scale_factor=self.scale)
+        return self.head(torch.relu(self.c2(x)).mean((2, 3)))
+
+
+class SharedConv(nn.Module):
+    """A conv shared by a 4x4 branch and a 32x32 one."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.stem, self.shared = nn.Conv2d(3, 8, 3, padding=1), nn.Conv2d(8, 8, 3, padding=1)
+        self.head = nn.Linear(8, 10)
+
+    def forward(self, x):
+        x = self.stem(x)
+        small = self.shared(nn.functional.avg_pool2d(x, 4))
+        big = self.shared(nn.functional.interpolate(x, scale_factor=2))
+        return self.head(small.mean((2, 3)) + big.mean((2, 3)))
+
+
+def stand_in_ms(module, shape):
+    """What :class:`FlopsRuntime` gives ``module`` on an input of ``shape``."""
+    return get_model_complexity(module, (torch.zeros(shape), )).flops * 1e-6 + 0.01
+
+
+def test_a_forward_that_feeds_a_layer_another_size_gets_a_table_of_its_own(tmp_path):
+    plain, resampled = Resampled(), Resampled(scale=4)
+    assert str(plain) == str(resampled)
+    first = SubnetLatency(prepared(plain), X, FlopsRuntime(cache_dir=tmp_path))
+    second = SubnetLatency(prepared(resampled), X, FlopsRuntime(cache_dir=tmp_path))
+    assert first.table_key()[0] != second.table_key()[0]
+    first.table
+    c2 = second.table.layers['c2']  # measured, not read from the first model's file
+    assert second.runtime.calls > 0 and len(list(tmp_path.iterdir())) == 2
+    assert c2.ms[-1][-1] == pytest.approx(stand_in_ms(plain.c2, (1, 8, 64, 64)))
+
+
+def test_the_key_tells_which_layer_is_in_channels_last():
+    def key(layer):
+        model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(),
+                              nn.Conv2d(8, 8, 3, padding=1), nn.ReLU(),
+                              nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 10)).eval()
+        model[layer].to(memory_format=torch.channels_last)
+        return SubnetLatency(prepared(model), X, FlopsRuntime(cache_dir=False)).table_key()
+
+    (first, meta), (second, other) = key(0), key(2)
+    assert meta['param_formats'] == other['param_formats'] == ['channels_last', 'contiguous']
+    assert first != second
+
+
+def test_a_layer_called_on_two_sizes_is_timed_on_each():
+    table = SubnetLatency(prepared(SharedConv()), X, FlopsRuntime(cache_dir=False)).table
+    shared = table.layers['shared']
+    conv = nn.Conv2d(8, 8, 3, padding=1)
+    both = stand_in_ms(conv, (1, 8, 4, 4)) + stand_in_ms(conv, (1, 8, 32, 32))
+    assert shared.calls == 2 and shared.calls * shared.ms[-1][-1] == pytest.approx(both)
+    # at a kept width too: a quarter of the input and output channels on both sizes
+    quarter = nn.Conv2d(2, 2, 3, padding=1)
+    assert shared.calls * shared.at(2, 2) == pytest.approx(
+        stand_in_ms(quarter, (1, 2, 4, 4)) + stand_in_ms(quarter, (1, 2, 32, 32)))
+
+
+def test_runtime_classes_never_share_a_table():
+    class Slow(FlopsRuntime):  # another class, the same name
+        pass
+
+    def fields(runtime):
+        return SubnetLatency(prepared(), X, runtime).table_key()
+
+    (key, meta), (slow_key, slow_meta) = fields(FlopsRuntime()), fields(Slow())
+    assert meta['runtime'] == slow_meta['runtime'] == 'flops' and key != slow_key
+    assert meta['runtime_class'] == f'{__name__}.FlopsRuntime'
+    assert slow_meta['runtime_class'] == (f'{__name__}.test_runtime_classes_never_share_a_'
+                                          'table.<locals>.Slow')
+    assert TorchRuntime().key_fields()['runtime_class'] == (
+        'razorlib.pruning.runtimes.TorchRuntime')
+
+
+def test_a_ready_timer_of_another_pruner_or_inputs_is_refused():
+    pruner, runtime = prepared(), FlopsRuntime(cache_dir=False)
+    timer = SubnetLatency(pruner, X, runtime)
+    with pytest.raises(ValueError, match=r'runtime=SubnetLatency: it slices the subnets of the '
+                       r'pruner it was built with \(ImportancePruner of a ResNet\), not of the '
+                       r'ImportancePruner being allocated\. Build it as SubnetLatency\('):
+        allocate(prepared(), latency=0.5, example_inputs=X, runtime=timer)
+    batch = torch.randn(4, 3, 16, 16)
+    with pytest.raises(ValueError, match=re.escape(
+            "runtime=SubnetLatency: it measures on inputs [[[1, 3, 16, 16], 'torch.float32', "
+            "'contiguous']], not the example_inputs [[[4, 3, 16, 16], 'torch.float32', "
+            "'contiguous']] of the allocation. Build it as")):
+        allocate(pruner, latency=0.5, example_inputs=batch, runtime=timer)
+    assert runtime.calls == 0  # refused before anything was timed
+    with pytest.raises(ValueError, match=r'razorlib\.prune: the runtime is a SubnetLatency, '
+                       r'which times the subnets of the pruner it was built with.*pass the '
+                       r'Runtime it measures on \(runtime=timer\.runtime'):
+        razorlib.prune(resnet(), X, latency=0.5, runtime=timer)
+    assert runtime.calls == 0
+    # its own pruner and inputs (another tensor of their shape) are served
+    allocation = allocate(pruner, latency=0.5, example_inputs=X.clone(), runtime=timer)
+    assert 0.45 <= allocation.fraction('latency') <= 0.5 * 1.02
 
 
 def test_a_depthwise_conv_is_timed_along_its_diagonal(tmp_path):

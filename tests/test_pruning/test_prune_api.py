@@ -8,6 +8,7 @@ import pytest
 import torch
 import torch.nn as nn
 import zoo
+from latency_fakes import ParamsRuntime
 
 import razorlib
 from razorlib.utils import get_model_complexity
@@ -213,6 +214,28 @@ def test_other_pruners_keep_their_own_ranking():
         razorlib.prune(model, X, importance='l2', pruner='RatioPruner')
     with pytest.raises(ValueError, match='give one budget'):
         razorlib.prune(model, X, ratio=0.5, flops=0.5)
+
+
+def test_an_option_the_call_gives_wins_over_the_pruner_config_s_own():
+    first, second = ParamsRuntime(cache_dir=False), ParamsRuntime(cache_dir=False)
+    razorlib.prune(net(), X, latency=0.5, runtime=first,
+                   pruner=dict(type='ImportancePruner', runtime=second))
+    assert first.calls > 0 and second.calls == 0
+    razorlib.prune(net(), X, latency=0.5, pruner=dict(type='ImportancePruner', runtime=second))
+    assert second.calls > 0  # the config's own where the call gives none
+    # 6 of conv2's 12 channels, or the config's rule: a multiple of 4 (8), at most a
+    # quarter pruned (9); given, even at their defaults, the call's rules win
+    for rule, width in (dict(round_to=4), 8), (dict(max_ratio=0.25), 9):
+        config = dict(type='ImportancePruner', **rule)
+        assert razorlib.prune(net(), X, ratio=0.5, pruner=config).conv2.out_channels == width
+        assert razorlib.prune(net(), X, ratio=0.5, round_to=1, max_ratio=None,
+                              pruner=config).conv2.out_channels == 6
+    unscored = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.Conv2d(8, 2, 1)).eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')  # bn_scale would score no channel of 0
+        slim = razorlib.prune(unscored, X, ratio=0.5, importance='l1',
+                              pruner=dict(type='ImportancePruner', importance='bn_scale'))
+    assert slim[0].out_channels == 4
 
 
 def test_groups_a_criterion_cannot_score_are_kept_whole_with_a_warning():
