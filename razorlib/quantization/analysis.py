@@ -237,7 +237,8 @@ def analyse_error(graph: BaseGraph, dataloader: Iterable, steps: int = 8,
         with dequantized(graph):
             references = _run_with_hook(executor, inputs, record)
         for op, (op_inputs, op_outputs) in recorded.items():
-            _update(layer[op], op_outputs, executor.run_operation_alone(op, op_inputs))
+            _update(layer[op], op_outputs,
+                    executor.run_operation_alone(op, _held_parameters(op, op_inputs)))
         for name, reference, tensor in zip(graph.outputs, references,
                                            _run_with_hook(executor, inputs, compare)):
             _update(outputs[name], [reference], [tensor])
@@ -247,6 +248,16 @@ def analyse_error(graph: BaseGraph, dataloader: Iterable, steps: int = 8,
     return QuantErrorReport(
         [LayerError(op.name, op.type, layer[op].db, accumulated[op].db) for op in operations],
         {name: meter.db for name, meter in outputs.items()})
+
+
+def _held_parameters(op: QuantableOperation, recorded: list) -> list:
+    """``recorded`` (the dequantized run's inputs of ``op``) with each parameter at the
+    value the quantized graph holds: a baked weight is stored on its grid and quantized
+    no more at run time, so its FP32 value would leave its error out of the layer SNR."""
+    return [variable.value.to(tensor.device)
+            if tensor is not None and variable.is_parameter and variable.value is not None
+            else tensor
+            for variable, tensor in zip(op.inputs, recorded)]
 
 
 def _run_with_hook(executor: QuantExecutor, inputs, hook) -> List[torch.Tensor]:

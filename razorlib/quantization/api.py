@@ -203,7 +203,9 @@ def _warn_unused_observer_options(graph: BaseGraph, options: Mapping[str, Any]) 
 def set_activation_observer(graph: BaseGraph, observer: _Spec) -> BaseGraph:
     """Calibrate every INITIAL activation config of a quantized graph with ``observer``.
 
-    Weights and passive configs keep their observers (weights: ``minmax``).  Only the
+    Weights and passive configs keep their observers (weights: ``minmax``); a set sharing
+    one scale that holds an activation takes ``observer``, whichever config is its root
+    (a constant added to an activation on TRT_INT8).  Only the
     observer's name is stored in the configs; pass a dict's options to
     :func:`~razorlib.quantization.calibrate` as ``observer_options``.
 
@@ -236,9 +238,12 @@ def set_activation_observer(graph: BaseGraph, observer: _Spec) -> BaseGraph:
     observer_class(name)
     for op in quantable_operations(graph):
         for config, var in op.config_with_variable:
-            if (config.state is QuantizationStates.INITIAL and config.master_by is None
+            # calibration reads the observer of the config's set root, which may be a
+            # parameter's (TensorRT's Add of a constant and an activation shares a scale)
+            root = config.dominated_by
+            if (root.state is QuantizationStates.INITIAL and config.master_by is None
                     and not var.is_parameter):
-                config.observer_algorithm = name
+                root.observer_algorithm = name
     return graph
 
 

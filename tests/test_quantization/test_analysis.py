@@ -6,7 +6,8 @@ import torch
 
 from razorlib.ir import TorchExecutor
 from razorlib.quantization import (LayerError, QuantErrorReport, QuantExecutor, SNRMeter,
-                                   analyse_error, quantable_operations, snr_db)
+                                   analyse_error, bake_parameters, quantable_operations,
+                                   snr_db)
 from ptq_helpers import batches, calibrated, float_graph
 
 
@@ -84,3 +85,20 @@ def test_a_dequantized_operation_adds_no_error():
     row = analyse_error(graph, batches(1)).layers[-1]
     assert row.name == last.name and row.layer_snr_db == math.inf
     assert last.is_dequantized
+
+
+@pytest.mark.parametrize('platform', ['TRT_INT8', 'ORT_INT8'])
+def test_a_baked_weight_keeps_its_error_in_the_layer_snr(platform):
+    # one conv: its layer SNR is the graph's, before and after its weight is baked
+    torch.manual_seed(0)
+    net = torch.nn.Conv2d(3, 8, 3)
+    with torch.no_grad():
+        net.weight[:, 0, 0, 0] = 30.0  # a coarse weight grid: the weights' error counts
+    data = batches(2)
+    graph = calibrated(float_graph(net, data[0]), platform, data=data)
+    before = analyse_error(graph, data).layers[0]
+    bake_parameters(graph)
+    after = analyse_error(graph, data).layers[0]
+    assert before.layer_snr_db == pytest.approx(before.graph_snr_db)
+    assert after.layer_snr_db == pytest.approx(before.layer_snr_db)
+    assert after.graph_snr_db == pytest.approx(before.graph_snr_db)

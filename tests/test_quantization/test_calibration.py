@@ -163,3 +163,27 @@ def test_a_nan_activation_or_weight_is_named_by_tensor_and_operation():
         calibrate(graph, batches(1), progress=False)
     assert info.value.__notes__ == [
         f"calibrate: while observing parameter {conv.inputs[1].name!r} of op {conv.name!r}"]
+
+
+class ConstantFirst(torch.nn.Module):
+    """A learned position term added before the activation: on TRT_INT8 the Add's inputs
+    share one scale, whose set root is the constant's config."""
+
+    def __init__(self):
+        super().__init__()
+        self.pos = torch.nn.Parameter(torch.zeros(1, 3, 4, 4))
+        self.conv = torch.nn.Conv2d(3, 4, 1)
+
+    def forward(self, x):
+        return self.conv(self.pos + x)
+
+
+@pytest.mark.parametrize('observer', ['minmax', 'mse', 'kl'])  # percentile: the default
+def test_a_set_rooted_at_a_constant_takes_the_activation_observer(observer):
+    from razorlib.ir import from_torch
+    x = torch.randn(4, 3, 4, 4, generator=torch.Generator().manual_seed(0))
+    graph = set_activation_observer(
+        quantize_graph(from_torch(ConstantFirst(), x), 'TRT_INT8', 'aggressive'), observer)
+    add = next(op for op in graph.operations.values() if op.type == 'Add')
+    assert add.input_quant_config[1].dominated_by is add.input_quant_config[0]
+    assert add.input_quant_config[0].observer_algorithm == observer

@@ -300,3 +300,29 @@ def test_histogram_quantile_interpolates_inside_the_bin():
 def test_rounding_policies(rounding, expected):
     values = torch.tensor([-2.5, -1.5, 1.5, 2.5])
     assert linear_fake_quantize(values, 1.0, 0, -128, 127, rounding).tolist() == expected
+
+
+def test_a_histogram_grown_from_an_all_zero_batch_keeps_its_counts():
+    # the limit grows from its floor by a factor near 1e16: its counts are re-binned
+    # without overflowing, so the zeros stay at zero
+    histogram = SymmetricHistogram(4096)
+    histogram.add(torch.zeros(1, 1000))
+    histogram.add(torch.tensor([[1e4]]))
+    assert histogram.counts[0].nonzero().flatten().tolist() == [2048, 4095]
+    assert histogram.counts[0, 2048] == 1000
+
+
+@pytest.mark.parametrize('name', ['percentile', 'kl', 'mse'])
+def test_the_order_of_calibration_batches_does_not_move_a_histograms_range(name):
+    torch.manual_seed(0)
+    x = torch.cat([torch.randn(20000) * 10, torch.tensor([1e4])])
+    scales = []
+    for batches in ([torch.zeros(1000), x], [torch.cat([torch.zeros(1000), x])],
+                    [x, torch.zeros(1000)]):
+        config = TensorQuantizationConfig(observer_algorithm=name)
+        observer = build_observer(config)
+        for batch in batches:
+            observer.observe(batch)
+        observer.render(config)
+        scales.append(float(config.scale))
+    assert scales[0] == pytest.approx(scales[1]) and scales[2] == pytest.approx(scales[1])

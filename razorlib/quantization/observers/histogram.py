@@ -109,8 +109,12 @@ class SymmetricHistogram:
     def _grow(self, factor: torch.Tensor) -> None:
         if bool((factor == 1).all()):
             return
+        # bin half + j moves to half + floor(j / factor); the same as
+        # ((factor - 1) * half + old) // factor, without that product, which overflows
+        # int64 when the limit grows from the floor an all-zero first batch leaves
+        half = self.bins // 2
         old = torch.arange(self.bins)[None, :]
-        new = ((factor[:, None] - 1) * (self.bins // 2) + old) // factor[:, None]
+        new = half + torch.div(old - half, factor[:, None], rounding_mode='floor')
         self.counts = torch.zeros_like(self.counts).scatter_add_(1, new, self.counts)
         self.limit = self.limit * factor
 
