@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 
 import onnx
+import onnx.defs
 import onnx.inliner
 import torch
 from google.protobuf.message import DecodeError
@@ -140,7 +141,9 @@ def to_onnx(graph: BaseGraph, path: Union[str, os.PathLike, None] = None,
     become initializers; other variables with a known shape or dtype get a
     ``value_info``.  Each domain is imported at the highest opset version its operations
     carry (the default domain always, at least at ``DEFAULT_OPSET``'s version when no
-    operation uses it).  ``onnx.checker`` wants a shape on every graph input and output;
+    operation uses it); a default-domain operation of an older version whose op that
+    version redefines is refused, as runtimes would read it by the new definition.
+    ``onnx.checker`` wants a shape on every graph input and output;
     :meth:`TorchExecutor.tracing_operation_meta` fills them in.
 
     Args:
@@ -155,7 +158,10 @@ def to_onnx(graph: BaseGraph, path: Union[str, os.PathLike, None] = None,
 
     Raises:
         ValueError: an operation reads a variable that nothing produces, that has no
-            value and that is not a graph input.
+            value and that is not a graph input; or default-domain operations carry
+            versions whose definitions differ, e.g. a Softmax of opset 11 (2-D
+            flattening) with a Gelu of opset 20 (Softmax-13 normalizes one axis): the
+            error names each such operation with its version.
 
     Example:
         >>> import onnx, torch
@@ -176,6 +182,7 @@ def to_onnx(graph: BaseGraph, path: Union[str, os.PathLike, None] = None,
     for op in operations:
         opsets[op.opset.domain] = max(opsets.get(op.opset.domain, 0), op.opset.version)
     opsets[DEFAULT_OPSET.domain] = opsets[DEFAULT_OPSET.domain] or DEFAULT_OPSET.version
+    _check_one_definition(graph, operations, opsets[DEFAULT_OPSET.domain])
     opset_imports = [helper.make_opsetid(domain, version) for domain, version in opsets.items()]
     constants = [var for var in graph.variables.values()
                  if var.value is not None and var.source_op is None]
@@ -254,6 +261,33 @@ def _unique_names(names: Iterable[str], prefix: str, reserved: Iterable[str] = (
 
 
 # Export helpers.
+
+def _check_one_definition(graph: BaseGraph, operations: Iterable[Operation],
+                          version: int) -> None:
+    """Refuse default-domain operations that opset ``version`` defines otherwise.
+
+    A model imports the default domain at one version, so an operation made for an older
+    one is read by the definition current at ``version``; where that differs it may fail
+    to load, or (Softmax, LogSoftmax, Hardmax before 13) silently compute something else.
+    """
+    redefined = [f'{op.name!r} ({op.type} of opset {op.opset.version}; opset {version} '
+                 f'has {op.type}-{_since(op.type, version)})' for op in operations
+                 if op.opset.domain == DEFAULT_OPSET.domain and op.opset.version != version
+                 and _since(op.type, op.opset.version) != _since(op.type, version)]
+    if redefined:
+        raise ValueError(f'graph {graph.name!r}: its default-domain operations carry different '
+                         f'opset versions; exported at the highest, {version}, these would '
+                         f'change meaning: {", ".join(redefined)}.  Convert the model to one '
+                         'opset (onnx.version_converter) before adding newer operations')
+
+
+def _since(op_type: str, version: int) -> Optional[int]:
+    """The version that introduced the definition of ``op_type`` current at ``version``."""
+    try:
+        return onnx.defs.get_schema(op_type, version, DEFAULT_OPSET.domain).since_version
+    except onnx.defs.SchemaError:
+        return None
+
 
 def _node(op: Operation) -> onnx.NodeProto:
     node = helper.make_node(op.type, [var.name for var in op.inputs],

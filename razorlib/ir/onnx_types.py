@@ -104,5 +104,8 @@ def tensor_to_onnx(tensor: torch.Tensor, name: str = '') -> TensorProto:
     """
     data = tensor.detach().to('cpu').contiguous()
     proto = TensorProto(name=name, data_type=onnx_dtype(data.dtype), dims=data.shape)
-    proto.raw_data = data.reshape(-1).view(torch.uint8).numpy().tobytes()
+    # An empty tensor (an exporter's empty Resize roi, empty axes) may carry a zero stride,
+    # which ``view`` refuses; it has no bytes to write anyway.
+    proto.raw_data = data.reshape(-1).view(torch.uint8).numpy().tobytes() if data.numel() \
+        else b''
     return proto

@@ -1,12 +1,15 @@
 """The fusion passes of multi-operation patterns: FuseLayerNorm and FuseGelu."""
+import logging
 import math
 
 import numpy as np
+import onnxruntime as ort
 import pytest
 import torch
+from onnx import TensorProto, helper, numpy_helper
 from torch import nn
 
-from razorlib.ir import from_torch
+from razorlib.ir import from_onnx, from_torch, to_onnx
 from pass_helpers import changes, node, onnx_graph, op_types, run_pass
 
 RNG = np.random.default_rng(0)
@@ -41,7 +44,7 @@ def test_fuse_layernorm_on_exported_modules(dims, affine):
 
 
 def layernorm_nodes(axes=(-1, ), second_axes=None, epsilon='eps'):
-    """ReduceMean .. Div with the axes as attributes (opset 13), then Mul(s) and Add(b)."""
+    """ReduceMean .. Div with the axes as attributes (opset 17), then Mul(s) and Add(b)."""
     return [node('ReduceMean', ['x'], 'mean', axes=list(axes)), node('Sub', ['x', 'mean'], 'd'),
             node('Pow', ['d', 'two'], 'd2'),
             node('ReduceMean', ['d2'], 'var', axes=list(second_axes or axes)),
@@ -55,7 +58,7 @@ def layernorm_graph(nodes, x_shape=(2, 4, 6), scale_shape=(6, ), outputs=('out',
                  's': RNG.standard_normal(scale_shape).astype(np.float32),
                  'b': RNG.standard_normal(6).astype(np.float32)}
     return onnx_graph(nodes, {'x': list(x_shape)}, {name: None for name in outputs}, constants,
-                      opset=13)
+                      opset=17)
 
 
 def test_fuse_layernorm_with_axes_attributes_and_a_broadcast_scale():
@@ -113,7 +116,8 @@ def gelu_graph(tail, scaling=('Div', 'root2'), one='one', outputs=('out', )):
              node('Add', [one, 'e'], 'term'), *GELU_TAILS[tail]]
     return onnx_graph(nodes, {'x': [3, 7]}, {name: None for name in outputs},
                       {'root2': np.float32(math.sqrt(2)), 'halfroot2': np.float32(math.sqrt(0.5)),
-                       'one': np.float32(1.0), 'half': np.float32(0.5), 'other': np.float32(1.1)})
+                       'one': np.float32(1.0), 'half': np.float32(0.5), 'other': np.float32(1.1)},
+                      opset=20)
 
 
 @pytest.mark.parametrize('tail', sorted(GELU_TAILS))
@@ -130,3 +134,41 @@ def test_fuse_gelu_leaves_what_is_no_gelu(case):
                        else ('Div', 'root2'), one='other' if case == 'wrong constant' else 'one',
                        outputs=('out', 'e') if case == 'inner output' else ('out', ))
     assert changes(graph, 'fuse_gelu') == 0 and len(graph.operations) == 5
+
+
+# Fusing into an op newer than the graph's opset.
+
+OLD_GRAPH_PATTERNS = {
+    'fuse_gelu': [node('Div', ['x', 'root2'], 'd'), node('Erf', ['d'], 'e'),
+                  node('Add', ['e', 'one'], 'a'), node('Mul', ['x', 'a'], 'm'),
+                  node('Mul', ['m', 'half'], 'p')],
+    'fuse_layernorm': [node('ReduceMean', ['x'], 'mu', axes=[-1]), node('Sub', ['x', 'mu'], 'd'),
+                       node('Pow', ['d', 'two'], 'd2'), node('ReduceMean', ['d2'], 'v', axes=[-1]),
+                       node('Add', ['v', 'eps'], 've'), node('Sqrt', ['ve'], 's'),
+                       node('Div', ['d', 's'], 'p')],
+}
+
+
+def onnxruntime(model, feeds):
+    session = ort.InferenceSession(model.SerializeToString(), providers=['CPUExecutionProvider'])
+    return session.run(None, feeds)[0]
+
+
+@pytest.mark.parametrize('pass_name', sorted(OLD_GRAPH_PATTERNS))
+def test_fusions_leave_a_graph_older_than_their_op(pass_name, caplog):
+    # A Gelu (opset 20) or LayerNormalization (17) would have the export import that opset,
+    # which redefines the Softmax after it (opset 11 normalizes a 2-D flattening).
+    constants = [numpy_helper.from_array(np.array(value, np.float32), name) for name, value in (
+        ('root2', math.sqrt(2)), ('one', 1.0), ('half', 0.5), ('two', 2.0), ('eps', 1e-5))]
+    model = helper.make_model(helper.make_graph(
+        [*OLD_GRAPH_PATTERNS[pass_name], node('Softmax', ['p'], 'y')], 'old',
+        [helper.make_tensor_value_info('x', TensorProto.FLOAT, [2, 3, 4])],
+        [helper.make_tensor_value_info('y', TensorProto.FLOAT, [2, 3, 4])], constants),
+        opset_imports=[helper.make_opsetid('', 11)])
+    graph = from_onnx(model)
+    with caplog.at_level(logging.INFO, logger='razorlib.ir.passes.common'):
+        assert changes(graph, pass_name) == 0
+    assert 'needs opset' in caplog.text and 'the graph is at opset 11' in caplog.text
+    feeds = {'x': RNG.standard_normal((2, 3, 4)).astype(np.float32)}
+    difference = onnxruntime(to_onnx(graph), feeds) - onnxruntime(model, feeds)
+    assert np.abs(difference).max() < 1e-5

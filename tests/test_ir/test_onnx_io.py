@@ -1,7 +1,9 @@
 """from_onnx / to_onnx: what a model holds survives both ways; what the IR cannot hold fails."""
 import re
 
+import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 import torch
 from onnx import TensorProto, helper, numpy_helper
@@ -20,6 +22,11 @@ def _model(nodes, inputs, outputs, initializers=(), value_info=(), opsets=(('', 
                               value_info=value_info)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid(*item)
                                                    for item in opsets], functions=functions)
+
+
+def _onnxruntime(model, feeds):
+    session = ort.InferenceSession(model.SerializeToString(), providers=['CPUExecutionProvider'])
+    return session.run(None, feeds)
 
 
 def rich_graph():
@@ -141,13 +148,46 @@ def test_each_domain_gets_its_highest_opset():
     x = graph.create_variable('x', shape=(1, ), dtype=torch.float32)
     graph.mark_variable_as_graph_input(x)
     y = graph.create_variable('y')
-    graph.create_operation('Relu', inputs=[x], outputs=[y], opset=13)
+    graph.create_operation('Relu', inputs=[x], outputs=[y], opset=14)  # Relu-14 holds at 18
     z = graph.create_variable('z', shape=(1, ), dtype=torch.float32)
     graph.create_operation('Neg', inputs=[y], outputs=[z], opset=18)
     graph.mark_variable_as_graph_output(z)
     model = to_onnx(graph)
     assert [(item.domain, item.version) for item in model.opset_import] == [('', 18)]
     assert from_onnx(model).operations['op_0'].opset == Opset(18)
+
+
+def test_to_onnx_refuses_an_operation_the_highest_opset_redefines():
+    # Softmax normalizes a 2-D flattening at opset 11, one axis from 13: imported at 20
+    # for the Gelu, it would silently compute something else.
+    graph = BaseGraph('mixed')
+    x = graph.create_variable('x', shape=(2, 3, 4), dtype=torch.float32)
+    graph.mark_variable_as_graph_input(x)
+    hidden = graph.create_variable('hidden')
+    graph.create_operation('Gelu', 'gelu', inputs=[x], outputs=[hidden], opset=20)
+    y = graph.create_variable('y', shape=(2, 3, 4), dtype=torch.float32)
+    graph.create_operation('Softmax', 'softmax', inputs=[hidden], outputs=[y], opset=11)
+    graph.mark_variable_as_graph_output(y)
+    with pytest.raises(ValueError, match=re.escape(
+            "graph 'mixed': its default-domain operations carry different opset versions; "
+            "exported at the highest, 20, these would change meaning: 'softmax' (Softmax of "
+            "opset 11; opset 20 has Softmax-13)")):
+        to_onnx(graph)
+
+
+def test_empty_tensors_are_exported():
+    # The TorchScript exporter writes an empty roi for every F.interpolate.
+    nodes = [helper.make_node('Resize', ['x', 'roi', 'scales'], ['y'], mode='nearest')]
+    model = _model(nodes, [_value_info('x', shape=(1, 1, 2, 2))],
+                   [_value_info('y', shape=(1, 1, 4, 4))],
+                   [numpy_helper.from_array(np.zeros(0, np.float32), 'roi'),
+                    numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), 'scales')])
+    exported = to_onnx(from_onnx(model))
+    onnx.checker.check_model(exported)
+    roi = next(item for item in exported.graph.initializer if item.name == 'roi')
+    assert list(roi.dims) == [0] and numpy_helper.to_array(roi).shape == (0, )
+    feeds = {'x': np.arange(4, dtype=np.float32).reshape(1, 1, 2, 2)}
+    np.testing.assert_array_equal(_onnxruntime(exported, feeds), _onnxruntime(model, feeds))
 
 
 def test_extension_attributes_are_not_exported():

@@ -3,10 +3,11 @@
 The executor is an interpreter in the style of ``torch.fx.Interpreter``: a loop over the
 operations in topological order that calls :meth:`TorchExecutor.run_operation` on each.
 Kernels are resolved (and attributes and constant control inputs decoded) once, when the
-executor is built; the loop only gathers tensors, calls hooks and kernels, and frees each
-intermediate tensor after its last reader.  Every graph input is checked against its
-shape (:mod:`~razorlib.ir.executor.shapes`): fixed axes must match, dynamic ones take any
-size.
+executor is built; a graph input is never such a constant, even when it holds a value (a
+default, which a fed tensor replaces).  The loop only gathers tensors, calls hooks and
+kernels, and frees each intermediate tensor after its last reader.  Every graph input is
+checked against its shape (:mod:`~razorlib.ir.executor.shapes`): fixed axes must match,
+dynamic ones take any size.
 """
 import logging
 from collections import OrderedDict
@@ -21,6 +22,7 @@ from ..operation import Operation
 from ..variable import EMPTY_NAME
 from . import ops  # noqa: F401  fills OP_TABLE
 from .kernels import Kernel, build_kernel
+from .ops.common import fed_variables
 from .shapes import check_input_dtype, check_input_shape, dynamic_axes, grow_along, merge_shape
 
 logger = logging.getLogger(__name__)
@@ -99,8 +101,9 @@ class TorchExecutor:
         for var in self._constants:
             var.value = var.value.to(self.device)
         self._operations = graph.topological_sort()
-        self._kernels: Dict[Operation, Kernel] = {op: self.build_kernel(op)
-                                                  for op in self._operations}
+        with fed_variables(graph.inputs):  # a graph input's value is a default, no constant
+            self._kernels: Dict[Operation, Kernel] = {op: self.build_kernel(op)
+                                                      for op in self._operations}
         self._plans: Dict[Tuple[str, ...], List[_Step]] = {}
         # OrderedDicts, as torch's RemovableHandle keeps a weak reference to them.
         self._pre_hooks: Dict[int, PreHook] = OrderedDict()

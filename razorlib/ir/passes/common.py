@@ -1,4 +1,5 @@
 """Helpers the passes share: reading constants, checking and replacing matched operations."""
+import logging
 from typing import Any, Callable, Collection, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import torch
@@ -8,9 +9,12 @@ from ..operation import DEFAULT_OPSET, Operation, Opset
 from ..search import OpExpr, SearchableGraph
 from ..variable import EMPTY_NAME, Variable
 
-__all__ = ['constant_value', 'fresh_name', 'has_input', 'is_sealed',
-           'new_parameter', 'other_input', 'replace_with_operation', 'rewrite_matches',
+__all__ = ['constant_value', 'default_opset_version', 'fits_opset', 'fresh_name', 'has_input',
+           'is_sealed', 'new_parameter', 'other_input', 'replace_with_operation', 'rewrite_matches',
            'scalar_value', 'sole_consumer', 'writable_parameter']
+
+
+logger = logging.getLogger(__name__)
 
 
 def fresh_name(taken: Collection[str], base: str) -> str:
@@ -22,19 +26,53 @@ def fresh_name(taken: Collection[str], base: str) -> str:
     return name
 
 
-def constant_value(var: Optional[Variable]) -> Optional[torch.Tensor]:
-    """The value of a parameter that no operation produces, else (or for None) None."""
-    if var is not None and var.is_parameter and var.source_op is None and var.value is not None:
+def constant_value(graph: BaseGraph, var: Optional[Variable]) -> Optional[torch.Tensor]:
+    """The value of a parameter that no operation produces, else (or for None) None.
+
+    A graph input is no constant even when it holds a value: that value is a default (an
+    ONNX initializer listed among the graph inputs) which a fed tensor replaces, so a
+    fusion that folded it would ignore the feed.
+    """
+    if (var is not None and var.is_parameter and var.source_op is None and var.value is not None
+            and var.name not in graph.inputs):
         return var.value
     return None
 
 
-def scalar_value(var: Optional[Variable]) -> Optional[float]:
-    """The number a one-element floating-point parameter holds, else (or for None) None."""
-    value = constant_value(var)
+def scalar_value(graph: BaseGraph, var: Optional[Variable]) -> Optional[float]:
+    """The number a one-element floating-point constant (:func:`constant_value`) holds, else
+    (or for None) None."""
+    value = constant_value(graph, var)
     if value is None or value.numel() != 1 or not value.is_floating_point():
         return None
     return value.item()
+
+
+def default_opset_version(graph: BaseGraph) -> int:
+    """The default-domain opset ``graph`` is exported at: the highest version its operations
+    of that domain carry (:data:`DEFAULT_OPSET`'s when none), as in :func:`~razorlib.ir.to_onnx`.
+    """
+    return max((op.opset.version for op in graph.operations.values()
+                if op.opset.domain == DEFAULT_OPSET.domain), default=DEFAULT_OPSET.version)
+
+
+def fits_opset(graph: BaseGraph, op_type: str, version: int, anchor: Operation,
+               pass_name: str) -> bool:
+    """Whether a fusion at ``anchor`` may add an ``op_type`` of opset ``version`` to ``graph``.
+
+    Not when ``version`` is newer than the graph's (:func:`default_opset_version`): ONNX
+    imports a domain at one version, so exporting the new operation would have runtimes
+    read every older operation by the newer opset, where some mean something else (Softmax
+    before 13 normalizes a 2-D flattening; ReduceMean takes its axes as an input from 18).
+    Such a fusion is skipped, logged at info.
+    """
+    current = default_opset_version(graph)
+    if version <= current:
+        return True
+    logger.info('%s: %r not fused into %s, which needs opset %d: the graph is at opset %d, '
+                'whose other operations opset %d would redefine', pass_name, anchor.name,
+                op_type, version, current, version)
+    return False
 
 
 def has_input(op: Operation, index: int) -> bool:
@@ -72,7 +110,7 @@ def is_sealed(graph: BaseGraph, ops: Sequence[Operation], entries: Iterable[Vari
         if var.name in graph.outputs or any(dest not in members for dest in var.dest_ops):
             return False
     return all(var in inner or var in entries or var.name == EMPTY_NAME
-               or constant_value(var) is not None for op in ops for var in op.inputs)
+               or constant_value(graph, var) is not None for op in ops for var in op.inputs)
 
 
 def new_parameter(graph: BaseGraph, base: str, value: torch.Tensor) -> Variable:

@@ -36,7 +36,7 @@ class FormatParameter(GraphPass):
         copies = 0
         for var in list(graph.variables.values()):
             readers = list(dict.fromkeys(var.dest_ops))
-            if (constant_value(var) is None or len(readers) < 2 or var.name in graph.inputs
+            if (constant_value(graph, var) is None or len(readers) < 2 or var.name in graph.inputs
                     or var.name in graph.outputs):
                 continue
             for op in readers[1:]:

@@ -50,9 +50,9 @@ class FuseBiasAdd(GraphPass):
 
 def _fold(graph: BaseGraph, match: List[Operation]) -> bool:
     linear, add = match
-    view = linear_view(linear)
+    view = linear_view(graph, linear)
     addend = other_input(add, linear.outputs[0])
-    value = None if view is None or addend is None else constant_value(addend)
+    value = None if view is None or addend is None else constant_value(graph, addend)
     vector = None if value is None else view.channel_vector(value)
     if vector is None:
         return False

@@ -57,11 +57,11 @@ class FuseBatchNorm(GraphPass):
 
 def _fold(graph: BaseGraph, match: List[Operation]) -> bool:
     linear, bn = match
-    view = linear_view(linear)
+    view = linear_view(graph, linear)
     if view is None or bn.num_of_input != 5 or bn.num_of_output != 1 \
             or bn.attributes.get('training_mode', 0):
         return False
-    statistics = [constant_value(var) for var in bn.inputs[1:]]
+    statistics = [constant_value(graph, var) for var in bn.inputs[1:]]
     if any(value is None or value.shape != (view.channels, ) for value in statistics):
         return False
     gamma, beta, mean, var = (value.double() for value in statistics)

@@ -7,8 +7,8 @@ from ..graph import BaseGraph
 from ..operation import Operation, Opset
 from ..variable import Variable
 from .base import GraphPass, PassResult
-from .common import (is_sealed, other_input, replace_with_operation, rewrite_matches,
-                     scalar_value, sole_consumer)
+from .common import (fits_opset, is_sealed, other_input, replace_with_operation,
+                     rewrite_matches, scalar_value, sole_consumer)
 
 __all__ = ['FuseGelu']
 
@@ -29,7 +29,8 @@ class FuseGelu(GraphPass):
     remaining factors may come in any of the orders exporters produce:
     ``Mul(Mul(x, erf_term), 0.5)``, ``Mul(Mul(x, 0.5), erf_term)`` or
     ``Mul(Mul(erf_term, 0.5), x)``.  Constants are compared with a relative tolerance of
-    1e-6, and nothing outside may read the intermediate results.
+    1e-6, and nothing outside may read the intermediate results.  A graph before opset 20
+    is left as it is (:func:`~razorlib.ir.passes.common.fits_opset`), logged at info.
 
     ``changes`` counts the Gelus made.
 
@@ -41,7 +42,7 @@ class FuseGelu(GraphPass):
         >>> def constant(value):
         ...     return graph.create_variable(value=torch.tensor(value), is_parameter=True)
         >>> def op(op_type, *inputs):
-        ...     return graph.create_operation(op_type, inputs=list(inputs),
+        ...     return graph.create_operation(op_type, inputs=list(inputs), opset=20,
         ...                                   outputs=[graph.create_variable()]).outputs[0]
         >>> half = op('Mul', x, constant(0.5))
         >>> erf_term = op('Add', op('Erf', op('Div', x, constant(2 ** 0.5))), constant(1.0))
@@ -62,29 +63,31 @@ class FuseGelu(GraphPass):
 
 def _fuse(graph: BaseGraph, match: List[Operation]) -> bool:
     scaling, erf, add, mul = match
-    x = _scaled_input(scaling)
-    if x is None or not _is(scalar_value(other_input(add, erf.outputs[0])), 1.0):
+    x = _scaled_input(graph, scaling)
+    if x is None or not _is(scalar_value(graph, other_input(add, erf.outputs[0])), 1.0):
         return False
     found = _remaining_factors(graph, x, mul, add.outputs[0])
     if found is None:
         return False
     extra, output = found
     ops = [*match, *extra]
-    if not is_sealed(graph, ops, [x], output):
+    if not is_sealed(graph, ops, [x], output) or \
+            not fits_opset(graph, 'Gelu', _GELU_OPSET, scaling, 'fuse_gelu'):
         return False
     replace_with_operation(graph, ops, 'Gelu', [x], output,
                            opset=Opset(max(_GELU_OPSET, scaling.opset.version)))
     return True
 
 
-def _scaled_input(scaling: Operation) -> Optional[Variable]:
+def _scaled_input(graph: BaseGraph, scaling: Operation) -> Optional[Variable]:
     """``x`` of ``x / sqrt(2)`` or ``x * sqrt(1/2)`` (either operand order for Mul)."""
     if scaling.num_of_input != 2:
         return None
     orders = [scaling.inputs] if scaling.type == 'Div' else [scaling.inputs,
                                                              scaling.inputs[::-1]]
     for data, factor in orders:
-        if _is(scalar_value(factor), _SCALINGS[scaling.type]) and scalar_value(data) is None:
+        if (_is(scalar_value(graph, factor), _SCALINGS[scaling.type])
+                and scalar_value(graph, data) is None):
             return data
     return None
 
@@ -100,13 +103,14 @@ def _remaining_factors(graph: BaseGraph, x: Variable, mul: Operation,
     if other is None:
         return None
     half = other.source_op
-    if half is not None and half.type == 'Mul' and _is(scalar_value(other_input(half, x)), 0.5):
+    if (half is not None and half.type == 'Mul'
+            and _is(scalar_value(graph, other_input(half, x)), 0.5)):
         return [half], mul.outputs[0]
     tail = sole_consumer(graph, mul.outputs[0])
     if tail is None or tail.type != 'Mul':
         return None
     last = other_input(tail, mul.outputs[0])
-    if (other is x and _is(scalar_value(last), 0.5)) or \
-            (_is(scalar_value(other), 0.5) and last is x):
+    if (other is x and _is(scalar_value(graph, last), 0.5)) or \
+            (_is(scalar_value(graph, other), 0.5) and last is x):
         return [tail], tail.outputs[0]
     return None

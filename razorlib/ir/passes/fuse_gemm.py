@@ -49,10 +49,10 @@ class FuseGemm(GraphPass):
 def _fuse(graph: BaseGraph, match: List[Operation]) -> bool:
     matmul, add = match
     data, weight_var = matmul.inputs
-    weight = constant_value(weight_var)
+    weight = constant_value(graph, weight_var)
     bias_var = other_input(add, matmul.outputs[0])
-    bias = None if bias_var is None else constant_value(bias_var)
-    if (data.shape is None or len(data.shape) != 2 or constant_value(data) is not None
+    bias = None if bias_var is None else constant_value(graph, bias_var)
+    if (data.shape is None or len(data.shape) != 2 or constant_value(graph, data) is not None
             or weight is None or weight.dim() != 2 or bias is None or bias.dim() > 2
             or any(size != 1 for size in bias.shape[:-1])
             or bias.shape[-1:] not in ((), (1, ), (weight.shape[1], ))):

@@ -7,7 +7,7 @@ from ...registry import GRAPH_PASSES
 from ..graph import BaseGraph
 from ..operation import Operation, Opset
 from .base import GraphPass, PassResult
-from .common import (constant_value, is_sealed, new_parameter, other_input,
+from .common import (constant_value, fits_opset, is_sealed, new_parameter, other_input,
                      replace_with_operation, rewrite_matches, scalar_value, sole_consumer)
 
 __all__ = ['FuseLayerNorm']
@@ -27,7 +27,8 @@ class FuseLayerNorm(GraphPass):
     ``x``'s shape must be known (:meth:`TorchExecutor.tracing_operation_meta` records it)
     down to the normalized dims, which scale and bias take; a scale or bias that varies
     along other axes stays outside.  Nothing outside may read the operations'
-    intermediate results.
+    intermediate results.  A graph before opset 17 is left as it is
+    (:func:`~razorlib.ir.passes.common.fits_opset`), logged at info.
 
     ``changes`` counts the LayerNormalizations made.
 
@@ -48,7 +49,7 @@ class FuseLayerNorm(GraphPass):
         >>> y = helper.make_tensor_value_info('y', TensorProto.FLOAT, ['batch', 8])
         >>> graph = from_onnx(helper.make_model(
         ...     helper.make_graph(nodes, 'ln', [x], [y], constants),
-        ...     opset_imports=[helper.make_opsetid('', 13)]))
+        ...     opset_imports=[helper.make_opsetid('', 17)]))
         >>> FuseLayerNorm()(graph).changes, [op.type for op in graph.operations.values()]
         (1, ['LayerNormalization'])
         >>> [var.name for var in graph.operations['op_0'].inputs]
@@ -66,12 +67,13 @@ def _fuse(graph: BaseGraph, match: List[Operation]) -> bool:
     mean, sub, pow_, variance, add, sqrt, div = match
     x = mean.inputs[0]
     centred, std = sub.outputs[0], sqrt.outputs[0]
-    epsilon = scalar_value(other_input(add, variance.outputs[0]))
+    epsilon = scalar_value(graph, other_input(add, variance.outputs[0]))
     if (sub.inputs != [x, mean.outputs[0]] or pow_.inputs[0] is not centred
-            or scalar_value(pow_.inputs[1]) != 2.0 or variance.inputs[0] is not pow_.outputs[0]
+            or scalar_value(graph, pow_.inputs[1]) != 2.0
+            or variance.inputs[0] is not pow_.outputs[0]
             or epsilon is None or div.inputs != [centred, std]):
         return False
-    axis = None if x.shape is None else _layer_norm_axis(len(x.shape), [mean, variance])
+    axis = None if x.shape is None else _layer_norm_axis(graph, len(x.shape), [mean, variance])
     if axis is None or not all(isinstance(size, int) for size in x.shape[axis:]):
         return False
     normalized = tuple(x.shape[axis:])
@@ -79,12 +81,13 @@ def _fuse(graph: BaseGraph, match: List[Operation]) -> bool:
     for op_type in ('Mul', 'Add'):
         consumer = sole_consumer(graph, output)
         if consumer is not None and consumer.type == op_type:
-            value = _along(constant_value(other_input(consumer, output)), normalized,
+            value = _along(constant_value(graph, other_input(consumer, output)), normalized,
                            len(x.shape))
             if value is not None:
                 ops.append(consumer)
                 output, affine[op_type] = consumer.outputs[0], value
-    if not is_sealed(graph, ops, [x], output):
+    if not is_sealed(graph, ops, [x], output) or not fits_opset(
+            graph, 'LayerNormalization', _LAYER_NORM_OPSET, mean, 'fuse_layernorm'):
         return False
     scale = affine.get('Mul', torch.ones(normalized, dtype=x.dtype or torch.float32))
     inputs = [x, new_parameter(graph, f'{mean.name}.scale', scale)]
@@ -96,17 +99,18 @@ def _fuse(graph: BaseGraph, match: List[Operation]) -> bool:
     return True
 
 
-def _axes(op: Operation) -> Optional[Tuple[int, ...]]:
+def _axes(graph: BaseGraph, op: Operation) -> Optional[Tuple[int, ...]]:
     """A ReduceMean's axes (attribute before opset 18, input 1 after); None if it has none."""
     if 'axes' in op.attributes:
         return tuple(op.attributes['axes'])
-    value = constant_value(op.inputs[1]) if op.num_of_input > 1 else None
+    value = constant_value(graph, op.inputs[1]) if op.num_of_input > 1 else None
     return None if value is None else tuple(value.reshape(-1).tolist())
 
 
-def _layer_norm_axis(rank: int, reductions: Sequence[Operation]) -> Optional[int]:
+def _layer_norm_axis(graph: BaseGraph, rank: int,
+                     reductions: Sequence[Operation]) -> Optional[int]:
     """The first normalized axis, negative, when both reductions reduce the trailing axes."""
-    axes = {_axes(op) for op in reductions}
+    axes = {_axes(graph, op) for op in reductions}
     if len(axes) != 1 or not all(op.attributes.get('keepdims', 1) for op in reductions):
         return None
     (found, ) = axes

@@ -65,23 +65,23 @@ class ReduceMeanToGlobalPool(GraphPass):
     def call(self, graph: BaseGraph) -> PassResult:
         """Rewrite ``graph``; the result counts the ReduceMeans replaced."""
         means = [op for op in graph.operations.values()
-                 if op.type == 'ReduceMean' and op.opset.domain == '' and _is_global(op)]
+                 if op.type == 'ReduceMean' and op.opset.domain == '' and _is_global(graph, op)]
         for op in means:
             _rewrite(graph, op)
         return PassResult.counted(graph, len(means))
 
 
-def _axes(op: Operation) -> Optional[Tuple[int, ...]]:
+def _axes(graph: BaseGraph, op: Operation) -> Optional[Tuple[int, ...]]:
     """The ReduceMean's axes when fixed: the attribute, or a constant input 1."""
     if 'axes' in op.attributes:
         return tuple(op.attributes['axes'])
-    value = constant_value(op.inputs[1]) if op.num_of_input > 1 else None
+    value = constant_value(graph, op.inputs[1]) if op.num_of_input > 1 else None
     return None if value is None else tuple(int(axis) for axis in value.reshape(-1).tolist())
 
 
-def _is_global(op: Operation) -> bool:
+def _is_global(graph: BaseGraph, op: Operation) -> bool:
     """Whether ``op`` averages exactly the spatial axes of a float N, C, ... tensor."""
-    x, axes = op.inputs[0], _axes(op)
+    x, axes = op.inputs[0], _axes(graph, op)
     if x.shape is None or len(x.shape) not in _RANKS or x.dtype not in _FLOAT_TYPES:
         return False
     rank = len(x.shape)

@@ -69,7 +69,7 @@ class LinearView:
         >>> graph = BaseGraph()
         >>> w = graph.create_variable('w', torch.ones(4, 3, 1, 1), is_parameter=True)
         >>> conv = graph.create_operation('Conv', inputs=[graph.create_variable('x'), w])
-        >>> view = linear_view(conv)
+        >>> view = linear_view(graph, conv)
         >>> view.channels, view.bias.tolist()
         (4, [0.0, 0.0, 0.0, 0.0])
     """
@@ -102,7 +102,7 @@ class LinearView:
         return value.reshape(-1).expand(self.channels).clone()
 
 
-def linear_view(op: Operation) -> Optional[LinearView]:
+def linear_view(graph: BaseGraph, op: Operation) -> Optional[LinearView]:
     """The :class:`LinearView` of ``op``, or None when it is no such linear operation.
 
     A MatMul qualifies only with a 2-D data input of known rank: past two dims its output
@@ -111,7 +111,7 @@ def linear_view(op: Operation) -> Optional[LinearView]:
     layout = _LAYOUTS.get(op.type)
     if layout is None or op.num_of_input < 2:
         return None
-    weight = constant_value(op.inputs[1])
+    weight = constant_value(graph, op.inputs[1])
     if weight is None or weight.dim() not in layout.weight_ranks or not weight.is_floating_point():
         return None
     data_shape = op.inputs[0].shape
@@ -120,7 +120,7 @@ def linear_view(op: Operation) -> Optional[LinearView]:
     channels = layout.channels(op, weight)
     bias = torch.zeros(channels, dtype=weight.dtype)
     if has_input(op, 2):
-        value = constant_value(op.inputs[2])
+        value = constant_value(graph, op.inputs[2])
         if value is None:
             return None
         bias = value * op.attributes.get('beta', 1.0) if op.type == 'Gemm' else value

@@ -4,17 +4,21 @@ A *reader* is resolved once, at build time, and called by the kernel with its in
 tensors: it returns a value fixed by an attribute or a constant input without touching
 the tensors, reads a dynamic input, or returns None for an absent one.
 """
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any, Callable, FrozenSet, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 
 from ...operation import Operation
 from ...variable import EMPTY_NAME, Variable
 
-__all__ = ['Reader', 'SlidingWindow', 'constant_input', 'input_variable', 'int_list', 'reader',
-           'same_pads', 'split_pads', 'torch_pads']
+__all__ = ['Reader', 'SlidingWindow', 'constant_input', 'fed_variables', 'input_variable',
+           'int_list', 'reader', 'same_pads', 'split_pads', 'torch_pads']
 
 Reader = Callable[[Sequence[Optional[torch.Tensor]]], Any]
+
+_FED: ContextVar[FrozenSet[str]] = ContextVar('fed_variables', default=frozenset())
 
 
 def input_variable(op: Operation, index: int) -> Optional[Variable]:
@@ -24,10 +28,28 @@ def input_variable(op: Operation, index: int) -> Optional[Variable]:
     return None
 
 
+@contextmanager
+def fed_variables(names: Iterable[str]) -> Iterator[None]:
+    """Kernels built inside read the variables named ``names`` when they run, as fed.
+
+    A graph input may hold a value too (an ONNX initializer listed among the graph inputs
+    is a default that a feed overrides), so a kernel must not bake that value in.
+    :class:`~razorlib.ir.executor.TorchExecutor` builds its kernels inside, with the graph
+    inputs' names.
+    """
+    token = _FED.set(frozenset(names))
+    try:
+        yield
+    finally:
+        _FED.reset(token)
+
+
 def constant_input(op: Operation, index: int) -> Optional[torch.Tensor]:
-    """The value of input ``index`` when it is a constant (a value nothing produces)."""
+    """The value of input ``index`` when it is a constant: a value that nothing produces
+    and that no feed replaces (see :func:`fed_variables`)."""
     var = input_variable(op, index)
-    if var is not None and var.value is not None and var.source_op is None:
+    if (var is not None and var.value is not None and var.source_op is None
+            and var.name not in _FED.get()):
         return var.value
     return None
 

@@ -30,9 +30,27 @@ _COORDINATES: Dict[str, Callable[[torch.Tensor, torch.Tensor, int, int], torch.T
     'tf_half_pixel_for_nn': lambda x, scale, size, out: (x + 0.5) / scale,
 }
 
+_TIE_TOLERANCE = 1e-6
+"""How far from ``n + 0.5`` a float32 coordinate still counts as a tie of ``round_prefer_*``.
+
+An exact tie can come out of float32 arithmetic an ulp off: the ``asymmetric`` coordinate
+``2 * 7 / 4 = 3.5`` of a resize from 7 to 4 is ``2 / float32(4 / 7) = 3.4999998``.
+onnxruntime computes the coordinates in float32 too, and takes such values as ties.
+"""
+
+
+def _round_prefer(ceil: bool) -> Callable[[torch.Tensor], torch.Tensor]:
+    """Round to the nearest integer; a tie (within :data:`_TIE_TOLERANCE`) goes up or down."""
+    def rounding(x: torch.Tensor) -> torch.Tensor:
+        low = torch.floor(x)
+        tie = (x - low - 0.5).abs() <= _TIE_TOLERANCE
+        return torch.where(tie, low + 1 if ceil else low, torch.round(x))
+    return rounding
+
+
 _ROUNDING: Dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
-    'round_prefer_floor': lambda x: torch.ceil(x - 0.5),
-    'round_prefer_ceil': lambda x: torch.floor(x + 0.5),
+    'round_prefer_floor': _round_prefer(ceil=False),
+    'round_prefer_ceil': _round_prefer(ceil=True),
     'floor': torch.floor,
     'ceil': torch.ceil,
 }
