@@ -28,8 +28,16 @@ class EmbeddingKind(LayerKind):
         return {'out': module.embedding_dim}
 
     def trace(self, ctx, node, ins, name, module):
+        """The embedding dim is the layer's own; frozen under ``max_norm``, which
+        renormalises each looked-up row over all of it: a slim table would renormalise
+        over the kept dims only, and rewrite its rows in place to that norm."""
         out_slots = ctx.layer_out(name, module.embedding_dim)
         ctx.use(name, 'out', out_slots)
+        if module.max_norm is not None:
+            ctx.freeze(out_slots, 'mixing', node,
+                       f'{name} renormalises each looked-up row over its embedding_dim '
+                       f'(max_norm={module.max_norm}), which a slim table would take over the '
+                       'kept channels only')
         return out_slots, -1
 
     def plan_slice(self, name: str, module: nn.Module,

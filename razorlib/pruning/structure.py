@@ -69,6 +69,11 @@ def _check_except_keys(model: nn.Module, keys: Sequence[str]) -> None:
 #: Why a group read by a slice at the code's bounds is frozen (``groups.sliced``).
 _SLICED = 'a slice of these channels takes them at bounds the code computes'
 
+#: Why a group whose channels reach code that may size them by hand, or read them outside
+#: autograd, is frozen when its slim outputs differ (``groups.size_dependent``).
+_SIZED = ('the model code sizes these channels by hand or reads them outside autograd '
+          '(a view, split or norm of sizes of its own, a size it read, detach, no_grad)')
+
 
 def _every_other(count: int) -> np.ndarray:
     """``count`` channel indices, the odd ones first: halving a group by this order keeps
@@ -92,7 +97,8 @@ class StructurePruner(metaclass=ABCMeta):
             freezing the channels that reach it.
         verify: run the model once, shape-only, with the groups whose channels reach
             code that may size them by hand pruned, and freeze those whose pruning the
-            code cannot follow (``pruning/verify.py``).
+            code cannot follow (``pruning/verify.py``); on real weights, also run those
+            that ran masked and sliced, and freeze those whose outputs differ.
         layer_kinds: layer kinds for this pruner only, over the registered ones
             (:mod:`razorlib.layers`): tracing, masks and slicing all use them.
         gqa: what grouped-query attention prunes: ``'kv'`` (default) a key/value head
@@ -146,7 +152,8 @@ class StructurePruner(metaclass=ABCMeta):
         """Trace ``supernet``, build its channel spaces and give its modules masks.
 
         Groups whose pruning the model's code cannot follow (a reshape or split size
-        written in the code) are found by a shape-only run and frozen.
+        written in the code) are found by a shape-only run and frozen; on real weights,
+        so are those whose slim outputs differ from the masked ones.
         """
         if self.heads == 'width' and any(p.is_meta for p in supernet.parameters()):
             raise ValueError(f"heads='width' compares the slim model with the masked one on "
@@ -178,8 +185,9 @@ class StructurePruner(metaclass=ABCMeta):
                 add_masks(module, self.kinds.kind_of(module), graph.out_dims[use.name])
                 self._masked[use.name] = module
         self._reset_subnet()
-        checked = list(groups.prunable) if self.heads == 'width' else list(
-            dict.fromkeys(groups.whole_heads + groups.summed + groups.sliced))
+        checked = list(groups.prunable) if self.heads == 'width' else list(dict.fromkeys(
+            groups.whole_heads + groups.summed + groups.sliced +
+            (groups.size_dependent if self.verify else [])))
         if any(p.is_meta for p in supernet.parameters()):
             freeze_failing(groups, dict.fromkeys(groups.sliced, 'the model is on the meta '
                                                  'device'), _SLICED + ', which only a run on '
@@ -205,7 +213,8 @@ class StructurePruner(metaclass=ABCMeta):
         """Freeze the groups among ``ids`` whose slim model computes something else than
         the masked one: every prunable group under ``heads='width'``, otherwise those read
         as whole heads (``groups.whole_heads``), those a sum adds up over
-        (``groups.summed``) and those a slice reads (``groups.sliced``).
+        (``groups.summed``), those a slice reads (``groups.sliced``) and, with ``verify``,
+        those that reach code that may size them by hand (``groups.size_dependent``).
 
         Shapes cannot tell these apart.  Pruning ``head_dim`` is exact only where the
         code's scale and rotary frequencies follow the slim width: a scale read from the
@@ -217,12 +226,15 @@ class StructurePruner(metaclass=ABCMeta):
         only where the masked model's pruned channel is zero there, which an op after the
         layer undoes (``y.exp().sum(1)``, ``sigmoid``, ``+ 1``).  A slice of a channel dim
         (``groups.sliced``) takes the kept channels only where the code computes its
-        bounds from the slim widths.  So the model runs on ``example_inputs`` with the
-        groups halved, masked and then sliced (in place, put back after), and the groups
-        whose outputs differ are bisected out and frozen.  The half kept is every other
-        channel, not a prefix: a literal ``x[:, :16]`` of 32 channels reads the same
-        channels of a slim model that kept the first 16.  (Models with parameters on the
-        ``meta`` device are not run.)
+        bounds from the slim widths.  A size-dependent group can run pruned and still
+        compute something else: ``view(B, self.k, -1)`` with a literal channel count
+        re-splits the slim rows, and a mean over channels taken on ``detach()`` or under
+        ``no_grad`` (which autograd does not see) averages the kept channels only.  So the
+        model runs on ``example_inputs`` with the groups halved, masked and then sliced (in
+        place, put back after), and the groups whose outputs differ are bisected out and
+        frozen.  The half kept is every other channel, not a prefix: a literal
+        ``x[:, :16]`` of 32 channels reads the same channels of a slim model that kept the
+        first 16.  (Models with parameters on the ``meta`` device are not run.)
 
         Returns:
             ``{group id: difference}`` for each group frozen.
@@ -230,10 +242,13 @@ class StructurePruner(metaclass=ABCMeta):
         failing = bisect_failing(ids, lambda ids: self._difference(ids, example_inputs))
         heads = failing if self.heads == 'width' else {
             gid: error for gid, error in failing.items() if gid in self.groups.whole_heads}
-        sliced = {gid: error for gid, error in failing.items()
-                  if gid not in heads and gid in self.groups.sliced}
-        summed = {gid: error for gid, error in failing.items()
-                  if gid not in heads and gid not in sliced}
+        rest = {gid: error for gid, error in failing.items() if gid not in heads}
+        sliced_ids, summed_ids = set(self.groups.sliced), set(self.groups.summed)
+        sliced = {gid: error for gid, error in rest.items() if gid in sliced_ids}
+        summed = {gid: error for gid, error in rest.items()
+                  if gid not in sliced and gid in summed_ids}
+        sized = {gid: error for gid, error in rest.items()
+                 if gid not in sliced and gid not in summed}
         instead = "heads='whole'" if self.heads == 'width' else (
             'view by -1 heads, or register a HEAD_ATTRIBUTES entry that rewrites the head '
             'count from the projections, or except_start_keys to exclude the module')
@@ -246,6 +261,9 @@ class StructurePruner(metaclass=ABCMeta):
         freeze_failing(self.groups, summed, f'{differs}: a sum over these channels reads them '
                        'where pruning leaves them non-zero', self.strict,
                        'except_start_keys to exclude the module')
+        freeze_failing(self.groups, sized, f'{differs}: {_SIZED}', self.strict,
+                       'size them from the tensors (-1, x.shape), or except_start_keys to '
+                       'exclude the module')
         return failing
 
     def _difference(self, ids: List[str], example_inputs: Any) -> Optional[str]:

@@ -7,6 +7,11 @@ spaces, it runs the model once on shape-only (``meta``) stand-ins of its tensors
 group that reaches such code cut (``tracing/literal_sizes.py`` tells which; by different
 fractions, so that no two agree by chance); if that fails it bisects those groups and
 freezes the ones whose pruning breaks the forward, with the error as the reason.
+
+A forward that runs can still compute something else (``view(B, self.k, -1)`` re-splits
+the slim rows without failing), so on real weights ``StructurePruner`` then runs the groups
+that passed masked and sliced, and freezes those whose outputs differ
+(``structure.py: _freeze_inexact_groups``).
 """
 import contextlib
 from typing import Any, Callable, Dict, List, Optional, Sequence

@@ -262,20 +262,24 @@ class TraceContext:
                       node) -> np.ndarray:
         """Slots that reach ``consumer`` on its channel ``dim``.
 
-        Slots on any other dim (say channels that a reshape moved onto a spatial dim)
-        cannot be sliced by the consumer and are frozen.  An untracked input (model input,
-        constant) gets fresh frozen slots.
+        Slots on any other dim (say channels that a reshape moved onto a spatial dim, or
+        folded into the rows of a Linear over tokens or into a conv's batch) cannot be
+        sliced by the consumer and are frozen, also where its own channel dim carries
+        none: the layer's output holds only its own channels, so theirs would vanish
+        there unfrozen.  An untracked input (model input, constant) gets fresh frozen
+        slots.
         """
         tc = inp.channels
-        if tc is None or dim % max(tc.ndim, 1) not in tc.slots:
+        if tc is not None:
+            dim = dim % max(tc.ndim, 1)
+            for other in tc.channel_dims:
+                if other != dim:
+                    self.freeze(tc.slots[other], 'shape', node,
+                                f'channels reach dim {other} of {consumer}, which is not its '
+                                f'channel dim {dim}')
+        if tc is None or dim not in tc.slots:
             return self.external(size, node, f'the input channels of {consumer} are fixed '
                                  '(a model input, a constant or frozen channels)')
-        dim = dim % tc.ndim
-        for other in tc.channel_dims:
-            if other != dim:
-                self.freeze(tc.slots[other], 'shape', node,
-                            f'channels reach dim {other} of {consumer}, which is not its '
-                            f'channel dim {dim}')
         slots = tc.slots[dim]
         if len(slots) != size:
             self.freeze(slots, 'shape', node,

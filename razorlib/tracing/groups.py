@@ -137,7 +137,8 @@ class ChannelGroups:
     @property
     def size_dependent(self) -> List[str]:
         """Prunable groups whose channels reach code that may size them by hand (a view,
-        split or norm whose sizes the code chose, or a size the code read).
+        split or norm whose sizes the code chose, or a size the code read), or that a call
+        reads outside autograd (``detach()``, an op under ``no_grad``).
 
         Example:
             >>> import torch, torch.nn as nn

@@ -26,19 +26,28 @@ WEIGHT_INPUT = {
     'MiopenBatchNormBackward0': (1, False),
     'NativeLayerNormBackward0': (1, False),
     'NativeGroupNormBackward0': (1, False),
+    'PreluKernelBackward0': (1, False),
 }
+
+#: grad_fns whose weight input is a view of the layer's parameter: PReLU views its
+#: ``(C,)`` slopes to broadcast over the input (``(1, C, 1, 1)``).
+VIEWED_WEIGHT = ('PreluKernelBackward0', )
 
 
 def _leaf(node, index: int, through_transpose: bool = False):
     """The tensor behind input ``index`` of ``node`` if it is a leaf (a parameter), also
     through a transpose (``F.linear``'s ``t()``, or ``weight.T`` / ``weight.mT`` in a
-    Linear subclass's own forward, as Falcon's ``input @ self.weight.T``) or a repeat
-    (``F.instance_norm`` repeats its affine parameters over the batch)."""
+    Linear subclass's own forward, as Falcon's ``input @ self.weight.T``), a repeat
+    (``F.instance_norm`` repeats its affine parameters over the batch) or, for the ops of
+    :data:`VIEWED_WEIGHT`, a view."""
     if index >= len(node.next_functions):
         return None
     child = node.next_functions[index][0]
-    if child is not None and (through_transpose and _is_transpose_2d(child) or
-                              child.name() == 'RepeatBackward0'):
+    if child is None:
+        return None
+    hops = ('RepeatBackward0', 'ViewBackward0') if node.name() in VIEWED_WEIGHT else \
+        ('RepeatBackward0', )
+    if through_transpose and _is_transpose_2d(child) or child.name() in hops:
         child = child.next_functions[0][0]
     return getattr(child, 'variable', None) if child is not None else None
 
@@ -184,7 +193,12 @@ def layer_norm(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
 
 
 def prelu(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
-    """``PreluKernelBackward0``: a per-channel weight (C,) binds to the input's dim-1 slots."""
+    """``PreluKernelBackward0``: an ``nn.PReLU`` of several slopes by its layer kind
+    (sliced with its ``num_parameters``); otherwise a per-channel weight (C,) binds to the
+    input's dim-1 slots, and one shared slope passes every channel through."""
+    traced = _traced_by_kind(ctx, node, ins)
+    if traced is not None:
+        return traced
     outs = pass_through(ctx, node, ins[:1])
     x, weight = ins[0].channels, ins[1].channels if len(ins) > 1 else None
     if x is None or weight is None or not weight.slots:

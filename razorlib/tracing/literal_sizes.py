@@ -15,7 +15,11 @@ tensors whose sizes the code read (``x.shape``, ``x.size(1)``).  After the walk,
 - an elementwise op, concat or per-channel op with an operand autograd does not track
   that is more than a scalar (a tensor the code built with a size of its own, the mask
   of ``masked_fill``);
-- a size the code read.
+- a size the code read;
+- a call that took them with autograd history and returned tensors without any
+  (``x.detach().mean(1)``, an op under ``torch.no_grad()``, a comparison, an ``argmax``):
+  what it computed from them is invisible to the walk, so no rule sees it reduce or mix
+  them.
 
 ``pruning/verify.py`` runs the model with exactly those groups pruned; a group none of
 them touches has nothing in the code that could size it by hand.
@@ -49,6 +53,12 @@ _WATCHED: Dict[Any, str] = {
     **{fn: 'internal' for fn in (F.linear, torch.matmul, torch.Tensor.matmul,
                                  torch.Tensor.__matmul__)},
 }
+
+#: Calls whose result depends on their operand's sizes only, never on its values: one
+#: without autograd history follows the slim widths as ``-1`` does.
+_SHAPE_ONLY = frozenset((torch.zeros_like, torch.ones_like, torch.empty_like, torch.full_like,
+                         torch.rand_like, torch.randn_like, torch.Tensor.new_zeros,
+                         torch.Tensor.new_ones, torch.Tensor.new_empty, torch.Tensor.new_full))
 
 #: The walk's channels of every ``(node, output_nr)``.
 Channels = Dict[Tuple[Any, int], TensorChannels]
@@ -92,6 +102,10 @@ class SizeWatch(TorchFunctionMode):
             size of its own.
         norm_shapes: grad_fn of an ``F.layer_norm`` output -> the ``normalized_shape``
             object the code passed (a layer's own attribute follows its pruning).
+        detached: ``(grad_fn, output_nr, tensor, None)`` of every operand with autograd
+            history of a call that returned tensors without any (``detach``, ``.data``,
+            an op under ``no_grad``, a comparison): the walk cannot see what the call
+            did with its channels (a mean over them), so its groups are checked.
         created: every grad_fn seen, each once, in the order the forward created them.
 
     Example:
@@ -105,6 +119,10 @@ class SizeWatch(TorchFunctionMode):
         [0]
         >>> [node.name() for node in watch.created]
         ['ViewBackward0', 'ViewBackward0', 'AddBackward0']
+        >>> with SizeWatch() as watch:
+        ...     _ = x.detach().mean(1)
+        >>> [tensor is x for _, _, tensor, _ in watch.detached]
+        [True]
     """
 
     def __init__(self):
@@ -113,6 +131,7 @@ class SizeWatch(TorchFunctionMode):
         self.reads: List[Tuple[Any, int, torch.Tensor, Optional[int]]] = []
         self.untracked_sized: Dict[Any, bool] = {}
         self.norm_shapes: Dict[Any, Any] = {}
+        self.detached: List[Tuple[Any, int, torch.Tensor, Optional[int]]] = []
         self._created: Dict[Any, None] = {}
 
     @property
@@ -126,11 +145,14 @@ class SizeWatch(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
-        for tensor in (out if isinstance(out, (tuple, list)) else (out, )):
-            if isinstance(tensor, torch.Tensor) and tensor.grad_fn is not None \
-                    and tensor.grad_fn not in self._created:
+        outs = [t for t in (out if isinstance(out, (tuple, list)) else (out, ))
+                if isinstance(t, torch.Tensor)]
+        for tensor in outs:
+            if tensor.grad_fn is not None and tensor.grad_fn not in self._created:
                 self._created[tensor.grad_fn] = None
                 self._note_operands(tensor.grad_fn, args, kwargs)
+        if outs and not any(t.requires_grad for t in outs) and func not in _SHAPE_ONLY:
+            self._note_detached(args, kwargs)
         kind = _WATCHED.get(func)
         if kind is None or not args or not isinstance(args[0], torch.Tensor):
             if func is F.layer_norm and isinstance(out, torch.Tensor):
@@ -162,6 +184,13 @@ class SizeWatch(TorchFunctionMode):
                 continue
             self.requested[node] = COMPUTED
             stack.extend(child for child, _ in node.next_functions)
+
+    def _note_detached(self, args: Sequence[Any], kwargs: Dict[str, Any]) -> None:
+        """Note the operands with autograd history of a call whose results have none."""
+        for arg in itertools.chain(args, kwargs.values()):
+            for tensor in arg if type(arg) in (tuple, list) else (arg, ):
+                if isinstance(tensor, torch.Tensor) and tensor.grad_fn is not None:
+                    self.detached.append((tensor.grad_fn, tensor.output_nr, tensor, None))
 
     def _note_operands(self, node, args: Sequence[Any], kwargs: Dict[str, Any]) -> None:
         """Note ``node`` if an operand autograd does not track is more than a scalar."""
@@ -247,7 +276,7 @@ def _read_slots(ctx: TraceContext, reads, channels: Channels) -> List[np.ndarray
 def size_dependent_slots(ctx: TraceContext, order: Sequence[Any], watch: SizeWatch,
                          channels: Channels) -> np.ndarray:
     """Slots whose pruning the model's code might not follow (see the module docstring)."""
-    found = _read_slots(ctx, watch.reads, channels)
+    found = _read_slots(ctx, watch.reads + watch.detached, channels)
     for node in order:
         if getattr(node, 'variable', None) is None and \
                 _node_is_sized_by_code(ctx, node, watch, channels):

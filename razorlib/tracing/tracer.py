@@ -44,7 +44,8 @@ class ChannelGraph:
         out_dims: module name -> the (negative) dim of its output that holds its output
             channels, as traced (``-3`` for NCHW, ``-1`` for channels-last).
         size_dependent: slots whose pruning the model's code might not follow: they reach
-            a view, split or norm the code may size by hand (``literal_sizes.py``).
+            a view, split or norm the code may size by hand, or a call that reads them
+            outside autograd (``literal_sizes.py``).
         whole_heads: slots read as whole attention heads (``heads='whole'``): their code
             may split the slim heads by a head count of its own without failing.
         summed: slots a sum over channels or a product of activations adds up over:

@@ -192,13 +192,16 @@ def test_layer_norm_channels_last_and_multi_dim():
     assert [r.op for r in multi.reasons('layers.0')] == ['NativeLayerNormBackward0']
 
 
-def test_prelu_weight_is_sliced_with_the_channels():
+def test_prelu_follows_the_channels_by_its_kind():
     traced = Traced(Seq(nn.Conv2d(3, 8, 1), nn.PReLU(8), tail=lambda y: y.sum()),
                     torch.randn(1, 3, 4, 4))
-    assert traced.group_of('layers.0').params == ['layers.1.weight']
+    group = traced.group_of('layers.0')
+    assert group.norms == ['layers.1'] and not group.params
+    assert (traced.classes('layers.1', 'norm') == traced.classes('layers.0')).all()
     shared = Traced(Seq(nn.Conv2d(3, 8, 1), nn.PReLU(), tail=lambda y: y.sum()),
                     torch.randn(1, 3, 4, 4))
-    assert shared.group_of('layers.0').prunable and not shared.group_of('layers.0').params
+    group = shared.group_of('layers.0')
+    assert group.prunable and not group.params and not group.norms
 
 
 class _OwnMatmulLinear(nn.Linear):
@@ -231,3 +234,75 @@ def test_a_linear_subclass_multiplying_by_its_transposed_weight_is_a_linear(tran
     pruner.prepare_from_supernet(model, x)
     slim = sample_and_deploy(pruner, model, x)  # masked == slim, params exact
     assert (slim.layers[0].out_features, slim.layers[2].in_features) == (4, 4)
+
+
+class _Lookup(nn.Module):
+    def __init__(self, **kwargs):
+        super().__init__()
+        self.emb, self.fc = nn.Embedding(20, 8, **kwargs), nn.Linear(8, 4)
+
+    def forward(self, ids):
+        return self.fc(self.emb(ids))
+
+
+def test_an_embedding_with_max_norm_freezes_its_channels():
+    ids = torch.arange(10).view(2, 5)
+    assert Traced(_Lookup(), ids).group_of('emb').prunable
+    (reason, ) = Traced(_Lookup(max_norm=1.0), ids).reasons('emb')
+    assert (reason.kind, reason.op) == ('mixing', 'EmbeddingBackward0')
+    assert reason.message == ('emb renormalises each looked-up row over its embedding_dim '
+                              '(max_norm=1.0), which a slim table would take over the kept '
+                              'channels only')
+
+
+class _TokenMixer(nn.Module):
+    """A Linear over the tokens of ``(B, T, C)``: the channels of ``emb`` are its rows."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb, self.tok, self.out = nn.Linear(6, 8), nn.Linear(5, 7), nn.Linear(8, 3)
+
+    def forward(self, x):
+        h = F.relu(self.emb(x))
+        return self.out(self.tok(h.transpose(1, 2)).transpose(1, 2))
+
+
+class _BatchFolded(nn.Module):
+    """One 3x3 filter shared by every channel, the channels folded into the batch."""
+
+    def __init__(self):
+        super().__init__()
+        self.c, self.blur = nn.Conv2d(3, 8, 3, padding=1), nn.Conv2d(1, 1, 3, padding=1)
+
+    def forward(self, x):
+        y = F.relu(self.c(x))
+        b, c, h, w = y.shape
+        return self.blur(y.reshape(b * c, 1, h, w)).reshape(b, c, h, w).mean((2, 3))
+
+
+class _OverLength(nn.Module):
+    """A Linear over the length of ``(B, C, L)``, then a mean over the channels."""
+
+    def __init__(self):
+        super().__init__()
+        self.c, self.tok, self.out = nn.Conv1d(3, 8, 1), nn.Linear(16, 12), nn.Linear(12, 4)
+
+    def forward(self, x):
+        return self.out(self.tok(F.relu(self.c(x))).mean(1))
+
+
+@pytest.mark.parametrize('model, x, frozen', [
+    (_TokenMixer, torch.randn(2, 5, 6), {
+        'emb': ('MmBackward0', 'channels reach dim 0 of tok, which is not its channel dim 1'),
+        'tok': ('MmBackward0', 'channels reach dim 0 of out, which is not its channel dim 1')}),
+    (_BatchFolded, torch.randn(2, 3, 8, 8), {
+        'c': ('ConvolutionBackward0',
+              'channels reach dim 0 of blur, which is not its channel dim 1')}),
+    (_OverLength, torch.randn(2, 3, 16), {
+        'c': ('AddmmBackward0', 'channels reach dim 0 of tok, which is not its channel dim 1')}),
+])
+def test_channels_on_another_dim_of_a_layer_input_freeze_naming_it(model, x, frozen):
+    traced = Traced(model(), x)
+    for name, (op, message) in frozen.items():
+        assert [(r.kind, r.op, r.message) for r in traced.reasons(name)
+                if r.kind == 'shape'] == [('shape', op, message)]

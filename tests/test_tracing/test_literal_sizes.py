@@ -68,12 +68,38 @@ FOLLOWS_CHANNELS = {
     'expand_as': lambda m, y: y * y.mean((2, 3), keepdim=True).expand_as(y),
     'permute': lambda m, y: y.permute(0, 2, 3, 1).relu().permute(0, 3, 1, 2),
     'a scalar': lambda m, y: y * 2 + torch.tensor(1.0),
+    'a zero map of its shape': lambda m, y: y + torch.zeros_like(y).sum(),
+}
+
+
+def _no_grad_mean(m, y):
+    with torch.no_grad():
+        scale = y.mean()
+    return y * scale
+
+
+#: Calls that take the channels with autograd history and return tensors without any:
+#: the walk cannot see what they compute from them (one number each, so no operand of a
+#: size of its own gives them away).
+READ_OUTSIDE_AUTOGRAD = {
+    'detach': lambda m, y: y * y.detach().mean(1).mean(),
+    'no_grad': _no_grad_mean,
+    '.data': lambda m, y: y * y.data.amin(),
+    'a comparison': lambda m, y: y * (y > 0).sum(),
+    'an argmax over the channels': lambda m, y: y * y.argmax(1).max(),
 }
 
 
 @pytest.mark.parametrize('name', SIZED_BY_CODE)
 def test_channels_that_reach_code_sized_ops_are_size_dependent(name):
     traced = Traced(Probe(SIZED_BY_CODE[name]), X)
+    assert traced.groups.size_dependent == ['conv']
+
+
+@pytest.mark.parametrize('name', READ_OUTSIDE_AUTOGRAD)
+def test_channels_read_outside_autograd_are_size_dependent(name):
+    traced = Traced(Probe(READ_OUTSIDE_AUTOGRAD[name]), X)
+    assert traced.group_of('conv').prunable
     assert traced.groups.size_dependent == ['conv']
 
 
