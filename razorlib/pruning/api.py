@@ -298,13 +298,33 @@ def _choose_subnet(pruner: StructurePruner, budget: Dict[str, float], options: D
 
 
 def _check_runs(slim: nn.Module, example_inputs: Any) -> None:
+    """Run the slim model once; a failure names the innermost module whose forward was
+    running (entered, not left) when it raised."""
+    running: List[str] = []
+
+    def enter(name: str) -> Callable:
+        def hook(module: nn.Module, args: Any) -> None:
+            running.append(name)
+        return hook
+
+    def leave(module: nn.Module, args: Any, output: Any) -> None:
+        running.pop()
+
+    handles = [hook for name, module in slim.named_modules()
+               for hook in (module.register_forward_pre_hook(enter(name)),
+                            module.register_forward_hook(leave))]
     try:
         with evaluating(slim), torch.no_grad():
             call_model(slim, example_inputs)
     except RuntimeError as err:
-        raise RuntimeError(f'the pruned model does not run: {err}. Its code probably '
+        where = f' in {running[-1]!r} ({type(slim.get_submodule(running[-1])).__name__})' \
+            if running and running[-1] else ''
+        raise RuntimeError(f'the pruned model does not run{where}: {err}. Its code probably '
                            'hard-codes a channel count; exclude the module with '
                            'except_start_keys') from err
+    finally:
+        for handle in handles:
+            handle.remove()
 
 
 def _warn_if_nothing_pruned(pruner: StructurePruner, subnet: SubnetDict,

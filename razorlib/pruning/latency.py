@@ -47,7 +47,7 @@ from ..tracing.forward import call_model, without_kv_cache
 from ..utils.files import atomic_write_text
 from ..utils.modes import evaluating
 from .latency_search import LatencyChoice, search_latency
-from .masks import remove_masks
+from .masks import layer_input, remove_masks
 from .runtimes import Inputs, Runtime, RuntimeArg, build_runtime
 from .slicing import slim_model
 
@@ -527,10 +527,13 @@ class SubnetLatency:
         pruner.set_max_channel()
 
         def hook(name: str) -> Callable:
-            def record(module: nn.Module, args: Tuple) -> None:
-                _note_call(recorded.setdefault(name, []), args)
+            def record(module: nn.Module, args: Tuple, kwargs: Dict[str, Any]) -> None:
+                # an input passed by keyword (self.fc(input=x)) is timed as the first
+                _note_call(recorded.setdefault(name, []),
+                           args or (layer_input(module, args, kwargs), ))
             return record
-        handles = [m.register_forward_pre_hook(hook(n)) for n, m in pruner._masked.items()]
+        handles = [m.register_forward_pre_hook(hook(n), with_kwargs=True)
+                   for n, m in pruner._masked.items()]
         try:
             with evaluating(pruner.model), torch.no_grad():
                 call_model(pruner.model, self.inputs)

@@ -13,27 +13,53 @@ Hooks are module-level functions (bound to the kind with ``functools.partial``) 
 masks are persistent buffers: a masked model deep-copies, pickles and round-trips its
 ``state_dict``.
 """
+import inspect
 import re
-from functools import partial
-from typing import Dict, Tuple
+from functools import lru_cache, partial
+from typing import Any, Dict, Optional, Tuple
 
 import torch
 import torch.nn as nn
 
 from ..layers import IN_MASK, OUT_MASK, LayerKind, param_mask_name
 
-__all__ = ['IN_MASK', 'OUT_MASK', 'add_masks', 'add_param_mask', 'set_mask', 'remove_masks']
+__all__ = ['IN_MASK', 'OUT_MASK', 'add_masks', 'add_param_mask', 'layer_input', 'set_mask',
+           'remove_masks']
 
 _PARAM_MASK = re.compile(r'^(?P<attr>.+)_mask_dim\d+$')
 
 
-def _mask_input(module: nn.Module, args: Tuple) -> Tuple:
-    return (args[0] * module.in_mask, ) + tuple(args[1:])
+@lru_cache(maxsize=None)
+def _input_name(module_type: type) -> Optional[str]:
+    """The name of the first argument of ``module_type.forward`` (``input`` for torch's
+    layers): how a call that passes the input by keyword names it."""
+    names = list(inspect.signature(module_type.forward).parameters)[1:]
+    return names[0] if names else None
 
 
-def _mask_output(kind: LayerKind, module: nn.Module, args: Tuple,
+def layer_input(module: nn.Module, args: Tuple, kwargs: Dict[str, Any]) -> torch.Tensor:
+    """The input a masked layer is called on, positional or by keyword
+    (``self.fc(input=x)``)."""
+    if args:
+        return args[0]
+    name = _input_name(type(module))
+    if name in kwargs:
+        return kwargs[name]
+    raise TypeError(f'masked {type(module).__name__} was called without its input (no '
+                    f'positional argument and no {name!r} keyword): its masks cannot apply')
+
+
+def _mask_input(module: nn.Module, args: Tuple, kwargs: Dict[str, Any]) -> Tuple:
+    masked = layer_input(module, args, kwargs) * module.in_mask
+    if args:
+        return (masked, ) + tuple(args[1:]), kwargs
+    return args, {**kwargs, _input_name(type(module)): masked}
+
+
+def _mask_output(kind: LayerKind, module: nn.Module, args: Tuple, kwargs: Dict[str, Any],
                  output: torch.Tensor) -> torch.Tensor:
-    return kind.masked_output(module, args[0], output, module.out_mask)
+    return kind.masked_output(module, layer_input(module, args, kwargs), output,
+                              module.out_mask)
 
 
 _HOOK_DICTS = ('_forward_pre_hooks', '_forward_hooks', '_forward_hooks_with_kwargs',
@@ -65,10 +91,10 @@ def add_masks(module: nn.Module, kind: LayerKind, out_dim: int) -> None:
     widths = kind.widths(module)
     if 'in' in widths:
         module.register_buffer(IN_MASK, _ones(widths['in'], kind.in_mask_trailing(module), ref))
-        module.register_forward_pre_hook(_mask_input)
+        module.register_forward_pre_hook(_mask_input, with_kwargs=True)
     if 'out' in widths:
         module.register_buffer(OUT_MASK, _ones(widths['out'], -out_dim - 1, ref))
-        module.register_forward_hook(partial(_mask_output, kind))
+        module.register_forward_hook(partial(_mask_output, kind), with_kwargs=True)
 
 
 def add_param_mask(owner: nn.Module, attr: str, dim: int) -> str:

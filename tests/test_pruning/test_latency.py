@@ -338,3 +338,21 @@ def test_a_forward_a_cuda_graph_cannot_capture_is_named():
     with pytest.raises(RuntimeError, match="runtime 'cuda' with graph=True: the forward "
                        r'cannot be captured in a CUDA graph \(.*\); time it eagerly'):
         CudaRuntime(graph=True, warmup=1, repeat=1).latency([Synchronising()], (X, ))
+
+
+class KeywordCalls(nn.Module):
+    """Layers called with their input by keyword."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 16, 3, padding=1)
+        self.fc1, self.fc2 = nn.Linear(16, 32), nn.Linear(32, 10)
+
+    def forward(self, x):
+        return self.fc2(input=torch.relu(self.fc1(input=self.conv(input=x).mean((2, 3)))))
+
+
+def test_layers_called_by_keyword_are_timed_on_their_input():
+    table = SubnetLatency(prepared(KeywordCalls().eval()), X, FlopsRuntime(cache_dir=None)).table
+    fc1 = table.layers['fc1']  # 16 -> 32 on one row
+    assert fc1.calls == 1 and fc1.ms[-1][-1] == pytest.approx(16 * 32 * 1e-6 + 0.01)
