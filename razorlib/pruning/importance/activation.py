@@ -19,7 +19,9 @@ __all__ = ['ActivationImportance', 'APoZImportance', 'ActivationMagnitudeImporta
 
 
 class _ActivationStatistic(Importance):
-    """A per-channel mean of :meth:`statistic` over every sample and position."""
+    """A per-channel mean of :meth:`statistic` over every sample and position: at a
+    consumer reading a channel through several slots (a Linear after a flatten), over
+    all of them, so a mean stays a mean (an APoZ score in [0, 1])."""
     roles = ('in', )
     needs_data = True
     name = ''
@@ -40,7 +42,11 @@ class _ActivationStatistic(Importance):
 
         observe(ctx, points, self.name, record)
         for i, total in sums.items():
-            yield points[i].use, self.finish(total / counts[i]).cpu().numpy()
+            use, inverse = ctx.channels(points[i].use)
+            index = torch.as_tensor(inverse, device=total.device)
+            pooled = total.new_zeros(len(use.slots)).index_add_(0, index, total)
+            values = torch.bincount(index, minlength=len(use.slots)) * counts[i]
+            yield use, self.finish(pooled / values).cpu().numpy()
 
     def finish(self, mean: torch.Tensor) -> torch.Tensor:
         return mean

@@ -16,9 +16,10 @@ Weights are read only through :meth:`LayerKind.channel_weights
 <razorlib.layers.LayerKind.channel_weights>` (and the bare-parameter helper), so a new
 layer kind is scored by every criterion.
 """
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import (Any, Callable, Dict, FrozenSet, Iterable, Iterator, List, Optional, Sequence,
+                    Tuple, Union)
 
 import numpy as np
 import torch
@@ -90,6 +91,8 @@ class ImportanceContext:
         loss_fn: ``loss_fn(outputs, targets)``; default cross-entropy.
         measure: exact FLOPs/params of a subnet dict (keep-masks per group id), for
             criteria normalised by cost (GroupFisher).
+        subnet: the keep-masks as they stand (group id -> one bool per channel); a group
+            it leaves out, or all of them when None, is at full width.
     """
     model: nn.Module
     groups: ChannelGroups
@@ -99,6 +102,7 @@ class ImportanceContext:
     data: Optional[Iterable[Batch]] = None
     loss_fn: Optional[Callable[[Any, Any], torch.Tensor]] = None
     measure: Optional[Callable[[Dict[str, np.ndarray]], Any]] = None
+    subnet: Optional[Dict[str, np.ndarray]] = None
 
     def __post_init__(self) -> None:
         if self.data is not None and iter(self.data) is self.data:
@@ -108,8 +112,16 @@ class ImportanceContext:
     def from_pruner(cls, pruner: Any, **kwargs: Any) -> 'ImportanceContext':
         """The context of a prepared :class:`~razorlib.pruning.StructurePruner`."""
         groups = pruner._require_prepared()
+        subnet = {gid: keep.numpy() for gid, keep in pruner.current_subnet.items()}
         return cls(pruner.model, groups, pruner._uses, pruner.kinds, groups.graph.out_dims,
-                   **kwargs)
+                   subnet=subnet, **kwargs)
+
+    def keep_masks(self) -> Dict[str, np.ndarray]:
+        """Every prunable group's keep-mask as it stands (all ones where :attr:`subnet`
+        says nothing)."""
+        subnet = self.subnet or {}
+        return {g.id: np.asarray(subnet.get(g.id, np.ones(g.num_channels)), dtype=bool)
+                for g in self.prunable}
 
     @cached_property
     def modules(self) -> Dict[str, nn.Module]:
@@ -134,6 +146,33 @@ class ImportanceContext:
         owner, position = self._index
         cls = self.groups.labels[use.slots]
         return owner[cls], position[cls]
+
+    def channels(self, use: ChannelUse) -> Tuple[ChannelUse, np.ndarray]:
+        """``use`` with one slot per channel it carries, and for each of its slots the
+        index of that channel in it.
+
+        A channel may own several slots of one axis: the H*W columns a Linear after a
+        flatten reads it through, the slots a group conv or a chunk binds, a depthwise
+        conv's ``m`` outputs.  Reading it there is still one use: its weights there are
+        scored together and it counts once in a ``mean`` or ``max`` over uses.
+        """
+        _, first, inverse = np.unique(self.groups.labels[use.slots], return_index=True,
+                                      return_inverse=True)
+        return replace(use, slots=use.slots[first]), inverse.reshape(-1)
+
+    @cached_property
+    def passes_on(self) -> FrozenSet[str]:
+        """The layers whose output carries their input's channels on, slot for slot (a
+        depthwise conv, whose kind traces its outputs onto its input's slots).
+
+        Their input and output uses are one set of weights on one channel, and the
+        channel is read at the next layer's input.  A dense layer whose output a residual
+        add binds to its input (``y = a + conv(a)``) writes slots of its own: it is not
+        one of them.
+        """
+        inputs = {u.name: u.slots for u in self.uses if u.role == 'in'}
+        return frozenset(u.name for u in self.uses if u.role == 'out' and u.name in inputs
+                         and np.isin(u.slots, inputs[u.name]).all())
 
     def weights(self, use: ChannelUse) -> Optional[torch.Tensor]:
         """``(channels, n)``: the weights each channel of ``use``'s axis owns, read
@@ -220,13 +259,20 @@ class Importance:
     def aggregate(self, ctx: ImportanceContext,
                   local: Iterable[Tuple[ChannelUse, np.ndarray]]) -> Dict[str, np.ndarray]:
         """Combine local scores into one score per group channel with :attr:`reduction`;
-        a channel no use scored gets 0, a group no use reached is left out."""
+        a channel no use scored gets 0, a group no use reached is left out.
+
+        A channel's slots within one use are one use (:meth:`ImportanceContext.channels`):
+        scores still given per slot are added up, so a criterion whose score does not add
+        over slots (an L2 norm, a mean, the absolute value of a sum) merges them first.
+        """
         ufunc, initial = REDUCTIONS[self.reduction]
         totals = [np.full(g.num_channels, initial) for g in ctx.prunable]
         counts = [np.zeros(g.num_channels) for g in ctx.prunable]
         for use, scores in local:
+            use, inverse = ctx.channels(use)
+            scores = np.bincount(inverse, np.asarray(scores, dtype=float).reshape(-1),
+                                 len(use.slots))
             owner, position = ctx.locate(use)
-            scores = np.asarray(scores, dtype=float).reshape(-1)
             for i in np.unique(owner[owner >= 0]).tolist():
                 hit = owner == i
                 ufunc.at(totals[i], position[hit], scores[hit])

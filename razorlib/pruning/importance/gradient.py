@@ -56,15 +56,24 @@ class TaylorImportance(Importance):
 
     def use_scores(self, ctx: ImportanceContext) -> Iterator[Tuple[ChannelUse, np.ndarray]]:
         points = points_of(ctx, self.uses(ctx))
+        channels = [ctx.channels(point.use) for point in points]
         totals: Dict[int, torch.Tensor] = {}
         samples = 0
         for batch in gate_grads(ctx, points, 'taylor', self.layerwise):
             samples += max(rows.shape[0] for rows in batch.values())
             for i, rows in batch.items():
-                total = rows.double().abs().sum(0)
+                total = _per_channel(rows.double(), *channels[i]).abs().sum(0)
                 totals[i] = totals[i] + total if i in totals else total
         for i, total in totals.items():
-            yield points[i].use, (total / max(samples, 1)).cpu().numpy()
+            yield channels[i][0], (total / max(samples, 1)).cpu().numpy()
+
+
+def _per_channel(rows: torch.Tensor, use: ChannelUse, inverse: np.ndarray) -> torch.Tensor:
+    """``(samples, channels of use)``: each sample's gate gradients added up over the
+    slots of each channel, so that ``f_n`` sums over all of a channel's positions (the
+    H*W columns a Linear after a flatten reads it through) before its absolute value."""
+    index = torch.as_tensor(inverse, device=rows.device)
+    return rows.new_zeros(rows.shape[0], len(use.slots)).index_add_(1, index, rows)
 
 
 @IMPORTANCES.register_module(name=['FisherImportance', 'fisher'])
@@ -78,8 +87,9 @@ class FisherImportance(Importance):
     ``sum_n f_n**2 / 2`` accumulated over every batch, divided by what one channel of the
     group costs:
 
-    - ``normalize_by='flops'``: the FLOPs one channel of the group removes, measured
-      exactly on the masked model;
+    - ``normalize_by='flops'``: the FLOPs one live channel of the group removes,
+      measured exactly on the model as its masks stand (so a channel costs less once the
+      layers that read it are pruned);
     - ``'memory'``: the activation elements one channel occupies at its producers'
       outputs (per sample);
     - ``None``: no division.
@@ -126,26 +136,31 @@ class FisherImportance(Importance):
 
     def _cut(self, ctx: ImportanceContext) -> Tuple[List[Point], List[Dict]]:
         """The gated points and, per point, group index -> (its channel columns, their
-        positions in the group)."""
-        outputs = {u.name: ctx.groups.labels[u.slots] for u in ctx.uses if u.role == 'out'}
-        cut = [u for u in ctx.uses if u.role == 'in']
-        reached = {int(i) for u in cut for i in ctx.locate(u)[0] if i >= 0}
+        positions in the group).
+
+        Every consumer's input is gated but a depthwise conv's (a layer that passes its
+        channels on, :attr:`ImportanceContext.passes_on`): the channel it carries on is
+        gated where the next layer reads it.  A dense layer whose input and output a
+        residual add puts in one group is a consumer like any other.
+        """
+        reads = [u for u in ctx.uses if u.role == 'in']
+        reached = {int(i) for u in reads for i in ctx.locate(u)[0] if i >= 0}
+        cut = [u for u in reads if u.name not in ctx.passes_on]
         cut += [u for u in ctx.uses if u.role == 'out' and
                 any(int(i) not in reached for i in ctx.locate(u)[0] if i >= 0)]
         points = points_of(ctx, cut)
         entries = []
         for point in points:
             owner, position = ctx.locate(point.use)
-            if point.use.role == 'in':  # a depthwise conv passes its input channels on
-                passed = outputs.get(point.use.name, np.zeros(0, dtype=np.int64))
-                owner = np.where(np.isin(ctx.groups.labels[point.use.slots], passed), -1, owner)
             entries.append({int(g): (torch.from_numpy(np.nonzero(owner == g)[0]),
                                      torch.from_numpy(position[owner == g]))
                             for g in np.unique(owner[owner >= 0])})
         return points, entries
 
     def _cost(self, ctx: ImportanceContext) -> List[float]:
-        """What one channel of each group costs (ones without ``normalize_by``)."""
+        """What one channel of each group costs (ones without ``normalize_by``); for
+        FLOPs, what removing one more of its live channels saves from the current
+        subnet."""
         if self.normalize_by is None:
             return [1.0] * len(ctx.prunable)
         if self.normalize_by == 'memory':
@@ -154,14 +169,15 @@ class FisherImportance(Importance):
             raise ValueError("FisherImportance(normalize_by='flops') measures FLOPs on the "
                              'pruner\'s masked model: score through a pruner '
                              '(ImportancePruner.score) or use normalize_by=None')
-        full = {g.id: np.ones(g.num_channels, dtype=bool) for g in ctx.prunable}
-        dense = ctx.measure(full).flops
+        current = ctx.keep_masks()
+        now = ctx.measure(current).flops
         costs = []
         for group in ctx.prunable:
-            keep = group.keep_best(np.arange(group.num_channels), group.num_channels - 1)
-            removed = group.num_channels - int(keep.sum())
-            flops = ctx.measure({**full, group.id: keep}).flops if removed else dense
-            costs.append(max(dense - flops, 1) / max(removed, 1))
+            live = current[group.id]
+            keep = group.keep_best(np.argsort(~live, kind='stable'), int(live.sum()) - 1)
+            removed = int((live & ~keep).sum())
+            flops = ctx.measure({**current, group.id: keep}).flops if removed else now
+            costs.append(max(now - flops, 1) / max(removed, 1))
         return costs
 
 

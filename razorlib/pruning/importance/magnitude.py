@@ -1,13 +1,15 @@
 """Weight criteria: L1 and L2 magnitude, BN scale (network slimming), FPGM.
 
 Each reads, for every use of a group, the weights that pruning a channel removes
-(:meth:`ImportanceContext.weights`), one row per channel.
+(:meth:`ImportanceContext.weights`), one row per channel: the rows of a channel's slots in
+one use (the H*W columns a Linear after a flatten reads it through) side by side.
 """
 from typing import Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
 
+from ...layers import NormKind
 from ...registry import IMPORTANCES
 from ...tracing.context import ChannelUse
 from .base import Importance, ImportanceContext
@@ -15,17 +17,49 @@ from .base import Importance, ImportanceContext
 __all__ = ['L1Importance', 'L2Importance', 'BNScaleImportance', 'FPGMImportance']
 
 
+def concatenate_rows(rows: torch.Tensor, inverse: np.ndarray, channels: int) -> torch.Tensor:
+    """``(channels, k * n)``: channel ``c``'s row is the rows ``i`` with ``inverse[i] == c``
+    side by side, zero-padded to the ``k`` rows of the channel with most.
+
+    One row per channel is what it owns in the use, so that a norm is taken over all of
+    it (not summed over its slots); the padding adds nothing to a norm.
+
+    Example:
+        >>> concatenate_rows(torch.tensor([[1.], [2.], [3.]]), np.array([1, 0, 1]), 2).tolist()
+        [[2.0, 0.0], [1.0, 3.0]]
+    """
+    index = torch.as_tensor(inverse, dtype=torch.long, device=rows.device)
+    order = torch.argsort(index, stable=True)
+    counts = torch.bincount(index, minlength=channels)
+    start = torch.cumsum(counts, 0) - counts
+    rank = torch.arange(len(index), device=rows.device) - start[index[order]]
+    merged = rows.new_zeros(channels, int(counts.max()), rows.shape[1])
+    merged[index[order], rank] = rows[order]
+    return merged.flatten(1)
+
+
 class _RowScore(Importance):
-    """A local score per row of each use's channel weights."""
+    """A local score per channel of each use, from the weights it owns there."""
 
     def row_scores(self, rows: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
+
+    def uses(self, ctx: ImportanceContext) -> List[ChannelUse]:
+        """The uses in :attr:`roles`, but one of the two of a layer that passes its
+        channels on (:attr:`ImportanceContext.passes_on`, a depthwise conv): its input
+        and output uses return the same filter, which pruning removes once."""
+        uses = super().uses(ctx)
+        read = {use.name for use in uses if use.role == 'in'}
+        return [use for use in uses
+                if use.role != 'out' or use.name not in read or use.name not in ctx.passes_on]
 
     def use_scores(self, ctx: ImportanceContext) -> Iterator[Tuple[ChannelUse, np.ndarray]]:
         for use in self.uses(ctx):
             rows = ctx.weights(use)
             if rows is not None:
-                yield use, self.row_scores(rows.double()).cpu().numpy()
+                merged, inverse = ctx.channels(use)
+                rows = concatenate_rows(rows.double(), inverse, len(merged.slots))
+                yield merged, self.row_scores(rows).cpu().numpy()
 
 
 class _Magnitude(_RowScore):
@@ -118,6 +152,12 @@ class BNScaleImportance(_RowScore):
         [0.5, 2.0]
     """
     roles = ('norm', )
+
+    def uses(self, ctx: ImportanceContext) -> List[ChannelUse]:
+        """The norms' uses: a PReLU's slopes follow its channels as a norm's scales do,
+        but scale no normalised channel."""
+        return [use for use in super().uses(ctx)
+                if isinstance(ctx.kinds.kind_of(ctx.modules[use.name]), NormKind)]
 
     def row_scores(self, rows: torch.Tensor) -> torch.Tensor:
         return rows.abs().sum(1)
