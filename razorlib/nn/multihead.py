@@ -197,9 +197,14 @@ class SeparateProjectionAttention(nn.Module):
 
 
 def _additive(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """A bool mask (True: not allowed) as ``-inf``/0 of ``dtype``; a float mask as it is."""
-    if mask.dtype != torch.bool:
+    """A bool mask (True: not allowed) as ``-inf``/0 of ``dtype``; a float mask as it is;
+    any other (a legacy byte mask) refused, as ``nn.MultiheadAttention`` refuses it."""
+    if mask.is_floating_point():
         return mask
+    if mask.dtype != torch.bool:
+        raise TypeError(f'attention masks must be bool (True: not allowed) or floating point '
+                        f'(added to the scores), got {mask.dtype}, as nn.MultiheadAttention '
+                        'requires')
     return torch.zeros_like(mask, dtype=dtype).masked_fill_(mask, float('-inf'))
 
 

@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from razorlib.nas import (DynamicMBConv, DynamicStage, FixedSubnet, NasMutator,
+from razorlib.nas import (DynamicMBConv, DynamicShuffleBlock, DynamicStage, FixedSubnet, NasMutator,
                           OneShotMutableChannel, OneShotMutableValue, fix_subnet)
 from razorlib.registry import MODELS
 
@@ -159,3 +159,22 @@ def test_check_returns_the_mutables_own_choices():
                              'stages.0.1': 'w', 'stages.0.1.candidates.w.width': 0.5})
     assert checked['stages.0.0.candidates.w.width'] == 1.0
     assert isinstance(checked['stages.0.0.candidates.w.width'], float)
+
+
+@pytest.mark.parametrize('make', [
+    lambda: DynamicMBConv(8, 8, 1, kernel_sizes=(3, 5), expand_ratios=(3, 6)),
+    lambda: DynamicShuffleBlock(8, 16, 2, kernel_size=3, mid_ratios=(0.5, 1.0)),
+])
+def test_a_fixed_block_keeps_the_supernets_norm_settings_dtype_and_device(make):
+    torch.manual_seed(0)
+    block = make().double()
+    for bn in block.modules():
+        if isinstance(bn, torch.nn.BatchNorm2d):
+            bn.eps, bn.momentum = 1e-3, None  # a cumulative average
+    x = torch.randn(2, 8, 6, 6, dtype=torch.float64)
+    static = block.to_static()
+    assert all((bn.eps, bn.momentum) == (1e-3, None) for bn in static.modules()
+               if isinstance(bn, torch.nn.BatchNorm2d))
+    assert torch.allclose(block.eval()(x), static.eval()(x), atol=1e-12)
+    block.train()(x), static.train()(x)  # the same running statistics after a step
+    assert torch.allclose(block.eval()(x), static.eval()(x), atol=1e-12)

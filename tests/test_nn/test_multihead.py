@@ -104,6 +104,19 @@ def test_is_causal_needs_a_mask_as_in_torch():
         attn(x, x, x, is_causal=True)
 
 
+@pytest.mark.parametrize('mask', ['attn_mask', 'key_padding_mask'])
+def test_a_byte_mask_is_refused_as_in_torch(mask):
+    # a legacy uint8 mask (1: not allowed) is no additive bias: torch refuses it
+    original, attn = _pair(dict())
+    x = torch.randn(L, BATCH, DIM)
+    byte = {'attn_mask': torch.ones(L, L, dtype=torch.uint8).triu(1),
+            'key_padding_mask': torch.zeros(BATCH, L, dtype=torch.uint8)}[mask]
+    with pytest.raises(AssertionError, match='only bool and floating types'):
+        original(x, x, x, **{mask: byte})
+    with pytest.raises(TypeError, match='attention masks must be bool .* or floating point'):
+        attn(x, x, x, **{mask: byte})
+
+
 class Holder(nn.Module):
     """One attention shared by two places, another in a list."""
 

@@ -130,7 +130,7 @@ class DynamicMBConv(nn.Module):
         """The plain block of the current kernel size and expand ratio, weights copied."""
         kernel, ratio = int(self.kernel_size.current_choice), int(self.expand_ratio.current_choice)
         block = MBConvBlock(self.in_channels, self.out_channels, self.stride, kernel, ratio,
-                            self.act_type)
+                            self.act_type).to(self.project.conv.weight)  # dtype, device
         hidden = self.in_channels * ratio
         with torch.no_grad():
             block.expand.conv.weight.copy_(self.expand.conv.weight[:hidden])

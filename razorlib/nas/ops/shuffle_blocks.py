@@ -10,7 +10,7 @@ from ...models.backbones import ConvBNAct, channel_shuffle
 from ...registry import MODELS
 from ..checks import integer
 from ..mutables import OneShotMutableChannel
-from .sliced import copy_bn, sliced_bn
+from .sliced import copy_bn, copy_bn_settings, sliced_bn
 
 
 def _branch_widths(in_channels: int, out_channels: int, stride: int) -> List[int]:
@@ -167,9 +167,10 @@ class DynamicShuffleBlock(ShuffleBlock):
         """The plain block of the current width, weights copied."""
         mid = self.width.current_channels
         block = ShuffleBlock(self.in_channels, self.out_channels, self.stride,
-                             self.kernel_size, mid)
+                             self.kernel_size, mid).to(self.main[2].conv.weight)  # dtype, device
         if self.stride == 2:
             block.proj.load_state_dict(self.proj.state_dict())
+            copy_bn_settings(self.proj, block.proj)
         with torch.no_grad():
             block.main[0].conv.weight.copy_(self.main[0].conv.weight[:mid])
             block.main[1].conv.weight.copy_(self.main[1].conv.weight[:mid])
