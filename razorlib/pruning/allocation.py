@@ -94,17 +94,24 @@ class WidthRule:
                              f'pruned, in [0, 1), got {self.max_ratio!r}')
 
     def allowed(self, group: ChannelGroup) -> np.ndarray:
-        """The kept counts allowed, ascending; the full width always is.
+        """The kept counts allowed, ascending; the full width always is.  A group of
+        several parts (merged layers, chunks) keeps at least one channel per part, so no
+        count below the number of parts is offered: ``keep_best`` would keep more than
+        it, whatever ``round_to`` says.
 
         Example:
             >>> group = ChannelGroup('conv', 10, 10)
             >>> WidthRule(round_to=4, max_ratio=0.5).allowed(group).tolist()
             [8, 10]
+            >>> parts = [(str(i), np.arange(2 * i, 2 * i + 2)) for i in range(3)]
+            >>> WidthRule(round_to=2).allowed(ChannelGroup('cat', 6, 6, parts=parts)).tolist()
+            [4, 6]
         """
         n = group.num_channels
         counts = np.arange(1, n + 1)
         per_channel = group.width // n if group.width % n == 0 else 1  # bound channels
         ok = (counts * per_channel) % self.round_to == 0
+        ok &= counts >= len(group.parts)
         if self.max_ratio is not None:
             ok &= counts >= math.ceil((1 - self.max_ratio) * n - 1e-9)
         ok[-1] = True
@@ -324,12 +331,22 @@ def _unscored_note(unscored: Sequence[str]) -> str:
             f'({", ".join(unscored[:3])}{more}).')
 
 
-def _describe_rules(rule: WidthRule) -> str:
+def _describe_rules(rule: WidthRule, family: Optional['_Family'] = None) -> str:
+    """What sets the smallest subnet: the width rules, and for a measured allocation the
+    narrowest widths it measured (a sensitivity grid's first points, a greedy path's end),
+    which may lie above what the rules allow."""
     parts = ['every group keeps a channel of each layer and chunk piece']
     if rule.max_ratio is not None:
         parts.append(f'max_ratio={rule.max_ratio}')
     if rule.round_to > 1:
         parts.append(f'round_to={rule.round_to}')
+    if family is not None and family.path is not None:
+        parts.append("no narrower than the greedy path's last step (more sensitivity steps, "
+                     'or the local allocation, reach lower)')
+    elif family is not None and family.sensitivity is not None:
+        parts.append('no narrower than the narrowest widths the sensitivity grid measured, '
+                     "1/steps of each group (more steps, or the local allocation, reach "
+                     'lower)')
     return ', '.join(parts)
 
 
@@ -410,7 +427,8 @@ def allocate(pruner: Any, scores: Optional[Dict[str, np.ndarray]] = None, *,
         if not family.local and kept(0) > target * total:
             least = kept(0) / total
             raise ValueError(f'ratio={target:g} cannot be met: the smallest subnet allowed '
-                             f'({_describe_rules(rule)}) keeps {least:.4f} of the channels; '
+                             f'({_describe_rules(rule, family)}) keeps {least:.4f} of the '
+                             'channels; '
                              f'ask for ratio>={math.ceil(least * 1e4) / 1e4:.4f}, or lower '
                              'round_to / raise max_ratio.' + _unscored_note(unscored) +
                              ' Nothing was changed.')
@@ -442,7 +460,7 @@ def allocate(pruner: Any, scores: Optional[Dict[str, np.ndarray]] = None, *,
         best = cost(0) / max(getattr(dense, metric), 1)
         raise ValueError(
             f'{metric}={target:g} cannot be met: the smallest subnet allowed '
-            f'({_describe_rules(rule)}) keeps {best:.4f} of the dense model\'s {metric} '
+            f'({_describe_rules(rule, family)}) keeps {best:.4f} of the dense model\'s {metric} '
             f'({human(cost(0))} of {human(getattr(dense, metric))}); ask for '
             f'{metric}>={math.ceil(best * 1e4) / 1e4:.4f}, or lower round_to / raise '
             'max_ratio.' + _unscored_note(unscored) + ' Nothing was changed.')

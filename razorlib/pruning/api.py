@@ -252,7 +252,8 @@ def _pruner_cfg(pruner: Union[str, dict], budget: Dict[str, float], options: Dic
                 cfg.pop(key, None)
             cfg.update(budget)
         return cfg
-    if options['importance'] != 'l1' or options['global_ranking'] or options['sensitivity']:
+    if (options['importance'] != 'l1' or options['global_ranking']
+            or options['sensitivity'] is not False):
         raise ValueError(f'pruner {cfg["type"]!r} ranks channels its own way; importance=, '
                          'global_ranking= and sensitivity= need an ImportancePruner (the '
                          'default pruner)')

@@ -161,3 +161,28 @@ def test_sample_subnet_obeys_round_to_and_max_ratio():
     pruner = prepared(ratio=(0.1, 0.3), round_to=4, max_ratio=0.5)
     for _ in range(5):
         assert all(int(keep.sum()) in (4, 8) for keep in pruner.sample_subnet().values())
+
+
+class ConcatHalves(nn.Module):
+    """Three 2-channel convs and a 6-channel one concatenated, halved and added: a group of
+    6 channels with three parts (the three small convs), each keeping one channel."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.c = (nn.Conv2d(3, 2, 3, padding=1) for _ in range(3))
+        self.d, self.head = nn.Conv2d(3, 6, 3, padding=1), nn.Conv2d(6, 4, 1)
+
+    def forward(self, x):
+        u, v = torch.cat([self.a(x), self.b(x), self.c(x), self.d(x)], 1).chunk(2, 1)
+        return self.head(u + v)
+
+
+@pytest.mark.parametrize('budget', [dict(ratio=0.3), dict(flops=0.7, global_ranking=True)])
+def test_round_to_holds_where_a_group_needs_a_channel_per_part(budget):
+    import razorlib
+    torch.manual_seed(0)
+    x = torch.randn(1, 3, 8, 8)
+    slim = razorlib.prune(ConcatHalves().eval(), x, round_to=2, **budget)
+    assert slim.d.out_channels == 4  # 2 would leave a part without a channel: 3 were kept
+    with pytest.raises(ValueError, match=r'flops=0.2 cannot be met: .* keeps 0.6667'):
+        razorlib.prune(ConcatHalves().eval(), x, flops=0.2, round_to=2)

@@ -2,6 +2,7 @@
 threshold for all groups, or cut by cut along a greedy path; the measured losses are
 those of the sliced model."""
 import copy
+import re
 
 import numpy as np
 import pytest
@@ -132,6 +133,45 @@ def test_bad_sensitivity_options_are_named():
         razorlib.prune(model, data[0][0][:1], flops=0.5, sensitivity=dict(steps='5'), data=data)
 
 
+@pytest.mark.parametrize('value, error', [({}, None), ('greedy', TypeError),
+                                          (1, TypeError)])
+def test_sensitivity_is_true_false_or_a_dict_of_options(value, error):
+    # {} asks for the defaults (it needs data like True); a string is no option set
+    model, data = resnet_data()
+    x = data[0][0][:1]
+    if error is not None:
+        with pytest.raises(error, match=r"sensitivity: True, False or a dict of options"):
+            razorlib.prune(model, x, flops=0.5, sensitivity=value, data=data)
+        return
+    with pytest.raises(ValueError, match='pass data='):
+        razorlib.prune(model, x, flops=0.5, sensitivity=value)
+    with pytest.raises(ValueError, match='choose one allocation'):
+        razorlib.prune(model, x, flops=0.5, sensitivity=value, global_ranking=True, data=data)
+    slim = razorlib.prune(model, x, flops=0.5, sensitivity=value, data=data)
+    dense = razorlib.prune(model, x, flops=0.5, sensitivity=True, data=data)
+    assert [m.weight.shape for m in slim.modules() if isinstance(m, torch.nn.Conv2d)] == \
+        [m.weight.shape for m in dense.modules() if isinstance(m, torch.nn.Conv2d)]
+
+
+@pytest.mark.parametrize('sensitivity, floor', [
+    (dict(steps=4), 'the narrowest widths the sensitivity grid measured'),
+    (dict(steps=3, greedy=True), "the greedy path's last step")])
+def test_a_budget_below_what_was_measured_names_the_measurement_as_the_floor(
+        sensitivity, floor):
+    # one channel per group is allowed and the local allocation reaches it; the measured
+    # allocations stop at their narrowest measured widths, and say so
+    model, data = resnet_data()
+    x = data[0][0][:1]
+    dense = get_model_complexity(model, x).flops
+    narrow = razorlib.prune(model, x, ratio=0.0001)  # the local allocation: one per group
+    target = 1.05 * get_model_complexity(narrow, x).flops / dense
+    assert get_model_complexity(razorlib.prune(model, x, flops=target), x).flops <= \
+        target * dense
+    with pytest.raises(ValueError, match=f'no narrower than {re.escape(floor)} .*more '
+                       'sensitivity steps|no narrower than .*more steps'):
+        razorlib.prune(model, x, flops=target, sensitivity=sensitivity, data=data)
+
+
 def test_a_nan_loss_is_refused_not_ranked():
     # NaN losses compare false with every threshold: the allocation would cut every group
     # to its minimum and call it the budget
@@ -254,7 +294,8 @@ def test_an_unreachable_budget_on_a_greedy_path_is_refused_naming_the_smallest()
     x = data[0][0][:1]
     state = copy.deepcopy(model.state_dict())
     with pytest.raises(ValueError, match=r'flops=0.01 cannot be met: the smallest subnet '
-                       r'allowed \(.*max_ratio=0.5\) keeps 0\.\d+ of the dense'):
+                       r"allowed \(.*max_ratio=0.5, no narrower than the greedy path's last "
+                       r'step .*\) keeps 0\.\d+ of the dense'):
         razorlib.prune(model, x, flops=0.01, max_ratio=0.5,
                        sensitivity=dict(greedy=True, steps=2), data=data)
     assert all(torch.equal(state[k], v) for k, v in model.state_dict().items())

@@ -71,7 +71,10 @@ class ImportancePruner(StructurePruner):
         super().__init__(ratios=ratios, **kwargs)
         self.importance = build_importance(importance)
         self.global_ranking = bool(global_ranking)
-        if sensitivity and self.global_ranking:
+        if not isinstance(sensitivity, (bool, Mapping)):
+            raise TypeError(f"sensitivity: True, False or a dict of options ('steps', "
+                            f"'greedy'), got {sensitivity!r}")
+        if sensitivity is not False and self.global_ranking:
             raise ValueError('choose one allocation: global_ranking=True or sensitivity')
         unknown = (sorted(set(sensitivity) - {'steps', 'greedy'})
                    if isinstance(sensitivity, Mapping) else [])
@@ -82,7 +85,10 @@ class ImportancePruner(StructurePruner):
                                                                bool):
             raise ValueError(f"sensitivity: greedy is True or False, got "
                              f"{sensitivity['greedy']!r}")
-        self.sensitivity = sensitivity
+        #: the sensitivity allocation's options ({} for its defaults), or None when off
+        self.sensitivity: Optional[Dict[str, Any]] = (
+            dict(sensitivity) if isinstance(sensitivity, Mapping)
+            else {} if sensitivity else None)
         self.flops, self.params, self.latency, self.runtime = flops, params, latency, runtime
         self.rule = WidthRule(round_to, max_ratio)
         self._scores: Optional[Dict[str, np.ndarray]] = None
@@ -181,8 +187,8 @@ class ImportancePruner(StructurePruner):
                                  'for sample_subnet()')
             ratio = self.ratios[0]
         table = path = None
-        if self.sensitivity:
-            options = dict(self.sensitivity) if isinstance(self.sensitivity, Mapping) else {}
+        if self.sensitivity is not None:
+            options = dict(self.sensitivity)
             orders = {gid: np.argsort(-group, kind='stable') for gid, group in scores.items()}
             if options.pop('greedy', False):
                 cost, until = self._greedy_cost(orders, ratio)
