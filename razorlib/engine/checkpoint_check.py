@@ -147,11 +147,13 @@ def check_fits(model: nn.Module, state_dict: Mapping[str, Any], path: Union[str,
 def _fits_partly(expected: Mapping[str, torch.Tensor], state_dict: Mapping[str, Any],
                  reshaped: List[str]) -> bool:
     """Whether a ``load_from`` checkpoint fits ``expected`` in the main: some weight
-    tensors fit, they outnumber those of another shape, and the modules with tensors of
-    another shape all come after every module whose tensors all fit (a new head: the
-    model's last layer, its masks beside it).  A layer of another width in the middle (a
-    checkpoint of another ``channel_cfg``) would leave it and the layers around it at
-    their initialisation.
+    tensors fit, they outnumber those of another shape, the modules with tensors of
+    another shape all come after every module whose tensors all fit, and those tensors
+    differ in their first dim only (a new head of another class count: the model's last
+    layer, its masks beside it, another number of output rows).  A layer of another width
+    (a checkpoint of another ``channel_cfg``) would leave it and the layers around it at
+    their initialisation: in the middle, or as the last pruned layer, whose reader (the
+    head) then differs in its input columns.
 
     Example:
         >>> model = nn.Sequential(nn.Linear(4, 8), nn.Linear(8, 8), nn.Linear(8, 3))
@@ -165,6 +167,10 @@ def _fits_partly(expected: Mapping[str, torch.Tensor], state_dict: Mapping[str, 
         ...                         '1.weight': torch.zeros(8, 9)})
         >>> _fits_partly(model, middle, ['0.weight', '0.bias', '1.weight'])
         False
+        >>> last = dict(model, **{'1.weight': torch.zeros(6, 8), '1.bias': torch.zeros(6),
+        ...                       '2.weight': torch.zeros(3, 6)})  # another last width
+        >>> _fits_partly(model, last, ['1.weight', '1.bias', '2.weight'])
+        False
     """
     if not expected:
         return True
@@ -173,7 +179,9 @@ def _fits_partly(expected: Mapping[str, torch.Tensor], state_dict: Mapping[str, 
     other = {key.rpartition('.')[0] for key in reshaped}
     last = max((modules.index(module) for module in
                 {key.rpartition('.')[0] for key in fitting} - other), default=-1)
-    return bool(fitting) and len(reshaped) <= len(fitting) and all(
+    rows_only = all(tuple(state_dict[key].shape[1:]) == tuple(expected[key].shape[1:])
+                    and state_dict[key].dim() == expected[key].dim() for key in reshaped)
+    return bool(fitting) and len(reshaped) <= len(fitting) and rows_only and all(
         modules.index(module) > last for module in other if module in modules)
 
 

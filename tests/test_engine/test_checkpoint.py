@@ -139,3 +139,17 @@ def test_a_partial_checkpoint_with_a_layer_of_another_width_in_the_middle_is_ref
     with pytest.raises(CheckpointError, match=r'^other.pth: not a checkpoint of this '
                        r'Sequential: .*1.weight: \(12, 8, 3, 3\) here, \(8, 8, 3, 3\)'):
         check_fits(net(8), net(12).state_dict(), 'other.pth', partial=True)
+
+
+def test_a_partial_checkpoint_whose_last_pruned_layer_has_another_width_is_refused():
+    """Two subnets that differ in their last pruned layer only: its tensors and the head's
+    input columns have other shapes, all after the fitting layers, as a new head's would;
+    a new head differs in its output rows only."""
+    def net(last: int) -> torch.nn.Module:
+        return torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.Conv2d(8, 8, 3),
+                                   torch.nn.Conv2d(8, 8, 3), torch.nn.Conv2d(8, last, 3),
+                                   torch.nn.BatchNorm2d(last), torch.nn.Conv2d(last, 4, 1))
+    with pytest.raises(CheckpointError, match=r"^slimB.pth: not a checkpoint of this "
+                       r"Sequential: 7 of its weight tensors fit .*7 tensors of another shape "
+                       r'\(3.weight: \(6, 8, 3, 3\) here, \(9, 8, 3, 3\) in the model'):
+        check_fits(net(9), net(6).state_dict(), 'slimB.pth', partial=True)
