@@ -62,10 +62,15 @@ def test_a_search_killed_in_a_generation_resumes_to_exactly_the_uninterrupted_re
     assert resumed.files['best_subnet'].read_text() == whole.files['best_subnet'].read_text()
 
 
-def test_resuming_with_other_settings_names_the_setting(tmp_path):
+@pytest.mark.parametrize('changed, message', [
+    (dict(top_k=2), 'top_k is 3 in the saved search but 2'),
+    (dict(fp16=True), 'fp16 is False in the saved search but True'),  # other scores
+    (dict(max_trials=1), 'max_trials is 100 in the saved search but 1'),  # other draws
+])
+def test_resuming_with_other_settings_names_the_setting(tmp_path, changed, message):
     evolution(tmp_path, max_epochs=1).val()
-    with pytest.raises(ValueError, match='cannot resume: top_k is 3 in the saved search but 2'):
-        evolution(tmp_path, top_k=2, resume_from=str(tmp_path / 'search_state.json')).val()
+    with pytest.raises(ValueError, match=f'cannot resume: {message}'):
+        evolution(tmp_path, resume_from=str(tmp_path / 'search_state.json'), **changed).val()
 
 
 @pytest.mark.parametrize('kwargs, message', [

@@ -59,3 +59,29 @@ def test_mutation_and_crossover_draw_from_the_choices_and_repeat_with_the_seed()
     assert {tuple(c.values()) for c in children} >= {(8, 16), (1, 3)} and len(
         {tuple(c.values()) for c in children}) == 4
     assert space.sample(random.Random(5)) == space.sample(random.Random(5))
+
+
+class ConcatAdd(torch.nn.Module):
+    """``cat([a(x), b(x)]) + d(x)``: one group of 16 channels with two parts (a, b)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = torch.nn.Conv2d(3, 8, 1), torch.nn.Conv2d(3, 8, 1)
+        self.d, self.c = torch.nn.Conv2d(3, 16, 1), torch.nn.Conv2d(16, 4, 1)
+
+    def forward(self, x):
+        return self.c(torch.cat([self.a(x), self.b(x)], 1) + self.d(x))
+
+
+def test_masks_keep_a_channel_of_every_part_as_the_pruner_does():
+    torch.manual_seed(0)
+    model = ConcatAdd()
+    with torch.no_grad():
+        model.a.weight.mul_(100)  # a's channels rank first: the 4 best are all a's
+    pruner = L1NormPruner(ratios=(0.25, 1.0))
+    pruner.prepare_from_supernet(model, torch.randn(1, 3, 4, 4))
+    space = WidthSpace(pruner)
+    (gid, ) = space.sizes
+    mask = space.masks({gid: 4})[gid]
+    assert mask[:8].any() and mask[8:].any() and int(mask.sum()) == 4
+    pruner.set_subnet({gid: mask})  # the pruner accepts it: no part left empty

@@ -168,8 +168,8 @@ class EvolutionSearchLoop(BaseSearchLoop):
             num_mutation=self.num_mutation, num_crossover=self.num_crossover,
             mutate_prob=self.mutate_prob, constraints=self.constraints, seed=self.seed,
             score_key=self.score_key, score_rule=self.score_rule,
-            tie_break_key=self.tie_break_key,
-            recalib_batches=self.recalib_batches,
+            tie_break_key=self.tie_break_key, max_trials=self.max_trials,
+            fp16=bool(self.scorer.fp16), recalib_batches=self.recalib_batches,
             val_batches=self.val_batches, spaces=self.space.choices, **self.data_digests())))
 
     def data_digests(self) -> Dict[str, Optional[str]]:

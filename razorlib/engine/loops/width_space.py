@@ -113,13 +113,12 @@ class WidthSpace:
         return checked
 
     def masks(self, widths: Mapping[str, int]) -> Dict[str, torch.Tensor]:
-        """The pruner's subnet dict (keep-masks) for ``widths``; also :meth:`subnet`."""
-        masks = {}
-        for gid, width in self.check(widths).items():
-            keep = torch.zeros(self.sizes[gid], dtype=torch.bool)
-            keep[self._orders[gid][:width]] = True
-            masks[gid] = keep
-        return masks
+        """The pruner's subnet dict (keep-masks) for ``widths``; also :meth:`subnet`.
+        Each keeps the first ``width`` channels of the order and, as the pruner's own
+        masks do, a channel of every part of its group (``ChannelGroup.keep_best``)."""
+        groups = self.pruner.groups.prunable
+        return {gid: torch.from_numpy(groups[gid].keep_best(self._orders[gid].numpy(), width))
+                for gid, width in self.check(widths).items()}
 
     subnet = masks
 
