@@ -78,19 +78,33 @@ def _candidates(model: nn.Module) -> Iterator[Tuple[str, nn.Module]]:
 
 
 def _adds_input(output: torch.Tensor, leaf: torch.Tensor) -> bool:
-    """Whether the autograd graph of ``output`` adds ``leaf`` itself to something."""
+    """Whether ``output`` is ``leaf`` plus something: going back from ``output`` along the
+    residual stream (through additions and ops of one activation input, such as a ReLU
+    or a norm after the sum), some addition takes ``leaf`` itself.  An addition of the
+    input inside a branch (``mlp(x + pos)``) is no shortcut: the stream ends at the
+    branch's layer, an op of two activation inputs (its input and its weight's)."""
     seen, stack = set(), [output.grad_fn]
     while stack:
         node = stack.pop()
         if node is None or node in seen:
             continue
         seen.add(node)
-        inputs = [child for child, _ in node.next_functions]
-        if node.name() == 'AddBackward0' and any(
-                getattr(child, 'variable', None) is leaf for child in inputs):
-            return True
-        stack.extend(inputs)
+        children = [child for child, _ in node.next_functions if child is not None]
+        if node.name() == 'AddBackward0':
+            if any(getattr(child, 'variable', None) is leaf for child in children):
+                return True
+            stack.extend(children)
+            continue
+        activations = [child for child in children if not _is_parameter(child, leaf)]
+        if len(activations) == 1:
+            stack.append(activations[0])
     return False
+
+
+def _is_parameter(node: Any, leaf: torch.Tensor) -> bool:
+    """Whether an autograd node is a leaf other than the block's input (a parameter)."""
+    variable = getattr(node, 'variable', None)
+    return variable is not None and variable is not leaf
 
 
 def residual_blocks(model: nn.Module, example_inputs: Any) -> List[str]:
@@ -150,11 +164,34 @@ def _cosine_distance(x: torch.Tensor, y: torch.Tensor) -> Tuple[float, int]:
 
 
 @contextlib.contextmanager
+def _inputs_kept(modules: Dict[str, nn.Module], inputs: Dict[str, torch.Tensor]
+                 ) -> Iterator[None]:
+    """Keep a copy of each module's input as its call starts: a block that adds to its
+    input in place (``x += f(x)``) leaves it equal to its output by the time it returns."""
+    def hook(name):
+        def before(module, args, kwargs):
+            x = _first_tensor(args, kwargs)
+            if x is not None:
+                inputs[name] = x.clone()
+        return before
+
+    handles = [m.register_forward_pre_hook(hook(n), with_kwargs=True)
+               for n, m in modules.items()]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+@contextlib.contextmanager
 def _watch(modules: Dict[str, nn.Module], totals: Dict[str, List[float]]) -> Iterator[None]:
+    inputs: Dict[str, torch.Tensor] = {}
+
     def hook(name):
         def after(module, args, kwargs, output):
-            x, y = _first_tensor(args, kwargs), _main_output(output)
-            if x is not None and y is not None and x.shape == y.shape:
+            x, y = inputs.pop(name, None), _main_output(output)
+            if x is not None and y is not None and x.shape == y.shape:  # else refused after
                 distance, count = _cosine_distance(x, y)
                 totals[name][0] += distance
                 totals[name][1] += count
@@ -162,10 +199,44 @@ def _watch(modules: Dict[str, nn.Module], totals: Dict[str, List[float]]) -> Ite
 
     handles = [m.register_forward_hook(hook(n), with_kwargs=True) for n, m in modules.items()]
     try:
-        yield
+        with _inputs_kept(modules, inputs):
+            yield
     finally:
         for handle in handles:
             handle.remove()
+
+
+@contextlib.contextmanager
+def _checked_skippable(modules: Dict[str, nn.Module]) -> Iterator[None]:
+    """Refuse, after the forwards run inside, a block they did not run or whose output
+    has another shape than its input (a stride-2 or widening block): skipping it would
+    change the model's shapes, and its scores would mean nothing."""
+    shapes: Dict[str, Tuple[Any, Any]] = {}
+    inputs: Dict[str, torch.Tensor] = {}
+
+    def hook(name):
+        def after(module, args, kwargs, output):
+            x, y = inputs.pop(name, None), _main_output(output)
+            shapes.setdefault(name, (None if x is None else tuple(x.shape),
+                                     None if y is None else tuple(y.shape)))
+        return after
+
+    handles = [m.register_forward_hook(hook(n), with_kwargs=True) for n, m in modules.items()]
+    try:
+        with _inputs_kept(modules, inputs):
+            yield
+    finally:
+        for handle in handles:
+            handle.remove()
+    for name in modules:
+        if name not in shapes:
+            raise ValueError(f'block {name!r}: the forward does not run it, so nothing '
+                             'measures it; leave it out of blocks=')
+        given, returned = shapes[name]
+        if given is None or given != returned:
+            raise ValueError(f'block {name!r} maps a tensor of shape {given} to {returned}: '
+                             'only a block that keeps its input\'s shape (a residual block) '
+                             'can be removed; leave it out of blocks=')
 
 
 def _default_loss(model: nn.Module, batch: Any) -> torch.Tensor:
@@ -179,15 +250,18 @@ def _default_loss(model: nn.Module, batch: Any) -> torch.Tensor:
 
 
 @contextlib.contextmanager
-def _skipped(block: nn.Module) -> Iterator[None]:
-    """``block`` returns its input in place of its output."""
+def _skipped(name: str, block: nn.Module) -> Iterator[None]:
+    """``block`` returns its input (as it was given) in place of its output."""
+    inputs: Dict[str, torch.Tensor] = {}
+
     def skip(module, args, kwargs, output):
-        x = _first_tensor(args, kwargs)
+        x = inputs.pop(name, None)
         return _with_main_output(output, x) if x is not None else output
 
     handle = block.register_forward_hook(skip, with_kwargs=True)
     try:
-        yield
+        with _inputs_kept({name: block}, inputs):
+            yield
     finally:
         handle.remove()
 
@@ -214,18 +288,20 @@ def block_importance(model: nn.Module, batches: Iterable[Any], blocks: Sequence[
     batches = list(batches)
     if not batches:
         raise ValueError('block_importance needs at least one calibration batch')
+    watched = {name: modules[name] for name in blocks}
     with evaluating(model), torch.no_grad():
         if metric == 'cosine':
             totals = {name: [0.0, 0] for name in blocks}
-            with _watch({name: modules[name] for name in blocks}, totals):
+            with _checked_skippable(watched), _watch(watched, totals):
                 for batch in batches:
                     call_model(model, batch)
             return {name: total / max(count, 1) for name, (total, count) in totals.items()}
         loss_fn = loss_fn or _default_loss
-        base = sum(float(loss_fn(model, batch)) for batch in batches)
+        with _checked_skippable(watched):
+            base = sum(float(loss_fn(model, batch)) for batch in batches)
         scores = {}
         for name in blocks:
-            with _skipped(modules[name]):
+            with _skipped(name, modules[name]):
                 scores[name] = (sum(float(loss_fn(model, b)) for b in batches) - base) \
                     / len(batches)
         return scores

@@ -120,3 +120,20 @@ def test_layers_placed_by_index_or_stride_refuse_to_move(placement):
         remove_decoder_layers(model, [0])
     assert {name: tuple(p.shape) for name, p in model.named_parameters()} == before
     assert model.config.num_hidden_layers == 4
+
+
+def test_gpt_neo_layers_are_renumbered_by_their_layer_id_too():
+    # GPT-Neo indexes its KV cache by layer_id, not layer_idx
+    from transformers import GPTNeoConfig, GPTNeoForCausalLM
+    torch.manual_seed(0)
+    config = GPTNeoConfig(vocab_size=64, hidden_size=16, num_layers=4, num_heads=2,
+                          attention_types=[[['global', 'local'], 2]], window_size=4,
+                          max_position_embeddings=32)
+    slim = remove_decoder_layers(GPTNeoForCausalLM(config).eval(), [1])
+    assert [block.attn.attention.layer_id for block in slim.transformer.h] == [0, 1, 2]
+    ids = token_inputs(batch=1, length=6)['input_ids'] % 64
+    with torch.no_grad():
+        full = slim(input_ids=ids).logits[:, -1]
+        cached = slim(input_ids=ids[:, :-1], use_cache=True)
+        step = slim(input_ids=ids[:, -1:], past_key_values=cached.past_key_values).logits[:, -1]
+    torch.testing.assert_close(step, full, rtol=1e-4, atol=1e-5)

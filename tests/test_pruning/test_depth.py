@@ -93,3 +93,55 @@ def test_selection_and_removal_errors_name_the_fault():
         remove_blocks(_resnet(), ['fc'])
     with pytest.raises(ValueError, match="metric must be"):
         block_importance(_resnet(), _batches(1), ['stages.0.0'], metric='l2')
+
+
+class _Residual(nn.Module):
+    def __init__(self, in_place: bool = False):
+        super().__init__()
+        self.f, self.in_place = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 8)), in_place
+
+    def forward(self, x):
+        if self.in_place:
+            x += self.f(x)
+            return x
+        return x + self.f(x)
+
+
+class _PositionMLP(nn.Module):
+    """Adds its input to a parameter inside its branch: no shortcut."""
+
+    def __init__(self):
+        super().__init__()
+        self.pos, self.mlp = nn.Parameter(torch.randn(8)), nn.Sequential(nn.Linear(8, 8), nn.Tanh())
+
+    def forward(self, x):
+        return self.mlp(x + self.pos)
+
+
+def test_an_addition_inside_a_branch_is_no_shortcut():
+    torch.manual_seed(0)
+    model = nn.Sequential(_PositionMLP(), _Residual()).eval()
+    assert residual_blocks(model, torch.randn(4, 8)) == ['1']
+
+
+@pytest.mark.parametrize('metric', ['cosine', 'loss'])
+def test_a_block_that_adds_to_its_input_in_place_scores_as_one_that_does_not(metric):
+    torch.manual_seed(0)
+    in_place = nn.Sequential(_Residual(True), _Residual(True)).eval()
+    plain = nn.Sequential(_Residual(), _Residual()).eval()
+    plain.load_state_dict(in_place.state_dict())
+    x = torch.randn(4, 8)
+    scores = [block_importance(model, [x.clone()], ['0', '1'], metric,
+                               loss_fn=lambda m, b: m(b.clone()).pow(2).mean())
+              for model in (in_place, plain)]
+    assert scores[0] == pytest.approx(scores[1]) and scores[1]['0'] != 0
+
+
+@pytest.mark.parametrize('metric', ['cosine', 'loss'])
+def test_a_block_that_changes_the_shape_is_refused_naming_it(metric):
+    net = _resnet().eval()
+    with pytest.raises(ValueError, match=r"block 'stages.1.0' maps a tensor of shape "
+                       r'\(2, 8, 16, 16\) to \(2, 16, 8, 8\): only a block that keeps its '
+                       r"input's shape"):
+        prune_depth(net, _batches(), num=1, blocks=['stages.1.0', 'stages.1.1'], metric=metric,
+                    loss_fn=lambda m, b: m(b).pow(2).mean())

@@ -63,6 +63,11 @@ def _check_rebuilds(model: nn.Module, stack: str, keep: List[int], config,
                 'was removed')
 
 
+#: Attributes that hold a layer's position in its stack, which the KV cache is indexed by
+#: (``layer_idx``; GPT-Neo's, RWKV's and Reformer's ``layer_id``): renumbered after a cut.
+_LAYER_INDEX_ATTRS = ('layer_idx', 'layer_id')
+
+
 def remove_decoder_layers(model: nn.Module, indices: Sequence[int]) -> nn.Module:
     """Remove the layers at ``indices`` from a transformers model, in place.
 
@@ -105,8 +110,9 @@ def remove_decoder_layers(model: nn.Module, indices: Sequence[int]) -> nn.Module
     remove_blocks(model, [f'{stack}.{i}' for i in drop])
     for new, layer in enumerate(model.get_submodule(stack)):
         for module in layer.modules():
-            if isinstance(getattr(module, 'layer_idx', None), int):
-                module.layer_idx = new
+            for attr in _LAYER_INDEX_ATTRS:
+                if isinstance(getattr(module, attr, None), int):
+                    setattr(module, attr, new)
     for name in ['num_hidden_layers'] + lists:
         setattr(config, name, getattr(rewritten, name))
     return model
