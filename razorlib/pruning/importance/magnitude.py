@@ -58,8 +58,12 @@ class _RowScore(Importance):
             rows = ctx.weights(use)
             if rows is not None:
                 merged, inverse = ctx.channels(use)
-                rows = concatenate_rows(rows.double(), inverse, len(merged.slots))
-                yield merged, self.row_scores(rows).cpu().numpy()
+                if len(merged.slots) == len(inverse):  # a slot per channel: reorder only
+                    if (np.diff(inverse) != 1).any():
+                        rows = rows[torch.as_tensor(np.argsort(inverse), device=rows.device)]
+                else:
+                    rows = concatenate_rows(rows, inverse, len(merged.slots))
+                yield merged, self.row_scores(rows.double()).cpu().numpy()
 
 
 class _Magnitude(_RowScore):
