@@ -20,7 +20,7 @@ from ..pruning import ChannelConfig, StructurePruner
 from ..pruning.structure import SubnetDict
 from ..registry import MODELS, PRUNERS, SCOPE
 from ..utils import Complexity, get_model_complexity, preserved_bn_stats
-from .building import ModuleOrCfg, build_architecture, preprocessor_of
+from .building import ModuleOrCfg, build_architecture, preprocessor_of, refuse_accumulation
 
 
 @contextmanager
@@ -215,6 +215,7 @@ class AutoSlim(BaseModel):
             ``loss_max``, ``loss_min``, ``loss_rand1`` ... (detached) and their sum
             ``loss``.
         """
+        refuse_accumulation(optim_wrapper, type(self).__name__)
         runner_model = self if runner_model is None else runner_model
         data = self.data_preprocessor(data, True)
         inputs, data_samples = data['inputs'], data['data_samples']

@@ -1,6 +1,6 @@
 """What every algorithm does first: build its architecture from a config and take the
 architecture's data preprocessor unless the algorithm's config gives one."""
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 import torch.nn as nn
 
@@ -40,3 +40,25 @@ def preprocessor_of(architecture: nn.Module,
     if data_preprocessor is None:
         return getattr(architecture, 'data_preprocessor', None)
     return data_preprocessor
+
+
+def refuse_accumulation(optim_wrapper: Any, algorithm: str) -> None:
+    """Refuse gradient accumulation (``optim_wrapper.accumulative_counts``): an algorithm
+    that runs several passes per step and steps (or zeroes a group) itself would step on
+    every batch, unscaled, or drop the gradients waiting to be accumulated.
+
+    Example:
+        >>> import torch
+        >>> from mmengine.optim import OptimWrapper
+        >>> sgd = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
+        >>> refuse_accumulation(OptimWrapper(sgd, accumulative_counts=2), 'SPOS')
+        ... # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ValueError: SPOS steps the optimizer itself ...: ...accumulative_counts must be 1, got 2
+    """
+    wrappers = optim_wrapper.values() if hasattr(optim_wrapper, 'values') else [optim_wrapper]
+    for wrapper in wrappers:
+        counts = getattr(wrapper, '_accumulative_counts', 1)
+        if counts != 1:
+            raise ValueError(f'{algorithm} steps the optimizer itself on every batch: '
+                             f'optim_wrapper.accumulative_counts must be 1, got {counts}')

@@ -7,6 +7,7 @@ from mmengine.optim import OptimWrapper, OptimWrapperDict
 
 from ..nas import DiffMutableOP, FixedSubnet
 from ..registry import MODELS
+from .building import refuse_accumulation
 from .spos import ModuleOrCfg, OneShotSupernet
 
 #: The keys of DARTS's ``OptimWrapperDict``: the weights, the architecture parameters.
@@ -102,6 +103,7 @@ class DARTS(OneShotSupernet):
             raise TypeError("DARTS trains with an OptimWrapperDict of 'architecture' and "
                             "'mutator': set optim_wrapper.constructor="
                             "'ArchWeightOptimWrapperConstructor'")
+        refuse_accumulation(optim_wrapper, type(self).__name__)
         runner_model = self if runner_model is None else runner_model
         weight_data, arch_data = self.split_batches(data)
         arch_loss = self._step(runner_model, arch_data, optim_wrapper[ARCH])

@@ -18,7 +18,7 @@ from ..nas import FixedSubnet, NasMutator, fix_subnet
 from ..nas.mutables import Choice
 from ..registry import MODEL_WRAPPERS, MODELS
 from ..utils import Complexity, get_model_complexity
-from .building import ModuleOrCfg, build_architecture, preprocessor_of
+from .building import ModuleOrCfg, build_architecture, preprocessor_of, refuse_accumulation
 
 SubnetLike = Union[FixedSubnet, Mapping[str, Choice], str, Path]
 
@@ -114,7 +114,8 @@ class SPOS(OneShotSupernet):
     get no gradient and are not updated.  With ``fair_sampling`` (FairNAS) a step
     trains ``k`` subnets (``k`` the largest number of choices of any mutable) that
     together use every choice of every mutable once, accumulating their gradients
-    before one optimizer step.  Subnets are drawn from a generator seeded with the
+    before one optimizer step (a mutable nested in a candidate op trains only where its
+    op is chosen).  Subnets are drawn from a generator seeded with the
     run's seed and the step count: every process of a distributed run samples the
     same ones, and a resumed run continues the sequence.
 
@@ -175,6 +176,7 @@ class SPOS(OneShotSupernet):
             ``loss`` (the mean over this step's subnets, detached) and the losses the
             architecture reports for the last subnet.
         """
+        refuse_accumulation(optim_wrapper, type(self).__name__)
         runner_model = self if runner_model is None else runner_model
         data = self.data_preprocessor(data, True)
         subnets = self.step_subnets()

@@ -210,3 +210,12 @@ def test_uniform_subnet_matches_a_flops_budget_and_leaves_the_current_subnet(mod
     assert max(widths.values()) - min(widths.values()) < 0.25  # one ratio, up to rounding
     model.set_subnet(uniform)
     assert abs(model.flops_params().flops - 0.4 * full) < 0.1 * full
+
+
+def test_gradient_accumulation_is_refused_not_ignored(batch):
+    model = tiny_autoslim()
+    accumulating = OptimWrapper(torch.optim.SGD(model.parameters(), lr=0.1),
+                                accumulative_counts=4)
+    with pytest.raises(ValueError, match='AutoSlim steps the optimizer itself on every batch: '
+                       'optim_wrapper.accumulative_counts must be 1, got 4'):
+        model.train_step(batch, accumulating)

@@ -130,3 +130,14 @@ def test_under_ddp_both_steps_keep_the_ranks_identical(tmp_path):
         assert torch.equal(ranks[0][name], ranks[1][name]), name  # gradients all-reduced
     moved = [n for n, p in start.named_parameters() if not torch.equal(ranks[0][n], p)]
     assert alphas <= set(moved) and len(moved) > len(alphas)  # both groups stepped
+
+
+def test_gradient_accumulation_is_refused_not_ignored():
+    # each step zeroes the other group, which would drop its accumulated gradients
+    model = tiny_darts()
+    constructor = OPTIM_WRAPPER_CONSTRUCTORS.build(dict(
+        type='ArchWeightOptimWrapperConstructor',
+        optim_wrapper_cfg=dict(OPTIM, mutator=dict(OPTIM['mutator'], accumulative_counts=2))))
+    with pytest.raises(ValueError, match='DARTS steps the optimizer itself on every batch: '
+                       'optim_wrapper.accumulative_counts must be 1, got 2'):
+        model.train_step(batch(), constructor(model))

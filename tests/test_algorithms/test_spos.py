@@ -141,3 +141,13 @@ def test_ddp_step_applies_the_mean_of_the_ranks_gradients(tmp_path, fair):
 def test_ddp_wrapper_refuses_other_models():
     with pytest.raises(TypeError, match='SPOSDDP wraps a SPOS or DARTS model'):
         SPOSDDP(module=torch.nn.Linear(2, 2))
+
+
+def test_gradient_accumulation_is_refused_not_ignored():
+    # the step runs its passes and steps itself: accumulative_counts would be ignored
+    model = tiny_spos()
+    accumulating = OptimWrapper(torch.optim.SGD(model.parameters(), lr=1.0),
+                                accumulative_counts=2)
+    with pytest.raises(ValueError, match='SPOS steps the optimizer itself on every batch: '
+                       'optim_wrapper.accumulative_counts must be 1, got 2'):
+        model.train_step(batches()[0], accumulating)
