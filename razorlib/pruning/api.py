@@ -209,7 +209,7 @@ def slim_copy(model: nn.Module, example_inputs: Any, call: Dict[str, Any],
     _check_runs(slim, example_inputs)
     if hf:
         from ..integrations.transformers.prune import describe_slim_config
-        describe_slim_config(model, slim, caller, hidden)
+        describe_slim_config(model, slim, caller, hidden, example_inputs)
     if data is not None:
         reestimate_bn_stats(slim, (inputs for inputs, _ in data))
     return slim

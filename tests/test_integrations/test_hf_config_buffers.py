@@ -158,3 +158,19 @@ def test_sync_config_refuses_a_hidden_size_whose_buffer_value_differs():
     assert 'hidden_size' not in sync.changed and not sync.exact
     assert [m.name for m in sync.refused] == [EMBED_SCALE]
     assert not any(m.name == EMBED_SCALE for m in sync.mismatches)
+
+
+def test_a_bf16_gemma_with_most_of_its_hidden_size_keeps_its_embedding_scale(tmp_path):
+    # sqrt(60) is 7.75 in bf16 where the slim model holds 8: within 8 bf16 rounding steps,
+    # which the check once allowed; it compares exactly now and leaves the width to the
+    # channel file
+    gemma('gemma').save_pretrained(tmp_path / 'dense')  # loaded as bf16, as users do
+    model = transformers.GemmaForCausalLM.from_pretrained(tmp_path / 'dense',
+                                                          dtype=torch.bfloat16).eval()
+    inputs, tmp_path = token_inputs(), tmp_path / 'slim'
+    with pytest.warns(UserWarning, match='embed_scale'):
+        slim = prune(model, inputs, ratio=0.9375, hidden=True)
+    assert slim.model.norm.weight.shape == (60, ) and slim.config.hidden_size == 64
+    sync, again = _assert_reloads_exactly(slim, inputs, tmp_path)
+    assert [m.name for m in sync.refused] == [EMBED_SCALE]
+    assert all(float(m.model.embed_tokens.embed_scale) == 8.0 for m in again)

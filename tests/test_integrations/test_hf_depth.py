@@ -137,3 +137,31 @@ def test_gpt_neo_layers_are_renumbered_by_their_layer_id_too():
         cached = slim(input_ids=ids[:, :-1], use_cache=True)
         step = slim(input_ids=ids[:, -1:], past_key_values=cached.past_key_values).logits[:, -1]
     torch.testing.assert_close(step, full, rtol=1e-4, atol=1e-5)
+
+
+def _minicpm3(layers: int):
+    from transformers import MiniCPM3Config, MiniCPM3ForCausalLM
+    torch.manual_seed(0)
+    return MiniCPM3ForCausalLM(MiniCPM3Config(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=layers, num_attention_heads=4,
+        num_key_value_heads=4, vocab_size=100, kv_lora_rank=16, q_lora_rank=32,
+        qk_nope_head_dim=8, qk_rope_head_dim=8, v_head_dim=16, head_dim=16, dim_model_base=16,
+        scale_emb=12, scale_depth=1.4)).eval()
+
+
+def test_a_layer_scale_computed_from_the_layer_count_refuses_the_cut():
+    # MiniCPM3's residual_scale = scale_depth / sqrt(num_hidden_layers): a reload of the
+    # shallower config would scale every layer otherwise
+    model = _minicpm3(4)
+    with pytest.raises(ValueError, match=r'num_hidden_layers=3 builds layer 0 with '
+                       r'residual_scale=0\.808.* holds 0\.7 .*nothing was removed'):
+        remove_decoder_layers(model, [1])
+    assert len(model.model.layers) == 4
+
+
+def test_a_config_field_the_forward_reads_is_not_rewritten_silently():
+    # MiniCPM3 divides its logits by hidden_size / dim_model_base on every forward
+    model = _minicpm3(2)
+    with pytest.raises(ValueError, match=r'reads its config in its forward: rewriting '
+                       r'hidden_size=32.* changes its outputs'):
+        prune(model, token_inputs(), ratio=0.5, hidden=True)

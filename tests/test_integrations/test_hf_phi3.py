@@ -59,14 +59,19 @@ def test_query_heads_alone_leave_the_fused_projection_whole():
                                             'key/value heads of 2 query heads each)'}
 
 
-def test_each_pruned_layer_counts_its_heads_in_its_own_config():
+def test_layers_pruned_alike_share_the_rewritten_config_and_follow_it():
+    # each layer counted its heads in a copy while slicing; once the shared config says
+    # the same count the layers share it again, so later changes reach them
     model, inputs = build('phi3')
     slim = razorlib.prune(model, inputs, ratio=0.5)
-    configs = [layer.self_attn.config for layer in slim.model.layers]
-    assert configs[0] is not configs[1] and configs[0] is not slim.config
+    assert all(layer.self_attn.config is slim.config for layer in slim.model.layers)
     assert model.config.num_attention_heads == 4  # the caller's model is untouched
     assert model.model.layers[0].self_attn.config is model.config
     assert (slim.config.num_attention_heads, slim.config.num_key_value_heads) == (2, 1)
+    slim.set_attn_implementation('eager')
+    with torch.no_grad():
+        attentions = slim(**inputs, output_attentions=True).attentions
+    assert [tuple(a.shape[1:2]) for a in attentions] == [(2, )] * 2  # 2 heads per layer
 
 
 def test_uniform_heads_reload_with_from_pretrained_and_generate(tmp_path):

@@ -27,6 +27,7 @@ from typing import Dict, Iterable, Iterator, List, Optional, Tuple
 import torch
 import torch.nn as nn
 
+from ...layers.heads import Phi3Heads, head_attributes_of
 from ...tracing.forward import is_transformers_model
 
 __all__ = ['MLP_WIDTH_FIELDS', 'HEAD_COUNT_FIELDS', 'HIDDEN_SIZE_FIELDS', 'WIDTH_FIELDS',
@@ -191,14 +192,14 @@ def _show(tensor: torch.Tensor, index: Optional[int] = None) -> str:
 
 def _first_difference(own: torch.Tensor, built: torch.Tensor) -> Optional[int]:
     """The flat index of the first element where ``built`` (cast to ``own``'s dtype)
-    differs from ``own`` beyond rounding to that dtype, ``None`` where none does."""
-    dtype = own.dtype
-    built, own = built.to(dtype).reshape(-1), own.reshape(-1)
-    if dtype.is_floating_point:  # the same code in another precision rounds otherwise
-        differ = ~torch.isclose(own.double(), built.double(), atol=0.0, equal_nan=True,
-                                rtol=8 * torch.finfo(dtype).eps)
-    else:
-        differ = own != built
+    differs from ``own``, ``None`` where none does.  Exact: any tolerance would let a
+    reload compute another value in a low precision (a bf16 Gemma's ``embed_scale`` of
+    ``sqrt(60)`` is 7.75 where the slim model holds 8, within 8 bf16 rounding steps);
+    a difference refuses a config rewrite, which leaves the width to the channel file."""
+    built, own = built.to(own.dtype).reshape(-1), own.reshape(-1)
+    differ = own != built
+    if own.dtype.is_floating_point:
+        differ &= ~(own.isnan() & built.isnan())
     found = differ.nonzero()
     return int(found[0]) if len(found) else None
 
@@ -540,6 +541,23 @@ def sync_config(model: nn.Module, fields: Tuple[str, ...] = WIDTH_FIELDS) -> Con
             sync.changed[name] = (getattr(model.config, name, None), value)
     for name, (_, new) in sync.changed.items():
         setattr(model.config, name, new)
+    _reshare_config(model)
     sync.mismatches = mismatches
     sync.refused = values.refused if mismatches else []
     return sync
+
+
+def _reshare_config(model: nn.Module) -> None:
+    """Point each Phi-3 attention's own copy of the config (made when its query head
+    count was set, :class:`~razorlib.layers.heads.Phi3Heads`) back at the model's where
+    that now says the same head count: a copy would not follow the rewritten widths nor
+    later changes (``set_attn_implementation``, ``sliding_window``); the shared config
+    does."""
+    config = model.config
+    heads = getattr(config, 'num_attention_heads', None)
+    for module in model.modules():
+        own = getattr(module, 'config', None)
+        if own is not None and own is not config and type(own) is type(config) \
+                and isinstance(head_attributes_of(module), Phi3Heads) \
+                and own.num_attention_heads == heads:
+            module.config = config

@@ -2,7 +2,7 @@
 config, the layers' ``layer_idx`` (the KV cache's index) and per-layer config lists in
 step, so ``save_pretrained`` + ``from_pretrained`` rebuilds the shallower model."""
 import copy
-from typing import Any, Iterable, List, Optional, Sequence
+from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 import torch.nn as nn
 
@@ -44,8 +44,10 @@ def _check_rebuilds(model: nn.Module, stack: str, keep: List[int], config,
     not follow (Qwen2-MoE's ``mlp_only_layers``, ``decoder_sparse_step``), would make
     ``from_pretrained`` build MoE blocks where MLPs are and initialise their weights."""
     built = build_like(model, config).get_submodule(stack)
+    dense = build_like(model).get_submodule(stack)  # the config as it is, widths aside
     layers = model.get_submodule(stack)
     for new, old in enumerate(keep):
+        _check_numbers(model, dense[old], built[new], old, new, len(keep))
         ours = {name for name, _ in layers[old].named_parameters()}
         theirs = {name for name, _ in built[new].named_parameters()}
         if ours != theirs:
@@ -61,6 +63,35 @@ def _check_rebuilds(model: nn.Module, stack: str, keep: List[int], config,
                 f'parameters it lacks, {len(ours - theirs)} it does not build); the config '
                 f'places layers by fields this rewrite does not follow ({fields}); nothing '
                 'was removed')
+
+
+def _numbers(layer: nn.Module) -> Dict[str, object]:
+    """The plain numbers a layer's modules hold (set at ``__init__``, often from the
+    config), but their position in the stack and their training flag."""
+    return {f'{name}.{attr}' if name else attr: value
+            for name, module in layer.named_modules()
+            for attr, value in vars(module).items()
+            if isinstance(value, (int, float)) and not attr.startswith('_')
+            and attr not in ('training', *_LAYER_INDEX_ATTRS)}
+
+
+def _check_numbers(model: nn.Module, before: nn.Module, built: nn.Module, old: int, new: int,
+                   count: int) -> None:
+    """Raise where a layer built at ``new`` from the rewritten config holds another number
+    than one built at ``old`` from the config as it was (both from configs, so pruned
+    widths, which the channel file keeps, do not count): a value computed from the layer
+    count or position (MiniCPM3's ``residual_scale = scale_depth /
+    sqrt(num_hidden_layers)``) would change on a reload, and the reloaded model would
+    compute something else than the layer that moved."""
+    ours, theirs = _numbers(before), _numbers(built)
+    differ = [key for key in ours if key in theirs and ours[key] != theirs[key]]
+    if differ:
+        key = differ[0]
+        raise ValueError(f'removing layers of {type(model).__name__}: a config with '
+                         f'num_hidden_layers={count} builds layer {new} with {key}='
+                         f'{theirs[key]!r} where layer {old}, moving there, holds {ours[key]!r} '
+                         '(a value computed from the layer count or position); a reload would '
+                         'compute otherwise; nothing was removed')
 
 
 #: Attributes that hold a layer's position in its stack, which the KV cache is indexed by

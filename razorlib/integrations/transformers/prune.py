@@ -13,6 +13,8 @@ import numpy as np
 import torch
 import torch.nn as nn
 
+from ...tracing.forward import call_model
+from ...utils.modes import evaluating
 from .config import is_hf_model, sync_config
 
 __all__ = ['prune', 'hidden_size_keys', 'with_hidden_size_keys', 'warn_if_hidden_pruned',
@@ -159,14 +161,29 @@ def uniform_subnet(pruner, subnet: Dict[str, torch.Tensor]) -> Dict[str, torch.T
 
 
 def describe_slim_config(model: nn.Module, slim: nn.Module, caller: str,
-                         hidden: bool) -> None:
+                         hidden: bool, example_inputs: Any = None) -> None:
     """Rewrite ``slim.config`` to describe the slim widths (:func:`~.config.sync_config`)
     and warn, naming the first tensors, where it cannot: ``save_pretrained`` alone would
     then write a config that ``from_pretrained`` cannot load the weights into, and
     :func:`~.reload.save_pruned` is the way to save it.  With ``hidden``, also warn when
     the hidden size was pruned (:func:`warn_if_hidden_pruned`).  The warnings point at
-    the call of the ``prune`` that called :func:`~razorlib.pruning.api.slim_copy`."""
+    the call of the ``prune`` that called :func:`~razorlib.pruning.api.slim_copy`.
+
+    With ``example_inputs``, the slim model runs on them before and after the rewrite:
+    a model that reads a rewritten field in its forward (MiniCPM3 divides its logits by
+    ``hidden_size / dim_model_base``) would compute otherwise, as would its reload, so
+    that is refused naming the fields."""
+    before = _first_output(slim, example_inputs) if example_inputs is not None else None
     sync = sync_config(slim)
+    if before is not None and sync.changed:
+        after = _first_output(slim, example_inputs)
+        if after.shape != before.shape or \
+                not torch.allclose(after, before, rtol=1e-4, atol=1e-5):
+            raise ValueError(
+                f'{caller}: the slim {type(slim).__name__} reads its config in its forward: '
+                f'rewriting {", ".join(f"{k}={v[1]}" for k, v in sync.changed.items())} '
+                'changes its outputs, and a reload would compute them so too; prune with '
+                'hidden=False, or keep the widths the model code reads')
     if sync.mismatches:
         shown = '; '.join(str(m) for m in sync.mismatches[:3])
         more = f' (and {len(sync.mismatches) - 3} more)' if len(sync.mismatches) > 3 else ''
@@ -235,3 +252,14 @@ def prune(model: nn.Module, example_inputs: Any, ratio: Optional[float] = None,
     return slim_copy(model, example_inputs, call, kwargs,
                      reshape=uniform_subnet if uniform else None,
                      caller='razorlib.integrations.transformers.prune')
+
+
+def _first_output(model: nn.Module, example_inputs: Any) -> torch.Tensor:
+    """The first tensor a transformers model returns on ``example_inputs`` (its logits or
+    last hidden state), in eval mode without gradients."""
+    with evaluating(model), torch.no_grad():
+        output = call_model(model, example_inputs)
+    values = output.to_tuple() if hasattr(output, 'to_tuple') else output
+    while isinstance(values, (tuple, list)):
+        values = values[0]
+    return values
