@@ -306,7 +306,7 @@ def load_batches(args: argparse.Namespace, size: Tuple[int, ...]) -> list:
                           dataset=dict(type='DigitsDataset', split='train', test_ratio=0.2,
                                        upscale=size[-1]))
     batches = []
-    for batch in Runner.build_dataloader(loader_cfg):
+    for batch in Runner.build_dataloader(loader_cfg, seed=args.seed):  # --seed: the order
         inputs = batch['inputs']
         inputs = torch.stack(inputs) if isinstance(inputs, (list, tuple)) else inputs
         inputs = inputs.float()

@@ -266,7 +266,8 @@ def recalibrate(args: argparse.Namespace, cfg: Config, classifier: nn.Module,
     in eval mode.  tools/deploy.py calls it too, so both tools quantize the same model.
 
     Returns:
-        The number of batches asked for.
+        The number of batches the statistics came from (fewer than asked for where the
+        training dataloader ends first).
     """
     from mmengine.runner import Runner
 
@@ -275,11 +276,12 @@ def recalibrate(args: argparse.Namespace, cfg: Config, classifier: nn.Module,
     steps = args.recalibrate_bn
     if steps is None:
         steps = settings.calib_steps if args.subnet else 0
+    used = 0
     if steps:
         loader = Runner.build_dataloader(cfg.train_dataloader, seed=args.seed)
-        recalibrate_bn(classifier, loader, steps, seed=args.seed)
+        used = recalibrate_bn(classifier, loader, steps, seed=args.seed)
     classifier.eval()
-    return steps
+    return used
 
 
 def calibration_batches(cfg: Config, preprocessor: nn.Module, settings: PTQSettings,
@@ -376,15 +378,18 @@ def main(argv=None) -> int:
     with torch.no_grad():
         accuracy = {key: top1(run, chunks, labels) for key, run in runs.items()}
     report = analyse_error(graph, [chunk for chunk, _ in chunks], args.analyse_steps)
+    analysed = min(args.analyse_steps, len(chunks))  # analyse_error stops where they end
     labelled = {'fp32': 'FP32', 'int8_simulated': 'INT8 simulated',
                 'int8_onnxruntime': f'INT8 onnxruntime ({optimization_level()} optimizations)'}
     logger.info(f'top-1 on {len(labels)} validation images: '
                 + ', '.join(f'{labelled[key]} {value:.2f}' for key, value in accuracy.items()))
-    logger.info(f'SNR of the quantized vs FP32 outputs ({args.analyse_steps} validation '
+    logger.info(f'SNR of the quantized vs FP32 outputs ({analysed} validation '
                 f'batches), worst first:\n{report.table(top=args.top)}')
     results = dict(config=args.config, checkpoint=args.checkpoint, subnet=args.subnet,
                    platform=settings.platform, onnx=str(onnx_path), top1=accuracy,
-                   output_snr_db=report.outputs, settings=settings.to_dict())
+                   output_snr_db=report.outputs, settings=settings.to_dict(),
+                   batches=dict(batch_norm=bn_steps, calibration=len(calibration),
+                                analysed=analysed))
     (work_dir / 'ptq.json').write_text(json.dumps(results, indent=2))
     logger.info(f'wrote {onnx_path} and {work_dir / "ptq.json"}')
     return 0

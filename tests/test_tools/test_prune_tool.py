@@ -2,6 +2,8 @@
 import json
 import random
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -175,6 +177,24 @@ def test_the_data_config_gives_the_batches(tmp_path):
     log = (tmp_path / 'out' / 'prune.log').read_text()
     assert '3 data batches' in log  # the 8x8 digits resized to the 16x16 input
     assert all(k == n // 2 for k, n in kept_counts(log).values())
+
+
+def test_the_seed_fixes_the_order_of_a_shuffling_data_config(tmp_path):
+    # a shuffling sampler without a seed of its own takes --seed, so runs repeat
+    config = tmp_path / 'data.py'
+    config.write_text("train_dataloader = dict(batch_size=8, num_workers=0, "
+                      "collate_fn=dict(type='default_collate'), "
+                      "sampler=dict(type='DefaultSampler', shuffle=True), "
+                      "dataset=dict(type='DigitsDataset', split='train', test_ratio=0.2))\n")
+    configs = []
+    for run in range(2):  # two processes: an unseeded sampler draws a new seed in each
+        subprocess.run([sys.executable, str(REPO / 'tools' / 'prune.py'), '--model',
+                        'plain_cnn', '--input-size', '16', '--threads', '1', '--flops', '0.5',
+                        '--importance', 'taylor', '--global', '--data-config', str(config),
+                        '--data-batches', '2', '--seed', '3', '--work-dir',
+                        str(tmp_path / f'{run}')], check=True, capture_output=True)
+        configs.append((tmp_path / f'{run}' / 'channel_cfg.yaml').read_text())
+    assert configs[0] == configs[1]
 
 
 def test_a_latency_budget_is_searched_on_the_runtime(tmp_path, monkeypatch):

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from mmengine.config import Config
 from mmengine.registry import init_default_scope
+from mmengine.runner import Runner
 
 from conftest import REPO, TINY, LogCapture, load_tool
 from razorlib.datasets import DigitsDataset
@@ -89,6 +90,21 @@ def test_a_subnet_is_sliced_and_its_batch_norms_recalibrated(trained, tmp_path):
     assert 'from 8 batches' in (tmp_path / 'out' / 'ptq.log').read_text()
     top1 = results['top1']
     assert abs(top1['int8_onnxruntime'] - top1['fp32']) <= 1.0
+
+
+def test_the_batches_reported_are_those_used_not_those_asked_for(trained, tmp_path):
+    # more than the loaders hold: the log and ptq.json say what was used
+    config, checkpoint, _ = trained
+    code, results = run(config, checkpoint, tmp_path, '--recalibrate-bn', '1000',
+                        '--analyse-steps', '50')
+    assert code == 0
+    init_default_scope('razorlib')
+    train = len(Runner.build_dataloader(Config.fromfile(str(config)).train_dataloader))
+    assert results['batches']['batch_norm'] == train < 1000
+    assert results['batches']['analysed'] < 50
+    log = (tmp_path / 'ptq.log').read_text()
+    assert f'batch-norm statistics from {train} batches' in log
+    assert f"({results['batches']['analysed']} validation batches)" in log
 
 
 def test_an_autoslim_checkpoint_at_full_width_and_at_a_subnet(tiny_supernet, tmp_path):
