@@ -7,6 +7,7 @@ from typing import Dict, List, Optional, Sequence, Union
 import torch
 import torch.nn as nn
 
+from ..layers import NormKind
 from ..pruning import ImportancePruner
 from ..registry import MODELS
 from ..utils.checks import real_number
@@ -82,8 +83,10 @@ class SlimmingAlgorithm(ItePruneAlgorithm):
         modules = dict(self.architecture.named_modules())
         names = sorted({name for group in self.pruner.groups.prunable.values()
                         for name in group.norms})
+        # a PReLU's slopes follow its channels as a norm's scales do, but scale nothing
         return [(name, modules[name]) for name in names
-                if isinstance(getattr(modules[name], 'weight', None), nn.Parameter)]
+                if isinstance(self.pruner.kinds.kind_of(modules[name]), NormKind)
+                and isinstance(getattr(modules[name], 'weight', None), nn.Parameter)]
 
     def sparsity_loss(self) -> torch.Tensor:
         """``sparsity * sum(|gamma|)`` over :meth:`penalised`'s norms."""

@@ -1,9 +1,11 @@
 """ImageFolder: one sub-folder of image files per class, decoded with PIL."""
+import logging
 from pathlib import Path
 from typing import List, Sequence, Tuple, Union
 
 import numpy as np
 import torch
+from mmengine.logging import print_log
 from PIL import Image
 
 from ..registry import DATASETS
@@ -19,8 +21,9 @@ class ImageFolder(ClsDataset):
     Images are read lazily, converted to RGB (or gray), resized to ``size`` with
     bilinear filtering and scaled to [0, 1]; normalisation is the data preprocessor's.
     Files nested deeper inside a class folder belong to that class.  Hidden folders and
-    files (a name starting with ``.``) are skipped; a class folder without images is
-    refused, since it would still take a label.
+    files (a name starting with ``.``) are skipped: a hidden folder taken as a class would
+    shift the labels of the classes after it.  A class folder without images keeps its
+    label (a split may lack a class), with a warning.
 
     Args:
         data_root: the folder holding one sub-folder per class.
@@ -50,11 +53,10 @@ class ImageFolder(ClsDataset):
         self.paths, self.labels = [], []
         for label, class_dir in enumerate(class_dirs):
             images = _images_in(class_dir)
-            if not images:
-                raise FileNotFoundError(
-                    f'ImageFolder class folder {class_dir} has no images '
-                    f'({", ".join(IMG_EXTENSIONS)}): an empty class shifts the labels of '
-                    f'the classes after it; remove it or add its images')
+            if not images:  # it keeps its label, as in a split that has its images
+                print_log(f'ImageFolder: class folder {class_dir} has no images '
+                          f'({", ".join(IMG_EXTENSIONS)})', logger='current',
+                          level=logging.WARNING)
             self.paths.extend(images)
             self.labels.extend([label] * len(images))
         if not self.paths:

@@ -81,8 +81,8 @@ def _adds_input(output: torch.Tensor, leaf: torch.Tensor) -> bool:
     """Whether ``output`` is ``leaf`` plus something: going back from ``output`` along the
     residual stream (through additions and ops of one activation input, such as a ReLU
     or a norm after the sum), some addition takes ``leaf`` itself.  An addition of the
-    input inside a branch (``mlp(x + pos)``) is no shortcut: the stream ends at the
-    branch's layer, an op of two activation inputs (its input and its weight's)."""
+    input inside a branch (``mlp(x + pos)``, ``conv(x + pos)``) is no shortcut: the
+    stream ends at the branch's weight layer (:data:`_WEIGHT_LAYERS`)."""
     seen, stack = set(), [output.grad_fn]
     while stack:
         node = stack.pop()
@@ -96,9 +96,14 @@ def _adds_input(output: torch.Tensor, leaf: torch.Tensor) -> bool:
             stack.extend(children)
             continue
         activations = [child for child in children if not _is_parameter(child, leaf)]
-        if len(activations) == 1:
+        if len(activations) == 1 and not node.name().startswith(_WEIGHT_LAYERS):
             stack.append(activations[0])
     return False
+
+
+#: Autograd nodes of weight layers: where a block's residual stream cannot run through
+#: (a conv's weight is a leaf beside its one activation input, as a norm's is).
+_WEIGHT_LAYERS = ('Convolution', 'Addmm', 'Mm', 'Bmm', 'Baddbmm', 'Linear', 'Embedding')
 
 
 def _is_parameter(node: Any, leaf: torch.Tensor) -> bool:

@@ -382,7 +382,7 @@ class SubnetLatency:
                             f'{type(self.pruner.model).__name__}), not of the '
                             f'{type(pruner).__name__} being allocated')
         mine = _inputs_signature(self.inputs)
-        theirs = (None if example_inputs is None
+        theirs = (mine if example_inputs is None  # none given: the timer's own
                   else _inputs_signature(_example_inputs(example_inputs)))
         if mine != theirs:
             problems.append(f'it measures on inputs {mine}, not the example_inputs '

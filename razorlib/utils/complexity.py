@@ -113,13 +113,10 @@ def count_params(model: nn.Module, layer_kinds: LayerKindsArg = None) -> int:
     return total
 
 
-def _activation(tensor: Any) -> bool:
-    return isinstance(tensor, torch.Tensor) and not isinstance(tensor, nn.Parameter)
-
-
 #: Weight layers as functions: what a kind's module runs, or code runs on a weight.
 _LINEAR, _CONVS, _TRANSPOSED = (F.linear, ), (F.conv1d, F.conv2d, F.conv3d), \
     (F.conv_transpose1d, F.conv_transpose2d, F.conv_transpose3d)
+_WEIGHT_FUNCTIONS = frozenset(_LINEAR + _CONVS + _TRANSPOSED)
 #: Products of two operands: ``(a, b)`` are the first two arguments, or the 2nd and 3rd
 #: after an added ``input`` (``addmm``, ``baddbmm``).
 _PRODUCTS = (torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__, torch.mm,
@@ -213,7 +210,7 @@ class _FunctionCounter(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
-        if func in _LINEAR + _CONVS + _TRANSPOSED:
+        if func in _WEIGHT_FUNCTIONS:
             if not self.depth and len(args) >= 2:
                 self._weight_op(args[1], _weight_macs(func, args, out))
         elif func is torch.einsum:

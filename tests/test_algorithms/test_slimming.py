@@ -83,3 +83,12 @@ def test_the_imagenet_config_builds():
         CONFIGS / 'slimming' / 'slimming_resnet50_imagenet.py').model)
     assert model.sparsity == 1e-5 and model.target == ('flops', 0.5)
     assert len(model.penalised()) > 30
+
+
+def test_a_prelus_slopes_are_not_penalised():
+    # the PReLU's slopes follow the conv's channels as the norm's scales do
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8),
+                              torch.nn.PReLU(8), torch.nn.Conv2d(8, 4, 1))
+    model = SlimmingAlgorithm(architecture=net, input_shape=(3, 8, 8), sparsity=0.01,
+                              prune_at=5)
+    assert [name for name, _ in model.penalised()] == ['1']

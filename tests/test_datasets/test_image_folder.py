@@ -45,7 +45,7 @@ def test_missing_root_and_empty_folders_are_named(tmp_path):
         ImageFolder(tmp_path)
 
 
-def test_hidden_folders_are_no_classes_and_an_empty_class_is_refused(folder):
+def test_hidden_folders_are_no_classes_and_an_empty_class_keeps_its_label(folder):
     # Jupyter leaves .ipynb_checkpoints beside the classes and inside them
     (folder / '.ipynb_checkpoints').mkdir()
     (folder / 'dog' / '.ipynb_checkpoints').mkdir()
@@ -54,7 +54,7 @@ def test_hidden_folders_are_no_classes_and_an_empty_class_is_refused(folder):
     dataset = ImageFolder(folder, size=4)
     assert dataset.metainfo == dict(classes=('cat', 'dog'))
     assert dataset.labels == [0, 0, 0, 1, 1, 1]
-    (folder / 'bird').mkdir()
-    with pytest.raises(FileNotFoundError, match=r'class folder .*bird has no images .* an empty '
-                       'class shifts the labels'):
-        ImageFolder(folder)
+    (folder / 'ant').mkdir()  # a split without this class's images: it keeps label 0
+    dataset = ImageFolder(folder, size=4)
+    assert dataset.metainfo == dict(classes=('ant', 'cat', 'dog'))
+    assert dataset.labels == [1, 1, 1, 2, 2, 2]

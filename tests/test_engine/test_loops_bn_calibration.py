@@ -106,3 +106,22 @@ def test_persistent_workers_repeat_their_augmentations_every_call():
         recalibrate_bn(model, loader, num_batches=2, seed=3)
         stats.append(model.backbone.stages[0].bn.running_mean.clone())
     assert torch.equal(*stats)
+
+
+class Stream(torch.utils.data.IterableDataset):
+    def __iter__(self):
+        return iter([torch.tensor([float(i), 1.0]) for i in range(4)])
+
+
+@pytest.mark.parametrize('make', [
+    lambda: DataLoader(Stream(), batch_size=2, num_workers=1, persistent_workers=True),
+    lambda: DataLoader([torch.tensor([float(i), 1.0]) for i in range(4)], batch_size=None,
+                       num_workers=1, persistent_workers=True),
+])
+def test_a_restarted_loader_gives_the_batches_the_loader_gives(make):
+    # an iterable dataset takes no batch sampler; batch_size=None batches nothing
+    from razorlib.engine.loops.bn_calibration import fresh_workers
+    loader = make()
+    twin = fresh_workers(loader)
+    assert not twin.persistent_workers
+    assert [batch.tolist() for batch in twin] == [batch.tolist() for batch in loader]

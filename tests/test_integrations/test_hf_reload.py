@@ -180,6 +180,9 @@ def test_allocations_that_give_each_layer_its_own_width_need_uniform_false():
     with pytest.raises(ValueError, match='global_ranking= and sensitivity= give every layer '
                        'its own width.*pass uniform=False'):
         prune(model, inputs, flops=0.6, global_ranking=True)
+    for options in (True, {}):  # {}: the sensitivity allocation's defaults
+        with pytest.raises(ValueError, match='pass uniform=False'):
+            prune(model, inputs, flops=0.6, sensitivity=options)
     slim = prune(model, inputs, flops=0.6, global_ranking=True, uniform=False)
     assert main_output(slim, inputs).shape == main_output(model, inputs).shape
 

@@ -118,10 +118,30 @@ class _PositionMLP(nn.Module):
         return self.mlp(x + self.pos)
 
 
+class _PositionConv(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.pos, self.conv = nn.Parameter(torch.randn(1, 8, 1, 1)), nn.Conv2d(8, 8, 3, padding=1)
+
+    def forward(self, x):
+        return self.conv(x + self.pos).relu()
+
+
+class _ConvResidual(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv, self.bn = nn.Conv2d(8, 8, 3, padding=1), nn.BatchNorm2d(8)
+
+    def forward(self, x):
+        return self.bn(x + self.conv(x)).relu()  # a norm and an activation after the sum
+
+
 def test_an_addition_inside_a_branch_is_no_shortcut():
     torch.manual_seed(0)
     model = nn.Sequential(_PositionMLP(), _Residual()).eval()
     assert residual_blocks(model, torch.randn(4, 8)) == ['1']
+    convs = nn.Sequential(_PositionConv(), _ConvResidual()).eval()
+    assert residual_blocks(convs, torch.randn(1, 8, 6, 6)) == ['1']
 
 
 @pytest.mark.parametrize('metric', ['cosine', 'loss'])

@@ -202,6 +202,8 @@ def test_a_ready_timer_of_another_pruner_or_inputs_is_refused():
     # its own pruner and inputs (another tensor of their shape) are served
     allocation = allocate(pruner, latency=0.5, example_inputs=X.clone(), runtime=timer)
     assert 0.45 <= allocation.fraction('latency') <= 0.5 * 1.02
+    # no example_inputs: the timer's own are the allocation's
+    assert allocate(pruner, latency=0.5, runtime=timer).kept == allocation.kept
 
 
 def test_a_depthwise_conv_is_timed_along_its_diagonal(tmp_path):

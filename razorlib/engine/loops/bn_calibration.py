@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from mmengine.dist import all_reduce
 from mmengine.model import BaseModel
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, IterableDataset
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from ...utils.modes import kept_modes
@@ -51,7 +51,7 @@ def fresh_workers(loader: Iterable) -> Iterable:
     the next, so seeding the main process would not repeat its augmentations.
 
     Example:
-        >>> from torch.utils.data import DataLoader
+        >>> from torch.utils.data import DataLoader, IterableDataset
         >>> loader = DataLoader(range(8), batch_size=4, num_workers=1, persistent_workers=True)
         >>> twin = fresh_workers(loader)
         >>> twin.persistent_workers, twin.batch_sampler is loader.batch_sampler
@@ -59,13 +59,19 @@ def fresh_workers(loader: Iterable) -> Iterable:
     """
     if not (isinstance(loader, DataLoader) and loader.num_workers and loader.persistent_workers):
         return loader
-    return DataLoader(loader.dataset, batch_sampler=loader.batch_sampler,
-                      num_workers=loader.num_workers, collate_fn=loader.collate_fn,
-                      pin_memory=loader.pin_memory, timeout=loader.timeout,
-                      worker_init_fn=loader.worker_init_fn,
+    if isinstance(loader.dataset, IterableDataset):  # batched by the loader, no sampler
+        batching = dict(batch_size=loader.batch_size, drop_last=loader.drop_last)
+    elif loader.batch_sampler is None:  # batch_size=None: items as the dataset gives them
+        batching = dict(sampler=loader.sampler, batch_size=None)
+    else:
+        batching = dict(batch_sampler=loader.batch_sampler)
+    return DataLoader(loader.dataset, **batching, num_workers=loader.num_workers,
+                      collate_fn=loader.collate_fn, pin_memory=loader.pin_memory,
+                      timeout=loader.timeout, worker_init_fn=loader.worker_init_fn,
                       multiprocessing_context=loader.multiprocessing_context,
                       generator=loader.generator, prefetch_factor=loader.prefetch_factor,
-                      persistent_workers=False)
+                      pin_memory_device=loader.pin_memory_device,
+                      in_order=loader.in_order, persistent_workers=False)
 
 
 def recalibrate_bn(model: BaseModel, dataloader: Iterable, num_batches: int,

@@ -244,7 +244,8 @@ def prune(model: nn.Module, example_inputs: Any, ratio: Optional[float] = None,
                         f'PreTrainedModel, got a {type(model).__name__}; use razorlib.prune')
     call = dict(ratio=ratio, pruner=pruner, hidden=hidden)
     call.update((key, kwargs.pop(key)) for key in list(kwargs) if key in PRUNE_DEFAULTS)
-    if uniform and (call.get('global_ranking') or call.get('sensitivity')):
+    if uniform and (call.get('global_ranking')
+                    or call.get('sensitivity', False) not in (False, None)):
         raise ValueError('razorlib.integrations.transformers.prune: global_ranking= and '
                          'sensitivity= give every layer its own width, and uniform=True '
                          'keeps one width per layer repeated down the stack; pass '
