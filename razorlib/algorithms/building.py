@@ -56,9 +56,11 @@ def refuse_accumulation(optim_wrapper: Any, algorithm: str) -> None:
         Traceback (most recent call last):
         ValueError: SPOS steps the optimizer itself ...: ...accumulative_counts must be 1, got 2
     """
-    wrappers = optim_wrapper.values() if hasattr(optim_wrapper, 'values') else [optim_wrapper]
-    for wrapper in wrappers:
+    wrappers = (optim_wrapper.items() if hasattr(optim_wrapper, 'items')
+                else [(None, optim_wrapper)])
+    for key, wrapper in wrappers:
         counts = getattr(wrapper, '_accumulative_counts', 1)
         if counts != 1:
+            where = 'optim_wrapper' if key is None else f'optim_wrapper.{key}'
             raise ValueError(f'{algorithm} steps the optimizer itself on every batch: '
-                             f'optim_wrapper.accumulative_counts must be 1, got {counts}')
+                             f'{where}.accumulative_counts must be 1, got {counts}')

@@ -213,23 +213,32 @@ def _watch(modules: Dict[str, nn.Module], totals: Dict[str, List[float]]) -> Ite
 
 @contextlib.contextmanager
 def _checked_skippable(modules: Dict[str, nn.Module]) -> Iterator[None]:
-    """Refuse, after the forwards run inside, a block they did not run or whose output
-    has another shape than its input (a stride-2 or widening block): skipping it would
-    change the model's shapes, and its scores would mean nothing."""
+    """Refuse, after the forwards run inside, a block they did not run, whose input they
+    do not find, or whose output has another shape than its input (a stride-2 or
+    widening block): skipping it would change the model's shapes, and its scores would
+    mean nothing.  Only shapes are kept (an in-place block changes its input's values,
+    not its shape)."""
+    given: Dict[str, Optional[Tuple[int, ...]]] = {}
     shapes: Dict[str, Tuple[Any, Any]] = {}
-    inputs: Dict[str, torch.Tensor] = {}
 
-    def hook(name):
+    def enter(name):
+        def before(module, args, kwargs):
+            x = _first_tensor(args, kwargs)
+            given[name] = None if x is None else tuple(x.shape)
+        return before
+
+    def leave(name):
         def after(module, args, kwargs, output):
-            x, y = inputs.pop(name, None), _main_output(output)
-            shapes.setdefault(name, (None if x is None else tuple(x.shape),
+            y = _main_output(output)
+            shapes.setdefault(name, (given.pop(name, None),
                                      None if y is None else tuple(y.shape)))
         return after
 
-    handles = [m.register_forward_hook(hook(n), with_kwargs=True) for n, m in modules.items()]
+    handles = [hook for n, m in modules.items()
+               for hook in (m.register_forward_pre_hook(enter(n), with_kwargs=True),
+                            m.register_forward_hook(leave(n), with_kwargs=True))]
     try:
-        with _inputs_kept(modules, inputs):
-            yield
+        yield
     finally:
         for handle in handles:
             handle.remove()
@@ -237,11 +246,15 @@ def _checked_skippable(modules: Dict[str, nn.Module]) -> Iterator[None]:
         if name not in shapes:
             raise ValueError(f'block {name!r}: the forward does not run it, so nothing '
                              'measures it; leave it out of blocks=')
-        given, returned = shapes[name]
-        if given is None or given != returned:
-            raise ValueError(f'block {name!r} maps a tensor of shape {given} to {returned}: '
-                             'only a block that keeps its input\'s shape (a residual block) '
-                             'can be removed; leave it out of blocks=')
+        received, returned = shapes[name]
+        if received is None:
+            raise ValueError(f'block {name!r}: its input is neither its first positional '
+                             'argument nor hidden_states=, so it cannot be skipped; leave it '
+                             'out of blocks=')
+        if received != returned:
+            raise ValueError(f'block {name!r} maps a tensor of shape {received} to '
+                             f'{returned}: only a block that keeps its input\'s shape (a '
+                             'residual block) can be removed; leave it out of blocks=')
 
 
 def _default_loss(model: nn.Module, batch: Any) -> torch.Tensor:

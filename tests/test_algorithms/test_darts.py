@@ -139,5 +139,5 @@ def test_gradient_accumulation_is_refused_not_ignored():
         type='ArchWeightOptimWrapperConstructor',
         optim_wrapper_cfg=dict(OPTIM, mutator=dict(OPTIM['mutator'], accumulative_counts=2))))
     with pytest.raises(ValueError, match='DARTS steps the optimizer itself on every batch: '
-                       'optim_wrapper.accumulative_counts must be 1, got 2'):
+                       'optim_wrapper.mutator.accumulative_counts must be 1, got 2'):
         model.train_step(batch(), constructor(model))

@@ -165,3 +165,25 @@ def test_a_block_that_changes_the_shape_is_refused_naming_it(metric):
                        r"input's shape"):
         prune_depth(net, _batches(), num=1, blocks=['stages.1.0', 'stages.1.1'], metric=metric,
                     loss_fn=lambda m, b: m(b).pow(2).mean())
+
+
+class _KeywordBlock(_Residual):
+    def forward(self, features):
+        return features + self.f(features)
+
+
+class _KeywordStack(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList([_KeywordBlock(), _KeywordBlock()])
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(features=x)
+        return x
+
+
+def test_a_block_whose_input_is_not_found_is_refused_naming_it():
+    with pytest.raises(ValueError, match=r"block 'blocks.0': its input is neither its first "
+                       r'positional argument nor hidden_states='):
+        block_importance(_KeywordStack().eval(), [torch.randn(2, 8)], ['blocks.0'])

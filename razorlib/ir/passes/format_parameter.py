@@ -36,7 +36,8 @@ class FormatParameter(GraphPass):
         copies = 0
         for var in list(graph.variables.values()):
             readers = list(dict.fromkeys(var.dest_ops))
-            if (constant_value(graph, var) is None or len(readers) < 2 or var.name in graph.inputs
+            # constant_value is None for a graph input too: its value is a default
+            if (constant_value(graph, var) is None or len(readers) < 2
                     or var.name in graph.outputs):
                 continue
             for op in readers[1:]:
