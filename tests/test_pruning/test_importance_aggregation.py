@@ -210,3 +210,72 @@ def test_bn_scale_reads_the_norms_not_a_prelus_slopes():
     pruner.prepare_from_supernet(model, torch.randn(1, 3, 4, 4))
     (scores, ) = pruner.score().values()
     assert scores.tolist() == pytest.approx([1.0 / 1.5, 2.0 / 1.5])  # normalised by the mean
+
+
+class GroupConvBesideConv(nn.Module):
+    """d reads cat(g, c): g's two channels are bound by its 2 groups and own two columns
+    each, ``[10, 0]`` and ``[6, 8]``; c's three channels one each, ``0``, ``1``, ``3``."""
+
+    def __init__(self):
+        super().__init__()
+        self.p = nn.Conv2d(1, 4, 1, bias=False)
+        self.g = nn.Conv2d(4, 4, 1, groups=2, bias=False)
+        self.c = nn.Conv2d(1, 3, 1, bias=False)
+        self.d = nn.Conv2d(7, 1, 1, bias=False)
+        with torch.no_grad():  # g's output o is channel o % 2 of its group
+            self.d.weight.copy_(torch.tensor([10., 6., 0., 8., 0., 1., 3.]).view(1, 7, 1, 1))
+
+    def forward(self, x):
+        return self.d(torch.cat([self.g(self.p(x)), self.c(x)], 1))
+
+
+def test_fpgm_compares_a_channel_with_those_that_own_as_many_weights():
+    # c: |0-1| + |0-3| = 4, |1-0| + |1-3| = 3, |3-0| + |3-1| = 5: channel 1 is the median.
+    # Padded to [x, 0] and compared with g's [10, 0] and [6, 8] too, c would score
+    # 4 + 10 + 10, 3 + 9 + sqrt(89), 5 + 7 + sqrt(73) = 24, 21.4, 20.5: channel 2 pruned.
+    pruner = prepared(GroupConvBesideConv().eval(),
+                      dict(type='fpgm', roles=['in'], normalize='none'), torch.ones(1, 1, 2, 2),
+                      ratio=2 / 3)
+    scores = pruner.score()
+    np.testing.assert_allclose(scores['c'], [4., 3., 5.], rtol=1e-6)
+    np.testing.assert_allclose(scores['g'], [math.sqrt(80)] * 2, rtol=1e-6)
+    assert pruner.allocate().subnet['c'].tolist() == [True, False, True]
+
+
+class DepthwiseToChannelSum(nn.Module):
+    """conv (1 -> 2, filters 1 and 2) -> depthwise conv (filters 3 and -1, biases 1) ->
+    a sum over the channels: the depthwise conv is the group's only reader."""
+
+    def __init__(self, depthwise_layers=1):
+        super().__init__()
+        self.conv = nn.Conv2d(1, 2, 1, bias=False)
+        self.dw = nn.Sequential(*(nn.Conv2d(2, 2, 1, groups=2) for _ in range(depthwise_layers)))
+        with torch.no_grad():
+            self.conv.weight.copy_(torch.tensor([1., 2.]).view(2, 1, 1, 1))
+            for dw in self.dw:
+                dw.weight.copy_(torch.tensor([3., -1.]).view(2, 1, 1, 1))
+                dw.bias.fill_(1.)
+
+    def forward(self, x):
+        return self.dw(self.conv(x)).sum(1)
+
+
+def test_fisher_gates_a_group_only_a_depthwise_conv_reads_at_its_output():
+    # samples x = 1, 2: the depthwise output is y = [3x + 1, -2x + 1] = [4, -1], [7, -3];
+    # loss = sum(y), so f = y and sum_n f**2 / 2 = [(16 + 49) / 2, (1 + 9) / 2].  (Gated at
+    # the conv's output too, f would be 2y - 1: [7, -3], [13, -7].)
+    pruner = prepared(DepthwiseToChannelSum().eval(), dict(type='fisher', normalize_by=None),
+                      torch.ones(1, 1, 1, 1))
+    (group, ) = pruner.groups.prunable.values()
+    assert group.consumers == ['dw.0']
+    data = [(torch.tensor([1., 2.]).view(2, 1, 1, 1), torch.zeros(2))]
+    np.testing.assert_allclose(pruner.score(data, sum_loss)[group.id], [32.5, 5.], rtol=1e-6)
+
+
+def test_fisher_refuses_a_group_only_a_chain_of_depthwise_convs_reads():
+    pruner = prepared(DepthwiseToChannelSum(depthwise_layers=2).eval(),
+                      dict(type='fisher', normalize_by=None), torch.ones(1, 1, 1, 1))
+    data = [(torch.ones(1, 1, 1, 1), torch.zeros(1))]
+    with pytest.raises(ValueError, match=r"group 'conv' is read only by layers that pass its "
+                                         r'channels on \(dw.0, dw.1\)'):
+        pruner.score(data, sum_loss)

@@ -141,21 +141,21 @@ class FisherImportance(Importance):
         Every consumer's input is gated but a depthwise conv's (a layer that passes its
         channels on, :attr:`ImportanceContext.passes_on`): the channel it carries on is
         gated where the next layer reads it.  A dense layer whose input and output a
-        residual add puts in one group is a consumer like any other.
+        residual add puts in one group is a consumer like any other.  A group whose
+        channels no gated input reads is gated once where they leave its layers
+        (:func:`_ends`), at that output only.
         """
-        reads = [u for u in ctx.uses if u.role == 'in']
-        reached = {int(i) for u in reads for i in ctx.locate(u)[0] if i >= 0}
-        cut = [u for u in reads if u.name not in ctx.passes_on]
-        cut += [u for u in ctx.uses if u.role == 'out' and
-                any(int(i) not in reached for i in ctx.locate(u)[0] if i >= 0)]
-        points = points_of(ctx, cut)
-        entries = []
-        for point in points:
-            owner, position = ctx.locate(point.use)
-            entries.append({int(g): (torch.from_numpy(np.nonzero(owner == g)[0]),
-                                     torch.from_numpy(position[owner == g]))
-                            for g in np.unique(owner[owner >= 0])})
-        return points, entries
+        reads = [u for u in ctx.uses if u.role == 'in' and u.name not in ctx.passes_on]
+        read = {g for use in reads for g in _groups_of(ctx, use)}
+        outs = [u for u in ctx.uses if u.role == 'out']
+        unread: Dict[int, List[int]] = {}  # index in outs -> the unread groups gated there
+        for g in range(len(ctx.prunable)):
+            if g not in read:
+                for k in _ends(ctx, g, outs):
+                    unread.setdefault(k, []).append(g)
+        cut = [(use, None) for use in reads] + [(outs[k], gs) for k, gs in unread.items()]
+        points = points_of(ctx, [use for use, _ in cut])
+        return points, [_entry(ctx, use, groups) for use, groups in cut]
 
     def _cost(self, ctx: ImportanceContext) -> List[float]:
         """What one channel of each group costs (ones without ``normalize_by``); for
@@ -179,6 +179,51 @@ class FisherImportance(Importance):
             flops = ctx.measure({**current, group.id: keep}).flops if removed else now
             costs.append(max(now - flops, 1) / max(removed, 1))
         return costs
+
+
+def _groups_of(ctx: ImportanceContext, use: ChannelUse) -> List[int]:
+    """The indices (in ``ctx.prunable``) of the groups whose channels ``use`` carries."""
+    owner, _ = ctx.locate(use)
+    return np.unique(owner[owner >= 0]).tolist()
+
+
+def _ends(ctx: ImportanceContext, g: int, outs: Sequence[ChannelUse]) -> List[int]:
+    """Where (indices in ``outs``) to gate group ``g``, whose channels no gated input
+    reads: the output of the depthwise conv that carries them on to no consumer (the
+    channel as the rest of the model sees it, the conv's bias included), else the
+    outputs of the layers that write them.
+
+    Raises:
+        ValueError: several depthwise convs carry the group (whether one feeds the
+            other is not traced: gating both would count a chain twice), or no layer
+            output carries it: a group no gate reaches would score 0 and be pruned
+            first.
+    """
+    group = ctx.prunable[g]
+    writers = [k for k, use in enumerate(outs) if g in _groups_of(ctx, use)]
+    passing = [k for k in writers if outs[k].name in ctx.passes_on]
+    if len(passing) > 1:
+        names = ', '.join(sorted(outs[k].name for k in passing))
+        raise ValueError(f'FisherImportance: group {group.id!r} is read only by layers that '
+                         f'pass its channels on ({names}) and by no consumer after them; '
+                         'whether one feeds another is not traced, so there is no one place '
+                         'to gate it: keep the group whole (except_start_keys) or score it '
+                         'with another criterion')
+    if not writers:
+        raise ValueError(f'FisherImportance: group {group.id!r} has no consumer input and no '
+                         'layer output to gate: keep the group whole (except_start_keys) or '
+                         'score it with another criterion')
+    return passing or writers
+
+
+def _entry(ctx: ImportanceContext, use: ChannelUse,
+           groups: Optional[Sequence[int]]) -> Dict[int, Tuple[torch.Tensor, torch.Tensor]]:
+    """Group index -> (the columns of ``use`` that carry its channels, their positions
+    in the group), for ``groups`` (default every group ``use`` carries)."""
+    owner, position = ctx.locate(use)
+    return {g: (torch.from_numpy(np.flatnonzero(owner == g)),
+                torch.from_numpy(position[owner == g]))
+            for g in (_groups_of(ctx, use) if groups is None else groups)}
 
 
 def _memory_per_channel(ctx: ImportanceContext) -> List[float]:

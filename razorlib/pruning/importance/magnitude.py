@@ -44,6 +44,17 @@ class _RowScore(Importance):
     def row_scores(self, rows: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
+    def channel_scores(self, rows: torch.Tensor, inverse: np.ndarray,
+                       channels: int) -> torch.Tensor:
+        """One score per channel of a use from ``rows``, one per slot, the channel of
+        slot ``i`` being ``inverse[i]``: :meth:`row_scores` of each channel's rows side by
+        side (:func:`concatenate_rows`)."""
+        if channels == len(inverse):  # a slot per channel: reorder only
+            if (np.diff(inverse) != 1).any():
+                rows = rows[torch.as_tensor(np.argsort(inverse), device=rows.device)]
+            return self.row_scores(rows)
+        return self.row_scores(concatenate_rows(rows, inverse, channels))
+
     def uses(self, ctx: ImportanceContext) -> List[ChannelUse]:
         """The uses in :attr:`roles`, but one of the two of a layer that passes its
         channels on (:attr:`ImportanceContext.passes_on`, a depthwise conv): its input
@@ -58,12 +69,8 @@ class _RowScore(Importance):
             rows = ctx.weights(use)
             if rows is not None:
                 merged, inverse = ctx.channels(use)
-                if len(merged.slots) == len(inverse):  # a slot per channel: reorder only
-                    if (np.diff(inverse) != 1).any():
-                        rows = rows[torch.as_tensor(np.argsort(inverse), device=rows.device)]
-                else:
-                    rows = concatenate_rows(rows, inverse, len(merged.slots))
-                yield merged, self.row_scores(rows.double()).cpu().numpy()
+                scores = self.channel_scores(rows.double(), inverse, len(merged.slots))
+                yield merged, scores.cpu().numpy()
 
 
 class _Magnitude(_RowScore):
@@ -172,8 +179,14 @@ class FPGMImportance(_RowScore):
     """Filter pruning via geometric median (He et al., 2019): a channel whose weights lie
     near the others' geometric median is replaceable by them.
 
-    A row's score is its summed Euclidean distance to the other rows of the same use;
-    the row nearest the median scores lowest.  Reads output filters by default.
+    A channel's score is the summed Euclidean distance from the weights it owns in a use
+    to those each other channel of the use owns there; the channel nearest the median
+    scores lowest.  Reads output filters by default.
+
+    A channel that owns several slots of the use (a group conv's bound slots, a
+    depthwise conv's outputs) is one vector of all its rows, compared only with the
+    channels that own as many: a channel of fewer rows padded with zeros would be a
+    point that is not its weights, at distances that are not theirs.
 
     Example:
         >>> rows = torch.tensor([[0., 0.], [1., 0.], [4., 0.]])
@@ -184,3 +197,18 @@ class FPGMImportance(_RowScore):
 
     def row_scores(self, rows: torch.Tensor) -> torch.Tensor:
         return torch.cdist(rows[None], rows[None])[0].sum(1)
+
+    def channel_scores(self, rows: torch.Tensor, inverse: np.ndarray,
+                       channels: int) -> torch.Tensor:
+        """The distances among the channels that own the same number of the use's slots,
+        so that every vector compared is one channel's weights, unpadded."""
+        sizes = np.bincount(inverse, minlength=channels)
+        scores = rows.new_zeros(channels)
+        for size in np.unique(sizes).tolist():
+            alike = np.flatnonzero(sizes == size)
+            picked = np.isin(inverse, alike)
+            local = np.searchsorted(alike, inverse[picked])  # channel index among ``alike``
+            rows_alike = rows[torch.as_tensor(np.flatnonzero(picked), device=rows.device)]
+            scores[torch.as_tensor(alike, device=rows.device)] = super().channel_scores(
+                rows_alike, local, len(alike))
+        return scores
