@@ -27,7 +27,6 @@ Example:
     >>> spec.update(attn), attn.num_heads
     ({'num_heads': 2}, 2)
 """
-import copy
 from typing import Dict, Optional, Tuple
 
 import torch.nn as nn
@@ -35,7 +34,7 @@ import torch.nn as nn
 from ..registry import HEAD_ATTRIBUTES
 from .table import KindTable
 
-__all__ = ['HeadAttributes', 'head_attributes_of']
+__all__ = ['ConfigView', 'HeadAttributes', 'head_attributes_of']
 
 
 class HeadAttributes:
@@ -205,13 +204,59 @@ class GPT2Heads(HeadAttributes):
         return super().matches(module) and not getattr(module, 'is_cross_attention', False)
 
 
+class ConfigView:
+    """A model's config as one layer sees it: fields of the layer's own over the config
+    every layer shares.
+
+    Phi-3's attention reads its query head count from ``self.config`` in its forward, so
+    a layer pruned to its own head count needs a config that says it; a copy would also
+    freeze every other field, and changes made later to the shared config
+    (``set_attn_implementation``, a quantizer's marks, a rewritten width) would not reach
+    the layer.  Reads of other fields, and writes to them, go to the shared config.
+
+    Example:
+        >>> from types import SimpleNamespace
+        >>> shared = SimpleNamespace(num_attention_heads=4, attn='sdpa')
+        >>> view = ConfigView(shared, num_attention_heads=2)
+        >>> shared.attn = 'eager'
+        >>> view.num_attention_heads, view.attn, shared.num_attention_heads
+        (2, 'eager', 4)
+    """
+
+    def __init__(self, shared: object, **own: object):
+        self.__dict__.update(own, _shared=shared)
+
+    @staticmethod
+    def shared_of(config: object) -> object:
+        """The config every layer shares: ``config`` itself unless it is a view."""
+        return config._shared if isinstance(config, ConfigView) else config
+
+    def __getattr__(self, name: str) -> object:
+        # dunders stay the view's own (``copy`` and ``pickle`` look up ``__deepcopy__``,
+        # ``__setstate__`` on the instance, the latter before ``_shared`` is restored)
+        if name.startswith('__') or '_shared' not in self.__dict__:
+            raise AttributeError(name)
+        return getattr(self._shared, name)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if name in self.__dict__:
+            self.__dict__[name] = value
+        else:
+            setattr(self._shared, name, value)
+
+    def __repr__(self) -> str:
+        own = ', '.join(f'{k}={v!r}' for k, v in self.__dict__.items() if k != '_shared')
+        return f'ConfigView({type(self._shared).__name__}, {own})'
+
+
 @HEAD_ATTRIBUTES.register_module()
 class Phi3Heads(HeadAttributes):
     """Phi-3's fused ``qkv_proj``: queries, keys and values of unequal widths
-    (grouped-query attention), cut at ``config.num_attention_heads * head_dim`` and then
-    ``num_key_value_heads * head_dim``.  The query width is ``o_proj``'s input, the keys
-    and values share the rest.  ``config`` is the model's, shared by every layer, so a
-    pruned layer gets a copy of its own before its head count is set.
+    (grouped-query attention), cut at ``self.config.num_attention_heads * head_dim``
+    (read in the forward) and then ``num_key_value_heads * head_dim``.  The query width
+    is ``o_proj``'s input, the keys and values share the rest.  ``config`` is the
+    model's, shared by every layer, so a pruned layer gets a :class:`ConfigView` of it
+    that says its own query head count.
 
     Example:
         >>> from types import SimpleNamespace
@@ -244,14 +289,14 @@ class Phi3Heads(HeadAttributes):
 
     def update(self, module: nn.Module, kinds: Optional[KindTable] = None,
                head_dim: Optional[int] = None) -> Dict[str, int]:
-        """:meth:`HeadAttributes.update`, and the query head count in the module's own
-        copy of the config."""
+        """:meth:`HeadAttributes.update`, and the query head count in the module's
+        :class:`ConfigView` of the shared config."""
         values = super().update(module, kinds, head_dim)
         head_dim = getattr(module, self.head_dim) if head_dim is None else head_dim
         heads = self.widths_of(module, kinds or KindTable())[0] // head_dim
         if module.config.num_attention_heads != heads:
-            module.config = copy.copy(module.config)
-            module.config.num_attention_heads = heads
+            module.config = ConfigView(ConfigView.shared_of(module.config),
+                                       num_attention_heads=heads)
             values['config.num_attention_heads'] = heads
         return values
 

@@ -1,8 +1,9 @@
 """Phi-3's attention: one ``qkv_proj`` cut at ``config.num_attention_heads * head_dim`` and
 ``num_key_value_heads * head_dim``.  The trace lets the slices take their channels, the
-``Phi3Heads`` entry sets each pruned layer's head counts (the query heads in a copy of the
-config shared by every layer), and the pruner's run on the model checks that the slim
-slices take the kept heads; the slim model reloads and generates as the masked one."""
+``Phi3Heads`` entry sets each pruned layer's head counts (the query heads in a view of the
+config shared by every layer, which follows that config otherwise), and the pruner's run
+on the model checks that the slim slices take the kept heads; the slim model reloads and
+generates as the masked one."""
 import copy
 
 import pytest
@@ -59,19 +60,46 @@ def test_query_heads_alone_leave_the_fused_projection_whole():
                                             'key/value heads of 2 query heads each)'}
 
 
-def test_layers_pruned_alike_share_the_rewritten_config_and_follow_it():
-    # each layer counted its heads in a copy while slicing; once the shared config says
-    # the same count the layers share it again, so later changes reach them
-    model, inputs = build('phi3')
-    slim = razorlib.prune(model, inputs, ratio=0.5)
-    assert all(layer.self_attn.config is slim.config for layer in slim.model.layers)
-    assert model.config.num_attention_heads == 4  # the caller's model is untouched
-    assert model.model.layers[0].self_attn.config is model.config
-    assert (slim.config.num_attention_heads, slim.config.num_key_value_heads) == (2, 1)
+def _attention_heads(slim, inputs):
+    """The head count of each layer's attention weights, with the eager implementation
+    set on the model (sdpa returns no weights)."""
     slim.set_attn_implementation('eager')
     with torch.no_grad():
         attentions = slim(**inputs, output_attentions=True).attentions
-    assert [tuple(a.shape[1:2]) for a in attentions] == [(2, )] * 2  # 2 heads per layer
+    return [None if a is None else a.shape[1] for a in attentions]
+
+
+def test_layers_pruned_alike_follow_the_rewritten_config():
+    model, inputs = build('phi3')
+    slim = razorlib.prune(model, inputs, ratio=0.5)
+    assert model.config.num_attention_heads == 4  # the caller's model is untouched
+    assert model.model.layers[0].self_attn.config is model.config
+    assert (slim.config.num_attention_heads, slim.config.num_key_value_heads) == (2, 1)
+    assert _attention_heads(slim, inputs) == [2, 2]
+
+
+def _per_layer_slim(model, inputs):
+    """``model`` with half the heads and MLP of layer 0 pruned, layer 1 whole."""
+    pruner = L1NormPruner(except_start_keys=hidden_size_keys(model))
+    pruner.prepare_from_supernet(copy.deepcopy(model), inputs)
+    orders = pruner.channel_orders()
+    subnet = {gid: pruner.keep_ratio(group, 1.0 if '.1.' in gid else 0.5, orders[gid])
+              for gid, group in pruner.groups.prunable.items()}
+    pruner.set_subnet(subnet)
+    return pruner.deploy_subnet(copy.deepcopy(model), pruner.export_subnet())
+
+
+def test_a_layer_with_its_own_head_count_follows_later_changes_of_the_shared_config():
+    # a copy of the config kept sdpa in layer 0, which then returned no attention weights
+    model, inputs = build('phi3')
+    slim = _per_layer_slim(model, inputs)
+    assert slim.model.layers[0].self_attn.config.num_attention_heads == 2
+    assert slim.config.num_attention_heads == 4
+    assert _attention_heads(slim, inputs) == [2, 4]
+    again = copy.deepcopy(slim)  # the view follows the copy's config, not the original's
+    again.config.sliding_window = 3
+    assert again.model.layers[0].self_attn.config.sliding_window == 3
+    assert slim.model.layers[0].self_attn.config.sliding_window != 3
 
 
 def test_uniform_heads_reload_with_from_pretrained_and_generate(tmp_path):
@@ -89,18 +117,13 @@ def test_uniform_heads_reload_with_from_pretrained_and_generate(tmp_path):
 
 def test_per_layer_heads_reload_from_the_channel_file(tmp_path):
     model, inputs = build('phi3')
-    pruner = L1NormPruner(except_start_keys=hidden_size_keys(model))
-    pruner.prepare_from_supernet(copy.deepcopy(model), inputs)
-    orders = pruner.channel_orders()
-    subnet = {gid: pruner.keep_ratio(group, 1.0 if '.1.' in gid else 0.5, orders[gid])
-              for gid, group in pruner.groups.prunable.items()}
-    pruner.set_subnet(subnet)
-    slim = pruner.deploy_subnet(copy.deepcopy(model), pruner.export_subnet())
+    slim = _per_layer_slim(model, inputs)
     assert [_widths(slim, i) for i in range(2)] == [HALF, (128, 64, 2, 4)]
     save_pruned(slim, tmp_path)
     again = load_pruned(tmp_path)
     assert [_widths(again, i) for i in range(2)] == [HALF, (128, 64, 2, 4)]
     assert relative_error(main_output(again, inputs), main_output(slim, inputs)) <= 1e-6
+    assert _attention_heads(again, inputs) == [2, 4]
 
 
 def test_on_the_meta_device_the_attention_stays_whole_naming_why():

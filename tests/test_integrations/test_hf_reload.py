@@ -11,8 +11,8 @@ import torch
 from hf_builders import (HALF_ATTENTION, MODELS, attention_widths, build, main_output,
                          relative_error)
 
-from razorlib.integrations.transformers import (CHANNELS_FILE, hidden_size_keys, load_pruned,
-                                                prune, save_pruned, sync_config)
+from razorlib.integrations.transformers import (CHANNELS_FILE, HEAD_WIDTHS_FILE, hidden_size_keys,
+                                                load_pruned, prune, save_pruned, sync_config)
 from razorlib.pruning import L1NormPruner
 from razorlib.utils import get_model_complexity
 
@@ -257,3 +257,54 @@ def test_a_config_with_the_right_shapes_and_the_wrong_heads_is_not_written():
     sync = sync_config(slim, fields=('n_embd', ))  # the hidden size alone: 4 heads of 8
     assert sync.changed == {} and not sync.exact
     assert slim.config.n_embd == 64
+
+
+def _gpt2_heads(model):
+    """``(num_heads, head_dim, split_size)`` of each GPT-2 block's attention."""
+    return [(b.attn.num_heads, b.attn.head_dim, b.attn.split_size) for b in model.transformer.h]
+
+
+def _assert_reloads_exactly(slim, inputs, folder):
+    """``save_pruned`` writes both channel files and ``load_pruned`` gives ``slim``'s
+    heads and outputs."""
+    assert not save_pruned(slim, folder).exact
+    assert (folder / CHANNELS_FILE).exists() and (folder / HEAD_WIDTHS_FILE).exists()
+    again = load_pruned(folder)
+    assert _gpt2_heads(again) == _gpt2_heads(slim)
+    assert torch.allclose(main_output(again, inputs), main_output(slim.eval(), inputs),
+                          rtol=0, atol=1e-6)
+
+
+def test_a_gpt2_pruned_twice_per_layer_reloads(tmp_path):
+    """Block 0 keeps one head of 16, then 4 of its positions (a lone head's channels are
+    its positions): fewer and narrower heads, which one channel config cannot slice."""
+    model, inputs = build('gpt2')
+    random.seed(3)  # RatioPruner draws 0.25 for block 0, 0.75 for block 1, both times
+    per_layer = dict(pruner=dict(type='RatioPruner', ratios=(0.25, 0.75)), uniform=False)
+    once = prune(model, inputs, **per_layer)
+    assert _gpt2_heads(once) == [(1, 16, 16), (3, 16, 48)]
+    twice = prune(once, inputs, **per_layer)
+    assert _gpt2_heads(twice) == [(1, 4, 4), (2, 16, 32)]
+    _assert_reloads_exactly(twice, inputs, tmp_path)
+    save_pruned(once, tmp_path)  # one channel file now: the second one goes
+    assert not (tmp_path / HEAD_WIDTHS_FILE).exists()
+    assert _gpt2_heads(load_pruned(tmp_path)) == _gpt2_heads(once)
+
+
+def test_a_head_width_then_heads_pruned_reloads(tmp_path):
+    model, inputs = build('gpt2')
+    narrow = prune(model, inputs, ratio=0.5, heads='width')
+    assert _gpt2_heads(narrow) == [(4, 8, 32)] * 2
+    fewer = prune(narrow, inputs, ratio=0.5)
+    assert _gpt2_heads(fewer) == [(2, 8, 16)] * 2
+    _assert_reloads_exactly(fewer, inputs, tmp_path)
+
+
+def test_a_head_widths_file_without_the_channel_file_is_refused(tmp_path):
+    model, inputs = build('gpt2')
+    fewer = prune(prune(model, inputs, ratio=0.5, heads='width'), inputs, ratio=0.5)
+    save_pruned(fewer, tmp_path)
+    (tmp_path / CHANNELS_FILE).unlink()
+    with pytest.raises(ValueError, match=f'{HEAD_WIDTHS_FILE} narrows heads that '
+                       f'.*{CHANNELS_FILE} cuts, and that file is missing'):
+        load_pruned(tmp_path)

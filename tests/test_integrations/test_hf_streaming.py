@@ -11,8 +11,8 @@ import torch
 from hf_builders import build, main_output
 
 import razorlib.pruning.structure
-from razorlib.integrations.transformers import (CHANNELS_FILE, load_pruned, prune,
-                                                slim_checkpoint)
+from razorlib.integrations.transformers import (CHANNELS_FILE, HEAD_WIDTHS_FILE, load_pruned,
+                                                prune, save_pruned, slim_checkpoint)
 from razorlib.pruning import ChannelConfig, ChannelSelection
 from razorlib.pruning.slicing import slim_model
 
@@ -73,6 +73,21 @@ def test_per_layer_widths_stream_with_a_channel_file(tmp_path, exported):
     sync = slim_checkpoint(tmp_path / 'dense', exported[-1].to_dict(), tmp_path / 'slim')
     assert not sync.exact and (tmp_path / 'slim' / CHANNELS_FILE).exists()
     assert_same_logits(tmp_path / 'slim', slim, inputs)
+
+
+def test_a_checkpoint_with_two_channel_files_streams_to_one_with_two(tmp_path, exported):
+    """GPT-2 pruned to narrower heads, then fewer: the source checkpoint needs a second
+    channel file to rebuild, and so does the slim one after a third prune."""
+    model, inputs = build('gpt2')
+    twice = prune(prune(model, inputs, ratio=0.5, heads='width'), inputs, ratio=0.5)
+    save_pruned(twice, tmp_path / 'twice', max_shard_size='50KB')
+    assert (tmp_path / 'twice' / HEAD_WIDTHS_FILE).exists()
+    thrice = prune(twice, inputs, ratio=0.5)  # one head of 8 left of 2
+    assert [block.attn.c_attn.nf for block in thrice.transformer.h] == [24, 24]
+    slim_checkpoint(tmp_path / 'twice', exported[-1], tmp_path / 'slim')
+    assert (tmp_path / 'slim' / CHANNELS_FILE).exists()
+    assert (tmp_path / 'slim' / HEAD_WIDTHS_FILE).exists()
+    assert_same_logits(tmp_path / 'slim', thrice, inputs)
 
 
 def test_checkpoints_stored_under_legacy_names_keep_them(tmp_path, exported):

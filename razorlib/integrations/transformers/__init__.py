@@ -8,13 +8,14 @@ from .config import (MLP_WIDTH_FIELDS, ConfigSync, Mismatch, buffer_mismatches, 
                      head_shapes_differ, is_hf_model, sync_config)
 from .depth import decoder_layers, prune_decoder_layers, remove_decoder_layers
 from .prune import hidden_size_keys, prune, uniform_subnet, warn_whole_attention
-from .reload import CHANNELS_FILE, load_pruned, save_pruned, widths_channel_config
+from .reload import (CHANNELS_FILE, HEAD_WIDTHS_FILE, load_pruned, save_pruned,
+                     widths_channel_configs)
 from .streaming import slim_checkpoint
 
 __all__ = [
     'MLP_WIDTH_FIELDS', 'ConfigSync', 'Mismatch', 'buffer_mismatches', 'build_like',
     'head_shapes_differ', 'is_hf_model', 'sync_config',
     'decoder_layers', 'prune_decoder_layers', 'remove_decoder_layers', 'hidden_size_keys',
-    'prune', 'uniform_subnet', 'warn_whole_attention', 'CHANNELS_FILE', 'load_pruned',
-    'save_pruned', 'widths_channel_config', 'slim_checkpoint',
+    'prune', 'uniform_subnet', 'warn_whole_attention', 'CHANNELS_FILE', 'HEAD_WIDTHS_FILE',
+    'load_pruned', 'save_pruned', 'widths_channel_configs', 'slim_checkpoint',
 ]

@@ -27,7 +27,6 @@ from typing import Dict, Iterable, Iterator, List, Optional, Tuple
 import torch
 import torch.nn as nn
 
-from ...layers.heads import Phi3Heads, head_attributes_of
 from ...tracing.forward import is_transformers_model
 
 __all__ = ['MLP_WIDTH_FIELDS', 'HEAD_COUNT_FIELDS', 'HIDDEN_SIZE_FIELDS', 'WIDTH_FIELDS',
@@ -541,23 +540,6 @@ def sync_config(model: nn.Module, fields: Tuple[str, ...] = WIDTH_FIELDS) -> Con
             sync.changed[name] = (getattr(model.config, name, None), value)
     for name, (_, new) in sync.changed.items():
         setattr(model.config, name, new)
-    _reshare_config(model)
     sync.mismatches = mismatches
     sync.refused = values.refused if mismatches else []
     return sync
-
-
-def _reshare_config(model: nn.Module) -> None:
-    """Point each Phi-3 attention's own copy of the config (made when its query head
-    count was set, :class:`~razorlib.layers.heads.Phi3Heads`) back at the model's where
-    that now says the same head count: a copy would not follow the rewritten widths nor
-    later changes (``set_attn_implementation``, ``sliding_window``); the shared config
-    does."""
-    config = model.config
-    heads = getattr(config, 'num_attention_heads', None)
-    for module in model.modules():
-        own = getattr(module, 'config', None)
-        if own is not None and own is not config and type(own) is type(config) \
-                and isinstance(head_attributes_of(module), Phi3Heads) \
-                and own.num_attention_heads == heads:
-            module.config = config

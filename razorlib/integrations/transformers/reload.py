@@ -4,10 +4,13 @@ Widths the config can describe (uniform across layers, after :func:`~.config.syn
 reload with plain ``from_pretrained``.  Widths it cannot (an MLP that differs per layer)
 are saved beside the weights as a channel config (``razorlib_channels.json``) relative
 to the model the saved config builds; :func:`load_pruned` builds that model, slices it
-with the channel config and loads the weights.
+with the channel config and loads the weights.  One channel config slices an attention
+module's whole heads or the same positions of every head, not both; a model pruned both
+ways (twice: whole heads, then the head width, or the reverse) gets a second channel
+config (``razorlib_head_widths.json``) that narrows the heads the first left whole.
 """
 from pathlib import Path
-from typing import Dict, Optional, Tuple, Union
+from typing import Dict, List, Optional, Tuple, Union
 
 import torch.nn as nn
 
@@ -16,10 +19,16 @@ from ...pruning.channel_config import ChannelConfig, ChannelSelection
 from ...pruning.slicing import slim_model
 from .config import ConfigSync, build_like, shape_mismatches, sync_config
 
-__all__ = ['CHANNELS_FILE', 'widths_channel_config', 'save_pruned', 'load_pruned']
+__all__ = ['CHANNELS_FILE', 'HEAD_WIDTHS_FILE', 'widths_channel_configs', 'save_pruned',
+           'load_pruned']
 
 #: The file beside the weights that holds the widths the config cannot describe.
 CHANNELS_FILE = 'razorlib_channels.json'
+#: The channel config applied after :data:`CHANNELS_FILE`, where that one cut whole heads
+#: of attention modules whose head width was pruned too: it narrows the heads left.
+HEAD_WIDTHS_FILE = 'razorlib_head_widths.json'
+#: The channel files in the order a reload applies them.
+CHANNEL_FILES = (CHANNELS_FILE, HEAD_WIDTHS_FILE)
 
 
 def _prefix(raw: int, count: int) -> ChannelSelection:
@@ -43,30 +52,54 @@ def _head_widths(model: nn.Module, reference: nn.Module) -> Dict[str, Tuple[int,
 
 
 def _selection(raw: int, count: int, head_dims: Optional[Tuple[int, int]]) -> ChannelSelection:
-    """The first ``count`` of ``raw`` channels, or, on an axis of narrowed heads (the
-    same number of heads of ``head_dims[1]`` out of ``head_dims[0]``), the first
-    positions of every head: slicing tells head widths from whole heads by that pattern
-    (``pruning/slicing.py``), and the prefix would read as fewer, whole heads."""
+    """The first ``count`` of ``raw`` channels, or, on an axis of narrowed heads
+    (``head_dims``: the dense and the slim ``head_dim``), the first positions of every
+    head: slicing tells head widths from whole heads by that pattern
+    (``pruning/slicing.py``), and the prefix would read as fewer, whole heads.  Where
+    fewer heads are left too, one selection cannot say both: it keeps those heads whole,
+    ``count // slim`` heads of the dense width, for a second channel config to narrow
+    (:func:`widths_channel_configs`)."""
     if head_dims is not None:
         dense, slim = head_dims
         if raw % dense == 0 and count * dense == raw * slim:
             return ChannelSelection(raw, tuple(h * dense + j for h in range(raw // dense)
                                                for j in range(slim)))
+        if count % slim == 0 and count // slim * dense < raw:
+            return _prefix(raw, count // slim * dense)
     return _prefix(raw, count)
 
 
-def widths_channel_config(model: nn.Module, reference: nn.Module,
-                          layer_kinds: LayerKindsArg = None) -> ChannelConfig:
-    """The channel config that slices ``reference`` to ``model``'s widths.
+def widths_channel_configs(model: nn.Module, reference: nn.Module,
+                           layer_kinds: LayerKindsArg = None) -> List[ChannelConfig]:
+    """The channel configs that, applied in turn, slice ``reference`` (in place) to
+    ``model``'s widths: one, or two where an attention module has both fewer heads and
+    a narrower ``head_dim`` than ``reference``'s (the first cuts its whole heads, the
+    second narrows them: one slice cannot do both).
 
-    It keeps the first channels of each axis (the first positions of every head where
+    Each keeps the first channels of each axis (the first positions of every head where
     ``head_dim`` was narrowed): which ones does not matter, the weights come from
     ``model``'s state dict.  Parameters of modules without a layer kind (a layer
     scale, a position embedding) are compared dim by dim.
 
     Raises:
-        ValueError: naming the tensors the config does not bring to ``model``'s shape.
+        ValueError: naming the tensors the configs do not bring to ``model``'s shape.
     """
+    configs = [_channel_config(model, reference, layer_kinds)]
+    sliced = slim_model(reference, configs[0], layer_kinds)
+    if _head_widths(model, sliced):  # heads left whole, to narrow
+        configs.append(_channel_config(model, sliced, layer_kinds))
+        sliced = slim_model(sliced, configs[1], layer_kinds)
+    left = shape_mismatches(model, sliced)
+    if left:
+        raise ValueError('the slim model differs from its config in ways razorlib cannot '
+                         'write as a channel config: ' + '; '.join(map(str, left[:5])))
+    return configs
+
+
+def _channel_config(model: nn.Module, reference: nn.Module,
+                    layer_kinds: LayerKindsArg) -> ChannelConfig:
+    """One channel config towards ``model``'s widths from ``reference``'s (see
+    :func:`widths_channel_configs`)."""
     kinds = as_table(layer_kinds)
     ref_modules = dict(reference.named_modules())
     head_widths = _head_widths(model, reference)
@@ -89,12 +122,31 @@ def widths_channel_config(model: nn.Module, reference: nn.Module,
                     for dim, size in enumerate(ref_tensor.shape) if tensor.shape[dim] != size}
             if dims and tensor.dim() == ref_tensor.dim():
                 cfg.params[f'{name}.{attr}' if name else attr] = dims
-    sliced = slim_model(reference, cfg, layer_kinds)
-    left = shape_mismatches(model, sliced)
-    if left:
-        raise ValueError('the slim model differs from its config in ways razorlib cannot '
-                         'write as a channel config: ' + '; '.join(map(str, left[:5])))
     return cfg
+
+
+def dump_channel_files(configs: List[ChannelConfig], directory: Path) -> None:
+    """Write ``configs`` to :data:`CHANNEL_FILES` in ``directory``, in order, and remove
+    the files of stages ``configs`` does not have (left by an earlier save)."""
+    for index, name in enumerate(CHANNEL_FILES):
+        path = directory / name
+        if index < len(configs):
+            configs[index].dump(path)
+        elif path.exists():
+            path.unlink()
+
+
+def load_channel_files(directory: Path) -> List[ChannelConfig]:
+    """The channel configs :func:`dump_channel_files` wrote in ``directory``, in order.
+
+    Raises:
+        ValueError: a second-stage file without the first, naming both.
+    """
+    found = [directory / name for name in CHANNEL_FILES if (directory / name).exists()]
+    if found and found[0].name != CHANNELS_FILE:
+        raise ValueError(f'{found[0]} narrows heads that {directory / CHANNELS_FILE} cuts, '
+                         'and that file is missing')
+    return [ChannelConfig.load(path) for path in found]
 
 
 def save_pruned(model: nn.Module, directory: Union[str, Path],
@@ -103,22 +155,20 @@ def save_pruned(model: nn.Module, directory: Union[str, Path],
 
     Rewrites ``model.config`` (:func:`~.config.sync_config`), runs
     ``model.save_pretrained(directory, **save_kwargs)`` and, when the config cannot
-    describe every width, writes ``razorlib_channels.json`` beside it.
+    describe every width, writes ``razorlib_channels.json`` beside it (and
+    ``razorlib_head_widths.json`` for heads pruned both whole and in width,
+    :func:`widths_channel_configs`).
 
     Returns:
         what the config rewrite changed and what the channel config holds.
     """
     sync = sync_config(model)
-    channels = None
+    channels = []
     if not sync.exact:  # checked before anything is written
-        channels = widths_channel_config(model, build_like(model), layer_kinds)
+        channels = widths_channel_configs(model, build_like(model), layer_kinds)
     directory = Path(directory)
     model.save_pretrained(directory, **save_kwargs)
-    path = directory / CHANNELS_FILE
-    if channels is not None:
-        channels.dump(path)
-    elif path.exists():
-        path.unlink()
+    dump_channel_files(channels, directory)
     return sync
 
 
@@ -138,9 +188,10 @@ def load_pruned(directory: Union[str, Path], model_class: Optional[type] = None,
 
     Without a channel file this is ``model_class.from_pretrained(directory,
     **from_kwargs)``.  With one, ``from_pretrained`` runs on a subclass whose
-    ``__init__`` slices the model the config builds to the saved widths, so transformers'
-    own loading (checkpoint key renaming, shape checks, shards, dtypes, devices) fills
-    the slim layers; the model returned is of ``model_class`` itself.
+    ``__init__`` slices the model the config builds to the saved widths (by each channel
+    file in turn, :data:`CHANNEL_FILES`), so transformers' own loading (checkpoint key
+    renaming, shape checks, shards, dtypes, devices) fills the slim layers; the model
+    returned is of ``model_class`` itself.
 
     Args:
         directory: the folder ``save_pruned`` wrote.
@@ -153,7 +204,9 @@ def load_pruned(directory: Union[str, Path], model_class: Optional[type] = None,
         ValueError: naming the folder and the weights, when a weight of the model was not
             loaded from the checkpoint (it would be freshly initialised) or one of the
             checkpoint was not used, other than those transformers itself declares
-            ignorable for the class (tied weights, ``_keys_to_ignore_on_load_*``).
+            ignorable for the class (tied weights, ``_keys_to_ignore_on_load_*``); or
+            naming the files, when ``razorlib_head_widths.json`` is there without
+            ``razorlib_channels.json``.
 
     Example:
         >>> import random, tempfile, torch
@@ -179,15 +232,15 @@ def load_pruned(directory: Union[str, Path], model_class: Optional[type] = None,
     directory = Path(directory)
     config = AutoConfig.from_pretrained(directory)
     model_class = model_class or _model_class(config, directory)
-    path = directory / CHANNELS_FILE
-    if not path.exists():
+    channels = load_channel_files(directory)
+    if not channels:
         return _from_pretrained(model_class, directory, from_kwargs)
-    channels = ChannelConfig.load(path)
 
     class Sliced(model_class):  # what from_pretrained builds is sliced before it loads
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
-            slim_model(self, channels, layer_kinds)
+            for cfg in channels:
+                slim_model(self, cfg, layer_kinds)
 
     # transformers tells its own classes from custom code by ``__module__``
     # (``PreTrainedModel.is_custom_code``) and skips the checkpoint conversion mappings

@@ -25,7 +25,8 @@ from ...layers import LayerKindsArg, as_table
 from ...pruning.channel_config import ChannelConfig, as_channel_config
 from ...pruning.slicing import plan_slices, slim_model
 from .config import ConfigSync, build_like, sync_config
-from .reload import CHANNELS_FILE, _model_class, widths_channel_config
+from .reload import (CHANNEL_FILES, _model_class, dump_channel_files, load_channel_files,
+                     widths_channel_configs)
 
 __all__ = ['slim_checkpoint']
 
@@ -202,11 +203,11 @@ def _write_shards(source: Path, layout: Dict[str, Dict[str, Optional[Kept]]], ou
 
 def _dense_meta(source: Path, config, model_class: type, layer_kinds: LayerKindsArg) -> nn.Module:
     """The model the checkpoint holds, on ``meta``: built from its config and sliced by
-    its own channel file, if it has one (it was itself saved by ``save_pruned``)."""
+    its own channel files, if it has them (it was itself saved by ``save_pruned``)."""
     with torch.device('meta'):
         model = model_class(config)
-    if (source / CHANNELS_FILE).exists():
-        slim_model(model, ChannelConfig.load(source / CHANNELS_FILE), layer_kinds)
+    for cfg in load_channel_files(source):
+        slim_model(model, cfg, layer_kinds)
     return model
 
 
@@ -218,8 +219,8 @@ def slim_checkpoint(source_dir: Union[str, Path],
     ``channel_cfg``, reading the dense safetensors one shard at a time.
 
     ``out_dir`` gets the same shard files (and index) with the slim tensors, the config
-    rewritten by :func:`~.config.sync_config`, ``razorlib_channels.json`` when that config
-    cannot describe every width (as :func:`~.reload.save_pruned`), and the folder's other
+    rewritten by :func:`~.config.sync_config`, the channel files when that config cannot
+    describe every width (as :func:`~.reload.save_pruned`), and the folder's other
     files (tokenizer, generation config); :func:`~.reload.load_pruned` loads it.
 
     Args:
@@ -274,17 +275,13 @@ def slim_checkpoint(source_dir: Union[str, Path],
     layout = _layout(source, files, dense, kept)
     slim = slim_model(dense, cfg, layer_kinds)
     sync = sync_config(slim)
-    channels = None if sync.exact else widths_channel_config(slim, build_like(slim),
-                                                             layer_kinds)
+    channels = [] if sync.exact else widths_channel_configs(slim, build_like(slim), layer_kinds)
     out.mkdir(parents=True, exist_ok=True)
     _write_shards(source, layout, out)
     slim.config.save_pretrained(out)
     for path in source.iterdir():
         if path.is_file() and not path.name.endswith(_WEIGHT_SUFFIXES + ('.index.json', )) \
-                and path.name not in ('config.json', CHANNELS_FILE):
+                and path.name not in ('config.json', ) + CHANNEL_FILES:
             shutil.copy2(path, out / path.name)
-    if channels is not None:
-        channels.dump(out / CHANNELS_FILE)
-    elif (out / CHANNELS_FILE).exists():
-        (out / CHANNELS_FILE).unlink()
+    dump_channel_files(channels, out)
     return sync
