@@ -8,7 +8,8 @@ exactly what the sliced subnet has: parameters as ``sum(p.numel())`` of the slim
 FLOPs are multiply-accumulates of conv, transposed conv and linear layers (and attention
 projections) plus one operation per normalised element: OpenMMLab's convention.  Weight
 layers run as functions outside their modules' calls are counted too (see
-:class:`_FunctionCounter`).  The products of two activations (``QK^T``, ``AV`` in
+:class:`_FunctionCounter`), and so are the weight products of recurrent layers (see
+:func:`recurrent_macs`).  The products of two activations (``QK^T``, ``AV`` in
 attention) are left out unless ``attention=True``.
 """
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.nn.utils.rnn import PackedSequence
 from torch.overrides import TorchFunctionMode
 
 from ..layers import (KindTable, LayerKindsArg, as_table, kept_param_size, kept_widths,
@@ -156,6 +158,35 @@ def _weight_macs(func, args: tuple, out: torch.Tensor) -> int:
     return (x.numel() if func in _TRANSPOSED else out.numel()) * per_row
 
 
+#: Recurrent layers: they have no layer kind (the tracer freezes the channels around
+#: them, so they stay whole), and the mode does not see their products (one ATen op).
+_RECURRENT = (nn.RNNBase, nn.RNNCellBase)
+
+
+def recurrent_macs(module: nn.Module, sequence: Any) -> int:
+    """Multiply-accumulates of an ``nn.RNN`` / ``nn.LSTM`` / ``nn.GRU`` or one of their
+    cells on ``sequence`` (a tensor, batch first or not, or a ``PackedSequence``).
+
+    Every weight matrix multiplies one vector per token it reads: per token, layer and
+    direction, the input-to-hidden and hidden-to-hidden products of all gates, and an
+    LSTM's ``proj_size`` projection.  That is what the same layer built from
+    ``nn.Linear`` counts (``torch.ao.nn.quantizable.LSTM`` is built so).  Bias adds and
+    the gates' element-wise ops are left out, as a Linear's bias and activations are.
+    A packed sequence costs the tokens it holds, not its padded length.
+
+    Example:
+        >>> lstm = nn.LSTM(8, 16, batch_first=True)  # 4 gates: 64 x 8 and 64 x 16 weights
+        >>> recurrent_macs(lstm, torch.randn(2, 5, 8)) == 2 * 5 * (64 * 8 + 64 * 16)
+        True
+    """
+    data = sequence.data if isinstance(sequence, PackedSequence) else sequence
+    # by name, not module._parameters: a weight under weight_norm is computed, not held
+    names = getattr(module, '_flat_weights_names', ('weight_ih', 'weight_hh'))
+    per_token = sum(_bare_param_size(module, name, getattr(module, name))
+                    for name in names if name.startswith('weight'))
+    return data.numel() // data.shape[-1] * per_token
+
+
 def _product_operands(func, args: tuple) -> Optional[Tuple[torch.Tensor, torch.Tensor]]:
     operands = args[:2] if func in _PRODUCTS else args[1:3] if func in _ADDED_PRODUCTS else ()
     if len(operands) == 2 and all(isinstance(t, torch.Tensor) for t in operands):
@@ -283,6 +314,11 @@ def get_model_complexity(model: nn.Module, example_inputs: Any = None,
                 flops[name] = flops.get(name, 0) + kind.flops(mod, inputs, output, kept)
             handles.append(module.register_forward_pre_hook(enter))
             handles.append(module.register_forward_hook(hook, with_kwargs=True))
+        elif isinstance(module, _RECURRENT):
+            def recurrent(mod, args, kwargs, output, name=name):
+                sequence = args[0] if args else kwargs['input']
+                flops[name] = flops.get(name, 0) + recurrent_macs(mod, sequence)
+            handles.append(module.register_forward_hook(recurrent, with_kwargs=True))
     try:
         with evaluating(model), torch.no_grad(), counter:
             call_model(model, example_inputs)
