@@ -530,7 +530,7 @@ class SubnetLatency:
             def record(module: nn.Module, args: Tuple, kwargs: Dict[str, Any]) -> None:
                 # an input passed by keyword (self.fc(input=x)) is timed as the first
                 _note_call(recorded.setdefault(name, []),
-                           args or (layer_input(module, args, kwargs), ))
+                           args or (layer_input(module, args, kwargs, name), ))
             return record
         handles = [m.register_forward_pre_hook(hook(n), with_kwargs=True)
                    for n, m in pruner._masked.items()]

@@ -9,9 +9,9 @@ A bare parameter (layer scale, position embedding) gets a keep-mask per pruned d
 (:func:`~razorlib.layers.param_mask_name`), read by the counter only: its pruned entries
 meet channels that are zero already.
 
-Hooks are module-level functions (bound to the kind with ``functools.partial``) and the
-masks are persistent buffers: a masked model deep-copies, pickles and round-trips its
-``state_dict``.
+Hooks are module-level functions (bound to the kind and the module's name with
+``functools.partial``) and the masks are persistent buffers: a masked model deep-copies,
+pickles and round-trips its ``state_dict``.
 """
 import inspect
 import re
@@ -37,28 +37,46 @@ def _input_name(module_type: type) -> Optional[str]:
     return names[0] if names else None
 
 
-def layer_input(module: nn.Module, args: Tuple, kwargs: Dict[str, Any]) -> torch.Tensor:
+def layer_input(module: nn.Module, args: Tuple, kwargs: Dict[str, Any],
+                name: Optional[str] = None) -> torch.Tensor:
     """The input a masked layer is called on, positional or by keyword
-    (``self.fc(input=x)``)."""
+    (``self.fc(input=x)``).
+
+    Args:
+        name: the module's qualified name in the model, which the error names: a hook
+            sees only the module, and a model holds many of one class.
+
+    Raises:
+        TypeError: the call passes neither a positional argument nor the input's keyword.
+
+    Example:
+        >>> layer_input(nn.Linear(2, 2), (), {'inp': None}, 'head.fc')
+        Traceback (most recent call last):
+        ...
+        TypeError: masked Linear 'head.fc' was called without its input (no positional \
+argument and no 'input' keyword): its masks cannot apply
+    """
     if args:
         return args[0]
-    name = _input_name(type(module))
-    if name in kwargs:
-        return kwargs[name]
-    raise TypeError(f'masked {type(module).__name__} was called without its input (no '
-                    f'positional argument and no {name!r} keyword): its masks cannot apply')
+    key = _input_name(type(module))
+    if key in kwargs:
+        return kwargs[key]
+    who = type(module).__name__ + (f' {name!r}' if name is not None else '')
+    raise TypeError(f'masked {who} was called without its input (no positional argument '
+                    f'and no {key!r} keyword): its masks cannot apply')
 
 
-def _mask_input(module: nn.Module, args: Tuple, kwargs: Dict[str, Any]) -> Tuple:
-    masked = layer_input(module, args, kwargs) * module.in_mask
+def _mask_input(name: Optional[str], module: nn.Module, args: Tuple,
+                kwargs: Dict[str, Any]) -> Tuple:
+    masked = layer_input(module, args, kwargs, name) * module.in_mask
     if args:
         return (masked, ) + tuple(args[1:]), kwargs
     return args, {**kwargs, _input_name(type(module)): masked}
 
 
-def _mask_output(kind: LayerKind, module: nn.Module, args: Tuple, kwargs: Dict[str, Any],
-                 output: torch.Tensor) -> torch.Tensor:
-    return kind.masked_output(module, layer_input(module, args, kwargs), output,
+def _mask_output(kind: LayerKind, name: Optional[str], module: nn.Module, args: Tuple,
+                 kwargs: Dict[str, Any], output: torch.Tensor) -> torch.Tensor:
+    return kind.masked_output(module, layer_input(module, args, kwargs, name), output,
                               module.out_mask)
 
 
@@ -71,7 +89,8 @@ def _ones(channels: int, trailing: int, ref: torch.Tensor = None) -> torch.Tenso
     return torch.ones((channels, ) + (1, ) * trailing, **kwargs)
 
 
-def add_masks(module: nn.Module, kind: LayerKind, out_dim: int) -> None:
+def add_masks(module: nn.Module, kind: LayerKind, out_dim: int,
+              name: Optional[str] = None) -> None:
     """Give ``module`` all-ones masks on the axes of its ``kind`` and the hooks that apply
     them.
 
@@ -79,6 +98,8 @@ def add_masks(module: nn.Module, kind: LayerKind, out_dim: int) -> None:
         module: a module with a layer kind.
         kind: its kind (widths, how the input mask broadcasts, the masked output).
         out_dim: the negative dim of the module's output that holds the channels.
+        name: the module's qualified name in the model, bound to the hooks so that their
+            errors name it (:func:`layer_input`).
 
     Example:
         >>> from razorlib.layers import kind_of
@@ -91,10 +112,10 @@ def add_masks(module: nn.Module, kind: LayerKind, out_dim: int) -> None:
     widths = kind.widths(module)
     if 'in' in widths:
         module.register_buffer(IN_MASK, _ones(widths['in'], kind.in_mask_trailing(module), ref))
-        module.register_forward_pre_hook(_mask_input, with_kwargs=True)
+        module.register_forward_pre_hook(partial(_mask_input, name), with_kwargs=True)
     if 'out' in widths:
         module.register_buffer(OUT_MASK, _ones(widths['out'], -out_dim - 1, ref))
-        module.register_forward_hook(partial(_mask_output, kind), with_kwargs=True)
+        module.register_forward_hook(partial(_mask_output, kind, name), with_kwargs=True)
 
 
 def add_param_mask(owner: nn.Module, attr: str, dim: int) -> str:

@@ -182,7 +182,8 @@ class StructurePruner(metaclass=ABCMeta):
                 add_param_mask(modules[owner], attr, use.dim)
             elif use.name not in self._masked:
                 module = modules[use.name]
-                add_masks(module, self.kinds.kind_of(module), graph.out_dims[use.name])
+                add_masks(module, self.kinds.kind_of(module), graph.out_dims[use.name],
+                          use.name)
                 self._masked[use.name] = module
         self._reset_subnet()
         checked = list(groups.prunable) if self.heads == 'width' else list(dict.fromkeys(

@@ -163,11 +163,14 @@ class TraceContext:
     def bind(self, a: np.ndarray, b: np.ndarray, reason: str) -> None:
         self.slots.bind(a, b, reason)
 
-    def freeze(self, slots: np.ndarray, kind: str, node, message: str) -> None:
-        """Freeze ``slots`` with a reason naming the op and its neighbouring modules."""
+    def freeze(self, slots: np.ndarray, kind: str, node, message: str,
+               op: Optional[str] = None) -> None:
+        """Freeze ``slots`` with a reason naming the op (``op``, else the node's name) and
+        its neighbouring modules."""
         if not slots.size:
             return
-        op = node.name() if node is not None else ''
+        if op is None:
+            op = node.name() if node is not None else ''
         upstream, downstream = self.neighbours(node) if node is not None else ((), ())
         reason = FrozenReason(kind, op, message, upstream, downstream)
         if self.strict and kind in STRICT_KINDS:

@@ -229,8 +229,8 @@ class ChannelGroups:
 
         Returns:
             one line per reason (an op missing from the rule table, a shape a rule cannot
-            explain, code that fails when the channels are cut) -> the ids of the groups
-            of more than one channel it froze.
+            explain, code that fails when the channels are cut or reads a parameter
+            outside autograd) -> the ids of the groups of more than one channel it froze.
 
         Example:
             >>> import torch, torch.nn as nn

@@ -23,17 +23,24 @@ tensors whose sizes the code read (``x.shape``, ``x.size(1)``).  After the walk,
 
 ``pruning/verify.py`` runs the model with exactly those groups pruned; a group none of
 them touches has nothing in the code that could size it by hand.
+
+A parameter (or float buffer) the code reads outside autograd is not checked but frozen
+(:func:`freeze_untracked_params`): its channels, and those an op combines with what was
+computed from it.  A run cannot tell such a read apart from one that follows the pruning:
+``x * self.alpha.detach()`` with ``alpha`` sliced with another group runs, and halving
+every group alike keeps the same channels of both.
 """
 import itertools
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
+from torch.utils.weak import WeakIdKeyDictionary
 
 from .channels import TensorChannels
-from .context import TraceContext, normalize_dim
+from .context import ROTARY_BUFFERS, TraceContext, normalize_dim
 from .layer_rules import find_layer
 from .rules import rule_for
 
@@ -59,6 +66,16 @@ _WATCHED: Dict[Any, str] = {
 _SHAPE_ONLY = frozenset((torch.zeros_like, torch.ones_like, torch.empty_like, torch.full_like,
                          torch.rand_like, torch.randn_like, torch.Tensor.new_zeros,
                          torch.Tensor.new_ones, torch.Tensor.new_empty, torch.Tensor.new_full))
+
+#: Calls that read only the dtype and device of their operands after the first.
+_TYPE_ONLY = frozenset((torch.Tensor.to, torch.Tensor.type_as))
+
+#: Calls that turn a tensor's values into Python numbers.
+_TO_PYTHON = frozenset((torch.Tensor.item, torch.Tensor.tolist, torch.Tensor.__float__,
+                        torch.Tensor.__int__, torch.Tensor.__bool__, torch.Tensor.__index__))
+
+#: Parameters (or float buffers) by ``id``.
+Leaves = Dict[int, torch.Tensor]
 
 #: The walk's channels of every ``(node, output_nr)``.
 Channels = Dict[Tuple[Any, int], TensorChannels]
@@ -106,6 +123,14 @@ class SizeWatch(TorchFunctionMode):
             history of a call that returned tensors without any (``detach``, ``.data``,
             an op under ``no_grad``, a comparison): the walk cannot see what the call
             did with its channels (a mean over them), so its groups are checked.
+        param_reads: the leaves requiring grad (the model's parameters and float
+            buffers) whose values the code used outside autograd: a value computed from
+            one without autograd history (``detach``, ``.data``, an op under ``no_grad``)
+            reached a tracked op or a Python number.  No node records that read, so no
+            rule sees its channels.
+        param_operands: grad_fn of a tracked op with an operand of more than one
+            element computed so -> the leaves it was computed from: the op combines
+            their values with its channels, and no rule sees them lined up.
         created: every grad_fn seen, each once, in the order the forward created them.
 
     Example:
@@ -123,6 +148,11 @@ class SizeWatch(TorchFunctionMode):
         ...     _ = x.detach().mean(1)
         >>> [tensor is x for _, _, tensor, _ in watch.detached]
         [True]
+        >>> alpha = torch.ones(8, requires_grad=True)
+        >>> with SizeWatch() as watch:
+        ...     y = x * alpha.detach()
+        >>> [t is alpha for t in watch.param_reads.values()], y.grad_fn in watch.param_operands
+        ([True], True)
     """
 
     def __init__(self):
@@ -132,6 +162,10 @@ class SizeWatch(TorchFunctionMode):
         self.untracked_sized: Dict[Any, bool] = {}
         self.norm_shapes: Dict[Any, Any] = {}
         self.detached: List[Tuple[Any, int, torch.Tensor, Optional[int]]] = []
+        self.param_reads: Leaves = {}
+        self.param_operands: Dict[Any, Leaves] = {}
+        #: tensor without autograd history -> the leaves requiring grad it was computed from
+        self._origins = WeakIdKeyDictionary()
         self._created: Dict[Any, None] = {}
 
     @property
@@ -152,7 +186,11 @@ class SizeWatch(TorchFunctionMode):
                 self._created[tensor.grad_fn] = None
                 self._note_operands(tensor.grad_fn, args, kwargs)
         if outs and not any(t.requires_grad for t in outs) and func not in _SHAPE_ONLY:
-            self._note_detached(args, kwargs)
+            self._note_detached(func, args, kwargs, outs)
+        elif outs and self._origins:
+            self._note_param_operands(args, kwargs, outs)
+        elif func in _TO_PYTHON and self._origins:
+            self.param_reads.update(self._origins.get(args[0], {}))
         kind = _WATCHED.get(func)
         if kind is None or not args or not isinstance(args[0], torch.Tensor):
             if func is F.layer_norm and isinstance(out, torch.Tensor):
@@ -185,28 +223,57 @@ class SizeWatch(TorchFunctionMode):
             self.requested[node] = COMPUTED
             stack.extend(child for child, _ in node.next_functions)
 
-    def _note_detached(self, args: Sequence[Any], kwargs: Dict[str, Any]) -> None:
-        """Note the operands with autograd history of a call whose results have none."""
-        for arg in itertools.chain(args, kwargs.values()):
-            for tensor in arg if type(arg) in (tuple, list) else (arg, ):
-                if isinstance(tensor, torch.Tensor) and tensor.grad_fn is not None:
-                    self.detached.append((tensor.grad_fn, tensor.output_nr, tensor, None))
+    def _note_detached(self, func, args: Sequence[Any], kwargs: Dict[str, Any],
+                       outs: Sequence[torch.Tensor]) -> None:
+        """Note the operands with autograd history of a call whose results have none, and
+        which leaves requiring grad its results are computed from (a parameter read by
+        ``detach``, ``.data`` or under ``no_grad``, and what was computed from one so)."""
+        origins: Leaves = {}
+        for position, tensor in _operands(args, kwargs):
+            if tensor.grad_fn is not None:
+                self.detached.append((tensor.grad_fn, tensor.output_nr, tensor, None))
+            elif not tensor.requires_grad:
+                origins.update(self._origins.get(tensor, {}))
+            elif position == 0 or func not in _TYPE_ONLY:
+                origins[id(tensor)] = tensor
+        if origins:
+            for tensor in outs:
+                self._origins[tensor] = {**self._origins.get(tensor, {}), **origins}
+
+    def _note_param_operands(self, args: Sequence[Any], kwargs: Dict[str, Any],
+                             outs: Sequence[torch.Tensor]) -> None:
+        """Note the leaves requiring grad that the operands without autograd history of a
+        tracked call were computed from."""
+        read: Leaves = {}
+        combined: Leaves = {}
+        for _, tensor in _operands(args, kwargs):
+            origins = {} if tensor.requires_grad else self._origins.get(tensor, {})
+            read.update(origins)
+            if tensor.numel() > 1:
+                combined.update(origins)
+        self.param_reads.update(read)
+        if combined:
+            for tensor in outs:
+                if tensor.grad_fn is not None:
+                    self.param_operands.setdefault(tensor.grad_fn, {}).update(combined)
 
     def _note_operands(self, node, args: Sequence[Any], kwargs: Dict[str, Any]) -> None:
         """Note ``node`` if an operand autograd does not track is more than a scalar."""
-        for arg in itertools.chain(args, kwargs.values()):
-            if type(arg) in (tuple, list):
-                if any(_untracked_sized(t) for t in arg):
-                    break
-            elif _untracked_sized(arg):
-                break
-        else:
-            return
-        self.untracked_sized[node] = True
+        if any(_untracked_sized(t) for _, t in _operands(args, kwargs)):
+            self.untracked_sized[node] = True
 
 
-def _untracked_sized(t: Any) -> bool:
-    return isinstance(t, torch.Tensor) and not t.requires_grad and t.numel() > 1
+def _operands(args: Sequence[Any], kwargs: Dict[str, Any]) -> Iterator[Tuple[int, torch.Tensor]]:
+    """Every tensor among a call's arguments (and in a tuple or list of them), with the
+    position of the argument that holds it."""
+    for position, arg in enumerate(itertools.chain(args, kwargs.values())):
+        for tensor in arg if type(arg) in (tuple, list) else (arg, ):
+            if isinstance(tensor, torch.Tensor):
+                yield position, tensor
+
+
+def _untracked_sized(t: torch.Tensor) -> bool:
+    return not t.requires_grad and t.numel() > 1
 
 
 def _follows_channels(request: Any, out: Optional[TensorChannels]) -> bool:
@@ -282,3 +349,55 @@ def size_dependent_slots(ctx: TraceContext, order: Sequence[Any], watch: SizeWat
                 _node_is_sized_by_code(ctx, node, watch, channels):
             found += _node_slots(ctx, node, channels)
     return np.unique(np.concatenate(found)) if found else np.zeros(0, dtype=np.int64)
+
+
+#: Where the code read a parameter that :func:`freeze_untracked_params` freezes.
+OUTSIDE_AUTOGRAD = 'outside autograd (detach, .data, torch.no_grad)'
+
+
+def freeze_untracked_params(ctx: TraceContext, watch: SizeWatch, channels: Channels) -> None:
+    """Freeze the channels an op combines with a parameter the code read outside
+    autograd (:attr:`SizeWatch.param_operands`), and the channels of every parameter it
+    read so (:attr:`SizeWatch.param_reads`).
+
+    No node records such a read, so no rule lines the parameter up with the channels it
+    meets (``x * self.alpha.detach().view(1, -1, 1, 1)``: the slim ``x`` would meet the
+    whole ``alpha``), and a parameter sliced with a group is still read whole where the
+    code read it so (``self.alpha.detach().sum()``: the slim model would sum fewer
+    entries).  Rotary ``inv_freq`` buffers, read under ``no_grad`` by design, are bound by
+    their own rule (:func:`.heads.bind_rotary`).
+    """
+    for node, leaves in watch.param_operands.items():
+        names = ', '.join(filter(None, (_param_name(ctx, t) for t in leaves.values())))
+        slots = _node_slots(ctx, node, channels)
+        if names and slots:
+            ctx.freeze(np.concatenate(slots), 'untracked', node,
+                       f'combines these channels with {names}, read {OUTSIDE_AUTOGRAD}: '
+                       'its entries cannot follow their pruning')
+    for tensor in watch.param_reads.values():
+        for name, slots in _own_slots(ctx, tensor):
+            ctx.freeze(slots, 'untracked', None, f'the code reads it {OUTSIDE_AUTOGRAD}, '
+                       'where its pruning cannot follow', op=name)
+
+
+def _param_name(ctx: TraceContext, tensor: torch.Tensor) -> Optional[str]:
+    """The name of a parameter or buffer of the model; None for anything else and for a
+    rotary buffer."""
+    found = ctx.owner(tensor)
+    return None if found is None or found[1] in ROTARY_BUFFERS else ctx.tensor_name(tensor)
+
+
+def _own_slots(ctx: TraceContext, tensor: torch.Tensor) -> List[Tuple[str, np.ndarray]]:
+    """``(name, slots)`` of each name of a parameter or buffer: a layer's weight has the
+    channels of its layer's axes, a bare one those of its own dims (none if no rule bound
+    it to a group: it is then never sliced)."""
+    found = []
+    for module, attr in ctx.owners_of(tensor):
+        if attr in ROTARY_BUFFERS:
+            continue
+        name = f'{module}.{attr}' if module else attr
+        owner = module if ctx.layer_kind(module) is not None else name
+        slots = [use.slots for use in ctx.uses.values() if use.name == owner]
+        if slots:
+            found.append((name, np.concatenate(slots)))
+    return found

@@ -11,8 +11,10 @@ from typing import List, Optional, Tuple
 
 import numpy as np
 
-#: Kinds of freeze reason. ``unknown-op`` and ``shape`` are errors under ``strict=True``.
-STRICT_KINDS = ('unknown-op', 'shape', 'runtime')
+#: Kinds of freeze reason that are errors under ``strict=True`` (and that ``razorlib.prune``
+#: warns about): the op, shape or code at fault may be fixable, where the other kinds are
+#: plain limits of the model.
+STRICT_KINDS = ('unknown-op', 'shape', 'runtime', 'untracked')
 
 
 @dataclass
@@ -25,8 +27,9 @@ class FrozenReason:
             ``output`` (the channels reach a model output), ``dead-end`` (a module output
             nothing uses), ``except-key`` (excluded by the user), ``external`` (channels of a
             model input or constant), ``runtime`` (the model's code fails when they are
-            pruned, see ``pruning/verify.py``).
-        op: the grad_fn name (or module name) at fault.
+            pruned, see ``pruning/verify.py``), ``untracked`` (the model's code reads a
+            parameter outside autograd, see ``literal_sizes.py``).
+        op: the grad_fn name (or module or parameter name) at fault.
         message: what happened, in words.
         upstream: names of the nearest modules feeding the op.
         downstream: names of the nearest modules the op feeds.

@@ -22,7 +22,7 @@ from . import heads
 from .composite import WholeCall, inner_order, whole_calls
 from .context import ChannelUse, TraceContext, check_gqa, check_heads
 from .forward import all_modules, default_example_inputs, record_forward
-from .literal_sizes import size_dependent_slots
+from .literal_sizes import freeze_untracked_params, size_dependent_slots
 from .rules import rule_for
 from .slots import FrozenReason, SlotTable
 
@@ -158,6 +158,7 @@ def trace(model: nn.Module, example_inputs: Any = None, strict: bool = False,
     _freeze_dead_ends(ctx, channels, record.module_outputs)
     _freeze_excepted(ctx, except_start_keys)
     _freeze_uncalled_layers(ctx, record.calls)
+    freeze_untracked_params(ctx, record.sizes, channels)
     size_dependent = size_dependent_slots(ctx, order, record.sizes, channels)
     untraced = [name for name, m in record.modules.items() if name not in record.calls
                 and any(p is not None for p in m._parameters.values())]

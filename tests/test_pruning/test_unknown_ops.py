@@ -68,3 +68,30 @@ def test_a_model_razorlib_fully_understands_prunes_without_a_warning():
         slim = razorlib.prune(Net(torch.relu), X)
     assert not [w for w in caught if 'razorlib.prune left' in str(w.message)]
     assert slim.b.out_channels == 4
+
+
+class DetachedScale(nn.Module):
+    """Scales by a parameter read outside autograd (``.data``): no node records the read."""
+
+    def __init__(self):
+        super().__init__()
+        self.alpha = nn.Parameter(torch.rand(8) + 0.5)
+
+    def forward(self, x):
+        return x * self.alpha.data[:, None, None]
+
+
+def test_a_parameter_read_outside_autograd_warns_naming_it():
+    """Before, the pruned run froze b and c with a broadcast error naming no parameter,
+    and ``verify=False`` sliced them, leaving a slim model that fails."""
+    with pytest.raises(TracingError, match=r'^\[untracked\] MulBackward0: combines these '
+                                           r'channels with op\.alpha, read outside autograd'):
+        razorlib.prune(Net(DetachedScale()), X, strict=True)
+    for verify in (True, False):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter('always')
+            slim = razorlib.prune(Net(DetachedScale()), X, verify=verify)
+        (message, ) = [str(w.message) for w in caught if 'razorlib.prune left' in str(w.message)]
+        assert message.count('with op.alpha, read outside autograd') == 2
+        assert '(left unpruned: b)' in message and '(left unpruned: c)' in message
+        assert (slim.a.out_channels, slim.b.out_channels, slim.c.out_channels) == (4, 8, 8)

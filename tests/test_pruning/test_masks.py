@@ -1,0 +1,55 @@
+"""``pruning/masks.py``: the hooks' errors name the module by its name in the model (a
+model holds many modules of one class)."""
+import pytest
+import torch
+import torch.nn as nn
+
+from razorlib.layers import kind_of
+from razorlib.pruning.masks import add_masks
+
+
+class KeywordNorm(nn.BatchNorm2d):
+    """A norm whose input may come by another keyword: only its output is masked, so the
+    forward hook is the one that looks for the input."""
+
+    def forward(self, x=None, *, features=None):
+        return super().forward(features if x is None else x)
+
+
+CALLS = {
+    'the input hook (Linear)': (lambda: nn.Linear(4, 2), -1, 'Linear', 'input',
+                                lambda m: m(inp=torch.zeros(1, 4))),
+    'the output hook (a norm)': (lambda: KeywordNorm(4).eval(), -3, 'KeywordNorm', 'x',
+                                 lambda m: m(features=torch.zeros(1, 4, 2, 2))),
+}
+
+
+@pytest.mark.parametrize('case', CALLS)
+def test_a_masked_layer_called_without_its_input_is_named(case):
+    build, out_dim, cls, key, call = CALLS[case]
+    module = build()
+    add_masks(module, kind_of(module), out_dim, 'blocks.0.proj')
+    with pytest.raises(TypeError) as error:
+        call(module)
+    assert str(error.value) == (
+        f"masked {cls} 'blocks.0.proj' was called without its input (no positional "
+        f"argument and no {key!r} keyword): its masks cannot apply")
+
+
+class KeywordNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.norm = KeywordNorm(4)
+        self.head = nn.Conv2d(4, 2, 1)
+
+    def forward(self, x):
+        return self.head(self.norm(features=self.conv(x)))
+
+
+def test_the_pruner_names_the_masked_module_in_the_model():
+    from razorlib.pruning import L1NormPruner
+    model = KeywordNet().eval()
+    L1NormPruner(ratio=0.5).prepare_from_supernet(model, torch.randn(1, 3, 6, 6))
+    with pytest.raises(TypeError, match="masked KeywordNorm 'norm' was called without"):
+        model(torch.randn(1, 3, 6, 6))
