@@ -90,6 +90,7 @@ def from_onnx(model: Union[ModelProto, str, os.PathLike]) -> BaseGraph:
     """
     if not isinstance(model, ModelProto):
         model = _load_onnx_file(os.fspath(model))
+    function_opsets = _function_opsets(model)
     if model.functions:
         logger.info('from_onnx: inlining %d model-local function(s)', len(model.functions))
         model = onnx.inliner.inline_local_functions(model)
@@ -117,15 +118,11 @@ def from_onnx(model: Union[ModelProto, str, os.PathLike]) -> BaseGraph:
         var.value, var.is_parameter = tensor_from_onnx(initializer), True
     outputs = iter(output_names)
     for node, name in zip(proto.node, node_names):
-        domain = _domain(node.domain)
-        if domain not in opsets:
-            raise ValueError(f'node {name!r} ({node.op_type}) is in domain {domain!r}, which '
-                             'the model imports no opset for')
         graph.create_operation(
             node.op_type, name, {attr.name: _decode(attr, name) for attr in node.attribute},
             inputs=[variable(item) for item in node.input],
             outputs=[variable(next(outputs)) for _ in node.output],
-            opset=Opset(opsets[domain], domain))
+            opset=_node_opset(node, name, opsets, function_opsets))
     for info in proto.input:
         graph.mark_variable_as_graph_input(graph.variables[info.name])
     for info in proto.output:
@@ -139,10 +136,11 @@ def to_onnx(graph: BaseGraph, path: Union[str, os.PathLike, None] = None,
 
     Nodes come in topological order.  Variables with a value that no operation produces
     become initializers; other variables with a known shape or dtype get a
-    ``value_info``.  Each domain is imported at the highest opset version its operations
-    carry (the default domain always, at least at ``DEFAULT_OPSET``'s version when no
-    operation uses it); a default-domain operation of an older version whose op that
-    version redefines is refused, as runtimes would read it by the new definition.
+    ``value_info``.  Each domain its operations use is imported at the highest opset version
+    they carry (the default domain always, at ``DEFAULT_OPSET``'s version when no operation
+    uses it); an operation of an older version whose op that version redefines, or whose
+    schema onnx does not hold (``com.microsoft``, custom domains), is refused, as runtimes
+    would read it by the new definition.
     ``onnx.checker`` wants a shape on every graph input and output;
     :meth:`TorchExecutor.tracing_operation_meta` fills them in.
 
@@ -158,10 +156,11 @@ def to_onnx(graph: BaseGraph, path: Union[str, os.PathLike, None] = None,
 
     Raises:
         ValueError: an operation reads a variable that nothing produces, that has no
-            value and that is not a graph input; or default-domain operations carry
-            versions whose definitions differ, e.g. a Softmax of opset 11 (2-D
-            flattening) with a Gelu of opset 20 (Softmax-13 normalizes one axis): the
-            error names each such operation with its version.
+            value and that is not a graph input; an operation of a non-default domain has
+            no opset version; or operations of one domain carry versions whose
+            definitions differ, or may, e.g. a Softmax of opset 11 (2-D flattening) with a
+            Gelu of opset 20 (Softmax-13 normalizes one axis): the error names each such
+            operation with its domain and version.
 
     Example:
         >>> import onnx, torch
@@ -178,11 +177,7 @@ def to_onnx(graph: BaseGraph, path: Union[str, os.PathLike, None] = None,
     """
     operations = graph.topological_sort()
     check_inputs_provided(graph)
-    opsets = {DEFAULT_OPSET.domain: 0}
-    for op in operations:
-        opsets[op.opset.domain] = max(opsets.get(op.opset.domain, 0), op.opset.version)
-    opsets[DEFAULT_OPSET.domain] = opsets[DEFAULT_OPSET.domain] or DEFAULT_OPSET.version
-    _check_one_definition(graph, operations, opsets[DEFAULT_OPSET.domain])
+    opsets = _domain_versions(graph, operations)
     opset_imports = [helper.make_opsetid(domain, version) for domain, version in opsets.items()]
     constants = [var for var in graph.variables.values()
                  if var.value is not None and var.source_op is None]
@@ -260,31 +255,98 @@ def _unique_names(names: Iterable[str], prefix: str, reserved: Iterable[str] = (
     return result
 
 
+def _function_opsets(model: ModelProto) -> Dict[str, Dict[int, List[str]]]:
+    """For each domain, the versions model-local functions import it at, and which do.
+
+    A function imports the domains its body uses; inlining moves the body into the graph
+    and leaves those imports behind, so a node of a domain that the model itself does not
+    import takes its version from them.
+    """
+    versions: Dict[str, Dict[int, List[str]]] = {}
+    for function in model.functions:
+        for item in function.opset_import:
+            versions.setdefault(_domain(item.domain), {}).setdefault(item.version, []).append(
+                f'{function.domain}.{function.name}' if function.domain else function.name)
+    return versions
+
+
+def _node_opset(node: onnx.NodeProto, name: str, opsets: Dict[str, int],
+                function_opsets: Dict[str, Dict[int, List[str]]]) -> Opset:
+    """The opset of ``node``: its domain as the model imports it, else as the model-local
+    functions do when they agree on one version."""
+    domain = _domain(node.domain)
+    if domain in opsets:
+        return Opset(opsets[domain], domain)
+    versions = function_opsets.get(domain, {})
+    if len(versions) == 1:
+        return Opset(next(iter(versions)), domain)
+    imports = ''.join(f'; {", ".join(functions)} import(s) it at {version}'
+                      for version, functions in sorted(versions.items()))
+    raise ValueError(f'node {name!r} ({node.op_type}) is in domain {domain!r}, which the model '
+                     f'imports no opset for{imports}')
+
+
 # Export helpers.
 
-def _check_one_definition(graph: BaseGraph, operations: Iterable[Operation],
-                          version: int) -> None:
-    """Refuse default-domain operations that opset ``version`` defines otherwise.
+def _domain_versions(graph: BaseGraph, operations: List[Operation]) -> Dict[str, int]:
+    """The version each domain the operations use is imported at: the highest they carry
+    (the default domain always, at ``DEFAULT_OPSET``'s version when no operation uses it).
 
-    A model imports the default domain at one version, so an operation made for an older
-    one is read by the definition current at ``version``; where that differs it may fail
-    to load, or (Softmax, LogSoftmax, Hardmax before 13) silently compute something else.
+    Refused: an operation of unknown version (a non-default domain without one), and
+    operations that the domain's version would read otherwise (:func:`_check_one_definition`).
     """
+    unknown = [f'{op.name!r} ({op.type} of domain {op.opset.domain!r})' for op in operations
+               if op.opset.version is None]
+    if unknown:
+        raise ValueError(f'graph {graph.name!r}: no opset version for {", ".join(unknown)}, '
+                         'so no opset import can be written for its domain; give the '
+                         'operation an Opset(version, domain), e.g. Opset(1, "com.microsoft")')
+    versions: Dict[str, int] = {}
+    for op in operations:
+        versions[op.opset.domain] = max(versions.get(op.opset.domain, 0), op.opset.version)
+    versions = {DEFAULT_OPSET.domain: versions.pop(DEFAULT_OPSET.domain, DEFAULT_OPSET.version),
+                **versions}
+    for domain, version in versions.items():
+        _check_one_definition(graph, [op for op in operations if op.opset.domain == domain],
+                              domain, version)
+    return versions
+
+
+def _check_one_definition(graph: BaseGraph, operations: List[Operation], domain: str,
+                          version: int) -> None:
+    """Refuse operations of ``domain`` that its opset ``version`` defines otherwise, or may.
+
+    A model imports a domain at one version, so an operation made for an older one is read
+    by the definition current at ``version``; where that differs it may fail to load, or
+    (Softmax, LogSoftmax, Hardmax before 13) silently compute something else.  Where onnx
+    holds no schema of the operation (``com.microsoft`` or a custom domain), whether the
+    definitions differ cannot be told, and the operation is refused as well.
+    """
+    older = [op for op in operations if op.opset.version != version]
+    owner = 'default-domain' if domain == DEFAULT_OPSET.domain else repr(domain)
+    unknown = [f'{op.name!r} ({op.type} of opset {op.opset.version})' for op in older
+               if _since(op.type, op.opset.version, domain) is None
+               and _since(op.type, version, domain) is None]
+    if unknown:
+        raise ValueError(f'graph {graph.name!r}: its {owner} operations carry different opset '
+                         f'versions, to be exported at the highest, {version}; onnx holds no '
+                         f'schema to tell whether that version reads these alike: '
+                         f'{", ".join(unknown)}.  Give the domain\'s operations one version')
     redefined = [f'{op.name!r} ({op.type} of opset {op.opset.version}; opset {version} '
-                 f'has {op.type}-{_since(op.type, version)})' for op in operations
-                 if op.opset.domain == DEFAULT_OPSET.domain and op.opset.version != version
-                 and _since(op.type, op.opset.version) != _since(op.type, version)]
+                 f'has {op.type}-{_since(op.type, version, domain)})' for op in older
+                 if _since(op.type, op.opset.version, domain) != _since(op.type, version, domain)]
     if redefined:
-        raise ValueError(f'graph {graph.name!r}: its default-domain operations carry different '
-                         f'opset versions; exported at the highest, {version}, these would '
-                         f'change meaning: {", ".join(redefined)}.  Convert the model to one '
-                         'opset (onnx.version_converter) before adding newer operations')
+        raise ValueError(f'graph {graph.name!r}: its {owner} operations carry different opset '
+                         f'versions; exported at the highest, {version}, these would change '
+                         f'meaning: {", ".join(redefined)}.  Convert the model to one opset '
+                         '(onnx.version_converter) before adding newer operations')
 
 
-def _since(op_type: str, version: int) -> Optional[int]:
-    """The version that introduced the definition of ``op_type`` current at ``version``."""
+def _since(op_type: str, version: int, domain: str) -> Optional[int]:
+    """The version that introduced the definition of ``op_type`` current at ``version`` of
+    ``domain``; None where onnx holds no such schema."""
     try:
-        return onnx.defs.get_schema(op_type, version, DEFAULT_OPSET.domain).since_version
+        return onnx.defs.get_schema(op_type, version, domain).since_version
     except onnx.defs.SchemaError:
         return None
 

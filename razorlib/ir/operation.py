@@ -23,15 +23,28 @@ class Opset:
     """The operator set an operation's type is defined in.
 
     Args:
-        version: the opset version.
-        domain: the operator domain; ``''`` is the default ONNX domain ``ai.onnx``.
+        version: the opset version.  None (the default) is 13 in the default domain, and
+            unknown in any other, where no version is common to all: such an operation runs
+            in the executor, but :func:`~razorlib.ir.to_onnx` refuses to export it.
+        domain: the operator domain; ``''`` is the default ONNX domain, which ``'ai.onnx'``
+            also names and is stored as.
 
     Example:
         >>> Opset(13), Opset(1, domain='com.microsoft')
         (Opset(version=13, domain=''), Opset(version=1, domain='com.microsoft'))
+        >>> Opset(17, domain='ai.onnx'), Opset(domain='com.example').version
+        (Opset(version=17, domain=''), None)
     """
-    version: int = 13
+    version: Optional[int] = None
     domain: str = ''
+
+    def __post_init__(self) -> None:
+        # One spelling per domain: the exporter writes one import per domain, and passes and
+        # kernels test ``domain == ''``.
+        if self.domain == 'ai.onnx':
+            object.__setattr__(self, 'domain', '')
+        if self.version is None and not self.domain:
+            object.__setattr__(self, 'version', 13)
 
 
 DEFAULT_OPSET = Opset()

@@ -37,6 +37,16 @@ def test_int_opset_is_a_default_domain_version():
     assert Operation('n', 'QLinearConv', opset=custom).opset is custom
 
 
+def test_ai_onnx_is_stored_as_the_default_domain():
+    # Two spellings would export two imports of one domain, which onnx.checker rejects.
+    assert Opset(17, 'ai.onnx') == Opset(17) and Opset(17, 'ai.onnx').domain == ''
+
+
+def test_opset_version_defaults_to_13_only_in_the_default_domain():
+    assert Opset().version == 13
+    assert Opset(domain='com.microsoft').version is None  # unknown: to_onnx refuses it
+
+
 def test_platform_accepts_any_value():
     op = Operation('n', 'Relu', platform=('int8', 3))
     op.platform = object

@@ -4,10 +4,16 @@
 For each resized axis, an output index ``x`` maps to a coordinate in the input
 (``coordinate_transformation_mode``), which picks taps (``mode``, ``nearest_mode``) with
 weights; the tables depend only on the sizes, so they are computed once per input shape.
+
+The tables follow onnxruntime's CPU kernel operation by operation, in numpy float32 (and
+float64 where it uses double), because a nearest tap flips on the last bit of a
+coordinate.  Where onnxruntime departs from the ONNX reference implementation, it is
+followed, as it is what the exported models run on; each such place says so.
 """
 import math
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+import numpy as np
 import torch
 
 from ...operation import Operation
@@ -16,91 +22,131 @@ from .common import reader
 
 __all__: List[str] = []
 
-Taps = Tuple[torch.Tensor, Optional[torch.Tensor]]  # indices [out, taps], weights or None
+Taps = Tuple[np.ndarray, Optional[np.ndarray]]  # indices [out, taps], weights or None
+DeviceTaps = Tuple[torch.Tensor, Optional[torch.Tensor]]  # the same, on the kernel's device
+Coordinates = Callable[[np.ndarray, np.float32, int, int], np.ndarray]
 
-_COORDINATES: Dict[str, Callable[[torch.Tensor, torch.Tensor, int, int], torch.Tensor]] = {
-    'half_pixel': lambda x, scale, size, out: (x + 0.5) / scale - 0.5,
-    'half_pixel_symmetric': lambda x, scale, size, out: (
-        size / 2 * (1 - out / (scale * size)) + (x + 0.5) / scale - 0.5),
+_HALF, _ONE = np.float32(0.5), np.float32(1)
+
+
+def _half_pixel_symmetric(x: np.ndarray, scale: np.float32, size: int, out: int) -> np.ndarray:
+    """onnxruntime computes the offset in float32 and the rest in float64 (its ``0.5`` there
+    is a double literal), rounding to float32 at the end; in float32 throughout, a
+    coordinate of a floor or ceil tap can land on the other side of an integer."""
+    length = np.float32(size)
+    offset = length / np.float32(2) * (_ONE - np.float32(out) / (scale * length))
+    centres = (x.astype(np.float64) + 0.5) / np.float64(scale) - 0.5
+    return (np.float64(offset) + centres).astype(np.float32)
+
+
+_COORDINATES: Dict[str, Coordinates] = {
+    'half_pixel': lambda x, scale, size, out: (x + _HALF) / scale - _HALF,
+    'half_pixel_symmetric': _half_pixel_symmetric,
     'pytorch_half_pixel': lambda x, scale, size, out: (
-        (x + 0.5) / scale - 0.5 if out > 1 else torch.zeros_like(x)),
+        (x + _HALF) / scale - _HALF if out > 1 else np.zeros_like(x)),
     'align_corners': lambda x, scale, size, out: (
-        x * (size - 1) / (out - 1) if out > 1 else torch.zeros_like(x)),
+        x * np.float32(size - 1) / np.float32(out - 1) if out > 1 else np.zeros_like(x)),
     'asymmetric': lambda x, scale, size, out: x / scale,
-    'tf_half_pixel_for_nn': lambda x, scale, size, out: (x + 0.5) / scale,
+    'tf_half_pixel_for_nn': lambda x, scale, size, out: (x + _HALF) / scale,
 }
+
 
 _TIE_TOLERANCE = 1e-6
 """How far from ``n + 0.5`` a float32 coordinate still counts as a tie of ``round_prefer_*``.
 
-An exact tie can come out of float32 arithmetic an ulp off: the ``asymmetric`` coordinate
-``2 * 7 / 4 = 3.5`` of a resize from 7 to 4 is ``2 / float32(4 / 7) = 3.4999998``.
-onnxruntime computes the coordinates in float32 too, and takes such values as ties.
+onnxruntime (1.32) takes a coordinate whose fraction is within 1e-6 of a half as a tie
+(its issue 28291): a tie computed in float32 often comes out an ulp off, as the
+``asymmetric`` coordinate ``2 / float32(4 / 7) = 3.4999998`` of a resize from 7 to 4.
 """
 
 
-def _round_prefer(ceil: bool) -> Callable[[torch.Tensor], torch.Tensor]:
+def _round_prefer(ceil: bool) -> Callable[[np.ndarray, np.float32], np.ndarray]:
     """Round to the nearest integer; a tie (within :data:`_TIE_TOLERANCE`) goes up or down."""
-    def rounding(x: torch.Tensor) -> torch.Tensor:
-        low = torch.floor(x)
-        tie = (x - low - 0.5).abs() <= _TIE_TOLERANCE
-        return torch.where(tie, low + 1 if ceil else low, torch.round(x))
+    def rounding(coords: np.ndarray, scale: np.float32) -> np.ndarray:
+        exact = coords.astype(np.float64)  # float32 values: exact sums and differences
+        low = np.floor(exact)
+        tie = np.abs(exact - low - 0.5) <= _TIE_TOLERANCE
+        return np.where(tie, low + 1 if ceil else low, np.floor(exact + 0.5))
     return rounding
 
 
-_ROUNDING: Dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+def _round_simple(coords: np.ndarray, scale: np.float32) -> np.ndarray:
+    """Opset 10, which has no ``nearest_mode``: onnxruntime rounds up when shrinking and
+    truncates when enlarging (the ONNX reference floors both ways)."""
+    return np.ceil(coords) if scale < 1 else np.trunc(coords)
+
+
+_ROUNDING: Dict[str, Callable[[np.ndarray, np.float32], np.ndarray]] = {
     'round_prefer_floor': _round_prefer(ceil=False),
     'round_prefer_ceil': _round_prefer(ceil=True),
-    'floor': torch.floor,
-    'ceil': torch.ceil,
+    'floor': lambda coords, scale: np.floor(coords),
+    'ceil': lambda coords, scale: np.ceil(coords),
+    'simple': _round_simple,
 }
 
 
-def _nearest_taps(coords: torch.Tensor, size: int, rounding: str, **_) -> Taps:
-    index = _ROUNDING[rounding](coords).clamp(0, size - 1).long()
-    return index.unsqueeze(1), None
+def _nearest_taps(coords: np.ndarray, size: int, scale: np.float32, rounding: str,
+                  **_) -> Taps:
+    index = np.clip(_ROUNDING[rounding](coords, scale), 0, size - 1).astype(np.int64)
+    return index[:, None], None
 
 
-def _linear_taps(coords: torch.Tensor, size: int, **_) -> Taps:
-    coords = coords.clamp(0, size - 1)
-    low = coords.floor()
-    high_weight = coords - low
-    index = torch.stack([low, (low + 1).clamp(max=size - 1)], 1).long()
-    return index, torch.stack([1 - high_weight, high_weight], 1)
+def _linear_taps(coords: np.ndarray, size: int, **_) -> Taps:
+    """The two neighbours, each weighted by the distance to the other one; one pixel twice,
+    at half weight, at the last one."""
+    coords = np.clip(coords, np.float32(0), np.float32(size - 1))
+    low = np.minimum(coords.astype(np.int64), size - 1)
+    high = np.minimum(low + 1, size - 1)
+    weights = np.stack([np.abs(coords - high.astype(np.float32)),
+                        np.abs(coords - low.astype(np.float32))], 1)
+    weights[low == high] = _HALF
+    return np.stack([low, high], 1), weights
 
 
-def _cubic_taps(coords: torch.Tensor, size: int, cubic_a: float, exclude_outside: bool,
+def _cubic_taps(coords: np.ndarray, size: int, cubic_a: float, exclude_outside: bool,
                 **_) -> Taps:
-    low = coords.floor()
-    t = (coords - low).unsqueeze(1)
-    distance = torch.cat([t + 1, t, 1 - t, 2 - t], 1)
-    near = ((cubic_a + 2) * distance - (cubic_a + 3)) * distance * distance + 1
-    far = ((cubic_a * distance - 5 * cubic_a) * distance + 8 * cubic_a) * distance - 4 * cubic_a
-    weights = torch.where(distance <= 1, near, far)
-    index = low.long().unsqueeze(1) + torch.arange(-1, 3)
+    """Keys' kernel on the four neighbours; an index outside the input repeats the edge, or
+    (``exclude_outside``) weighs nothing, the others renormalised."""
+    low = np.floor(coords)
+    t = (coords - low)[:, None]
+    a = np.float32(cubic_a)
+    near = np.concatenate([t, _ONE - t], 1)
+    far = np.concatenate([t + _ONE, np.float32(2) - t], 1)
+    near = ((a + 2) * near - (a + 3)) * near * near + 1
+    far = ((a * far - 5 * a) * far + 8 * a) * far - 4 * a
+    weights = np.stack([far[:, 0], near[:, 0], near[:, 1], far[:, 1]], 1)
+    index = low.astype(np.int64)[:, None] + np.arange(-1, 3)
     if exclude_outside:
         weights = weights * ((index >= 0) & (index < size))
-        weights = weights / weights.sum(1, keepdim=True)
-    return index.clamp(0, size - 1), weights
+        weights = weights / weights.sum(1, keepdims=True)
+    return np.clip(index, 0, size - 1), weights
 
 
 _TAPS = {'nearest': _nearest_taps, 'linear': _linear_taps, 'cubic': _cubic_taps}
 
 
 def _output_sizes(sizes_in: Sequence[int], scales: Optional[Sequence[float]],
-                  sizes: Optional[Sequence[int]], policy: str) -> Tuple[List[int], List[float]]:
-    """The output sizes and scales of the resized axes (``keep_aspect_ratio_policy``)."""
+                  sizes: Optional[Sequence[int]], policy: str
+                  ) -> Tuple[List[int], List[np.float32]]:
+    """The output sizes and float32 scales of the resized axes (``keep_aspect_ratio_policy``).
+
+    In float32 like onnxruntime: an output size is ``size * scale`` truncated, and a scale
+    from ``sizes`` is ``out / size``.  The ONNX reference multiplies in float64, so that
+    ``3 * float32(5 / 3) = 4.9999998`` gives 4 there and 5 in onnxruntime.  A policy's size
+    is rounded half away from zero (``std::round``), not to even.
+    """
     if sizes is None:
-        return [math.floor(size * scale) for size, scale in zip(sizes_in, scales)], list(scales)
-    if policy != 'stretch':
-        pick = min if policy == 'not_larger' else max
-        scale = pick(out / size for out, size in zip(sizes, sizes_in))
-        sizes = [int(round(scale * size)) for size in sizes_in]
-        return sizes, [scale] * len(sizes)
-    return list(sizes), [out / size for out, size in zip(sizes, sizes_in)]
+        scales = [np.float32(scale) for scale in scales]
+        return [int(scale * np.float32(size)) for size, scale in zip(sizes_in, scales)], scales
+    scales = [np.float32(out) / np.float32(size) for out, size in zip(sizes, sizes_in)]
+    if policy == 'stretch':
+        return list(sizes), scales
+    scale = (min if policy == 'not_larger' else max)(scales)
+    return ([math.floor(float(scale * np.float32(size)) + 0.5) for size in sizes_in],
+            [scale] * len(scales))
 
 
-def _resize_axis(x: torch.Tensor, axis: int, taps: Taps) -> torch.Tensor:
+def _resize_axis(x: torch.Tensor, axis: int, taps: DeviceTaps) -> torch.Tensor:
     index, weights = taps
     picked = x.index_select(axis, index.reshape(-1))
     if weights is None:
@@ -115,7 +161,12 @@ def _resize_axis(x: torch.Tensor, axis: int, taps: Taps) -> torch.Tensor:
 
 @register_kernel('Resize')
 def _resize(op: Operation, device: torch.device):
-    """Scales (input 2; input 1 in opset 10) or sizes (input 3), optionally per ``axes``."""
+    """Scales (input 2; input 1 in opset 10) or sizes (input 3), optionally per ``axes``.
+
+    Like onnxruntime, the input comes back unchanged when no size changes, even where a
+    scale is not 1, and an axis of scale 1 is copied whatever the coordinate mode (the ONNX
+    reference would shift it by half a pixel in ``tf_half_pixel_for_nn``).
+    """
     attributes, legacy = op.attributes, op.opset.version < 11
     mode = attributes.get('mode', 'nearest')
     coordinate = attributes.get('coordinate_transformation_mode',
@@ -127,29 +178,29 @@ def _resize(op: Operation, device: torch.device):
         if wrong:
             raise UnsupportedOperationError(op, unsupported)
     to_coordinates, make_taps = _COORDINATES[coordinate], _TAPS[mode]
-    tap_options = dict(rounding=attributes.get('nearest_mode', 'floor' if legacy
-                                               else 'round_prefer_floor'),
+    tap_options = dict(rounding='simple' if legacy else
+                       attributes.get('nearest_mode', 'round_prefer_floor'),
                        cubic_a=attributes.get('cubic_coeff_a', -0.75),
                        exclude_outside=bool(attributes.get('exclude_outside', 0)))
     policy, axes_attribute = attributes.get('keep_aspect_ratio_policy', 'stretch'), \
         attributes.get('axes')
     scales_of = reader(op, 1 if legacy else 2, convert=lambda t: t.reshape(-1).tolist())
     sizes_of = reader(op, 3)
-    plans: Dict[tuple, List[Tuple[int, Taps]]] = {}
+    plans: Dict[tuple, List[Tuple[int, DeviceTaps]]] = {}
 
-    def plan(shape: torch.Size, scales, sizes) -> List[Tuple[int, Taps]]:
+    def plan(shape: torch.Size, scales, sizes) -> List[Tuple[int, DeviceTaps]]:
         axes = [axis % len(shape) for axis in axes_attribute or range(len(shape))]
         outs, axis_scales = _output_sizes([shape[axis] for axis in axes], scales, sizes, policy)
+        if all(out == shape[axis] for axis, out in zip(axes, outs)):
+            return []
         steps = []
         for axis, out, scale in zip(axes, outs, axis_scales):
-            size = shape[axis]
-            if out == size and scale == 1.0 and coordinate != 'tf_half_pixel_for_nn':
+            if scale == 1:
                 continue
-            coords = to_coordinates(torch.arange(out, dtype=torch.float32),
-                                    torch.tensor(scale, dtype=torch.float32), size, out)
-            index, weights = make_taps(coords, size, **tap_options)
-            steps.append((axis, (index.to(device),
-                                 None if weights is None else weights.to(device))))
+            coords = to_coordinates(np.arange(out, dtype=np.float32), scale, shape[axis], out)
+            index, weights = make_taps(coords, shape[axis], scale=scale, **tap_options)
+            steps.append((axis, tuple(None if table is None else torch.from_numpy(table).to(device)
+                                      for table in (index, weights))))
         return steps
 
     def kernel(*inputs):
