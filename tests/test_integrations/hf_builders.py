@@ -40,6 +40,15 @@ def gpt2(**overrides) -> nn.Module:
     return transformers.GPT2LMHeadModel(transformers.GPT2Config(**{**config, **overrides}))
 
 
+def gpt_bigcode(**overrides) -> nn.Module:
+    """GPTBigCode (StarCoder); ``multi_query=True`` cuts one ``c_attn`` into the queries and
+    a single key/value head by fixed sizes."""
+    config = dict(n_embd=64, n_layer=2, n_head=4, vocab_size=VOCAB, n_positions=32,
+                  bos_token_id=0, eos_token_id=0)
+    return transformers.GPTBigCodeForCausalLM(
+        transformers.GPTBigCodeConfig(**{**config, **overrides}))
+
+
 def bert(**overrides) -> nn.Module:
     config = dict(_ENCODER, vocab_size=VOCAB, max_position_embeddings=32)
     return transformers.BertModel(transformers.BertConfig(**{**config, **overrides}))
