@@ -123,8 +123,11 @@ class WidthRule:
         Example:
             >>> WidthRule(round_to=8).fit(ChannelGroup('conv', 64, 64), 21.0)
             24
+            >>> WidthRule().fit(ChannelGroup('conv', 45, 45), 0.7 * 45)  # 31.5: a tie
+            32
         """
         allowed = self.allowed(group) if allowed is None else allowed
+        count = round(count, 9)  # 0.7 * 45 is 31.499999999999996 in float: a tie, 32
         i = int(np.searchsorted(allowed, count))
         if i == len(allowed):
             return int(allowed[-1])
@@ -286,6 +289,19 @@ class _Family:
         return {g.id: g.keep_best(self.orders[g.id], counts[g.id]) for g in self.groups}
 
 
+def within(target: float, dense: float) -> float:
+    """The most a subnet may cost for a budget of ``target`` times ``dense``: the product
+    with a relative slack of 1e-12, so that a cost exactly at the fraction asked passes
+    (``0.58 * 50`` is 28.999999999999996 in float, and a subnet of 29 of 50 parameters
+    meets ``params=0.58``).
+
+    Example:
+        >>> 0.58 * 50 < 29 <= within(0.58, 50)
+        True
+    """
+    return target * dense * (1 + 1e-12)
+
+
 def _largest_within(cost: Callable[[int], float], size: int, limit: float) -> int:
     """The largest index in ``[0, size]`` whose cost is at most ``limit``, given
     ``cost(0) <= limit`` and a cost that does not fall as the index grows."""
@@ -424,7 +440,7 @@ def allocate(pruner: Any, scores: Optional[Dict[str, np.ndarray]] = None, *,
             return sum(counts.values())
 
         # a budget over all channels (not one ratio per group, which the rules round)
-        if not family.local and kept(0) > target * total:
+        if not family.local and kept(0) > within(target, total):
             least = kept(0) / total
             raise ValueError(f'ratio={target:g} cannot be met: the smallest subnet allowed '
                              f'({_describe_rules(rule, family)}) keeps {least:.4f} of the '
@@ -433,8 +449,8 @@ def allocate(pruner: Any, scores: Optional[Dict[str, np.ndarray]] = None, *,
                              'round_to / raise max_ratio.' + _unscored_note(unscored) +
                              ' Nothing was changed.')
         if not family.local:  # at most the fraction asked
-            index = _largest_within(kept, family.size, target * total)
-            return _result(family, _filled(family, index, channels, target * total),
+            index = _largest_within(kept, family.size, within(target, total))
+            return _result(family, _filled(family, index, channels, within(target, total)),
                            unscored, None, None, None)
         # one ratio per group, each rounded to the nearest width the rules allow
         return _result(family, family.counts_at_ratio(target), unscored, None, None, target)
@@ -444,7 +460,7 @@ def allocate(pruner: Any, scores: Optional[Dict[str, np.ndarray]] = None, *,
     if metric == 'latency':
         return _allocate_latency(family, full, unscored, meter, target, runtime, rule)
     dense = meter(full)
-    limit = target * getattr(dense, metric)
+    limit = within(target, getattr(dense, metric))
     cache: Dict[tuple, float] = {}
 
     def cost(index: int) -> float:

@@ -186,3 +186,35 @@ def test_round_to_holds_where_a_group_needs_a_channel_per_part(budget):
     assert slim.d.out_channels == 4  # 2 would leave a part without a channel: 3 were kept
     with pytest.raises(ValueError, match=r'flops=0.2 cannot be met: .* keeps 0.6667'):
         razorlib.prune(ConcatHalves().eval(), x, flops=0.2, round_to=2)
+
+
+def test_a_budget_at_a_subnets_exact_fraction_takes_it():
+    """0.58 * 50 and 0.82 * 150 fall just below 29 and 123 in float: the subnets that cost
+    exactly those fractions meet the budget (one was refused, the other passed over)."""
+    import razorlib
+    torch.manual_seed(0)
+    tiny = nn.Sequential(nn.Linear(12, 2), nn.ReLU(), nn.Linear(2, 8))  # 50 params
+    slim = razorlib.prune(tiny, torch.randn(1, 12), params=0.58)
+    assert sum(p.numel() for p in slim.parameters()) == 29
+    net = nn.Sequential(nn.Linear(11, 5), nn.ReLU(), nn.Linear(5, 15))  # 150 params
+    slim = razorlib.prune(net, torch.randn(1, 11), params=0.82)
+    assert slim[0].out_features == 4 and sum(p.numel() for p in slim.parameters()) == 123
+
+
+def test_a_local_ratio_on_a_tie_keeps_the_larger_width():
+    import razorlib
+    net = nn.Sequential(nn.Conv2d(3, 45, 1), nn.ReLU(), nn.Conv2d(45, 4, 1))
+    x = torch.randn(1, 3, 8, 8)
+    assert razorlib.prune(net, x, ratio=0.7)[0].out_channels == 32  # 31.5, not 31.4999...
+    assert razorlib.prune(net, x, ratio=0.5)[0].out_channels == 23
+
+
+@pytest.mark.parametrize('importance', ['taylor', 'fisher'])
+def test_a_data_criterion_on_a_model_without_prunable_groups_keeps_it_whole(importance):
+    import razorlib
+    net = nn.Sequential(nn.Linear(8, 4))  # its only output is the model's
+    data = [(torch.randn(4, 8), torch.randint(0, 4, (4, )))]
+    with pytest.warns(UserWarning, match='nothing was pruned'):
+        slim = razorlib.prune(net, torch.randn(2, 8), ratio=0.5, importance=importance,
+                              data=data)
+    assert slim[0].out_features == 4

@@ -116,11 +116,12 @@ class ImportancePruner(StructurePruner):
             criterion could score.  A data-driven criterion's scores are kept for
             :meth:`channel_orders` until the next call or preparation.
         """
-        self._require_prepared()
-        ctx = ImportanceContext.from_pruner(self, data=data, loss_fn=loss_fn,
-                                            measure=SubnetMeter(self, self._example_inputs))
-        scores = self.importance(ctx)
         groups = self._require_prepared().prunable
+        scores: Dict[str, np.ndarray] = {}
+        if groups:  # without a group to score, a criterion run on the data finds no layer
+            ctx = ImportanceContext.from_pruner(self, data=data, loss_fn=loss_fn,
+                                                measure=SubnetMeter(self, self._example_inputs))
+            scores = self.importance(ctx)
         for gid, values in scores.items():
             if not np.isfinite(values).all():
                 raise ValueError(f'{self.importance!r} scored channels of group {gid!r} (layers '
