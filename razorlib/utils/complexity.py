@@ -127,6 +127,36 @@ _ADDED_PRODUCTS = (torch.addmm, torch.Tensor.addmm, torch.baddbmm, torch.Tensor.
                    torch.addbmm, torch.Tensor.addbmm)
 
 
+#: Grouped products of mixture-of-experts layers: ``(S, K)`` tokens sorted by expert times
+#: ``(E, K, N)`` expert weights (``offs`` says which rows go to which expert), as
+#: transformers runs its experts by default, and its fallback op of the same contract.
+_GROUPED = tuple(f for f in (getattr(torch, '_grouped_mm', None),
+                             getattr(F, 'grouped_mm', None)) if f is not None)
+_GROUPED_OPS = frozenset(('transformers::grouped_mm_fallback', ))
+
+
+def _is_grouped(func) -> bool:
+    return func in _GROUPED or getattr(func, '_qualified_op_name', None) in _GROUPED_OPS \
+        or getattr(getattr(func, '_overloadpacket', None), '_qualified_op_name', None) \
+        in _GROUPED_OPS
+
+
+def grouped_macs(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> int:
+    """Multiply-accumulates of a grouped product: each row of ``a`` meets one group's
+    matrix of ``b``, so each output entry costs one row of ``a`` (``a.shape[-1]``); where
+    both are 2-D the groups split the summed dim instead, and the total is one plain
+    product's.
+
+    Example:
+        >>> tokens, experts = torch.randn(32, 64), torch.randn(4, 64, 128)
+        >>> grouped_macs(tokens, experts, torch.empty(32, 128)) == 32 * 64 * 128
+        True
+    """
+    if a.dim() == 2 and b.dim() == 2:
+        return a.shape[0] * a.shape[1] * b.shape[1]
+    return out.numel() * a.shape[-1]
+
+
 def einsum_macs(equation: str, operands: Sequence[torch.Tensor], output: torch.Tensor) -> int:
     """Multiply-accumulates of an ``einsum``: each output entry sums the product of its
     operands over every index that the output does not keep.
@@ -253,6 +283,13 @@ class _FunctionCounter(TorchFunctionMode):
                 self._weight_op(params[0], macs)
             elif not params and self.attention:
                 self._add('<attention>', macs)
+        elif _is_grouped(func) and len(args) >= 2:
+            # the experts' weights, often a transposed view of the parameter
+            weight = args[1] if args[1]._base is None else args[1]._base
+            if isinstance(weight, nn.Parameter) and not self.depth:
+                self._weight_op(weight, grouped_macs(args[0], args[1], out))
+            elif self.attention and not isinstance(weight, nn.Parameter):
+                self._add('<attention>', grouped_macs(args[0], args[1], out))
         elif (operands := _product_operands(func, args)) is not None:
             a, b = operands
             macs = a.numel() * b.shape[-1] if func not in _PRODUCTS[:3] else \
@@ -270,6 +307,21 @@ class _FunctionCounter(TorchFunctionMode):
             q, k = args[:2]
             self._add('<attention>', 2 * q.numel() * k.shape[0])
         return out
+
+
+def _kind_output(name: str, module: nn.Module, output: Any) -> torch.Tensor:
+    """The tensor a layer kind's op returned: ``output``, or the first tensor of a tuple
+    that a subclass's forward returns beside it (PhiMoE's router, an ``nn.Linear`` whose
+    forward returns its logits, then the routing it derives from them)."""
+    if isinstance(output, torch.Tensor):
+        return output
+    first = next((t for t in output if isinstance(t, torch.Tensor)), None) \
+        if isinstance(output, (tuple, list)) else None
+    if first is None:
+        raise TypeError(f'{name!r} ({type(module).__name__}): its forward returned '
+                        f'{type(output).__name__}, not a tensor, so its FLOPs cannot be '
+                        'counted')
+    return first
 
 
 def get_model_complexity(model: nn.Module, example_inputs: Any = None,
@@ -311,6 +363,7 @@ def get_model_complexity(model: nn.Module, example_inputs: Any = None,
                 inputs = tuple(args) + tuple(v for v in kwargs.values()
                                              if isinstance(v, torch.Tensor))
                 kept = kept_widths(mod, kind.widths(mod))
+                output = _kind_output(name, mod, output)
                 flops[name] = flops.get(name, 0) + kind.flops(mod, inputs, output, kept)
             handles.append(module.register_forward_pre_hook(enter))
             handles.append(module.register_forward_hook(hook, with_kwargs=True))
