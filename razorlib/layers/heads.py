@@ -44,20 +44,26 @@ class HeadAttributes:
         query: the child that computes the queries (a Linear or Conv1D).
         parts: how many equal parts its output holds (3 for a fused q/k/v projection).
         key: the child that computes the keys, when key/value heads may differ (GQA).
+        output: the child whose input is the query width, where ``query`` computes
+            queries, keys and values of unequal widths (a fused projection under GQA):
+            the keys and values share the rest of its output.
         head_dim: the attribute holding the width of one head.
         heads: attributes set to the number of query heads (those the module has).
         kv_heads: attributes set to the number of key/value heads.
         groups: attributes set to query heads per key/value head.
         widths: attributes set to the width of all query heads (``heads * head_dim``).
+        kv_widths: attributes set to the width of all key/value heads.
     """
     query: str = 'q_proj'
     parts: int = 1
     key: Optional[str] = None
+    output: Optional[str] = None
     head_dim: str = 'head_dim'
     heads: Tuple[str, ...] = ()
     kv_heads: Tuple[str, ...] = ()
     groups: Tuple[str, ...] = ()
     widths: Tuple[str, ...] = ()
+    kv_widths: Tuple[str, ...] = ()
 
     def matches(self, module: nn.Module) -> bool:
         """Whether ``module`` has this layout: a query child, and a head width or a head
@@ -87,7 +93,12 @@ class HeadAttributes:
 
     def widths_of(self, module: nn.Module, kinds: KindTable) -> Tuple[int, Optional[int]]:
         """``(query width, key width)`` of ``module`` as it is now: the query child's
-        output over ``parts``, the key child's output (None without one)."""
+        output over ``parts``, the key child's output (None without one); with an
+        ``output`` child, its input and half the rest of the query child's output."""
+        if self.output is not None:
+            output = getattr(module, self.output)
+            queries = kinds.kind_of(output).widths(output)['in']
+            return queries, (_out_width(kinds, getattr(module, self.query)) - queries) // 2
         width = _out_width(kinds, getattr(module, self.query)) // self.parts
         return width, None if self.key is None else _out_width(kinds, getattr(module, self.key))
 
@@ -105,6 +116,7 @@ class HeadAttributes:
             kv = keys // head_dim
             values.update({name: kv for name in self.kv_heads})
             values.update({name: width // head_dim // max(kv, 1) for name in self.groups})
+            values.update({name: keys for name in self.kv_widths})
         values = {name: value for name, value in values.items()
                   if isinstance(getattr(module, name, None), int)}
         for name, value in values.items():
@@ -113,7 +125,8 @@ class HeadAttributes:
 
     def attributes(self, module: nn.Module) -> Dict[str, int]:
         """The integer attributes this layout may set, as they are now."""
-        names = (self.head_dim, ) + self.heads + self.kv_heads + self.groups + self.widths
+        names = (self.head_dim, ) + self.heads + self.kv_heads + self.groups + self.widths + \
+            self.kv_widths
         return {name: getattr(module, name) for name in names
                 if isinstance(getattr(module, name, None), int)}
 
@@ -150,7 +163,8 @@ class HeadAttributes:
                              f'are not {heads} query heads of one head_dim')
         for name, value in attributes.items():
             setattr(module, name, value)
-        values = {self.head_dim: head_dim, **{name: width for name in self.widths}}
+        values = {self.head_dim: head_dim, **{name: width for name in self.widths},
+                  **{name: keys for name in self.kv_widths}}
         values = {name: value for name, value in values.items()
                   if isinstance(getattr(module, name, None), int)}
         for name, value in values.items():
@@ -194,14 +208,16 @@ class FusedQKVHeads(HeadAttributes):
 
 @HEAD_ATTRIBUTES.register_module()
 class GPT2Heads(HeadAttributes):
-    """GPT-2's ``c_attn`` (a Conv1D of q, k and v) split by ``split_size``."""
+    """GPT-2's ``c_attn`` (a Conv1D of q, k and v) split by ``split_size``; GPTBigCode's
+    without multi-query attention too (its multi-query one is :class:`GPTBigCodeHeads`')."""
     query = 'c_attn'
     parts = 3
     heads = ('num_heads', )
     widths = ('split_size', )
 
     def matches(self, module: nn.Module) -> bool:
-        return super().matches(module) and not getattr(module, 'is_cross_attention', False)
+        return super().matches(module) and not getattr(module, 'is_cross_attention', False) \
+            and not getattr(module, 'multi_query', False)
 
 
 class ConfigView:
@@ -274,6 +290,7 @@ class Phi3Heads(HeadAttributes):
         (4, 2)
     """
     query = 'qkv_proj'
+    output = 'o_proj'
     kv_heads = ('num_key_value_heads', )
     groups = ('num_key_value_groups', )
 
@@ -281,11 +298,6 @@ class Phi3Heads(HeadAttributes):
         return (super().matches(module) and isinstance(getattr(module, 'o_proj', None), nn.Module)
                 and isinstance(getattr(getattr(module, 'config', None), 'num_attention_heads',
                                        None), int))
-
-    def widths_of(self, module: nn.Module, kinds: KindTable) -> Tuple[int, Optional[int]]:
-        """The query width is ``o_proj``'s input; keys and values split the rest."""
-        queries = kinds.kind_of(module.o_proj).widths(module.o_proj)['in']
-        return queries, (_out_width(kinds, module.qkv_proj) - queries) // 2
 
     def update(self, module: nn.Module, kinds: Optional[KindTable] = None,
                head_dim: Optional[int] = None) -> Dict[str, int]:
@@ -299,6 +311,27 @@ class Phi3Heads(HeadAttributes):
                                        num_attention_heads=heads)
             values['config.num_attention_heads'] = heads
         return values
+
+
+@HEAD_ATTRIBUTES.register_module()
+class GPTBigCodeHeads(HeadAttributes):
+    """GPTBigCode's (StarCoder's) multi-query ``c_attn``: the queries, then one key and one
+    value head, cut by ``split((self.embed_dim, self.kv_dim, self.kv_dim))`` in the
+    forward.  The query width is ``c_proj``'s input and sets ``embed_dim`` (the split's
+    first size, no longer the hidden size) and ``split_size``; ``kv_dim`` is the rest
+    over two; ``num_key_value_groups`` (read by ``repeat_kv``) follows the query heads."""
+    query = 'c_attn'
+    output = 'c_proj'
+    heads = ('num_heads', )
+    kv_heads = ('kv_heads', )
+    groups = ('num_key_value_groups', )
+    widths = ('embed_dim', 'split_size')
+    kv_widths = ('kv_dim', )
+
+    def matches(self, module: nn.Module) -> bool:
+        return super().matches(module) and getattr(module, 'multi_query', False) is True \
+            and isinstance(getattr(module, 'kv_dim', None), int) \
+            and isinstance(getattr(module, self.output, None), nn.Module)
 
 
 def head_attributes_of(module: nn.Module) -> Optional[HeadAttributes]:

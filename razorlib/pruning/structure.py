@@ -535,13 +535,25 @@ class StructurePruner(metaclass=ABCMeta):
         return keep
 
     def _from_leader_positions(self, group: ChannelGroup, values: np.ndarray) -> np.ndarray:
+        """The group's keep-mask from ``values``, one per output channel of its leader.
+
+        Raises:
+            ValueError: ``values`` prunes a channel the group keeps whole
+                (``group.kept``), or keeps one and prunes another of the same class.
+        """
         index = np.full(len(self.groups.labels), -1, dtype=np.int64)
         index[group.classes] = np.arange(group.num_channels)
         cls = index[group.positions]
+        whole = np.nonzero((cls < 0) & ~values)[0]  # no channel of the group: kept
+        if whole.size:
+            why = '; '.join(str(r) for r in group.kept_reasons)
+            raise ValueError(f'space {group.id!r}: the mask prunes channel {whole[0]}, which '
+                             f'is always kept ({why}); keep it')
+        free = cls >= 0
         any_kept = np.zeros(group.num_channels, dtype=bool)
         all_kept = np.ones(group.num_channels, dtype=bool)
-        np.logical_or.at(any_kept, cls, values)
-        np.logical_and.at(all_kept, cls, values)
+        np.logical_or.at(any_kept, cls[free], values[free])
+        np.logical_and.at(all_kept, cls[free], values[free])
         split = np.nonzero(any_kept != all_kept)[0]
         if split.size:
             positions = np.nonzero(cls == split[0])[0]

@@ -111,9 +111,9 @@ class TraceContext:
         #: and the sum can undo (``exp``, ``sigmoid``, ``+ 1``) (``StructurePruner``
         #: compares slim and masked outputs).
         self.summed: Set[int] = set()
-        #: slots a slice of a channel dim reads at bounds the code computes: the slim
-        #: slice takes the same channels only where those bounds follow the slim widths
-        #: (``StructurePruner`` compares slim and masked outputs).
+        #: slots a slice or a ``split(sizes)`` of a channel dim reads at bounds the code
+        #: computes: the slim slice takes the same channels only where those bounds follow
+        #: the slim widths (``StructurePruner`` compares slim and masked outputs).
         self.sliced: Set[int] = set()
         #: (attention module, head_dim) -> the positions its first split read as heads
         #: carries: its other splits are bound to them (``heads.read_as_heads``).

@@ -3,7 +3,10 @@
 Slots bound together form a *class* (one channel that is kept or pruned as a whole).
 Classes that belong to the output of the same layer form a *group*: a residual stage, a
 block's bottleneck, a concat branch.  Each group is one search space of a pruner; its
-channels are its classes, in the order of its leader layer's output channels.
+channels are its classes, in the order of its leader layer's output channels.  Classes
+an option keeps whole (``gqa='query'``'s key/value heads, reason kind
+:data:`~.slots.KEPT`) leave a group that nothing else freezes: they stay whole and the
+rest prunes (the query heads of a fused q/k/v projection).
 """
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
@@ -11,7 +14,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from .context import ChannelUse
-from .slots import STRICT_KINDS, FrozenReason, connected_labels
+from .slots import KEPT, STRICT_KINDS, FrozenReason, connected_labels
 from .tracer import ChannelGraph
 
 _ROLE_FIELD = {'out': 'layers', 'in': 'consumers', 'norm': 'norms', 'param': 'params'}
@@ -27,14 +30,20 @@ class ChannelGroup:
         id: the group's space id: the name of its leader (first traced) layer.
         num_channels: independent channels; a group conv or chunk binds several layer
             channels into one, so this can be less than the leader's width.
-        width: the leader layer's output channels.
+        width: the leader layer's output channels (those it keeps whole too).
         layers: layers whose output channels belong to the group.
         consumers: layers whose input channels read (some of) the group's channels.
         norms: BN/LN/GN layers on the group's channels.
         params: bare parameters sliced with the group (layer scale, position embedding).
         frozen_reasons: why the group cannot be pruned (empty if it can).
+        kept_reasons: why the channels of ``kept`` stay whole while the others prune
+            (reasons of kind :data:`~.slots.KEPT`; empty if none do).
         classes: internal class label of each channel, in channel order.
-        positions: internal class label of each of the leader's output channels.
+        kept: internal class labels of the leader's output channels that are no channels
+            of the group: always kept, never in a mask (a fused projection's key/value
+            heads under ``gqa='query'``).
+        positions: internal class label of each of the leader's output channels (one of
+            ``classes`` or ``kept``).
         parts: ``(what, channel indices)`` of which a subnet must keep at least one
             channel each: a layer of a merged group (a concat of two convs, chunked, binds
             their channels, and keeping only one conv's would leave the other with none),
@@ -52,7 +61,9 @@ class ChannelGroup:
     norms: List[str] = field(default_factory=list)
     params: List[str] = field(default_factory=list)
     frozen_reasons: List[FrozenReason] = field(default_factory=list)
+    kept_reasons: List[FrozenReason] = field(default_factory=list)
     classes: np.ndarray = field(default=None, repr=False)
+    kept: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64), repr=False)
     positions: np.ndarray = field(default=None, repr=False)
     parts: List[Tuple[str, np.ndarray]] = field(default_factory=list, repr=False)
 
@@ -116,6 +127,10 @@ class ChannelGroup:
             names = getattr(self, label)
             if names:
                 parts.append(f"{label}: {', '.join(names)}")
+        if self.kept_reasons:
+            kept = int(np.isin(self.positions, self.kept).sum())
+            parts.append(f'keeps {kept} of its {self.width} output channels whole: '
+                         + '; '.join(str(r) for r in self.kept_reasons))
         if self.frozen:
             parts.append('FROZEN: ' + '; '.join(str(r) for r in self.frozen_reasons))
         return '; '.join(parts)
@@ -309,8 +324,39 @@ def build_groups(graph: ChannelGraph) -> ChannelGroups:
             group = by_label.get(key)
             if group is not None and reason not in group.frozen_reasons:
                 group.frozen_reasons.append(reason)
+    kept = _kept_classes(graph, labels)
+    for group in groups.values():
+        _leave_out_kept(group, kept)
     _add_parts(graph, labels, group_of, members_of, by_label)
     return ChannelGroups(groups, labels, graph.uses, graph)
+
+
+def _kept_classes(graph: ChannelGraph, labels: np.ndarray) -> np.ndarray:
+    """Whether each class holds a slot that a reason of kind :data:`~.slots.KEPT` froze."""
+    kept = np.zeros(len(labels), dtype=bool)
+    for slots, reason in graph.slots.freezes:
+        if reason.kind == KEPT:
+            kept[labels[slots]] = True
+    return kept
+
+
+def _leave_out_kept(group: ChannelGroup, kept: np.ndarray) -> None:
+    """Take the classes ``kept`` marks out of ``group`` where that is all that freezes it.
+
+    ``gqa='query'`` keeps key/value heads whole; in a fused projection (GPTBigCode's
+    multi-query ``c_attn``, Phi-3's ``qkv_proj``) they are outputs of the layer that
+    computes the queries, so they would freeze its whole group.  Left out, they are
+    always kept and the query heads prune.  A group frozen for any other reason stays
+    frozen, and so does one with fewer than two other channels (it could not prune).
+    """
+    if not group.frozen_reasons or any(r.kind != KEPT for r in group.frozen_reasons):
+        return
+    whole = kept[group.classes]
+    if np.count_nonzero(~whole) < 2:
+        return
+    group.kept, group.classes = group.classes[whole], group.classes[~whole]
+    group.num_channels = len(group.classes)
+    group.kept_reasons, group.frozen_reasons = group.frozen_reasons, []
 
 
 def _keys_of(slot_sets: List[np.ndarray], group_labels: np.ndarray) -> List[List[int]]:
@@ -337,7 +383,8 @@ def _add_parts(graph: ChannelGraph, labels: np.ndarray, group_of: np.ndarray,
     pieces read all of them or a union of layers' channels.  So only the layers of a
     group of several (which a chunk or a group conv over their concat may bind in part)
     and chunk inputs are looked at.  A set that reaches into another group is left to
-    :meth:`ChannelGroups.check_keep`.
+    :meth:`ChannelGroups.check_keep`.  The classes a group keeps whole (``kept``) are no
+    channels of it: a set that holds one always keeps a channel.
     """
     needed = []  # chunk inputs first: a layer with the same channels is named by them
     for slots, what in graph.slots.required:
@@ -348,11 +395,13 @@ def _add_parts(graph: ChannelGraph, labels: np.ndarray, group_of: np.ndarray,
         if len(members) > 1:
             needed += [(by_label[key], member_labels, source.name)
                        for source, member_labels in members]
-    position = np.zeros(len(labels), dtype=np.int64)
+    position = np.full(len(labels), -1, dtype=np.int64)
     for group in {id(group): group for group, _, _ in needed}.values():
         position[group.classes] = np.arange(group.num_channels)
     seen = set()
     for group, cls, what in needed:
+        if (position[cls] < 0).any():  # a class it keeps whole
+            continue
         present = np.zeros(group.num_channels, dtype=bool)
         present[position[cls]] = True
         index = np.nonzero(present)[0]

@@ -39,6 +39,7 @@ import numpy as np
 from ..layers.common import bind_blocks
 from .channels import InputInfo, Split, TensorChannels
 from .context import ROTARY_BUFFERS, TraceContext, output_shapes
+from .slots import KEPT
 
 
 def split_channels(slots: np.ndarray, dims: Sequence[int],
@@ -222,7 +223,9 @@ def pair_heads(ctx: TraceContext, node, a: np.ndarray, b: np.ndarray, reason: st
 
     By default (``gqa='kv'``) each pair is bound (``reason``): under grouped-query
     attention a key/value head and its query heads form one class.  With ``gqa='query'``
-    the key/value heads are frozen, and the query heads are bound blockwise, position
+    the key/value heads are kept whole (reason kind :data:`~.slots.KEPT`: where the layer
+    that computes them computes the queries too, Phi-3's ``qkv_proj``, its query heads
+    still prune), and the query heads are bound blockwise, position
     ``i`` of every key/value group together (:func:`~razorlib.layers.common.bind_blocks`,
     as a GroupNorm's groups): every group keeps the same query heads, so the slim
     ``repeat_kv`` (or ``enable_gqa``) still pairs them right with fewer per group.
@@ -233,7 +236,7 @@ def pair_heads(ctx: TraceContext, node, a: np.ndarray, b: np.ndarray, reason: st
         return a
     side, kv, grid = found
     kv_heads, groups = grid.shape
-    ctx.freeze(kv, 'fixed', node, f"gqa='query' keeps key/value heads whole ({kv_heads} "
+    ctx.freeze(kv, KEPT, node, f"gqa='query' keeps key/value heads whole ({kv_heads} "
                f'key/value heads of {groups} query heads each)')
     bind_blocks(ctx, grid.ravel(), kv_heads, f'{node.name()} prunes the same query heads in '
                 f'each of {kv_heads} key/value groups')
@@ -289,17 +292,19 @@ def pair_single_head(ctx: TraceContext, node, query: np.ndarray, single: np.ndar
 
     The key/value head's ``channels`` are read as one head, bound to its head slot, as
     :func:`read_as_heads` binds every head's.  With ``gqa='query'`` that head stays whole
-    and the query heads prune freely: ``repeat_kv`` (or a broadcast) repeats it over as
-    many query heads as the slim model keeps (``num_key_value_groups`` follows the
-    projections' widths).  With ``gqa='kv'`` a key/value head is pruned with its query
-    heads, which here would remove the attention: it stays whole, saying so.
+    (reason kind :data:`~.slots.KEPT`, also where one layer computes it and the queries:
+    GPTBigCode's ``c_attn``) and the query heads prune freely: ``repeat_kv`` (or a
+    broadcast) repeats it over as many query heads as the slim model keeps
+    (``num_key_value_groups`` follows the projections' widths).  With ``gqa='kv'`` a
+    key/value head is pruned with its query heads, which here would remove the
+    attention: it stays whole, saying so.
     """
     head = single[0]
     count = len(np.unique(query))
     ctx.bind(np.full(int((channels != head).sum()), head), channels[channels != head],
              f'{node.name()} reads {len(channels)} channels as one key/value head')
     if ctx.gqa == 'query':
-        ctx.freeze(single[:1], 'fixed', node, "gqa='query' keeps the key/value head whole "
+        ctx.freeze(single[:1], KEPT, node, "gqa='query' keeps the key/value head whole "
                    f'(multi-query attention: one key/value head of {count} query heads)')
     else:
         ctx.freeze(np.append(query, head), 'fixed', node, (

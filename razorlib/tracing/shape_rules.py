@@ -249,8 +249,14 @@ def split(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
     ``chunk`` (``SplitBackward0``) into equal parts binds the parts elementwise so every
     part keeps the same number of channels and ``chunk`` still splits evenly after
     pruning (ShuffleNetV2); a subnet must keep at least one channel of its input, so no
-    piece vanishes.  Uneven parts and ``split(sizes)`` (``SplitWithSizesBackward0``,
-    sizes fixed in the model code) freeze the channels.
+    piece vanishes.  Uneven chunks (``split(3)`` of 8 channels) freeze the channels.
+
+    ``split(sizes)`` (``SplitWithSizesBackward0``) cuts at sizes the code gives, as a
+    slice does (:func:`slice_`): each part keeps the slots it takes and must keep one,
+    and the pruner checks the slim model on them (``ctx.sliced``).  The slim split takes
+    the kept channels where the code computes its sizes from the slim widths
+    (GPTBigCode's multi-query ``split((self.embed_dim, self.kv_dim, self.kv_dim))``,
+    which a ``HEAD_ATTRIBUTES`` entry rewrites); a literal size freezes there.
     """
     x = ins[0].channels
     shapes = output_shapes(node)
@@ -270,6 +276,10 @@ def split(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
                               f'({node.name()} after {after})')
             for part, block in zip(parts, blocks):
                 part[dim] = block
+        elif node.name() == 'SplitWithSizesBackward0':
+            starts = np.cumsum([0] + sizes[:-1]).tolist()
+            for part, start, size in zip(parts, starts, sizes):
+                part[dim] = _checked_slice(ctx, node, dim_slots, start, size, 'a part')
         else:
             ctx.freeze(dim_slots, 'fixed', node,
                        f'splits channels into parts of fixed sizes {sizes}')
@@ -379,17 +389,26 @@ def slice_(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
         block = _head_width_block(ctx, node, slots[dim], out_shape[dim])
         if block is None and node._saved_step == 1:
             start = min(normalize_dim(node._saved_start, x.shape[dim]), x.shape[dim])
-            block = slots[dim][start:start + out_shape[dim]]
-            ctx.sliced.update(slots[dim].tolist())
-            after = ', '.join(ctx.neighbours(node)[0]) or 'the model input'
-            ctx.slots.require(block, f'a slice of channels {start}:{start + len(block)} '
-                              f'({node.name()} after {after})')
+            block = _checked_slice(ctx, node, slots[dim], start, out_shape[dim], 'a slice')
         if block is not None:
             slots[dim] = block
         else:
             ctx.freeze(slots.pop(dim), 'fixed', node,
                        f'slices channel dim {dim} with a stride of {node._saved_step}')
     return [TensorChannels(out_shape, slots)]
+
+
+def _checked_slice(ctx: TraceContext, node, slots: np.ndarray, start: int, size: int,
+                   what: str) -> np.ndarray:
+    """``slots[start:start + size]``, cut at a bound the code computes: ``slots`` join
+    ``ctx.sliced``, for the pruner to check that the slim model cuts at the kept
+    channels, and a subnet must keep one channel of the block (``what`` names it)."""
+    block = slots[start:start + size]
+    ctx.sliced.update(slots.tolist())
+    after = ', '.join(ctx.neighbours(node)[0]) or 'the model input'
+    ctx.slots.require(block, f'{what} of channels {start}:{start + len(block)} '
+                      f'({node.name()} after {after})')
+    return block
 
 
 def _head_width_block(ctx: TraceContext, node, slots: np.ndarray,

@@ -16,6 +16,12 @@ import numpy as np
 #: plain limits of the model.
 STRICT_KINDS = ('unknown-op', 'shape', 'runtime', 'untracked')
 
+#: Kind of freeze reason that keeps some channels of a group whole without freezing the
+#: rest (``gqa='query'``'s key/value heads): a fused projection of queries, keys and
+#: values (GPTBigCode's multi-query ``c_attn``, Phi-3's ``qkv_proj``) still prunes its
+#: query heads where no other reason freezes its group (``groups.build_groups``).
+KEPT = 'kept'
+
 
 @dataclass
 class FrozenReason:
@@ -28,7 +34,9 @@ class FrozenReason:
             nothing uses), ``except-key`` (excluded by the user), ``external`` (channels of a
             model input or constant), ``runtime`` (the model's code fails when they are
             pruned, see ``pruning/verify.py``), ``untracked`` (the model's code reads a
-            parameter outside autograd, see ``literal_sizes.py``).
+            parameter outside autograd, see ``literal_sizes.py``), ``fixed`` (an op
+            takes the channels at positions of its own), :data:`KEPT` (an option keeps
+            them whole; the rest of their group may prune).
         op: the grad_fn name (or module or parameter name) at fault.
         message: what happened, in words.
         upstream: names of the nearest modules feeding the op.

@@ -3,7 +3,8 @@
 ``Phi3Heads`` entry sets each pruned layer's head counts (the query heads in a view of the
 config shared by every layer, which follows that config otherwise), and the pruner's run
 on the model checks that the slim slices take the kept heads; the slim model reloads and
-generates as the masked one."""
+generates as the masked one.  Under ``gqa='query'`` the key/value heads, channels of
+``qkv_proj`` too, are left out of its group and kept whole, and the query heads prune."""
 import copy
 
 import pytest
@@ -48,16 +49,33 @@ def test_masked_model_computes_and_counts_what_the_slim_model_does(implementatio
     assert masked_params == sum(p.numel() for p in slim.parameters())
 
 
-def test_query_heads_alone_leave_the_fused_projection_whole():
+#: the same under ``gqa='query'``: both key/value heads kept, one query head of each group
+QUERY_HALF = (96, 32, 2, 2)
+
+
+@pytest.mark.parametrize('implementation', ['eager', 'sdpa'])
+def test_query_heads_alone_prune_and_the_fused_kv_heads_stay_whole(implementation, tmp_path):
     """``gqa='query'`` keeps the key/value heads, which are channels of ``qkv_proj`` too:
-    the projection's group is frozen with them, as the reason says."""
-    model, inputs = build('phi3')
+    they are left out of the projection's group, always kept, and its query heads prune."""
+    model, inputs = build('phi3', attn_implementation=implementation)
     pruner = L1NormPruner(ratio=0.5, except_start_keys=hidden_size_keys(model), gqa='query')
     pruner.prepare_from_supernet(model, inputs)
-    assert not [gid for gid in pruner.groups.prunable if '.self_attn.' in gid]
-    reasons = pruner.groups.groups['model.layers.0.self_attn.qkv_proj'].frozen_reasons
-    assert {r.message for r in reasons} == {"gqa='query' keeps key/value heads whole (2 "
-                                            'key/value heads of 2 query heads each)'}
+    group = pruner.groups.prunable['model.layers.0.self_attn.qkv_proj']
+    # 4 query heads of 16, the same 2 of each of 2 key/value groups: 2 channels
+    assert (group.num_channels, group.width, len(group.kept)) == (2, 128, 4)
+    assert {r.message for r in group.kept_reasons} == {"gqa='query' keeps key/value heads "
+                                                       'whole (2 key/value heads of 2 query '
+                                                       'heads each)'}
+    pruner.set_subnet(pruner.sample_subnet())
+    masked = main_output(model, inputs)
+    slim = pruner.deploy_subnet(copy.deepcopy(model), pruner.export_subnet())
+    assert [_widths(slim, i) for i in range(2)] == [QUERY_HALF] * 2
+    assert slim.model.layers[0].self_attn.num_key_value_groups == 1
+    assert relative_error(main_output(slim, inputs), masked) <= 1e-4
+    assert save_pruned(slim, tmp_path).exact
+    again = type(model).from_pretrained(tmp_path, attn_implementation=implementation).eval()
+    assert [_widths(again, i) for i in range(2)] == [QUERY_HALF] * 2
+    assert relative_error(main_output(again, inputs), main_output(slim, inputs)) <= 1e-6
 
 
 def _attention_heads(slim, inputs):

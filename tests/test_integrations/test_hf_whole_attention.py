@@ -1,7 +1,7 @@
-"""What the trace leaves whole is said: GPTBigCode's multi-query ``c_attn`` is split by
-fixed sizes, so only its MLPs shrink, and ``razorlib.prune`` warns once, naming the first
-attention and why; a hidden size that ``hidden=True`` cannot prune is named with its
-reason too.  (Phi-3's fused ``qkv_proj`` prunes: ``test_hf_phi3.py``.)"""
+"""What the trace leaves whole is said: GPTBigCode's multi-query attention stays whole
+under the default ``gqa='kv'``, so only its MLPs shrink, and ``razorlib.prune`` warns
+once, naming the first attention and why; a hidden size that ``hidden=True`` cannot prune
+is named with its reason too.  (Phi-3's fused ``qkv_proj`` prunes: ``test_hf_phi3.py``.)"""
 import warnings
 
 import pytest
@@ -22,7 +22,8 @@ def _bigcode():
 
 @pytest.mark.parametrize('builder, first, why', [
     (_bigcode, 'transformer.h.0.attn', r'transformer.h.0.attn.c_attn: \[fixed\] '
-     r'SplitWithSizesBackward0: splits channels into parts of fixed sizes \[64, 16, 16\]')])
+     r"BmmBackward0: 4 query heads over a single key/value head \(multi-query attention\): "
+     r"gqa='kv' prunes a key/value head with its query heads")])
 def test_attention_left_whole_is_named_with_its_reason(builder, first, why):
     model = builder()
     with pytest.warns(UserWarning, match=rf'razorlib.prune: the attention of \w+ is left '

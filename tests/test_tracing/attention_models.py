@@ -110,6 +110,33 @@ class FusedQKV(nn.Module):
         return self.proj((attn.softmax(-1) @ v).transpose(1, 2).reshape(b, n, -1))
 
 
+class FusedMQA(nn.Module):
+    """GPTBigCode's multi-query layout: one ``c_attn`` computes the queries, then one key
+    and one value head, cut by ``split((self.embed_dim, self.kv_dim, self.kv_dim))``;
+    the key/value head is repeated by ``repeat_kv``, or broadcast by SDPA
+    (``sdpa=True``, ``enable_gqa``)."""
+
+    def __init__(self, heads: int = 4, head_dim: int = 8, sdpa: bool = False):
+        super().__init__()
+        self.multi_query, self.sdpa = True, sdpa
+        self.num_heads, self.head_dim, self.kv_heads = heads, head_dim, 1
+        self.embed_dim = self.split_size = heads * head_dim
+        self.kv_dim, self.num_key_value_groups = head_dim, heads
+        self.c_attn = nn.Linear(DIM, self.embed_dim + 2 * self.kv_dim)
+        self.c_proj = nn.Linear(self.embed_dim, DIM)
+
+    def forward(self, x):
+        q, k, v = self.c_attn(x).unsqueeze(1).split((self.embed_dim, self.kv_dim,
+                                                     self.kv_dim), dim=3)
+        q = q.view(*x.shape[:-1], -1, self.head_dim).transpose(1, 2)
+        if self.sdpa:
+            out = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+        else:
+            k, v = (repeat_kv(t, self.num_key_value_groups) for t in (k, v))
+            out = ((q @ k.transpose(-2, -1)) * self.head_dim ** -0.5).softmax(-1) @ v
+        return self.c_proj(out.transpose(1, 2).reshape(*x.shape[:-1], -1))
+
+
 class Block(nn.Module):
     """Pre-norm transformer block around any attention above."""
 

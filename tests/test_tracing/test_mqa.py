@@ -2,16 +2,21 @@
 the key/value head's expand over the query heads as a repeat of one head, so
 ``gqa='query'`` keeps that head whole and prunes the query heads freely, ``gqa='kv'``
 keeps the attention whole and says why; ``heads='width'`` prunes the same positions of
-the one key/value head and of every query head, with RoPE or without."""
+the one key/value head and of every query head, with RoPE or without.  Where one fused
+projection computes the queries and the key/value head (GPTBigCode's ``c_attn``), that
+head's channels are left out of the projection's group, always kept, and its query heads
+prune."""
 import warnings
 
+import numpy as np
 import pytest
 import torch
 
-from attention_models import Block, Encoder, SeparateQKV
+from attention_models import Block, Encoder, FusedMQA, SeparateQKV
 from helpers import Traced
 from masked_vs_slim import sample_and_deploy
 from razorlib.pruning import L1NormPruner
+from razorlib.pruning.importance import ImportanceContext
 
 TOKENS_IN = torch.randn(2, 6, 8)
 MQA_CASES = {
@@ -114,3 +119,67 @@ def test_head_width_prunes_the_positions_of_one_kv_head_and_its_query_heads(case
         assert (attn.q_proj.out_features, attn.k_proj.out_features,
                 attn.v_proj.out_features, attn.o_proj.in_features) == (32, 4, 4, 32)
         assert (attn.num_heads, attn.num_key_value_heads, attn.head_dim) == (8, 1, 4)
+
+
+def _fused_model(sdpa: bool = False):
+    """Two blocks of 8 query heads of width 8 and one key/value head, all from ``c_attn``."""
+    torch.manual_seed(0)
+    return Encoder(*(Block(FusedMQA(heads=8, sdpa=sdpa)) for _ in range(2))).eval()
+
+
+@pytest.mark.parametrize('sdpa', [False, True], ids=['repeat_kv', 'sdpa'])
+def test_a_fused_projection_keeps_its_kv_head_and_prunes_its_query_heads(sdpa):
+    model = _fused_model(sdpa)
+    group = Traced(model, TOKENS_IN, gqa='query').group_of('blocks.0.attn.c_attn')
+    # 8 query heads of 8 channels; the key and value head (8 channels each) always kept
+    assert (group.num_channels, group.width, len(group.kept), group.parts) == (8, 80, 2, [])
+    assert 'keeps 16 of its 80 output channels whole: [kept] ' in str(group)
+    assert [r.message for r in group.kept_reasons] == [KV_WHOLE]
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', UserWarning)
+        pruner = _pruner(model, gqa='query')
+    assert sorted(pruner.groups.prunable) == ['blocks.0.attn.c_attn', 'blocks.0.mlp.0',
+                                              'blocks.1.attn.c_attn', 'blocks.1.mlp.0']
+    context = ImportanceContext.from_pruner(pruner)
+    use = next(u for u in pruner._uses if (u.name, u.role) == ('blocks.0.attn.c_attn', 'out'))
+    owner, position = context.locate(use)
+    assert (owner[64:] == -1).all() and (owner[:64] >= 0).all()
+    assert position[:64].tolist() == np.repeat(np.arange(8), 8).tolist()
+    slim = sample_and_deploy(pruner, model, TOKENS_IN)  # masked == slim, params exact
+    for attn in (block.attn for block in slim.blocks):
+        assert (attn.c_attn.out_features, attn.c_proj.in_features) == (48, 32)
+        assert (attn.num_heads, attn.embed_dim, attn.split_size, attn.kv_heads, attn.kv_dim,
+                attn.num_key_value_groups) == (4, 32, 32, 1, 8, 4)
+
+
+def test_a_fused_projection_frozen_for_another_reason_stays_frozen():
+    traced = Traced(_fused_model(), TOKENS_IN, gqa='query',
+                    except_start_keys=('blocks.0.attn.c_attn', ))
+    frozen = traced.group_of('blocks.0.attn.c_attn')
+    assert not frozen.prunable and (frozen.num_channels, len(frozen.kept)) == (10, 0)
+    assert sorted(r.kind for r in frozen.frozen_reasons) == ['except-key', 'kept']
+    assert traced.group_of('blocks.1.attn.c_attn').prunable
+
+
+def test_gqa_kv_keeps_a_fused_projection_of_one_kv_head_whole_and_says_why():
+    group = Traced(_fused_model(), TOKENS_IN).group_of('blocks.0.attn.c_attn')
+    assert not group.prunable and not group.kept_reasons
+    assert any("gqa='query' prunes the query heads" in r.message for r in group.frozen_reasons)
+
+
+def test_a_mask_over_the_leader_keeps_the_kv_head_and_may_not_prune_it():
+    pruner = _pruner(_fused_model(), gqa='query')
+    heads = np.repeat(np.arange(8) < 4, 8)  # the first 4 query heads of 8 channels
+    pruner.set_subnet({'blocks.0.attn.c_attn': np.r_[heads, np.ones(16, dtype=bool)]})
+    assert pruner.current_subnet['blocks.0.attn.c_attn'].tolist() == [True] * 4 + [False] * 4
+    config = pruner.export_subnet()
+    kept = list(range(32)) + list(range(64, 80))
+    assert list(config.kept('blocks.0.attn.c_attn', 'out').index) == kept
+    assert list(config.kept('blocks.0.attn.c_proj', 'in').index) == list(range(32))
+    assert {gid: keep.tolist() for gid, keep in
+            pruner.subnet_from_channel_config(config).items()} == \
+        {gid: keep.tolist() for gid, keep in pruner.current_subnet.items()}
+    with pytest.raises(ValueError, match=r"space 'blocks.0.attn.c_attn': the mask prunes "
+                       r"channel 70, which is always kept \(\[kept\] BmmBackward0: gqa='query' "
+                       r'keeps the key/value head whole .*\); keep it'):
+        pruner.set_subnet({'blocks.0.attn.c_attn': np.r_[heads, np.arange(16) != 6]})

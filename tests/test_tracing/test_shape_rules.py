@@ -6,6 +6,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from helpers import Traced
+from razorlib.pruning import L1NormPruner
 from razorlib.tracing.shape_rules import reshape_groups
 
 X = torch.randn(1, 3, 4, 4)
@@ -139,14 +140,41 @@ def test_stack_binds():
     assert (traced.classes('head', 'in') == traced.classes('a')).all()
 
 
-def test_chunk_binds_parts_and_split_sizes_freeze():
+def _second_of_split_3_5(m, a, b):
+    return a.split([3, 5], 1)[1].mean((2, 3))
+
+
+def test_chunk_binds_parts_and_uneven_chunks_freeze():
     traced = Traced(Net(lambda m, a, b: sum(a.chunk(2, 1)).mean((2, 3)), head_in=4), X)
     a = traced.classes('a')
     assert (a[:4] == a[4:]).all() and traced.group_of('a').prunable
-    traced = Traced(Net(lambda m, a, b: sum(p.mean() for p in a.split([3, 5], 1))), X)
-    assert [r.op for r in traced.reasons('a')] == ['SplitWithSizesBackward0']
     traced = Traced(Net(lambda m, a, b: sum(p.mean() for p in a.split(3, 1))), X)
     assert [r.op for r in traced.reasons('a')] == ['SplitBackward0']
+
+
+def test_split_sizes_give_each_part_its_channels_to_be_checked_on_the_model():
+    traced = Traced(Net(_second_of_split_3_5, head_in=5), X)
+    assert (traced.classes('head', 'in') == traced.classes('a')[3:]).all()
+    assert traced.group_of('a').prunable and traced.groups.sliced == ['a']
+    assert [(what, index.tolist()) for what, index in traced.group_of('a').parts] == [
+        ('a part of channels 0:3 (SplitWithSizesBackward0 after a)', [0, 1, 2]),
+        ('a part of channels 3:8 (SplitWithSizesBackward0 after a)', [3, 4, 5, 6, 7])]
+    with pytest.raises(ValueError, match=r"space 'a': the subnet keeps no channel of a part "
+                       r'of channels 0:3 \(SplitWithSizesBackward0 after a\)'):
+        traced.groups.check_keep({'a': np.arange(8) >= 3})
+
+
+@pytest.mark.parametrize('verify, reason', [
+    (True, 'the model code fails when these channels are pruned: RuntimeError: '
+     'split_with_sizes expects split_sizes to sum exactly to 4'),
+    (False, 'the slim model computes other outputs than the masked one (RuntimeError: '
+     'split_with_sizes expects split_sizes to sum exactly to 4')])
+def test_a_literal_split_size_freezes_on_the_model_saying_why(verify, reason):
+    pruner = L1NormPruner(ratio=0.5, verify=verify)
+    pruner.prepare_from_supernet(Net(_second_of_split_3_5, head_in=5), X)
+    assert not pruner.groups.prunable
+    (frozen, ) = pruner.groups.groups['a'].frozen_reasons
+    assert (frozen.kind, frozen.op) == ('runtime', 'a') and frozen.message.startswith(reason)
 
 
 def test_slice_select_unbind():
