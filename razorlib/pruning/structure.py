@@ -12,7 +12,7 @@ import random
 import warnings
 from abc import ABCMeta, abstractmethod
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
 import torch
@@ -84,6 +84,17 @@ def _every_other(count: int) -> np.ndarray:
         [1, 3, 0, 2, 4]
     """
     return np.r_[1:count:2, 0:count:2]
+
+
+def _last_first(count: int) -> np.ndarray:
+    """``count`` channel indices, the last first: halving a group by this order keeps its
+    second half, and the first slice of it only the channel ``keep_best`` gives it.
+
+    Example:
+        >>> _last_first(4).tolist()
+        [3, 2, 1, 0]
+    """
+    return np.arange(count)[::-1].copy()
 
 
 class StructurePruner(metaclass=ABCMeta):
@@ -235,7 +246,11 @@ class StructurePruner(metaclass=ABCMeta):
         place, put back after), and the groups whose outputs differ are bisected out and
         frozen.  The half kept is every other channel, not a prefix: a literal
         ``x[:, :16]`` of 32 channels reads the same channels of a slim model that kept the
-        first 16.  (Models with parameters on the ``meta`` device are not run.)
+        first 16.  Where a slice reads a group, the run is repeated with its second half
+        kept (each slice keeping a channel): bounds in proportion to the width
+        (``x[:, :c // 2]``) cut every other channel of 32 where the masked model does,
+        and not a lopsided half.  (Models with parameters on the ``meta`` device are not
+        run.)
 
         Returns:
             ``{group id: difference}`` for each group frozen.
@@ -269,14 +284,20 @@ class StructurePruner(metaclass=ABCMeta):
 
     def _difference(self, ids: List[str], example_inputs: Any) -> Optional[str]:
         """How the slim model's outputs differ from the masked model's with ``ids``
-        halved, or None where they agree."""
-        return self._cut_run(ids, example_inputs, compare=True)
+        halved (every other channel; then, where a slice reads one of them, the second
+        half), or None where they agree."""
+        found = self._cut_run(ids, example_inputs, compare=True)
+        if found is None and not set(ids).isdisjoint(self.groups.sliced):
+            found = self._cut_run(ids, example_inputs, compare=True, order=_last_first)
+        return found
 
-    def _cut_run(self, ids: List[str], example_inputs: Any, compare: bool) -> Optional[str]:
-        """Run the slim model with ``ids`` halved: its error, or (``compare``) how its
-        outputs differ from the masked model's; None where it runs (and agrees)."""
+    def _cut_run(self, ids: List[str], example_inputs: Any, compare: bool,
+                 order: Callable[[int], np.ndarray] = _every_other) -> Optional[str]:
+        """Run the slim model with ``ids`` halved (their channels kept in ``order``): its
+        error, or (``compare``) how its outputs differ from the masked model's; None
+        where it runs (and agrees)."""
         groups = self.groups.groups
-        self.set_subnet({gid: groups[gid].keep_best(_every_other(groups[gid].num_channels),
+        self.set_subnet({gid: groups[gid].keep_best(order(groups[gid].num_channels),
                                                     groups[gid].num_channels // 2)
                          for gid in ids})
         cfg = self.export_subnet()
@@ -324,7 +345,7 @@ class StructurePruner(metaclass=ABCMeta):
         """Keep-mask of the first ``ratio * channels`` of ``order``, rounded half up (as
         ``WidthRule.fit`` rounds: half of 5 keeps 3) and at least 1, with a channel of each
         layer and chunk input in the group (``keep_best``)."""
-        count = max(1, math.floor(ratio * group.num_channels + 0.5))
+        count = max(1, math.floor(round(ratio * group.num_channels, 9) + 0.5))
         return torch.from_numpy(group.keep_best(np.asarray(order), count))
 
     def subnet_at(self, ratios: Union[float, Mapping[str, float]]) -> SubnetDict:

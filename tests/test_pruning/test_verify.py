@@ -141,3 +141,33 @@ def test_groups_whose_widths_the_code_ties_are_each_cut_alone(heads, view_heads)
         assert slim(x).shape == (2, 3)
     reasons = {gid: [r.kind for r in g.frozen_reasons] for gid, g in pruner.groups.groups.items()}
     assert reasons['inp'] == ['runtime'] and reasons['qkv'] == ['runtime']
+
+
+class ProportionalCut(nn.Module):
+    """Cuts its channels at half the width it reads, the halves through different ops: a
+    slim model cuts its kept channels in half, the masked one at the dense half."""
+
+    def __init__(self, how: str):
+        super().__init__()
+        self.how = how
+        self.stem = nn.Conv2d(3, 16, 1)
+        self.head = nn.Linear(16, 3)
+
+    def forward(self, x):
+        y = self.stem(x)
+        c = y.shape[1]
+        a, b = y.split([c // 2, c - c // 2], 1) if self.how == 'split' else \
+            (y[:, :c // 2], y[:, c // 2:])
+        return self.head(torch.cat([a.relu(), b.sigmoid()], 1).mean((2, 3)))
+
+
+@pytest.mark.parametrize('how', ['split', 'slice'])
+def test_a_cut_in_proportion_to_the_width_is_checked_on_a_lopsided_half(how):
+    """Every other channel of 16 keeps 4 in each half, as the slim model's cut at 8 // 2
+    does by chance; a subnet that keeps 2 and 6 is cut otherwise, so the group freezes."""
+    torch.manual_seed(0)
+    model = ProportionalCut(how).eval()
+    pruner = L1NormPruner(ratio=0.5)
+    pruner.prepare_from_supernet(model, torch.randn(2, 3, 8, 8))
+    assert 'stem' not in pruner.groups.prunable
+    assert 'a slice of these channels' in str(pruner.groups.groups['stem'].frozen_reasons[0])
