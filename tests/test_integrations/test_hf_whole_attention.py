@@ -54,3 +54,13 @@ def test_hidden_true_that_prunes_no_hidden_size_says_why():
         warnings.simplefilter('always')
         razorlib.prune(model, inputs, ratio=0.5, hidden=True)
     assert not [w for w in record if 'prunes no hidden size' in str(w.message)]
+
+
+def test_hidden_true_names_a_hidden_size_whose_key_is_a_parent_module():
+    """DINOv2's hidden-size key, ``embeddings.patch_embeddings``, is the parent of the conv
+    that writes the hidden size: the key is a prefix, as ``except_start_keys`` are."""
+    model = transformers.Dinov2Model(transformers.Dinov2Config(
+        hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64,
+        image_size=16, patch_size=8)).eval()
+    with pytest.warns(UserWarning, match=r'prunes no hidden size of Dinov2Model \(\[output\]'):
+        razorlib.prune(model, torch.randn(1, 3, 16, 16), ratio=0.5, hidden=True)

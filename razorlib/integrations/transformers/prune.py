@@ -79,7 +79,10 @@ def warn_if_hidden_kept(model: nn.Module, groups: Any, caller: str,
     returns whether it warned."""
     keys = hidden_size_keys(model)
     for group in groups.groups.values():
-        if group.prunable or not any(layer in keys for layer in group.layers):
+        # the keys are module-name prefixes, as except_start_keys are (DINOv2's
+        # 'embeddings.patch_embeddings' names its conv's parent)
+        if group.prunable or not any(layer.startswith(key) for layer in group.layers
+                                     for key in keys):
             continue
         reason = f' ({group.frozen_reasons[0]})' if group.frozen_reasons else ''
         warnings.warn(f'{caller}(hidden=True) prunes no hidden size of '
