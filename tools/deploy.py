@@ -16,9 +16,11 @@ refused with it), then written twice: the QDQ ONNX
 model (INT8) and the plain ONNX model; TensorRT builds an INT8 engine from the first
 (explicit quantization: the Q/DQ pairs say what runs in int8, the rest in FP16) and an
 FP16 engine from the second.  Both run on the ``val_dataloader``; their outputs are
-compared with razorlib's simulated INT8 (``QuantExecutor``) and with FP32: SNR in dB,
-top-1, and top-1 agreement.  Writes ``<work_dir>/<config name>_int8.onnx``,
-``_fp32.onnx``, the ``.engine`` files and ``deploy.json``.
+compared with razorlib's simulated INT8 (``QuantExecutor``) and with FP32 (the graph
+dequantized, what the plain model holds; for a QAT checkpoint the trained float model,
+QAT's learned weights and biases unquantized): SNR in dB, top-1, and top-1 agreement.
+Writes ``<work_dir>/<config name>_int8.onnx``, ``_fp32.onnx``, the ``.engine`` files and
+``deploy.json``.
 
 TensorRT is an optional extra (``pip install 'razorlib[tensorrt]'``, on a machine with
 an NVIDIA GPU).  Where it is not installed, or no CUDA GPU is present, the tool says so in

@@ -177,9 +177,11 @@ class QAT(BaseModel):
     cross-entropy (``loss``), ``'predict'`` data samples with ``pred_score`` and
     ``pred_label`` (mmengine's ``Accuracy`` reads them).  :meth:`calibrated_graph` and
     :meth:`export` give the trained INT8 model; :class:`QATExportHook` writes it after
-    training.  A checkpoint carries the graph's quantization signature (platform, integer
-    ranges, zero points: :class:`~razorlib.quantization.LSQGraph`): loading it into a QAT
-    quantized otherwise raises naming what differs, and the zero points are restored.
+    training (its FP32 model, dequantized, is the trained float model, not the FP32
+    ``checkpoint``).  A checkpoint carries the graph's quantization signature (platform,
+    integer ranges, which biases are int32, zero points:
+    :class:`~razorlib.quantization.LSQGraph`): loading it into a QAT quantized otherwise
+    raises naming what differs, and the zero points are restored.
 
     With ``distill`` (quantization-aware distillation) a frozen copy of the FP32
     architecture, taken after ``checkpoint`` is loaded, is the teacher and ``'loss'``

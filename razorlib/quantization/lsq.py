@@ -16,11 +16,17 @@ PTQ graph.
 
 A checkpoint (``state_dict``) holds, besides the weights and log scales, the
 quantization signature as buffers: ``quant_signature.platforms`` (the platforms, a bit
-mask), ``quant_signature.<scale>`` (the integer range, bits, policy, rounding and channel
-axis of that scale's config) and ``zero_points.<scale>``.  Loading it into a graph
-quantized otherwise (another platform, integer range or policy) raises naming the scale
-and what differs, before any tensor is loaded; the zero points come from the checkpoint,
-not from this graph's calibration.  A checkpoint saved before the signature existed loads
+mask), ``quant_signature.int32_biases`` (one flag per parameter of ``weights``: quantized
+as an int32 bias, PASSIVE, or not; calibration leaves a bias FP32 where its integers would
+overflow), ``quant_signature.<scale>`` (the integer range, bits, policy, rounding and
+channel axis of that scale's config) and ``zero_points.<scale>``.  Loading it into a graph
+quantized otherwise (another platform, integer range or policy, a bias int32 in one and
+FP32 in the other) raises naming the scale or bias and what differs, before any tensor is
+loaded; the zero points come from the checkpoint, not from this graph's calibration.  A
+signature of version 1 lacks ``int32_biases``: it loads where this graph has no bias that
+calibration could make either (TRT_INT8's biases are always FP32), and is refused
+otherwise (ORT_INT8), the message saying how to record the biases' state by hand.  A
+checkpoint saved before the signature existed loads
 unchecked, with a warning saying so; the signature's keys are declared optional
 (``LSQGraph.OPTIONAL_STATE_PREFIXES``), so tools that check a checkpoint's keys before
 loading it (``check_fits``: ``tools/deploy.py``) let such a checkpoint through to that
@@ -36,20 +42,26 @@ import torch.nn as nn
 from ..ir import (BaseGraph, Operation, QuantableOperation, QuantizationProperty,
                   RoundingPolicy, TensorQuantizationConfig, TorchExecutor)
 from .executor import QuantExecutor, quantized_inputs
+from .functional import ROUNDING_FUNCTIONS
 from .observers import MIN_SCALE
 from .platform import TargetPlatform, as_platform
-from .state import check_calibrated, quantable_operations
+from .state import (check_calibrated, check_not_dequantized, listed_names,
+                    quantable_operations)
 
 __all__ = ['LSQGraph', 'follow_passive_scales', 'lsq_fake_quantize']
 
 
 def lsq_fake_quantize(tensor: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor,
-                      quant_min: int, quant_max: int, grad_factor: float = 1.0) -> torch.Tensor:
+                      quant_min: int, quant_max: int, grad_factor: float = 1.0,
+                      rounding: RoundingPolicy = RoundingPolicy.ROUND_HALF_EVEN
+                      ) -> torch.Tensor:
     """Quantize-dequantize with a learnable ``scale`` (LSQ's gradients).
 
-    The forward is :func:`~razorlib.quantization.linear_fake_quantize` (half-to-even
-    rounding); backward, ``round`` passes the gradient straight through, values clipped
-    to the range get none, and ``scale`` gets LSQ's gradient times ``grad_factor``.
+    The forward is :func:`~razorlib.quantization.linear_fake_quantize` (with ``rounding``,
+    half to even by default: a config's own rounding, so LSQ computes what
+    ``QuantExecutor`` does); backward, the rounding passes the gradient straight through,
+    values clipped to the range get none, and ``scale`` gets LSQ's gradient times
+    ``grad_factor``.
 
     Args:
         tensor: the values.
@@ -58,6 +70,7 @@ def lsq_fake_quantize(tensor: torch.Tensor, scale: torch.Tensor, offset: torch.T
         quant_min: the smallest integer.
         quant_max: the largest integer.
         grad_factor: multiplies the scale's gradient (LSQ: ``1 / sqrt(n quant_max)``).
+        rounding: how ``tensor / scale`` is rounded to integers.
 
     Returns:
         The fake-quantized tensor.
@@ -72,7 +85,7 @@ def lsq_fake_quantize(tensor: torch.Tensor, scale: torch.Tensor, offset: torch.T
     """
     scale = scale * grad_factor + (scale - scale * grad_factor).detach()
     scaled = tensor / scale
-    rounded = scaled + (torch.round(scaled) - scaled).detach()
+    rounded = scaled + (ROUNDING_FUNCTIONS[RoundingPolicy(rounding)](scaled) - scaled).detach()
     return ((rounded + offset).clamp(quant_min, quant_max) - offset) * scale
 
 
@@ -123,11 +136,18 @@ class LSQGraph(nn.Module):
     module restores both, and also carries the quantization signature (see the module):
     loading one of a graph quantized otherwise raises, and the zero points are the
     checkpoint's.  Keep the graph for this module alone: its variables hold trainable
-    tensors.
+    tensors (``LSQGraph(graph.copy(copy_value=True))`` keeps ``graph`` the PTQ model).
 
     Args:
-        graph: a calibrated graph (from ``quantize_torch_model``), taken over.
+        graph: a calibrated graph (from ``quantize_torch_model``), taken over; not baked
+            and with no operation left dequantized.
         device: where to run it.
+
+    Raises:
+        ValueError: ``graph`` has baked parameters (``bake_parameters``: LSQ would quantize
+            their quantized values again with the learned scales, while the calibrated
+            graph reads them as they are) or operations left dequantized (they would
+            train in floating point); the message names the operations.
 
     Example:
         >>> from razorlib.quantization import QuantExecutor, quantize_torch_model
@@ -162,6 +182,8 @@ class LSQGraph(nn.Module):
 
     def __init__(self, graph: BaseGraph, device: Union[str, torch.device] = 'cpu') -> None:
         check_calibrated(graph, 'LSQGraph')
+        check_not_dequantized(graph, 'LSQGraph')
+        _refuse_baked(graph)
         super().__init__()
         self.weights = nn.ParameterDict()
         self.scales = nn.ParameterDict()
@@ -213,7 +235,7 @@ class LSQGraph(nn.Module):
             shape[config.channel_axis] = -1
             scale, offset = scale.reshape(shape), offset.reshape(shape)
         return lsq_fake_quantize(tensor, scale, offset, config.quant_min, config.quant_max,
-                                 self._factors.get(config.dominated_by, 1.0))
+                                 self._factors.get(config.dominated_by, 1.0), config.rounding)
 
     def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
         """The graph's first output on ``inputs`` (in graph input order), differentiable."""
@@ -236,9 +258,27 @@ class LSQGraph(nn.Module):
         self.quant_signature.register_buffer('version', torch.tensor(SIGNATURE_VERSION))
         self.quant_signature.register_buffer('platforms', torch.tensor(
             sum(1 << list(TargetPlatform).index(platform) for platform in self._platforms())))
+        self.quant_signature.register_buffer('int32_biases', self._int32_biases())
         for root, key in self._roots.items():
             self.quant_signature.register_buffer(key, _signature(root))
             self.zero_points.register_buffer(key, _zero_point(root))
+
+    def _int32_biases(self) -> torch.Tensor:
+        """One flag per parameter of ``weights``, in order: whether it is quantized as an
+        integer bias (PASSIVE).  Calibration decides it per graph (a bias whose integers
+        would overflow stays FP32), and no learned scale records it."""
+        passive = {var.name for op in quantable_operations(self._graph)
+                   for config, var in zip(op.input_quant_config, op.inputs)
+                   if config.state.is_passive}
+        return torch.tensor([name in passive for name in self._variables.values()],
+                            dtype=torch.bool)
+
+    def _bias_candidates(self) -> List[str]:
+        """The parameters calibration may quantize as integer biases or leave FP32: those
+        read through a config with a ``master_by`` (its weight config)."""
+        return [var.name for op in quantable_operations(self._graph)
+                for config, var in zip(op.input_quant_config, op.inputs)
+                if var.is_parameter and config.master_by is not None]
 
     def _save_to_state_dict(self, destination, prefix, keep_vars) -> None:
         for root, key in self._roots.items():  # the zero points in use (children save later)
@@ -266,15 +306,17 @@ class LSQGraph(nn.Module):
     def _check_signature(self, state_dict: Mapping[str, Any], prefix: str) -> None:
         """Raise ValueError naming what differs; then set the checkpoint's zero points."""
         version = state_dict.get(prefix + 'quant_signature.version')
-        if version is not None and int(version) != SIGNATURE_VERSION:
+        if version is not None and not 1 <= int(version) <= SIGNATURE_VERSION:
             raise ValueError(f'LSQGraph checkpoint: quantization signature version '
-                             f'{int(version)}, this razorlib reads {SIGNATURE_VERSION}')
+                             f'{int(version)}, this razorlib reads 1 to {SIGNATURE_VERSION}')
         platforms = state_dict.get(prefix + 'quant_signature.platforms')
         here = self.quant_signature.platforms
         if platforms is not None and int(platforms) != int(here):
             raise ValueError(f'LSQGraph checkpoint: quantized for {_platform_names(platforms)}, '
                              f'this graph for {_platform_names(here)}; build the QAT with the '
                              'platform it was trained with')
+        if version is not None:
+            self._check_int32_biases(state_dict, prefix)
         zero_points = {}
         for root, key in self._roots.items():
             saved = state_dict.get(f'{prefix}quant_signature.{key}')
@@ -297,15 +339,66 @@ class LSQGraph(nn.Module):
                 dtype = torch.float32 if root.offset is None else root.offset.dtype
                 root.offset = zero_point.detach().to(root.scale.device, dtype, copy=True)
 
+    def _check_int32_biases(self, state_dict: Mapping[str, Any], prefix: str) -> None:
+        """Raise ValueError naming a bias that is an integer (PASSIVE) in the checkpoint and
+        FP32 here, or the other way round; or, for a checkpoint that predates that record
+        (signature version 1), when this graph has biases that could be either."""
+        saved = state_dict.get(prefix + 'quant_signature.int32_biases')
+        if saved is None:
+            self._refuse_unrecorded_biases(prefix)
+            # no bias of this graph can be int32: this graph's flags are the checkpoint's
+            state_dict[prefix + 'quant_signature.int32_biases'] = (
+                self.quant_signature.int32_biases.clone())
+            return
+        names = [key[len(prefix + 'weights.'):] for key in state_dict
+                 if key.startswith(prefix + 'weights.')]
+        if len(names) != saved.numel():
+            raise ValueError(f'LSQGraph checkpoint: {prefix}quant_signature.int32_biases has '
+                             f'{saved.numel()} flags for its {len(names)} weights; the '
+                             'checkpoint is damaged')
+        theirs = dict(zip(names, saved.tolist()))
+        for key, mine in zip(self._variables, self.quant_signature.int32_biases.tolist()):
+            if key in theirs and bool(theirs[key]) != mine:
+                name = self._variables[key]
+                readers = [op.name for op in self._graph.variables[name].dest_ops]
+                raise ValueError(f'LSQGraph checkpoint: bias {name!r} (of {readers}) is '
+                                 f'{_bias_state(theirs[key])} in the checkpoint, '
+                                 f'{_bias_state(mine)} here (calibration leaves a bias FP32 '
+                                 'when its integers would overflow at input x weight scale); '
+                                 'build the QAT with the calibration data it was trained with')
+
+    def _refuse_unrecorded_biases(self, prefix: str) -> None:
+        """A signature of version 1 does not say which biases were integers: unambiguous
+        only where this graph has no bias calibration could make either (TRT_INT8)."""
+        candidates = self._bias_candidates()
+        if candidates:
+            raise ValueError('LSQGraph checkpoint: its quantization signature (version 1) '
+                             'does not record which biases are int32 (PASSIVE) and which FP32, '
+                             f'and this graph\'s biases ({listed_names(candidates)}) can be '
+                             'either (calibration leaves one FP32 when its integers would '
+                             'overflow): it could load quantized otherwise than it was '
+                             'trained.  If its graph quantized them as this one does, record '
+                             'that and load it: '
+                             f"state_dict['{prefix}quant_signature.int32_biases'] = "
+                             '<this LSQGraph>.quant_signature.int32_biases.clone()')
+
     def calibrated_graph(self) -> BaseGraph:
         """A copy of the graph holding the learned weights and scales, detached.
 
         It is a calibrated graph like any from ``quantize_torch_model``: run it with
-        ``QuantExecutor``, analyse it, export it with ``export_graph``.
+        ``QuantExecutor``, analyse it, export it with ``export_graph``.  Its FP32 model
+        (``dequantize_graph``, ``analyse_error``'s reference, the plain ``ONNX`` export,
+        ``tools/deploy.py``'s FP32) is the trained float model: the learned weights and
+        biases, unquantized.  The fp32 values PTQ passes had kept aside (the biases
+        before ``BiasCorrection``, the weights before ``AdaRound``'s rounding) are those
+        of the model before QAT, and are replaced by the learned ones.
         """
         for root, key in self._roots.items():
             root.scale = self.scales[key].detach().exp().clamp_min(MIN_SCALE)
-        return follow_passive_scales(self._graph.copy(copy_value=True))
+        graph = follow_passive_scales(self._graph.copy(copy_value=True))
+        for op in quantable_operations(graph):
+            op.store_parameter_value()  # the learned values are its fp32 ones now
+        return graph
 
 
 def follow_passive_scales(graph: BaseGraph) -> BaseGraph:
@@ -332,8 +425,9 @@ def follow_passive_scales(graph: BaseGraph) -> BaseGraph:
     return graph
 
 
-SIGNATURE_VERSION = 1
-"""The layout of an :class:`LSQGraph` checkpoint's ``quant_signature`` buffers."""
+SIGNATURE_VERSION = 2
+"""The layout of an :class:`LSQGraph` checkpoint's ``quant_signature`` buffers (2:
+``int32_biases`` added; version 1 lacks it)."""
 
 #: What each ``quant_signature.<scale>`` buffer holds, in order.
 _SIGNATURE_FIELDS = ('quant_min', 'quant_max', 'num_of_bits', 'policy', 'rounding',
@@ -370,6 +464,24 @@ def _zero_point(config: TensorQuantizationConfig) -> torch.Tensor:
     if config.offset is None:
         return torch.zeros_like(scale)
     return torch.broadcast_to(config.offset.detach().to(scale), scale.shape).clone()
+
+
+def _bias_state(passive: bool) -> str:
+    return 'int32 (PASSIVE)' if passive else 'FP32'
+
+
+def _refuse_baked(graph: BaseGraph) -> None:
+    """Refuse a graph whose parameters ``bake_parameters`` replaced by their quantized
+    values: LSQ would quantize them again with the learned scales, while the calibrated
+    graph (and ``QuantExecutor``) reads a baked value as it is, so the two would compute
+    different models once the weights train."""
+    baked = [op.name for op in quantable_operations(graph)
+             if any(config.state.is_baked for config in op.input_quant_config)]
+    if baked:
+        raise ValueError(f'LSQGraph: graph {graph.name!r} has baked parameters '
+                         f'(bake_parameters; ops {listed_names(baked)}); LSQ trains the fp32 '
+                         'values: build LSQGraph from the graph before baking, and bake its '
+                         'calibrated_graph() if needed')
 
 
 def _numel(var) -> Optional[int]:

@@ -12,9 +12,10 @@ from typing import Iterator, List, Tuple
 from ..ir import BaseGraph, QuantableOperation, QuantizationStates, TensorQuantizationConfig
 from .functional import fake_quantize
 
-__all__ = ['bake_parameters', 'check_calibrated', 'dequantize_graph', 'dequantized',
-           'is_uncalibrated', 'quantable_operations', 'restore_quantize_state',
-           'uncalibrated_configs', 'uncalibrated_operations']
+__all__ = ['bake_parameters', 'check_calibrated', 'check_not_dequantized', 'dequantize_graph',
+           'dequantized', 'dequantized_operations', 'is_uncalibrated', 'listed_names',
+           'quantable_operations', 'restore_quantize_state', 'uncalibrated_configs',
+           'uncalibrated_operations']
 
 _OWN_SCALE = (QuantizationStates.INITIAL, QuantizationStates.ACTIVATED, QuantizationStates.BAKED)
 """States of configs calibration gives a scale of their own (not FP32, nor OVERLAPPED or
@@ -129,15 +130,80 @@ point; call calibrate() first (quantize_torch_model and quantize_onnx_model cali
     uncalibrated, total = uncalibrated_configs(graph)
     if not uncalibrated:
         return
-    names = uncalibrated_operations(graph)
-    listed = ', '.join(map(repr, names[:_NAMED])) + (', ...' if len(names) > _NAMED else '')
     message = (f'{action}: {uncalibrated} of the {total} quantization configs of graph '
-               f'{graph.name!r} are uncalibrated (INITIAL, no scale; ops {listed}), so their '
+               f'{graph.name!r} are uncalibrated (INITIAL, no scale; ops '
+               f'{listed_names(uncalibrated_operations(graph))}), so their '
                'tensors would stay in floating point; call calibrate() first '
                '(quantize_torch_model and quantize_onnx_model calibrate)')
     if error:
         raise ValueError(message)
     warnings.warn(message, stacklevel=3)
+
+
+def dequantized_operations(graph: BaseGraph) -> List[str]:
+    """The names of the quantable operations left dequantized (``op.dequantize()``,
+    :func:`dequantize_graph`), in topological order.
+
+    Example:
+        >>> from razorlib.ir import BaseGraph
+        >>> dequantized_operations(BaseGraph())
+        []
+    """
+    return [op.name for op in quantable_operations(graph) if op.is_dequantized]
+
+
+def check_not_dequantized(graph: BaseGraph, action: str) -> None:
+    """Refuse a graph with operations left dequantized, naming them.
+
+    A dequantized operation computes in floating point with its fp32 parameters, and its
+    configs say FP32: an export would write it with no Q/DQ pair and ``LSQGraph`` would
+    learn no scale for it, so the "quantized" model would be partly (or wholly) the FP32
+    one, without a word.  A layer kept in floating point on purpose is not dequantized:
+    ``keep_in_float`` and ``MixedPrecision`` give it FP32 configs of its own.
+
+    Args:
+        graph: a quantized graph.
+        action: what is refused, for the message (``'export_qdq_onnx'``).
+
+    Raises:
+        ValueError: naming the first dequantized operations.
+
+    Example:
+        >>> import torch
+        >>> from razorlib.ir import BaseGraph
+        >>> from razorlib.quantization import calibrate, quantize_graph
+        >>> graph = BaseGraph('g')
+        >>> graph.mark_variable_as_graph_input(graph.create_variable('x'))
+        >>> _ = graph.create_operation('Relu', 'relu', inputs=[graph.variables['x']],
+        ...                            outputs=[graph.create_variable('y')])
+        >>> graph = calibrate(quantize_graph(graph, 'TRT_INT8'), [torch.randn(4)],
+        ...                   progress=False)
+        >>> check_not_dequantized(dequantize_graph(graph), 'export_graph')
+        Traceback (most recent call last):
+        ...
+        ValueError: export_graph: graph 'g' has 1 operation(s) left dequantized ('relu'), \
+which would compute in floating point in a model given as quantized; call \
+restore_quantize_state(graph) (or leave the `with dequantized(graph):` block) first, or keep \
+a layer in floating point on purpose with keep_in_float(op) or the MixedPrecision pass
+    """
+    names = dequantized_operations(graph)
+    if names:
+        raise ValueError(f'{action}: graph {graph.name!r} has {len(names)} operation(s) left '
+                         f'dequantized ({listed_names(names)}), which would compute in floating '
+                         'point in a model given as quantized; call restore_quantize_state('
+                         'graph) (or leave the `with dequantized(graph):` block) first, or keep '
+                         'a layer in floating point on purpose with keep_in_float(op) or the '
+                         'MixedPrecision pass')
+
+
+def listed_names(names: List[str]) -> str:
+    """The first :data:`_NAMED` names, quoted, for a message about them.
+
+    Example:
+        >>> listed_names(['a', 'b', 'c', 'd', 'e', 'f'])
+        "'a', 'b', 'c', 'd', 'e', ..."
+    """
+    return ', '.join(map(repr, names[:_NAMED])) + (', ...' if len(names) > _NAMED else '')
 
 
 def bake_parameters(graph: BaseGraph) -> BaseGraph:

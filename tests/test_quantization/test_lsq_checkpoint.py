@@ -114,3 +114,68 @@ def test_a_qat_checkpoint_from_before_the_signature_passes_the_tools_key_check(t
     del old[next(iter(old))]  # any other key missing is still refused
     with pytest.raises(CheckpointError, match='1 of the model'):
         check_fits(target, old, tmp_path / 'old.pth')
+
+
+def biased_net():
+    """A conv whose bias overflows int32 at input x weight scale on tiny inputs: ONNX
+    Runtime's calibration then leaves it FP32, on ordinary inputs it is int32 (PASSIVE)."""
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(),
+                              torch.nn.Conv2d(4, 4, 3)).eval()
+    torch.manual_seed(0)
+    with torch.no_grad():
+        net[0].bias.fill_(2.0)
+    return net
+
+
+def bias_state(module):
+    return module.calibrated_graph().operations['node_conv2d'].input_quant_config[2].state.name
+
+
+@pytest.mark.parametrize('saved, loaded, states', [
+    (1e-5, 1.0, 'FP32 in the checkpoint, int32 \\(PASSIVE\\) here'),
+    (1.0, 1e-5, 'int32 \\(PASSIVE\\) in the checkpoint, FP32 here')])
+def test_a_bias_quantized_otherwise_is_refused_naming_it(saved, loaded, states, tmp_path):
+    trained = lsq('ORT_INT8', data(scale=saved), biased_net())
+    target = lsq('ORT_INT8', data(scale=loaded, seed=1), biased_net())
+    assert {bias_state(trained), bias_state(target)} == {'FP32', 'PASSIVE'}
+    state = trained.state_dict()
+    check_fits(target, state, tmp_path / 'lsq.pth')  # the same keys: only the flags differ
+    # it loaded and clamped the bias at the other graph's scales: 0.89 off
+    with pytest.raises(ValueError, match=rf"^LSQGraph checkpoint: bias '0.bias' \(of "
+                                         rf"\['node_conv2d'\]\) is {states} .*calibration "
+                                         "data it was trained with$"):
+        target.load_state_dict(state)
+
+
+def version_1(state):
+    """``state`` as LSQGraph saved it before the biases' flags (signature version 1)."""
+    old = {key: value for key, value in state.items() if key != 'quant_signature.int32_biases'}
+    old['quant_signature.version'] = torch.tensor(1)
+    return old
+
+
+def test_a_version_1_signature_loads_where_no_bias_can_be_int32():
+    trained = lsq('TRT_INT8', data())  # TensorRT keeps every bias FP32
+    with torch.no_grad():
+        for scale in trained.scales.values():
+            scale.add_(0.05)
+    target = lsq('TRT_INT8', data(seed=1))
+    target.load_state_dict(version_1(trained.state_dict()))
+    x = data(seed=2)[0]
+    with torch.no_grad():
+        assert torch.equal(target(x), trained(x))
+
+
+def test_a_version_1_signature_is_refused_where_biases_may_differ_until_recorded():
+    trained = lsq('ORT_INT8', data())
+    target = lsq('ORT_INT8', data(seed=1))
+    old = version_1(trained.state_dict())
+    with pytest.raises(ValueError, match=r"signature \(version 1\) does not record .* this "
+                                         r"graph's biases \('0.bias', '2.bias'\) can be either"
+                                         r".*state_dict\['quant_signature.int32_biases'\] = "):
+        target.load_state_dict(old)
+    old['quant_signature.int32_biases'] = target.quant_signature.int32_biases.clone()
+    target.load_state_dict(old)  # what the message says to do, knowing they were int32
+    x = data(seed=2)[0]
+    with torch.no_grad():
+        assert torch.equal(target(x), trained(x))

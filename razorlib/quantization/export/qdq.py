@@ -21,13 +21,13 @@ from typing import Callable, Dict, List, Tuple, Union
 import onnx
 import torch
 
-from ...ir import (BaseGraph, Operation, Opset, QuantizationProperty, TensorQuantizationConfig,
-                   Variable, to_onnx)
+from ...ir import (BaseGraph, Operation, Opset, QuantizationProperty, RoundingPolicy,
+                   TensorQuantizationConfig, Variable, to_onnx)
 from ..executor import quantized_inputs
 from ..functional import quantize_integers
-from ..state import check_calibrated, quantable_operations
+from ..state import check_calibrated, check_not_dequantized, quantable_operations
 
-__all__ = ['MIN_QDQ_OPSET', 'export_qdq_onnx', 'integer_dtype']
+__all__ = ['MIN_QDQ_OPSET', 'check_half_to_even', 'export_qdq_onnx', 'integer_dtype']
 
 MIN_QDQ_OPSET = 13
 """The first opset with per-axis QuantizeLinear/DequantizeLinear."""
@@ -155,8 +155,40 @@ class _QDQWriter:
         return name
 
 
+def check_half_to_even(op: Operation, config: TensorQuantizationConfig, runtime: str) -> None:
+    """Refuse an activation config that does not round half to even, as ``runtime``
+    quantizing it at run time does: the exported model would compute otherwise than
+    ``QuantExecutor``, which rounds with the config's policy.
+
+    Args:
+        op: the operation quantizing the activation, named in the message.
+        config: its config.
+        runtime: what quantizes the tensor in the export (``'QuantizeLinear'``).
+
+    Raises:
+        ValueError: ``config.rounding`` is not ``ROUND_HALF_EVEN``.
+
+    Example:
+        >>> op = Operation('relu', 'Relu')
+        >>> config = TensorQuantizationConfig(rounding=RoundingPolicy.ROUND_DOWN)
+        >>> check_half_to_even(op, config, 'QuantizeLinear')
+        Traceback (most recent call last):
+        ...
+        ValueError: operation 'relu': an activation quantized with rounding ROUND_DOWN; \
+QuantizeLinear rounds half to even, so the export would compute otherwise than QuantExecutor \
+(quantize with ROUND_HALF_EVEN)
+    """
+    if RoundingPolicy(config.rounding) is not RoundingPolicy.ROUND_HALF_EVEN:
+        raise ValueError(f'operation {op.name!r}: an activation quantized with rounding '
+                         f'{RoundingPolicy(config.rounding).name}; {runtime} rounds half to '
+                         'even, so the export would compute otherwise than QuantExecutor '
+                         '(quantize with ROUND_HALF_EVEN)')
+
+
 def _check_runtime_range(op: Operation, config: TensorQuantizationConfig) -> None:
-    """QuantizeLinear saturates to its type's bounds: the config must use all of them."""
+    """QuantizeLinear saturates to its type's bounds (the config must use all of them) and
+    rounds half to even."""
+    check_half_to_even(op, config, 'QuantizeLinear')
     info = torch.iinfo(integer_dtype(config))
     if (config.quant_min, config.quant_max) != (info.min, info.max):
         raise ValueError(f'operation {op.name!r}: an activation quantized to '
@@ -177,8 +209,10 @@ def export_qdq_onnx(graph: BaseGraph, path: Union[str, os.PathLike, None] = None
 
     Raises:
         ValueError: the graph uses an opset before 13, an activation's integer range is
-            not a whole ONNX integer type, or configs are uncalibrated (no Q/DQ pair
-            could be written for them; call ``calibrate()`` first).
+            not a whole ONNX integer type or its rounding not half to even (what
+            QuantizeLinear does), configs are uncalibrated (no Q/DQ pair could be written
+            for them; call ``calibrate()`` first), or operations are left dequantized (they
+            would be written with no Q/DQ pair; the message names them).
 
     Example:
         >>> from razorlib.ir import BaseGraph
@@ -199,6 +233,7 @@ def export_qdq_onnx(graph: BaseGraph, path: Union[str, os.PathLike, None] = None
          'DequantizeLinear']
     """
     check_calibrated(graph, 'export_qdq_onnx', error=True)
+    check_not_dequantized(graph, 'export_qdq_onnx')
     work = graph.copy()
     writer = _QDQWriter(work)
     plan: List[Tuple[Callable, Operation, int, TensorQuantizationConfig]] = []

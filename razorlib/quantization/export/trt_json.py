@@ -28,7 +28,14 @@ refused: implicit INT8 mode runs a layer in INT8 when its input and output tenso
 ranges, and a float layer's input and output ranges are needed as well by the INT8 layers
 before and after it, so no set of ranges keeps exactly those layers in floating point.
 Export such a graph as ``QDQ_ONNX`` (TensorRT's explicit quantization), whose Q/DQ pairs
-say exactly which layers run in INT8.
+say exactly which layers run in INT8.  For the same reason a weight layer the dispatcher
+left in FP32 (``dispatching_table``) is refused when its input and output both have
+ranges (the quantized operations around it quantize them): TensorRT would run it in INT8.
+
+A dynamic range carries no rounding policy (TensorRT rounds to nearest even, as
+QuantizeLinear), so an activation config that rounds otherwise is refused, and so is a
+graph with operations left dequantized (``dequantize()``: they would have no range and
+run in floating point in a model given as quantized).
 """
 import json
 import os
@@ -38,12 +45,14 @@ from typing import Dict, List, Tuple, Union
 
 import onnx
 
-from ...ir import BaseGraph, QuantizationProperty, TensorQuantizationConfig
+from ...ir import (BaseGraph, Operation, QuantableOperation, QuantizationProperty,
+                   TensorQuantizationConfig)
 from ..executor import quantized_inputs
 from ..functional import quantize_integers
 from ..passes.layers import LAYER_TYPES
-from ..state import check_calibrated, quantable_operations
+from ..state import check_calibrated, check_not_dequantized, quantable_operations
 from .plain import export_onnx
+from .qdq import check_half_to_even
 
 __all__ = ['TRT_WEIGHT_QUANT_MAX', 'activation_ranges', 'export_trt_json', 'float_layers',
            'trt_json_paths', 'weights_off_trt_grid']
@@ -52,7 +61,8 @@ TRT_WEIGHT_QUANT_MAX = 127
 """TensorRT's implicit weight scale is ``max|w| / TRT_WEIGHT_QUANT_MAX`` per channel."""
 
 
-def _amax(name: str, config: TensorQuantizationConfig) -> float:
+def _amax(op: Operation, name: str, config: TensorQuantizationConfig) -> float:
+    check_half_to_even(op, config, 'TensorRT')
     if (QuantizationProperty.SYMMETRICAL not in config.policy
             or QuantizationProperty.PER_CHANNEL in config.policy):
         raise ValueError(f'tensor {name!r} is quantized with {config.policy}; TensorRT '
@@ -70,8 +80,10 @@ def activation_ranges(graph: BaseGraph) -> Dict[str, float]:
         The ranges, in topological order of the operations that quantize the tensors.
 
     Raises:
-        ValueError: an activation is asymmetric or per-channel, or MixedPrecision keeps
-            layers in floating point (named): ranges alone would quantize them.
+        ValueError: an activation is asymmetric, per-channel or not rounded half to even,
+            operations are left dequantized, or weight layers are kept in floating point
+            (MixedPrecision's, or the dispatcher's between ranges; named): ranges alone
+            would quantize them.
 
     Example:
         >>> import torch
@@ -87,16 +99,22 @@ def activation_ranges(graph: BaseGraph) -> Dict[str, float]:
         >>> {name: round(amax, 4) for name, amax in activation_ranges(graph).items()}
         {'x': 2.54, 'y': 1.27}
     """
-    _refuse_float_layers(graph, 'activation_ranges')
+    return _checked_ranges(graph, 'activation_ranges')
+
+
+def _checked_ranges(graph: BaseGraph, action: str) -> Dict[str, float]:
+    """The ranges of :func:`activation_ranges`, once the graph is checked for ``action``."""
+    check_not_dequantized(graph, action)
     ranges: Dict[str, float] = {}
     for op in quantable_operations(graph):
         for index in quantized_inputs(op):
             var = op.inputs[index]
             if not var.is_parameter and var.name not in ranges:
-                ranges[var.name] = _amax(var.name, op.input_quant_config[index])
+                ranges[var.name] = _amax(op, var.name, op.input_quant_config[index])
         for var, config in zip(op.outputs, op.output_quant_config):
             if config.state.is_activated:
-                ranges[var.name] = _amax(var.name, config)
+                ranges[var.name] = _amax(op, var.name, config)
+    _refuse_float_layers(graph, ranges, action)
     return ranges
 
 
@@ -120,8 +138,19 @@ def float_layers(graph: BaseGraph) -> List[str]:
     return kept
 
 
-def _refuse_float_layers(graph: BaseGraph, action: str) -> None:
-    """Refuse a graph whose :func:`float_layers` dynamic ranges cannot keep in floating point.
+def _dispatched_float_layers(graph: BaseGraph, ranges: Dict[str, float]) -> List[str]:
+    """The weight layers the dispatcher left in FP32 (no quantable operations) whose input
+    and output both have ranges: TensorRT would run them in INT8."""
+    return [op.name for op in graph.topological_sort()
+            if op.type in LAYER_TYPES and not isinstance(op, QuantableOperation)
+            and len(op.inputs) > 1 and op.inputs[1].is_parameter
+            and op.inputs[0].name in ranges and op.outputs[0].name in ranges]
+
+
+def _refuse_float_layers(graph: BaseGraph, ranges: Dict[str, float], action: str) -> None:
+    """Refuse a graph with weight layers kept in floating point that dynamic ranges cannot
+    keep there: its :func:`float_layers`, and the layers the dispatcher left in FP32
+    between ranges.
 
     TensorRT's implicit INT8 mode runs a layer in INT8 once its input and output have
     ranges, and the INT8 layers around a float layer need those ranges: a consumer of the
@@ -129,12 +158,13 @@ def _refuse_float_layers(graph: BaseGraph, action: str) -> None:
 
     Args:
         graph: a quantized graph.
+        ranges: its activation ranges.
         action: what is refused, for the message (``'export_trt_json'``).
 
     Raises:
         ValueError: naming the first five float layers; export ``QDQ_ONNX`` instead.
     """
-    kept = float_layers(graph)
+    kept = float_layers(graph) + _dispatched_float_layers(graph, ranges)
     if kept:
         raise ValueError(f'{action}: graph {graph.name!r} keeps layers in floating point '
                          f'({", ".join(kept[:5])}'
@@ -224,9 +254,10 @@ def export_trt_json(graph: BaseGraph, path: Union[str, os.PathLike]) -> onnx.Mod
         The ONNX model.
 
     Raises:
-        ValueError: the graph has uncalibrated configs, an asymmetric or per-channel
-            activation, or layers MixedPrecision keeps in floating point (named; export
-            ``QDQ_ONNX`` instead).
+        ValueError: the graph has uncalibrated configs, operations left dequantized, an
+            asymmetric, per-channel or not half-to-even activation, or weight layers kept
+            in floating point (MixedPrecision's, or the dispatcher's between two ranges;
+            named; export ``QDQ_ONNX`` instead).
 
     Warns:
         UserWarning: TensorRT's own weight scales would round some layers' weights again
@@ -245,8 +276,7 @@ def export_trt_json(graph: BaseGraph, path: Union[str, os.PathLike]) -> onnx.Mod
         ['input', 'relu']
     """
     check_calibrated(graph, 'export_trt_json', error=True)
-    _refuse_float_layers(graph, 'export_trt_json')
-    ranges = activation_ranges(graph)
+    ranges = _checked_ranges(graph, 'export_trt_json')
     off_grid = weights_off_trt_grid(graph)
     if off_grid:
         warnings.warn(f'export_trt_json: TensorRT computes weight scales itself '
