@@ -74,6 +74,12 @@ _TYPE_ONLY = frozenset((torch.Tensor.to, torch.Tensor.type_as))
 _TO_PYTHON = frozenset((torch.Tensor.item, torch.Tensor.tolist, torch.Tensor.__float__,
                         torch.Tensor.__int__, torch.Tensor.__bool__, torch.Tensor.__index__))
 
+#: Calls whose first operand is data that the second (a weight) is applied to.
+_DATA_FIRST = frozenset((F.linear, F.conv1d, F.conv2d, F.conv3d, F.conv_transpose1d,
+                         F.conv_transpose2d, F.conv_transpose3d, torch.matmul, torch.mm,
+                         torch.bmm, torch.Tensor.matmul, torch.Tensor.__matmul__,
+                         torch.Tensor.mm, torch.Tensor.bmm))
+
 #: Parameters (or float buffers) by ``id``.
 Leaves = Dict[int, torch.Tensor]
 
@@ -188,9 +194,9 @@ class SizeWatch(TorchFunctionMode):
         if outs and not any(t.requires_grad for t in outs) and func not in _SHAPE_ONLY:
             self._note_detached(func, args, kwargs, outs)
         elif outs and self._origins:
-            self._note_param_operands(args, kwargs, outs)
-        elif func in _TO_PYTHON and self._origins:
-            self.param_reads.update(self._origins.get(args[0], {}))
+            self._note_param_operands(func, args, kwargs, outs)
+        elif func in _TO_PYTHON:
+            self._note_python_value(args[0])
         kind = _WATCHED.get(func)
         if kind is None or not args or not isinstance(args[0], torch.Tensor):
             if func is F.layer_norm and isinstance(out, torch.Tensor):
@@ -240,16 +246,29 @@ class SizeWatch(TorchFunctionMode):
             for tensor in outs:
                 self._origins[tensor] = {**self._origins.get(tensor, {}), **origins}
 
-    def _note_param_operands(self, args: Sequence[Any], kwargs: Dict[str, Any],
+    def _note_python_value(self, tensor: Any) -> None:
+        """Note the leaves requiring grad whose values became Python numbers: a parameter
+        itself (``self.alpha.tolist()``) or what was computed from one outside autograd."""
+        if not isinstance(tensor, torch.Tensor):
+            return
+        if tensor.requires_grad and tensor.grad_fn is None:
+            self.param_reads[id(tensor)] = tensor
+        else:
+            self.param_reads.update(self._origins.get(tensor, {}))
+
+    def _note_param_operands(self, func, args: Sequence[Any], kwargs: Dict[str, Any],
                              outs: Sequence[torch.Tensor]) -> None:
         """Note the leaves requiring grad that the operands without autograd history of a
-        tracked call were computed from."""
+        tracked call were computed from, and that the call combines them with its
+        channels, unless such an operand is only the data a weight is applied to (a
+        layer's input computed by a frozen backbone under ``no_grad``: the output's
+        channels are the layer's own)."""
         read: Leaves = {}
         combined: Leaves = {}
-        for _, tensor in _operands(args, kwargs):
+        for position, tensor in _operands(args, kwargs):
             origins = {} if tensor.requires_grad else self._origins.get(tensor, {})
             read.update(origins)
-            if tensor.numel() > 1:
+            if tensor.numel() > 1 and not (position == 0 and func in _DATA_FIRST):
                 combined.update(origins)
         self.param_reads.update(read)
         if combined:
@@ -352,7 +371,7 @@ def size_dependent_slots(ctx: TraceContext, order: Sequence[Any], watch: SizeWat
 
 
 #: Where the code read a parameter that :func:`freeze_untracked_params` freezes.
-OUTSIDE_AUTOGRAD = 'outside autograd (detach, .data, torch.no_grad)'
+OUTSIDE_AUTOGRAD = 'outside autograd (detach, .data, torch.no_grad, as Python numbers)'
 
 
 def freeze_untracked_params(ctx: TraceContext, watch: SizeWatch, channels: Channels) -> None:

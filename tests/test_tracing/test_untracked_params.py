@@ -16,8 +16,10 @@ from razorlib.pruning import L1NormPruner
 from razorlib.tracing import TracingError
 
 X = torch.randn(2, 3, 8, 8)
-OUTSIDE = 'read outside autograd (detach, .data, torch.no_grad): its entries cannot follow'
-READ = 'the code reads it outside autograd (detach, .data, torch.no_grad), where its pruning'
+OUTSIDE = ('read outside autograd (detach, .data, torch.no_grad, as Python numbers): its entries '
+           'cannot follow')
+READ = ('the code reads it outside autograd (detach, .data, torch.no_grad, as Python numbers), '
+        'where its pruning')
 
 
 class Net(nn.Module):
@@ -58,6 +60,8 @@ SLICED = {
                         * float(m.alpha.detach().sum()) + b, 'alpha'),
     "a layer's weight": (lambda m, a, b: (a + b) * m.a.weight.detach().abs().mean(),
                          'a.weight'),
+    'its values as numbers (tolist)': (lambda m, a, b: a * m.alpha[:, None, None]
+                                       * sum(m.alpha.tolist()) + b, 'alpha'),
 }
 
 
@@ -146,3 +150,30 @@ def test_a_read_of_no_values_freezes_nothing(case):
 def test_the_report_lists_the_reason():
     report = Traced(_net(SLICED['a detached sum'][0]), X).groups.report()
     assert f'FROZEN: [untracked] alpha: {READ} cannot follow' in report
+
+
+class FrozenBackbone(nn.Module):
+    """Features from a backbone run under ``no_grad`` (frozen), then a trained head."""
+
+    def __init__(self):
+        super().__init__()
+        self.backbone = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(),
+                                      nn.Conv2d(8, 8, 3, padding=1))
+        self.head1 = nn.Conv2d(8, 16, 1)
+        self.head2 = nn.Conv2d(16, 4, 1)
+
+    def forward(self, x):
+        with torch.no_grad():
+            features = self.backbone(x)
+        return self.head2(self.head1(features).relu()).mean((2, 3))
+
+
+def test_a_layer_on_features_computed_outside_autograd_stays_prunable():
+    """head1 applies its own weights to the backbone's values: its output channels are
+    its own, not the backbone's parameters lined up with traced channels."""
+    torch.manual_seed(0)
+    model = FrozenBackbone().eval()
+    pruner = L1NormPruner(ratio=0.5)
+    pruner.prepare_from_supernet(model, X)
+    assert list(pruner.groups.prunable) == ['head1']
+    assert sample_and_deploy(pruner, model, X).head1.out_channels == 8
