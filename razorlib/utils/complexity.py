@@ -21,6 +21,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.utils.rnn import PackedSequence
 from torch.overrides import TorchFunctionMode
+from torch.utils.weak import WeakIdKeyDictionary
 
 from ..layers import (KindTable, LayerKindsArg, as_table, kept_param_size, kept_widths,
                       param_mask_name)
@@ -241,6 +242,9 @@ class _FunctionCounter(TorchFunctionMode):
         super().__init__()
         self.attention, self.depth = attention, 0
         self.flops: Dict[str, int] = {}
+        #: rows picked from a parameter (``experts.down_proj[expert_ids]``, transformers'
+        #: ``batched_mm`` experts) -> the parameter: a product with them is a weight's
+        self.picked = WeakIdKeyDictionary()
         self.owners: Dict[int, tuple] = {}
         for name, module in model.named_modules():
             kind = kinds.kind_of(module)
@@ -251,12 +255,19 @@ class _FunctionCounter(TorchFunctionMode):
     def _add(self, key: str, macs: float) -> None:
         self.flops[key] = self.flops.get(key, 0) + int(round(macs))
 
+    def _parameter(self, tensor: Any) -> Optional[nn.Parameter]:
+        """The parameter ``tensor`` is, or whose rows it was picked from; else None."""
+        if isinstance(tensor, nn.Parameter):
+            return tensor
+        return self.picked.get(tensor) if isinstance(tensor, torch.Tensor) else None
+
     def _weight_op(self, weight: Any, dense: int) -> None:
         """Count a product with ``weight``: under its module's name at the share of the
         weight that its kept widths (a kind's module) or entries (a bare parameter) keep.
         (The tracer freezes the channels of a kind's weight used outside its module's
         call, so there the share is 1.)"""
-        owner = self.owners.get(id(weight)) if isinstance(weight, nn.Parameter) else None
+        weight = self._parameter(weight)
+        owner = None if weight is None else self.owners.get(id(weight))
         if owner is None:
             self._add('<functional>', dense)
             return
@@ -271,13 +282,16 @@ class _FunctionCounter(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
-        if func in _WEIGHT_FUNCTIONS:
+        if func is torch.Tensor.__getitem__:
+            if isinstance(args[0], nn.Parameter) and isinstance(out, torch.Tensor):
+                self.picked[out] = args[0]
+        elif func in _WEIGHT_FUNCTIONS:
             if not self.depth and len(args) >= 2:
                 self._weight_op(args[1], _weight_macs(func, args, out))
         elif func is torch.einsum:
             operands = args[1] if len(args) == 2 and isinstance(args[1], (list, tuple)) \
                 else args[1:]
-            params = [t for t in operands if isinstance(t, nn.Parameter)]
+            params = [t for t in operands if self._parameter(t) is not None]
             macs = einsum_macs(args[0], operands, out)
             if params and not self.depth:
                 self._weight_op(params[0], macs)
@@ -285,16 +299,16 @@ class _FunctionCounter(TorchFunctionMode):
                 self._add('<attention>', macs)
         elif _is_grouped(func) and len(args) >= 2:
             # the experts' weights, often a transposed view of the parameter
-            weight = args[1] if args[1]._base is None else args[1]._base
-            if isinstance(weight, nn.Parameter) and not self.depth:
+            weight = self._parameter(args[1] if args[1]._base is None else args[1]._base)
+            if weight is not None and not self.depth:
                 self._weight_op(weight, grouped_macs(args[0], args[1], out))
-            elif self.attention and not isinstance(weight, nn.Parameter):
+            elif weight is None and self.attention:
                 self._add('<attention>', grouped_macs(args[0], args[1], out))
         elif (operands := _product_operands(func, args)) is not None:
             a, b = operands
             macs = a.numel() * b.shape[-1] if func not in _PRODUCTS[:3] else \
                 out.numel() * a.shape[-1]
-            params = [t for t in operands if isinstance(t, nn.Parameter)]
+            params = [t for t in operands if self._parameter(t) is not None]
             if params and not self.depth:
                 self._weight_op(params[0], macs)
             elif not params and self.attention:

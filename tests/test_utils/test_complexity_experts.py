@@ -1,8 +1,6 @@
 """``get_model_complexity`` on mixture-of-experts code: grouped products of tokens and
 expert weights (``torch._grouped_mm``, transformers' default experts) and a router that
 returns more than its logits."""
-import copy
-
 import pytest
 import torch
 import torch.nn as nn
@@ -43,18 +41,19 @@ def test_a_layer_returning_a_tuple_counts_its_first_tensor():
     assert result.flops == 3 * 8 * 4 and result.params == 36
 
 
-def test_mixtral_counts_its_experts_alike_in_both_implementations():
+@pytest.mark.parametrize('implementation', ['grouped_mm', 'batched_mm', 'eager'])
+def test_mixtral_counts_its_experts_in_every_implementation(implementation):
+    """transformers runs experts as one grouped product (the default), as batched
+    products of the rows picked from the stacked weights, or one expert at a time."""
     transformers = pytest.importorskip('transformers')
     torch.manual_seed(0)
     config = transformers.MixtralConfig(
         hidden_size=32, intermediate_size=32, num_hidden_layers=1, num_attention_heads=4,
         num_key_value_heads=2, vocab_size=50, num_local_experts=4, num_experts_per_tok=2)
-    grouped = transformers.MixtralForCausalLM(config).eval()
-    eager = copy.deepcopy(grouped)
-    eager.set_experts_implementation('eager')
+    model = transformers.MixtralForCausalLM(config).eval()
+    model.set_experts_implementation(implementation)
     inputs = {'input_ids': torch.randint(3, 50, (2, 8))}
-    flops = get_model_complexity(grouped, inputs).flops
-    assert flops == get_model_complexity(eager, inputs).flops
+    flops = get_model_complexity(model, inputs).flops
     # per token: q, k, v, o (32 x 32, 16 x 32, 16 x 32, 32 x 32), router (4 x 32), head
     # (50 x 32), three norms of 32, and 2 experts' gate and up (64 x 32) and down (32 x 32)
     per_token = 32 * (32 + 16 + 16 + 32 + 4 + 50) + 3 * 32 + 2 * (64 * 32 + 32 * 32)

@@ -57,8 +57,8 @@ class UnsupportedOperationError(NotImplementedError):
 
 def table_key(op: Operation) -> str:
     """The key of ``op`` in :data:`OP_TABLE`."""
-    domain = op.opset.domain
-    return op.type if domain in ('', 'ai.onnx') else f'{domain}::{op.type}'
+    domain = op.opset.domain  # '' for the default domain, however it was spelt
+    return f'{domain}::{op.type}' if domain else op.type
 
 
 def register_kernel(*keys: str, force: bool = False

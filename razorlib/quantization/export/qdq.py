@@ -65,7 +65,7 @@ class _QDQWriter:
     def __init__(self, graph: BaseGraph) -> None:
         self.graph = graph
         versions = [op.opset.version for op in graph.operations.values()
-                    if op.opset.domain in ('', 'ai.onnx')]
+                    if not op.opset.domain]
         if versions and min(versions) < MIN_QDQ_OPSET:
             raise ValueError(f'graph {graph.name!r} uses opset {min(versions)}; QDQ export '
                              f'needs opset {MIN_QDQ_OPSET} or later (re-export the model '
