@@ -106,11 +106,23 @@ class WidthRule:
             >>> parts = [(str(i), np.arange(2 * i, 2 * i + 2)) for i in range(3)]
             >>> WidthRule(round_to=2).allowed(ChannelGroup('cat', 6, 6, parts=parts)).tolist()
             [4, 6]
+
+            A fused projection of 4 query heads of 16 and a key and a value head kept
+            whole (96 outputs): 1 query head makes 48, all 4 make 96.
+
+            >>> fused = ChannelGroup('c_attn', 4, 96, kept=np.array([4, 5]),
+            ...                      positions=np.repeat(np.arange(6), 16))
+            >>> WidthRule(round_to=48).allowed(fused).tolist()
+            [1, 4]
         """
         n = group.num_channels
         counts = np.arange(1, n + 1)
-        per_channel = group.width // n if group.width % n == 0 else 1  # bound channels
-        ok = (counts * per_channel) % self.round_to == 0
+        # the leader's outputs a group keeps whole (gqa='query''s key/value heads of a
+        # fused projection) count in its kept width, not per channel
+        whole = int(np.isin(group.positions, group.kept).sum()) if group.kept.size else 0
+        pruned = group.width - whole
+        widths = counts * (pruned // n) + whole if pruned % n == 0 else counts  # else bound
+        ok = widths % self.round_to == 0
         ok &= counts >= len(group.parts)
         if self.max_ratio is not None:
             ok &= counts >= math.ceil((1 - self.max_ratio) * n - 1e-9)

@@ -85,6 +85,16 @@ def test_multi_query_prunes_query_heads_under_gqa_query(implementation, tmp_path
     assert relative_error(main_output(again, inputs), main_output(slim, inputs)) == 0
 
 
+def test_round_to_counts_the_key_value_head_kept_whole():
+    """c_attn is 4 query heads of 16 and a key and a value head of 16 kept whole: at
+    round_to=48 it may keep 1 query head (48 outputs) or all 4 (96), not 2 (64)."""
+    torch.manual_seed(0)
+    model = gpt_bigcode(multi_query=True).eval()
+    slim = razorlib.prune(model, token_inputs(), ratio=0.5, gqa='query', round_to=48,
+                          except_start_keys=hidden_size_keys(model))
+    assert [slim.transformer.h[i].attn.c_attn.out_features for i in range(2)] == [48, 48]
+
+
 def test_multi_query_stays_whole_by_default_and_says_why():
     torch.manual_seed(0)
     model = gpt_bigcode(multi_query=True).eval()
