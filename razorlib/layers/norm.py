@@ -38,8 +38,13 @@ class NormKind(LayerKind):
         return 1
 
     def trace(self, ctx, node, ins, name, module):
-        dim = self.channel_dim % len(ins[0].shape)
-        slots = ctx.channel_input(ins[0], dim, ins[0].shape[dim], name, node)
+        shape = ins[0].shape
+        if shape is None:  # the model input (untracked, no shape): channels from outside
+            dim, size = self.channel_dim, self.widths(module)['out']
+        else:
+            dim = self.channel_dim % len(shape)
+            size = shape[dim]
+        slots = ctx.channel_input(ins[0], dim, size, name, node)
         groups = self.groups(module)
         if 1 < groups < len(slots):
             bind_blocks(ctx, slots, groups, f'{name} normalises {groups} channel groups')
@@ -113,6 +118,8 @@ class InstanceNormKind(BatchNormKind):
     weight_attrs = ('weight', )
 
     def trace(self, ctx, node, ins, name, module):
+        if ins[0].shape is None:  # the model input, merged with its batch: left to the rules
+            return None
         width, channels = ins[0].shape[1], module.num_features
         if width == channels:
             return super().trace(ctx, node, ins, name, module)

@@ -6,6 +6,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from helpers import Traced
+from masked_vs_slim import sample_and_deploy
+from razorlib.pruning import L1NormPruner
 
 
 def test_layer_grad_fn_names():
@@ -306,3 +308,29 @@ def test_channels_on_another_dim_of_a_layer_input_freeze_naming_it(model, x, fro
     for name, (op, message) in frozen.items():
         assert [(r.kind, r.op, r.message) for r in traced.reasons(name)
                 if r.kind == 'shape'] == [('shape', op, message)]
+
+
+#: Norms applied to the model input itself (an input-normalising layer before the stem).
+NORMS_FIRST = {
+    'BatchNorm2d': (lambda: nn.BatchNorm2d(3), (2, 3, 8, 8)),
+    'GroupNorm': (lambda: nn.GroupNorm(1, 3), (2, 3, 8, 8)),
+    'InstanceNorm2d': (lambda: nn.InstanceNorm2d(3, affine=True), (2, 3, 8, 8)),
+    'LayerNorm': (lambda: nn.LayerNorm(3), (2, 5, 3)),
+    'BatchNorm1d': (lambda: nn.BatchNorm1d(3), (2, 3)),
+}
+
+
+@pytest.mark.parametrize('name', NORMS_FIRST)
+def test_a_norm_on_the_model_input_keeps_its_channels_and_the_rest_prunes(name):
+    """The model input has no traced shape: the norm's channels are the input's, which
+    no pruning reaches (they crashed the trace with a TypeError on the missing shape)."""
+    build, shape = NORMS_FIRST[name]
+    torch.manual_seed(0)
+    layer = nn.Linear(3, 8) if len(shape) != 4 else nn.Conv2d(3, 8, 1)
+    head = nn.Linear(8, 4) if len(shape) != 4 else nn.Conv2d(8, 4, 1)
+    model = nn.Sequential(build(), layer, nn.ReLU(), head).eval()
+    pruner = L1NormPruner(ratio=0.5)
+    pruner.prepare_from_supernet(model, torch.randn(shape))
+    assert list(pruner.groups.prunable) == ['1']
+    slim = sample_and_deploy(pruner, model, torch.randn(shape))
+    assert slim[1].weight.shape[:2] == (4, 3)
