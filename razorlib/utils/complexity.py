@@ -128,18 +128,17 @@ _ADDED_PRODUCTS = (torch.addmm, torch.Tensor.addmm, torch.baddbmm, torch.Tensor.
                    torch.addbmm, torch.Tensor.addbmm)
 
 
-#: Grouped products of mixture-of-experts layers: ``(S, K)`` tokens sorted by expert times
-#: ``(E, K, N)`` expert weights (``offs`` says which rows go to which expert), as
-#: transformers runs its experts by default, and its fallback op of the same contract.
-_GROUPED = tuple(f for f in (getattr(torch, '_grouped_mm', None),
-                             getattr(F, 'grouped_mm', None)) if f is not None)
-_GROUPED_OPS = frozenset(('transformers::grouped_mm_fallback', ))
-
-
-def _is_grouped(func) -> bool:
-    return func in _GROUPED or getattr(func, '_qualified_op_name', None) in _GROUPED_OPS \
-        or getattr(getattr(func, '_overloadpacket', None), '_qualified_op_name', None) \
-        in _GROUPED_OPS
+def _grouped_functions() -> frozenset:
+    """The grouped products of mixture-of-experts layers present: ``(S, K)`` tokens sorted
+    by expert times ``(E, K, N)`` expert weights (``offs`` says which rows go to which
+    expert), as torch runs them for transformers' default experts, and transformers'
+    fallback op of the same contract once its module registered it (the mode sees the
+    op's packet or its default overload)."""
+    found = [getattr(torch, '_grouped_mm', None), getattr(F, 'grouped_mm', None)]
+    fallback = getattr(getattr(torch.ops, 'transformers', None), 'grouped_mm_fallback', None)
+    if fallback is not None:
+        found += [fallback, fallback.default]
+    return frozenset(f for f in found if f is not None)
 
 
 def grouped_macs(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> int:
@@ -245,6 +244,7 @@ class _FunctionCounter(TorchFunctionMode):
         #: rows picked from a parameter (``experts.down_proj[expert_ids]``, transformers'
         #: ``batched_mm`` experts) -> the parameter: a product with them is a weight's
         self.picked = WeakIdKeyDictionary()
+        self.grouped = _grouped_functions()  # one set lookup per op on this hot path
         self.owners: Dict[int, tuple] = {}
         for name, module in model.named_modules():
             kind = kinds.kind_of(module)
@@ -297,7 +297,7 @@ class _FunctionCounter(TorchFunctionMode):
                 self._weight_op(params[0], macs)
             elif not params and self.attention:
                 self._add('<attention>', macs)
-        elif _is_grouped(func) and len(args) >= 2:
+        elif func in self.grouped and len(args) >= 2:
             # the experts' weights, often a transposed view of the parameter
             weight = self._parameter(args[1] if args[1]._base is None else args[1]._base)
             if weight is not None and not self.depth:

@@ -9,6 +9,7 @@ import torch
 import torch.nn as nn
 import zoo
 
+import razorlib
 from razorlib.pruning import ImportancePruner, RatioPruner, WidthRule, allocate
 from razorlib.tracing import ChannelGroup
 from razorlib.utils import get_model_complexity
@@ -179,7 +180,6 @@ class ConcatHalves(nn.Module):
 
 @pytest.mark.parametrize('budget', [dict(ratio=0.3), dict(flops=0.7, global_ranking=True)])
 def test_round_to_holds_where_a_group_needs_a_channel_per_part(budget):
-    import razorlib
     torch.manual_seed(0)
     x = torch.randn(1, 3, 8, 8)
     slim = razorlib.prune(ConcatHalves().eval(), x, round_to=2, **budget)
@@ -191,7 +191,6 @@ def test_round_to_holds_where_a_group_needs_a_channel_per_part(budget):
 def test_a_budget_at_a_subnets_exact_fraction_takes_it():
     """0.58 * 50 and 0.82 * 150 fall just below 29 and 123 in float: the subnets that cost
     exactly those fractions meet the budget (one was refused, the other passed over)."""
-    import razorlib
     torch.manual_seed(0)
     tiny = nn.Sequential(nn.Linear(12, 2), nn.ReLU(), nn.Linear(2, 8))  # 50 params
     slim = razorlib.prune(tiny, torch.randn(1, 12), params=0.58)
@@ -202,7 +201,6 @@ def test_a_budget_at_a_subnets_exact_fraction_takes_it():
 
 
 def test_a_local_ratio_on_a_tie_keeps_the_larger_width():
-    import razorlib
     net = nn.Sequential(nn.Conv2d(3, 45, 1), nn.ReLU(), nn.Conv2d(45, 4, 1))
     x = torch.randn(1, 3, 8, 8)
     assert razorlib.prune(net, x, ratio=0.7)[0].out_channels == 32  # 31.5, not 31.4999...
@@ -211,7 +209,6 @@ def test_a_local_ratio_on_a_tie_keeps_the_larger_width():
 
 @pytest.mark.parametrize('importance', ['taylor', 'fisher'])
 def test_a_data_criterion_on_a_model_without_prunable_groups_keeps_it_whole(importance):
-    import razorlib
     net = nn.Sequential(nn.Linear(8, 4))  # its only output is the model's
     data = [(torch.randn(4, 8), torch.randint(0, 4, (4, )))]
     with pytest.warns(UserWarning, match='nothing was pruned'):

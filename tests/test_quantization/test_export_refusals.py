@@ -47,11 +47,11 @@ def test_activation_ranges_refuse_an_operation_left_dequantized():
         activation_ranges(graph)
 
 
-def round_down(graph, weights_only=False):
+def round_down(graph, parameters_only=False):
     """``graph`` with its configs (or its parameters' alone) rounding down."""
     for op in quantable_operations(graph):
         for config, var in op.config_with_variable:
-            if var.is_parameter or not weights_only:
+            if var.is_parameter or not parameters_only:
                 config.rounding = RoundingPolicy.ROUND_DOWN
     return graph
 
@@ -68,7 +68,7 @@ def test_an_activation_not_rounded_half_to_even_is_refused(export_format, runtim
 
 
 def test_weights_rounded_otherwise_are_written_as_their_integers(tmp_path):
-    graph = round_down(quantized('ORT_INT8'), weights_only=True)
+    graph = round_down(quantized('ORT_INT8'), parameters_only=True)
     model = export_graph(graph, tmp_path / 'net.onnx', 'QDQ_ONNX')
     x = torch.randn(4, 3, 8, 8, generator=torch.Generator().manual_seed(9))
     expected = QuantExecutor(graph)(x)[0]

@@ -22,9 +22,22 @@ class GroupedExperts(nn.Module):
         return torch._grouped_mm(tokens, self.weight.transpose(1, 2), offs=offs)
 
 
-def test_a_grouped_product_counts_each_token_once_against_its_expert():
+class FallbackExperts(GroupedExperts):
+    """The same experts through transformers' fallback op (one product per expert)."""
+
+    def forward(self, tokens):
+        offs = torch.tensor([3, 3, 7, 10], dtype=torch.int32)
+        return torch.ops.transformers.grouped_mm_fallback(tokens, self.weight.transpose(1, 2),
+                                                          offs=offs)
+
+
+@pytest.mark.parametrize('experts', ['grouped_mm', 'fallback'])
+def test_a_grouped_product_counts_each_token_once_against_its_expert(experts):
+    if experts == 'fallback':
+        pytest.importorskip('transformers.integrations.moe')  # registers the op
+    model = GroupedExperts() if experts == 'grouped_mm' else FallbackExperts()
     per_module = {}
-    result = get_model_complexity(GroupedExperts(), torch.randn(10, 8), per_module)
+    result = get_model_complexity(model, torch.randn(10, 8), per_module)
     assert result.flops == 10 * 8 * 4 and per_module == {'<functional>': 320}
 
 
