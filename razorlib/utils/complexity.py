@@ -256,10 +256,14 @@ class _FunctionCounter(TorchFunctionMode):
         self.flops[key] = self.flops.get(key, 0) + int(round(macs))
 
     def _parameter(self, tensor: Any) -> Optional[nn.Parameter]:
-        """The parameter ``tensor`` is, or whose rows it was picked from; else None."""
+        """The parameter ``tensor`` is, is a view of (``x @ self.weight.T``, a transposed
+        expert stack), or whose rows it was picked from; else None."""
         if isinstance(tensor, nn.Parameter):
             return tensor
-        return self.picked.get(tensor) if isinstance(tensor, torch.Tensor) else None
+        if not isinstance(tensor, torch.Tensor):
+            return None
+        base = tensor if tensor._base is None else tensor._base
+        return base if isinstance(base, nn.Parameter) else self.picked.get(base)
 
     def _weight_op(self, weight: Any, dense: int) -> None:
         """Count a product with ``weight``: under its module's name at the share of the
@@ -298,8 +302,7 @@ class _FunctionCounter(TorchFunctionMode):
             elif not params and self.attention:
                 self._add('<attention>', macs)
         elif func in self.grouped and len(args) >= 2:
-            # the experts' weights, often a transposed view of the parameter
-            weight = self._parameter(args[1] if args[1]._base is None else args[1]._base)
+            weight = self._parameter(args[1])
             if weight is not None and not self.depth:
                 self._weight_op(weight, grouped_macs(args[0], args[1], out))
             elif weight is None and self.attention:

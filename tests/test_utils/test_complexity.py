@@ -168,19 +168,21 @@ def test_weight_layers_run_as_functions_are_counted_once():
 
 
 class Projected(nn.Module):
-    """A bare parameter as the classifier: its rows go with the conv's channels."""
+    """A bare parameter as the classifier: its rows (or, stored transposed, its columns)
+    go with the conv's channels."""
 
-    def __init__(self):
+    def __init__(self, transposed=False):
         super().__init__()
-        self.conv = nn.Conv2d(3, 8, 3)
-        self.proj = nn.Parameter(torch.randn(8, 5))
+        self.conv, self.transposed = nn.Conv2d(3, 8, 3), transposed
+        self.proj = nn.Parameter(torch.randn(5, 8) if transposed else torch.randn(8, 5))
 
     def forward(self, x):
-        return self.conv(x).relu().mean((2, 3)) @ self.proj
+        return self.conv(x).relu().mean((2, 3)) @ (self.proj.T if self.transposed else self.proj)
 
 
-def test_a_bare_parameter_product_counts_its_kept_entries_as_its_slim_model_does():
-    model, x = Projected(), torch.randn(2, 3, 5, 5)
+@pytest.mark.parametrize('transposed', [False, True])
+def test_a_bare_parameter_product_counts_its_kept_entries_as_its_slim_model_does(transposed):
+    model, x = Projected(transposed), torch.randn(2, 3, 5, 5)
     pruner = L1NormPruner(ratio=0.5)
     pruner.prepare_from_supernet(model, x)
     pruner.set_subnet(pruner.sample_subnet())
@@ -188,8 +190,31 @@ def test_a_bare_parameter_product_counts_its_kept_entries_as_its_slim_model_does
     masked = get_model_complexity(model, x, per_module=per).flops
     assert per['<functional>'] == 2 * 4 * 5  # 2 rows, 4 of 8 channels kept, 5 outputs
     slim = pruner.deploy_subnet(copy.deepcopy(model), pruner.export_subnet())
-    assert slim.proj.shape == (4, 5)
+    assert slim.proj.shape == ((5, 4) if transposed else (4, 5))
     assert get_model_complexity(slim, x).flops == masked
+
+
+class Transposed(nn.Module):
+    """Weights read through a transposed view: a Linear's weight outside its call and a
+    bare parameter stored (outputs, inputs) as ``nn.Linear`` stores its weight."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.fc = nn.Conv2d(3, 8, 3), nn.Linear(8, 6)
+        self.proj = nn.Parameter(torch.randn(5, 8))
+
+    def forward(self, x):
+        y = self.conv(x).relu().mean((2, 3))
+        return y @ self.fc.weight.T, y @ self.proj.mT
+
+
+def test_a_product_with_a_transposed_weight_is_counted_as_the_weight_s():
+    model, x = Transposed(), torch.randn(2, 3, 5, 5)
+    per = {}
+    total = get_model_complexity(model, x, per_module=per).flops
+    conv = 2 * 9 * 8 * 27
+    assert per == {'conv': conv, 'fc': 2 * 8 * 6, '<functional>': 2 * 8 * 5}
+    assert get_model_complexity(model, x, attention=True).flops == total  # no attention
 
 
 class Attention(nn.Module):
