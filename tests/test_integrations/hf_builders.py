@@ -49,6 +49,18 @@ def gpt_bigcode(**overrides) -> nn.Module:
         transformers.GPTBigCodeConfig(**{**config, **overrides}))
 
 
+def minicpm3(**overrides) -> nn.Module:
+    """MiniCPM3: multi-head latent attention (``q_lora_rank``, ``kv_lora_rank``), the
+    embeddings scaled by ``scale_emb``, every residual branch by ``scale_depth /
+    sqrt(num_hidden_layers)`` and the hidden states divided by ``hidden_size /
+    dim_model_base`` (here 4) before the tied ``lm_head``."""
+    config = dict(_DECODER, num_key_value_heads=4, kv_lora_rank=16, q_lora_rank=32,
+                  qk_nope_head_dim=8, qk_rope_head_dim=8, v_head_dim=16, head_dim=16,
+                  dim_model_base=16, scale_emb=12, scale_depth=1.4)
+    return transformers.MiniCPM3ForCausalLM(
+        transformers.MiniCPM3Config(**{**config, **overrides}))
+
+
 def bert(**overrides) -> nn.Module:
     config = dict(_ENCODER, vocab_size=VOCAB, max_position_embeddings=32)
     return transformers.BertModel(transformers.BertConfig(**{**config, **overrides}))

@@ -6,7 +6,7 @@ import copy
 import pytest
 import torch
 import torch.nn as nn
-from hf_builders import MODELS, build, main_output, relative_error, token_inputs
+from hf_builders import MODELS, build, main_output, minicpm3, relative_error, token_inputs
 
 from razorlib.integrations.transformers import (decoder_layers, prune, prune_decoder_layers,
                                                 remove_decoder_layers, save_pruned)
@@ -140,13 +140,8 @@ def test_gpt_neo_layers_are_renumbered_by_their_layer_id_too():
 
 
 def _minicpm3(layers: int):
-    from transformers import MiniCPM3Config, MiniCPM3ForCausalLM
     torch.manual_seed(0)
-    return MiniCPM3ForCausalLM(MiniCPM3Config(
-        hidden_size=64, intermediate_size=128, num_hidden_layers=layers, num_attention_heads=4,
-        num_key_value_heads=4, vocab_size=100, kv_lora_rank=16, q_lora_rank=32,
-        qk_nope_head_dim=8, qk_rope_head_dim=8, v_head_dim=16, head_dim=16, dim_model_base=16,
-        scale_emb=12, scale_depth=1.4)).eval()
+    return minicpm3(num_hidden_layers=layers).eval()
 
 
 def test_a_layer_scale_computed_from_the_layer_count_refuses_the_cut():
@@ -157,11 +152,3 @@ def test_a_layer_scale_computed_from_the_layer_count_refuses_the_cut():
                        r'residual_scale=0\.808.* holds 0\.7 .*nothing was removed'):
         remove_decoder_layers(model, [1])
     assert len(model.model.layers) == 4
-
-
-def test_a_config_field_the_forward_reads_is_not_rewritten_silently():
-    # MiniCPM3 divides its logits by hidden_size / dim_model_base on every forward
-    model = _minicpm3(2)
-    with pytest.raises(ValueError, match=r'reads its config in its forward: rewriting '
-                       r'hidden_size=32.* changes its outputs'):
-        prune(model, token_inputs(), ratio=0.5, hidden=True)

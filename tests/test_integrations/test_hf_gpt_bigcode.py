@@ -108,3 +108,22 @@ def test_multi_query_stays_whole_by_default_and_says_why():
     attn = slim.transformer.h[0].attn
     assert (attn.c_attn.out_features, attn.c_proj.in_features, attn.num_heads) == (96, 64, 4)
     assert slim.transformer.h[0].mlp.c_fc.out_features == 128
+
+
+def test_a_multi_query_attention_left_with_one_query_head_stays_whole_saying_so():
+    """Pruned to one query head, then again under gqa='query': the attention stays whole,
+    and the reason is the lone head, not the pruned run's failure on c_attn's split."""
+    torch.manual_seed(0)
+    model, inputs = gpt_bigcode(multi_query=True).eval(), token_inputs()
+    with pytest.warns(UserWarning):
+        once = razorlib.prune(model, inputs, ratio=0.25, gqa='query')
+    assert [block.attn.num_heads for block in once.transformer.h] == [1, 1]
+    with pytest.warns(UserWarning) as caught:
+        twice = razorlib.prune(once, inputs, ratio=0.5, gqa='query')
+    whole = [str(w.message) for w in caught if 'the attention of' in str(w.message)]
+    assert whole == ['razorlib.prune: the attention of GPTBigCodeForCausalLM is left whole in '
+                     '2 module(s), transformer.h.0.attn (and 1 more) (transformer.h.0.attn: 1 '
+                     'query head left, and pruning keeps at least one); the rest is pruned']
+    for block in twice.transformer.h:  # one query head and the key/value head of 16
+        assert (block.attn.c_attn.out_features, block.attn.c_proj.in_features) == (48, 16)
+        assert block.mlp.c_fc.out_features == 32  # 256 -> 64 -> 32

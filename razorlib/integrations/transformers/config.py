@@ -29,10 +29,10 @@ import torch.nn as nn
 
 from ...tracing.forward import is_transformers_model
 
-__all__ = ['MLP_WIDTH_FIELDS', 'HEAD_COUNT_FIELDS', 'HIDDEN_SIZE_FIELDS', 'WIDTH_FIELDS',
-           'HEAD_SHAPE_ATTRIBUTES', 'ConfigSync', 'Mismatch', 'is_hf_model', 'build_like',
-           'buffer_mismatches', 'buffer_values', 'head_shapes_differ', 'shape_mismatches',
-           'sync_config']
+__all__ = ['MLP_WIDTH_FIELDS', 'HEAD_COUNT_FIELDS', 'HIDDEN_SIZE_FIELDS', 'LOW_RANK_FIELDS',
+           'HIDDEN_RATIO_FIELDS', 'WIDTH_FIELDS', 'HEAD_SHAPE_ATTRIBUTES', 'ConfigSync',
+           'Mismatch', 'is_hf_model', 'build_like', 'buffer_mismatches', 'buffer_values',
+           'head_shapes_differ', 'shape_mismatches', 'sync_config']
 
 #: Config fields that size the MLP of every layer, by model family (tried in order).
 MLP_WIDTH_FIELDS = ('intermediate_size', 'n_inner', 'ffn_dim', 'd_ff', 'encoder_ffn_dim',
@@ -42,8 +42,15 @@ HEAD_COUNT_FIELDS = ('num_attention_heads', 'num_key_value_heads', 'n_head', 'nu
                      'n_heads', 'encoder_attention_heads', 'decoder_attention_heads')
 #: Config fields that size the hidden size (the residual stream), by model family.
 HIDDEN_SIZE_FIELDS = ('hidden_size', 'n_embd', 'd_model')
+#: Config fields that size the low ranks of multi-head latent attention (MiniCPM3,
+#: DeepSeek-V2/V3): ``q_a_proj``'s outputs and ``kv_a_proj_with_mqa``'s latent part.
+LOW_RANK_FIELDS = ('q_lora_rank', 'kv_lora_rank')
+#: Config fields the forward reads only as a ratio to the hidden size, so they are
+#: rewritten with it (:func:`_keep_hidden_ratios`): MiniCPM3 divides the hidden states
+#: by ``hidden_size / dim_model_base`` before ``lm_head``.
+HIDDEN_RATIO_FIELDS = ('dim_model_base', )
 #: What :func:`sync_config` may rewrite by default.
-WIDTH_FIELDS = MLP_WIDTH_FIELDS + HEAD_COUNT_FIELDS + HIDDEN_SIZE_FIELDS
+WIDTH_FIELDS = MLP_WIDTH_FIELDS + LOW_RANK_FIELDS + HEAD_COUNT_FIELDS + HIDDEN_SIZE_FIELDS
 
 
 @dataclass(frozen=True)
@@ -334,8 +341,40 @@ def _moves(config, fields: Iterable[str], mismatches: List[Mismatch]) -> List[Di
                 and any(getattr(config, name) == dense for name in hidden):
             moves.append({**together, **{name: slim for name in hidden}})
     pin = _head_width(config)
+    moves = [_keep_hidden_ratios(config, move) for move in moves]
     return [{**move, **pin} if set(move) & set(HEAD_COUNT_FIELDS + HIDDEN_SIZE_FIELDS) else move
-            for move in moves]
+            for move in moves if move is not None]
+
+
+def _keep_hidden_ratios(config, move: Dict[str, int]) -> Optional[Dict[str, int]]:
+    """``move`` with each of :data:`HIDDEN_RATIO_FIELDS` that the config sets scaled as
+    the move scales the hidden size, so that the ratio the forward reads stays: MiniCPM3's
+    logits divisor ``hidden_size / dim_model_base`` is 64 / 16 and 32 / 8 alike.  ``None``
+    where such a field would need a fraction: no rewrite of the hidden size then keeps the
+    outputs, so it is left to the channel file, whose reload keeps the dense config.
+
+    Example:
+        >>> from types import SimpleNamespace
+        >>> config = SimpleNamespace(hidden_size=64, dim_model_base=16)
+        >>> _keep_hidden_ratios(config, {'hidden_size': 32})
+        {'hidden_size': 32, 'dim_model_base': 8}
+        >>> _keep_hidden_ratios(config, {'hidden_size': 42}) is None  # 16 * 42 / 64 = 10.5
+        True
+    """
+    hidden = [name for name in HIDDEN_SIZE_FIELDS if name in move]
+    if not hidden:
+        return move
+    dense, slim = getattr(config, hidden[0]), move[hidden[0]]
+    ratios = {}
+    for name in HIDDEN_RATIO_FIELDS:
+        value = getattr(config, name, None)
+        if value is None:
+            continue
+        scaled = _scaled(value, dense, slim)
+        if scaled is None:
+            return None
+        ratios[name] = scaled
+    return {**move, **ratios}
 
 
 def _reloadable(config) -> bool:

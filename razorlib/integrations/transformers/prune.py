@@ -100,7 +100,8 @@ def warn_whole_attention(model: nn.Module, groups: Any, caller: str,
     stay (a fused projection cut at bounds no ``HEAD_ATTRIBUTES`` entry rewrites; a split
     with sizes of the code's own, GPTBigCode's multi-query ``c_attn``) only the MLPs
     shrink, which the FLOPs would show but nothing said.  One warning names how many, the
-    first, and its reason; returns the names.
+    first, and its reason (for an attention left with one query head, that: see
+    :func:`_lone_head_reason`); returns the names.
 
     Example:
         >>> from transformers import GPT2Config, GPT2LMHeadModel
@@ -130,7 +131,8 @@ def warn_whole_attention(model: nn.Module, groups: Any, caller: str,
                     found.setdefault(str(reason), {})[layer] = None
         if found:
             reason, layers = max(found.items(), key=lambda item: len(item[1]))
-            whole.append((name, f'{next(iter(layers))}: {reason}'))
+            whole.append((name, _lone_head_reason(name, module)
+                          or f'{next(iter(layers))}: {reason}'))
     if whole:
         name, why = whole[0]
         more = f' (and {len(whole) - 1} more)' if len(whole) > 1 else ''
@@ -138,6 +140,24 @@ def warn_whole_attention(model: nn.Module, groups: Any, caller: str,
                       f'{len(whole)} module(s), {name}{more} ({why}); the rest is pruned',
                       UserWarning, stacklevel=stacklevel)
     return [name for name, _ in whole]
+
+
+#: Attention modules' attributes that count their query heads.
+QUERY_HEAD_ATTRIBUTES = ('num_heads', 'num_attention_heads')
+
+
+def _lone_head_reason(name: str, module: nn.Module) -> Optional[str]:
+    """The plain reason an attention left with one query head stays whole: no head can
+    go, since pruning keeps at least one.  What the trace froze it for is then a detail
+    of the way: GPTBigCode's multi-query ``c_attn`` pruned to one query head (under
+    ``gqa='query'``) offers that head's positions, and its pruned run fails on a split
+    of ``c_attn`` that is neither whole heads nor the same positions in every head,
+    which reads as a fault of the model code.  ``None`` for more heads."""
+    counts = [getattr(module, attribute) for attribute in QUERY_HEAD_ATTRIBUTES
+              if isinstance(getattr(module, attribute, None), int)]
+    if counts and counts[0] == 1:
+        return f'{name}: 1 query head left, and pruning keeps at least one'
+    return None
 
 
 def _layer_pattern(space_id: str) -> str:
@@ -173,9 +193,11 @@ def describe_slim_config(model: nn.Module, slim: nn.Module, caller: str,
     the call of the ``prune`` that called :func:`~razorlib.pruning.api.slim_copy`.
 
     With ``example_inputs``, the slim model runs on them before and after the rewrite:
-    a model that reads a rewritten field in its forward (MiniCPM3 divides its logits by
-    ``hidden_size / dim_model_base``) would compute otherwise, as would its reload, so
-    that is refused naming the fields."""
+    a model that reads a rewritten field in its forward would compute otherwise, as would
+    its reload, so that is refused naming the fields.  (MiniCPM3 divides its logits by
+    ``hidden_size / dim_model_base``: :func:`~.config.sync_config` scales
+    ``dim_model_base`` with the hidden size, and this check catches a field no such rule
+    keeps.)"""
     before = _first_output(slim, example_inputs) if example_inputs is not None else None
     sync = sync_config(slim)
     if before is not None and sync.changed:
