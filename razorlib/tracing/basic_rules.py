@@ -320,6 +320,11 @@ def mixing(ctx: TraceContext, node, ins: Sequence[InputInfo], why: str = '') -> 
 
 
 def unknown(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
-    """Fallback for grad_fns missing from the table: freeze what reaches them."""
-    ctx.freeze_all(ins, 'unknown-op', node, 'this grad_fn is not in the channel rule table')
+    """Fallback for grad_fns missing from the table: freeze what reaches them.
+
+    A parameter input is frozen after the walk, named, with the axes of the layer that
+    owns it (``literal_sizes.freeze_params_of_opaque_ops``).
+    """
+    ctx.freeze_all([inp for inp in ins if inp.resolve is None], 'unknown-op', node,
+                   'this grad_fn is not in the channel rule table')
     return opaque(node)

@@ -392,8 +392,9 @@ def _run(model: nn.Module, example_inputs: Any, meta: bool,
         for handle in handles:
             handle.remove()
     record.created = record.sizes.created
-    record.outputs = [t for t in flatten_tensors(outputs)
-                      if t.requires_grad and t.is_floating_point()]
+    tensors = flatten_tensors(outputs)
+    record.sizes.note_outputs(tensors)
+    record.outputs = [t for t in tensors if t.requires_grad and t.is_floating_point()]
     return record
 
 

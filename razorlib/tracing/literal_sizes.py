@@ -36,13 +36,14 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch.autograd.function import BackwardCFunction
 from torch.overrides import TorchFunctionMode
 from torch.utils.weak import WeakIdKeyDictionary
 
 from .channels import TensorChannels
 from .context import ROTARY_BUFFERS, TraceContext, normalize_dim
 from .layer_rules import find_layer
-from .rules import rule_for
+from .rules import UNKNOWN, rule_for
 
 #: A view/split whose sizes torch derived from its input.
 COMPUTED = 'computed'
@@ -112,8 +113,9 @@ class SizeWatch(TorchFunctionMode):
     dropped, an ``add`` or ``cat`` computed and discarded).  Such an op still runs in the
     pruned model and still needs its operands' channels to agree, so the tracer walks
     from :attr:`created` too.  (A custom ``autograd.Function`` is not a torch call: its
-    node is seen only through the ops that consume its result or the module that
-    returns it.)  One mode does both jobs, so each torch call of the model pays for one.
+    node is seen only through the ops that take its result, the module that returns it
+    or the model's output, and so is what its forward read, :attr:`function_reads`.)
+    One mode does both jobs, so each torch call of the model pays for one.
 
     Attributes:
         requested: grad_fn of a view/reshape/expand output -> the sizes its call asked
@@ -137,6 +139,11 @@ class SizeWatch(TorchFunctionMode):
         param_operands: grad_fn of a tracked op with an operand of more than one
             element computed so -> the leaves it was computed from: the op combines
             their values with its channels, and no rule sees them lined up.
+        function_reads: grad_fn of a custom ``autograd.Function``'s output -> the leaves
+            its forward (which runs without autograd) computed that output from, found
+            where the output reaches a torch call, a Python number or a model output.
+            Its node records only the tensors passed to ``apply``, so no rule sees the
+            others (a parameter read from a module or a closure).
         created: every grad_fn seen, each once, in the order the forward created them.
 
     Example:
@@ -170,6 +177,7 @@ class SizeWatch(TorchFunctionMode):
         self.detached: List[Tuple[Any, int, torch.Tensor, Optional[int]]] = []
         self.param_reads: Leaves = {}
         self.param_operands: Dict[Any, Leaves] = {}
+        self.function_reads: Dict[Any, Leaves] = {}
         #: tensor without autograd history -> the leaves requiring grad it was computed from
         self._origins = WeakIdKeyDictionary()
         self._created: Dict[Any, None] = {}
@@ -238,6 +246,7 @@ class SizeWatch(TorchFunctionMode):
         for position, tensor in _operands(args, kwargs):
             if tensor.grad_fn is not None:
                 self.detached.append((tensor.grad_fn, tensor.output_nr, tensor, None))
+                self._note_carried(tensor)
             elif not tensor.requires_grad:
                 origins.update(self._origins.get(tensor, {}))
             elif position == 0 or func not in _TYPE_ONLY:
@@ -254,7 +263,27 @@ class SizeWatch(TorchFunctionMode):
         if tensor.requires_grad and tensor.grad_fn is None:
             self.param_reads[id(tensor)] = tensor
         else:
-            self.param_reads.update(self._origins.get(tensor, {}))
+            self._note_carried(tensor)
+
+    def note_outputs(self, outputs: Sequence[torch.Tensor]) -> None:
+        """Note the leaves the model's outputs were computed from outside autograd: the
+        caller reads their values, which no node records (``(logits,
+        self.alpha.detach())`` would return fewer entries once ``alpha`` is sliced)."""
+        for tensor in outputs:
+            self._note_carried(tensor)
+
+    def _note_carried(self, tensor: torch.Tensor) -> None:
+        """Note the leaves whose values ``tensor`` was computed from outside autograd as
+        read: by its custom ``autograd.Function`` if it has joined the graph as the
+        output of one (:attr:`function_reads`), else by the code."""
+        origins = self._origins.get(tensor)
+        if not origins:
+            return
+        node = tensor.grad_fn
+        if isinstance(node, BackwardCFunction):
+            self.function_reads.setdefault(node, {}).update(origins)
+        else:
+            self.param_reads.update(origins)
 
     def _note_param_operands(self, func, args: Sequence[Any], kwargs: Dict[str, Any],
                              outs: Sequence[torch.Tensor]) -> None:
@@ -262,11 +291,15 @@ class SizeWatch(TorchFunctionMode):
         tracked call were computed from, and that the call combines them with its
         channels, unless such an operand is only the data a weight is applied to (a
         layer's input computed by a frozen backbone under ``no_grad``: the output's
-        channels are the layer's own)."""
+        channels are the layer's own).  An operand with autograd history may still be
+        computed so: the output of a custom ``autograd.Function``."""
         read: Leaves = {}
         combined: Leaves = {}
         for position, tensor in _operands(args, kwargs):
-            origins = {} if tensor.requires_grad else self._origins.get(tensor, {})
+            if tensor.requires_grad:  # tracked, unless a custom Function computed it
+                self._note_carried(tensor)
+                continue
+            origins = self._origins.get(tensor, {})
             read.update(origins)
             if tensor.numel() > 1 and not (position == 0 and func in _DATA_FIRST):
                 combined.update(origins)
@@ -397,6 +430,46 @@ def freeze_untracked_params(ctx: TraceContext, watch: SizeWatch, channels: Chann
         for name, slots in _own_slots(ctx, tensor):
             ctx.freeze(slots, 'untracked', None, f'the code reads it {OUTSIDE_AUTOGRAD}, '
                        'where its pruning cannot follow', op=name)
+
+
+def freeze_params_of_opaque_ops(ctx: TraceContext, order: Sequence[Any],
+                                watch: SizeWatch) -> None:
+    """Freeze the parameters an op reads where no rule follows them: the inputs of an op
+    missing from the rule table, and what a custom ``autograd.Function``'s forward read
+    besides its inputs (:attr:`SizeWatch.function_reads`).
+
+    Freezing the channels that reach such an op is not enough: a parameter sliced with
+    a group elsewhere (a layer's weight, ``x * self.alpha[:, None, None]``) would reach it
+    sliced in the slim model, which then computes something else
+    (``Fn.apply(x, self.alpha)`` of ``x * alpha.sum()``) or fails.
+    """
+    for node in order:
+        if getattr(node, 'variable', None) is None and rule_for(node.name()) is UNKNOWN:
+            for leaf in _leaf_inputs(node):
+                _freeze_read(ctx, leaf, 'unknown-op', node, 'this grad_fn is not in the '
+                             'channel rule table and reads {}: its entries cannot follow '
+                             'their pruning')
+    for node, leaves in watch.function_reads.items():
+        inputs = {id(leaf) for leaf in _leaf_inputs(node)}
+        for key, leaf in leaves.items():
+            if key not in inputs:  # an input is its rule's to follow
+                _freeze_read(ctx, leaf, 'untracked', node, 'this custom autograd.Function '
+                             'computes its output from {} in its forward, where no rule '
+                             'sees it: its entries cannot follow their pruning')
+
+
+def _leaf_inputs(node) -> List[torch.Tensor]:
+    """The parameters and buffers requiring grad among a node's inputs."""
+    return [child.variable for child, _ in node.next_functions
+            if getattr(child, 'variable', None) is not None]
+
+
+def _freeze_read(ctx: TraceContext, tensor: torch.Tensor, kind: str, node,
+                 message: str) -> None:
+    """Freeze each name's channels of a parameter ``node`` reads, with ``message``
+    formatted with the name."""
+    for name, slots in _own_slots(ctx, tensor):
+        ctx.freeze(slots, kind, node, message.format(name))
 
 
 def _param_name(ctx: TraceContext, tensor: torch.Tensor) -> Optional[str]:

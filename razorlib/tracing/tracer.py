@@ -22,7 +22,8 @@ from . import heads
 from .composite import WholeCall, inner_order, whole_calls
 from .context import ChannelUse, TraceContext, check_gqa, check_heads
 from .forward import all_modules, default_example_inputs, record_forward
-from .literal_sizes import freeze_untracked_params, size_dependent_slots
+from .literal_sizes import (freeze_params_of_opaque_ops, freeze_untracked_params,
+                            size_dependent_slots)
 from .rules import rule_for
 from .slots import FrozenReason, SlotTable
 
@@ -159,6 +160,7 @@ def trace(model: nn.Module, example_inputs: Any = None, strict: bool = False,
     _freeze_excepted(ctx, except_start_keys)
     _freeze_uncalled_layers(ctx, record.calls)
     freeze_untracked_params(ctx, record.sizes, channels)
+    freeze_params_of_opaque_ops(ctx, order, record.sizes)
     size_dependent = size_dependent_slots(ctx, order, record.sizes, channels)
     untraced = [name for name, m in record.modules.items() if name not in record.calls
                 and any(p is not None for p in m._parameters.values())]

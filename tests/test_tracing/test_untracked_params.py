@@ -4,8 +4,11 @@ the tracer freezes them, naming the parameter (``tracing/literal_sizes.py``).
 
 Before, the slim model failed (``verify=False``), was frozen only by the pruned run with
 an error that named no parameter, or silently computed something else: a parameter
-sliced with one group and read whole outside autograd (``alpha.detach().sum()``).
+sliced with one group and read whole outside autograd (``alpha.detach().sum()``), or
+returned as a model output (``(logits, self.alpha.detach())``).
 """
+import copy
+
 import pytest
 import torch
 import torch.nn as nn
@@ -14,6 +17,7 @@ from helpers import Traced
 from masked_vs_slim import sample_and_deploy
 from razorlib.pruning import L1NormPruner
 from razorlib.tracing import TracingError
+from razorlib.tracing.forward import flatten_tensors
 
 X = torch.randn(2, 3, 8, 8)
 OUTSIDE = ('read outside autograd (detach, .data, torch.no_grad, as Python numbers): its entries '
@@ -177,3 +181,76 @@ def test_a_layer_on_features_computed_outside_autograd_stays_prunable():
     pruner.prepare_from_supernet(model, X)
     assert list(pruner.groups.prunable) == ['head1']
     assert sample_and_deploy(pruner, model, X).head1.out_channels == 8
+
+
+class TwoOutputs(nn.Module):
+    """a (8 channels) scaled by alpha -> head -> pooled logits, and ``extra``: what the
+    model returns besides them."""
+
+    def __init__(self, extra):
+        super().__init__()
+        self.a = nn.Conv2d(3, 8, 3, padding=1)
+        self.head = nn.Conv2d(8, 4, 1)
+        self.alpha = nn.Parameter(torch.rand(8) + 0.5)
+        self.extra = extra
+
+    def forward(self, x):
+        logits = self.head(self.a(x) * self.alpha[:, None, None]).mean((2, 3))
+        return self.extra(self, logits)
+
+
+def _no_grad_double(m):
+    with torch.no_grad():
+        return m.alpha * 2
+
+
+#: A model output without autograd history computed from a parameter sliced with a's
+#: group: the slim model would return fewer entries.
+DETACHED_OUTPUTS = {
+    'alpha.detach() in a tuple': (lambda m, y: (y, m.alpha.detach()), 'alpha'),
+    'alpha.data in a dict': (lambda m, y: {'logits': y, 'alpha': m.alpha.data}, 'alpha'),
+    'a computed under no_grad': (lambda m, y: (y, _no_grad_double(m)), 'alpha'),
+    "a detached slice of a's weight": (lambda m, y: (y, m.a.weight.detach()[:, 0]),
+                                       'a.weight'),
+}
+
+
+def _masked_and_slim_outputs(model, **kwargs):
+    """The outputs (flattened) of ``model`` masked to a sampled subnet of L1NormPruner
+    and of the slim model deployed from it."""
+    pruner = L1NormPruner(ratio=0.5, **kwargs)
+    pruner.prepare_from_supernet(model, X)
+    torch.manual_seed(0)
+    pruner.set_subnet(pruner.sample_subnet())
+    slim = pruner.deploy_subnet(copy.deepcopy(model), pruner.export_subnet()).eval()
+    with torch.no_grad():
+        return flatten_tensors(model(X)), flatten_tensors(slim(X))
+
+
+@pytest.mark.parametrize('case', DETACHED_OUTPUTS)
+def test_a_parameter_returned_outside_autograd_freezes_its_group(case):
+    extra, name = DETACHED_OUTPUTS[case]
+    torch.manual_seed(0)
+    (reason, ) = _untracked(Traced(TwoOutputs(extra).eval(), X), 'a')
+    assert (reason.op, reason.message) == (name, f'{READ} cannot follow')
+
+
+@pytest.mark.parametrize('case', DETACHED_OUTPUTS)
+def test_a_parameter_returned_outside_autograd_keeps_the_outputs(case):
+    """Before, a pruned and the slim model returned 4 entries of 8, the pruned run (on by
+    default) included: no group was size-dependent, so nothing ran it."""
+    torch.manual_seed(0)
+    masked, slim = _masked_and_slim_outputs(TwoOutputs(DETACHED_OUTPUTS[case][0]).eval())
+    assert [t.shape for t in slim] == [t.shape for t in masked]
+    assert all(torch.allclose(s, m, atol=1e-6) for s, m in zip(slim, masked))
+
+
+def test_a_parameter_returned_through_autograd_is_only_an_output():
+    traced = Traced(TwoOutputs(lambda m, y: (y, m.alpha)).eval(), X)
+    assert {r.kind for r in traced.reasons('a')} == {'output'}
+
+
+def test_strict_raises_on_a_parameter_returned_outside_autograd():
+    with pytest.raises(TracingError, match=r'\[untracked\] alpha: the code reads it outside '
+                                           r'autograd'):
+        Traced(TwoOutputs(DETACHED_OUTPUTS['alpha.detach() in a tuple'][0]), X, strict=True)
