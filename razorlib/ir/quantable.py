@@ -109,6 +109,27 @@ class QuantableOperation(Operation):
             if var.value is not None:
                 self._parked_values[index] = var.value.detach().to('cpu', copy=True)
 
+    def adopt_parameter_values(self) -> None:
+        """Make the parameter values in use the fp32 ones: drop the copies kept aside
+        (by :meth:`set_parameter_value`, :meth:`store_parameter_value` or baking), so
+        :meth:`fp32_parameter` and :meth:`dequantize` give the values in use.  What QAT
+        does when it takes a graph over: it trains the values in use, and the copies kept
+        aside would be a second copy of the weights that nothing reads.
+
+        Example:
+            >>> from razorlib.ir import BaseGraph, TensorQuantizationConfig
+            >>> graph = BaseGraph()
+            >>> b = graph.create_variable('b', torch.tensor([1.0]), is_parameter=True)
+            >>> add = graph.create_operation('Add', inputs=[graph.create_variable('x'), b],
+            ...                              outputs=[graph.create_variable()])
+            >>> qadd = QuantableOperation(add, OperationQuantizationConfig(
+            ...     [TensorQuantizationConfig() for _ in range(2)], [TensorQuantizationConfig()]))
+            >>> qadd.set_parameter_value(1, torch.tensor([1.5]))
+            >>> qadd.adopt_parameter_values(); qadd.fp32_parameter(1)
+            tensor([1.5000])
+        """
+        self._parked_values.clear()
+
     def set_parameter_value(self, index: int, value: torch.Tensor) -> None:
         """Give parameter input ``index`` a new value in the quantized graph only.
 

@@ -7,7 +7,9 @@ the elements one scale covers).  :class:`LSQGraph` makes the graph's float param
 (weights, biases) and the logarithm of one scale per dominance set of its configs
 ``nn.Parameter``\\ s, starting from the PTQ values (in log space a step of Adam, whose
 steps are about its learning rate whatever the gradient, moves a scale by a fraction of
-itself), and runs the graph with the rules of
+itself; until a log scale moves, its scale is the calibrated one exactly, not
+``exp(log(s))``, so the untrained module computes what the PTQ graph does, bit for bit,
+whatever the rounding), and runs the graph with the rules of
 :class:`~razorlib.quantization.QuantExecutor` (the same tensors quantized at the same
 places, a passive bias at input scale x weight scale), only differentiably.  Zero points
 stay as calibrated.  :meth:`LSQGraph.calibrated_graph` writes the learned values into a
@@ -19,7 +21,9 @@ quantization signature as buffers: ``quant_signature.platforms`` (the platforms,
 mask), ``quant_signature.int32_biases`` (one flag per parameter of ``weights``: quantized
 as an int32 bias, PASSIVE, or not; calibration leaves a bias FP32 where its integers would
 overflow), ``quant_signature.<scale>`` (the integer range, bits, policy, rounding and
-channel axis of that scale's config) and ``zero_points.<scale>``.  Loading it into a graph
+channel axis of that scale's config) and ``zero_points.<scale>``; and
+``initial_scales.<scale>``, the scale each log scale started from (exactly, see above; a
+checkpoint saved without them keeps this graph's).  Loading it into a graph
 quantized otherwise (another platform, integer range or policy, a bias int32 in one and
 FP32 in the other) raises naming the scale or bias and what differs, before any tensor is
 loaded; the zero points come from the checkpoint, not from this graph's calibration.  A
@@ -89,6 +93,21 @@ def lsq_fake_quantize(tensor: torch.Tensor, scale: torch.Tensor, offset: torch.T
     return ((rounded + offset).clamp(quant_min, quant_max) - offset) * scale
 
 
+def _exact_exp(log_scale: torch.Tensor, initial: torch.Tensor) -> torch.Tensor:
+    """``exp(log_scale)``, and exactly ``initial`` wherever ``log_scale`` is still
+    ``log(initial)``; the gradient is that of ``exp`` everywhere.
+
+    ``exp(log(s))`` is not ``s`` in float32 for most scales: an untrained LSQGraph would
+    otherwise quantize with scales an ulp off the calibrated ones, a step off PTQ's output
+    wherever a value lies on a floor or ceiling boundary (``ROUND_DOWN``, ``ROUND_UP``).
+    ``initial - exp(log_scale)`` is exact (the two are within a factor of 2), so adding it
+    back gives ``initial`` bit for bit.
+    """
+    scale = log_scale.exp()
+    untrained = log_scale.detach() == initial.log()
+    return scale + torch.where(untrained, initial - scale.detach(), torch.zeros_like(scale))
+
+
 def _key(name: str, taken: Dict[str, object]) -> str:
     key = re.sub(r'\W', '_', name) or '_'
     base, count = key, 1
@@ -136,7 +155,9 @@ class LSQGraph(nn.Module):
     module restores both, and also carries the quantization signature (see the module):
     loading one of a graph quantized otherwise raises, and the zero points are the
     checkpoint's.  Keep the graph for this module alone: its variables hold trainable
-    tensors (``LSQGraph(graph.copy(copy_value=True))`` keeps ``graph`` the PTQ model).
+    tensors, and the fp32 values PTQ passes kept aside in it are dropped (LSQ trains the
+    values in use; they were a second copy of the weights): ``LSQGraph(graph.copy(
+    copy_value=True))`` keeps ``graph`` the PTQ model.
 
     Args:
         graph: a calibrated graph (from ``quantize_torch_model``), taken over; not baked
@@ -178,7 +199,7 @@ class LSQGraph(nn.Module):
 
     #: What a checkpoint saved before the quantization signature lacks (see the module
     #: docstring): ``check_fits`` lets these keys be missing.
-    OPTIONAL_STATE_PREFIXES = ('quant_signature.', 'zero_points.')
+    OPTIONAL_STATE_PREFIXES = ('quant_signature.', 'zero_points.', 'initial_scales.')
 
     def __init__(self, graph: BaseGraph, device: Union[str, torch.device] = 'cpu') -> None:
         check_calibrated(graph, 'LSQGraph')
@@ -187,6 +208,7 @@ class LSQGraph(nn.Module):
         super().__init__()
         self.weights = nn.ParameterDict()
         self.scales = nn.ParameterDict()
+        self.initial_scales = nn.Module()
         self._graph = graph
         self._variables: Dict[str, str] = {}
         for var in graph.variables.values():
@@ -196,6 +218,7 @@ class LSQGraph(nn.Module):
                 self.weights[key] = nn.Parameter(var.value.detach().clone())
                 var.value = self.weights[key]
                 self._variables[key] = var.name
+        _forget_values_kept_aside(graph)
         self._roots: Dict[TensorQuantizationConfig, str] = {}
         self._factors: Dict[TensorQuantizationConfig, float] = {}
         for op in quantable_operations(graph):
@@ -212,7 +235,9 @@ class LSQGraph(nn.Module):
         if not config.state.is_quantized or config.state.is_passive or root in self._roots:
             return
         key = _key(name, self.scales)
-        self.scales[key] = nn.Parameter(root.scale.detach().clone().float().log())
+        initial = root.scale.detach().float().clone()
+        self.initial_scales.register_buffer(key, initial)
+        self.scales[key] = nn.Parameter(initial.log())
         self._roots[root] = key
         per_scale = max(_numel(var) // max(root.scale.numel(), 1), 1)
         self._factors[root] = (per_scale * config.quant_max) ** -0.5
@@ -222,7 +247,8 @@ class LSQGraph(nn.Module):
         if config.state.is_passive:
             return (self.scale_of(op, op.input_quant_config[0])
                     * self.scale_of(op, config.master_by))
-        return self.scales[self._roots[config.dominated_by]].exp().clamp_min(MIN_SCALE)
+        key = self._roots[config.dominated_by]
+        return _exact_exp(self.scales[key], getattr(self.initial_scales, key)).clamp_min(MIN_SCALE)
 
     def fake_quantize(self, op: QuantableOperation, config: TensorQuantizationConfig,
                       tensor: torch.Tensor) -> torch.Tensor:
@@ -293,13 +319,12 @@ class LSQGraph(nn.Module):
                           'quantization signature (platform, integer ranges, zero points) '
                           'that LSQGraph saves, so it is loaded unchecked, with the zero points '
                           'of this graph; save it again to add the signature', stacklevel=2)
-            # torch and mmengine hand the children the entries of this (local) dict: this
-            # graph's own signature and zero points are then loaded, not reported missing
-            for name, buffer in [*self.quant_signature.named_buffers(prefix='quant_signature'),
-                                 *self.zero_points.named_buffers(prefix='zero_points')]:
-                state_dict.setdefault(prefix + name, buffer.detach().clone())
+            _keep_own_buffers(self.quant_signature, 'quant_signature', state_dict, prefix)
+            _keep_own_buffers(self.zero_points, 'zero_points', state_dict, prefix)
         else:
             self._check_signature(state_dict, prefix)
+        if not any(key.startswith(prefix + 'initial_scales.') for key in state_dict):
+            _keep_own_buffers(self.initial_scales, 'initial_scales', state_dict, prefix)
         super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys,
                                       unexpected_keys, error_msgs)
 
@@ -389,16 +414,17 @@ class LSQGraph(nn.Module):
         ``QuantExecutor``, analyse it, export it with ``export_graph``.  Its FP32 model
         (``dequantize_graph``, ``analyse_error``'s reference, the plain ``ONNX`` export,
         ``tools/deploy.py``'s FP32) is the trained float model: the learned weights and
-        biases, unquantized.  The fp32 values PTQ passes had kept aside (the biases
-        before ``BiasCorrection``, the weights before ``AdaRound``'s rounding) are those
-        of the model before QAT, and are replaced by the learned ones.
+        biases, unquantized: the fp32 values PTQ passes had kept aside (the biases
+        before ``BiasCorrection``, the weights before ``AdaRound``'s rounding), those of
+        the model before QAT, were dropped when this module took the graph over.  The
+        copy holds one copy of the parameters, its own: training goes on without
+        changing it.
         """
-        for root, key in self._roots.items():
-            root.scale = self.scales[key].detach().exp().clamp_min(MIN_SCALE)
-        graph = follow_passive_scales(self._graph.copy(copy_value=True))
-        for op in quantable_operations(graph):
-            op.store_parameter_value()  # the learned values are its fp32 ones now
-        return graph
+        with torch.no_grad():
+            for root, key in self._roots.items():
+                root.scale = _exact_exp(self.scales[key], getattr(self.initial_scales, key)
+                                        ).clamp_min(MIN_SCALE)
+        return follow_passive_scales(self._graph.copy(copy_value=True))
 
 
 def follow_passive_scales(graph: BaseGraph) -> BaseGraph:
@@ -468,6 +494,25 @@ def _zero_point(config: TensorQuantizationConfig) -> torch.Tensor:
 
 def _bias_state(passive: bool) -> str:
     return 'int32 (PASSIVE)' if passive else 'FP32'
+
+
+def _keep_own_buffers(module: nn.Module, name: str, state_dict: Dict[str, Any],
+                      prefix: str) -> None:
+    """Put ``module``'s buffers (the child ``name`` of an LSQGraph) into a checkpoint that
+    lacks them: torch and mmengine hand the children the entries of this (local) dict, so
+    the graph's own are then loaded as they are, not reported missing."""
+    for key, buffer in module.named_buffers(prefix=name):
+        state_dict.setdefault(prefix + key, buffer.detach().clone())
+
+
+def _forget_values_kept_aside(graph: BaseGraph) -> None:
+    """Drop the fp32 values PTQ passes kept aside (``set_parameter_value``: the weights
+    before AdaRound, the biases before BiasCorrection), a copy of those parameters that
+    LSQ never reads: it trains the values in use, and the FP32 model of its graph is the
+    trained one (see ``calibrated_graph``).  They held a second copy of the model's
+    weights for the life of the module."""
+    for op in quantable_operations(graph):
+        op.adopt_parameter_values()
 
 
 def _refuse_baked(graph: BaseGraph) -> None:
