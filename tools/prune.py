@@ -26,8 +26,9 @@ Rebuild the slim model without the supernet and its pruner::
     slim_model(model, 'channel_cfg.yaml').load_state_dict(torch.load('slim.pth'))
 
 A mistake in the arguments (an option of the other mode among them), a checkpoint that
-is cut short or not of the supernet, a work dir holding an earlier result without
---overwrite: one line, exit code 2, and nothing written.  See docs/tools/prune.md.
+is cut short or not of the supernet, a --data-config that gives no usable batches (no
+targets for a criterion scoring by the loss), a work dir holding an earlier result
+without --overwrite: one line, exit code 2, and nothing written.  See docs/tools/prune.md.
 """
 from __future__ import annotations
 
@@ -286,47 +287,160 @@ def work_dir_of(args: argparse.Namespace) -> Path:
     return Path(args.work_dir or f'work_dirs/prune_{name}')
 
 
-def load_batches(args: argparse.Namespace, size: Tuple[int, ...]) -> list:
+def reads_data(args: argparse.Namespace) -> bool:
+    """Whether pruning --model runs it on data batches: a data criterion, or an allocation
+    measuring the loss."""
+    from razorlib.pruning import build_importance
+
+    return args.pruner != 'RatioPruner' and bool(
+        args.sensitivity or args.greedy or build_importance(args.importance).needs_data)
+
+
+def loss_user(args: argparse.Namespace) -> str:
+    """The option that scores --model's channels by the loss of the data batches, so needs
+    their targets (``''`` if none does): the other criteria read the inputs only."""
+    from razorlib.pruning import build_importance
+
+    if args.sensitivity or args.greedy:
+        return '--sensitivity' if args.sensitivity else '--greedy'
+    return f'--importance {args.importance}' if build_importance(args.importance).needs_loss \
+        else ''
+
+
+def data_batches(args: argparse.Namespace) -> list:
+    """--model's data batches (:func:`load_batches`; ``[]`` when nothing reads them), read
+    before the work dir is made, so that data that cannot give them is refused with
+    nothing written.  Read under ``--seed`` with the generators restored after, so that
+    the model's initial weights and the example input do not depend on the data."""
+    from razorlib.engine.loops.bn_calibration import seeded
+
+    if not (reads_data(args) or args.data_config):
+        return []
+    with seeded(args.seed):
+        return load_batches(args, (3, args.input_size, args.input_size), loss_user(args))
+
+
+def load_batches(args: argparse.Namespace, size: Tuple[int, ...], needs_targets: str) -> list:
     """``(inputs, targets)`` batches from --data-config's train_dataloader (default: the
-    digits train split, test images held out), resized to the example input's size."""
-    import torch
-    import torch.nn.functional as F
+    digits train split, test images held out), resized to the example input's size;
+    targets are None unless ``needs_targets`` names the option that needs them.
+
+    Raises:
+        ConfigError: naming --data-config, its file and the key at fault: the loader cannot
+            be built or read, its dataset is empty, a batch lacks ``inputs`` (or the targets
+            ``needs_targets`` needs), or it gives no batch.
+    """
+    from razorlib.engine.config import BUILD_ERRORS, ConfigError
+
+    where = f'--data-config {args.data_config}' if args.data_config else 'the digits data'
+    loader = data_loader(args, where)
+    try:
+        read = list(islice(loader, args.data_batches))
+    except BUILD_ERRORS as err:  # the dataset's own code, run on reading
+        raise ConfigError(f'{where}: train_dataloader: reading a batch raised '
+                          f'{type(err).__name__}: {message_of(err)}') from err
+    if not read:
+        raise ConfigError(f'{where}: train_dataloader gives no batch (drop_last with fewer '
+                          'samples than batch_size?)')
+    return [(batch_inputs(batch, index, size, where),
+             batch_targets(batch, index, where, needs_targets) if needs_targets else None)
+            for index, batch in enumerate(read)]
+
+
+def data_loader(args: argparse.Namespace, where: str) -> Iterable:
+    """--data-config's train_dataloader (default: the digits train split), its types and
+    arguments checked before it is built, and its dataset not empty (mmengine's sampler
+    divides by its length).
+
+    Raises:
+        ConfigError: ``<where>: <key>: <what is wrong>``.
+    """
+    from collections.abc import Sized
+
+    from mmengine.config import Config
+    from mmengine.registry import init_default_scope
     from mmengine.runner import Runner
 
-    from razorlib.engine.config import ConfigError, load_config
+    from razorlib.engine.config import BUILD_ERRORS, ConfigError, check_config, load_config
+    from razorlib.registry import SCOPE
 
-    if args.data_config:
+    init_default_scope(SCOPE)
+    if not args.data_config:
+        return Runner.build_dataloader(
+            dict(batch_size=32, num_workers=0, collate_fn=dict(type='default_collate'),
+                 sampler=dict(type='DefaultSampler', shuffle=True, seed=args.seed),
+                 dataset=dict(type='DigitsDataset', split='train', test_ratio=0.2,
+                              upscale=args.input_size)), seed=args.seed)  # --seed: the order
+    try:
         cfg = load_config(args.data_config)
-        if 'train_dataloader' not in cfg:
-            raise ConfigError(f'--data-config {args.data_config}: no train_dataloader')
-        loader_cfg = cfg.train_dataloader
-    else:
-        loader_cfg = dict(batch_size=32, num_workers=0, collate_fn=dict(type='default_collate'),
-                          sampler=dict(type='DefaultSampler', shuffle=True, seed=args.seed),
-                          dataset=dict(type='DigitsDataset', split='train', test_ratio=0.2,
-                                       upscale=size[-1]))
-    batches = []
-    for batch in Runner.build_dataloader(loader_cfg, seed=args.seed):  # --seed: the order
-        inputs = batch['inputs']
-        inputs = torch.stack(inputs) if isinstance(inputs, (list, tuple)) else inputs
-        inputs = inputs.float()
-        if tuple(inputs.shape[1:]) != tuple(size):
-            inputs = F.interpolate(inputs, size=size[1:], mode='bilinear', align_corners=False)
-        targets = torch.cat([sample.gt_label for sample in batch['data_samples']])
-        batches.append((inputs, targets))
-        if len(batches) == args.data_batches:
-            break
-    return batches
+        check_config(Config(dict(train_dataloader=cfg.get('train_dataloader'))),
+                     required=('train_dataloader', ))
+        loader = Runner.build_dataloader(cfg.train_dataloader, seed=args.seed)
+    except ConfigError as err:
+        raise ConfigError(f'{where}: {err}') from err
+    except BUILD_ERRORS as err:  # a value the dataset, sampler or loader refuses
+        raise ConfigError(f'{where}: train_dataloader: {type(err).__name__}: '
+                          f'{message_of(err)}') from err
+    if isinstance(loader.dataset, Sized) and len(loader.dataset) == 0:
+        raise ConfigError(f'{where}: train_dataloader.dataset: '
+                          f'{type(loader.dataset).__name__} holds no samples')
+    return loader
 
 
-def prune_built_in(args: argparse.Namespace, model: nn.Module, logger: MMLogger) -> Pruned:
+def message_of(err: Exception) -> str:
+    """``err``'s message; a KeyError's ``str()`` is its message quoted."""
+    return err.args[0] if isinstance(err, KeyError) and err.args else str(err)
+
+
+def batch_inputs(batch: Any, index: int, size: Tuple[int, ...], where: str) -> torch.Tensor:
+    """A loader batch's ``inputs``, stacked to a float tensor and resized to ``size``."""
+    import torch
+    import torch.nn.functional as F
+
+    from razorlib.engine.config import ConfigError
+
+    if not isinstance(batch, dict) or 'inputs' not in batch:
+        keys = f'keys {", ".join(map(repr, batch))}' if isinstance(batch, dict) else \
+            f'a {type(batch).__name__}'
+        raise ConfigError(f"{where}: train_dataloader batch {index} has no 'inputs' ({keys}); "
+                          "the tool reads dict batches of 'inputs' and 'data_samples', as "
+                          "default_collate makes of a dataset's dict samples")
+    inputs = batch['inputs']
+    inputs = torch.stack(inputs) if isinstance(inputs, (list, tuple)) else inputs
+    inputs = inputs.float()
+    if tuple(inputs.shape[1:]) != tuple(size):
+        inputs = F.interpolate(inputs, size=size[1:], mode='bilinear', align_corners=False)
+    return inputs
+
+
+def batch_targets(batch: dict, index: int, where: str, needs_targets: str) -> torch.Tensor:
+    """A loader batch's targets: the ``gt_label`` of each of its ``data_samples``.
+
+    Raises:
+        ConfigError: a batch without them, naming ``needs_targets``, the option that
+            scores channels by the loss.
+    """
+    import torch
+
+    from razorlib.engine.config import ConfigError
+
+    samples = batch.get('data_samples')
+    if not isinstance(samples, (list, tuple)) or \
+            not all(hasattr(sample, 'gt_label') for sample in samples):
+        raise ConfigError(f"{where}: train_dataloader batch {index} has no targets "
+                          "('data_samples' with a gt_label each); "
+                          f'{needs_targets} scores channels by the loss, which needs them '
+                          '(l1, activation, apoz and wanda read the inputs only)')
+    return torch.cat([sample.gt_label for sample in samples])
+
+
+def prune_built_in(args: argparse.Namespace, model: nn.Module, batches: list,
+                   logger: MMLogger) -> Pruned:
     """A built-in model, masked by a pruner to the budget, its example input, and the
-    inputs of the data batches read (None unless the criterion needs them or
-    --data-config is given)."""
+    inputs of the data ``batches`` (:func:`data_batches`; None when there are none)."""
     import numpy as np
     import torch
 
-    from razorlib.pruning import build_importance
     from razorlib.registry import PRUNERS
 
     x = torch.randn(args.batch, 3, args.input_size, args.input_size)
@@ -342,9 +456,7 @@ def prune_built_in(args: argparse.Namespace, model: nn.Module, logger: MMLogger)
                    runtime=runtime_cfg(args, threads=torch.get_num_threads()),
                    **{metric: value})
     pruner = PRUNERS.build({**cfg, 'except_start_keys': args.except_start_keys})
-    needs_data = args.pruner != 'RatioPruner' and (
-        args.sensitivity or args.greedy or build_importance(args.importance).needs_data)
-    batches = load_batches(args, tuple(x.shape[1:])) if needs_data or args.data_config else []
+    needs_data = reads_data(args)
     logger.info(f'{args.model}, input {args.batch}x3x{args.input_size}x{args.input_size}, '
                 f'{args.pruner} ({args.importance if args.pruner != "RatioPruner" else "first"} '
                 f'channels, {allocation_name(args)}) to {metric} {value:g}'
@@ -479,6 +591,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         check_mode(args)
         check_earlier_results(work_dir, RESULTS, args.overwrite, error=ConfigError)
         loaded = load_supernet(args) if args.config else None
+        batches = [] if args.config else data_batches(args)
     except CheckpointError as err:
         print_log(str(err), logger='current', level=logging.ERROR)
         return 2
@@ -494,8 +607,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         logger.info(f'{Path(args.config).name} with {args.checkpoint}, subnet {args.subnet}')
         logger.info(f'threads: {set_threads(args.threads, loaded[1])}')
     try:
-        dense, masked, cfg, x, calibration = loaded or built_in(args, logger)
-    except (ValueError, ConfigError) as err:  # a budget out of reach, a bad data config
+        dense, masked, cfg, x, calibration = loaded or built_in(args, batches, logger)
+    except (ValueError, ConfigError) as err:  # a budget out of reach
         return refused(args, err, work_dir, fresh, logger)
     slim = slim_model(copy.deepcopy(masked), cfg)
     log_costs(args, dense, slim, x, logger)
@@ -522,8 +635,9 @@ def refused(args: argparse.Namespace, err: Exception, work_dir: Path, fresh: boo
     return 2
 
 
-def built_in(args: argparse.Namespace, logger: MMLogger) -> Pruned:
-    """--model built (seeded), masked to the budget (:func:`prune_built_in`)."""
+def built_in(args: argparse.Namespace, batches: list, logger: MMLogger) -> Pruned:
+    """--model built (seeded), masked to the budget on ``batches``
+    (:func:`prune_built_in`)."""
     from mmengine.registry import init_default_scope
 
     from razorlib.engine.threads import set_threads
@@ -532,7 +646,7 @@ def built_in(args: argparse.Namespace, logger: MMLogger) -> Pruned:
     init_default_scope(SCOPE)
     model = MODELS.build(BUILT_IN[args.model]).eval()
     logger.info(f'threads: {set_threads(args.threads, model)}')
-    return prune_built_in(args, model, logger)
+    return prune_built_in(args, model, batches, logger)
 
 
 def log_costs(args: argparse.Namespace, dense: nn.Module, slim: nn.Module, x: torch.Tensor,

@@ -11,12 +11,40 @@ import torch
 from mmengine.config import Config
 from mmengine.registry import init_default_scope
 from mmengine.runner import Runner
+from torch.utils.data import Dataset
 
 from conftest import REPO, TINY, LogCapture, load_tool
+from razorlib.datasets import DigitsDataset
 from razorlib.engine.loops import recalibrate_bn
 from razorlib.models import PlainCNN
 from razorlib.pruning import slim_model
-from razorlib.registry import MODELS
+from razorlib.registry import DATASETS, MODELS
+
+
+@DATASETS.register_module(force=True)
+class UnlabelledDigits(Dataset):
+    """The digits train split's images without their labels, as an unlabelled calibration
+    set gives them (``{'inputs': ...}`` only); none of them with ``empty=True``."""
+
+    def __init__(self, empty: bool = False):
+        self.digits = DigitsDataset(split='train', test_ratio=0.2)
+        self.size = 0 if empty else len(self.digits)
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, index: int) -> dict:
+        return dict(inputs=self.digits[index]['inputs'])
+
+
+def data_config(path, dataset, shuffle=False):
+    """``path``, written as a --data-config whose train_dataloader reads ``dataset`` (the
+    config text of a dataset dict) in batches of 8."""
+    path.write_text("train_dataloader = dict(batch_size=8, num_workers=0, "
+                    "collate_fn=dict(type='default_collate'), "
+                    f"sampler=dict(type='DefaultSampler', shuffle={shuffle}), "
+                    f"dataset={dataset})\n")
+    return path
 
 
 def test_prune_tool_writes_a_config_and_weights_that_rebuild_the_slim_model(tmp_path):
@@ -163,12 +191,11 @@ def test_a_flops_budget_allocated_by_measured_losses(tmp_path, allocation):
     assert len(set(k / n for k, n in counts.values())) > 1  # not one ratio for every group
 
 
+DIGITS = "dict(type='DigitsDataset', split='train', test_ratio=0.2)"
+
+
 def test_the_data_config_gives_the_batches(tmp_path):
-    config = tmp_path / 'data.py'
-    config.write_text("train_dataloader = dict(batch_size=8, num_workers=0, "
-                      "collate_fn=dict(type='default_collate'), "
-                      "sampler=dict(type='DefaultSampler', shuffle=False), "
-                      "dataset=dict(type='DigitsDataset', split='train', test_ratio=0.2))\n")
+    config = data_config(tmp_path / 'data.py', DIGITS)
     code = load_tool('prune').main(['--model', 'plain_cnn', '--input-size', '16', '--ratio',
                                     '0.5', '--importance', 'activation', '--data-config',
                                     str(config), '--data-batches', '3', '--work-dir',
@@ -181,11 +208,7 @@ def test_the_data_config_gives_the_batches(tmp_path):
 
 def test_the_seed_fixes_the_order_of_a_shuffling_data_config(tmp_path):
     # a shuffling sampler without a seed of its own takes --seed, so runs repeat
-    config = tmp_path / 'data.py'
-    config.write_text("train_dataloader = dict(batch_size=8, num_workers=0, "
-                      "collate_fn=dict(type='default_collate'), "
-                      "sampler=dict(type='DefaultSampler', shuffle=True), "
-                      "dataset=dict(type='DigitsDataset', split='train', test_ratio=0.2))\n")
+    config = data_config(tmp_path / 'data.py', DIGITS, shuffle=True)
     configs = []
     for run in range(2):  # two processes: an unseeded sampler draws a new seed in each
         subprocess.run([sys.executable, str(REPO / 'tools' / 'prune.py'), '--model',
@@ -195,6 +218,62 @@ def test_the_seed_fixes_the_order_of_a_shuffling_data_config(tmp_path):
                         str(tmp_path / f'{run}')], check=True, capture_output=True)
         configs.append((tmp_path / f'{run}' / 'channel_cfg.yaml').read_text())
     assert configs[0] == configs[1]
+
+
+@pytest.mark.parametrize('importance', ['l1', 'activation', 'apoz'])
+def test_criteria_reading_inputs_only_prune_on_unlabelled_data(tmp_path, importance):
+    """l1 (with the batch norms re-estimated), activation and apoz never read the targets:
+    the same images without labels give the same slim model."""
+    results = []
+    for name, dataset in (('labelled', DIGITS), ('unlabelled', "dict(type='UnlabelledDigits')")):
+        config = data_config(tmp_path / f'{name}.py', dataset)
+        out = tmp_path / name
+        assert load_tool('prune').main(['--model', 'plain_cnn', '--input-size', '16', '--ratio',
+                                        '0.5', '--importance', importance, '--data-config',
+                                        str(config), '--data-batches', '2', '--threads', '1',
+                                        '--work-dir', str(out)]) == 0
+        assert 'batch norms of the slim model re-estimated on 2 batches' in \
+            (out / 'prune.log').read_text()
+        results.append(((out / 'channel_cfg.yaml').read_text(), torch.load(out / 'slim.pth')))
+    (labelled_cfg, labelled), (unlabelled_cfg, unlabelled) = results
+    assert unlabelled_cfg == labelled_cfg
+    assert all(torch.equal(unlabelled[key], labelled[key]) for key in labelled)
+
+
+@pytest.mark.parametrize('option, dataset, message', [  # message: a regular expression
+    # a criterion or an allocation scoring channels by the loss needs the targets
+    (['--importance', 'taylor'], "dict(type='UnlabelledDigits')",
+     re.escape("train_dataloader batch 0 has no targets ('data_samples' with a gt_label "
+               'each); --importance taylor scores channels by the loss, which needs them (l1, '
+               'activation, apoz and wanda read the inputs only)') + '$'),
+    (['--importance', 'fisher'], "dict(type='UnlabelledDigits')",
+     'train_dataloader batch 0 has no targets .*; --importance fisher scores channels by '
+     'the loss'),
+    (['--sensitivity'], "dict(type='UnlabelledDigits')",
+     'train_dataloader batch 0 has no targets .*; --sensitivity scores channels by the '
+     'loss'),
+    (['--importance', 'taylor'], "dict(type='DigitzDataset')",
+     "train_dataloader.dataset.type: 'DigitzDataset' is not registered in the dataset "
+     "registry"),
+    (['--importance', 'activation'], "dict(type='UnlabelledDigits', empty=True)",
+     'train_dataloader.dataset: UnlabelledDigits holds no samples'),
+    (['--importance', 'l1'], "dict(type='UnlabelledDigits', emtpy=True)",
+     "train_dataloader.dataset.emtpy: UnlabelledDigits takes no argument 'emtpy'"),
+    (['--importance', 'l1'], "dict(type='DigitsDataset', split='tran')",
+     "train_dataloader: ValueError: split must be one of .* got 'tran'"),
+    (['--importance', 'taylor'], 'dict(', r"line 1: '\(' was never closed"),
+], ids=['taylor-without-targets', 'fisher-without-targets', 'sensitivity-without-targets',
+        'unknown-type', 'empty', 'unknown-argument', 'refused-value', 'syntax-error'])
+def test_data_the_pruning_cannot_use_is_refused_before_the_work_dir_is_made(
+        tmp_path, monkeypatch, option, dataset, message):
+    config = data_config(tmp_path / 'data.py', dataset)
+    tool = load_tool('prune')
+    log = LogCapture(tool, monkeypatch)
+    code = tool.main(['--model', 'plain_cnn', '--input-size', '16', *option, '--data-config',
+                      str(config), '--work-dir', str(tmp_path / 'out')])
+    assert code == 2 and len(log.messages) == 1 and '\n' not in log.text
+    assert re.match(re.escape(f'--data-config {config}: ') + message, log.text), log.text
+    assert not (tmp_path / 'out').exists()
 
 
 def test_a_latency_budget_is_searched_on_the_runtime(tmp_path, monkeypatch):

@@ -219,6 +219,9 @@ class Importance:
     roles: Tuple[str, ...] = ('in', 'out')
     #: Whether the criterion runs the model on ``data``.
     needs_data: bool = False
+    #: Whether it scores by the loss of ``data`` (gradients), so needs its targets; the
+    #: other data criteria read the inputs only.
+    needs_loss: bool = False
     default_normalize: str = 'mean'
     #: The arguments ``repr`` shows, as attributes of the same names.
     shown: Tuple[str, ...] = ('reduction', 'normalize', 'roles')

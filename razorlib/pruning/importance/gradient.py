@@ -46,7 +46,7 @@ class TaylorImportance(Importance):
         TaylorImportance(reduction='sum', ..., layerwise=True)
     """
     roles = ('in', 'out', 'norm')
-    needs_data = True
+    needs_data = needs_loss = True
     shown = ('reduction', 'normalize', 'roles', 'layerwise')
 
     def __init__(self, reduction: str = 'sum', normalize: Optional[str] = None,
@@ -99,7 +99,7 @@ class FisherImportance(Importance):
     ``layerwise=True`` checkpoints the repeated blocks as for :class:`TaylorImportance`.
     """
     roles = ('in', )
-    needs_data = True
+    needs_data = needs_loss = True
     default_normalize = 'none'
     COSTS = (None, 'flops', 'memory')
     shown = ('normalize_by', 'normalize', 'layerwise')
