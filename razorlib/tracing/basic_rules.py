@@ -258,7 +258,8 @@ def matmul(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
     zero in the masked model: ``ctx.summed``, checked by the pruner); the output takes ``a``'s
     row slots and ``b``'s column slots; bmm's batch dim binds like an elementwise op,
     or, where it holds attention heads, as attention pairs them
-    (:func:`~.heads.pair_heads`: grouped-query attention's repeated key/value heads).
+    (:func:`~.heads.pair_heads`: grouped-query attention's repeated key/value heads;
+    :func:`~.heads.lone_head_product`: one query head over a single key/value head).
     """
     (out_shape, ) = output_shapes(node)
     a, b = ins[0], ins[1]
@@ -267,6 +268,10 @@ def matmul(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
     if nd == 3:
         heads.bind_single_head_positions(ctx, node, b.channels, 0, out_shape[0])
         batch_a, batch_b = _dim_slots(a, 0), _dim_slots(b, 0)
+        lone = heads.lone_head_product(ctx, node, a, b) \
+            if batch_a is None and batch_b is None else None
+        if lone is not None:  # one query head over a single key/value head
+            a, b = lone
         single = None if batch_a is None or batch_b is not None else \
             heads.repeated_head(ctx, node, b.channels, 0, len(batch_a))
         if single is not None:  # multi-query attention: b's channels are its one head

@@ -125,6 +125,8 @@ class TraceContext:
         self.consumers: Dict[object, List[object]] = defaultdict(list)
         self._layer_out: Dict[str, np.ndarray] = {}
         self._leaf_channels: Dict[int, TensorChannels] = {}
+        #: id -> a layer's own parameter or buffer that a rule read (``layer_params.py``)
+        self._layer_leaves: Dict[int, torch.Tensor] = {}
         self.modules = dict(model.named_modules()) if modules is None else modules
         #: node -> a function that applies its rule when a rule first reads its output
         #: (the tracer defers transposed parameters, see ``tracer._walk``).
@@ -208,6 +210,8 @@ class TraceContext:
             # (nn.Linear on a non-contiguous input adds its bias as a separate op).
             module_name, attr = self.owner(tensor)
             bare = self.layer_kind(module_name) is None
+            if not bare:
+                self._layer_leaves[key] = tensor
             slots = {}
             for dim, size in enumerate(shape):
                 if size > 1:
@@ -229,6 +233,11 @@ class TraceContext:
             if other != attr and buffer is not None and buffer.shape == (len(slots), ):
                 self.bind(self.buffer_slots(module_name, other), slots,
                           f'{module_name}.{other} is a copy of {module_name}.{attr}')
+
+    def layer_params_read(self) -> List[Tuple[torch.Tensor, TensorChannels]]:
+        """Each layer parameter or buffer a rule read, with the slots it was given: the
+        layer slices it, so ``layer_params.tie_layer_params`` ties them to its axes."""
+        return [(tensor, self._leaf_channels[key]) for key, tensor in self._layer_leaves.items()]
 
     def traced_leaf_channels(self, tensor: torch.Tensor) -> Optional[TensorChannels]:
         """Channels of a parameter/buffer leaf if a rule has read them, else None."""

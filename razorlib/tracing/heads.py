@@ -20,7 +20,10 @@ attention) is viewed with a one-head axis, which carries no channels; its ``expa
 over the query heads (``repeat_kv``, a broadcast) is marked as a repeat of one head
 (:class:`~.channels.TensorChannels` ``repeats``), so attention reads its channels as that
 head (:func:`pair_single_head`): under ``gqa='query'`` it stays whole and the query
-heads prune freely, under ``gqa='kv'`` the attention stays whole.
+heads prune freely, under ``gqa='kv'`` the attention stays whole.  Under ``gqa='query'``
+a query left with one head is viewed with a size-1 head axis too: it is read as that
+head (:func:`read_lone_query_head`, :func:`lone_head_product`), so the key/value head
+stays whole and the lone query head with it.
 
 With ``trace(..., heads='width')`` a split read by attention prunes ``head_dim`` instead:
 position ``j`` of every head is one class (and of ``q``, ``k`` and ``v`` of one module,
@@ -301,17 +304,108 @@ def pair_single_head(ctx: TraceContext, node, query: np.ndarray, single: np.ndar
     """
     head = single[0]
     count = len(np.unique(query))
-    ctx.bind(np.full(int((channels != head).sum()), head), channels[channels != head],
-             f'{node.name()} reads {len(channels)} channels as one key/value head')
     if ctx.gqa == 'query':
-        ctx.freeze(single[:1], KEPT, node, "gqa='query' keeps the key/value head whole "
-                   f'(multi-query attention: one key/value head of {count} query heads)')
+        keep_single_head(ctx, node, channels, head, count)
     else:
+        _read_as_one_head(ctx, node, channels, head, 'key/value')
         ctx.freeze(np.append(query, head), 'fixed', node, (
             f'{count} query heads over a single key/value head (multi-query attention): '
             "gqa='kv' prunes a key/value head with its query heads, which would remove the "
             "attention, so it stays whole; gqa='query' prunes the query heads"))
     return query
+
+
+def _read_as_one_head(ctx: TraceContext, node, channels: np.ndarray, head: int,
+                      what: str) -> None:
+    """Bind ``channels`` to ``head``, one of them or a slot standing for them: one class,
+    kept or pruned whole, as :func:`read_as_heads` binds a head's."""
+    ctx.bind(np.full(int((channels != head).sum()), head), channels[channels != head],
+             f'{node.name()} reads {len(channels)} channels as one {what} head')
+
+
+def keep_single_head(ctx: TraceContext, node, channels: np.ndarray, head: int,
+                     count: int) -> None:
+    """Under ``gqa='query'``: a single key/value head over ``count`` query heads, its
+    ``channels`` read as the head ``head`` and kept whole (reason kind
+    :data:`~.slots.KEPT`)."""
+    _read_as_one_head(ctx, node, channels, head, 'key/value')
+    plural = 's' if count != 1 else ''
+    ctx.freeze(np.array([head], dtype=np.int64), KEPT, node,
+               "gqa='query' keeps the key/value head whole (multi-query attention: one "
+               f'key/value head of {count} query head{plural})')
+
+
+def _one_head_view(tc: Optional[TensorChannels], dim: int) -> bool:
+    """Whether ``tc`` holds one head along a size-1 ``dim``: no split, no channels on
+    ``dim`` and at most one channel dim, the head's."""
+    return tc is not None and tc.split is None and tc.shape[dim] == 1 and \
+        dim not in tc.slots and len(tc.slots) <= 1
+
+
+def read_lone_query_head(ctx: TraceContext, node, q: TensorChannels, dim: int,
+                         kv: Sequence[TensorChannels]) -> TensorChannels:
+    """Under ``gqa='query'`` (and ``heads='whole'``), a query viewed with a size-1 head
+    axis ``dim`` over key and value tensors that hold one head each (``kv``), read as
+    that one head: its channels bound into one class, whose slot ``dim`` carries; any
+    other query as it is.
+
+    A multi-query attention pruned to one query head (GPTBigCode's ``c_attn``) views its
+    queries so, and a size-1 axis carries no channels: nothing would read them as a
+    head, the contraction with the key head kept whole would offer the lone head's
+    ``head_dim`` positions, and slicing the fused projection refuses them.  Read as a
+    head, the query pairs with the single key/value head as more query heads do
+    (:func:`pair_single_head`): that head stays whole, and the one query head left
+    beside it cannot prune.
+    """
+    if ctx.gqa != 'query' or ctx.heads != 'whole' or not q.slots or \
+            not all(_one_head_view(tc, dim) for tc in (q, *kv)):
+        return q
+    (channels, ) = q.slots.values()
+    _read_as_one_head(ctx, node, channels, channels[0], 'query')
+    return TensorChannels(q.shape, {dim: channels[:1]})
+
+
+def merged_from_one_head(inp: InputInfo) -> bool:
+    """Whether an operand of a batched product is a ``(B, 1, X, Y)`` tensor that
+    ``torch.matmul`` merged into ``(B, X, Y)``: attention over one head, viewed with a
+    size-1 head axis (the merging view keeps the sizes it was given)."""
+    sizes = getattr(inp.node, '_saved_self_sym_sizes', None)
+    return sizes is not None and inp.shape is not None and len(sizes) == 4 and \
+        sizes[1] == 1 and tuple(inp.shape) == (sizes[0], *sizes[2:])
+
+
+def lone_head_product(ctx: TraceContext, node, a: InputInfo,
+                      b: InputInfo) -> Optional[Tuple[InputInfo, InputInfo]]:
+    """Under ``gqa='query'`` (and ``heads='whole'``), a batched product of two operands
+    :func:`merged_from_one_head` (``q @ k^T``, ``attn @ v`` of one query head over a
+    single key/value head): ``b``'s channels read as the key/value head and kept whole,
+    ``a``'s (the query's ``head_dim``, if any) as the query head; both returned without
+    their channels.  None for any other product.
+
+    The merge drops the size-1 head axis, so without this the product is a plain one:
+    the query's positions would be bound to the kept key head's and offered to pruning,
+    which slicing a fused projection refuses (:func:`read_lone_query_head` does the same
+    for scaled dot-product attention).
+    """
+    if ctx.gqa != 'query' or ctx.heads != 'whole' or \
+            not (merged_from_one_head(a) and merged_from_one_head(b)):
+        return None
+    query, kv = a.channels, b.channels
+    if kv is None or kv.split is not None or len(kv.slots) != 1 or query is not None and (
+            query.split is not None or set(query.slots) - {2}):
+        return None
+    (channels, ) = kv.slots.values()
+    keep_single_head(ctx, node, channels, int(channels[0]), 1)
+    if query is not None and query.slots:
+        _read_as_one_head(ctx, node, query.slots[2], int(query.slots[2][0]), 'query')
+    return _without_channels(a), _without_channels(b)
+
+
+def _without_channels(inp: InputInfo) -> InputInfo:
+    """``inp`` with no channel slots (read as heads elsewhere)."""
+    if inp.channels is None:
+        return inp
+    return InputInfo(inp.node, inp.output_nr, inp.shape, TensorChannels(inp.channels.shape))
 
 
 def bind_single_head_positions(ctx: TraceContext, node, tc: Optional[TensorChannels],
@@ -401,6 +495,8 @@ def scaled_dot_product_attention(ctx: TraceContext, node,
         ctx.freeze_all(ins[:3], 'fixed', node, 'attention over a tensor razorlib does not '
                        'track (a model input or a constant)')
         return [TensorChannels(shape) for shape in shapes]
+    if q.slots.get(1) is None:
+        q = read_lone_query_head(ctx, node, q, 1, (k, v))
     heads = q.slots.get(1)
     kv_heads = [tc.slots.get(1) for tc in (k, v)]
     for tc in (k, v):

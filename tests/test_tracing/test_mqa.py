@@ -183,3 +183,26 @@ def test_a_mask_over_the_leader_keeps_the_kv_head_and_may_not_prune_it():
                        r"channel 70, which is always kept \(\[kept\] BmmBackward0: gqa='query' "
                        r'keeps the key/value head whole .*\); keep it'):
         pruner.set_subnet({'blocks.0.attn.c_attn': np.r_[heads, np.arange(16) != 6]})
+
+
+@pytest.mark.parametrize('meta', [True, False], ids=['meta', 'real'])
+@pytest.mark.parametrize('sdpa', [False, True], ids=['repeat_kv', 'sdpa'])
+def test_one_query_head_left_over_the_kv_head_is_read_as_a_head(sdpa, meta):
+    """A fused projection left with one query head (GPTBigCode's c_attn pruned so) views
+    its queries with a size-1 head axis, which carries no channels, and torch.matmul
+    merges it away; under gqa='query' the query is one head all the same: the key/value
+    head stays whole, and so does the query head, a group of one (before, its 8
+    positions were offered to pruning, and slicing c_attn refused them).  Real SDPA
+    runs a fused kernel, on meta and with repeat_kv matrix products."""
+    torch.manual_seed(0)
+    model = Encoder(*(Block(FusedMQA(heads=1, sdpa=sdpa)) for _ in range(2))).eval()
+    group = Traced(model, TOKENS_IN, gqa='query', meta=meta).group_of('blocks.0.attn.c_attn')
+    assert (group.num_channels, group.width, group.prunable) == (3, 24, False)
+    assert [r.message for r in group.frozen_reasons] == [
+        "gqa='query' keeps the key/value head whole (multi-query attention: one key/value "
+        'head of 1 query head)']
+    pruner = _pruner(model, gqa='query')
+    assert sorted(pruner.groups.prunable) == ['blocks.0.mlp.0', 'blocks.1.mlp.0']
+    slim = sample_and_deploy(pruner, model, TOKENS_IN)
+    assert [(b.attn.c_attn.out_features, b.mlp[0].out_features) for b in slim.blocks] == \
+        [(24, 32)] * 2

@@ -149,10 +149,8 @@ QUERY_HEAD_ATTRIBUTES = ('num_heads', 'num_attention_heads')
 def _lone_head_reason(name: str, module: nn.Module) -> Optional[str]:
     """The plain reason an attention left with one query head stays whole: no head can
     go, since pruning keeps at least one.  What the trace froze it for is then a detail
-    of the way: GPTBigCode's multi-query ``c_attn`` pruned to one query head (under
-    ``gqa='query'``) offers that head's positions, and its pruned run fails on a split
-    of ``c_attn`` that is neither whole heads nor the same positions in every head,
-    which reads as a fault of the model code.  ``None`` for more heads."""
+    of the way (GPTBigCode's multi-query ``c_attn`` pruned to one query head: the key and
+    value head that ``gqa='query'`` keeps whole).  ``None`` for more heads."""
     counts = [getattr(module, attribute) for attribute in QUERY_HEAD_ATTRIBUTES
               if isinstance(getattr(module, attribute, None), int)]
     if counts and counts[0] == 1:

@@ -1,0 +1,121 @@
+"""A layer's own weight or bias read by ops of the model's code: tied to the layer's axes.
+
+A layer's kind follows the op its layer runs on its weight (``ConvolutionBackward0`` of a
+``Conv2d``), but the code may read the same parameter elsewhere too
+(``b * self.a.bias[:, None, None]``, ``y * self.a.weight.sum()``, ``F.linear(h,
+self.embed_tokens.weight)``).  Such a read gives the parameter slots of its own
+(:meth:`TraceContext.leaf_channels`), which the rules bind to what it meets; pruning
+slices the parameter with its layer, though, so each of those slots must stand for the
+channel of the layer's axis that its dim holds, or never be pruned.  Which dim holds
+which axis is the kind's knowledge: its slice plan of a shape-only copy of the layer
+(:meth:`~razorlib.layers.LayerKind.plan_slice`) shows which dims shrink with each axis
+(a ``Conv1D`` stores its weight ``(in, out)``, an ``nn.Embedding`` its channels on
+dim 1).
+"""
+import copy
+from typing import Dict, Optional
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+from ..layers import LayerKind
+from .channels import TensorChannels
+from .context import ChannelUse, TraceContext
+
+#: Errors a kind raises where it cannot plan the probe's slice (a depthwise conv keeps
+#: its outputs with its inputs; nn.MultiheadAttention plans none; an op without a meta
+#: kernel).
+_PLAN_ERRORS = (ValueError, NotImplementedError, RuntimeError)
+
+
+def tie_layer_params(ctx: TraceContext) -> None:
+    """Bind each dim of a layer parameter that the walk gave slots to the layer's
+    channels on that dim, and freeze the slots of a dim no traced axis of the layer holds
+    (a kernel dim, a vocabulary, a layer never called).  Where the kind cannot say, the
+    parameter's slots and the layer's channels freeze, the parameter named."""
+    read = ctx.layer_params_read()
+    if not read:
+        return
+    labels = ctx.slots.classes()
+    for tensor, channels in read:
+        if not channels.slots:
+            continue
+        for module_name, attr in ctx.owners_of(tensor):
+            kind = ctx.layer_kind(module_name)
+            if kind is not None:
+                _tie(ctx, module_name, attr, kind, channels, labels)
+
+
+def _tie(ctx: TraceContext, module_name: str, attr: str, kind: LayerKind,
+         channels: TensorChannels, labels: np.ndarray) -> None:
+    """Tie one owner's name of a parameter to that owner's axes."""
+    name = f'{module_name}.{attr}' if module_name else attr
+    try:
+        axes = _dim_axes(ctx, module_name, attr, kind, labels)
+    except _PLAN_ERRORS as error:
+        uses = [_axis_use(ctx, module_name, axis) for axis in kind.axes]
+        own = [use.slots for use in uses if use is not None]
+        ctx.freeze(np.concatenate([channels.all_slots()] + own), 'fixed', None,
+                   f'the code reads it, and {type(kind).__name__} cannot say which of its '
+                   f'dims hold the channels of {module_name} ({error})', op=name)
+        return
+    for dim, slots in channels.slots.items():
+        use = axes.get(dim)
+        if use is None:
+            ctx.freeze(slots, 'fixed', None, f'the code reads it, and its dim {dim} holds no '
+                       f'channels of {module_name} that its pruning slices', op=name)
+        else:
+            ctx.bind(use.slots, slots, f'{name}\'s dim {dim} holds the channels of '
+                     f'{module_name}\'s {use.role} axis')
+
+
+def _dim_axes(ctx: TraceContext, module_name: str, attr: str, kind: LayerKind,
+              labels: np.ndarray) -> Dict[int, ChannelUse]:
+    """Dim of the layer's ``attr`` -> the traced axis whose channels it holds one to one.
+
+    For each axis the kind plans a slice of a shape-only copy of the layer that drops
+    the channels of one class of slots (one position of every group of a group conv,
+    which must keep the same positions in each); a dim that shrinks to the kept count
+    holds that axis.
+    """
+    module = ctx.modules[module_name]
+    shape = tuple(getattr(module, attr).shape)
+    shape_only = _shape_only(module)
+    axes: Dict[int, ChannelUse] = {}
+    for axis in kind.axes:
+        use = _axis_use(ctx, module_name, axis)
+        if use is None:  # never traced: the layer's pruning does not slice it
+            continue
+        kept = np.flatnonzero(labels[use.slots] != labels[use.slots[-1]]).tolist()
+        plan = kind.plan_slice(module_name, shape_only, {axis: kept})
+        sliced = plan.params.get(attr, plan.buffers.get(attr))
+        if sliced is None:
+            continue
+        for dim, (before, after) in enumerate(zip(shape, sliced.shape)):
+            if before == len(use.slots) and after == len(kept) and before != after:
+                axes[dim] = use
+    return axes
+
+
+def _axis_use(ctx: TraceContext, module_name: str, axis: str) -> Optional[ChannelUse]:
+    """The traced channels of a layer's axis (a norm records its ``out`` as ``norm``)."""
+    roles = ('out', 'norm') if axis == 'out' else (axis, )
+    for role in roles:
+        use = ctx.uses.get((module_name, role, 0))
+        if use is not None:
+            return use
+    return None
+
+
+def _shape_only(module: nn.Module) -> nn.Module:
+    """A shallow copy of ``module`` whose parameters and buffers are ``meta`` tensors of
+    their shapes: its kind plans a slice of it without copying a weight."""
+    clone = copy.copy(module)
+    clone.__dict__['_parameters'] = {
+        attr: None if p is None else torch.empty_like(p, device='meta')
+        for attr, p in module._parameters.items()}
+    clone.__dict__['_buffers'] = {
+        attr: None if b is None else torch.empty_like(b, device='meta')
+        for attr, b in module._buffers.items()}
+    return clone
