@@ -18,7 +18,7 @@ from .data import pair_batches
 from .importance import ImportanceArg
 from .importance.pruner import ImportancePruner
 from .latency import SubnetLatency
-from .runtimes import RuntimeArg
+from .runtimes import Runtime, RuntimeArg, check_runtime
 from .structure import StructurePruner, SubnetDict
 
 _BUDGET_KEYS = ('ratio', 'ratios', 'flops', 'params', 'latency')
@@ -179,7 +179,7 @@ def slim_copy(model: nn.Module, example_inputs: Any, call: Dict[str, Any],
         data = pair_batches(data, caller)
     budget = {k: v for k, v in budget.items() if v is not None}
     cfg = _pruner_cfg(call['pruner'], budget, options, given, pruner_kwargs)
-    _refuse_subnet_latency(cfg.get('runtime', options['runtime']), caller)
+    _check_runtime(cfg.get('runtime', options['runtime']), caller)
     hf = is_transformers_model(model)
     if hf and not hidden:  # the integration loads for HF models only
         from ..integrations.transformers.prune import with_hidden_size_keys
@@ -265,9 +265,15 @@ def _pruner_cfg(pruner: Union[str, dict], budget: Dict[str, float], options: Dic
     return cfg
 
 
-def _refuse_subnet_latency(runtime: Any, caller: str) -> None:
-    """Refuse a ready ``SubnetLatency`` as the runtime: it slices and times its own pruner
-    on its own inputs, and the pruner here is built from a copy of the model."""
+def _check_runtime(runtime: Any, caller: str) -> None:
+    """Refuse a runtime that is not one, whatever the budget: a misspelt name or config key
+    given with ``flops=`` would otherwise pass unseen, and fail only once the budget
+    becomes a latency.  A name or config dict is checked without building the runtime
+    (nothing is timed, a ``'cuda'`` one is checked without a GPU); a ready
+    ``SubnetLatency`` is refused: it slices and times its own pruner on its own inputs,
+    and the pruner here is built from a copy of the model."""
+    if not isinstance(runtime, (Runtime, SubnetLatency)):
+        check_runtime(runtime)
     if isinstance(runtime, SubnetLatency):
         raise ValueError(f'{caller}: the runtime is a SubnetLatency, which times the subnets of '
                          'the pruner it was built with, not those of the pruner built here; '

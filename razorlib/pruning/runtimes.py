@@ -35,13 +35,15 @@ import difflib
 import gc
 import io
 import logging
+import numbers
 import os
 import sys
 import time
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Sequence, Tuple, Type, Union
+from typing import (Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple,
+                    Type, Union)
 
 import numpy as np
 import torch
@@ -100,10 +102,8 @@ class Runtime:
 
     def __init__(self, threads: int = 1, warmup: int = 5, repeat: int = 20,
                  cache_dir: Union[str, Path, bool, None] = None, quantile: float = 0.5):
-        if threads < 1 or warmup < 0 or repeat < 1 or not 0 <= quantile <= 1:
-            raise ValueError(f'{type(self).__name__}: threads >= 1, warmup >= 0, repeat >= 1 '
-                             f'and quantile in [0, 1], got {threads}, {warmup}, {repeat}, '
-                             f'{quantile}')
+        _check_counts(type(self).__name__,
+                      dict(threads=threads, warmup=warmup, repeat=repeat, quantile=quantile))
         self.threads, self.warmup, self.repeat = int(threads), int(warmup), int(repeat)
         self.quantile = float(quantile)
         self.cache_dir = (None if cache_dir is False else
@@ -152,6 +152,25 @@ class Runtime:
                 stack.enter_context(without_kv_cache(module))
             runs = [self.compile(module, inputs) for module in modules]
             return interleaved_times(runs, self.warmup, self.repeat, self.quantile)
+
+
+#: The smallest value of each count option of :class:`Runtime`.
+_LEAST_COUNTS = {'threads': 1, 'warmup': 0, 'repeat': 1}
+
+
+def _check_counts(owner: str, options: Mapping) -> None:
+    """Refuse a count option (``threads``, ``warmup``, ``repeat``) that is not a whole
+    number at least its least, or a ``quantile`` outside [0, 1], among ``options`` (those
+    given): ``int()`` would silently turn ``repeat=2.7`` into 2 and ``threads=True`` into
+    1.  ``owner`` (the runtime class) starts the message."""
+    for name, least in _LEAST_COUNTS.items():
+        value = options.get(name, least)
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
+            raise ValueError(f'{owner}: {name}={value!r}: a whole number >= {least} (an int)')
+    quantile = options.get('quantile', 0.5)
+    if isinstance(quantile, bool) or not isinstance(quantile, numbers.Real) \
+            or not 0 <= quantile <= 1:
+        raise ValueError(f'{owner}: quantile={quantile!r}: a number in [0, 1]')
 
 
 def interleaved_times(runs: Sequence[Callable[[], Any]], warmup: int, repeat: int,
@@ -378,6 +397,13 @@ class OnnxRuntime(Runtime):
     (``torch.export``, opset 18: seconds per model), and its class goes there directly
     afterwards; one neither exports raises, naming the runtime, the model and both errors.
 
+    The exported graph is checked against the module once, when it is compiled: a trace
+    turns a ``.numpy()`` or ``.item()`` step into a constant, and the graph then times
+    less than the model (none of it, when no input is left).  A graph that takes none of
+    the model's inputs, or whose outputs on the example inputs, their floating values
+    shuffled, differ from the module's (:func:`_graph_problem`), is refused naming the
+    model, the difference and what the tracer warned: its figures would not be the model's.
+
     A model or inputs in float64 or bfloat16 are refused before anything is measured
     (:meth:`check`): onnxruntime's CPU provider has no Conv kernel for either (float64
     fails as ``NOT_IMPLEMENTED: Conv(11)`` only once a session is built).  They are not
@@ -397,10 +423,12 @@ class OnnxRuntime(Runtime):
         self._dynamo_classes: set = set()  # classes the TorchScript exporter failed on
 
     def versions(self) -> Dict[str, str]:
-        import onnxruntime
-        return {'torch': torch.__version__, 'onnxruntime': onnxruntime.__version__}
+        return {'torch': torch.__version__, 'onnxruntime': _import_onnxruntime().__version__}
 
     def check(self, model: nn.Module, inputs: Inputs) -> None:
+        """Refuse, before anything is measured, a missing onnxruntime and dtypes its CPU
+        provider has no kernels for."""
+        _import_onnxruntime()
         values = inputs.values() if isinstance(inputs, Mapping) else inputs
         tensors = [t for t in list(model.parameters()) + list(values)
                    if isinstance(t, torch.Tensor)]
@@ -412,32 +440,41 @@ class OnnxRuntime(Runtime):
                              "inputs to float32 (model.float()) or measure on runtime='torch'")
 
     def compile(self, module: nn.Module, inputs: Inputs) -> Callable[[], Any]:
-        import onnxruntime as ort
-
         module = module.eval()
+        names, tensors = _named_tensors(inputs)
         with torch.no_grad(), without_kv_cache(module):
-            onnx_model = self._export(module, inputs)
+            exported = self._export(module, inputs)
+            session = self._session(module, exported.onnx)
+            graph_names = _graph_names(session, module, names)
+            problem = _graph_problem(session, module, inputs, graph_names)
+        if problem:
+            raise RuntimeError(f"runtime 'onnxruntime': the {type(module).__name__} exported "
+                               f'to ONNX is not the model: {problem}{exported.note}. The '
+                               'export probably turned part of the forward into constants '
+                               '(a .numpy(), .item() or other Python step on a tensor), so '
+                               "its latency would not be the model's; measure it on "
+                               "runtime='torch' instead")
+        feed = _feed(graph_names, tensors)
+        return lambda: session.run(None, feed)
+
+    def _session(self, module: nn.Module, onnx_model: bytes) -> Any:
+        """An onnxruntime session of ``onnx_model`` (``module`` exported) with this
+        runtime's threads, sequential, every graph optimisation on."""
+        ort = _import_onnxruntime()
         options = ort.SessionOptions()
         options.intra_op_num_threads = self.threads
         options.inter_op_num_threads = 1
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         try:
-            session = ort.InferenceSession(onnx_model, options,
-                                           providers=['CPUExecutionProvider'])
+            return ort.InferenceSession(onnx_model, options, providers=['CPUExecutionProvider'])
         except Exception as err:
             raise RuntimeError(f"runtime 'onnxruntime': the {type(module).__name__} exported "
                                f'to ONNX does not load: {_first_line(err)}; measure it on '
                                "runtime='torch' instead") from err
-        names, tensors = _named_tensors(inputs)
-        arrays = dict(zip(names, (x.detach().cpu().numpy() for x in tensors)))
-        wanted = [i.name for i in session.get_inputs()]
-        feed = ({n: arrays[n] for n in wanted} if all(n in arrays for n in wanted)
-                else dict(zip(wanted, arrays.values())))
-        return lambda: session.run(None, feed)
 
-    def _export(self, module: nn.Module, inputs: Inputs) -> bytes:
-        """The module as ONNX bytes: the TorchScript exporter, else the dynamo one."""
+    def _export(self, module: nn.Module, inputs: Inputs) -> '_Exported':
+        """The module as ONNX: the TorchScript exporter, else the dynamo one."""
         scripted_error = None
         if type(module) not in self._dynamo_classes:
             try:
@@ -446,7 +483,7 @@ class OnnxRuntime(Runtime):
                 scripted_error = err
                 self._dynamo_classes.add(type(module))
         try:
-            return _dynamo_export(module, inputs)
+            return _Exported(_dynamo_export(module, inputs))
         except Exception as err:
             tried = (f'TorchScript exporter: {_first_line(scripted_error)}; '
                      if scripted_error is not None else '')
@@ -454,6 +491,120 @@ class OnnxRuntime(Runtime):
                                f'exported to ONNX ({tried}dynamo exporter: '
                                f"{_first_line(err)}); measure it on runtime='torch' instead"
                                ) from err
+
+
+def _import_onnxruntime() -> Any:
+    """The onnxruntime module; its absence is said plainly, with the way out, instead of
+    a bare ``ModuleNotFoundError`` from deep inside a latency search."""
+    try:
+        import onnxruntime
+    except ImportError as err:
+        raise ImportError(f"runtime 'onnxruntime' needs the onnxruntime package, which cannot "
+                          f'be imported ({_first_line(err)}); install it (pip install '
+                          "onnxruntime) or measure on runtime='torch'") from err
+    return onnxruntime
+
+
+class _Exported(NamedTuple):
+    """A module exported to ONNX, and what the tracer warned might make the graph differ
+    from it (``''``, or a sentence in parentheses for an error message)."""
+    onnx: bytes
+    note: str = ''
+
+
+def _graph_names(session: Any, module: nn.Module, names: List[str]) -> List[Optional[str]]:
+    """The graph input each model input feeds (None: the graph dropped it): by name, or,
+    when the exporter named them its own way (the dynamo exporter: the forward's
+    arguments) and there are as many, by position."""
+    wanted = [i.name for i in session.get_inputs()]
+    if set(wanted) <= set(names):
+        return [name if name in wanted else None for name in names]
+    if len(wanted) == len(names):
+        return wanted
+    raise RuntimeError(f"runtime 'onnxruntime': the {type(module).__name__} exported to ONNX "
+                       f"takes inputs {wanted}, which do not match the model's {names}; "
+                       "measure it on runtime='torch' instead")
+
+
+def _feed(graph_names: List[Optional[str]], tensors: List[torch.Tensor]) -> Dict[str, Any]:
+    """The arrays a session runs on: each tensor under the graph input it feeds."""
+    return {name: x.detach().cpu().numpy()
+            for name, x in zip(graph_names, tensors) if name is not None}
+
+
+def _graph_problem(session: Any, module: nn.Module, inputs: Inputs,
+                   graph_names: List[Optional[str]]) -> str:
+    """How the exported graph differs from the module, ``''`` if it does not.
+
+    On the example inputs themselves a trace that froze part of the forward into
+    constants still returns the module's outputs (the constants were computed from
+    them), so both run on inputs of the same shapes whose floating values, and the
+    values of inputs the graph dropped, are shuffled: a graph whose outputs do not move
+    with its inputs as the module's do differs there.  One run of each."""
+    names, tensors = _named_tensors(inputs)
+    if tensors and not any(graph_names):
+        return "its graph takes none of the model's inputs"
+    generator = torch.Generator().manual_seed(0)
+    others = [_shuffled(x, generator) if x.is_floating_point() or graph is None else x
+              for x, graph in zip(tensors, graph_names)]
+    expected = _flat_tensors(call_module(module, _with_tensors(inputs, others)))
+    got = session.run(None, _feed(graph_names, others))
+    where = 'on the example inputs with their values shuffled'
+    if len(got) != len(expected):
+        return f'{where} it returns {len(got)} tensors, the model {len(expected)}'
+    for i, (want, have) in enumerate(zip(expected, got)):
+        have = torch.from_numpy(np.asarray(have))
+        if tuple(have.shape) != tuple(want.shape):
+            return (f"{where} its output {i} has shape {tuple(have.shape)}, the model's "
+                    f'{tuple(want.shape)}')
+        error = _relative_error(want.detach().cpu(), have)
+        if error > _tolerance(want.dtype):
+            return f"{where} its output {i} differs from the model's by {error:.2g} (relative)"
+    return ''
+
+
+def _shuffled(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """``x``'s values in another order: other inputs in the range the model was given."""
+    order = torch.randperm(x.numel(), generator=generator, device='cpu').to(x.device)
+    return x.flatten()[order].view_as(x)
+
+
+def _with_tensors(inputs: Inputs, tensors: List[torch.Tensor]) -> Inputs:
+    """``inputs`` with their tensors replaced, in :func:`_named_tensors`'s order."""
+    if not isinstance(inputs, Mapping):
+        return tuple(tensors)
+    replaced = iter(tensors)
+    return {k: next(replaced) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
+
+
+def _flat_tensors(output: Any) -> List[torch.Tensor]:
+    """The tensors of a forward's output in the order the exporters list them (tuples,
+    lists and mappings, a transformers ``ModelOutput`` among them, flattened)."""
+    if isinstance(output, torch.Tensor):
+        return [output]
+    if isinstance(output, Mapping):
+        output = list(output.values())
+    if isinstance(output, (list, tuple)):
+        return [x for item in output for x in _flat_tensors(item)]
+    return []
+
+
+def _relative_error(want: torch.Tensor, have: torch.Tensor) -> float:
+    """``|have - want| / |want|`` (Euclidean norms, in float64; NaN as 0, infinities as
+    +-1e30, so both being NaN at one place is no difference); exact for integers."""
+    if not want.is_floating_point():
+        return 0.0 if torch.equal(have.to(want.dtype), want) else float('inf')
+    want, have = (torch.nan_to_num(x.double(), nan=0.0, posinf=1e30, neginf=-1e30)
+                  for x in (want, have))
+    difference, scale = float((have - want).norm()), float(want.norm())
+    return difference / scale if scale else 0.0 if difference == 0 else float('inf')
+
+
+def _tolerance(dtype: torch.dtype) -> float:
+    """The relative error an export and onnxruntime's fused kernels may add: 1e-3 in
+    float32 (a graph that froze part of the forward is off by far more), ten epsilons in
+    a coarser dtype."""
+    return max(1e-3, 10 * torch.finfo(dtype).eps) if dtype.is_floating_point else 0.0
 
 
 def _first_line(err: BaseException, limit: int = 300) -> str:
@@ -473,11 +624,16 @@ def _named_tensors(inputs: Inputs) -> Tuple[List[str], List[torch.Tensor]]:
 
 class _Positional(nn.Module):
     """``module(**inputs)`` with the mapping's tensors taken positionally (the TorchScript
-    exporter traces positional tensors; its keyword arguments' defaults become inputs)."""
+    exporter traces positional tensors; its keyword arguments' defaults become inputs).
+
+    It starts in the module's mode: the exporter puts the module it is given back in that
+    module's mode afterwards, recursively, and a new wrapper in training mode would leave
+    the module training (dropout on, batch norms on batch statistics)."""
 
     def __init__(self, module: nn.Module, inputs: Mapping):
         super().__init__()
         self.module, self.inputs = module, dict(inputs)
+        self.training = module.training
         self.keys = [k for k, v in self.inputs.items() if isinstance(v, torch.Tensor)]
 
     def forward(self, *tensors: torch.Tensor) -> Any:
@@ -520,16 +676,21 @@ def _flush_c_streams() -> None:
         pass
 
 
-def _torchscript_export(module: nn.Module, inputs: Inputs) -> bytes:
+def _torchscript_export(module: nn.Module, inputs: Inputs) -> _Exported:
+    """The module traced and exported, its inputs named as :func:`_named_tensors` names
+    them (a graph drops an input the trace does not use, so names, not positions, say
+    which is which); the first tracer warning kept for the check of the graph."""
     names, tensors = _named_tensors(inputs)
     wrapped = _Positional(module, inputs) if isinstance(inputs, Mapping) else module
     buffer = io.BytesIO()
-    with warnings.catch_warnings(), _quiet_output():
-        warnings.simplefilter('ignore')  # TorchScript's deprecation and tracer notices
+    with warnings.catch_warnings(record=True) as caught, _quiet_output():
+        warnings.simplefilter('always')  # TorchScript's deprecation and tracer notices
         torch.onnx.export(wrapped, tuple(tensors), buffer, dynamo=False, opset_version=17,
-                          do_constant_folding=True,
-                          input_names=names if isinstance(inputs, Mapping) else None)
-    return buffer.getvalue()
+                          do_constant_folding=True, input_names=names)
+    traced = [w for w in caught if issubclass(w.category, torch.jit.TracerWarning)]
+    note = (f' (the tracer warned at {Path(traced[0].filename).name}:{traced[0].lineno}: '
+            f'{str(traced[0].message).split(". ")[0]})' if traced else '')
+    return _Exported(buffer.getvalue(), note)
 
 
 def _dynamo_export(module: nn.Module, inputs: Inputs) -> bytes:
@@ -620,6 +781,7 @@ def check_runtime(runtime: Union[str, Mapping]) -> Tuple[Type[Runtime], Dict[str
                         f'{"is not a key" if len(unknown) == 1 else "are not keys"} of the '
                         f'{name} runtime' + (f' (did you mean {close[0]!r}?)' if close else '')
                         + f'; it takes {", ".join(["type"] + accepted)}')
+    _check_counts(RUNTIMES[name].__name__, cfg)
     if cfg.get('dtype') is not None:
         floating_dtype(cfg['dtype'])
     return RUNTIMES[name], cfg
