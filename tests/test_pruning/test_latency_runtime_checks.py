@@ -12,6 +12,7 @@ import torch.nn as nn
 from latency_fakes import X, net
 
 import razorlib
+from razorlib.pruning import ImportancePruner
 from razorlib.pruning.runtimes import OnnxRuntime, Runtime, TorchRuntime, build_runtime
 
 ONCE = dict(warmup=0, repeat=1, cache_dir=False)
@@ -173,3 +174,10 @@ def test_a_missing_onnxruntime_is_named_with_the_way_out(monkeypatch):
         OnnxRuntime(**ONCE).latency([net()], (X, ))
     with pytest.raises(ImportError, match=expected):
         razorlib.prune(net(), X, latency=0.5, runtime=dict(type='onnxruntime', **ONCE))
+
+
+@pytest.mark.parametrize('runtime', ['onnxruntme', dict(type='torch', repeats=3),
+                                     dict(type='torch', repeat=2.7)])
+def test_an_importance_pruner_checks_its_runtime_when_built(runtime):
+    with pytest.raises((ValueError, TypeError), match='onnxruntme|repeats|repeat=2.7'):
+        ImportancePruner(flops=0.5, runtime=runtime)

@@ -9,7 +9,7 @@ from ...registry import PRUNERS
 from ...tracing import ChannelGroup
 from ...tracing.forward import default_example_inputs
 from ..allocation import Allocation, SubnetMeter, WidthRule, allocate, budget_of
-from ..runtimes import RuntimeArg
+from ..runtimes import RuntimeArg, check_runtime
 from ..sensitivity import measure_greedy_path, measure_sensitivity
 from ..structure import StructurePruner, SubnetDict
 from .base import ImportanceArg, ImportanceContext, build_importance
@@ -89,6 +89,8 @@ class ImportancePruner(StructurePruner):
         self.sensitivity: Optional[Dict[str, Any]] = (
             dict(sensitivity) if isinstance(sensitivity, Mapping)
             else {} if sensitivity else None)
+        if isinstance(runtime, (str, Mapping)):
+            check_runtime(runtime)  # a misspelt runtime fails here, not once timed
         self.flops, self.params, self.latency, self.runtime = flops, params, latency, runtime
         self.rule = WidthRule(round_to, max_ratio)
         self._scores: Optional[Dict[str, np.ndarray]] = None
