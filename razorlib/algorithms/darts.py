@@ -8,7 +8,7 @@ from mmengine.optim import OptimWrapper, OptimWrapperDict
 from ..nas import DiffMutableOP, FixedSubnet
 from ..registry import MODELS
 from .building import refuse_accumulation
-from .spos import ModuleOrCfg, OneShotSupernet
+from .spos import ModuleOrCfg, OneShotSupernet, SubnetLike
 
 #: The keys of DARTS's ``OptimWrapperDict``: the weights, the architecture parameters.
 WEIGHTS, ARCH = 'architecture', 'mutator'
@@ -25,7 +25,9 @@ class DARTS(OneShotSupernet):
     wrapper of the ``OptimWrapperDict`` (``'mutator'`` and ``'architecture'``, built
     by ``ArchWeightOptimWrapperConstructor``).  Each step's gradients of the other
     group are dropped.  The derived subnet takes each edge's largest weight
-    (:meth:`export_subnet`).
+    (:meth:`export_subnet`).  :meth:`set_subnet` is refused: the forward is the mixture
+    whatever subnet is set; a subnet is evaluated as its fixed network
+    (``razorlib.nas.fix_subnet(model.architecture, subnet)``).
 
     Under DDP use ``model_wrapper_cfg=dict(type='razorlib.SPOSDDP')``: its train step
     runs this one, and both backward passes are synchronised.
@@ -50,6 +52,12 @@ class DARTS(OneShotSupernet):
     search_refusal = ('a DARTS subnet is derived by argmax of its architecture weights, not '
                       'searched: take DARTS.export_subnet() (DumpSubnetHook writes it as '
                       'subnet_final.yaml after training)')
+    # Why set_subnet is refused (SubnetValLoop reads it too): the forward would ignore it.
+    subnet_refusal = ('its forward is the softmax mixture of every candidate of every edge, '
+                      'whatever subnet is set; to evaluate a subnet, build it as a plain '
+                      'network with the supernet weights, razorlib.nas.fix_subnet('
+                      'model.architecture, subnet), and validate that (DARTS.export_subnet() '
+                      'is the derived argmax subnet)')
 
     def __init__(self, architecture: ModuleOrCfg, input_shape: Sequence[int] = (3, 224, 224),
                  data_preprocessor: Optional[ModuleOrCfg] = None,
@@ -66,6 +74,15 @@ class DARTS(OneShotSupernet):
         arch = [edge.arch_param for edge in self.edges.values()]
         ids = {id(p) for p in arch}
         return {WEIGHTS: [p for p in self.parameters() if id(p) not in ids], ARCH: arch}
+
+    def set_subnet(self, subnet: SubnetLike) -> None:
+        """Refused: the forward computes the softmax mixture whatever choices are set,
+        so a set subnet would change nothing that runs (see ``subnet_refusal``).
+
+        Raises:
+            ValueError: ``DARTS.set_subnet: <subnet_refusal>``.
+        """
+        raise ValueError(f'{type(self).__name__}.set_subnet: {self.subnet_refusal}')
 
     def export_subnet(self) -> FixedSubnet:
         """The derived subnet: each edge at its largest architecture weight."""

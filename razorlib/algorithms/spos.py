@@ -6,7 +6,8 @@ Guo et al., "Single Path One-Shot Neural Architecture Search with Uniform Sampli
 import random
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Any, ContextManager, Dict, List, Mapping, Optional, Sequence, Union
+from typing import (Any, ContextManager, Dict, List, Mapping, Optional, Sequence, Tuple,
+                    Union)
 
 import torch
 import torch.nn as nn
@@ -29,7 +30,9 @@ class OneShotSupernet(BaseModel):
     ``flops_params``).
 
     ``search_refusal`` is why the search loops refuse to search the supernet
-    (``BaseSearchLoop.check_model``), or None where they may.
+    (``BaseSearchLoop.check_model``), or None where they may; ``subnet_refusal`` why
+    its ``set_subnet`` and ``SubnetValLoop(subnet=...)`` refuse a subnet (its forward
+    would ignore it), or None where they take one.
 
     Args:
         architecture: the supernet, or its config: an mmengine model whose ``forward``
@@ -39,6 +42,7 @@ class OneShotSupernet(BaseModel):
         init_cfg: mmengine initialisation config.
     """
     search_refusal: Optional[str] = None
+    subnet_refusal: Optional[str] = None
 
     def __init__(self, architecture: ModuleOrCfg, input_shape: Sequence[int] = (3, 224, 224),
                  data_preprocessor: Optional[ModuleOrCfg] = None,
@@ -123,6 +127,12 @@ class SPOS(OneShotSupernet):
     ``train_step`` with ``find_unused_parameters`` (a single path leaves the other
     candidates unused), synchronising gradients once per step.
 
+    A checkpoint records the subnet set when it was saved (:meth:`get_extra_state`;
+    after training, the last step's path), and loading it sets that subnet again: what
+    ``tools/test.py`` evaluates on a supernet checkpoint.  A checkpoint written before
+    subnets were recorded loads too, keeping the subnet the model had.  To evaluate
+    another subnet, use ``SubnetValLoop(subnet=...)``.
+
     Args:
         architecture: the supernet or its config (e.g. an ``ImageClassifier`` with a
             ``SearchableShuffleNetV2`` backbone).
@@ -144,6 +154,10 @@ class SPOS(OneShotSupernet):
         'shuffle_7x7'
     """
 
+    #: The recorded subnet, which checkpoints written before it was recorded lack:
+    #: ``check_fits`` lets them, and loading one keeps the model's subnet.
+    OPTIONAL_STATE_PREFIXES: Tuple[str, ...] = ('_extra_state', )
+
     def __init__(self, architecture: ModuleOrCfg, fair_sampling: bool = False,
                  input_shape: Sequence[int] = (3, 224, 224),
                  data_preprocessor: Optional[ModuleOrCfg] = None,
@@ -153,6 +167,38 @@ class SPOS(OneShotSupernet):
         # Train steps taken; with the run's seed it picks the subnets, and being a
         # buffer it is saved in checkpoints, so a resumed run picks the same ones.
         self.register_buffer('step_count', torch.zeros((), dtype=torch.long))
+
+    def get_extra_state(self) -> torch.Tensor:
+        """The current subnet, for checkpoints: each mutable's choice as its index in
+        the mutable's own ``choices``, in :attr:`mutator` order.  A tensor, as the
+        checkpoint checks read every entry's shape."""
+        return torch.tensor([mutable.choices.index(mutable.current_choice)
+                             for mutable in self.mutator.mutables.values()], dtype=torch.long)
+
+    def set_extra_state(self, state: torch.Tensor) -> None:
+        """Set the subnet a checkpoint recorded (:meth:`get_extra_state`).
+
+        Raises:
+            ValueError: the recorded subnet does not fit this supernet's mutables
+                (a checkpoint of another search space).
+        """
+        indices = [int(index) for index in torch.as_tensor(state).flatten()]
+        mutables = self.mutator.mutables
+        if len(indices) != len(mutables) or not all(
+                0 <= index < len(mutable.choices)
+                for index, mutable in zip(indices, mutables.values())):
+            sizes = [len(mutable.choices) for mutable in mutables.values()]
+            raise ValueError(f'{type(self).__name__}: the checkpoint records the subnet '
+                             f'{indices} (choice indices), which does not fit this '
+                             f'supernet: {len(mutables)} mutables of {sizes} choices')
+        self.mutator.set({key: mutable.choices[index]
+                          for (key, mutable), index in zip(mutables.items(), indices)},
+                         where='checkpoint subnet')
+
+    def _load_from_state_dict(self, state_dict, prefix, *args) -> None:
+        # a checkpoint written before the subnet was recorded keeps the model's subnet
+        state_dict.setdefault(prefix + '_extra_state', self.get_extra_state())
+        super()._load_from_state_dict(state_dict, prefix, *args)
 
     def step_subnets(self) -> List[Dict[str, Choice]]:
         """The subnets this step trains: one uniform sample, or a fair set."""

@@ -8,7 +8,7 @@ as ``WidthSpace``).
 """
 import random
 from dataclasses import dataclass
-from typing import Dict, FrozenSet, List, Mapping, Optional, Tuple
+from typing import Callable, Dict, FrozenSet, List, Mapping, Optional, Tuple
 
 import torch.nn as nn
 
@@ -40,7 +40,8 @@ class NasMutator:
     choices of the mutables inside it), values by size, so ``choices[key][0]`` is the
     first in that order, as a width space's narrowest.  It need not be the cheapest
     subnet: an op with more parameters at full width can cost less at the widths
-    chosen inside it (a ``DynamicShuffleBlock``'s ``mid_ratios``).
+    chosen inside it (a ``DynamicShuffleBlock``'s ``mid_ratios``); :meth:`cheapest`
+    finds the cheapest by a cost it is given.
 
     Args:
         model: the supernet (architecture) holding the mutables.
@@ -181,8 +182,34 @@ class NasMutator:
     def min_subnet(self) -> Choices:
         """Every mutable at its first choice in :attr:`choices`' order (fewest op
         parameters at full inner width, smallest value): the cheapest for independent
-        mutables, but not always with mutables nested in ops (see the class)."""
+        mutables, but not always with mutables nested in ops (:meth:`cheapest` is)."""
         return {key: choices[0] for key, choices in self.choices.items()}
+
+    def cheapest(self, cost: Callable[[Choices], float]) -> Choices:
+        """The subnet of least ``cost`` (e.g. its FLOPs or params, counted as the search
+        counts them), found with one ``cost`` per choice of each op.
+
+        A layer's cost depends on its own choices only (every candidate of an op maps
+        the same input to outputs of the same shape), and a value costs the less the
+        smaller it is (a kernel, a ratio, a width, a depth).  So every value takes its
+        smallest choice, and each op the candidate of least cost with the mutables
+        inside it at their cheapest: the ops nested deepest are chosen first, each
+        measured with the ops and depths around it set to run it.
+        """
+        best = self.min_subnet()
+        ops = [key for key, mutable in self.mutables.items()
+               if isinstance(mutable, OneShotMutableOP)]
+        for key in sorted(ops, key=lambda op: -len(self.conditions[op])):
+            running = dict(best, **self.running(key))
+            best[key] = min(self.choices[key], key=lambda choice: cost({**running, key: choice}))
+        return best
+
+    def running(self, key: str) -> Choices:
+        """Choices that make mutable ``key`` count: each op it sits in at the candidate
+        holding it, each stage it sits in at its smallest depth that runs its block."""
+        return {cond.key: next(choice for choice in self.choices[cond.key]
+                               if choice in cond.allowed)
+                for cond in self.conditions[key]}
 
     def max_subnet(self) -> Choices:
         """Every mutable at its last choice in :attr:`choices`' order (the most op

@@ -1,4 +1,5 @@
 """NasMutator: lists, samples (own generator only), sets, exports and checks choices."""
+import itertools
 import random
 
 import pytest
@@ -105,3 +106,41 @@ def test_min_and_max_subnet_are_each_mutables_first_and_last_choice_not_the_chea
               else value for key, value in mutator.min_subnet().items()}
     assert count_params(fix_subnet(net, mutator.active(narrow))) < \
         count_params(fix_subnet(net, mutator.active(mutator.min_subnet())))
+
+
+def all_subnets(mutator: NasMutator) -> list:
+    return [dict(zip(mutator.choices, values))
+            for values in itertools.product(*mutator.choices.values())]
+
+
+WIDTHS_IN_OPS = dict(  # shuffle_7x7 has more parameters at full width, fewer at 0.25
+    arch_setting=[(32, 2, 2)], stem_channels=16, last_channels=None, stem='cifar',
+    candidates=dict(shuffle_7x7=dict(type='DynamicShuffleBlock', kernel_size=7,
+                                     mid_ratios=(0.25, 1.0)),
+                    shuffle_xception=dict(type='ShuffleXception')))
+SEVEN = 'candidates.shuffle_7x7.width'
+
+
+@pytest.mark.parametrize('net, expected', [
+    (lambda: SearchableShuffleNetV2(**WIDTHS_IN_OPS),
+     {'stages.0.0': 'shuffle_7x7', f'stages.0.0.{SEVEN}': 0.25,
+      'stages.0.1': 'shuffle_7x7', f'stages.0.1.{SEVEN}': 0.25}),
+    (lambda: SearchableMobileNet(arch_setting=[(16, 3, 2)], stem_channels=8,
+                                 first_channels=None, last_channels=None, stem='cifar',
+                                 kernel_sizes=(3, 5), expand_ratios=(3, ), depths=[(2, 3)]),
+     {'stages.0.depth': 2, 'stages.0.blocks.0.kernel_size': 3,
+      'stages.0.blocks.0.expand_ratio': 3, 'stages.0.blocks.1': 'skip'}),
+], ids=['widths_in_ops', 'ops_in_a_dynamic_stage'])
+def test_cheapest_is_the_least_cost_of_every_subnet_with_one_cost_per_op_choice(net, expected):
+    net = net()
+    mutator = NasMutator(net)
+
+    def params(choices):
+        return count_params(fix_subnet(net, mutator.active(choices)))
+
+    calls = []
+    cheapest = mutator.cheapest(lambda choices: calls.append(1) or params(choices))
+    assert mutator.active(cheapest) == expected
+    assert params(cheapest) == min(params(choices) for choices in all_subnets(mutator))
+    ops = [key for key, choices in mutator.choices.items() if isinstance(choices[0], str)]
+    assert len(calls) == sum(len(mutator.choices[key]) for key in ops)

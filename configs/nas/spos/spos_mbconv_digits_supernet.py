@@ -17,7 +17,10 @@ model = dict(
     input_shape=(3, 16, 16))
 
 # Under --launcher pytorch: DDP that runs SPOS's train_step, with find_unused_parameters
-# (a skipped block and the unused kernel and ratio slices get no gradient).
+# (a skipped block's mbconv gets no gradient and does not move).  The unused kernel ring
+# and hidden channels of a block that runs are slices of its shared weight: they get a
+# gradient of exactly 0, so SGD's momentum (0.9) and weight decay still move them, as in
+# OFA-style weight sharing (docs/nas.md).
 model_wrapper_cfg = dict(type='razorlib.SPOSDDP')
 
 optim_wrapper = dict(optimizer=dict(lr=0.1, weight_decay=4e-5))

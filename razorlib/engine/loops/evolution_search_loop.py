@@ -240,6 +240,34 @@ class EvolutionSearchLoop(BaseSearchLoop):
                 f'{describe(saved)} in the saved search but {describe(current)} now; resume '
                 'with the saved one, or start a new search')
 
+    def cheapest(self, measure: int) -> Widths:
+        """The subnet of fewest FLOPs (``measure`` 0) or params (1): the space's own
+        ``cheapest`` where it has one (a NAS space: an op's first choice, fewest
+        parameters at full inner width, need not cost least), else every decision at
+        its first choice (a width space's narrowest)."""
+        minimise = getattr(self.space, 'cheapest', None)
+        if minimise is None:
+            return {gid: choices[0] for gid, choices in self.space.choices.items()}
+        return minimise(lambda candidate: self.measure(candidate)[measure])
+
+    def check_reachable(self) -> None:
+        """Refuse, before any candidate is scored, a limit below the fewest FLOPs (or
+        params) of any subnet.  Each limit is checked alone: limits that only different
+        subnets meet pass here, and the search ends finding no subnet to score.
+
+        Raises:
+            ConfigError: naming the constraint, its limit and the least reachable value.
+        """
+        for measure, key in enumerate(CONSTRAINT_KEYS):
+            if key not in self.constraints:
+                continue
+            least = self.measure(self.cheapest(measure))[measure]
+            if least > self.constraints[key]:
+                raise ConfigError(
+                    f'constraints: {self.constraints} exclude even the narrowest subnet: '
+                    f'{key} <= {human(self.constraints[key])}, but the fewest {key} of any '
+                    f'subnet are {human(least)}')
+
     def start(self) -> SearchState:
         """A fresh search's state, or the saved one of ``resume_from``; either records
         the checkpoint the runner loads."""
@@ -258,11 +286,7 @@ class EvolutionSearchLoop(BaseSearchLoop):
             self.runner.logger.info(f'resumed {self.resume_from} at generation '
                                     f'{state.generation}')
             return state
-        narrowest = {gid: choices[0] for gid, choices in self.space.choices.items()}
-        if not self.feasible(narrowest):
-            flops, params = self.measure(narrowest)
-            raise ConfigError(f'constraints: {self.constraints} exclude even the narrowest '
-                              f'subnet (FLOPs {human(flops)}, params {human(params)})')
+        self.check_reachable()
         population = self.draw(lambda: self.space.sample(self.rng), self.num_candidates, set())
         return SearchState(0, {**self.settings(), CHECKPOINT_KEY: checkpoint}, population, [],
                            self.rng.getstate(), [])

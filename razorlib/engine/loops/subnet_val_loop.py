@@ -29,14 +29,20 @@ LoaderOrCfg = Union[DataLoader, dict]
 
 
 @contextmanager
-def kept_subnet(model: BaseModel) -> Iterator[None]:
-    """Restore the model's subnet and BatchNorm running statistics on exit."""
-    subnet = model.current_subnet
+def subnet_set(model: BaseModel, subnet: Optional[SubnetSpec]) -> Iterator[None]:
+    """Set ``subnet`` (None: keep the model's own) for the ``with`` block; restore the
+    model's BatchNorm running statistics, and its subnet where one was set, on exit
+    (only then: a supernet that refuses ``set_subnet``, DARTS, validates as it is)."""
     with preserved_bn_stats(model):
+        if subnet is None:
+            yield
+            return
+        previous = model.current_subnet
         try:
+            set_subnet(model, subnet)
             yield
         finally:
-            model.set_subnet(subnet)
+            model.set_subnet(previous)
 
 
 def set_subnet(model: BaseModel, subnet: SubnetSpec) -> None:
@@ -122,7 +128,9 @@ class SubnetValLoop(CalibrationData, ValLoop):
         subnet: a channel config file (``.yaml``/``.json``, as the searches write), a
             channel config dict, ``{space id: kept channels}``; for a NAS supernet
             (SPOS) a subnet file or choice dict (``{mutable name: choice}``); or None
-            for whatever subnet the model is set to.
+            for whatever subnet the model is set to.  A DARTS supernet takes None only
+            (its forward is the mixture of every candidate): validate a DARTS subnet as
+            its fixed network (``razorlib.nas.fix_subnet``).
         recalib_batches: training batches for recalibration; 0 keeps the statistics.
         calib_dataloader: the recalibration data or its config; default the runner's
             training dataloader.
@@ -152,9 +160,26 @@ class SubnetValLoop(CalibrationData, ValLoop):
         self.max_batches = max_batches
         self._calib_cfg = calib_dataloader
 
+    def check_model(self, subnet: Optional[SubnetSpec]) -> None:
+        """Refuse a subnet of a supernet whose forward ignores the subnet set (its
+        ``subnet_refusal`` says why: DARTS computes the softmax mixture of every edge),
+        before any hook: its metrics would be the supernet's whatever subnet is given.
+
+        Raises:
+            ConfigError: ``model: SubnetValLoop cannot validate the subnet <file> (or
+                a subnet) of a <model> supernet: <why>``.
+        """
+        model = unwrap(self.runner.model)
+        refusal = getattr(model, 'subnet_refusal', None)
+        if subnet is not None and refusal:
+            what = f'the subnet {subnet}' if isinstance(subnet, (str, Path)) else 'a subnet'
+            raise ConfigError(f'model: {type(self).__name__} cannot validate {what} of a '
+                              f'{type(model).__name__} supernet: {refusal}')
+
     def run(self) -> dict:
         """Validate ``subnet`` (see :meth:`validate`) between ``before_val`` and
         ``after_val``; return the metrics."""
+        self.check_model(self.subnet)
         self.runner.call_hook('before_val')
         metrics = self.validate(self.subnet, self.max_batches)
         self.runner.call_hook('after_val')
@@ -166,7 +191,8 @@ class SubnetValLoop(CalibrationData, ValLoop):
         """One validation epoch of a subnet: set it, run ``before_val_epoch``,
         recalibrate BatchNorm, mmengine's ``run_iter`` on the first ``max_batches``
         batches (None: all), evaluate, ``after_val_epoch(metrics)``; restore the model's
-        subnet and BatchNorm statistics.
+        subnet and BatchNorm statistics.  A subnet of a supernet that cannot compute
+        one (DARTS) is refused (:meth:`check_model`).
 
         Args:
             subnet: what :func:`set_subnet` takes, or None for the current subnet.
@@ -175,10 +201,9 @@ class SubnetValLoop(CalibrationData, ValLoop):
         Returns:
             The evaluator's metrics (and the validation losses, as ``ValLoop`` adds them).
         """
+        self.check_model(subnet)
         model = unwrap(self.runner.model)
-        with kept_subnet(model):
-            if subnet is not None:
-                set_subnet(model, subnet)
+        with subnet_set(model, subnet):
             # the hook first: mmengine's EMAHook swaps the averaged weights in there, and
             # the statistics must be those of the weights validated
             self.runner.call_hook('before_val_epoch')
