@@ -7,8 +7,8 @@ Examples:
 
 For a supernet it reports the max and the min subnet, and with ``--subnet`` that subnet
 (an AutoSlim channel config, or a NAS supernet's subnet YAML; a NAS supernet's (SPOS,
-DARTS) max and min are each mutable's last and first choice, counted on the fixed
-network as the search counts them); for any other model the model as built, or sliced
+DARTS) max is each mutable's last choice, its min the subnet of fewest FLOPs, counted on
+the fixed network as the search counts them); for any other model the model as built, or sliced
 to ``--subnet``: of an algorithm, its ``architecture`` (a pruning algorithm's network, a
 distillation's student, a QAT's FP32 network).  The
 input is ``--shape`` (``C H W``, ``H W`` or one size), else the supernet's
@@ -144,8 +144,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     rows = []
     if is_nas(model):
         space = model.search_space
+        # the fewest FLOPs: an op's first choice need not be, with widths nested in ops
+        cheapest = space.cheapest(lambda choices: subnet_complexity(model, choices, inputs).flops)
         rows += [('max subnet', subnet_complexity(model, space.max_subnet(), inputs)),
-                 ('min subnet', subnet_complexity(model, space.min_subnet(), inputs))]
+                 ('min subnet', subnet_complexity(model, cheapest, inputs))]
     elif hasattr(model, 'set_max_subnet'):
         model.set_max_subnet()
         rows.append(('max subnet', get_model_complexity(model, inputs)))

@@ -71,3 +71,22 @@ def test_an_algorithm_is_counted_by_its_architecture(monkeypatch):
         expected = get_model_complexity(architecture, torch.randn(1, 3, 16, 16))
         assert flops_table(log) == {'model': human(expected.flops)}
         assert _params_row(log) == human(expected.params)
+
+
+def test_a_nas_supernet_s_min_subnet_is_its_cheapest_not_its_first_choices(tmp_path, monkeypatch):
+    """An op's first choice (fewest parameters at full width) is not the cheapest subnet
+    when a width is nested in another op: the min row counts the subnet of fewest FLOPs."""
+    architecture = dict(
+        type='ImageClassifier', head=dict(type='LinearClsHead', num_classes=10),
+        backbone=dict(type='SearchableShuffleNetV2', arch_setting=[(16, 2, 2)], stem_channels=8,
+                      stem='cifar', last_channels=None, downsample='plain_3x3', candidates=dict(
+                          plain_3x3=dict(type='ShuffleBlock', kernel_size=3),
+                          dyn_7x7=dict(type='DynamicShuffleBlock', kernel_size=7,
+                                       mid_ratios=(0.125, 1.0)))))
+    (tmp_path / 'spos.py').write_text(
+        "default_scope = 'razorlib'\n"
+        f"model = dict(type='SPOS', architecture={architecture!r}, input_shape=(3, 8, 8))\n")
+    tool = load_tool('get_flops')
+    log = LogCapture(tool, monkeypatch)
+    assert tool.main([str(tmp_path / 'spos.py')]) == 0
+    assert flops_table(log)['min subnet'] == human(25168)  # dyn_7x7 at width 0.125

@@ -31,7 +31,9 @@ class SearchSpace(Protocol):
 
     Attributes:
         choices: per decision, the choices it may take, cheapest first (the
-            evolution's feasibility check starts from every decision's first choice).
+            evolution's feasibility check starts from every decision's first choice,
+            unless the space has a ``cheapest(cost)`` method: a NAS space, whose ops'
+            first choices need not cost least with widths nested in them).
     """
     choices: Dict[str, List[Any]]
 
