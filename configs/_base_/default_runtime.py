@@ -8,7 +8,9 @@ default_hooks = dict(
     param_scheduler=dict(type='ParamSchedulerHook'),
     checkpoint=dict(type='CheckpointHook', interval=1, max_keep_ckpts=3),
     sampler_seed=dict(type='DistSamplerSeedHook'),
-    # Seeds the global RNGs per epoch, so a resumed run repeats an uninterrupted one.
+    # Seeds the global RNGs per epoch (per batch in an IterBasedTrainLoop), so a run
+    # resumed from an epoch checkpoint (an iteration one, iteration-based) repeats an
+    # uninterrupted one.
     epoch_seed=dict(type='EpochSeedHook'),
 )
 

@@ -3,12 +3,13 @@ training; every interval the channel (or group step) costing least per unit of c
 pruned (mmrazor's ``GroupFisherAlgorithm``; Liu et al., "Group Fisher Pruning for
 Practical Network Compression", ICML 2021)."""
 from contextlib import contextmanager
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
 from mmengine.dist import all_reduce
 from mmengine.logging import MMLogger
+from torch.autograd.graph import register_multi_grad_hook
 
 from ..pruning import ImportancePruner
 from ..pruning.allocation import SubnetMeter
@@ -20,9 +21,9 @@ from .pruning_base import ModuleOrCfg, PruningAlgorithm
 
 class FisherRecorder:
     """Gates of ones on the tensors a criterion's Fisher cut reads, put into the
-    training forward; after the backward their gradients give, per sample and channel,
+    training forward; the backward's gradients of the gates give, per sample and channel,
     ``f_n = sum(a * dL/da)``, summed over every consumer of a group channel (one mask
-    shared by the group).  :meth:`collect` adds ``sum_n f_n**2 / 2`` per group channel.
+    shared by the group), and their Fisher ``sum_n f_n**2 / 2`` per group channel.
 
     The cut (which tensors to gate: consumers' inputs, not a depthwise conv's) is
     :class:`~razorlib.pruning.importance.FisherImportance`'s, so the Fisher accumulated
@@ -38,11 +39,16 @@ class FisherRecorder:
         self.points, self.entries = importance._cut(self.ctx)
         #: indices (in the pruner's prunable groups) of the groups the cut reaches
         self.scored = sorted({g for entry in self.entries for g in entry})
-        self._gates: Dict[int, List[torch.Tensor]] = {}
 
     @contextmanager
-    def gating(self) -> Iterator[None]:
-        """Gate the cut's tensors in the forward run inside the block."""
+    def gating(self, add: Callable[[Dict[int, torch.Tensor]], None]) -> Iterator[None]:
+        """Gate the cut's tensors in the forward run inside the block.  When the backward
+        has computed the gates' gradients, ``add`` gets their Fisher: per group index (in
+        the pruner's prunable groups), one float64 value per channel.
+
+        ``add`` runs inside the backward, so that the Fisher of a training step is
+        counted before a checkpoint that follows it is written."""
+        gates: Dict[int, List[torch.Tensor]] = {}
 
         def gate(i: int, tensor: torch.Tensor) -> torch.Tensor:
             if not torch.is_grad_enabled():
@@ -54,36 +60,34 @@ class FisherRecorder:
                 shape[0] = tensor.shape[0]
             ones = torch.ones(shape, dtype=tensor.dtype, device=tensor.device,
                               requires_grad=True)
-            self._gates.setdefault(i, []).append(ones)
+            gates.setdefault(i, []).append(ones)
             return tensor * ones
 
         with _hooked(self.points, gate):
             yield
+        points = [i for i, calls in gates.items() for _ in calls]
+        if points:
+            register_multi_grad_hook([ones for calls in gates.values() for ones in calls],
+                                     lambda grads: add(self.fisher_of(points, grads)))
 
-    def collect(self, fisher: List[torch.Tensor], keep_pending: bool = False) -> None:
-        """Add the Fisher of the gates' gradients (after the backward) to ``fisher``
-        (one float64 tensor per prunable group) and drop the gates (with
-        ``keep_pending``, keep those whose backward has not run yet)."""
+    def fisher_of(self, points: Sequence[int],
+                  grads: Sequence[Optional[torch.Tensor]]) -> Dict[int, torch.Tensor]:
+        """The Fisher ``sum_n f_n**2 / 2`` per group channel of one backward, from the
+        gradients ``grads`` of gates put on the cut's tensors ``points`` (None: a gate
+        the backward did not reach)."""
         per_group: Dict[int, torch.Tensor] = {}
-        pending: Dict[int, List[torch.Tensor]] = {}
-        for i, calls in self._gates.items():
-            for ones in calls:
-                if ones.grad is None:
-                    if keep_pending:
-                        pending.setdefault(i, []).append(ones)
-                    continue
-                rows = per_sample(ones.grad, self.points[i].dim % ones.grad.dim())
-                for g, (columns, position) in self.entries[i].items():
-                    f = per_group.get(g)
-                    if f is None:
-                        f = per_group[g] = rows.new_zeros(
-                            rows.shape[0], self.ctx.prunable[g].num_channels,
-                            dtype=torch.float64)
-                    f.index_add_(1, position.to(rows.device), rows[:, columns.to(rows.device)]
-                                 .double())
-        for g, f in per_group.items():
-            fisher[g] += f.pow(2).sum(0).to(fisher[g].device) / 2
-        self._gates = pending
+        for i, grad in zip(points, grads):
+            if grad is None:
+                continue
+            rows = per_sample(grad, self.points[i].dim % grad.dim())
+            for g, (columns, position) in self.entries[i].items():
+                f = per_group.get(g)
+                if f is None:
+                    f = per_group[g] = rows.new_zeros(
+                        rows.shape[0], self.ctx.prunable[g].num_channels, dtype=torch.float64)
+                f.index_add_(1, position.to(rows.device), rows[:, columns.to(rows.device)]
+                             .double())
+        return {g: f.pow(2).sum(0) / 2 for g, f in per_group.items()}
 
 
 @MODELS.register_module()
@@ -98,7 +102,9 @@ class GroupFisherAlgorithm(PruningAlgorithm):
     removes, measured exactly at the widths pruned so far (so it follows the pruning,
     as mmrazor's); ``'memory'`` the activation elements the channels occupy; ``None``
     the number of channels.  Fisher sums are kept in a buffer (a resumed run goes on
-    with them) and all-reduced over processes before each decision.
+    with them); each backward's Fisher is summed over processes as it is added, so
+    every process holds the run's Fisher and the checkpoint the main process writes
+    alone is whole.
 
     Args:
         architecture: the model to prune, or its config.
@@ -149,9 +155,6 @@ class GroupFisherAlgorithm(PruningAlgorithm):
         self._memory: Optional[List[float]] = None
         prunable = list(self.pruner.groups.prunable)
         self.check_target([prunable[g] for g in self.recorder.scored])
-        # A checkpoint saved between a backward and the next forward holds that
-        # backward's Fisher (a resumed run accumulates what an uninterrupted one does).
-        self.register_state_dict_pre_hook(_flush_fisher)
 
     def check_target(self, groups: Optional[List[str]] = None) -> None:
         """Refuse a target the pruner's rules cannot meet by pruning the groups the
@@ -159,15 +162,8 @@ class GroupFisherAlgorithm(PruningAlgorithm):
         if hasattr(self, 'recorder'):
             super().check_target(groups)
 
-    #: Saved state older checkpoints lack (``stuck`` came later): ``check_fits`` lets it
-    #: be missing and loading keeps this run's value (False: not stuck).
+    #: ``stuck`` came later: an older checkpoint loads as not stuck.
     OPTIONAL_STATE_PREFIXES = ('stuck', )
-
-    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys,
-                              unexpected_keys, error_msgs) -> None:
-        state_dict.setdefault(prefix + 'stuck', self.stuck.detach().clone())
-        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys,
-                                      unexpected_keys, error_msgs)
 
     @property
     def _stuck(self) -> bool:
@@ -222,15 +218,33 @@ class GroupFisherAlgorithm(PruningAlgorithm):
                 'interval or start, or train longer (train_cfg max_epochs / max_iters); a '
                 'resumed run goes on pruning.')
 
-    def flush(self) -> None:
-        """Add the gate gradients of the last backward to the ``fisher`` buffer now
-        (gates without a gradient yet are kept for the next collection)."""
-        self.recorder.collect(self.fisher_sums(), keep_pending=True)
+    def add_fisher(self, per_group: Dict[int, torch.Tensor]) -> None:
+        """Add one backward's Fisher (per group index, as :meth:`FisherRecorder.fisher_of`
+        gives it) to the ``fisher`` buffer, summed over processes.
+
+        Summed as it comes, the buffer is the same on every process: the checkpoint only
+        the main process writes holds every process's Fisher, and a resumed run decides
+        as an uninterrupted one.  (Summed only before a decision, each process's buffer
+        held its own share, and the checkpoint only the main process's.)  It runs inside
+        the backward (see :meth:`FisherRecorder.gating`): every process runs the same
+        backward, so every one reaches this all-reduce, at the same point among DDP's
+        own gradient all-reduces."""
+        backward = torch.zeros_like(self.fisher)
+        views = self.per_group(backward)
+        for g, fisher in per_group.items():
+            views[g] += fisher.to(backward.device)
+        all_reduce(backward, 'sum')
+        self.fisher += backward
 
     def fisher_sums(self) -> List[torch.Tensor]:
         """Views of the ``fisher`` buffer, one per prunable group (in the pruner's order)."""
+        return self.per_group(self.fisher)
+
+    def per_group(self, channels: torch.Tensor) -> List[torch.Tensor]:
+        """Views of ``channels`` (one value per channel of every prunable group,
+        concatenated), one per prunable group (in the pruner's order)."""
         widths = [g.num_channels for g in self.pruner.groups.prunable.values()]
-        return list(self.fisher.split(widths))
+        return list(channels.split(widths))
 
     @property
     def reached(self) -> bool:
@@ -239,29 +253,27 @@ class GroupFisherAlgorithm(PruningAlgorithm):
         return self._stuck or float(self.kept_fraction) <= self.target[1] + 1e-12
 
     def loss(self, inputs: torch.Tensor, data_samples: Optional[list]) -> Dict[str, torch.Tensor]:
-        """Accumulate the last backward's Fisher, prune when an interval ends, then the
-        losses of a forward whose cut tensors are gated."""
+        """Prune when an interval ends, then the losses of a forward whose cut tensors
+        are gated (its backward adds their Fisher to the buffer)."""
         if not self.training:
             return super().loss(inputs, data_samples)
         iteration = int(self.step_count)
         self.step_count += 1
         if iteration < self.start or self.reached:
             return super().loss(inputs, data_samples)
-        self.recorder.collect(self.fisher_sums())
         if iteration > self.start and (iteration - self.start) % self.interval == 0:
             self.prune_step(inputs)
             if self.reached:
                 self.log(f'iteration {iteration}: target {self.target[0]}='
                          f'{self.target[1]:g} reached; fine-tuning from here')
                 return super().loss(inputs, data_samples)
-        with self.recorder.gating():
+        with self.recorder.gating(self.add_fisher):
             return super().loss(inputs, data_samples)
 
     def prune_step(self, inputs: torch.Tensor) -> Optional[str]:
         """Prune the step whose accumulated Fisher per unit of cost is smallest, and
         start a new interval.  Returns the pruned group's id (None: nothing could be
         pruned)."""
-        all_reduce(self.fisher, 'sum')
         fisher = [f.cpu().numpy() for f in self.fisher_sums()]
         candidates = self.candidates(fisher, inputs)
         self.fisher.zero_()
@@ -323,8 +335,3 @@ class GroupFisherAlgorithm(PruningAlgorithm):
             ctx = ImportanceContext.from_pruner(self.pruner, data=[(inputs[:1], None)])
             self._memory = self.pruner.importance._cost(ctx)
         return self._memory
-
-
-def _flush_fisher(module: GroupFisherAlgorithm, prefix: str, keep_vars: bool) -> None:
-    """``state_dict`` pre-hook: the pending gate gradients into the ``fisher`` buffer."""
-    module.flush()

@@ -61,6 +61,13 @@ class ItePruneAlgorithm(PruningAlgorithm):
         super().__init__(architecture, pruner, input_shape, data_preprocessor, init_cfg)
         self.step_freq, self.prune_times, self.start = int(step_freq), int(prune_times), \
             int(start)
+        # The budget of the last pruning step taken (1: none yet), saved in checkpoints:
+        # a run resumed with a lower target knows its subnet was pruned to another.
+        self.register_buffer('pruned_to', torch.ones((), dtype=torch.float64))
+
+    #: ``pruned_to`` came later: an older checkpoint loads as pruned by no step (its
+    #: target is then judged by the kept fraction alone).
+    OPTIONAL_STATE_PREFIXES = ('pruned_to', )
 
     def schedule(self) -> List[Tuple[int, float]]:
         """``(iteration, fraction)`` of every pruning step."""
@@ -76,19 +83,33 @@ class ItePruneAlgorithm(PruningAlgorithm):
 
     @property
     def target_met(self) -> bool:
-        """Whether every pruning step was taken: the last prunes to the target."""
-        return self.finished
+        """Whether the subnet meets the target: it keeps at most the target's fraction of
+        the dense model, or a step pruned it to the target's budget.
+
+        The second covers a ratio per group (``ratio=`` without ``global_ranking``): each
+        group is rounded to its nearest allowed width, so the kept fraction may end a
+        little above the target.  A subnet pruned to an earlier, higher target (a run
+        resumed with a lower one after its schedule) meets neither."""
+        return super().target_met or float(self.pruned_to) <= self.target[1] + 1e-9
 
     #: the name of the ``start`` argument in the config (for messages)
     _start_option = 'start'
 
     def schedule_overrun(self, max_iters: int) -> Optional[str]:
         """Why a run of ``max_iters`` training iterations ends before the last pruning
-        step (None: it does not)."""
+        step, or with a subnet short of the target because every step was taken before
+        (None: neither)."""
         last = self.schedule()[-1][0]
+        metric, value = self.target
+        if self.finished and not self.target_met:
+            return (f'{type(self).__name__}: every pruning step was taken before iteration '
+                    f'{int(self.step_count)}, where this run goes on (the last at iteration '
+                    f'{last}), but the subnet keeps {float(self.kept_fraction):.4f} of the '
+                    f"dense model's {metric}, above the target {metric}={value:g} (pruned "
+                    'to an earlier target?): nothing more is pruned. To prune to the target, '
+                    f'set {self._start_option} to {int(self.step_count)} or later.')
         if last < max_iters:
             return None
-        metric, value = self.target
         return (f'{type(self).__name__}: the last pruning step is at iteration {last} '
                 f'({self._start_option}={self.start}, prune_times={self.prune_times}, '
                 f'step_freq={self.step_freq}), but the run has {max_iters} iterations (0 to '
@@ -113,6 +134,7 @@ class ItePruneAlgorithm(PruningAlgorithm):
         if self.pruner.importance.needs_data:
             batch = (inputs, labels_of(data_samples, type(self).__name__).to(inputs.device))
         allocation = self.prune_to(fraction, self.score(batch))
+        self.pruned_to.fill_(fraction)
         kept = ', '.join(f'{gid} {k}/{n}' for gid, (k, n) in allocation.kept.items())
         metric, _ = self.target
         self.log(f'iteration {int(self.step_count)}: pruned to {metric} '

@@ -52,8 +52,8 @@ class PruningAlgorithm(BaseModel):
         architecture: the model to prune, or its config: an mmengine model whose
             ``forward`` has the modes ``'tensor'`` (logits), ``'loss'`` and ``'predict'``.
         pruner: an ``ImportancePruner`` or its config (registered in ``PRUNERS``).
-        input_shape: ``(C, H, W)`` of one image: tracing and FLOPs counting run
-            ``torch.randn(1, *input_shape)``.
+        input_shape: ``(C, H, W)`` of one image: tracing and FLOPs counting run a
+            random ``1 x input_shape`` batch (:meth:`example_inputs`).
         data_preprocessor: a preprocessor or its config; default the architecture's.
         init_cfg: mmengine initialisation config.
     """
@@ -95,6 +95,17 @@ class PruningAlgorithm(BaseModel):
         self._dense: Optional[Complexity] = None
         self.check_target()
 
+    #: Buffers added after checkpoints were first written: ``check_fits`` lets an older
+    #: checkpoint lack them, and loading one keeps this model's value (as built).
+    OPTIONAL_STATE_PREFIXES: Tuple[str, ...] = ()
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys,
+                              unexpected_keys, error_msgs) -> None:
+        for name in self.OPTIONAL_STATE_PREFIXES:
+            state_dict.setdefault(prefix + name, getattr(self, name).detach().clone())
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys,
+                                      unexpected_keys, error_msgs)
+
     def check_target(self, groups: Optional[List[str]] = None) -> None:
         """Refuse, before training, a target the pruner's rules cannot meet: the check of
         :func:`~razorlib.pruning.allocate` on the dense model, with the pruner's options.
@@ -129,10 +140,12 @@ class PruningAlgorithm(BaseModel):
 
     # ------------------------------------------------------------------ subnets
     def example_inputs(self) -> torch.Tensor:
-        """A random ``1 x input_shape`` batch on the model's device."""
+        """A random ``1 x input_shape`` batch on the model's device, the same at every
+        call: drawn from a generator of its own, so that tracing, FLOPs counting and
+        pruning steps leave the global RNGs (augmentation, dropout) as they were."""
         param = next(self.architecture.parameters(), None)
-        return torch.randn(1, *self.input_shape,
-                           device=param.device if param is not None else 'cpu')
+        batch = torch.randn(1, *self.input_shape, generator=torch.Generator().manual_seed(0))
+        return batch.to(param.device if param is not None else 'cpu')
 
     @property
     def current_subnet(self) -> SubnetDict:

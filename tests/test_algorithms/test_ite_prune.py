@@ -159,3 +159,14 @@ def test_the_imagenet_config_builds():
         CONFIGS / 'ite_prune' / 'ite_prune_resnet50_imagenet.py').model)
     assert model.target == ('flops', 0.5) and model.pruner.rule.round_to == 8
     assert len(model.schedule()) == 10 and len(model.pruner.groups.prunable) > 30
+
+
+def test_a_pruning_step_leaves_the_global_rng_as_it_was():
+    # tracing, FLOPs counting and allocation run example_inputs(): a generator of their
+    # own, or a pruning step would shift every later augmentation and dropout draw
+    model = ite_prune(step_freq=1, prune_times=1, start=0)
+    state = torch.get_rng_state()
+    train(model, 1, lr=0.0)
+    assert kept(model) == (4, 8)
+    assert torch.equal(torch.get_rng_state(), state)
+    assert torch.equal(model.example_inputs(), model.example_inputs())

@@ -82,6 +82,56 @@ def test_a_finished_schedule_exports_without_a_warning(tmp_path, recwarn):
     assert not [w for w in recwarn if 'pruning' in str(w.message)]
 
 
+# ---------------------------------------------------------------- resumed with another target
+def pruned_by_one_step(model: ItePruneAlgorithm) -> ItePruneAlgorithm:
+    data = model.data_preprocessor(digits_batch(4), True)
+    model.train()(data['inputs'], data['data_samples'], mode='loss')
+    return model
+
+
+def test_a_run_resumed_past_its_schedule_with_a_lower_target_is_warned_short_of_it(tmp_path):
+    saved = pruned_by_one_step(ite(start=0)).state_dict()  # every step taken, at flops 0.5
+    kept = float(saved['kept_fraction'])
+    assert 0.3 < kept <= 0.5
+    lower = ItePruneAlgorithm(tiny_classifier(), input_shape=(3, 8, 8), start=0,
+                              pruner=dict(type='ImportancePruner', flops=0.3))
+    lower.load_state_dict(saved)
+    pruned_by_one_step(lower)  # the schedule is behind: nothing more is pruned
+    assert float(lower.kept_fraction) == kept and lower.finished and not lower.target_met
+    hook = SlimExportHook()
+    with pytest.warns(UserWarning, match=r'every pruning step was taken before iteration 2, '
+                      r'where this run goes on \(the last at iteration 0\), but the subnet '
+                      f'keeps {kept:.4f} of the dense model.s flops, above the target '
+                      r'flops=0\.3 .*set start to 2 or later'):
+        hook.before_train(stub_runner(lower, tmp_path, 10))
+    with pytest.warns(UserWarning, match=f'keeps {kept:.4f} of the dense model.s flops, the '
+                      'target is 0.3'):
+        hook.after_train(stub_runner(lower, tmp_path, 10))
+    higher = ItePruneAlgorithm(tiny_classifier(), input_shape=(3, 8, 8), start=0,
+                               pruner=dict(type='ImportancePruner', flops=0.7))
+    higher.load_state_dict(saved)
+    assert higher.target_met and higher.schedule_overrun(10) is None
+
+
+def test_a_ratio_per_group_rounded_above_the_target_meets_it():
+    # ratio 0.5 of 8 and 5 channels: 4 and 3 (2.5 rounds up), 7 of 13 channels kept
+    model = ItePruneAlgorithm(tiny_classifier((8, 5)), input_shape=(3, 8, 8), start=0,
+                              pruner=dict(type='ImportancePruner', ratio=0.5))
+    assert not model.target_met
+    pruned_by_one_step(model)
+    assert float(model.kept_fraction) == pytest.approx(7 / 13)
+    assert model.target_met and model.schedule_overrun(10) is None
+
+
+def test_an_ite_prune_checkpoint_from_before_pruned_to_was_saved_still_loads(tmp_path):
+    saved = pruned_by_one_step(ite(start=0)).state_dict()
+    old = {key: value for key, value in saved.items() if key != 'pruned_to'}
+    fresh = ite(start=0)
+    check_fits(fresh, old, tmp_path / 'old.pth')  # what the tools check first
+    fresh.load_state_dict(old)  # strict
+    assert float(fresh.pruned_to) == 1.0 and fresh.target_met  # by its kept fraction
+
+
 # ---------------------------------------------------------------- GroupFisher resume
 def fisher_model() -> GroupFisherAlgorithm:
     return GroupFisherAlgorithm(tiny_classifier(), interval=3, start=1, input_shape=(3, 8, 8))
