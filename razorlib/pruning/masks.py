@@ -68,7 +68,15 @@ argument and no 'input' keyword): its masks cannot apply
 
 def _mask_input(name: Optional[str], module: nn.Module, args: Tuple,
                 kwargs: Dict[str, Any]) -> Tuple:
-    masked = layer_input(module, args, kwargs, name) * module.in_mask
+    x, mask = layer_input(module, args, kwargs, name), module.in_mask
+    dim = -mask.dim()  # the input's channel dim, as the mask broadcasts
+    if x.dim() < mask.dim() or x.shape[dim] != mask.shape[0]:
+        # x * mask would broadcast a 1-channel input to the layer's width, and the masked
+        # model would run an input the layer refuses
+        raise RuntimeError(f'{name or type(module).__name__} ({type(module).__name__}): '
+                           f'its input has shape {tuple(x.shape)}, but it takes '
+                           f'{mask.shape[0]} channels at dim {dim}')
+    masked = x * mask
     if args:
         return (masked, ) + tuple(args[1:]), kwargs
     return args, {**kwargs, _input_name(type(module)): masked}

@@ -53,3 +53,20 @@ def test_the_pruner_names_the_masked_module_in_the_model():
     L1NormPruner(ratio=0.5).prepare_from_supernet(model, torch.randn(1, 3, 6, 6))
     with pytest.raises(TypeError, match="masked KeywordNorm 'norm' was called without"):
         model(torch.randn(1, 3, 6, 6))
+
+
+@pytest.mark.parametrize('build, x', [
+    (lambda: nn.Conv2d(3, 4, 3), torch.randn(1, 1, 8, 8)),  # 1 channel for 3
+    (lambda: nn.Linear(4, 2), torch.randn(2, 1)),
+])
+def test_a_masked_layer_refuses_an_input_its_mask_would_broadcast(build, x):
+    """``x * in_mask`` broadcast a 1-channel input to the layer's width, so the masked
+    model ran (and was counted on) an input the layer itself refuses."""
+    module = build()
+    with pytest.raises(RuntimeError):
+        module(x)
+    add_masks(module, kind_of(module), out_dim=-1 if isinstance(module, nn.Linear) else -3,
+              name='stem')
+    with pytest.raises(RuntimeError, match=r"^stem \((Conv2d|Linear)\): its input has shape "
+                                           r'\((1, 1, 8, 8|2, 1)\), but it takes (3|4) channels'):
+        module(x)
