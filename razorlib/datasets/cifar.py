@@ -14,6 +14,7 @@ SPLIT_FILES = {
     'test': ('test_batch', ),
 }
 ARCHIVE_FOLDER = 'cifar-10-batches-py'
+IMAGE_BYTES = 3 * 32 * 32
 
 
 class _BatchUnpickler(pickle.Unpickler):
@@ -31,7 +32,9 @@ class _BatchUnpickler(pickle.Unpickler):
 
 
 def load_batch(path: Path) -> dict:
-    """One CIFAR batch as ``{'data': uint8 (N, 3072) array, 'labels': [...], ...}``.
+    """One CIFAR batch as ``{'data': uint8 (N, 3072) array, 'labels': [...], ...}``,
+    checked, so that a file of another layout is refused naming it instead of scrambling
+    pixels or labels.
 
     Args:
         path: a batch file such as ``data_batch_1``.
@@ -40,10 +43,42 @@ def load_batch(path: Path) -> dict:
         try:
             # latin1 reads the Python 2 strings of the official files as str.
             batch = _BatchUnpickler(file, encoding='latin1').load()
-        except pickle.UnpicklingError as err:
-            raise ValueError(f'{path} is not a CIFAR-10 python batch: {err}') from err
-    return {key.decode() if isinstance(key, bytes) else key: value
-            for key, value in batch.items()}
+        except Exception as err:  # cut or foreign bytes fail with almost any error type
+            raise ValueError(f'{path} is not a CIFAR-10 python batch (an empty, truncated '
+                             f'or foreign file?): {type(err).__name__}: {err}') from err
+    if not isinstance(batch, dict):
+        raise ValueError(f'{path} is not a CIFAR-10 python batch: it holds a '
+                         f'{type(batch).__name__}, not a dict with data and labels')
+    batch = {key.decode() if isinstance(key, bytes) else key: value
+             for key, value in batch.items()}
+    _check_batch(batch, path)
+    return batch
+
+
+def _check_batch(batch: dict, path: Path) -> None:
+    """Refuse a batch whose data or labels are not CIFAR-10's, naming the file."""
+    missing = [key for key in ('data', 'labels') if key not in batch]
+    if missing:
+        raise ValueError(f'{path} is not a CIFAR-10 python batch: no {missing} in its keys '
+                         f'{sorted(map(str, batch))} (a CIFAR-100 batch has fine_labels)')
+    data = batch['data']
+    if not (isinstance(data, np.ndarray) and data.dtype == np.uint8 and data.ndim == 2
+            and data.shape[1] == IMAGE_BYTES):
+        layout = (f'{data.dtype} array of shape {data.shape}' if isinstance(data, np.ndarray)
+                  else type(data).__name__)
+        raise ValueError(f'{path}: data must be a uint8 array of shape (N, {IMAGE_BYTES}) '
+                         '(per row the 1024 red, 1024 green, then 1024 blue pixels of a 32x32 '
+                         f'image), got a {layout}')
+    labels = np.asarray(batch['labels'])
+    if labels.shape != (len(data), ):
+        raise ValueError(f'{path}: {len(data)} images but labels of shape {labels.shape}')
+    if not len(labels):
+        return
+    if labels.dtype.kind not in 'iu':
+        raise ValueError(f'{path}: labels must be whole numbers, got {labels.dtype}')
+    if labels.min() < 0 or labels.max() >= len(CIFAR10.classes):
+        raise ValueError(f'{path}: labels must be 0 to {len(CIFAR10.classes) - 1} (the '
+                         f'CIFAR-10 classes), got {labels.min()} to {labels.max()}')
 
 
 @DATASETS.register_module()
@@ -90,9 +125,6 @@ class CIFAR10(ClsDataset):
         data = np.concatenate([batch['data'] for batch in batches])
         self.images = torch.from_numpy(data.reshape(-1, 3, 32, 32))
         self.labels = [label for batch in batches for label in batch['labels']]
-        if len(self.labels) != len(self.images):
-            raise ValueError(f'{folder}: {len(self.images)} images but {len(self.labels)} '
-                             'labels')
 
     def load_image(self, index: int) -> torch.Tensor:
         return self.images[index].float().div_(255)

@@ -23,7 +23,10 @@ class DigitsDataset(ClsDataset):
     the default 20% validation).  With ``test_ratio`` a ``'test'`` split is held out
     first (stratified, same seed) and ``val_ratio`` is taken of the whole set from the
     rest, e.g. 1,077 / 360 / 360 at 0.2 and 0.2: a search ranks subnets on ``'val'``
-    and reports on ``'test'``.  Pixels are scaled from 0-16 to [0, 1].
+    and reports on ``'test'``.  Splits made with different ratios overlap (the plain
+    ``'val'`` is the 0.2/0.2 ``'test'``, and the 0.2/0.2 ``'val'`` lies in the plain
+    ``'train'``), so all datasets of one run must share ``val_ratio`` and ``test_ratio``.
+    Pixels are scaled from 0-16 to [0, 1].
 
     Args:
         split: ``'train'``, ``'val'`` or ``'test'`` (needs ``test_ratio > 0``).
@@ -59,6 +62,8 @@ class DigitsDataset(ClsDataset):
             raise ValueError(f'split must be one of {SPLITS}, got {split!r}')
         if in_channels not in (1, 3):
             raise ValueError(f'in_channels must be 1 or 3, got {in_channels}')
+        if not 0 < val_ratio < 1:
+            raise ValueError(f'val_ratio must be between 0 and 1 (exclusive), got {val_ratio}')
         if not 0 <= test_ratio < 1 or not 0 < val_ratio + test_ratio < 1:
             raise ValueError(f'val_ratio {val_ratio} and test_ratio {test_ratio} must leave '
                              'images for training (0 <= test_ratio, val + test < 1)')
@@ -76,7 +81,9 @@ class DigitsDataset(ClsDataset):
         self.labels = digits.target[self.indices].tolist()
 
     def load_image(self, index: int) -> torch.Tensor:
-        return self.images[index]
+        # a copy: an in-place transform (x.mul_(2)) would otherwise change the stored
+        # image, and compound on every later read
+        return self.images[index].clone()
 
 
 def split_indices(targets: np.ndarray, val_ratio: float,

@@ -1,4 +1,5 @@
 """Accuracy: top-k classification accuracy as an mmengine metric."""
+import logging
 from typing import Any, Dict, List, Optional, Sequence, Union
 
 import torch
@@ -17,6 +18,14 @@ class Accuracy(BaseMetric):
     of the results (with one log line), so the default ``topk=(1, 5)`` also suits
     two-class tasks.
 
+    Ties go to the lower class index, as ``argmax`` breaks them (the top-1 of
+    ``tools/ptq.py``, ``tools/deploy.py`` and the benchmarks): a sample is a top-``k`` hit
+    when fewer than ``k`` classes rank before its true class, a class ranking before it
+    when it scores higher, or as high with a lower index.  A sample whose scores are not all
+    finite (NaN or inf, from a diverged model) is a miss for every ``k`` and counts as
+    probability 0 for ``nll``, with a warning giving their number: a diverged subnet then
+    scores last in a search instead of stopping it (a NaN would otherwise rank first).
+
     Args:
         topk: the ``k`` of each accuracy reported as ``'accuracy/top{k}'``.
         nll: also report ``'accuracy/nll'``, the mean negative log-likelihood of the true
@@ -33,10 +42,10 @@ class Accuracy(BaseMetric):
         >>> metric.compute_metrics(metric.results)
         {'top1': 50.0, 'top2': 100.0}
         >>> metric = Accuracy(topk=1, nll=True)
-        >>> metric.process(None, [dict(pred_score=torch.tensor([0.5, 0.5]),
+        >>> metric.process(None, [dict(pred_score=torch.tensor([0.6, 0.4]),
         ...                            gt_label=torch.tensor([0]))])
         >>> metric.compute_metrics(metric.results)
-        {'top1': 100.0, 'nll': 0.6931...}
+        {'top1': 100.0, 'nll': 0.5108...}
     """
     default_prefix = 'accuracy'
 
@@ -62,11 +71,15 @@ class Accuracy(BaseMetric):
             self.results.append((torch.as_tensor(score).detach().cpu(), int(label)))
 
     def compute_metrics(self, results: List[tuple]) -> Dict[str, float]:
-        """Top-k accuracies in percent over all the kept samples.
+        """Top-k accuracies in percent over all the kept samples (see the class for ties
+        and non-finite scores).
 
         Args:
             results: the ``(pred_score, gt_label)`` pairs kept by :meth:`process`.
         """
+        if not results:
+            raise ValueError('Accuracy: no samples to score: process() was given no data '
+                             'samples (an empty val/test dataloader?)')
         scores = torch.stack([score for score, _ in results])
         labels = torch.tensor([label for _, label in results])
         num_classes = scores.shape[1]
@@ -79,11 +92,17 @@ class Accuracy(BaseMetric):
         if skipped:
             print_log(f'Accuracy: top-k for k in {skipped} skipped, there are only '
                       f'{num_classes} classes', logger='current')
-        ranked = scores.argsort(dim=1, descending=True)
-        hits = ranked == labels[:, None]
-        metrics = {f'top{k}': 100 * hits[:, :k].any(dim=1).sum().item() / len(labels)
+        finite = scores.isfinite().all(dim=1)
+        if not finite.all():
+            print_log(f'Accuracy: {int((~finite).sum())} of {len(labels)} samples have NaN '
+                      'or infinite pred_score; they count as misses', logger='current',
+                      level=logging.WARNING)
+        true = scores.gather(1, labels[:, None])
+        lower = torch.arange(num_classes)[None, :] < labels[:, None]
+        before = ((scores > true) | (scores == true) & lower).sum(dim=1)  # argmax's order
+        metrics = {f'top{k}': 100 * (finite & (before < k)).sum().item() / len(labels)
                    for k in self.topk if k <= num_classes}
         if self.nll:
-            true = scores.gather(1, labels[:, None]).squeeze(1)
-            metrics['nll'] = -true.clamp_min(1e-12).log().mean().item()
+            probability = true.squeeze(1).where(finite, torch.zeros(()))
+            metrics['nll'] = -probability.clamp_min(1e-12).log().mean().item()
         return metrics

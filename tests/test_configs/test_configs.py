@@ -31,6 +31,30 @@ def test_every_config_passes_the_checks(path):
     check_config(load_config(path))
 
 
+def data_preprocessors(node):
+    """Every ``data_preprocessor`` dict anywhere in a config."""
+    if isinstance(node, dict):
+        for key, child in node.items():
+            if key == 'data_preprocessor' and isinstance(child, dict):
+                yield child
+            yield from data_preprocessors(child)
+    elif isinstance(node, (list, tuple)):
+        for child in node:
+            yield from data_preprocessors(child)
+
+
+@pytest.mark.parametrize('path', sorted(CONFIGS.rglob('*.py')),
+                         ids=lambda p: str(p.relative_to(CONFIGS)))
+def test_every_data_preprocessor_normalises_on_the_0_1_scale(path):
+    # razorlib's datasets yield images in [0, 1]: ImageNet's 0-255 mean/std (123.675 /
+    # 58.395) would map every image to about -2.1, a constant input
+    cfg = Config.fromfile(path, import_custom_modules=False)
+    for preprocessor in data_preprocessors(cfg.to_dict()):
+        for key in ('mean', 'std'):
+            values = preprocessor.get(key, ())
+            assert all(0 <= value <= 1 for value in values), f'{path.name}: {key}={values}'
+
+
 def small_run(cfg: Config, work_dir: Path, name: str) -> Config:
     """One short epoch, no checkpoints, single-process loaders."""
     cfg.merge_from_dict({
@@ -66,6 +90,9 @@ def test_imagenet_supernets_build_and_train_on_a_fake_image_folder(name, fake_im
         cfg.merge_from_dict({f'{loader}.batch_size': 2,
                              f'{loader}.dataset.data_root': str(fake_imagenet / split),
                              f'{loader}.dataset.size': size})
+        if split == 'val':  # the config pins val's classes to the train folder's
+            assert cfg[loader].dataset.classes == 'data/imagenet/train'
+            cfg.merge_from_dict({f'{loader}.dataset.classes': str(fake_imagenet / 'train')})
     cfg.model.input_shape = (3, size, size)
     cfg.model.num_random_samples = 0  # one iteration of max and min: enough to show it trains
     runner = Runner.from_cfg(cfg)

@@ -58,3 +58,42 @@ def test_refuses_pickles_that_run_code(tmp_path):
 def test_bad_split_is_named(tmp_path):
     with pytest.raises(ValueError, match='split must be one of'):
         CIFAR10(tmp_path, split='val')
+
+
+def pickled(**batch):
+    return pickle.dumps({key.encode(): value for key, value in batch.items()}, protocol=2)
+
+
+GOOD = dict(data=np.zeros((2, 3072), np.uint8), labels=[0, 1])
+
+
+@pytest.mark.parametrize('content, message', [
+    pytest.param(b'', r'not a CIFAR-10 python batch \(an empty, truncated or foreign file\?\): '
+                 'EOFError', id='empty'),
+    pytest.param(pickled(**GOOD)[:-40], 'not a CIFAR-10 python batch .*truncated',
+                 id='truncated'),
+    pytest.param(pickle.dumps([1, 2]), 'it holds a list, not a dict with data and labels',
+                 id='list'),
+    pytest.param(pickled(data=GOOD['data'], fine_labels=[0, 1]), r"no \['labels'\] in its keys",
+                 id='cifar100'),
+    pytest.param(pickled(data=np.zeros((2, 1024), np.uint8), labels=[0, 1]),
+                 r'data must be a uint8 array of shape \(N, 3072\).* shape \(2, 1024\)',
+                 id='narrow'),
+    pytest.param(pickled(data=np.zeros((2, 32, 32, 3), np.uint8), labels=[0, 1]),
+                 r'got a uint8 array of shape \(2, 32, 32, 3\)', id='hwc'),
+    pytest.param(pickled(data=np.zeros((2, 3072)), labels=[0, 1]),
+                 'got a float64 array of shape', id='float'),
+    pytest.param(pickled(data=GOOD['data'], labels=[0]),
+                 r'2 images but labels of shape \(1,\)', id='few_labels'),
+    pytest.param(pickled(data=GOOD['data'], labels=[0, 10]),
+                 'labels must be 0 to 9 .*got 0 to 10', id='label_range'),
+    pytest.param(pickled(data=GOOD['data'], labels=[0.0, 1.0]), 'labels must be whole numbers',
+                 id='float_labels'),
+])
+def test_a_malformed_batch_is_refused_naming_the_file_and_the_fault(tmp_path, content,
+                                                                    message):
+    write_batches(tmp_path)
+    (tmp_path / 'test_batch').write_bytes(content)
+    with pytest.raises(ValueError, match=message) as error:
+        CIFAR10(tmp_path, split='test')
+    assert str(tmp_path / 'test_batch') in str(error.value)

@@ -106,3 +106,39 @@ def test_build_from_registry():
                                   transforms=[dict(type='RandomFlip', prob=1.0)]))
     flipped = dataset[0]['inputs']
     assert torch.equal(flipped, dataset.images[0].flip(-1))
+
+
+def test_an_in_place_transform_does_not_change_the_stored_image():
+    dataset = DigitsDataset('val', in_channels=1, transforms=[lambda image: image.mul_(2)])
+    stored = dataset.images[0].clone()
+    assert torch.equal(dataset[0]['inputs'], 2 * stored)
+    assert torch.equal(dataset[0]['inputs'], 2 * stored)  # compounded to 4x before
+    assert torch.equal(dataset.images[0], stored)
+
+
+@pytest.mark.parametrize('val_ratio, test_ratio', [(0.0, 0.2), (-0.1, 0.3), (1.0, 0.0)])
+def test_a_val_ratio_outside_0_1_is_refused_by_name(val_ratio, test_ratio):
+    with pytest.raises(ValueError, match=f'val_ratio must be between 0 and 1 .*{val_ratio}'):
+        DigitsDataset('val', val_ratio=val_ratio, test_ratio=test_ratio)
+
+
+@pytest.mark.parametrize('val_ratio, test_ratio, sizes', [
+    (0.2, 0.0, (1437, 360, 0)), (0.2, 0.2, (1077, 360, 360)),
+    (0.3, 0.2, (898, 539, 360)),  # val one below ceil(0.3 * 1797) = 540: see docs
+    (0.25, 0.25, (898, 449, 450))])
+def test_split_sizes_follow_the_documented_rule(val_ratio, test_ratio, sizes):
+    import math
+    n_test = math.ceil(test_ratio * 1797)
+    n_val = math.ceil(val_ratio / (1 - test_ratio) * (1797 - n_test))
+    assert sizes == (1797 - n_val - n_test, n_val, n_test)
+    splits = ('train', 'val', 'test') if test_ratio else ('train', 'val')
+    assert tuple(len(DigitsDataset(s, val_ratio=val_ratio, test_ratio=test_ratio))
+                 for s in splits) == sizes[:len(splits)]
+
+
+def test_the_plain_and_the_nas_splits_overlap():
+    # why configs must not mix test_ratio=0 and test_ratio=0.2 datasets (docs/datasets.md)
+    plain_train, plain_val = DigitsDataset('train'), DigitsDataset('val')
+    nas_val, nas_test = (DigitsDataset(s, test_ratio=0.2) for s in ('val', 'test'))
+    assert (plain_val.indices == nas_test.indices).all()
+    assert set(nas_val.indices) <= set(plain_train.indices)

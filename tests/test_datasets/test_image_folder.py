@@ -58,3 +58,68 @@ def test_hidden_folders_are_no_classes_and_an_empty_class_keeps_its_label(folder
     dataset = ImageFolder(folder, size=4)
     assert dataset.metainfo == dict(classes=('ant', 'cat', 'dog'))
     assert dataset.labels == [1, 1, 1, 2, 2, 2]
+
+
+def write_classes(root, names, value=10):
+    for name in names:
+        (root / name).mkdir(parents=True)
+        Image.fromarray(np.full((4, 4, 3), value, np.uint8)).save(root / name / 'x.png')
+
+
+def test_pinned_classes_keep_every_label_when_a_split_lacks_a_class(tmp_path, monkeypatch):
+    logs = []
+    monkeypatch.setattr('razorlib.datasets.image_folder.print_log',
+                        lambda message, **kwargs: logs.append(message))
+    train, val = tmp_path / 'train', tmp_path / 'val'
+    write_classes(train, ['cat', 'cow', 'dog'])
+    write_classes(val, ['cat', 'dog'])  # no 'cow' images collected for val
+    assert ImageFolder(val, size=4).labels == [0, 1]  # unpinned: dog shifts to 1
+    for classes in (train, str(train), ['cat', 'cow', 'dog']):
+        pinned = ImageFolder(val, size=4, classes=classes)
+        assert pinned.metainfo == dict(classes=('cat', 'cow', 'dog'))
+        assert pinned.labels == [0, 2] and pinned[1]['data_samples'].gt_label.item() == 2
+    assert logs and all("for the classes ['cow']" in log and 'keep their labels' in log
+                        for log in logs)
+    ordered = ImageFolder(val, size=4, classes=['dog', 'cat'])  # labels follow the list
+    assert {path.parent.name: label for path, label in zip(ordered.paths, ordered.labels)} == {
+        'dog': 0, 'cat': 1}
+
+
+def test_a_class_folder_outside_the_pinned_classes_is_refused(tmp_path):
+    write_classes(tmp_path / 'train', ['cat', 'dog'])
+    write_classes(tmp_path / 'val', ['cat', 'cow', 'dog'])
+    with pytest.raises(ValueError, match=r"val: class folders \['cow'\] are not among the 2 "):
+        ImageFolder(tmp_path / 'val', size=4, classes=tmp_path / 'train')
+    with pytest.raises(FileNotFoundError, match="classes 'cat' is not a folder"):
+        ImageFolder(tmp_path / 'val', size=4, classes='cat')
+    with pytest.raises(ValueError, match='classes must be distinct names'):
+        ImageFolder(tmp_path / 'val', size=4, classes=['cat', 'cat', 'cow', 'dog'])
+
+
+@pytest.mark.parametrize('in_channels', [1, 3])
+def test_16_bit_gray_images_are_scaled_by_their_bit_depth(tmp_path, in_channels):
+    (tmp_path / 'k').mkdir()
+    Image.fromarray(np.full((4, 4), 32768, np.uint16)).save(tmp_path / 'k' / 'gray16.png')
+    with Image.open(tmp_path / 'k' / 'gray16.png') as image:
+        assert image.mode == 'I;16'
+    image = ImageFolder(tmp_path, size=2, in_channels=in_channels)[0]['inputs']
+    assert image.shape == (in_channels, 2, 2)
+    assert torch.allclose(image, torch.full_like(image, 32768 / 65535))
+
+
+def test_32_bit_values_beyond_16_bits_are_refused_naming_the_file(tmp_path):
+    (tmp_path / 'k').mkdir()
+    Image.fromarray(np.full((4, 4), 70000, np.int32)).save(tmp_path / 'k' / 'wide.tif')
+    with pytest.raises(ValueError, match=r'wide.tif \(PIL mode I\) has values from 70000'):
+        ImageFolder(tmp_path, size=2)[0]
+
+
+def test_images_in_symlinked_sub_folders_belong_to_their_class(tmp_path):
+    store = tmp_path / 'store'
+    write_classes(store, ['more'])
+    root = tmp_path / 'root'
+    write_classes(root, ['a'])
+    (root / 'a' / 'more').symlink_to(store / 'more', target_is_directory=True)
+    (root / 'a' / 'loop').symlink_to(root / 'a', target_is_directory=True)  # a cycle
+    dataset = ImageFolder(root, size=4)
+    assert [str(p.relative_to(root)) for p in dataset.paths] == ['a/more/x.png', 'a/x.png']

@@ -64,3 +64,45 @@ def test_a_label_outside_the_scores_is_refused(label):
     metric.process(None, [ClsDataSample(gt_label=label, pred_score=torch.tensor([.3, .7]))])
     with pytest.raises(ValueError, match=f'gt_label {label} is no class of the 2 scores'):
         metric.compute_metrics(metric.results)
+
+
+def compute(scores, labels, **kwargs):
+    metric = Accuracy(**kwargs)
+    metric.process(None, [dict(pred_score=s, gt_label=label) for s, label in zip(scores, labels)])
+    return metric.compute_metrics(metric.results)
+
+
+def test_samples_with_nan_or_inf_scores_are_misses_with_a_warning(monkeypatch):
+    import math
+    logs = []
+    monkeypatch.setattr('razorlib.evaluation.accuracy.print_log',
+                        lambda message, **kwargs: logs.append(message))
+    diverged = torch.full((10, 10), float('nan'))  # argsort ranked NaN first: 10% / 50%
+    assert compute(diverged, range(10), topk=(1, 5), nll=True) == pytest.approx(
+        {'top1': 0.0, 'top5': 0.0, 'nll': -math.log(1e-12)})
+    assert logs == ['Accuracy: 10 of 10 samples have NaN or infinite pred_score; they count '
+                    'as misses']
+    scores = torch.eye(4)
+    scores[1, 3], scores[2, 0] = float('nan'), float('inf')  # true class still scored 1.0
+    assert compute(scores, range(4), topk=(1, 4)) == {'top1': 50.0, 'top4': 50.0}
+    assert logs[-1].startswith('Accuracy: 2 of 4 samples')
+
+
+def test_ties_go_to_the_lower_class_index_as_argmax_breaks_them():
+    """The top-1 of tools/ptq.py, tools/deploy.py and the benchmarks is an argmax: the
+    metric agrees with it, tie for tie (argsort ranked tied classes in no set order)."""
+    collapsed = torch.full((10, 10), 0.1)
+    assert compute(collapsed, range(10), topk=(1, 5, 10)) == {
+        'top1': 10.0, 'top5': 50.0, 'top10': 100.0}  # classes 0 / 0-4 / all rank first
+    assert (collapsed.argmax(1) == torch.arange(10)).float().mean() * 100 == 10.0
+    tied = torch.tensor([[0.4, 0.4, 0.2], [0.4, 0.4, 0.2], [0.25, 0.5, 0.25]])
+    assert compute(tied, [0, 1, 2], topk=(1, 2, 3)) == pytest.approx(
+        {'top1': 100 / 3, 'top2': 200 / 3, 'top3': 100.0})  # 2 ranks after 1 (scores more)
+    many = torch.zeros(1, 1000)
+    assert compute(many, [999], topk=(1, )) == {'top1': 0.0}
+    assert compute(many, [0], topk=(1, )) == {'top1': 100.0}
+
+
+def test_no_samples_is_a_clear_error():
+    with pytest.raises(ValueError, match='Accuracy: no samples to score'):
+        Accuracy().compute_metrics([])

@@ -1,4 +1,6 @@
 # ImageNet-1k as class folders (data/imagenet/train/<wnid>/*.JPEG, same for val), 224x224.
+# val takes its classes from the train folder: a class folder missing from val would
+# otherwise shift every later label.
 dataset_type = 'ImageFolder'
 data_root = 'data/imagenet'
 
@@ -14,7 +16,8 @@ val_dataloader = dict(
     batch_size=64,
     num_workers=8,
     persistent_workers=True,
-    dataset=dict(type=dataset_type, data_root=data_root + '/val', size=224),
+    dataset=dict(type=dataset_type, data_root=data_root + '/val', size=224,
+                 classes=data_root + '/train'),
     sampler=dict(type='DefaultSampler', shuffle=False),
     collate_fn=dict(type='default_collate'))
 test_dataloader = val_dataloader

@@ -14,5 +14,5 @@ architecture = dict(
         skip=True,
         stem='imagenet'),
     head=dict(type='LinearClsHead', num_classes=1000),
-    data_preprocessor=dict(type='ClsDataPreprocessor', mean=[123.675, 116.28, 103.53],
-                           std=[58.395, 57.12, 57.375]))
+    data_preprocessor=dict(type='ClsDataPreprocessor', mean=[0.485, 0.456, 0.406],
+                           std=[0.229, 0.224, 0.225]))

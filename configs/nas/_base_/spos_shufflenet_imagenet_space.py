@@ -9,5 +9,5 @@ architecture = dict(
         last_channels=1024,
         stem='imagenet'),
     head=dict(type='LinearClsHead', num_classes=1000),
-    data_preprocessor=dict(type='ClsDataPreprocessor', mean=[123.675, 116.28, 103.53],
-                           std=[58.395, 57.12, 57.375]))
+    data_preprocessor=dict(type='ClsDataPreprocessor', mean=[0.485, 0.456, 0.406],
+                           std=[0.229, 0.224, 0.225]))
