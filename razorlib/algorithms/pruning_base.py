@@ -95,14 +95,16 @@ class PruningAlgorithm(BaseModel):
         self._dense: Optional[Complexity] = None
         self.check_target()
 
-    #: Buffers added after checkpoints were first written: ``check_fits`` lets an older
-    #: checkpoint lack them, and loading one keeps this model's value (as built).
+    #: Prefixes of the buffers added after checkpoints were first written: ``check_fits``
+    #: lets an older checkpoint lack them, and loading one keeps this model's values (as
+    #: built).
     OPTIONAL_STATE_PREFIXES: Tuple[str, ...] = ()
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys,
                               unexpected_keys, error_msgs) -> None:
-        for name in self.OPTIONAL_STATE_PREFIXES:
-            state_dict.setdefault(prefix + name, getattr(self, name).detach().clone())
+        for name, buffer in self.named_buffers(recurse=False):
+            if name.startswith(self.OPTIONAL_STATE_PREFIXES):
+                state_dict.setdefault(prefix + name, buffer.detach().clone())
         super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys,
                                       unexpected_keys, error_msgs)
 

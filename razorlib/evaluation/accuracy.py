@@ -21,10 +21,11 @@ class Accuracy(BaseMetric):
     Ties go to the lower class index, as ``argmax`` breaks them (the top-1 of
     ``tools/ptq.py``, ``tools/deploy.py`` and the benchmarks): a sample is a top-``k`` hit
     when fewer than ``k`` classes rank before its true class, a class ranking before it
-    when it scores higher, or as high with a lower index.  A sample whose scores are not all
-    finite (NaN or inf, from a diverged model) is a miss for every ``k`` and counts as
-    probability 0 for ``nll``, with a warning giving their number: a diverged subnet then
-    scores last in a search instead of stopping it (a NaN would otherwise rank first).
+    when it scores higher, or as high with a lower index (an infinite score ranks as
+    ``argmax`` ranks it).  A sample with a NaN score (a diverged model) is a miss for
+    every ``k`` and counts as probability 0 for ``nll``, with a warning giving their
+    number: a diverged subnet then scores last in a search instead of stopping it (a NaN
+    would otherwise rank first).
 
     Args:
         topk: the ``k`` of each accuracy reported as ``'accuracy/top{k}'``.
@@ -72,7 +73,7 @@ class Accuracy(BaseMetric):
 
     def compute_metrics(self, results: List[tuple]) -> Dict[str, float]:
         """Top-k accuracies in percent over all the kept samples (see the class for ties
-        and non-finite scores).
+        and NaN scores).
 
         Args:
             results: the ``(pred_score, gt_label)`` pairs kept by :meth:`process`.
@@ -92,10 +93,10 @@ class Accuracy(BaseMetric):
         if skipped:
             print_log(f'Accuracy: top-k for k in {skipped} skipped, there are only '
                       f'{num_classes} classes', logger='current')
-        finite = scores.isfinite().all(dim=1)
+        finite = ~scores.isnan().any(dim=1)
         if not finite.all():
-            print_log(f'Accuracy: {int((~finite).sum())} of {len(labels)} samples have NaN '
-                      'or infinite pred_score; they count as misses', logger='current',
+            print_log(f'Accuracy: {int((~finite).sum())} of {len(labels)} samples have a NaN '
+                      'pred_score; they count as misses', logger='current',
                       level=logging.WARNING)
         true = scores.gather(1, labels[:, None])
         lower = torch.arange(num_classes)[None, :] < labels[:, None]

@@ -73,8 +73,8 @@ def _mask_input(name: Optional[str], module: nn.Module, args: Tuple,
     if x.dim() < mask.dim() or x.shape[dim] != mask.shape[0]:
         # x * mask would broadcast a 1-channel input to the layer's width, and the masked
         # model would run an input the layer refuses
-        raise RuntimeError(f'{name or type(module).__name__} ({type(module).__name__}): '
-                           f'its input has shape {tuple(x.shape)}, but it takes '
+        where = f'{name} ({type(module).__name__})' if name else type(module).__name__
+        raise RuntimeError(f'{where}: its input has shape {tuple(x.shape)}, but it takes '
                            f'{mask.shape[0]} channels at dim {dim}')
     masked = x * mask
     if args:

@@ -53,7 +53,7 @@ def train(work_dir: Path, name: str, resume: str = None) -> dict:
         default_hooks=dict(checkpoint=dict(type='CheckpointHook', by_epoch=False,
                                            interval=SAVED_AT),
                            logger=dict(type='LoggerHook', interval=100)),
-        custom_hooks=[EpochSeedHook()], randomness=dict(seed=7),
+        custom_hooks=[EpochSeedHook()], randomness=dict(seed=7), default_scope='razorlib',
         resume=resume is not None, load_from=resume)
     runner.train()
     return {key: value.clone() for key, value in runner.model.state_dict().items()}

@@ -72,7 +72,7 @@ def compute(scores, labels, **kwargs):
     return metric.compute_metrics(metric.results)
 
 
-def test_samples_with_nan_or_inf_scores_are_misses_with_a_warning(monkeypatch):
+def test_samples_with_a_nan_score_are_misses_with_a_warning(monkeypatch):
     import math
     logs = []
     monkeypatch.setattr('razorlib.evaluation.accuracy.print_log',
@@ -80,12 +80,12 @@ def test_samples_with_nan_or_inf_scores_are_misses_with_a_warning(monkeypatch):
     diverged = torch.full((10, 10), float('nan'))  # argsort ranked NaN first: 10% / 50%
     assert compute(diverged, range(10), topk=(1, 5), nll=True) == pytest.approx(
         {'top1': 0.0, 'top5': 0.0, 'nll': -math.log(1e-12)})
-    assert logs == ['Accuracy: 10 of 10 samples have NaN or infinite pred_score; they count '
-                    'as misses']
+    assert logs == ['Accuracy: 10 of 10 samples have a NaN pred_score; they count as misses']
     scores = torch.eye(4)
-    scores[1, 3], scores[2, 0] = float('nan'), float('inf')  # true class still scored 1.0
-    assert compute(scores, range(4), topk=(1, 4)) == {'top1': 50.0, 'top4': 50.0}
-    assert logs[-1].startswith('Accuracy: 2 of 4 samples')
+    scores[1, 3] = float('nan')  # true class still scored 1.0
+    scores[2, 0], scores[3, 3] = float('-inf'), float('inf')  # ranked as argmax ranks them
+    assert compute(scores, range(4), topk=(1, 4)) == {'top1': 75.0, 'top4': 75.0}
+    assert logs[-1].startswith('Accuracy: 1 of 4 samples')
 
 
 def test_ties_go_to_the_lower_class_index_as_argmax_breaks_them():
