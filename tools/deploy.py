@@ -25,15 +25,14 @@ Writes ``<work_dir>/<config name>_int8.onnx``, ``_fp32.onnx``, the ``.engine`` f
 TensorRT is an optional extra (``pip install 'razorlib[tensorrt]'``, on a machine with
 an NVIDIA GPU).  Where it is not installed, or no CUDA GPU is present, the tool says so in
 one line and exits with code 0 before it does anything; exit code 2 for a mistake in
-the arguments (checked first), the config or the checkpoint.  See
-docs/quantization/deploy.md.
+the arguments or the config file (checked first), the config, its dataloaders, the
+checkpoint or the subnet, with nothing written.  See docs/quantization/deploy.md.
 """
 from __future__ import annotations
 
 import argparse
 import functools
 import importlib.util
-import json
 import logging
 import sys
 from pathlib import Path
@@ -98,20 +97,12 @@ def is_qat(cfg) -> bool:
     return (cfg.get('model') or {}).get('type') == 'QAT'
 
 
-def qat_refusal(args: argparse.Namespace) -> Optional[str]:
-    """Why ``--subnet`` or ``--recalibrate-bn`` cannot apply to CONFIG (one line), or None.
-
-    A QAT checkpoint holds its trained graph: the widths of the QAT config's
-    ``model.architecture``, its batch norms folded into the convolutions; neither flag
-    could change it, and ignoring them would deploy another model than the one asked for.
-    Checked before TensorRT is looked for, as any mistake in the arguments is; a CONFIG
-    that cannot be read is refused with the reason.
-    """
-    given = [flag for flag, value in (('--subnet', args.subnet),
-                                      ('--recalibrate-bn', args.recalibrate_bn))
-             if value is not None]
-    if not given:
-        return None
+def argument_refusal(args: argparse.Namespace) -> Optional[str]:
+    """Why the arguments cannot be deployed (one line), or None: a CONFIG that cannot be
+    read or ``--cfg-options`` it has no key for, flags a QAT checkpoint cannot take
+    (:func:`qat_refusal`), a checkpoint or ``--subnet`` file that does not exist.  Checked
+    before TensorRT is looked for, so that a mistake is reported (exit code 2) on any
+    machine, not hidden behind the line saying no engine can be built."""
     from razorlib.engine.config import ConfigError, load_config
     from razorlib.utils.cli import merge_cfg_options
 
@@ -120,7 +111,26 @@ def qat_refusal(args: argparse.Namespace) -> Optional[str]:
                                 _load_ptq_tool().CONFIG_KEYS, error=ConfigError)
     except ConfigError as err:
         return str(err)
-    if not is_qat(cfg):
+    refusal = qat_refusal(args, cfg)
+    if refusal is not None:
+        return refusal
+    for what, path in (('checkpoint', args.checkpoint), ('--subnet', args.subnet)):
+        if path is not None and not Path(path).is_file():
+            return f'{what}: {path} does not exist'
+    return None
+
+
+def qat_refusal(args: argparse.Namespace, cfg) -> Optional[str]:
+    """Why ``--subnet`` or ``--recalibrate-bn`` cannot apply to ``cfg`` (one line), or None.
+
+    A QAT checkpoint holds its trained graph: the widths of the QAT config's
+    ``model.architecture``, its batch norms folded into the convolutions; neither flag
+    could change it, and ignoring them would deploy another model than the one asked for.
+    """
+    given = [flag for flag, value in (('--subnet', args.subnet),
+                                      ('--recalibrate-bn', args.recalibrate_bn))
+             if value is not None]
+    if not given or not is_qat(cfg):
         return None
     return (f'{" and ".join(given)}: a QAT checkpoint already holds its trained INT8 graph '
             "(the widths of the config's model.architecture, batch norms folded); slice and "
@@ -138,6 +148,7 @@ def quantized_graph(args: argparse.Namespace):
 
     from razorlib.engine.checkpoint_check import check_fits, read_checkpoint, state_dict_of
     from razorlib.engine.config import ConfigError, check_config, load_config
+    from razorlib.engine.data_check import first_batch
     from razorlib.registry import MODELS, SCOPE
     from razorlib.utils.cli import merge_cfg_options
 
@@ -153,6 +164,9 @@ def quantized_graph(args: argparse.Namespace):
     state = state_dict_of(read_checkpoint(args.checkpoint))
     check_fits(model, state, args.checkpoint)
     model.load_state_dict(state)
+    ptq = _load_ptq_tool()
+    first_batch(cfg.val_dataloader, 'val_dataloader', labels_needed_by=ptq.LABELS_NEEDED_BY,
+                scope=cfg.get('default_scope') or SCOPE)
     with torch.no_grad():
         return model.calibrated_graph(), cfg, model.data_preprocessor
 
@@ -173,6 +187,7 @@ def ptq_graph(args: argparse.Namespace):
     args.export_format = args.dynamic_batch = None
     cfg, model, classifier = ptq.load_classifier(args)
     settings = ptq.ptq_settings(cfg, args)
+    ptq.check_data(cfg, args, settings, classifier, model.data_preprocessor)
     ptq.recalibrate(args, cfg, classifier, settings)
     images = ptq.calibration_batches(cfg, model.data_preprocessor, settings, args.seed)
     graph = quantize_torch_model(classifier, images, images[0], progress=False,
@@ -193,6 +208,7 @@ class Engine:
     def __init__(self, onnx_path: Path, int8: bool, batch_size: int, workspace_mib: int):
         import tensorrt as trt
         self.trt = trt
+        self.onnx_path = onnx_path
         logger = trt.Logger(trt.Logger.WARNING)
         builder = trt.Builder(logger)
         network = builder.create_network(0)
@@ -228,8 +244,12 @@ class Engine:
         """The first output on ``images`` (any batch up to the build's), as float32 on
         the CPU."""
         import torch
+        if not self.context.set_input_shape(self.inputs[0], tuple(images.shape)):
+            raise ValueError(f'TensorRT engine of {self.onnx_path}: its input '
+                             f'{self.inputs[0]!r} cannot take shape {tuple(images.shape)} '
+                             f'(it takes {tuple(self.engine.get_tensor_shape(self.inputs[0]))}'
+                             ', -1 for any size up to --batch-size)')
         images = images.cuda().contiguous()
-        self.context.set_input_shape(self.inputs[0], tuple(images.shape))
         self.context.set_tensor_address(self.inputs[0], images.data_ptr())
         results = []
         dtypes = {self.trt.float32: torch.float32, self.trt.float16: torch.float16}
@@ -246,22 +266,30 @@ class Engine:
         return results[0].float().cpu()
 
 
-def compare(run, reference, images, labels, batch_size) -> Dict[str, float]:
-    """SNR (dB) against ``reference``, top-1 and agreement with ``reference``'s top-1."""
+def compare(run, reference, chunks, labels) -> Dict[str, float]:
+    """SNR (dB) against ``reference``, top-1 and agreement with ``reference``'s top-1, over
+    the ``chunks`` of tools/ptq.py's ``evaluation_chunks`` (images, count of real ones)."""
     import torch
 
     from razorlib.quantization import snr_db
+
+    ptq = _load_ptq_tool()
     with torch.no_grad():
-        logits = torch.cat([run(chunk) for chunk in images.split(batch_size)])
-        expected = torch.cat([reference(chunk) for chunk in images.split(batch_size)])
-    return dict(snr_db=snr_db(expected, logits),
-                top1=100.0 * float((logits.argmax(1) == labels).float().mean()),
-                agreement=100.0 * float((logits.argmax(1) == expected.argmax(1)).float().mean()))
+        logits, expected = ptq.outputs(run, chunks), ptq.outputs(reference, chunks)
+    return dict(snr_db=snr_db(expected, logits), top1=ptq.accuracy(logits, labels),
+                agreement=ptq.accuracy(logits, expected.argmax(1)))
+
+
+def static_batch(graph) -> Optional[int]:
+    """The batch size ``graph`` is fixed to (``ptq.dynamic_batch=False``), None for a
+    symbolic batch axis: a static engine takes that batch only."""
+    shape = next(iter(graph.inputs.values())).shape
+    return shape[0] if shape and isinstance(shape[0], int) else None
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    refusal = qat_refusal(args)
+    refusal = argument_refusal(args)
     if refusal is not None:
         print_log(f'{args.config}: {refusal}', logger='current', level=logging.ERROR)
         return 2
@@ -288,9 +316,10 @@ def main(argv=None) -> int:
     paths = {'int8': work_dir / f'{name}_int8.onnx', 'fp16': work_dir / f'{name}_fp32.onnx'}
     export_graph(graph, paths['int8'], 'QDQ_ONNX')
     export_graph(graph, paths['fp16'], 'ONNX')
-    val = [preprocessor(data, False) for data in Runner.build_dataloader(cfg.val_dataloader)]
-    images = torch.cat([data['inputs'] for data in val])
-    labels = torch.cat([s.gt_label for data in val for s in data['data_samples']])
+    ptq = _load_ptq_tool()
+    val = ptq.preprocessed(Runner.build_dataloader(cfg.val_dataloader), preprocessor)
+    labels = torch.cat([batch_labels for _, batch_labels in val])
+    chunks = ptq.evaluation_chunks(val, static_batch(graph), args.batch_size)
     executor = QuantExecutor(graph)
 
     def simulated(x):
@@ -305,15 +334,16 @@ def main(argv=None) -> int:
         engine = Engine(path, kind == 'int8', args.batch_size, args.workspace)
         path.with_suffix('.engine').write_bytes(engine.plan)
         reference = simulated if kind == 'int8' else fp32
-        results[f'trt_{kind}'] = compare(engine, reference, images, labels, args.batch_size)
-    results['fp32'] = compare(fp32, fp32, images, labels, args.batch_size)
-    results['int8_simulated'] = compare(simulated, fp32, images, labels, args.batch_size)
+        results[f'trt_{kind}'] = compare(engine, reference, chunks, labels)
+    with torch.no_grad():  # the reference of the rows above: its top-1 only
+        results['fp32'] = dict(top1=ptq.top1(fp32, chunks, labels))
+    results['int8_simulated'] = compare(simulated, fp32, chunks, labels)
     for key, value in results.items():
         print_log(f'{key}: ' + ', '.join(f'{k} {v:.2f}' for k, v in value.items()),
                   logger='current')
-    (work_dir / 'deploy.json').write_text(json.dumps(dict(
+    (work_dir / 'deploy.json').write_text(ptq.strict_json(dict(
         config=args.config, checkpoint=args.checkpoint,
-        onnx={k: str(v) for k, v in paths.items()}, results=results), indent=2))
+        onnx={k: str(v) for k, v in paths.items()}, results=results)))
     return 0
 
 

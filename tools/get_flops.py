@@ -20,8 +20,9 @@ import argparse
 import logging
 import runpy
 import sys
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Iterator, List, Optional, Sequence, Tuple
 
 # Only what the arguments need is imported here (no torch), so that --help is instant.
 from mmengine.config import DictAction
@@ -88,6 +89,59 @@ def counted_module(model: torch.nn.Module) -> torch.nn.Module:
     return architecture if isinstance(architecture, nn.Module) else model
 
 
+class InputError(ValueError):
+    """A forward that failed on the counted input: a model that takes another input
+    (channels, size) than ``--shape``, or a ``--subnet`` that slices the model so that a
+    layer gets another channel count than it keeps."""
+
+
+@contextmanager
+def running_modules(model: torch.nn.Module) -> Iterator[List[str]]:
+    """The modules of ``model`` whose forward is running (name and type), innermost last:
+    when a forward raises, the last one is the module at fault, which the op's own error
+    (a channel-count mismatch) does not name."""
+    running: List[str] = []
+
+    def enter(name: str):
+        return lambda module, args: running.append(name)
+
+    def leave(name: str):
+        def hook(module, args, output):
+            while running.pop() != name:  # an inner failure its caller recovered from
+                pass
+        return hook
+
+    handles = []
+    for name, module in model.named_modules():
+        label = f'{name} ({type(module).__name__})' if name else type(module).__name__
+        # first, so that a pre-hook that refuses the input (a mask) is inside the module
+        handles.append(module.register_forward_pre_hook(enter(label), prepend=True))
+        handles.append(module.register_forward_hook(leave(label)))
+    try:
+        yield running
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def complexity(model: torch.nn.Module, inputs: torch.Tensor) -> Complexity:
+    """``get_model_complexity(model, inputs)``.
+
+    Raises:
+        InputError: naming the module whose forward failed, the input and the op's error.
+    """
+    from razorlib.utils import get_model_complexity
+
+    with running_modules(model) as running:
+        try:
+            return get_model_complexity(model, inputs)
+        except (RuntimeError, ValueError) as err:
+            where = running[-1] if running else type(model).__name__
+            first_line = (str(err).strip().splitlines() or [type(err).__name__])[0]
+            raise InputError(f"{where} fails on input {'x'.join(map(str, inputs.shape))}: "
+                             f'{first_line}') from err
+
+
 def is_nas(model: torch.nn.Module) -> bool:
     """Whether ``model`` is a NAS supernet (SPOS, DARTS): it has a ``search_space`` of
     op and value choices, and no max/min channel widths of its own."""
@@ -102,19 +156,40 @@ def subnet_complexity(model: torch.nn.Module, subnet: Any, inputs: torch.Tensor)
 
     Raises:
         ValueError: naming the file and the key that does not fit the model.
+        InputError: naming the module of the subnet that cannot take its input (a channel
+            config that slices a layer's output, not the next layer's input).
     """
     from razorlib.nas import fix_subnet
     from razorlib.pruning import slim_model
-    from razorlib.utils import get_model_complexity
 
     if is_nas(model):
-        return get_model_complexity(fix_subnet(model.architecture, subnet), inputs)
+        return complexity(fix_subnet(model.architecture, subnet), inputs)
     if hasattr(model, 'set_max_subnet'):  # an AutoSlim supernet
         model.set_subnet(subnet)
-        return get_model_complexity(model, inputs)
+        return complexity(model, inputs)
     counted = counted_module(model)
     slim_model(counted, subnet)
-    return get_model_complexity(counted, inputs)
+    return complexity(counted, inputs)
+
+
+def model_rows(model: torch.nn.Module, inputs: torch.Tensor) -> List[Tuple[str, Complexity]]:
+    """The rows of the model itself: a supernet's max and min subnet, else the model.
+
+    Raises:
+        InputError: naming the module that cannot take ``inputs``.
+    """
+    if is_nas(model):
+        space = model.search_space
+        # the fewest FLOPs: an op's first choice need not be, with widths nested in ops
+        cheapest = space.cheapest(lambda choices: subnet_complexity(model, choices, inputs).flops)
+        return [('max subnet', subnet_complexity(model, space.max_subnet(), inputs)),
+                ('min subnet', subnet_complexity(model, cheapest, inputs))]
+    if hasattr(model, 'set_max_subnet'):
+        model.set_max_subnet()
+        widest = complexity(model, inputs)
+        model.set_min_subnet()
+        return [('max subnet', widest), ('min subnet', complexity(model, inputs))]
+    return [('model', complexity(counted_module(model), inputs))]
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -123,7 +198,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     from razorlib.engine.config import ConfigError, build_model, check_config, load_config
     from razorlib.engine.threads import set_threads
-    from razorlib.utils import get_model_complexity
     from razorlib.utils.cli import merge_cfg_options
     from razorlib.utils.complexity import human
 
@@ -141,20 +215,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print_log(str(err), logger='current', level=logging.ERROR)
         return 2
     inputs = torch.randn(1, *shape)
-    rows = []
-    if is_nas(model):
-        space = model.search_space
-        # the fewest FLOPs: an op's first choice need not be, with widths nested in ops
-        cheapest = space.cheapest(lambda choices: subnet_complexity(model, choices, inputs).flops)
-        rows += [('max subnet', subnet_complexity(model, space.max_subnet(), inputs)),
-                 ('min subnet', subnet_complexity(model, cheapest, inputs))]
-    elif hasattr(model, 'set_max_subnet'):
-        model.set_max_subnet()
-        rows.append(('max subnet', get_model_complexity(model, inputs)))
-        model.set_min_subnet()
-        rows.append(('min subnet', get_model_complexity(model, inputs)))
-    else:
-        rows.append(('model', get_model_complexity(counted_module(model), inputs)))
+    try:
+        rows = model_rows(model, inputs)
+    except InputError as err:
+        default = '' if args.shape else ' (not given; pass the input the model takes)'
+        print_log(f'--shape{default}: {err}', logger='current', level=logging.ERROR)
+        return 2
     if args.subnet:
         try:
             rows.append(('subnet', subnet_complexity(model, args.subnet, inputs)))

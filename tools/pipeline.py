@@ -32,7 +32,9 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import logging
 import os
+import re
 import runpy
 import statistics
 import subprocess
@@ -42,6 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
 from mmengine.config import DictAction
+from mmengine.logging import print_log
 
 # Nothing heavy is imported here (no torch), so that --help is instant; the functions
 # import what they use.
@@ -59,6 +62,13 @@ FINETUNE = CONFIGS / 'autoslim_plaincnn_digits_subnet_finetune.py'
 #: torch, which --help must not wait for.
 CLI = runpy.run_path(str(Path(__file__).resolve().parents[1] / 'razorlib' / 'utils' / 'cli.py'))
 at_least, in_range = CLI['at_least'], CLI['in_range']
+#: The defaults of the flags of one pipeline only (None: the config's), set when that
+#: pipeline runs; given to the other one, such a flag is refused (it would be ignored).
+AUTOSLIM_ONLY = {'supernet_epochs': 30}
+SUBNET_ONLY = {'cfg_options': None, 'train_epochs': None, 'prune_flops': [0.5]}
+#: The time, logger, level (and for an error, file, function and line) before a log
+#: message: ``11/29 17:41:21 - mmengine - ERROR - /path/x.py - main - 12 - ``.
+LOG_PREFIX = re.compile(r'^[\d/]+ [\d:]+ - \S+ - [A-Z]+ - (?:\S+ - \w+ - \d+ - )?')
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -69,8 +79,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--threads', type=at_least(1), default=1,
                         help='torch threads of every step (one is fastest for these tiny '
                         'models) (default: %(default)s)')
-    parser.add_argument('--supernet-epochs', type=at_least(1), default=30,
-                        help='epochs of supernet training (default: %(default)s)')
+    parser.add_argument('--supernet-epochs', type=at_least(1),
+                        help='epochs of supernet training (default: '
+                        f"{AUTOSLIM_ONLY['supernet_epochs']}; not with --from-subnet)")
     parser.add_argument('--finetune-epochs', type=at_least(1), default=10,
                         help='epochs of each subnet fine-tune (default: %(default)s)')
     parser.add_argument('--seeds', type=at_least(1), default=3,
@@ -86,14 +97,34 @@ def parse_args(argv=None) -> argparse.Namespace:
                         '(default: none)')
     subnet.add_argument('--train-epochs', type=at_least(1),
                         help="epochs of training CONFIG's model (default: the config's)")
-    subnet.add_argument('--prune-flops', type=in_range(0, 1, '()'), nargs='+', default=[0.5],
-                        metavar='F',
+    subnet.add_argument('--prune-flops', type=in_range(0, 1, '()'), nargs='+', metavar='F',
                         help="prune the trained model to each fraction F of its FLOPs "
-                        '(default: %(default)s)')
+                        f"(default: {SUBNET_ONLY['prune_flops']})")
     args = parser.parse_args(argv)
-    if not args.from_subnet and args.cfg_options:
-        parser.error('--cfg-options: for --from-subnet CONFIG only')
+    if args.from_subnet:
+        own, other = SUBNET_ONLY, AUTOSLIM_ONLY
+        needs = 'the AutoSlim pipeline only (without --from-subnet)'
+    else:
+        own, other, needs = AUTOSLIM_ONLY, SUBNET_ONLY, '--from-subnet CONFIG only'
+    for dest in other:
+        if getattr(args, dest) is not None:
+            parser.error(f"--{dest.replace('_', '-')}: for {needs}")
+    for dest, default in own.items():
+        if getattr(args, dest) is None:
+            setattr(args, dest, default)
     return args
+
+
+class StepFailed(Exception):
+    """A step's tool exited with an error: the pipeline stops and exits with its code
+    (a refusal's 2 stays 2), in one line naming the step, the reason and the step's log."""
+
+    def __init__(self, step: str, name: str, code: int, log: Path):
+        lines = [line for line in log.read_text(errors='replace').splitlines() if line.strip()]
+        reason = LOG_PREFIX.sub('', lines[-1].strip()) if lines else 'its log is empty'
+        super().__init__(f'step {step!r} (tools/{name}.py) failed with code {code}: {reason}; '
+                         f'its log: {log}')
+        self.code = code if code > 0 else 128 - code  # killed by a signal: 128 + its number
 
 
 class Pipeline:
@@ -104,7 +135,11 @@ class Pipeline:
         self.env = dict(os.environ, OMP_NUM_THREADS=str(threads))
 
     def tool(self, step: str, name: str, *args: str) -> None:
-        """Run ``tools/<name>.py args``; on failure show the end of its log."""
+        """Run ``tools/<name>.py args``.
+
+        Raises:
+            StepFailed: the tool's exit code, with the last line of its log.
+        """
         log = self.work_dir / 'logs' / f'{step}.log'
         log.parent.mkdir(parents=True, exist_ok=True)
         start = time.perf_counter()
@@ -113,9 +148,7 @@ class Pipeline:
                                    stdout=out, stderr=subprocess.STDOUT, env=self.env,
                                    cwd=ROOT)
         if code != 0:
-            tail = ''.join(log.read_text().splitlines(keepends=True)[-25:])
-            raise RuntimeError(f'step {step!r} (tools/{name}.py) failed with code {code}; '
-                               f'end of {log}:\n{tail}')
+            raise StepFailed(step, name, code, log)
         self.logger.info(f'{step}: done in {time.perf_counter() - start:.0f} s ({log})')
 
 
@@ -206,24 +239,41 @@ def main(argv=None) -> int:
     import torch
     from mmengine.logging import MMLogger
     from mmengine.registry import init_default_scope
-    from mmengine.runner import load_checkpoint
 
-    from razorlib.engine.config import load_config
-    from razorlib.pruning import remove_masks
-    from razorlib.registry import MODELS, SCOPE
-    from razorlib.utils.complexity import human
+    from razorlib.engine.config import ConfigError
+    from razorlib.registry import SCOPE
 
+    init_default_scope(SCOPE)
+    try:  # before the work dir and its log are made
+        subnet_cfg = subnet_config(args) if args.from_subnet else None
+    except ConfigError as err:
+        print_log(f'--from-subnet {err}', logger='current', level=logging.ERROR)
+        return 2
     torch.set_num_threads(args.threads)
     work_dir = Path(args.work_dir).resolve()
     work_dir.mkdir(parents=True, exist_ok=True)
     logger = MMLogger.get_instance(f'razorlib_pipeline:{work_dir}',
                                    log_file=str(work_dir / 'pipeline.log'))
-    init_default_scope(SCOPE)
     run = Pipeline(work_dir, args.threads, logger)
-    start = time.perf_counter()
-    if args.from_subnet:
-        return from_subnet(args, run)
+    try:
+        return autoslim(args, run) if subnet_cfg is None else from_subnet(args, subnet_cfg, run)
+    except StepFailed as err:
+        logger.error(str(err))
+        return err.code
 
+
+def autoslim(args: argparse.Namespace, run: Pipeline) -> int:
+    """The AutoSlim pipeline: train the supernet, search it, then per searched subnet and
+    its uniform-width twin prune, fine-tune per seed and INT8; the table."""
+    from mmengine.runner import load_checkpoint
+
+    from razorlib.engine.config import load_config
+    from razorlib.pruning import remove_masks
+    from razorlib.registry import MODELS
+    from razorlib.utils.complexity import human
+
+    work_dir, logger = run.work_dir, run.logger
+    start = time.perf_counter()
     supernet_dir = work_dir / 'supernet'
     epochs = args.supernet_epochs
     run.tool('1_train_supernet', 'train', str(SUPERNET), '--work-dir', str(supernet_dir),
@@ -316,10 +366,13 @@ def set_epochs(cfg: Config, epochs: int) -> None:
                 scheduler[key] = epochs
 
 
-def subnet_config(args: argparse.Namespace, work_dir: Path) -> Path:
+def subnet_config(args: argparse.Namespace) -> Config:
     """``--from-subnet CONFIG`` with ``--cfg-options`` and ``--train-epochs``, its subnet
-    file made absolute and checked, written as ``<work-dir>/subnet_config.py``: what
-    every step reads."""
+    file made absolute and checked (before the work dir is made).
+
+    Raises:
+        ConfigError: a missing config or subnet file, a ``--cfg-options`` key it lacks.
+    """
     from razorlib.engine.config import ConfigError, load_config
     from razorlib.utils.cli import merge_cfg_options
 
@@ -333,9 +386,7 @@ def subnet_config(args: argparse.Namespace, work_dir: Path) -> Path:
         cfg.model.fix_subnet = str(Path(fix).resolve())
     if args.train_epochs:
         set_epochs(cfg, args.train_epochs)
-    path = work_dir / 'subnet_config.py'
-    cfg.dump(str(path))
-    return path
+    return cfg
 
 
 def finetune_config(cfg: Config, prune_dir: Path, epochs: int, path: Path) -> Path:
@@ -391,18 +442,17 @@ def trained(cfg: Config, checkpoint: Path) -> nn.Module:
     return model.eval()
 
 
-def from_subnet(args: argparse.Namespace, run: Pipeline) -> int:
-    """The pipeline from a fixed subnet: train its config's model from scratch, INT8,
-    then per ``--prune-flops`` fraction prune, fine-tune per seed and INT8; the table."""
-    from razorlib.engine.config import ConfigError, load_config
+def from_subnet(args: argparse.Namespace, subnet_cfg: Config, run: Pipeline) -> int:
+    """The pipeline from a fixed subnet: write ``subnet_cfg`` as
+    ``<work-dir>/subnet_config.py`` (what every step reads), train its model from
+    scratch, INT8, then per ``--prune-flops`` fraction prune, fine-tune per seed and
+    INT8; the table."""
+    from razorlib.engine.config import load_config
 
     work_dir, logger = run.work_dir, run.logger
     start = time.perf_counter()
-    try:
-        config = subnet_config(args, work_dir)
-    except ConfigError as err:
-        logger.error(f'--from-subnet {err}')
-        return 2
+    config = work_dir / 'subnet_config.py'
+    subnet_cfg.dump(str(config))
     cfg = load_config(config)
     epochs = cfg.train_cfg.max_epochs
     run.tool('1_train_subnet', 'train', str(config), '--work-dir', str(work_dir / 'subnet'))

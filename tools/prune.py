@@ -68,6 +68,8 @@ BUILT_IN = {
 #: the slim model's batch norms are re-estimated on (None: keep them).
 Pruned = Tuple['nn.Module', 'nn.Module', 'ChannelConfig', 'torch.Tensor',
                Optional[Iterable['torch.Tensor']]]
+#: The --data-config key the data batches come from.
+DATA_KEY = 'train_dataloader'
 #: Options of one mode only, refused in the other when given (even at their default).
 MODEL_ONLY = ('--model', '--pruner', '--ratio', '--flops', '--params', '--latency',
               '--importance', '--global', '--sensitivity', '--greedy', '--round-to',
@@ -326,42 +328,38 @@ def load_batches(args: argparse.Namespace, size: Tuple[int, ...], needs_targets:
     targets are None unless ``needs_targets`` names the option that needs them.
 
     Raises:
-        ConfigError: naming --data-config, its file and the key at fault: the loader cannot
-            be built or read, its dataset is empty, a batch lacks ``inputs`` (or the targets
-            ``needs_targets`` needs), or it gives no batch.
+        ConfigError: naming --data-config, its file and the key at fault (the checks of
+            :mod:`razorlib.engine.data_check`): the loader cannot be built or read, its
+            dataset is empty, a batch lacks ``inputs`` (or the targets ``needs_targets``
+            needs), or it gives no batch.
     """
-    from razorlib.engine.config import BUILD_ERRORS, ConfigError
+    from razorlib.engine.config import ConfigError
+    from razorlib.engine.data_check import batch_labels, read_batches
 
     where = f'--data-config {args.data_config}' if args.data_config else 'the digits data'
-    loader = data_loader(args, where)
+    why = (f'{needs_targets} scores channels by the loss, which needs them (l1, activation, '
+           'apoz and wanda read the inputs only)')
     try:
-        read = list(islice(loader, args.data_batches))
-    except BUILD_ERRORS as err:  # the dataset's own code, run on reading
-        raise ConfigError(f'{where}: train_dataloader: reading a batch raised '
-                          f'{type(err).__name__}: {message_of(err)}') from err
-    if not read:
-        raise ConfigError(f'{where}: train_dataloader gives no batch (drop_last with fewer '
-                          'samples than batch_size?)')
-    return [(batch_inputs(batch, index, size, where),
-             batch_targets(batch, index, where, needs_targets) if needs_targets else None)
-            for index, batch in enumerate(read)]
+        read = read_batches(data_loader(args), DATA_KEY, args.data_batches)
+        return [(resized_inputs(batch, index, size),
+                 batch_labels(batch, index, DATA_KEY, why) if needs_targets else None)
+                for index, batch in enumerate(read)]
+    except ConfigError as err:
+        raise ConfigError(f'{where}: {err}') from err
 
 
-def data_loader(args: argparse.Namespace, where: str) -> Iterable:
-    """--data-config's train_dataloader (default: the digits train split), its types and
-    arguments checked before it is built, and its dataset not empty (mmengine's sampler
-    divides by its length).
+def data_loader(args: argparse.Namespace) -> Iterable:
+    """--data-config's train_dataloader (default: the digits train split), checked and
+    built by :func:`razorlib.engine.data_check.build_loader`.
 
     Raises:
-        ConfigError: ``<where>: <key>: <what is wrong>``.
+        ConfigError: ``<key>: <what is wrong>``.
     """
-    from collections.abc import Sized
-
-    from mmengine.config import Config
     from mmengine.registry import init_default_scope
     from mmengine.runner import Runner
 
-    from razorlib.engine.config import BUILD_ERRORS, ConfigError, check_config, load_config
+    from razorlib.engine.config import load_config
+    from razorlib.engine.data_check import build_loader
     from razorlib.registry import SCOPE
 
     init_default_scope(SCOPE)
@@ -371,67 +369,20 @@ def data_loader(args: argparse.Namespace, where: str) -> Iterable:
                  sampler=dict(type='DefaultSampler', shuffle=True, seed=args.seed),
                  dataset=dict(type='DigitsDataset', split='train', test_ratio=0.2,
                               upscale=args.input_size)), seed=args.seed)  # --seed: the order
-    try:
-        cfg = load_config(args.data_config)
-        check_config(Config(dict(train_dataloader=cfg.get('train_dataloader'))),
-                     required=('train_dataloader', ))
-        loader = Runner.build_dataloader(cfg.train_dataloader, seed=args.seed)
-    except ConfigError as err:
-        raise ConfigError(f'{where}: {err}') from err
-    except BUILD_ERRORS as err:  # a value the dataset, sampler or loader refuses
-        raise ConfigError(f'{where}: train_dataloader: {type(err).__name__}: '
-                          f'{message_of(err)}') from err
-    if isinstance(loader.dataset, Sized) and len(loader.dataset) == 0:
-        raise ConfigError(f'{where}: train_dataloader.dataset: '
-                          f'{type(loader.dataset).__name__} holds no samples')
-    return loader
+    cfg = load_config(args.data_config)
+    return build_loader(cfg.get(DATA_KEY), DATA_KEY, seed=args.seed)
 
 
-def message_of(err: Exception) -> str:
-    """``err``'s message; a KeyError's ``str()`` is its message quoted."""
-    return err.args[0] if isinstance(err, KeyError) and err.args else str(err)
-
-
-def batch_inputs(batch: Any, index: int, size: Tuple[int, ...], where: str) -> torch.Tensor:
-    """A loader batch's ``inputs``, stacked to a float tensor and resized to ``size``."""
-    import torch
+def resized_inputs(batch: Any, index: int, size: Tuple[int, ...]) -> torch.Tensor:
+    """A loader batch's ``inputs`` as a float tensor, resized to ``size``."""
     import torch.nn.functional as F
 
-    from razorlib.engine.config import ConfigError
+    from razorlib.engine.data_check import batch_inputs
 
-    if not isinstance(batch, dict) or 'inputs' not in batch:
-        keys = f'keys {", ".join(map(repr, batch))}' if isinstance(batch, dict) else \
-            f'a {type(batch).__name__}'
-        raise ConfigError(f"{where}: train_dataloader batch {index} has no 'inputs' ({keys}); "
-                          "the tool reads dict batches of 'inputs' and 'data_samples', as "
-                          "default_collate makes of a dataset's dict samples")
-    inputs = batch['inputs']
-    inputs = torch.stack(inputs) if isinstance(inputs, (list, tuple)) else inputs
-    inputs = inputs.float()
+    inputs = batch_inputs(batch, index, DATA_KEY).float()
     if tuple(inputs.shape[1:]) != tuple(size):
         inputs = F.interpolate(inputs, size=size[1:], mode='bilinear', align_corners=False)
     return inputs
-
-
-def batch_targets(batch: dict, index: int, where: str, needs_targets: str) -> torch.Tensor:
-    """A loader batch's targets: the ``gt_label`` of each of its ``data_samples``.
-
-    Raises:
-        ConfigError: a batch without them, naming ``needs_targets``, the option that
-            scores channels by the loss.
-    """
-    import torch
-
-    from razorlib.engine.config import ConfigError
-
-    samples = batch.get('data_samples')
-    if not isinstance(samples, (list, tuple)) or \
-            not all(hasattr(sample, 'gt_label') for sample in samples):
-        raise ConfigError(f"{where}: train_dataloader batch {index} has no targets "
-                          "('data_samples' with a gt_label each); "
-                          f'{needs_targets} scores channels by the loss, which needs them '
-                          '(l1, activation, apoz and wanda read the inputs only)')
-    return torch.cat([sample.gt_label for sample in samples])
 
 
 def prune_built_in(args: argparse.Namespace, model: nn.Module, batches: list,

@@ -18,8 +18,9 @@ the ``val_dataloader``: top-1 of FP32, of the simulated INT8 (``QuantExecutor``)
 onnxruntime running the QDQ model, then the SNR table of ``analyse_error``.  Writes
 ``<work_dir>/<config name>_int8.onnx`` (and ``.json`` for TRT_JSON), ``ptq.json`` (the
 figures and settings) and ``ptq.log``; exit code 2 for a mistake in the arguments, the
-config, the checkpoint or the subnet, or a work dir holding an earlier run's results
-without ``--overwrite``, all checked before the work dir is made.  See docs/tools/ptq.md.
+config, its dataloaders (each built and its first batch read), the checkpoint or the
+subnet, or a work dir holding an earlier run's results without ``--overwrite``, all
+checked before the work dir is made.  See docs/tools/ptq.md.
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ import json
 import logging
 import runpy
 import sys
+from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple
 
@@ -52,6 +54,8 @@ Batch = Tuple['torch.Tensor', 'torch.Tensor']  # preprocessed images, labels
 #: Top-level config sections the tool reads besides the Runner's: ``--cfg-options`` may add
 #: them (``ptq``'s keys are checked by ``PTQSettings``).
 CONFIG_KEYS = ('ptq', 'calib_dataloader')
+#: Why the validation batches need labels, for the message of a batch without them.
+LABELS_NEEDED_BY = 'the top-1 accuracy compares the predictions with them'
 #: razorlib.utils.cli, run from its file beside this folder: ``import razorlib`` loads
 #: torch, which --help must not wait for.
 at_least = runpy.run_path(str(Path(__file__).resolve().parents[1] / 'razorlib' / 'utils'
@@ -159,6 +163,7 @@ def load_classifier(args: argparse.Namespace) -> Tuple[Config, nn.Module, nn.Mod
         classifier = model.slim_architecture()
     if args.subnet:
         try:
+            check_subnet_fits(model, args.subnet)
             slim_model(classifier, args.subnet)
         except ValueError as err:
             raise ConfigError(f'--subnet {args.subnet}: {err}') from err
@@ -166,18 +171,86 @@ def load_classifier(args: argparse.Namespace) -> Tuple[Config, nn.Module, nn.Mod
     return cfg, model, classifier
 
 
+def check_subnet_fits(model: nn.Module, subnet: str) -> None:
+    """Check a supernet's channel config against its traced channel groups, as
+    tools/get_flops.py does (``set_subnet``): one that names some layers only, whose
+    layers disagree (a consumer's input channels that are not its producer's output
+    ones) or that names none would otherwise be sliced as given, and fail in the first
+    forward or quantize the full width.  A dense model has no groups traced: a config
+    naming nothing is refused (it would quantize the model whole), its slices are tried
+    by a forward in :func:`check_data`.
+
+    Raises:
+        ValueError: naming the first ``modules.<name>`` entry that does not fit.
+    """
+    from razorlib.pruning import ChannelConfig
+
+    channel_cfg = ChannelConfig.load(subnet)
+    if not channel_cfg.modules and not channel_cfg.params:
+        raise ValueError('the channel config names no module, so it would quantize the model '
+                         'at full width; leave --subnet out for that')
+    pruner = getattr(model, 'pruner', None)
+    if hasattr(pruner, 'subnet_from_channel_config'):
+        pruner.subnet_from_channel_config(channel_cfg)
+
+
 def preprocessed(loader, preprocessor: nn.Module, steps: Optional[int] = None) -> List[Batch]:
-    """``(images, labels)`` of the first ``steps`` batches, through the data preprocessor."""
-    import torch
+    """``(images, labels)`` of the first ``steps`` batches of the validation ``loader``,
+    through the data preprocessor."""
+    from razorlib.engine.data_check import batch_labels
 
     batches = []
-    for step, data in enumerate(loader):
-        if step == steps:
-            break
+    for step, data in enumerate(islice(loader, steps)):
         data = preprocessor(data, False)
-        labels = torch.cat([sample.gt_label for sample in data['data_samples']])
-        batches.append((data['inputs'], labels))
+        batches.append((data['inputs'],
+                        batch_labels(data, step, 'val_dataloader', LABELS_NEEDED_BY)))
     return batches
+
+
+def data_keys(cfg: Config, args: argparse.Namespace, settings: PTQSettings
+              ) -> Dict[str, Optional[str]]:
+    """The dataloaders the run reads, each with why it needs labels (None: inputs only):
+    the calibration's, the batch-norm recalibration's (where it runs) and the validation's."""
+    keys = {calibration_key(cfg): None}
+    if bn_steps(args, settings):
+        keys.setdefault('train_dataloader', None)
+    keys['val_dataloader'] = LABELS_NEEDED_BY
+    return keys
+
+
+def check_data(cfg: Config, args: argparse.Namespace, settings: PTQSettings,
+               classifier: nn.Module, preprocessor: nn.Module) -> None:
+    """Build each dataloader the run reads and read its first batch, and run the classifier
+    on the calibration batch, before the work dir is made: an empty dataset, one of an
+    unknown type or with an argument it refuses, batches without inputs (or, to validate,
+    without labels), or a dense model's ``--subnet`` slices that do not fit each other,
+    would otherwise fail once the run has written its log.  Read under ``--seed`` with the
+    generators restored after, so that the run reads what it would without the check.
+
+    Raises:
+        ConfigError: naming the dataloader key at fault, or ``--subnet``.
+    """
+    import torch
+
+    from razorlib.engine.config import ConfigError
+    from razorlib.engine.data_check import first_batch
+    from razorlib.engine.loops.bn_calibration import seeded
+    from razorlib.registry import SCOPE
+
+    scope = cfg.get('default_scope') or SCOPE
+    with seeded(args.seed), torch.no_grad():
+        batches = {key: first_batch(cfg.get(key), key, args.seed, labels_needed_by, scope)
+                   for key, labels_needed_by in data_keys(cfg, args, settings).items()}
+        if args.subnet:
+            images = preprocessor(batches[calibration_key(cfg)], False)['inputs']
+            mode = classifier.training
+            try:
+                classifier.eval()(images)
+            except RuntimeError as err:
+                raise ConfigError(f'--subnet {args.subnet}: the model sliced to it fails on a '
+                                  f'{calibration_key(cfg)} batch: {err}') from err
+            finally:
+                classifier.train(mode)
 
 
 def fixed_size(images: torch.Tensor, batch_size: int) -> List[Tuple[torch.Tensor, int]]:
@@ -198,10 +271,38 @@ def top1(run: Callable[[torch.Tensor], torch.Tensor], chunks: List[Tuple[torch.T
          labels: torch.Tensor) -> float:
     """Top-1 accuracy in percent of ``run`` (images -> logits) over the ``chunks`` of
     :func:`evaluation_chunks`."""
+    return accuracy(outputs(run, chunks), labels)
+
+
+def outputs(run: Callable[[torch.Tensor], torch.Tensor], chunks: List[Tuple[torch.Tensor, int]]
+            ) -> torch.Tensor:
+    """The logits of ``run`` on the real images of the ``chunks`` (the padding dropped)."""
     import torch
 
-    logits = torch.cat([run(chunk)[:count] for chunk, count in chunks])
+    return torch.cat([run(chunk)[:count] for chunk, count in chunks])
+
+
+def accuracy(logits: torch.Tensor, labels: torch.Tensor) -> float:
+    """Percent of ``logits`` whose argmax is ``labels``."""
     return 100.0 * float((logits.argmax(1) == labels).float().mean())
+
+
+def strict_json(results: dict) -> str:
+    """``results`` as strict JSON: an infinite SNR (outputs identical to the reference) or
+    a NaN one is written ``null``, where ``json.dumps`` writes ``Infinity`` and ``NaN``,
+    which JSON has not and strict parsers refuse."""
+    import math
+
+    def finite(value):
+        if isinstance(value, float) and not math.isfinite(value):
+            return None
+        if isinstance(value, dict):
+            return {key: finite(item) for key, item in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [finite(item) for item in value]
+        return value
+
+    return json.dumps(finite(results), indent=2, allow_nan=False)
 
 
 def ptq_settings(cfg: Config, args: argparse.Namespace) -> PTQSettings:
@@ -273,9 +374,7 @@ def recalibrate(args: argparse.Namespace, cfg: Config, classifier: nn.Module,
 
     from razorlib.engine.loops import recalibrate_bn
 
-    steps = args.recalibrate_bn
-    if steps is None:
-        steps = settings.calib_steps if args.subnet else 0
+    steps = bn_steps(args, settings)
     used = 0
     if steps:
         loader = Runner.build_dataloader(cfg.train_dataloader, seed=args.seed)
@@ -284,29 +383,48 @@ def recalibrate(args: argparse.Namespace, cfg: Config, classifier: nn.Module,
     return used
 
 
+def bn_steps(args: argparse.Namespace, settings: PTQSettings) -> int:
+    """The training batches ``--recalibrate-bn`` asks for (default ``calib_steps`` for a
+    ``--subnet``, else none)."""
+    if args.recalibrate_bn is not None:
+        return args.recalibrate_bn
+    return settings.calib_steps if args.subnet else 0
+
+
+def calibration_key(cfg: Config) -> str:
+    """The dataloader calibration reads: ``calib_dataloader``, else ``train_dataloader``."""
+    return 'calib_dataloader' if cfg.get('calib_dataloader') else 'train_dataloader'
+
+
 def calibration_batches(cfg: Config, preprocessor: nn.Module, settings: PTQSettings,
                         seed: int) -> List[torch.Tensor]:
     """The preprocessed images of the first ``calib_steps`` batches of the
-    ``calib_dataloader`` (else the ``train_dataloader``); for a static batch axis only those
-    of the first batch's shape, since such a graph takes one shape only."""
+    ``calib_dataloader`` (else the ``train_dataloader``; no labels needed); for a static
+    batch axis only those of the first batch's shape, since such a graph takes one shape
+    only."""
     from mmengine.runner import Runner
 
-    loader = Runner.build_dataloader(cfg.get('calib_dataloader') or cfg.train_dataloader,
-                                     seed=seed)
-    images = [batch for batch, _ in preprocessed(loader, preprocessor, settings.calib_steps)]
+    loader = Runner.build_dataloader(cfg[calibration_key(cfg)], seed=seed)
+    images = [preprocessor(data, False)['inputs']
+              for data in islice(loader, settings.calib_steps)]
     return [batch for batch in images
             if settings.dynamic_batch or batch.shape == images[0].shape]
 
 
-def evaluation_chunks(val: List[Batch], batch_size: Optional[int]
-                      ) -> List[Tuple[torch.Tensor, int]]:
-    """The validation images as the graph takes them: the batches as they are for a
-    dynamic batch axis (``batch_size`` None), else re-cut to the static ``batch_size``."""
+def evaluation_chunks(val: List[Batch], batch_size: Optional[int],
+                      largest: Optional[int] = None) -> List[Tuple[torch.Tensor, int]]:
+    """The validation images as the graph takes them, each chunk with its count of real
+    images: for a dynamic batch axis (``batch_size`` None) the batches as they are, or
+    re-cut to at most ``largest`` images (a TensorRT engine's largest batch); else re-cut
+    to the static ``batch_size``, whatever ``largest`` is."""
     import torch
 
-    if batch_size is None:
+    if batch_size is None and largest is None:
         return [(images, len(images)) for images, _ in val]
-    return fixed_size(torch.cat([images for images, _ in val]), batch_size)
+    images = torch.cat([images for images, _ in val])
+    if batch_size is None:
+        return [(chunk, len(chunk)) for chunk in images.split(largest)]
+    return fixed_size(images, batch_size)
 
 
 def main(argv=None) -> int:
@@ -335,6 +453,7 @@ def main(argv=None) -> int:
     try:
         cfg, model, classifier = load_classifier(args)
         settings = ptq_settings(cfg, args)
+        check_data(cfg, args, settings, classifier, model.data_preprocessor)
     except CheckpointError as err:  # one cut short, or of another model
         print_log(str(err), logger='current', level=logging.ERROR)
         return 2
@@ -390,7 +509,7 @@ def main(argv=None) -> int:
                    output_snr_db=report.outputs, settings=settings.to_dict(),
                    batches=dict(batch_norm=bn_steps, calibration=len(calibration),
                                 analysed=analysed))
-    (work_dir / 'ptq.json').write_text(json.dumps(results, indent=2))
+    (work_dir / 'ptq.json').write_text(strict_json(results))
     logger.info(f'wrote {onnx_path} and {work_dir / "ptq.json"}')
     return 0
 

@@ -24,7 +24,8 @@ validation set.  A config mistake is reported with its key and exit code 2 (a
 ``score_key`` the evaluator does not report before any candidate is scored); a search
 refuses to start over the results of an earlier one (``search_results.json``, or an
 evolution's ``search_state.json``) unless told ``--overwrite`` (their files are deleted
-first: no stale subnet file stays beside the new results) or, for an evolution,
+when the first candidate is scored, after every refusal: no stale subnet file stays
+beside the new results) or, for an evolution,
 ``--resume`` (with the same checkpoint); Ctrl-C ends with one line saying how to resume
 (exit code 130).  See docs/tools/search.md.
 """
@@ -36,6 +37,7 @@ import json
 import logging
 import math
 import runpy
+import shutil
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Sequence, Tuple
@@ -77,7 +79,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     start.add_argument('--overwrite', action='store_true',
                        help='start afresh over the results of an earlier search in the work '
                        f'dir: its {STATE_FILE}, search_results.json, the subnet files that '
-                       f'lists and {PLOT_FILE} are deleted first (default: refuse)')
+                       f'lists and {PLOT_FILE} are deleted at the first candidate scored '
+                       '(default: refuse)')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction, metavar='KEY=VALUE',
                         help='override config keys, e.g. search_cfg.max_epochs=5 '
                         '(default: none)')
@@ -140,6 +143,30 @@ def prepare_config(args: argparse.Namespace) -> Config:
     cfg.val_cfg = cfg.search_cfg
     cfg.load_from, cfg.resume = args.checkpoint, False
     return cfg
+
+
+def check_search_data(cfg: Config) -> None:
+    """Build the validation dataloader and the recalibration one (``search_cfg``'s
+    ``calib_dataloader`` config, else ``train_dataloader``) and read a first batch of
+    each before the Runner makes the work dir: an empty dataset, an unknown type or
+    argument, or validation batches without the labels the evaluator scores would
+    otherwise fail in the Runner, with the work dir and config dump written.
+
+    Raises:
+        ConfigError: naming the dataloader key at fault
+            (:mod:`razorlib.engine.data_check`).
+    """
+    from razorlib.engine.data_check import first_batch
+    from razorlib.registry import SCOPE
+
+    scope = cfg.get('default_scope') or SCOPE
+    first_batch(cfg.val_dataloader, 'val_dataloader', scope=scope,
+                labels_needed_by='the val_evaluator scores each subnet against them')
+    calib = cfg.search_cfg.get('calib_dataloader')
+    if calib is None:
+        first_batch(cfg.train_dataloader, 'train_dataloader', scope=scope)
+    elif isinstance(calib, dict):  # else a dataloader the config built itself
+        first_batch(calib, 'search_cfg.calib_dataloader', scope=scope)
 
 
 def check_earlier_search(args: argparse.Namespace, cfg: Config, loop_cls: type) -> None:
@@ -249,6 +276,61 @@ def results_file(cfg: Config) -> Path:
     return Path(setting('out_dir') or cfg.work_dir) / setting('results_file')
 
 
+def check_checkpoint(cfg: Config, path: str) -> None:
+    """Fit the checkpoint to the model built here from the config, as the Runner will
+    build it, before the Runner makes the work dir (as tools/test.py does): a checkpoint
+    of another model, or an architecture's bare state_dict, is refused with nothing
+    written.
+
+    Raises:
+        CheckpointError: a checkpoint missing, cut short or of another model.
+        ConfigError: ``model: ...``, a value the model's constructors refuse.
+    """
+    from razorlib.engine.checkpoint_check import check_fits, read_checkpoint, state_dict_of
+    from razorlib.engine.config import build_model
+
+    check_fits(build_model(cfg), state_dict_of(read_checkpoint(path)), path)
+
+
+class RunnerOutput:
+    """The work dir as it was before the Runner was built, to undo what the Runner wrote
+    there when the search is refused before it scores a candidate (a setting of the loop,
+    a metric the evaluator lacks, a target no subnet reaches: checks that need the built
+    Runner): the work dir and its parents if they are new, else what is new in it (the
+    timestamped log folder, the config dump) and the earlier content of the config dump
+    it replaced.  A refused search leaves the file system as it found it; once a
+    candidate is scored, they are the search's own (:meth:`keep`)."""
+
+    def __init__(self, cfg: Config):
+        self.work_dir = Path(cfg.work_dir).resolve()
+        missing = [path for path in (self.work_dir, *self.work_dir.parents)
+                   if not path.exists()]
+        self.created = missing[-1] if missing else None
+        self.entries = set() if missing else set(self.work_dir.iterdir())
+        dump = self.work_dir / Path(cfg.filename).name if cfg.filename else None
+        self.dump = (dump, dump.read_bytes()) if dump is not None and dump.is_file() else None
+        self.kept = False
+
+    def keep(self) -> None:
+        """The search started: what the Runner wrote is its log, to keep whatever happens."""
+        self.kept = True
+
+    def undo(self) -> None:
+        """Remove what the Runner wrote, unless :meth:`keep` was called."""
+        if self.kept:
+            return
+        if self.created is not None:
+            shutil.rmtree(self.created, ignore_errors=True)
+            return
+        for path in set(self.work_dir.iterdir()) - self.entries:
+            if path.is_dir():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+        if self.dump is not None:
+            self.dump[0].write_bytes(self.dump[1])
+
+
 def clear_results(cfg: Config) -> None:
     """Delete an earlier search's files (``--overwrite``): its saved state, results JSON,
     the subnet files that JSON lists and the plot, so that none is left beside the new
@@ -300,6 +382,24 @@ def on_full_val(loop: BaseSearchLoop, records: Dict[str, SubnetRecord]) -> Dict[
         return dict(records)
     return {name: loop.evaluate(r.widths, f'{name} (full val)', full=True)
             for name, r in records.items()}
+
+
+def start_hook(cfg: Config, overwrite: bool, output: RunnerOutput) -> SearchHook:
+    """A :class:`Started` hook (defined here: its base class imports torch)."""
+    from razorlib.engine.hooks import SearchHook
+
+    class Started(SearchHook):
+        """At the first candidate scored, keep what the Runner wrote and, for
+        ``--overwrite``, delete the earlier search's files: the loop refuses before it
+        (a target or a limit no subnet reaches), and a refused search deletes nothing."""
+
+        def after_search_candidate(self, runner, record: SubnetRecord) -> None:
+            if not output.kept:
+                output.keep()
+                if overwrite:
+                    clear_results(cfg)
+
+    return Started()
 
 
 def baseline_hook() -> SearchHook:
@@ -425,32 +525,31 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
     from mmengine.runner import Runner
 
-    from razorlib.engine.checkpoint_check import (CheckpointError, check_fits,
-                                                  read_checkpoint, state_dict_of)
+    from razorlib.engine.checkpoint_check import CheckpointError
     from razorlib.engine.config import ConfigError
     from razorlib.engine.threads import set_threads
     from razorlib.engine.utils import unwrap
 
-    cfg = None
+    cfg = output = None
     try:
         cfg = prepare_config(args)
-        checkpoint = read_checkpoint(args.checkpoint)  # before the Runner makes the work dir
+        check_search_data(cfg)
+        check_checkpoint(cfg, args.checkpoint)  # before the Runner makes the work dir
+        output = RunnerOutput(cfg)
         runner = Runner.from_cfg(cfg)
         runner.logger.info(f'threads: {set_threads(args.threads, unwrap(runner.model))}')
-        check_fits(unwrap(runner.model), state_dict_of(checkpoint), args.checkpoint)
         loop: BaseSearchLoop = runner.val_loop  # built here: its settings are checked
         loop.check_model()  # a supernet it cannot search (DARTS; greedy without a pruner)
         check_metric_keys(loop)  # before --overwrite deletes anything
         baseline = baseline_hook()
         runner.register_hook(baseline)
-        if args.overwrite:
-            clear_results(cfg)
+        runner.register_hook(start_hook(cfg, args.overwrite, output))
         result: SearchResult = runner.val()
-    except CheckpointError as err:
-        print_log(str(err), logger='current', level=logging.ERROR)
-        return 2
-    except ConfigError as err:
-        print_log(f'{args.config}: {err}', logger='current', level=logging.ERROR)
+    except (CheckpointError, ConfigError) as err:
+        if output is not None:
+            output.undo()
+        message = str(err) if isinstance(err, CheckpointError) else f'{args.config}: {err}'
+        print_log(message, logger='current', level=logging.ERROR)
         return 2
     except KeyboardInterrupt:
         print_log(interrupted(args, cfg), logger='current', level=logging.WARNING)

@@ -163,7 +163,7 @@ def check_config(cfg: Config, required: Sequence[str] = TRAIN_KEYS) -> None:
         _check_node(model, 'model', MODELS, scope, _model_children)
     for key in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
         if cfg.get(key) is not None:
-            _check_children(cfg[key], key, scope, _data_children)
+            check_dataloader(cfg[key], key, scope)
     for key in ('val_evaluator', 'test_evaluator'):
         evaluator = cfg.get(key)
         if isinstance(evaluator, dict) and 'metrics' in evaluator:
@@ -228,6 +228,17 @@ def _check_each(value: Any, key: str, registry: Registry, scope: str) -> None:
 
 def _model_children(key: str) -> Optional[Registry]:
     return NESTED.get(key, MODELS if key in MODEL_PARTS else None)
+
+
+def check_dataloader(loader_cfg: dict, key: str, scope: str = SCOPE) -> None:
+    """Check the registry types (dataset, sampler, collate function, transforms) of a
+    dataloader config found under ``key`` (any key: ``calib_dataloader`` too) and their
+    arguments, as :func:`check_config` checks the three dataloaders it knows.
+
+    Raises:
+        ConfigError: the first mistake, its message starting with ``key``'s dotted path.
+    """
+    _check_children(loader_cfg, key, scope, _data_children)
 
 
 def _data_children(key: str) -> Optional[Registry]:

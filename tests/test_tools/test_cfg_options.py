@@ -57,14 +57,16 @@ def test_a_misspelt_key_is_named_with_the_closest_before_anything_runs(
     assert not work_dir.exists()
 
 
-def test_the_pipeline_refuses_a_misspelt_key_of_its_config_before_any_step(tmp_path):
+def test_the_pipeline_refuses_a_misspelt_key_of_its_config_before_any_step(
+        tmp_path, monkeypatch):
     config = REPO / 'configs' / 'nas' / 'spos' / 'spos_shufflenet_digits_subnet.py'
     tool = load_tool('pipeline')
-    assert tool.main(['--work-dir', str(tmp_path), '--from-subnet', str(config),
+    log = LogCapture(tool, monkeypatch)
+    assert tool.main(['--work-dir', str(tmp_path / 'out'), '--from-subnet', str(config),
                       '--cfg-options', 'model.fix_subnett=subnet.yaml']) == 2
     assert '--cfg-options model.fix_subnett: the config has no such key (closest: ' \
-        'model.fix_subnet' in (tmp_path / 'pipeline.log').read_text()
-    assert not (tmp_path / 'logs').exists() and not (tmp_path / 'subnet_config.py').exists()
+        'model.fix_subnet' in log.text
+    assert not (tmp_path / 'out').exists()
 
 
 @pytest.mark.parametrize('option, message', [

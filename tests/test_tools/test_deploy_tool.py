@@ -21,9 +21,11 @@ QAT_CONFIG = REPO / 'configs' / 'quantization' / 'qat' / 'qat_plaincnn_digits_tr
 
 
 @pytest.mark.skipif(CAN_BUILD, reason='TensorRT and a GPU are present: the tool builds engines')
-def test_without_tensorrt_or_a_gpu_the_tool_says_so_in_one_line(capsys):
+def test_without_tensorrt_or_a_gpu_the_tool_says_so_in_one_line(capsys, tmp_path):
     deploy = load_tool('deploy')
-    assert deploy.main([str(PTQ_CONFIG), 'missing.pth']) == deploy.NOT_AVAILABLE == 0
+    (tmp_path / 'model.pth').write_bytes(b'')  # the arguments are checked first
+    assert deploy.main([str(PTQ_CONFIG), str(tmp_path / 'model.pth')]) == \
+        deploy.NOT_AVAILABLE == 0
     out = capsys.readouterr().out.strip().splitlines()
     assert len(out) == 1 and 'no engine built' in out[0]
     assert ('TensorRT is not installed' in out[0]) != HAS_TENSORRT
@@ -68,7 +70,7 @@ def test_a_qat_config_refuses_what_its_checkpoint_fixes(flags, tmp_path, monkeyp
 def test_a_ptq_config_takes_a_subnet():
     deploy = load_tool('deploy')
     args = deploy.parse_args([str(PTQ_CONFIG), 'model.pth', '--subnet', 'half.yaml'])
-    assert deploy.qat_refusal(args) is None
+    assert deploy.qat_refusal(args, Config.fromfile(str(PTQ_CONFIG))) is None
 
 
 def outputs(path, images: torch.Tensor) -> torch.Tensor:

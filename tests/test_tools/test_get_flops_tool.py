@@ -1,9 +1,12 @@
 """tools/get_flops.py counts supernets, subnets and plain models."""
 import random
 
+import pytest
 import torch
+import yaml
 from mmengine.config import Config
 from mmengine.registry import init_default_scope
+from torch import nn
 
 from conftest import REPO, TINY, LogCapture, load_tool
 from razorlib.registry import MODELS
@@ -90,3 +93,72 @@ def test_a_nas_supernet_s_min_subnet_is_its_cheapest_not_its_first_choices(tmp_p
     log = LogCapture(tool, monkeypatch)
     assert tool.main([str(tmp_path / 'spos.py')]) == 0
     assert flops_table(log)['min subnet'] == human(25168)  # dyn_7x7 at width 0.125
+
+
+def plain_config(path, in_channels: int = 3) -> str:
+    """A config of a small dense classifier taking ``in_channels`` image channels."""
+    path.write_text(
+        "default_scope = 'razorlib'\n"
+        f"model = dict(type='ImageClassifier', backbone=dict(type='PlainCNN', channels=(8, 16), "
+        f"in_channels={in_channels}), head=dict(type='LinearClsHead', num_classes=10))\n")
+    return str(path)
+
+
+def test_an_input_the_model_cannot_take_is_one_line_naming_shape_and_the_module(
+        tmp_path, monkeypatch):
+    tool = load_tool('get_flops')
+    log = LogCapture(tool, monkeypatch)
+    assert tool.main([plain_config(tmp_path / 'gray.py', in_channels=1)]) == 2
+    assert log.messages == [
+        '--shape (not given; pass the input the model takes): backbone.stages.0.conv (Conv2d) '
+        'fails on input 1x3x224x224: Given groups=1, weight of size [8, 1, 3, 3], expected '
+        'input[1, 3, 224, 224] to have 1 channels, but got 3 channels instead']
+    log.messages.clear()
+    assert tool.main([plain_config(tmp_path / 'rgb.py'), '--shape', '1', '16', '16']) == 2
+    assert len(log.messages) == 1
+    assert log.messages[0].startswith(
+        '--shape: backbone.stages.0.conv (Conv2d) fails on input 1x1x16x16: Given groups=1')
+
+
+def test_a_masked_supernet_refuses_an_input_of_other_channels_in_one_line(monkeypatch):
+    """A masked layer refuses a batch its channel mask would broadcast (the 1-channel
+    input of a 3-channel supernet): one line naming --shape and the layer."""
+    tool = load_tool('get_flops')
+    log = LogCapture(tool, monkeypatch)
+    assert tool.main([str(TINY), '--shape', '1', '16', '16']) == 2
+    assert len(log.messages) == 1
+    assert log.messages[0].startswith('--shape: architecture.backbone.stages.0.conv (Conv2d) '
+                                      'fails on input 1x1x16x16: ')
+
+
+def test_a_subnet_that_leaves_a_layer_unsliced_is_one_line_naming_it(tmp_path, monkeypatch):
+    """A channel config that slices a dense model's first conv but not the next conv's
+    input (a partial config) is named with the conv that gets the wrong channel count."""
+    kept = dict(out_channels=5, raw_out_channels=8, out_index=list(range(5)))
+    (tmp_path / 'partial.yaml').write_text(yaml.safe_dump(dict(version=1, params={}, modules={
+        'backbone.stages.0.conv': kept, 'backbone.stages.0.bn': kept})))
+    tool = load_tool('get_flops')
+    log = LogCapture(tool, monkeypatch)
+    assert tool.main([plain_config(tmp_path / 'rgb.py'), '--shape', '16', '--subnet',
+                      str(tmp_path / 'partial.yaml')]) == 2
+    assert log.messages == [
+        f"--subnet {tmp_path / 'partial.yaml'}: backbone.stages.1.conv (Conv2d) fails on input "
+        '1x3x16x16: Given groups=1, weight of size [16, 8, 3, 3], expected input[1, 5, 16, 16] '
+        'to have 8 channels, but got 5 channels instead']
+
+
+def test_a_module_that_refuses_its_input_in_a_pre_hook_is_the_one_named():
+    """A refusal before the module's own forward (a channel mask's pre-hook) names that
+    module, not its parent; the hooks are removed afterwards."""
+    tool = load_tool('get_flops')
+    net = nn.Sequential(nn.Conv2d(3, 4, 1), nn.Sequential(nn.Conv2d(4, 4, 1)))
+
+    def refuse(module, args):
+        raise RuntimeError('masked conv: 4 channels in, the mask has 3\nsecond line')
+
+    net[1][0].register_forward_pre_hook(refuse)
+    with pytest.raises(tool.InputError) as caught:
+        tool.complexity(net, torch.randn(1, 3, 2, 2))
+    assert str(caught.value) == ('1.0 (Conv2d) fails on input 1x3x2x2: masked conv: 4 channels '
+                                 'in, the mask has 3')
+    assert [len(m._forward_hooks) for m in net.modules()] == [0, 0, 0, 0]

@@ -49,8 +49,9 @@ def test_a_value_out_of_range_is_refused_by_the_parser(tool, flags, message, cap
     ('deploy', ['--batch-size', '1'], dict(batch_size=1, workspace=1024)),
     ('prune', ['--ratio', '1', '--quantile', '0', '--round-to', '1'],
      dict(ratio=1.0, quantile=0.0, round_to=1)),
-    ('pipeline', ['--seeds', '1', '--prune-flops', '0.25', '0.5'],
-     dict(seeds=1, prune_flops=[0.25, 0.5], threads=1, supernet_epochs=30)),
+    ('pipeline', ['--seeds', '1'], dict(seeds=1, threads=1, supernet_epochs=30)),
+    ('pipeline', ['--from-subnet', CONFIG, '--prune-flops', '0.25', '0.5'],
+     dict(prune_flops=[0.25, 0.5], threads=1)),
 ])
 def test_values_in_range_and_the_defaults_are_taken(tool, flags, expected):
     args = load_tool(tool).parse_args([*POSITIONAL[tool], *flags])

@@ -8,9 +8,12 @@ from pathlib import Path
 import pytest
 from mmengine.config import Config
 
+from conftest import LogCapture
+
 ROOT = Path(__file__).parents[2]
 TOOL = ROOT / 'tools' / 'pipeline.py'
 SUBNET_CFG = ROOT / 'configs' / 'nas' / 'spos' / 'spos_shufflenet_digits_subnet.py'
+DENSE_CFG = ROOT / 'configs' / 'pruning' / 'distill' / 'plaincnn_digits_dense.py'
 #: A subnet of the SPOS digits space (configs/nas/_base_/spos_shufflenet_digits_space.py).
 SUBNET = {'backbone.stages.0.1': 'shuffle_xception', 'backbone.stages.0.2': 'shuffle_5x5',
           'backbone.stages.1.1': 'shuffle_3x3', 'backbone.stages.1.2': 'shuffle_7x7',
@@ -107,19 +110,54 @@ def test_the_pipeline_starts_from_a_fixed_subnet(tmp_path):
     assert 'pruned 0.5 FLOPs' in (run / 'pipeline.log').read_text()
 
 
-def test_from_subnet_refuses_a_missing_subnet_file_before_any_step(tmp_path):
-    missing = tmp_path / 'nope.yaml'
-    assert load_tool().main(['--work-dir', str(tmp_path / 'run'), '--from-subnet',
-                             str(SUBNET_CFG), '--cfg-options',
-                             f'model.fix_subnet={missing}']) == 2
-    assert f'model.fix_subnet {missing} does not exist' in \
-        (tmp_path / 'run' / 'pipeline.log').read_text()
-    assert not (tmp_path / 'run' / 'logs').exists()
+@pytest.mark.parametrize('config, options, message', [
+    ('nope.py', [], '--from-subnet config file {tmp}/nope.py does not exist'),
+    (str(SUBNET_CFG), ['model.fix_subnet={tmp}/nope.yaml'],
+     '--from-subnet ' + str(SUBNET_CFG) + ': model.fix_subnet {tmp}/nope.yaml does not exist'),
+    (str(DENSE_CFG), ['model.backbone.chanels=3'], '--from-subnet --cfg-options '
+     'model.backbone.chanels: the config has no such key (closest: model.backbone.channels'),
+])
+def test_from_subnet_refusals_are_one_line_and_write_nothing(tmp_path, monkeypatch, config,
+                                                             options, message):
+    """A missing config or subnet file, or a misspelt key: exit code 2 before the work dir
+    (and its pipeline.log) is made."""
+    tool = load_tool()
+    log = LogCapture(tool, monkeypatch)
+    config = config if Path(config).is_absolute() else str(tmp_path / config)
+    options = [option.format(tmp=tmp_path) for option in options]
+    argv = ['--work-dir', str(tmp_path / 'run'), '--from-subnet', config]
+    assert tool.main(argv + (['--cfg-options', *options] if options else [])) == 2
+    assert len(log.messages) == 1 and log.messages[0].startswith(message.format(tmp=tmp_path))
+    assert not (tmp_path / 'run').exists()
 
 
-def test_cfg_options_are_for_from_subnet_only():
-    with pytest.raises(SystemExit):
-        load_tool().parse_args(['--cfg-options', 'model.fix_subnet=x.yaml'])
+@pytest.mark.parametrize('flags, message', [
+    (['--cfg-options', 'model.fix_subnet=x.yaml'], '--cfg-options: for --from-subnet CONFIG only'),
+    (['--prune-flops', '0.3'], '--prune-flops: for --from-subnet CONFIG only'),
+    (['--train-epochs', '3'], '--train-epochs: for --from-subnet CONFIG only'),
+    (['--from-subnet', 'c.py', '--supernet-epochs', '5'],
+     '--supernet-epochs: for the AutoSlim pipeline only (without --from-subnet)'),
+])
+def test_a_flag_of_the_other_pipeline_is_refused_not_ignored(flags, message, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        load_tool().parse_args(flags)
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1].endswith(f'error: {message}')
+
+
+def test_a_failing_step_stops_the_pipeline_with_its_code_in_one_line(tmp_path):
+    """tools/train.py refuses a model type no registry has (exit code 2): the pipeline
+    exits 2 too, its last line naming the step, the step's own line and its log."""
+    run = tmp_path / 'run'
+    assert load_tool().main(['--work-dir', str(run), '--from-subnet', str(DENSE_CFG),
+                             '--cfg-options', 'model.backbone.type=Nope']) == 2
+    step_log = run / 'logs' / '1_train_subnet.log'
+    last = (run / 'pipeline.log').read_text().strip().splitlines()[-1]
+    assert last.endswith(f"step '1_train_subnet' (tools/train.py) failed with code 2: "
+                         f"{run / 'subnet_config.py'}: model.backbone.type: 'Nope' is not "
+                         f"registered in the model registry (scope 'razorlib'); its log: "
+                         f'{step_log}')
+    assert 'Traceback' not in (run / 'pipeline.log').read_text()
 
 
 def test_set_epochs_stretches_the_schedulers_that_ended_with_the_old_schedule():

@@ -1,0 +1,130 @@
+"""Build a tool's dataloader from its config and check its batches before the tool writes
+anything.
+
+mmengine reports a dataloader that cannot give what a tool reads only once the tool is
+running, with the work dir made: an empty dataset as a ``ZeroDivisionError`` in its
+sampler, an unknown dataset type as a ``KeyError``, a batch without labels as whatever
+first reads them.  tools/prune.py, tools/ptq.py, tools/deploy.py and tools/search.py
+build their loaders and read a first batch with these functions instead, so that each
+mistake is one line naming the config key (``calib_dataloader.dataset: ...``) and
+nothing is written.  Each error is a :class:`ConfigError` whose message starts with the
+key; the tool puts the file or flag in front.
+
+Example:
+    >>> build_loader(dict(batch_size=2, dataset=dict(type='DigitzDataset')),
+    ...              'calib_dataloader')  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    razorlib.engine.config.ConfigError: calib_dataloader.dataset.type: 'DigitzDataset' is not ...
+"""
+from collections.abc import Sized
+from itertools import islice
+from typing import Any, Iterable, List, Optional
+
+import torch
+from mmengine.registry import DefaultScope
+from mmengine.runner import Runner
+
+from ..registry import SCOPE
+from .config import BUILD_ERRORS, ConfigError, check_dataloader
+
+#: How a tool expects its batches, for the message of a batch it cannot read.
+BATCH_FORMAT = ("the tool reads dict batches of 'inputs' and 'data_samples', as "
+                "default_collate makes of a dataset's dict samples")
+
+
+def message_of(err: Exception) -> str:
+    """``err``'s message; a KeyError's ``str()`` is its message quoted."""
+    return err.args[0] if isinstance(err, KeyError) and err.args else str(err)
+
+
+def build_loader(loader_cfg: Any, key: str, seed: Optional[int] = None,
+                 scope: str = SCOPE) -> Iterable:
+    """The dataloader of ``loader_cfg`` (the config's ``key``), built as the Runner builds
+    it, with its registry types and their arguments checked first and its dataset not
+    empty (mmengine's sampler divides by its length).
+
+    Raises:
+        ConfigError: ``<key>[.<sub key>]: <what is wrong>``.
+    """
+    if not isinstance(loader_cfg, dict):
+        raise ConfigError(f'{key}: missing; expected a dataloader config (a dict)')
+    check_dataloader(loader_cfg, key, scope)
+    try:
+        with DefaultScope.overwrite_default_scope(scope):
+            loader = Runner.build_dataloader(loader_cfg, seed=seed)
+    except BUILD_ERRORS as err:  # a value the dataset, sampler or loader refuses
+        raise ConfigError(f'{key}: {type(err).__name__}: {message_of(err)}') from err
+    if isinstance(loader.dataset, Sized) and len(loader.dataset) == 0:
+        raise ConfigError(f'{key}.dataset: {type(loader.dataset).__name__} holds no samples')
+    return loader
+
+
+def read_batches(loader: Iterable, key: str, steps: Optional[int] = None) -> List[Any]:
+    """The first ``steps`` batches of ``loader`` (all of them for None), at least one.
+
+    Raises:
+        ConfigError: reading a batch raised (the dataset's own code runs then), or the
+            loader gives no batch.
+    """
+    try:
+        batches = list(islice(loader, steps))
+    except BUILD_ERRORS as err:
+        raise ConfigError(f'{key}: reading a batch raised {type(err).__name__}: '
+                          f'{message_of(err)}') from err
+    if not batches:
+        raise ConfigError(f'{key} gives no batch (drop_last with fewer samples than '
+                          'batch_size?)')
+    return batches
+
+
+def batch_inputs(batch: Any, index: int, key: str) -> torch.Tensor:
+    """Batch ``index``'s ``inputs``, stacked into one tensor where they are a list.
+
+    Raises:
+        ConfigError: the batch is not a dict with ``inputs``.
+    """
+    if not isinstance(batch, dict) or 'inputs' not in batch:
+        keys = f'keys {", ".join(map(repr, batch))}' if isinstance(batch, dict) else \
+            f'a {type(batch).__name__}'
+        raise ConfigError(f"{key} batch {index} has no 'inputs' ({keys}); {BATCH_FORMAT}")
+    inputs = batch['inputs']
+    return torch.stack(inputs) if isinstance(inputs, (list, tuple)) else inputs
+
+
+def batch_labels(batch: dict, index: int, key: str, needed_by: str) -> torch.Tensor:
+    """Batch ``index``'s labels: the ``gt_label`` of each of its ``data_samples``, or the
+    ``data_samples`` themselves where they are a tensor of bare labels (which
+    ``ClsDataPreprocessor`` packs into data samples).
+
+    Args:
+        needed_by: why the tool needs them, for the message (``'--importance taylor
+            scores channels by the loss, which needs them'``).
+
+    Raises:
+        ConfigError: a batch without them.
+    """
+    samples = batch.get('data_samples')
+    if isinstance(samples, torch.Tensor) and not samples.is_floating_point():
+        return samples.reshape(-1)
+    if not isinstance(samples, (list, tuple)) or not samples or \
+            not all(hasattr(sample, 'gt_label') for sample in samples):
+        raise ConfigError(f"{key} batch {index} has no targets ('data_samples' with a "
+                          f'gt_label each); {needed_by}')
+    return torch.cat([sample.gt_label for sample in samples])
+
+
+def first_batch(loader_cfg: Any, key: str, seed: Optional[int] = None,
+                labels_needed_by: Optional[str] = None, scope: str = SCOPE) -> dict:
+    """Build ``key``'s dataloader and read its first batch, checked to have ``inputs`` and,
+    where ``labels_needed_by`` says why they are needed, labels.
+
+    Raises:
+        ConfigError: as :func:`build_loader`, :func:`read_batches`, :func:`batch_inputs`
+            and :func:`batch_labels` do.
+    """
+    batch = read_batches(build_loader(loader_cfg, key, seed, scope), key, 1)[0]
+    batch_inputs(batch, 0, key)
+    if labels_needed_by:
+        batch_labels(batch, 0, key, labels_needed_by)
+    return batch
