@@ -158,9 +158,7 @@ def quantized_graph(args: argparse.Namespace):
     init_default_scope(cfg.get('default_scope') or SCOPE)
     if not is_qat(cfg):
         return ptq_graph(args)
-    if not Path(args.checkpoint).is_file():
-        raise ConfigError(f'checkpoint: {args.checkpoint} does not exist')
-    model = MODELS.build(cfg.model)
+    model = MODELS.build(cfg.model)  # argument_refusal checked the checkpoint exists
     state = state_dict_of(read_checkpoint(args.checkpoint))
     check_fits(model, state, args.checkpoint)
     model.load_state_dict(state)

@@ -374,12 +374,22 @@ def data_loader(args: argparse.Namespace) -> Iterable:
 
 
 def resized_inputs(batch: Any, index: int, size: Tuple[int, ...]) -> torch.Tensor:
-    """A loader batch's ``inputs`` as a float tensor, resized to ``size``."""
-    import torch.nn.functional as F
+    """A loader batch's ``inputs`` as a float tensor, resized to ``size``; images of
+    several sizes in one batch are each resized."""
+    import torch
 
     from razorlib.engine.data_check import batch_inputs
 
-    inputs = batch_inputs(batch, index, DATA_KEY).float()
+    inputs = batch_inputs(batch, index, DATA_KEY)
+    if isinstance(inputs, (list, tuple)):
+        inputs = torch.cat([resize(x[None].float(), size) for x in inputs])
+    return resize(inputs.float(), size)
+
+
+def resize(inputs: torch.Tensor, size: Tuple[int, ...]) -> torch.Tensor:
+    """``(N, C, H, W)`` images bilinearly resized to ``size`` ``(C, H, W)``."""
+    import torch.nn.functional as F
+
     if tuple(inputs.shape[1:]) != tuple(size):
         inputs = F.interpolate(inputs, size=size[1:], mode='bilinear', align_corners=False)
     return inputs

@@ -466,12 +466,12 @@ def main(argv=None) -> int:
     logger.info(f'threads: {set_threads(args.threads, classifier)}')
 
     preprocessor = model.data_preprocessor
-    bn_steps = recalibrate(args, cfg, classifier, settings)
+    recalibrated = recalibrate(args, cfg, classifier, settings)
     calibration = calibration_batches(cfg, preprocessor, settings, args.seed)
     shape = calibration[0].shape
     logger.info(f'{name}: {type(classifier).__name__}'
                 f"{' sliced to ' + args.subnet if args.subnet else ''}, batch-norm statistics "
-                f'from {bn_steps} batches; {len(calibration)} calibration batches of '
+                f'from {recalibrated} batches; {len(calibration)} calibration batches of '
                 f'{tuple(shape)}; {", ".join(settings.describe())}')
 
     graph = quantize_torch_model(classifier, calibration, calibration[0],
@@ -495,19 +495,19 @@ def main(argv=None) -> int:
     labels = torch.cat([b[1] for b in val])
     chunks = evaluation_chunks(val, None if settings.dynamic_batch else shape[0])
     with torch.no_grad():
-        accuracy = {key: top1(run, chunks, labels) for key, run in runs.items()}
+        top1s = {key: top1(run, chunks, labels) for key, run in runs.items()}
     report = analyse_error(graph, [chunk for chunk, _ in chunks], args.analyse_steps)
     analysed = min(args.analyse_steps, len(chunks))  # analyse_error stops where they end
     labelled = {'fp32': 'FP32', 'int8_simulated': 'INT8 simulated',
                 'int8_onnxruntime': f'INT8 onnxruntime ({optimization_level()} optimizations)'}
     logger.info(f'top-1 on {len(labels)} validation images: '
-                + ', '.join(f'{labelled[key]} {value:.2f}' for key, value in accuracy.items()))
+                + ', '.join(f'{labelled[key]} {value:.2f}' for key, value in top1s.items()))
     logger.info(f'SNR of the quantized vs FP32 outputs ({analysed} validation '
                 f'batches), worst first:\n{report.table(top=args.top)}')
     results = dict(config=args.config, checkpoint=args.checkpoint, subnet=args.subnet,
-                   platform=settings.platform, onnx=str(onnx_path), top1=accuracy,
+                   platform=settings.platform, onnx=str(onnx_path), top1=top1s,
                    output_snr_db=report.outputs, settings=settings.to_dict(),
-                   batches=dict(batch_norm=bn_steps, calibration=len(calibration),
+                   batches=dict(batch_norm=recalibrated, calibration=len(calibration),
                                 analysed=analysed))
     (work_dir / 'ptq.json').write_text(strict_json(results))
     logger.info(f'wrote {onnx_path} and {work_dir / "ptq.json"}')

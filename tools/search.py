@@ -293,22 +293,24 @@ def check_checkpoint(cfg: Config, path: str) -> None:
 
 
 class RunnerOutput:
-    """The work dir as it was before the Runner was built, to undo what the Runner wrote
-    there when the search is refused before it scores a candidate (a setting of the loop,
-    a metric the evaluator lacks, a target no subnet reaches: checks that need the built
-    Runner): the work dir and its parents if they are new, else what is new in it (the
-    timestamped log folder, the config dump) and the earlier content of the config dump
-    it replaced.  A refused search leaves the file system as it found it; once a
-    candidate is scored, they are the search's own (:meth:`keep`)."""
+    """What the Runner writes into the work dir, to undo it when the search is refused
+    before it scores a candidate (a setting of the loop, a metric the evaluator lacks, a
+    target no subnet reaches: checks that need the built Runner): its timestamped log
+    folder (:attr:`log_dir`, set once the Runner is built), its config dump (restored
+    where one was there before, else removed) and the work dir and its parents where they
+    are new and left empty.  Nothing else is touched, so another run writing beside it
+    keeps its files.  Once a candidate is scored, they are the search's own
+    (:meth:`keep`)."""
 
     def __init__(self, cfg: Config):
         self.work_dir = Path(cfg.work_dir).resolve()
         missing = [path for path in (self.work_dir, *self.work_dir.parents)
                    if not path.exists()]
-        self.created = missing[-1] if missing else None
-        self.entries = set() if missing else set(self.work_dir.iterdir())
-        dump = self.work_dir / Path(cfg.filename).name if cfg.filename else None
-        self.dump = (dump, dump.read_bytes()) if dump is not None and dump.is_file() else None
+        self.new_dirs = missing  # the work dir first, then its new parents
+        self.dump = self.work_dir / Path(cfg.filename).name if cfg.filename else None
+        self.dump_before = self.dump.read_bytes() if self.dump is not None and \
+            self.dump.is_file() else None
+        self.log_dir: Optional[Path] = None
         self.kept = False
 
     def keep(self) -> None:
@@ -319,16 +321,16 @@ class RunnerOutput:
         """Remove what the Runner wrote, unless :meth:`keep` was called."""
         if self.kept:
             return
-        if self.created is not None:
-            shutil.rmtree(self.created, ignore_errors=True)
-            return
-        for path in set(self.work_dir.iterdir()) - self.entries:
-            if path.is_dir():
-                shutil.rmtree(path)
-            else:
-                path.unlink()
-        if self.dump is not None:
-            self.dump[0].write_bytes(self.dump[1])
+        if self.log_dir is not None:
+            shutil.rmtree(self.log_dir, ignore_errors=True)
+        if self.dump is not None and self.dump_before is not None:
+            self.dump.write_bytes(self.dump_before)
+        elif self.dump is not None and self.dump.is_file():
+            self.dump.unlink()
+        for folder in self.new_dirs:
+            if not folder.is_dir() or any(folder.iterdir()):
+                break  # another run's files: it stays, and so do its parents
+            folder.rmdir()
 
 
 def clear_results(cfg: Config) -> None:
@@ -537,6 +539,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         check_checkpoint(cfg, args.checkpoint)  # before the Runner makes the work dir
         output = RunnerOutput(cfg)
         runner = Runner.from_cfg(cfg)
+        output.log_dir = Path(runner.log_dir)
         runner.logger.info(f'threads: {set_threads(args.threads, unwrap(runner.model))}')
         loop: BaseSearchLoop = runner.val_loop  # built here: its settings are checked
         loop.check_model()  # a supernet it cannot search (DARTS; greedy without a pruner)

@@ -48,6 +48,16 @@ TEST_KEYS = ('model', 'test_dataloader', 'test_cfg', 'test_evaluator')
 BUILD_ERRORS = (ValueError, TypeError, KeyError, FileNotFoundError)
 
 
+def message_of(err: Exception) -> str:
+    """``err``'s message; a KeyError's ``str()`` is its message quoted.
+
+    Example:
+        >>> message_of(KeyError("'X' is not registered")), str(KeyError('x'))
+        ("'X' is not registered", "'x'")
+    """
+    return err.args[0] if isinstance(err, KeyError) and err.args else str(err)
+
+
 class ConfigError(ValueError):
     """A config mistake; the message starts with the key at fault."""
 
@@ -212,9 +222,7 @@ def build_model(cfg: Config) -> nn.Module:
     try:
         return MODELS.build(model_cfg)
     except BUILD_ERRORS as err:
-        # a KeyError's str() is its message quoted
-        message = err.args[0] if isinstance(err, KeyError) and err.args else err
-        raise ConfigError(f'model: {message}') from err
+        raise ConfigError(f'model: {message_of(err)}') from err
 
 
 def _check_each(value: Any, key: str, registry: Registry, scope: str) -> None:

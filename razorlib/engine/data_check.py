@@ -25,17 +25,13 @@ import torch
 from mmengine.registry import DefaultScope
 from mmengine.runner import Runner
 
+from ..models.data_preprocessor import pack_labels
 from ..registry import SCOPE
-from .config import BUILD_ERRORS, ConfigError, check_dataloader
+from .config import BUILD_ERRORS, ConfigError, check_dataloader, message_of
 
 #: How a tool expects its batches, for the message of a batch it cannot read.
 BATCH_FORMAT = ("the tool reads dict batches of 'inputs' and 'data_samples', as "
                 "default_collate makes of a dataset's dict samples")
-
-
-def message_of(err: Exception) -> str:
-    """``err``'s message; a KeyError's ``str()`` is its message quoted."""
-    return err.args[0] if isinstance(err, KeyError) and err.args else str(err)
 
 
 def build_loader(loader_cfg: Any, key: str, seed: Optional[int] = None,
@@ -78,8 +74,11 @@ def read_batches(loader: Iterable, key: str, steps: Optional[int] = None) -> Lis
     return batches
 
 
-def batch_inputs(batch: Any, index: int, key: str) -> torch.Tensor:
-    """Batch ``index``'s ``inputs``, stacked into one tensor where they are a list.
+def batch_inputs(batch: Any, index: int, key: str) -> Any:
+    """Batch ``index``'s ``inputs``: stacked into one tensor where they are a list of
+    tensors of one shape; a list of images of several sizes (which ``pseudo_collate``
+    gives and the data preprocessor pads) and a dict of tensors (a Hugging Face style
+    batch) as they are.
 
     Raises:
         ConfigError: the batch is not a dict with ``inputs``.
@@ -89,29 +88,37 @@ def batch_inputs(batch: Any, index: int, key: str) -> torch.Tensor:
             f'a {type(batch).__name__}'
         raise ConfigError(f"{key} batch {index} has no 'inputs' ({keys}); {BATCH_FORMAT}")
     inputs = batch['inputs']
-    return torch.stack(inputs) if isinstance(inputs, (list, tuple)) else inputs
+    if isinstance(inputs, (list, tuple)) and inputs and \
+            all(isinstance(x, torch.Tensor) and x.shape == inputs[0].shape for x in inputs):
+        return torch.stack(inputs)
+    return inputs
 
 
 def batch_labels(batch: dict, index: int, key: str, needed_by: str) -> torch.Tensor:
-    """Batch ``index``'s labels: the ``gt_label`` of each of its ``data_samples``, or the
-    ``data_samples`` themselves where they are a tensor of bare labels (which
-    ``ClsDataPreprocessor`` packs into data samples).
+    """Batch ``index``'s labels, from its ``data_samples`` in any form the data
+    preprocessor packs (:func:`~razorlib.models.data_preprocessor.pack_labels`): data
+    samples with a ``gt_label`` each, a tensor of labels, or a list of bare labels (what
+    ``pseudo_collate`` makes of int labels).
 
     Args:
         needed_by: why the tool needs them, for the message (``'--importance taylor
             scores channels by the loss, which needs them'``).
 
     Raises:
-        ConfigError: a batch without them.
+        ConfigError: a batch without them, or with labels that are not whole numbers.
     """
     samples = batch.get('data_samples')
-    if isinstance(samples, torch.Tensor) and not samples.is_floating_point():
-        return samples.reshape(-1)
-    if not isinstance(samples, (list, tuple)) or not samples or \
-            not all(hasattr(sample, 'gt_label') for sample in samples):
+    labels = None
+    if samples is not None and len(samples):
+        try:
+            labels = torch.cat([torch.as_tensor(sample.gt_label).reshape(-1)
+                                for sample in pack_labels(samples)])
+        except (AttributeError, TypeError, ValueError, RuntimeError):
+            labels = None  # a data sample without gt_label, or not a label at all
+    if labels is None or labels.is_floating_point() or labels.is_complex():
         raise ConfigError(f"{key} batch {index} has no targets ('data_samples' with a "
-                          f'gt_label each); {needed_by}')
-    return torch.cat([sample.gt_label for sample in samples])
+                          f'gt_label each, or a label per image); {needed_by}')
+    return labels
 
 
 def first_batch(loader_cfg: Any, key: str, seed: Optional[int] = None,

@@ -244,8 +244,9 @@ def test_criteria_reading_inputs_only_prune_on_unlabelled_data(tmp_path, importa
     # a criterion or an allocation scoring channels by the loss needs the targets
     (['--importance', 'taylor'], "dict(type='UnlabelledDigits')",
      re.escape("train_dataloader batch 0 has no targets ('data_samples' with a gt_label "
-               'each); --importance taylor scores channels by the loss, which needs them (l1, '
-               'activation, apoz and wanda read the inputs only)') + '$'),
+               'each, or a label per image); --importance taylor scores channels by the '
+               'loss, which needs them (l1, activation, apoz and wanda read the inputs '
+               'only)') + '$'),
     (['--importance', 'fisher'], "dict(type='UnlabelledDigits')",
      'train_dataloader batch 0 has no targets .*; --importance fisher scores channels by '
      'the loss'),

@@ -93,3 +93,32 @@ def test_a_refusal_over_an_earlier_search_leaves_it_as_it_was(tiny_supernet, tmp
                       *options('second', 'search_cfg.target_flops=[10]')]) == 2
     assert len(log.messages) == 1 and 'target_flops: 10 is below' in log.messages[0]
     assert snapshot(work_dir) == before
+
+
+@pytest.mark.parametrize('shared', [False, True])
+def test_a_refusal_keeps_what_another_run_wrote_meanwhile(tiny_supernet, tmp_path, monkeypatch,
+                                                          shared):
+    """Only the Runner's own log folder and config dump are removed, and new folders only
+    when left empty: another run writing into the same new parent, or the same existing
+    work dir, while this one starts keeps its files."""
+    from mmengine.runner import Runner
+
+    tool = load_tool('search')
+    work_dir = tmp_path / ('shared' if shared else 'new' / Path('search'))
+    if shared:
+        work_dir.mkdir()
+    other = (work_dir if shared else tmp_path / 'new') / 'other_run' / 'epoch_1.pth'
+    from_cfg = Runner.from_cfg.__func__
+
+    def writing_beside(cls, cfg):
+        other.parent.mkdir(parents=True, exist_ok=True)
+        other.write_text("another run's result\n")
+        return from_cfg(cls, cfg)
+
+    monkeypatch.setattr(Runner, 'from_cfg', classmethod(writing_beside))
+    assert tool.main([search_config(tmp_path / 'search.py', GREEDY), str(tiny_supernet),
+                      '--work-dir', str(work_dir),
+                      *options(f'beside{shared}', 'search_cfg.target_flops=[10]')]) == 2
+    assert other.read_text() == "another run's result\n"
+    # the Runner's log folder and dump are gone, and so is the new work dir it left empty
+    assert [path.name for path in other.parent.parent.iterdir()] == ['other_run']

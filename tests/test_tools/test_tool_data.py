@@ -83,8 +83,8 @@ def refused(name, argv, work_dir, monkeypatch) -> str:
     ('calib_dataloader', "dict(type='DigitsDataset', split='tran')",
      "calib_dataloader: ValueError: split must be one of ('train', 'val', 'test'), got 'tran'"),
     ('val_dataloader', UNLABELLED.format('val'),
-     "val_dataloader batch 0 has no targets ('data_samples' with a gt_label each); the top-1 "
-     'accuracy compares the predictions with them'),
+     "val_dataloader batch 0 has no targets ('data_samples' with a gt_label each, or a "
+     'label per image); the top-1 accuracy compares the predictions with them'),
     ('val_dataloader', EMPTY.format('val'),
      'val_dataloader.dataset: DigitImagesOnly holds no samples'),
 ], ids=['calib-empty', 'calib-unknown-type', 'calib-refused-value', 'val-unlabelled',
@@ -225,8 +225,8 @@ def test_deploy_checks_the_config_before_looking_for_tensorrt(tmp_path, monkeypa
     ('val_dataloader', EMPTY.format('val'),
      'val_dataloader.dataset: DigitImagesOnly holds no samples'),
     ('val_dataloader', UNLABELLED.format('val'),
-     "val_dataloader batch 0 has no targets ('data_samples' with a gt_label each); the "
-     'val_evaluator scores each subnet against them'),
+     "val_dataloader batch 0 has no targets ('data_samples' with a gt_label each, or a "
+     'label per image); the val_evaluator scores each subnet against them'),
     ('train_dataloader', EMPTY.format('train'),
      'train_dataloader.dataset: DigitImagesOnly holds no samples'),
 ], ids=['val-empty', 'val-unlabelled', 'train-empty'])
@@ -246,3 +246,21 @@ def test_results_are_written_as_strict_json():
     text = load_tool('ptq').strict_json(
         dict(snr_db=float('inf'), rows=[float('nan'), 1.5], top1={'fp32': 99.0}))
     assert json.loads(text) == dict(snr_db=None, rows=[None, 1.5], top1={'fp32': 99.0})
+
+
+def test_labels_in_any_form_the_preprocessor_packs_are_read():
+    """pseudo_collate gives a list of bare int labels; the data preprocessor packs those
+    as it packs data samples and label tensors, so the check takes them too."""
+    from razorlib.engine.config import ConfigError
+    from razorlib.engine.data_check import batch_inputs, batch_labels
+    from razorlib.models.data_preprocessor import pack_labels
+
+    for samples in ([3, 1], torch.tensor([3, 1]), pack_labels([3, 1])):
+        assert batch_labels(dict(data_samples=samples), 0, 'val_dataloader', 'why').tolist() \
+            == [3, 1]
+    for samples in (None, [], [0.5, 1.5]):
+        with pytest.raises(ConfigError, match="val_dataloader batch 0 has no targets"):
+            batch_labels(dict(data_samples=samples), 0, 'val_dataloader', 'why')
+    sizes = [torch.zeros(3, 8, 8), torch.zeros(3, 6, 6)]  # the preprocessor pads these
+    assert batch_inputs(dict(inputs=sizes), 0, 'val_dataloader') is sizes
+    assert batch_inputs(dict(inputs=sizes[:1] * 2), 0, 'val_dataloader').shape == (2, 3, 8, 8)
