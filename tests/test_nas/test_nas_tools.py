@@ -126,7 +126,9 @@ def test_the_search_tool_refuses_a_supernet_its_loop_cannot_search(
     tool = load_tool('search')
     messages = logged(tool, monkeypatch)
     assert tool.main([str(config), str(checkpoint), '--work-dir', str(tmp_path / 'search'),
-                      '--cfg-options', 'experiment_name=refused']) == 2
+                      # a name of its own: mmengine keeps a Runner's logger and visualizer
+                      # by name, and the refused run removed the folders they write to
+                      '--cfg-options', f'experiment_name=refused_{tmp_path.name}']) == 2
     assert len(messages) == 1 and messages[0].startswith(f'{config}: {message}')
     assert not (tmp_path / 'search' / 'search_results.json').exists()
 
