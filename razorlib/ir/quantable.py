@@ -114,19 +114,8 @@ class QuantableOperation(Operation):
         (by :meth:`set_parameter_value`, :meth:`store_parameter_value` or baking), so
         :meth:`fp32_parameter` and :meth:`dequantize` give the values in use.  What QAT
         does when it takes a graph over: it trains the values in use, and the copies kept
-        aside would be a second copy of the weights that nothing reads.
-
-        Example:
-            >>> from razorlib.ir import BaseGraph, TensorQuantizationConfig
-            >>> graph = BaseGraph()
-            >>> b = graph.create_variable('b', torch.tensor([1.0]), is_parameter=True)
-            >>> add = graph.create_operation('Add', inputs=[graph.create_variable('x'), b],
-            ...                              outputs=[graph.create_variable()])
-            >>> qadd = QuantableOperation(add, OperationQuantizationConfig(
-            ...     [TensorQuantizationConfig() for _ in range(2)], [TensorQuantizationConfig()]))
-            >>> qadd.set_parameter_value(1, torch.tensor([1.5]))
-            >>> qadd.adopt_parameter_values(); qadd.fp32_parameter(1)
-            tensor([1.5000])
+        aside would be a second copy of the weights that nothing reads.  (Executed in
+        :meth:`fp32_parameter`'s example.)
         """
         self._parked_values.clear()
 
@@ -184,6 +173,8 @@ class QuantableOperation(Operation):
             >>> qadd.set_parameter_value(1, torch.tensor([1.5]))
             >>> qadd.fp32_parameter(1), b.value
             (tensor([1.]), tensor([1.5000]))
+            >>> qadd.adopt_parameter_values(); qadd.fp32_parameter(1)  # the value in use
+            tensor([1.5000])
         """
         if self._dequantized or index not in self._parked_values:
             return self.inputs[index].value

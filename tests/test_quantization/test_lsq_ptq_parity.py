@@ -2,23 +2,12 @@
 whatever the rounding, and a checkpoint brings the exact scales it started from."""
 import pytest
 import torch
+from test_lsq_graph_inputs import conv_net, data
 
 from razorlib.engine.checkpoint_check import check_fits
 from razorlib.ir import RoundingPolicy
 from razorlib.quantization import (LSQGraph, QuantExecutor, quantable_operations,
                                    quantize_torch_model)
-
-
-def conv_net():
-    torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(),
-                               torch.nn.Conv2d(8, 4, 3), torch.nn.Flatten(),
-                               torch.nn.Linear(4 * 4 * 4, 5)).eval()
-
-
-def data(count=2, seed=0):
-    generator = torch.Generator().manual_seed(seed)
-    return [torch.randn(8, 3, 8, 8, generator=generator) for _ in range(count)]
 
 
 def rounded(rounding, platform='TRT_INT8', seed=0):
