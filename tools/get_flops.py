@@ -138,6 +138,9 @@ def complexity(model: torch.nn.Module, inputs: torch.Tensor) -> Complexity:
         except (RuntimeError, ValueError) as err:
             where = running[-1] if running else type(model).__name__
             first_line = (str(err).strip().splitlines() or [type(err).__name__])[0]
+            named, colon, rest = first_line.partition(': ')
+            if colon and where.endswith(named):  # the error names the module itself (a mask)
+                first_line = rest
             raise InputError(f"{where} fails on input {'x'.join(map(str, inputs.shape))}: "
                              f'{first_line}') from err
 
