@@ -276,22 +276,6 @@ def results_file(cfg: Config) -> Path:
     return Path(setting('out_dir') or cfg.work_dir) / setting('results_file')
 
 
-def check_checkpoint(cfg: Config, path: str) -> None:
-    """Fit the checkpoint to the model built here from the config, as the Runner will
-    build it, before the Runner makes the work dir (as tools/test.py does): a checkpoint
-    of another model, or an architecture's bare state_dict, is refused with nothing
-    written.
-
-    Raises:
-        CheckpointError: a checkpoint missing, cut short or of another model.
-        ConfigError: ``model: ...``, a value the model's constructors refuse.
-    """
-    from razorlib.engine.checkpoint_check import check_fits, read_checkpoint, state_dict_of
-    from razorlib.engine.config import build_model
-
-    check_fits(build_model(cfg), state_dict_of(read_checkpoint(path)), path)
-
-
 class RunnerOutput:
     """What the Runner writes into the work dir, to undo it when the search is refused
     before it scores a candidate (a setting of the loop, a metric the evaluator lacks, a
@@ -527,7 +511,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
     from mmengine.runner import Runner
 
-    from razorlib.engine.checkpoint_check import CheckpointError
+    from razorlib.engine.checkpoint_check import (CheckpointError, check_fits,
+                                                  read_checkpoint, state_dict_of)
     from razorlib.engine.config import ConfigError
     from razorlib.engine.threads import set_threads
     from razorlib.engine.utils import unwrap
@@ -536,10 +521,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         cfg = prepare_config(args)
         check_search_data(cfg)
-        check_checkpoint(cfg, args.checkpoint)  # before the Runner makes the work dir
+        checkpoint = read_checkpoint(args.checkpoint)  # before the Runner makes the work dir
         output = RunnerOutput(cfg)
         runner = Runner.from_cfg(cfg)
         output.log_dir = Path(runner.log_dir)
+        # the Runner's model, not one built for the check: what a refusal wrote is undone
+        check_fits(unwrap(runner.model), state_dict_of(checkpoint), args.checkpoint)
         runner.logger.info(f'threads: {set_threads(args.threads, unwrap(runner.model))}')
         loop: BaseSearchLoop = runner.val_loop  # built here: its settings are checked
         loop.check_model()  # a supernet it cannot search (DARTS; greedy without a pruner)

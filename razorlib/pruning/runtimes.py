@@ -49,7 +49,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from ..tracing.forward import without_kv_cache
+from ..tracing.forward import flatten_tensors, without_kv_cache
 from ..utils.checks import keyword_parameters
 
 __all__ = ['RUNTIMES', 'Runtime', 'TorchRuntime', 'CudaRuntime', 'OnnxRuntime',
@@ -446,7 +446,7 @@ class OnnxRuntime(Runtime):
             exported = self._export(module, inputs)
             session = self._session(module, exported.onnx)
             graph_names = _graph_names(session, module, names)
-            problem = _graph_problem(session, module, inputs, graph_names)
+            problem = _graph_problem(session, module, inputs, tensors, graph_names)
         if problem:
             raise RuntimeError(f"runtime 'onnxruntime': the {type(module).__name__} exported "
                                f'to ONNX is not the model: {problem}{exported.note}. The '
@@ -533,7 +533,7 @@ def _feed(graph_names: List[Optional[str]], tensors: List[torch.Tensor]) -> Dict
 
 
 def _graph_problem(session: Any, module: nn.Module, inputs: Inputs,
-                   graph_names: List[Optional[str]]) -> str:
+                   tensors: List[torch.Tensor], graph_names: List[Optional[str]]) -> str:
     """How the exported graph differs from the module, ``''`` if it does not.
 
     On the example inputs themselves a trace that froze part of the forward into
@@ -542,14 +542,13 @@ def _graph_problem(session: Any, module: nn.Module, inputs: Inputs,
     values of inputs the graph dropped, are shuffled: a graph whose outputs do not move
     with its inputs as the module's do differs there.  One run of each.  With integer
     inputs only nothing is shuffled, and only the outputs' number and shapes are
-    compared."""
-    names, tensors = _named_tensors(inputs)
+    compared.  ``tensors`` are the inputs' tensors, in :func:`_named_tensors`' order."""
     if tensors and not any(graph_names):
         return "its graph takes none of the model's inputs"
     generator = torch.Generator().manual_seed(0)
     moved = [x.is_floating_point() or graph is None for x, graph in zip(tensors, graph_names)]
     others = [_shuffled(x, generator) if move else x for x, move in zip(tensors, moved)]
-    expected = _flat_tensors(call_module(module, _with_tensors(inputs, others)))
+    expected = flatten_tensors(call_module(module, _with_tensors(inputs, others)))
     got = session.run(None, _feed(graph_names, others))
     where = 'on the example inputs with their values shuffled'
     if len(got) != len(expected):
@@ -582,18 +581,6 @@ def _with_tensors(inputs: Inputs, tensors: List[torch.Tensor]) -> Inputs:
         return tuple(tensors)
     replaced = iter(tensors)
     return {k: next(replaced) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
-
-
-def _flat_tensors(output: Any) -> List[torch.Tensor]:
-    """The tensors of a forward's output in the order the exporters list them (tuples,
-    lists and mappings, a transformers ``ModelOutput`` among them, flattened)."""
-    if isinstance(output, torch.Tensor):
-        return [output]
-    if isinstance(output, Mapping):
-        output = list(output.values())
-    if isinstance(output, (list, tuple)):
-        return [x for item in output for x in _flat_tensors(item)]
-    return []
 
 
 def _relative_error(want: torch.Tensor, have: torch.Tensor) -> float:

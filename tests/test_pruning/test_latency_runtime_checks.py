@@ -14,6 +14,7 @@ from latency_fakes import X, net
 import razorlib
 from razorlib.pruning import ImportancePruner
 from razorlib.pruning.runtimes import OnnxRuntime, Runtime, TorchRuntime, build_runtime
+from razorlib.tracing.forward import flatten_tensors
 
 ONCE = dict(warmup=0, repeat=1, cache_dir=False)
 
@@ -100,6 +101,14 @@ def test_prune_on_onnxruntime_refuses_a_model_its_graph_is_not():
 def test_a_faithful_graph_is_timed(model, inputs):
     (ms, ) = OnnxRuntime(**ONCE).latency([model], inputs)
     assert ms > 0
+    # what is timed computes the model: each input fed to its own graph input (the unused
+    # first one dropped by name, not the second taken for it), each output in order
+    with torch.no_grad():
+        expected = flatten_tensors(model(*inputs))
+    got = OnnxRuntime(**ONCE).compile(model, inputs)()
+    assert len(got) == len(expected)
+    for want, have in zip(expected, got):
+        torch.testing.assert_close(torch.from_numpy(have), want, rtol=1e-4, atol=1e-5)
 
 
 class KeywordNet(nn.Module):

@@ -13,6 +13,7 @@ import torch.nn as nn
 
 from helpers import Traced
 from masked_vs_slim import sample_and_deploy
+from test_untracked_params import Net as UntrackedNet
 from razorlib.pruning import L1NormPruner
 from razorlib.registry import TRACING_RULES
 from razorlib.tracing import TracingError
@@ -60,17 +61,13 @@ class ShiftByBias(torch.autograd.Function):
         return grad, None
 
 
-class Net(nn.Module):
-    """a (8 channels) and b (8 channels) of the input, then ``step`` -> pooled output."""
+class Net(UntrackedNet):
+    """test_untracked_params' a, b, head and alpha, and a second head; ``step`` maps the
+    input to the output, which is pooled."""
 
     def __init__(self, step):
-        super().__init__()
-        self.a = nn.Conv2d(3, 8, 3, padding=1)
-        self.b = nn.Conv2d(3, 8, 3, padding=1)
-        self.head = nn.Conv2d(8, 4, 1)
+        super().__init__(step)
         self.head2 = nn.Conv2d(8, 4, 1)
-        self.alpha = nn.Parameter(torch.rand(8) + 0.5)
-        self.step = step
 
     def forward(self, x):
         return self.step(self, x).mean((2, 3))
