@@ -47,6 +47,7 @@ import argparse
 import contextlib
 import copy
 import io
+import json
 import sys
 import tempfile
 import time
@@ -68,6 +69,11 @@ from razorlib.quantization import (LSQGraph, MixedPrecision, export_graph,  # no
 
 PASSES = ['LayerwiseEqualization', 'ClipEqualization', 'ActivationCentering', 'AdaRound',
           'BiasCorrection']  # runs 4-8 of benchmarks/README.md: without ActivationCentering
+
+
+def pass_config(entry: str):
+    """A ``--passes`` entry: a registered pass name, or a JSON config dict with ``type``."""
+    return json.loads(entry) if entry.lstrip().startswith('{') else entry
 
 
 def quantize(model, calibration, observer: str, ptq_passes: list, platform: str = 'TRT_INT8'):
@@ -157,7 +163,7 @@ def compare(model, calibration, held, held_labels, images, labels, args) -> Dict
         best = max(results[base.ort_label(m, args.ort_like_trt)]['calib_snr']
                    for m in args.ort_methods)
         adaround = dict(type='AdaRound', steps=args.adaround_steps)
-        passes = [adaround if name == 'AdaRound' else name for name in args.passes]
+        passes = [adaround if name == 'AdaRound' else pass_config(name) for name in args.passes]
         mixed = dict(type='MixedPrecision', target_snr_db=best + args.margin)
         start = time.perf_counter()
         baseline = quantize(model, calibration, args.observer, [], args.platform)
@@ -236,7 +242,9 @@ def main(argv=None) -> None:
     parser.add_argument('--ort-methods', nargs='+',
                         default=['MinMax', 'Entropy', 'Percentile', 'Distribution'])
     parser.add_argument('--passes', nargs='+', default=PASSES,
-                        help="razorlib's pass list, in order (default: %(default)s)")
+                        help="razorlib's pass list, in order (default: %(default)s); a pass "
+                        'with options as JSON, e.g. \'{"type": "ActivationCentering", '
+                        '"explicit_pads": true}\'')
     parser.add_argument('--adaround-steps', type=int, default=500)
     parser.add_argument('--margin', type=float, default=3.5,
                         help='MixedPrecision target over the best ORT SNR on the calibration '

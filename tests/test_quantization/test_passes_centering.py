@@ -58,6 +58,10 @@ def test_finds_the_clips_whose_readers_absorb_a_shift():
     clips = [op.name for op in padded.topological_sort() if op.type == 'Clip']
     # the expansion's output is read by a padded conv: its borders would see x = c
     assert [c.name for _, c, _ in centerable_clips(padded)] == [clips[1]]
+    # unless that padding moves out into a Pad of the shifted zero
+    assert [c.name for _, c, _ in centerable_clips(padded, explicit_pads=True)] == clips[:2]
+    assert centerable_clips(prepared(block(padding=1, head=False), x), explicit_pads=True
+                            )[0][2][0].attributes['pads'] == [1, 1, 1, 1]  # found, not moved
     no_head = prepared(block(head=False), x)
     assert len(centerable_clips(no_head)) == 2
     linear = prepared(torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.ReLU6(),
@@ -65,10 +69,13 @@ def test_finds_the_clips_whose_readers_absorb_a_shift():
     assert [[r.type for r in readers] for _, _, readers in centerable_clips(linear)] == [['Gemm']]
 
 
-@pytest.mark.parametrize('net', [block(), torch.nn.Sequential(
-    torch.nn.Linear(6, 8), torch.nn.ReLU6(), torch.nn.Linear(8, 3)).eval()],
-    ids=['convs', 'gemms'])
-def test_the_fp32_reference_and_the_quantized_graph_compute_what_they_did(net):
+@pytest.mark.parametrize('net, explicit_pads, count', [
+    (block(), False, 2), (block(padding=1), True, 2),
+    (torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.ReLU6(),
+                         torch.nn.Linear(8, 3)).eval(), False, 1)],
+    ids=['convs', 'padded convs, explicit pads', 'gemms'])
+def test_the_fp32_reference_and_the_quantized_graph_compute_what_they_did(
+        net, explicit_pads, count):
     torch.manual_seed(2)
     batches = data() if isinstance(net[0], torch.nn.Sequential) else [
         torch.randn(16, 6) * 3 for _ in range(4)]
@@ -85,10 +92,10 @@ def test_the_fp32_reference_and_the_quantized_graph_compute_what_they_did(net):
         rest_before = [executor(b)[0] for b in batches]
         for root in roots:
             root.state = QuantizationStates.ACTIVATED
-    result = ActivationCentering()(graph, batches)
+    result = ActivationCentering(explicit_pads=explicit_pads)(graph, batches)
     shifts = graph.extension_attrib['activation_centering']
     centred = [clip for clip in clips if clip.name in shifts]
-    assert result.changes == len(centred) >= 1
+    assert result.changes == len(centred) == count
     executor = QuantExecutor(graph)
     for clip, root, scale in zip(clips, roots, scales):
         if clip.name in shifts:  # half the scale; -shift lands on code -127
@@ -126,32 +133,38 @@ def activations_alone(graph, root=None):
             config.state = state
 
 
+def noise_and_snr(net, graph, batches, root):
+    """The noise ``root``'s tensor alone adds to the output (the weights' rounding
+    measured alone and taken out), and the output's SNR with everything quantized."""
+    reference = torch.cat([net(b) for b in batches]).detach()
+    executor = QuantExecutor(graph)
+
+    def noise():
+        output = torch.cat([executor(b)[0] for b in batches])
+        return float((output - reference).double().square().mean())
+
+    with torch.no_grad():
+        with activations_alone(graph):
+            weights = noise()
+        with activations_alone(graph, root):
+            tensor = noise() - weights
+        return tensor, snr_db(reference, torch.cat([executor(b)[0] for b in batches]))
+
+
+def centred_tensor_noise(net, graph, batches, root):
+    return noise_and_snr(net, graph, batches, root)[0]
+
+
 def test_the_centred_tensor_rounds_at_twice_the_resolution():
-    """The noise the centred tensor adds to the output falls by 4 (6 dB: the weights'
-    rounding measured alone and taken out), and with everything quantized the output's
-    SNR rises."""
+    """The noise the centred tensor adds to the output falls by 4 (6 dB), and with
+    everything quantized the output's SNR rises."""
     net, batches = block(head=False), data()
     graph = quantized(net, batches)
     clip = [op for op in graph.topological_sort() if op.type == 'Clip'][0]
     root = clip.output_quant_config[0].dominated_by
-    reference = torch.cat([net(b) for b in batches]).detach()
-
-    def noise(executor):
-        output = torch.cat([executor(b)[0] for b in batches])
-        return float((output - reference).double().square().mean())
-
-    def measure():
-        executor = QuantExecutor(graph)
-        with torch.no_grad():
-            with activations_alone(graph):
-                weights = noise(executor)
-            with activations_alone(graph, root):
-                tensor = noise(executor) - weights
-            return tensor, snr_db(reference, torch.cat([executor(b)[0] for b in batches]))
-
-    tensor_before, output_before = measure()
+    tensor_before, output_before = noise_and_snr(net, graph, batches, root)
     ActivationCentering()(graph, batches)
-    tensor_after, output_after = measure()
+    tensor_after, output_after = noise_and_snr(net, graph, batches, root)
     assert 3.5 < tensor_before / tensor_after < 5.0  # 4.6 here
     assert output_after > output_before + 0.5
 
@@ -182,6 +195,43 @@ def test_centred_graph_exports_qdq_onnx_that_onnxruntime_runs_as_simulated(tmp_p
     model = export_graph(graph, tmp_path / 'block.onnx', 'QDQ_ONNX')
     clips = [node for node in model.graph.node if node.op_type == 'Clip']
     assert clips and any(node.op_type == 'QuantizeLinear' for node in model.graph.node)
+    theirs = run_onnxruntime(model, [batches[1]])
+    with torch.no_grad():
+        ours = QuantExecutor(graph)(batches[1])
+    assert worst_steps(graph, ours, theirs) <= STEPS
+
+
+def test_explicit_pads_move_a_padded_readers_padding_into_a_pad_of_the_shifted_zero(tmp_path):
+    """The expansion's output, read by a padded depthwise conv, is centred: the conv loses
+    its pads to a Pad of value -c that shares the tensor's scale (-c is code -127), the
+    tensor's own noise falls by 4, and onnxruntime runs the export as simulated."""
+    net, batches = block(padding=1, head=False), data()
+    graph = quantized(net, batches)
+    clip = [op for op in graph.topological_sort() if op.type == 'Clip'][0]
+    root = clip.output_quant_config[0].dominated_by
+    depthwise = clip.outputs[0].dest_ops[0]
+    tensor_before = centred_tensor_noise(net, graph, batches, root)
+    ActivationCentering(explicit_pads=True)(graph, batches)
+    shift = graph.extension_attrib['activation_centering'][clip.name]
+    pad = depthwise.inputs[0].source_op
+    assert (pad.type, pad.inputs[0]) == ('Pad', clip.outputs[0])
+    assert pad.outputs[0].dest_ops == [depthwise]
+    assert depthwise.attributes['pads'] == [0, 0, 0, 0]
+    assert pad.inputs[1].value.tolist() == [0, 0, 1, 1, 0, 0, 1, 1]
+    assert float(pad.inputs[2].value) == pytest.approx(-shift)
+    assert float(pad.inputs[2].value / root.scale) == pytest.approx(-127, abs=1e-4)
+    assert all(config.dominated_by is root
+               for config in (pad.input_quant_config[0], pad.output_quant_config[0]))
+    assert [config.state for config in pad.input_quant_config[1:]] == [
+        QuantizationStates.FP32] * 2
+    assert pad.outputs[0].shape == ('batch', 8, 8, 8)
+    assert 3.5 < tensor_before / centred_tensor_noise(net, graph, batches, root) < 5.0
+    with torch.no_grad(), dequantized(graph):
+        for batch in batches:
+            torch.testing.assert_close(QuantExecutor(graph)(batch)[0], net(batch),
+                                       rtol=1e-4, atol=1e-5)
+    model = export_graph(graph, tmp_path / 'padded.onnx', 'QDQ_ONNX')
+    assert [node.op_type for node in model.graph.node].count('Pad') == 1
     theirs = run_onnxruntime(model, [batches[1]])
     with torch.no_grad():
         ours = QuantExecutor(graph)(batches[1])

@@ -16,21 +16,29 @@ the tensor falls by a factor of 4 (6 dB).  It is onnxruntime's unsigned format, 
 TensorRT's signed one.
 
 A reader with zero padding (a 3x3 depthwise conv with ``pads=1``, as after MobileNetV2's
-expansion) sees the padded zeros as ``x = c``: its output at the borders would change,
-so such tensors are left as they are, as are tensors read by anything else, graph
-outputs, and tensors whose quantizer is not symmetric (onnxruntime's uint8 already uses
-every code).  On MobileNetV2 that leaves the outputs of the depthwise convs (read by the
-1x1 projections): half of its ReLU6 tensors.
+expansion) would see its padded zeros as ``x = c``, so its output at the borders would
+change.  By default such tensors are left as they are.  With ``explicit_pads=True`` the
+padding moves out of the convolution into a ``Pad`` of the centred tensor whose value is
+``-c`` (the shifted zero, code -127 exactly), and the convolution, now unpadded, takes the
+shift into its bias like any other reader: ``conv(pad(x - c, -c)) = conv(pad(x, 0)) - c W
+1``.  The Pad shares the tensor's scale.  It costs a separate padding step where the
+engine would have fused zero padding into the convolution.  Tensors read by anything
+else, graph outputs, and tensors whose quantizer is not symmetric (onnxruntime's uint8
+already uses every code) are left.  On MobileNetV2 the default centres the outputs of the
+depthwise convs (read by the 1x1 projections), half of its ReLU6 tensors; with explicit
+pads, the expansions' outputs too.
 """
 import logging
 from typing import List, Optional, Tuple
 
 import torch
 
-from ...ir import BaseGraph, Operation, PassResult, QuantableOperation
+from ...ir import (BaseGraph, Operation, OperationQuantizationConfig, PassResult,
+                   QuantableOperation, TensorQuantizationConfig)
 from ...registry import PTQ_PASSES
 from ..functional import fake_quantize
 from ..lsq import follow_passive_scales
+from ..quantizers.formats import fp32_config
 from .base import PTQPass
 from .layers import clip_from_zero, is_channel_layer, sole_reader
 
@@ -52,25 +60,29 @@ def _has_bias(op: Operation) -> bool:
     return op.inputs[2].value.numel() == outputs
 
 
-def _absorbs_shift(op: Operation, var) -> bool:
-    """Whether ``op`` reads ``var`` as a data input it is linear in, with no padding, and
-    has a bias to take the shift back."""
+def _absorbs_shift(op: Operation, var, explicit_pads: bool = False) -> bool:
+    """Whether ``op`` reads ``var`` as a data input it is linear in and has a bias to take
+    the shift back: a Gemm, or a Conv with no padding (with ``explicit_pads``, or with
+    explicit zero ``pads`` that may move into a Pad of the shifted value)."""
     if not (is_channel_layer(op) and _has_bias(op) and op.inputs[0] is var
             and all(other is not var for other in op.inputs[1:])):
         return False
     if op.type == 'Gemm':
         return True
+    auto_pad = op.attributes.get('auto_pad', 'NOTSET')
+    if auto_pad == 'VALID':
+        return True
     pads = op.attributes.get('pads', ())
-    return (op.attributes.get('auto_pad', 'NOTSET') in ('NOTSET', 'VALID')
-            and not any(int(pad) for pad in pads))
+    return auto_pad == 'NOTSET' and (explicit_pads or not any(int(pad) for pad in pads))
 
 
-def centerable_clips(graph: BaseGraph) -> List[Tuple[Operation, Operation, List[Operation]]]:
+def centerable_clips(graph: BaseGraph, explicit_pads: bool = False
+                     ) -> List[Tuple[Operation, Operation, List[Operation]]]:
     """Every ``(producer, clip, readers)`` whose Clip output may be shifted: a
     ``Clip(0, high)`` with parameter bounds that no other op reads, the sole reader of a
     weight layer with a bias (``producer``), whose output is no graph output and is read
-    only by weight layers that absorb a shift (``readers``: Conv without padding, Gemm;
-    each with a bias).
+    only by weight layers that absorb a shift (``readers``: Conv without padding, or with
+    explicit zero pads when ``explicit_pads``; Gemm; each with a bias).
 
     Example:
         >>> import torch
@@ -83,6 +95,8 @@ def centerable_clips(graph: BaseGraph) -> List[Tuple[Operation, Operation, List[
         >>> graph = prepare_graph(from_torch(net, x), x)  # each Clip its own bounds
         >>> [(p.type, len(r)) for p, _, r in centerable_clips(graph)]  # not the padded one
         [('Conv', 1)]
+        >>> len(centerable_clips(graph, explicit_pads=True))  # its padding may move out
+        2
     """
     found = []
     for clip in graph.topological_sort():
@@ -95,9 +109,52 @@ def centerable_clips(graph: BaseGraph) -> List[Tuple[Operation, Operation, List[
                 or not var.dest_ops or not all(  # bounds this Clip alone reads: they move
                     bound.is_parameter and bound.dest_ops == [clip] for bound in clip.inputs[1:])):
             continue
-        if all(_absorbs_shift(reader, var) for reader in var.dest_ops):
+        if all(_absorbs_shift(reader, var, explicit_pads) for reader in var.dest_ops):
             found.append((producer, clip, list(var.dest_ops)))
     return found
+
+
+def _conv_pads(op: Operation) -> List[int]:
+    """A Conv's explicit ``pads`` (begins, then ends), all 0 for a Gemm or no padding."""
+    if op.type != 'Conv' or op.attributes.get('auto_pad', 'NOTSET') != 'NOTSET':
+        return []
+    return [int(pad) for pad in op.attributes.get('pads', ())]
+
+
+def _sharing_scale(root: TensorQuantizationConfig) -> TensorQuantizationConfig:
+    """A new config of ``root``'s format, joined to ``root``'s set (its scale and state)."""
+    config = TensorQuantizationConfig(root.policy, root.rounding, root.num_of_bits,
+                                      root.quant_min, root.quant_max,
+                                      channel_axis=root.channel_axis,
+                                      observer_algorithm=root.observer_algorithm)
+    config.dominated_by = root
+    return config
+
+
+def _move_padding(graph: BaseGraph, reader: Operation, value: float,
+                  root: TensorQuantizationConfig) -> None:
+    """Take ``reader``'s zero padding out into a ``Pad`` of ``value`` on its data input:
+    a Pad that shares the scale of the tensor it pads (``root``), then ``reader`` with
+    ``pads`` all 0."""
+    pads = _conv_pads(reader)
+    spatial = len(pads) // 2
+    pad = QuantableOperation(
+        Operation(f'{reader.name}/centring_pad', 'Pad', {'mode': 'constant'}, reader.opset,
+                  reader.platform),
+        OperationQuantizationConfig([_sharing_scale(root), fp32_config(), fp32_config()],
+                                    [_sharing_scale(root)]))
+    source = reader.inputs[0]
+    padded = graph.insert_op_before(pad, reader, 0)
+    graph.create_variable(value=torch.tensor([0, 0] + pads[:spatial] + [0, 0] + pads[spatial:]),
+                          is_parameter=True, dest_ops=[pad])
+    graph.create_variable(value=torch.tensor(value, dtype=source.dtype or torch.float32),
+                          is_parameter=True, dest_ops=[pad])
+    padded.dtype = source.dtype
+    if source.shape is not None and all(isinstance(dim, int) for dim in source.shape[2:]):
+        padded.shape = tuple(source.shape[:2]) + tuple(
+            dim + begin + end for dim, begin, end in
+            zip(source.shape[2:], pads[:spatial], pads[spatial:]))
+    reader.attributes['pads'] = [0] * len(pads)
 
 
 def _bias_factor(op: Operation) -> float:
@@ -157,6 +214,9 @@ class ActivationCentering(PTQPass):
     Args:
         clips: the names of the Clip operations to centre (None: every one of
             :func:`centerable_clips` whose quantizer is symmetric and per tensor).
+        explicit_pads: also centre tensors read by zero-padded convolutions, moving their
+            padding into a ``Pad`` of the shifted zero (module docstring); off by default,
+            as the engine then pads in a step of its own.
 
     Example:
         >>> import torch
@@ -182,14 +242,15 @@ class ActivationCentering(PTQPass):
         (35.0, 35.7)
     """
 
-    def __init__(self, clips: Optional[List[str]] = None) -> None:
+    def __init__(self, clips: Optional[List[str]] = None, explicit_pads: bool = False) -> None:
         self.clips = None if clips is None else list(clips)
+        self.explicit_pads = bool(explicit_pads)
 
     def call(self, graph: BaseGraph, batches: list, device) -> PassResult:
         """Centre every eligible Clip output; ``changes`` counts them, and
         ``graph.extension_attrib['activation_centering']`` maps each Clip's name to its
         shift ``c``."""
-        found = centerable_clips(graph)
+        found = centerable_clips(graph, self.explicit_pads)
         if self.clips is not None:
             known = {clip.name for _, clip, _ in found}
             missing = sorted(set(self.clips) - known)
@@ -199,7 +260,7 @@ class ActivationCentering(PTQPass):
             found = [entry for entry in found if entry[1].name in self.clips]
         shifts = {}
         for producer, clip, readers in found:
-            shift = self._centre(producer, clip, readers)
+            shift = self._centre(graph, producer, clip, readers)
             if shift is not None:
                 shifts[clip.name] = shift
         graph.extension_attrib.setdefault('activation_centering', {}).update(shifts)
@@ -214,8 +275,8 @@ class ActivationCentering(PTQPass):
         return PassResult.counted(graph, len(shifts))
 
     @staticmethod
-    def _centre(producer: Operation, clip: Operation, readers: List[Operation]
-                ) -> Optional[float]:
+    def _centre(graph: BaseGraph, producer: Operation, clip: Operation,
+                readers: List[Operation]) -> Optional[float]:
         """Shift one Clip output by half its calibrated range; its shift, or None where its
         quantizer is not a symmetric, signed, per-tensor one."""
         if not isinstance(clip, QuantableOperation):
@@ -231,6 +292,8 @@ class ActivationCentering(PTQPass):
         _add(clip, 1, torch.tensor(-shift))
         _add(clip, 2, torch.tensor(-shift))
         for reader in readers:
+            if any(_conv_pads(reader)):
+                _move_padding(graph, reader, -shift, root)
             _absorb(reader, shift)
         root.scale = half
         return shift
