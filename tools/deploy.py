@@ -138,7 +138,8 @@ def qat_refusal(args: argparse.Namespace, cfg) -> Optional[str]:
 
 
 def quantized_graph(args: argparse.Namespace):
-    """``(graph, config, preprocessor)``: the calibrated (PTQ) or trained (QAT) graph.
+    """``(graph, validation loader, preprocessor)``: the calibrated (PTQ) or trained (QAT)
+    graph, and the ``val_dataloader`` checked before (built once: the run reads it).
 
     Raises:
         ConfigError: a missing file, a config or checkpoint that does not fit.
@@ -148,7 +149,7 @@ def quantized_graph(args: argparse.Namespace):
 
     from razorlib.engine.checkpoint_check import check_fits, read_checkpoint, state_dict_of
     from razorlib.engine.config import ConfigError, check_config, load_config
-    from razorlib.engine.data_check import first_batch
+    from razorlib.engine.data_check import checked_loader
     from razorlib.registry import MODELS, SCOPE
     from razorlib.utils.cli import merge_cfg_options
 
@@ -163,16 +164,18 @@ def quantized_graph(args: argparse.Namespace):
     check_fits(model, state, args.checkpoint)
     model.load_state_dict(state)
     ptq = _load_ptq_tool()
-    first_batch(cfg.val_dataloader, 'val_dataloader', labels_needed_by=ptq.LABELS_NEEDED_BY,
-                scope=cfg.get('default_scope') or SCOPE)
+    val = checked_loader(cfg.val_dataloader, 'val_dataloader',
+                         labels_needed_by=ptq.LABELS_NEEDED_BY,
+                         scope=cfg.get('default_scope') or SCOPE).loader
     with torch.no_grad():
-        return model.calibrated_graph(), cfg, model.data_preprocessor
+        return model.calibrated_graph(), val, model.data_preprocessor
 
 
 def ptq_graph(args: argparse.Namespace):
-    """``(graph, config, preprocessor)`` of post-training quantization, built by
+    """``(graph, validation loader, preprocessor)`` of post-training quantization, built by
     tools/ptq.py's functions (the ``ptq`` settings, ``--subnet`` slicing, batch-norm
-    recalibration, calibration batches), so that deploy's graph is the one ptq.py exports.
+    recalibration, calibration batches, its checked dataloaders), so that deploy's graph is
+    the one ptq.py exports.
 
     Raises:
         ConfigError: a missing file, a config, ``ptq`` section, checkpoint or subnet that
@@ -185,12 +188,13 @@ def ptq_graph(args: argparse.Namespace):
     args.export_format = args.dynamic_batch = None
     cfg, model, classifier = ptq.load_classifier(args)
     settings = ptq.ptq_settings(cfg, args)
-    ptq.check_data(cfg, args, settings, classifier, model.data_preprocessor)
-    ptq.recalibrate(args, cfg, classifier, settings)
-    images = ptq.calibration_batches(cfg, model.data_preprocessor, settings, args.seed)
+    loaders = ptq.check_data(cfg, args, settings, classifier, model.data_preprocessor)
+    ptq.recalibrate(args, loaders, classifier, settings)
+    images = ptq.calibration_batches(loaders[ptq.calibration_key(cfg)],
+                                     model.data_preprocessor, settings)
     graph = quantize_torch_model(classifier, images, images[0], progress=False,
                                  **settings.quantize_kwargs())
-    return graph, cfg, model.data_preprocessor
+    return graph, loaders['val_dataloader'], model.data_preprocessor
 
 
 class Engine:
@@ -296,7 +300,6 @@ def main(argv=None) -> int:
         print(f'tools/deploy.py: {reason}', flush=True)
         return NOT_AVAILABLE
     import torch
-    from mmengine.runner import Runner
 
     from razorlib.engine.checkpoint_check import CheckpointError
     from razorlib.engine.config import ConfigError
@@ -305,7 +308,7 @@ def main(argv=None) -> int:
     name = Path(args.config).stem
     torch.manual_seed(args.seed)
     try:
-        graph, cfg, preprocessor = quantized_graph(args)
+        graph, val_loader, preprocessor = quantized_graph(args)
     except (ConfigError, CheckpointError, ValueError) as err:
         print_log(f'{args.config}: {err}', logger='current', level=logging.ERROR)
         return 2
@@ -315,7 +318,7 @@ def main(argv=None) -> int:
     export_graph(graph, paths['int8'], 'QDQ_ONNX')
     export_graph(graph, paths['fp16'], 'ONNX')
     ptq = _load_ptq_tool()
-    val = ptq.preprocessed(Runner.build_dataloader(cfg.val_dataloader), preprocessor)
+    val = ptq.preprocessed(val_loader, preprocessor)
     labels = torch.cat([batch_labels for _, batch_labels in val])
     chunks = ptq.evaluation_chunks(val, static_batch(graph), args.batch_size)
     executor = QuantExecutor(graph)

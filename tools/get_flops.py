@@ -130,6 +130,7 @@ def complexity(model: torch.nn.Module, inputs: torch.Tensor) -> Complexity:
     Raises:
         InputError: naming the module whose forward failed, the input and the op's error.
     """
+    from razorlib.pruning.masks import MaskedInputError
     from razorlib.utils import get_model_complexity
 
     with running_modules(model) as running:
@@ -137,12 +138,12 @@ def complexity(model: torch.nn.Module, inputs: torch.Tensor) -> Complexity:
             return get_model_complexity(model, inputs)
         except (RuntimeError, ValueError) as err:
             where = running[-1] if running else type(model).__name__
-            first_line = (str(err).strip().splitlines() or [type(err).__name__])[0]
-            named, colon, rest = first_line.partition(': ')
-            if colon and where.endswith(named):  # the error names the module itself (a mask)
-                first_line = rest
+            # a mask refuses the input in its layer's pre-hook, inside that layer (``where``),
+            # and its message names the layer too: said once
+            detail = err.detail if isinstance(err, MaskedInputError) else \
+                (str(err).strip().splitlines() or [type(err).__name__])[0]
             raise InputError(f"{where} fails on input {'x'.join(map(str, inputs.shape))}: "
-                             f'{first_line}') from err
+                             f'{detail}') from err
 
 
 def is_nas(model: torch.nn.Module) -> bool:

@@ -199,7 +199,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     """The arguments, with ``explicit``: the options of one mode only that were given
-    (even at their default value), for :func:`check_mode` to refuse in the other mode."""
+    (even at their default value), for :func:`check_mode` to refuse in the other mode; and
+    ``criterion``: --importance built, once, for what the run asks of it and the pruner."""
     parser, options = build_parser(), MODEL_ONLY + CONFIG_ONLY
     # argparse sets no default where the namespace already holds a value: the options
     # still UNSET after parsing were not given, and get their defaults then
@@ -208,12 +209,11 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     for option in options:
         if getattr(args, dest_of(option)) is UNSET:
             setattr(args, dest_of(option), parser.get_default(dest_of(option)))
-    if args.importance != 'l1':  # the registry loads torch: only when it has to be asked
-        from razorlib.pruning import build_importance
-        try:
-            build_importance(args.importance)
-        except KeyError as err:
-            parser.error(f'--importance: {err.args[0]}')
+    from razorlib.pruning import build_importance
+    try:
+        args.criterion = build_importance(args.importance)
+    except KeyError as err:
+        parser.error(f'--importance: {err.args[0]}')
     try:
         runtime_cfg(args)
     except (TypeError, ValueError) as err:
@@ -292,21 +292,16 @@ def work_dir_of(args: argparse.Namespace) -> Path:
 def reads_data(args: argparse.Namespace) -> bool:
     """Whether pruning --model runs it on data batches: a data criterion, or an allocation
     measuring the loss."""
-    from razorlib.pruning import build_importance
-
     return args.pruner != 'RatioPruner' and bool(
-        args.sensitivity or args.greedy or build_importance(args.importance).needs_data)
+        args.sensitivity or args.greedy or args.criterion.needs_data)
 
 
 def loss_user(args: argparse.Namespace) -> str:
     """The option that scores --model's channels by the loss of the data batches, so needs
     their targets (``''`` if none does): the other criteria read the inputs only."""
-    from razorlib.pruning import build_importance
-
     if args.sensitivity or args.greedy:
         return '--sensitivity' if args.sensitivity else '--greedy'
-    return f'--importance {args.importance}' if build_importance(args.importance).needs_loss \
-        else ''
+    return f'--importance {args.importance}' if args.criterion.needs_loss else ''
 
 
 def data_batches(args: argparse.Namespace) -> list:
@@ -410,7 +405,7 @@ def prune_built_in(args: argparse.Namespace, model: nn.Module, batches: list,
     if args.pruner == 'RatioPruner':
         cfg = dict(type='RatioPruner', ratios=(value, ))
     else:
-        cfg = dict(type=args.pruner, importance=args.importance,
+        cfg = dict(type=args.pruner, importance=args.criterion,
                    global_ranking=args.global_ranking,
                    sensitivity=dict(greedy=True) if args.greedy else args.sensitivity,
                    round_to=args.round_to, max_ratio=args.max_ratio,

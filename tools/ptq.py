@@ -31,7 +31,7 @@ import runpy
 import sys
 from itertools import islice
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Optional, Tuple
 
 # Only what the arguments need is imported here (no torch), so that --help is instant;
 # the functions import the rest.
@@ -219,13 +219,15 @@ def data_keys(cfg: Config, args: argparse.Namespace, settings: PTQSettings
 
 
 def check_data(cfg: Config, args: argparse.Namespace, settings: PTQSettings,
-               classifier: nn.Module, preprocessor: nn.Module) -> None:
-    """Build each dataloader the run reads and read its first batch, and run the classifier
-    on the calibration batch, before the work dir is made: an empty dataset, one of an
-    unknown type or with an argument it refuses, batches without inputs (or, to validate,
-    without labels), or a dense model's ``--subnet`` slices that do not fit each other,
-    would otherwise fail once the run has written its log.  Read under ``--seed`` with the
-    generators restored after, so that the run reads what it would without the check.
+               classifier: nn.Module, preprocessor: nn.Module) -> Dict[str, Iterable]:
+    """The dataloaders the run reads (:func:`data_keys`), by config key, each built and its
+    first batch read, and the classifier run on the calibration batch, before the work dir
+    is made: an empty dataset, one of an unknown type or with an argument it refuses,
+    batches without inputs (or, to validate, without labels), or a dense model's
+    ``--subnet`` slices that do not fit each other, would otherwise fail once the run has
+    written its log.  The run reads these loaders, so each dataset is built once.  Read
+    under ``--seed`` with the generators restored after, so that the run reads what it
+    would without the check.
 
     Raises:
         ConfigError: naming the dataloader key at fault, or ``--subnet``.
@@ -233,16 +235,16 @@ def check_data(cfg: Config, args: argparse.Namespace, settings: PTQSettings,
     import torch
 
     from razorlib.engine.config import ConfigError
-    from razorlib.engine.data_check import first_batch
+    from razorlib.engine.data_check import checked_loader
     from razorlib.engine.loops.bn_calibration import seeded
     from razorlib.registry import SCOPE
 
     scope = cfg.get('default_scope') or SCOPE
     with seeded(args.seed), torch.no_grad():
-        batches = {key: first_batch(cfg.get(key), key, args.seed, labels_needed_by, scope)
+        checked = {key: checked_loader(cfg.get(key), key, args.seed, labels_needed_by, scope)
                    for key, labels_needed_by in data_keys(cfg, args, settings).items()}
         if args.subnet:
-            images = preprocessor(batches[calibration_key(cfg)], False)['inputs']
+            images = preprocessor(checked[calibration_key(cfg)].first_batch, False)['inputs']
             mode = classifier.training
             try:
                 classifier.eval()(images)
@@ -251,6 +253,7 @@ def check_data(cfg: Config, args: argparse.Namespace, settings: PTQSettings,
                                   f'{calibration_key(cfg)} batch: {err}') from err
             finally:
                 classifier.train(mode)
+    return {key: loader for key, (loader, _) in checked.items()}
 
 
 def fixed_size(images: torch.Tensor, batch_size: int) -> List[Tuple[torch.Tensor, int]]:
@@ -359,26 +362,24 @@ def check_buildable(settings: PTQSettings) -> None:
             raise ConfigError(f'{key}: {str(err).strip(chr(34))}') from err
 
 
-def recalibrate(args: argparse.Namespace, cfg: Config, classifier: nn.Module,
+def recalibrate(args: argparse.Namespace, loaders: Dict[str, Iterable], classifier: nn.Module,
                 settings: PTQSettings) -> int:
-    """Recompute the classifier's batch-norm statistics on ``--recalibrate-bn`` training
-    batches (default ``calib_steps`` for a ``--subnet``: a supernet's subnet carries the full
-    width's statistics, which ruin its accuracy, more so in INT8; else none), then put it
-    in eval mode.  tools/deploy.py calls it too, so both tools quantize the same model.
+    """Recompute the classifier's batch-norm statistics on ``--recalibrate-bn`` batches of
+    the ``train_dataloader`` of ``loaders`` (:func:`check_data`'s; default ``calib_steps``
+    for a ``--subnet``: a supernet's subnet carries the full width's statistics, which ruin
+    its accuracy, more so in INT8; else none), then put it in eval mode.  tools/deploy.py
+    calls it too, so both tools quantize the same model.
 
     Returns:
         The number of batches the statistics came from (fewer than asked for where the
         training dataloader ends first).
     """
-    from mmengine.runner import Runner
-
     from razorlib.engine.loops import recalibrate_bn
 
     steps = bn_steps(args, settings)
     used = 0
     if steps:
-        loader = Runner.build_dataloader(cfg.train_dataloader, seed=args.seed)
-        used = recalibrate_bn(classifier, loader, steps, seed=args.seed)
+        used = recalibrate_bn(classifier, loaders['train_dataloader'], steps, seed=args.seed)
     classifier.eval()
     return used
 
@@ -396,15 +397,11 @@ def calibration_key(cfg: Config) -> str:
     return 'calib_dataloader' if cfg.get('calib_dataloader') else 'train_dataloader'
 
 
-def calibration_batches(cfg: Config, preprocessor: nn.Module, settings: PTQSettings,
-                        seed: int) -> List[torch.Tensor]:
-    """The preprocessed images of the first ``calib_steps`` batches of the
-    ``calib_dataloader`` (else the ``train_dataloader``; no labels needed); for a static
-    batch axis only those of the first batch's shape, since such a graph takes one shape
-    only."""
-    from mmengine.runner import Runner
-
-    loader = Runner.build_dataloader(cfg[calibration_key(cfg)], seed=seed)
+def calibration_batches(loader: Iterable, preprocessor: nn.Module, settings: PTQSettings
+                        ) -> List[torch.Tensor]:
+    """The preprocessed images of the first ``calib_steps`` batches of the calibration
+    ``loader`` (:func:`calibration_key`'s; no labels needed); for a static batch axis only
+    those of the first batch's shape, since such a graph takes one shape only."""
     images = [preprocessor(data, False)['inputs']
               for data in islice(loader, settings.calib_steps)]
     return [batch for batch in images
@@ -431,7 +428,6 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     import torch
     from mmengine.logging import MMLogger
-    from mmengine.runner import Runner
 
     from razorlib.engine.checkpoint_check import CheckpointError
     from razorlib.engine.config import ConfigError
@@ -453,7 +449,7 @@ def main(argv=None) -> int:
     try:
         cfg, model, classifier = load_classifier(args)
         settings = ptq_settings(cfg, args)
-        check_data(cfg, args, settings, classifier, model.data_preprocessor)
+        loaders = check_data(cfg, args, settings, classifier, model.data_preprocessor)
     except CheckpointError as err:  # one cut short, or of another model
         print_log(str(err), logger='current', level=logging.ERROR)
         return 2
@@ -466,8 +462,8 @@ def main(argv=None) -> int:
     logger.info(f'threads: {set_threads(args.threads, classifier)}')
 
     preprocessor = model.data_preprocessor
-    recalibrated = recalibrate(args, cfg, classifier, settings)
-    calibration = calibration_batches(cfg, preprocessor, settings, args.seed)
+    recalibrated = recalibrate(args, loaders, classifier, settings)
+    calibration = calibration_batches(loaders[calibration_key(cfg)], preprocessor, settings)
     shape = calibration[0].shape
     logger.info(f'{name}: {type(classifier).__name__}'
                 f"{' sliced to ' + args.subnet if args.subnet else ''}, batch-norm statistics "
@@ -491,7 +487,7 @@ def main(argv=None) -> int:
         runs['int8_onnxruntime'] = lambda x: torch.from_numpy(
             session.run(None, {input_name: x.numpy()})[0])
 
-    val = preprocessed(Runner.build_dataloader(cfg.val_dataloader), preprocessor)
+    val = preprocessed(loaders['val_dataloader'], preprocessor)
     labels = torch.cat([b[1] for b in val])
     chunks = evaluation_chunks(val, None if settings.dynamic_batch else shape[0])
     with torch.no_grad():

@@ -152,21 +152,25 @@ def check_search_data(cfg: Config) -> None:
     argument, or validation batches without the labels the evaluator scores would
     otherwise fail in the Runner, with the work dir and config dump written.
 
+    The Runner builds its own loaders from the configs again (a second dataset scan): it
+    seeds them with its seed, known once it is built, and an evolution tells a resumed
+    search's data apart by the digest of their configs, which a built loader has not.
+
     Raises:
         ConfigError: naming the dataloader key at fault
             (:mod:`razorlib.engine.data_check`).
     """
-    from razorlib.engine.data_check import first_batch
+    from razorlib.engine.data_check import checked_loader
     from razorlib.registry import SCOPE
 
     scope = cfg.get('default_scope') or SCOPE
-    first_batch(cfg.val_dataloader, 'val_dataloader', scope=scope,
-                labels_needed_by='the val_evaluator scores each subnet against them')
+    checked_loader(cfg.val_dataloader, 'val_dataloader', scope=scope,
+                   labels_needed_by='the val_evaluator scores each subnet against them')
     calib = cfg.search_cfg.get('calib_dataloader')
     if calib is None:
-        first_batch(cfg.train_dataloader, 'train_dataloader', scope=scope)
+        checked_loader(cfg.train_dataloader, 'train_dataloader', scope=scope)
     elif isinstance(calib, dict):  # else a dataloader the config built itself
-        first_batch(calib, 'search_cfg.calib_dataloader', scope=scope)
+        checked_loader(calib, 'search_cfg.calib_dataloader', scope=scope)
 
 
 def check_earlier_search(args: argparse.Namespace, cfg: Config, loop_cls: type) -> None:

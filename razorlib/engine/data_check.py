@@ -7,8 +7,9 @@ sampler, an unknown dataset type as a ``KeyError``, a batch without labels as wh
 first reads them.  tools/prune.py, tools/ptq.py, tools/deploy.py and tools/search.py
 build their loaders and read a first batch with these functions instead, so that each
 mistake is one line naming the config key (``calib_dataloader.dataset: ...``) and
-nothing is written.  Each error is a :class:`ConfigError` whose message starts with the
-key; the tool puts the file or flag in front.
+nothing is written; prune, ptq and deploy then run on the loaders checked.  Each error
+is a :class:`ConfigError` whose message starts with the key; the tool puts the file or
+flag in front.
 
 Example:
     >>> build_loader(dict(batch_size=2, dataset=dict(type='DigitzDataset')),
@@ -19,7 +20,7 @@ Example:
 """
 from collections.abc import Sized
 from itertools import islice
-from typing import Any, Iterable, List, Optional
+from typing import Any, Iterable, List, NamedTuple, Optional
 
 import torch
 from mmengine.registry import DefaultScope
@@ -121,17 +122,29 @@ def batch_labels(batch: dict, index: int, key: str, needed_by: str) -> torch.Ten
     return labels
 
 
-def first_batch(loader_cfg: Any, key: str, seed: Optional[int] = None,
-                labels_needed_by: Optional[str] = None, scope: str = SCOPE) -> dict:
-    """Build ``key``'s dataloader and read its first batch, checked to have ``inputs`` and,
-    where ``labels_needed_by`` says why they are needed, labels.
+class CheckedLoader(NamedTuple):
+    """A dataloader built and checked by :func:`checked_loader`, with the first batch the
+    check read (what a tool's own check of the model can run on without reading it
+    again)."""
+    loader: Iterable
+    first_batch: Any
+
+
+def checked_loader(loader_cfg: Any, key: str, seed: Optional[int] = None,
+                   labels_needed_by: Optional[str] = None, scope: str = SCOPE
+                   ) -> CheckedLoader:
+    """``key``'s dataloader, built and its first batch read and checked to have ``inputs``
+    and, where ``labels_needed_by`` says why they are needed, labels.  The tool runs on
+    the loader returned, so that its dataset (an ImageFolder scans its folder) is built
+    once.
 
     Raises:
         ConfigError: as :func:`build_loader`, :func:`read_batches`, :func:`batch_inputs`
             and :func:`batch_labels` do.
     """
-    batch = read_batches(build_loader(loader_cfg, key, seed, scope), key, 1)[0]
+    loader = build_loader(loader_cfg, key, seed, scope)
+    batch = read_batches(loader, key, 1)[0]
     batch_inputs(batch, 0, key)
     if labels_needed_by:
         batch_labels(batch, 0, key, labels_needed_by)
-    return batch
+    return CheckedLoader(loader, batch)

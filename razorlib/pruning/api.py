@@ -179,7 +179,7 @@ def slim_copy(model: nn.Module, example_inputs: Any, call: Dict[str, Any],
         data = pair_batches(data, caller)
     budget = {k: v for k, v in budget.items() if v is not None}
     cfg = _pruner_cfg(call['pruner'], budget, options, given, pruner_kwargs)
-    _check_runtime(cfg.get('runtime', options['runtime']), caller)
+    _check_runtime(cfg.get('runtime', options['runtime']), cfg, caller)
     hf = is_transformers_model(model)
     if hf and not hidden:  # the integration loads for HF models only
         from ..integrations.transformers.prune import with_hidden_size_keys
@@ -240,8 +240,7 @@ def _pruner_cfg(pruner: Union[str, dict], budget: Dict[str, float], options: Dic
     ranks channels its own way."""
     cfg = dict(type=pruner) if isinstance(pruner, str) else dict(pruner)
     cfg.update(pruner_kwargs)
-    cls = PRUNERS.get(cfg['type']) if isinstance(cfg.get('type'), str) else cfg.get('type')
-    if isinstance(cls, type) and issubclass(cls, ImportancePruner):
+    if _builds_importance_pruner(cfg):
         for key, value in options.items():
             if key in given:
                 cfg[key] = value
@@ -265,14 +264,23 @@ def _pruner_cfg(pruner: Union[str, dict], budget: Dict[str, float], options: Dic
     return cfg
 
 
-def _check_runtime(runtime: Any, caller: str) -> None:
+def _builds_importance_pruner(cfg: dict) -> bool:
+    """Whether the pruner config ``cfg`` builds an ``ImportancePruner``: one that takes the
+    call's importance, allocation and runtime options."""
+    cls = PRUNERS.get(cfg['type']) if isinstance(cfg.get('type'), str) else cfg.get('type')
+    return isinstance(cls, type) and issubclass(cls, ImportancePruner)
+
+
+def _check_runtime(runtime: Any, cfg: dict, caller: str) -> None:
     """Refuse a runtime that is not one, whatever the budget: a misspelt name or config key
     given with ``flops=`` would otherwise pass unseen, and fail only once the budget
     becomes a latency.  A name or config dict is checked without building the runtime
-    (nothing is timed, a ``'cuda'`` one is checked without a GPU); a ready
-    ``SubnetLatency`` is refused: it slices and times its own pruner on its own inputs,
-    and the pruner here is built from a copy of the model."""
-    if not isinstance(runtime, (Runtime, SubnetLatency)):
+    (nothing is timed, a ``'cuda'`` one is checked without a GPU), once: by the
+    ``ImportancePruner`` of ``cfg`` when it is built (before the model is copied), else
+    here, the pruner taking no runtime.  A ready ``SubnetLatency`` is refused: it slices
+    and times its own pruner on its own inputs, and the pruner here is built from a copy
+    of the model."""
+    if not isinstance(runtime, (Runtime, SubnetLatency)) and not _builds_importance_pruner(cfg):
         check_runtime(runtime)
     if isinstance(runtime, SubnetLatency):
         raise ValueError(f'{caller}: the runtime is a SubnetLatency, which times the subnets of '

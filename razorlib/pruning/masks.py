@@ -23,8 +23,8 @@ import torch.nn as nn
 
 from ..layers import IN_MASK, OUT_MASK, LayerKind, param_mask_name
 
-__all__ = ['IN_MASK', 'OUT_MASK', 'add_masks', 'add_param_mask', 'layer_input', 'set_mask',
-           'remove_masks']
+__all__ = ['IN_MASK', 'OUT_MASK', 'MaskedInputError', 'add_masks', 'add_param_mask',
+           'layer_input', 'set_mask', 'remove_masks']
 
 _PARAM_MASK = re.compile(r'^(?P<attr>.+)_mask_dim\d+$')
 
@@ -66,6 +66,29 @@ argument and no 'input' keyword): its masks cannot apply
                     f'and no {key!r} keyword): its masks cannot apply')
 
 
+class MaskedInputError(RuntimeError):
+    """A masked layer called on an input whose channel count is not the layer's: ``x *
+    in_mask`` would broadcast a 1-channel input to the layer's width, and the masked model
+    would run an input the layer refuses.  A ``RuntimeError``, as the layer's own refusal.
+
+    Attributes:
+        layer: the layer, as the message starts with it: its qualified name and type
+            (``'backbone.conv (Conv2d)'``), its type alone where its masks were added
+            without a name.
+        detail: what is wrong with the input, the message after the layer: for a caller
+            that names the layer itself.
+    """
+
+    def __init__(self, layer: str, detail: str):
+        super().__init__(f'{layer}: {detail}')
+        self.layer, self.detail = layer, detail
+
+    def __reduce__(self):
+        """Rebuilt from its fields: the default rebuilds from the message alone, which
+        ``__init__`` does not take (a process pool sends errors pickled)."""
+        return type(self), (self.layer, self.detail)
+
+
 def _mask_input(name: Optional[str], module: nn.Module, args: Tuple,
                 kwargs: Dict[str, Any]) -> Tuple:
     x, mask = layer_input(module, args, kwargs, name), module.in_mask
@@ -74,8 +97,8 @@ def _mask_input(name: Optional[str], module: nn.Module, args: Tuple,
         # x * mask would broadcast a 1-channel input to the layer's width, and the masked
         # model would run an input the layer refuses
         where = f'{name} ({type(module).__name__})' if name else type(module).__name__
-        raise RuntimeError(f'{where}: its input has shape {tuple(x.shape)}, but it takes '
-                           f'{mask.shape[0]} channels at dim {dim}')
+        raise MaskedInputError(where, f'its input has shape {tuple(x.shape)}, but it takes '
+                               f'{mask.shape[0]} channels at dim {dim}')
     masked = x * mask
     if args:
         return (masked, ) + tuple(args[1:]), kwargs

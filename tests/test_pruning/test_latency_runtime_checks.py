@@ -13,7 +13,10 @@ from latency_fakes import X, net
 
 import razorlib
 from razorlib.pruning import ImportancePruner
-from razorlib.pruning.runtimes import OnnxRuntime, Runtime, TorchRuntime, build_runtime
+from razorlib.pruning import api
+from razorlib.pruning.importance import pruner as importance_pruner
+from razorlib.pruning.runtimes import (OnnxRuntime, Runtime, TorchRuntime, build_runtime,
+                                       check_runtime)
 from razorlib.tracing.forward import flatten_tensors
 
 ONCE = dict(warmup=0, repeat=1, cache_dir=False)
@@ -160,6 +163,22 @@ def test_prune_checks_the_runtime_whatever_the_budget(runtime, error, message):
         razorlib.prune(net(), X, flops=0.5, runtime=runtime)
 
 
+@pytest.mark.parametrize('pruner', ['ImportancePruner', 'RatioPruner'])
+def test_prune_checks_the_runtime_once(pruner, monkeypatch):
+    """By the ImportancePruner when it is built, else (a pruner taking no runtime) by
+    razorlib.prune itself: not both."""
+    checked = []
+
+    def counted(runtime):
+        checked.append(runtime)
+        return check_runtime(runtime)
+
+    for module in (api, importance_pruner):
+        monkeypatch.setattr(module, 'check_runtime', counted)
+    razorlib.prune(net(), X, flops=0.5, runtime='onnxruntime', pruner=pruner)
+    assert checked == ['onnxruntime']
+
+
 class Untimed(Runtime):
     """A runtime that fails the test if anything is timed on it."""
 
@@ -186,7 +205,8 @@ def test_a_missing_onnxruntime_is_named_with_the_way_out(monkeypatch):
 
 
 @pytest.mark.parametrize('runtime', ['onnxruntme', dict(type='torch', repeats=3),
-                                     dict(type='torch', repeat=2.7)])
+                                     dict(type='torch', repeat=2.7), None])
 def test_an_importance_pruner_checks_its_runtime_when_built(runtime):
-    with pytest.raises((ValueError, TypeError), match='onnxruntme|repeats|repeat=2.7'):
+    with pytest.raises((ValueError, TypeError), match='onnxruntme|repeats|repeat=2.7|'
+                       'runtime=None'):
         ImportancePruner(flops=0.5, runtime=runtime)

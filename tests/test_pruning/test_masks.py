@@ -1,11 +1,13 @@
 """``pruning/masks.py``: the hooks' errors name the module by its name in the model (a
 model holds many modules of one class)."""
+import pickle
+
 import pytest
 import torch
 import torch.nn as nn
 
 from razorlib.layers import kind_of
-from razorlib.pruning.masks import add_masks
+from razorlib.pruning.masks import MaskedInputError, add_masks
 
 
 class KeywordNorm(nn.BatchNorm2d):
@@ -70,3 +72,21 @@ def test_a_masked_layer_refuses_an_input_its_mask_would_broadcast(build, x):
     with pytest.raises(RuntimeError, match=r"^stem \((Conv2d|Linear)\): its input has shape "
                                            r'\((1, 1, 8, 8|2, 1)\), but it takes (3|4) channels'):
         module(x)
+
+
+def test_a_refused_input_is_a_masked_input_error_naming_its_layer():
+    """Typed, the layer apart from what is wrong: a caller naming the layer itself (
+    tools/get_flops.py) takes the detail without parsing the message; still the
+    RuntimeError it was, and it survives a trip through pickle (a process pool's)."""
+    conv = nn.Conv2d(3, 4, 3)
+    add_masks(conv, kind_of(conv), out_dim=-3, name='stem')
+    with pytest.raises(MaskedInputError) as caught:
+        conv(torch.randn(1, 1, 8, 8))
+    err = caught.value
+    assert isinstance(err, RuntimeError)
+    assert err.layer == 'stem (Conv2d)'
+    assert err.detail == 'its input has shape (1, 1, 8, 8), but it takes 3 channels at dim -3'
+    assert str(err) == f'{err.layer}: {err.detail}'
+    copy = pickle.loads(pickle.dumps(err))
+    assert (type(copy), copy.layer, copy.detail, str(copy)) == \
+        (MaskedInputError, err.layer, err.detail, str(err))

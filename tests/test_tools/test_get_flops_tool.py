@@ -132,6 +132,22 @@ def test_a_masked_supernet_refuses_an_input_of_other_channels_in_one_line(monkey
                             'takes 3 channels at dim -3']
 
 
+def test_a_mask_added_without_a_name_is_named_once():
+    """The mask's error names its layer by type alone (masks added without a name), which
+    the module's name in the model does not end with: the tool takes the error's detail
+    from its type, not by matching its text against the module."""
+    from razorlib.layers import kind_of
+    from razorlib.pruning.masks import add_masks
+
+    model = nn.Sequential(nn.Conv2d(3, 4, 3))
+    add_masks(model[0], kind_of(model[0]), out_dim=-3)
+    tool = load_tool('get_flops')
+    with pytest.raises(tool.InputError) as caught:
+        tool.complexity(model, torch.randn(1, 1, 8, 8))
+    assert str(caught.value) == ('0 (Conv2d) fails on input 1x1x8x8: its input has shape '
+                                 '(1, 1, 8, 8), but it takes 3 channels at dim -3')
+
+
 def test_a_subnet_that_leaves_a_layer_unsliced_is_one_line_naming_it(tmp_path, monkeypatch):
     """A channel config that slices a dense model's first conv but not the next conv's
     input (a partial config) is named with the conv that gets the wrong channel count."""

@@ -18,7 +18,7 @@ from razorlib.datasets import DigitsDataset
 from razorlib.engine.loops import recalibrate_bn
 from razorlib.models import PlainCNN
 from razorlib.pruning import slim_model
-from razorlib.registry import DATASETS, MODELS
+from razorlib.registry import DATASETS, IMPORTANCES, MODELS
 
 
 @DATASETS.register_module(force=True)
@@ -175,6 +175,19 @@ def test_a_flops_budget_with_a_data_criterion_ranked_globally(tmp_path):
     assert 'batch norms of the slim model re-estimated on 2 batches' in log
     slim = slim_model(PlainCNN(num_classes=10), tmp_path / 'channel_cfg.yaml')
     slim.load_state_dict(torch.load(tmp_path / 'slim.pth'))
+
+
+def test_the_criterion_is_built_once(tmp_path, monkeypatch):
+    """taylor reads data and its targets: what the run asks of it, and the pruner ranking
+    by it, are one criterion built once from --importance."""
+    built = []
+    build = IMPORTANCES.build
+    monkeypatch.setattr(IMPORTANCES, 'build', lambda cfg: built.append(cfg) or build(cfg))
+    code = load_tool('prune').main(['--model', 'plain_cnn', '--input-size', '16', '--flops',
+                                    '0.5', '--importance', 'taylor', '--data-batches', '1',
+                                    '--work-dir', str(tmp_path)])
+    assert code == 0
+    assert built == [dict(type='taylor')]
 
 
 @pytest.mark.parametrize('allocation', ['sensitivity', 'greedy'])

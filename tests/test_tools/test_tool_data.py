@@ -1,9 +1,11 @@
 """tools/ptq.py, tools/deploy.py and tools/search.py: dataloaders that cannot give what the
 tool reads, and ptq's and deploy's ``--subnet`` that does not fit the model, are refused in
-one line naming the key, flag or file, exit code 2, before anything is written; deploy's
+one line naming the key, flag or file, exit code 2, before anything is written; ptq and
+deploy run on the dataloaders they checked (each dataset built once); deploy's
 comparison of a static-batch graph and its strict deploy.json (TensorRT stood in for by
 onnxruntime)."""
 import json
+from collections import Counter
 from types import SimpleNamespace
 
 import pytest
@@ -37,6 +39,18 @@ class DigitImagesOnly(Dataset):
 
     def __getitem__(self, index: int) -> dict:
         return dict(inputs=self.digits[index]['inputs'])
+
+
+@DATASETS.register_module(force=True)
+class CountedDigits(DigitsDataset):
+    """The digits, each build counted in :attr:`builds` under ``key`` (the dataloader key
+    it is built for)."""
+    builds = Counter()
+
+    def __init__(self, key: str, split: str = 'train', upscale: int = 16,
+                 augment: bool = False):
+        CountedDigits.builds[key] += 1
+        super().__init__(split=split, upscale=upscale, augment=augment)
 
 
 @pytest.fixture(scope='module')
@@ -172,6 +186,28 @@ class OrtEngine:
     def __call__(self, images: torch.Tensor) -> torch.Tensor:
         OrtEngine.sizes.append(len(images))
         return torch.from_numpy(self.session.run(None, {self.name: images.numpy()})[0])
+
+
+@pytest.mark.parametrize('tool', ['ptq', 'deploy'])
+def test_each_dataset_is_built_once(tool, supernet, tmp_path, monkeypatch):
+    """The dataloaders are checked before the work dir is made, then read by the run: the
+    checked ones, not a second build (which scans an ImageFolder again)."""
+    checkpoint, subnet = supernet
+    keys = ('calib_dataloader', 'train_dataloader', 'val_dataloader')
+    config = config_with(tmp_path, PTQ_CONFIG, **{
+        key: f"dict(dataset=dict(type='CountedDigits', key={key!r}))" for key in keys})
+    (tmp_path / 'subnet.json').write_text(json.dumps(subnet))  # recalibrates on train
+    module = load_tool(tool)
+    extra = ['--analyse-steps', '1']
+    if tool == 'deploy':
+        monkeypatch.setattr(module, 'unavailable', lambda: None)
+        monkeypatch.setattr(module, 'Engine', OrtEngine)
+        extra = []
+    CountedDigits.builds.clear()
+    assert module.main([config, str(checkpoint), '--subnet', str(tmp_path / 'subnet.json'),
+                        '--work-dir', str(tmp_path / 'out'), *extra,
+                        '--cfg-options', 'ptq.calib_steps=2']) == 0
+    assert CountedDigits.builds == {key: 1 for key in keys}
 
 
 @pytest.mark.parametrize('batch_size', [32, 30])

@@ -9,7 +9,8 @@ from ...registry import PRUNERS
 from ...tracing import ChannelGroup
 from ...tracing.forward import default_example_inputs
 from ..allocation import Allocation, SubnetMeter, WidthRule, allocate, budget_of
-from ..runtimes import RuntimeArg, check_runtime
+from ..latency import SubnetLatency
+from ..runtimes import Runtime, RuntimeArg, check_runtime
 from ..sensitivity import measure_greedy_path, measure_sensitivity
 from ..structure import StructurePruner, SubnetDict
 from .base import ImportanceArg, ImportanceContext, build_importance
@@ -38,7 +39,9 @@ class ImportancePruner(StructurePruner):
             dense model's FLOPs, params or latency measured on ``runtime`` (instead of a
             ratio).
         runtime: where ``latency`` is measured: ``'torch'``, ``'onnxruntime'``,
-            ``'cuda'``, a config dict or a :class:`~razorlib.pruning.runtimes.Runtime`.
+            ``'cuda'``, a config dict or a :class:`~razorlib.pruning.runtimes.Runtime`; a
+            name or config dict is checked here (anything else that is no runtime is
+            refused here too), whatever the budget.
         round_to: each leader layer keeps a multiple of this many channels (or all).
         max_ratio: the largest fraction of a group that may be pruned.
         **kwargs: :class:`~razorlib.pruning.StructurePruner`'s (``except_start_keys``,
@@ -89,8 +92,8 @@ class ImportancePruner(StructurePruner):
         self.sensitivity: Optional[Dict[str, Any]] = (
             dict(sensitivity) if isinstance(sensitivity, Mapping)
             else {} if sensitivity else None)
-        if isinstance(runtime, (str, Mapping)):
-            check_runtime(runtime)  # a misspelt runtime fails here, not once timed
+        if not isinstance(runtime, (Runtime, SubnetLatency)):
+            check_runtime(runtime)  # a misspelt runtime (or none) fails here, not once timed
         self.flops, self.params, self.latency, self.runtime = flops, params, latency, runtime
         self.rule = WidthRule(round_to, max_ratio)
         self._scores: Optional[Dict[str, np.ndarray]] = None
