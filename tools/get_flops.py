@@ -131,7 +131,7 @@ def complexity(model: torch.nn.Module, inputs: torch.Tensor) -> Complexity:
         InputError: naming the module whose forward failed, the input and the op's error.
     """
     from razorlib.pruning.masks import MaskedInputError
-    from razorlib.utils import get_model_complexity
+    from razorlib.utils import first_line, get_model_complexity
 
     with running_modules(model) as running:
         try:
@@ -140,8 +140,8 @@ def complexity(model: torch.nn.Module, inputs: torch.Tensor) -> Complexity:
             where = running[-1] if running else type(model).__name__
             # a mask refuses the input in its layer's pre-hook, inside that layer (``where``),
             # and its message names the layer too: said once
-            detail = err.detail if isinstance(err, MaskedInputError) else \
-                (str(err).strip().splitlines() or [type(err).__name__])[0]
+            detail = (err.detail if isinstance(err, MaskedInputError)
+                      else first_line(err, limit=None, with_type=False))
             raise InputError(f"{where} fails on input {'x'.join(map(str, inputs.shape))}: "
                              f'{detail}') from err
 

@@ -19,6 +19,7 @@ from mmengine.dist import broadcast
 from mmengine.logging import MMLogger
 from mmengine.model import BaseModel
 
+from ..engine.optional_state import keep_own_optional_state
 from ..pruning import ChannelConfig, ImportancePruner, allocate
 from ..pruning.allocation import Allocation, SubnetMeter, budget_of
 from ..pruning.structure import SubnetDict
@@ -100,13 +101,9 @@ class PruningAlgorithm(BaseModel):
     #: built).
     OPTIONAL_STATE_PREFIXES: Tuple[str, ...] = ()
 
-    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys,
-                              unexpected_keys, error_msgs) -> None:
-        for name, buffer in self.named_buffers(recurse=False):
-            if name.startswith(self.OPTIONAL_STATE_PREFIXES):
-                state_dict.setdefault(prefix + name, buffer.detach().clone())
-        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys,
-                                      unexpected_keys, error_msgs)
+    def _load_from_state_dict(self, state_dict, prefix, *args) -> None:
+        keep_own_optional_state(self, state_dict, prefix)
+        super()._load_from_state_dict(state_dict, prefix, *args)
 
     def check_target(self, groups: Optional[List[str]] = None) -> None:
         """Refuse, before training, a target the pruner's rules cannot meet: the check of

@@ -15,6 +15,7 @@ from mmengine.logging import MessageHub
 from mmengine.model import BaseModel, MMDistributedDataParallel
 from mmengine.optim import OptimWrapper
 
+from ..engine.optional_state import keep_own_optional_state
 from ..nas import FixedSubnet, NasMutator, fix_subnet
 from ..nas.mutables import Choice
 from ..registry import MODEL_WRAPPERS, MODELS
@@ -196,8 +197,7 @@ class SPOS(OneShotSupernet):
                          where='checkpoint subnet')
 
     def _load_from_state_dict(self, state_dict, prefix, *args) -> None:
-        # a checkpoint written before the subnet was recorded keeps the model's subnet
-        state_dict.setdefault(prefix + '_extra_state', self.get_extra_state())
+        keep_own_optional_state(self, state_dict, prefix)
         super()._load_from_state_dict(state_dict, prefix, *args)
 
     def step_subnets(self) -> List[Dict[str, Choice]]:

@@ -29,10 +29,13 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 import torch
 import torch.nn as nn
 
+from ..utils.errors import first_line
 from .config import ConfigError
 
 #: How many keys of each kind a message names.
 SHOWN = 3
+#: How many characters of torch's error a message quotes (after the checkpoint's path).
+QUOTED = 120
 
 
 class CheckpointError(ConfigError):
@@ -55,10 +58,11 @@ def read_checkpoint(path: Union[str, Path]) -> Dict[str, Any]:
                                 mmap=zipfile.is_zipfile(path))
     except pickle.UnpicklingError as err:
         if 'Weights only load failed' not in str(err):
-            raise CheckpointError(f'{path}: not a complete checkpoint ({_first_line(err)}); '
-                                  'was it cut short while being written or copied?') from err
+            raise CheckpointError(f'{path}: not a complete checkpoint '
+                                  f'({first_line(err, QUOTED)}); was it cut short while being '
+                                  'written or copied?') from err
         refused = next((line.strip() for line in str(err).splitlines()
-                        if 'GLOBAL' in line), _first_line(err))
+                        if 'GLOBAL' in line), first_line(err, QUOTED))
         raise CheckpointError(f'{path}: refused by weights-only loading ({refused}); '
                               'razorlib loads tensors and what mmengine checkpoints hold, '
                               'never pickled code') from err
@@ -66,8 +70,8 @@ def read_checkpoint(path: Union[str, Path]) -> Dict[str, Any]:
         raise CheckpointError(f'{path}: cannot be read ({err.strerror})') from err
     except Exception as err:  # torch reports a cut-short file as OSError, EOFError,
         # RuntimeError (zip reader) or KeyError (unpickler), depending on where it ends
-        raise CheckpointError(f'{path}: not a complete checkpoint ({_first_line(err)}); '
-                              'was it cut short while being written or copied?') from err
+        raise CheckpointError(f'{path}: not a complete checkpoint ({first_line(err, QUOTED)});'
+                              ' was it cut short while being written or copied?') from err
     if not isinstance(checkpoint, dict):
         raise CheckpointError(f'{path}: holds a {type(checkpoint).__name__}, not a checkpoint '
                               'dict or a state_dict')
@@ -234,10 +238,3 @@ def _names(keys: List[str], shown: Optional[List[str]] = None) -> str:
     """The first :data:`SHOWN` of ``keys`` (or their descriptions ``shown``), then ``...``."""
     shown = shown or keys[:SHOWN]
     return ', '.join(shown[:SHOWN]) + (', ...' if len(keys) > SHOWN else '')
-
-
-def _first_line(err: BaseException) -> str:
-    """``Type: message``, its first line only, at most 120 characters."""
-    line = str(err).strip().splitlines()[0] if str(err).strip() else ''
-    text = f'{type(err).__name__}: {line}' if line else type(err).__name__
-    return text if len(text) <= 120 else text[:117] + '...'

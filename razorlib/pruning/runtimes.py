@@ -51,6 +51,7 @@ import torch.nn as nn
 
 from ..tracing.forward import flatten_tensors, without_kv_cache
 from ..utils.checks import keyword_parameters
+from ..utils.errors import first_line
 
 __all__ = ['RUNTIMES', 'Runtime', 'TorchRuntime', 'CudaRuntime', 'OnnxRuntime',
            'build_runtime', 'check_runtime', 'RuntimeArg', 'default_cache_dir',
@@ -371,7 +372,7 @@ class CudaGraphReplay:
                 self.output = run()
         except Exception as err:
             raise RuntimeError(f"runtime 'cuda' with graph=True: the forward cannot be "
-                               f'captured in a CUDA graph ({_first_line(err)}); time it '
+                               f'captured in a CUDA graph ({first_line(err)}); time it '
                                'eagerly (graph=False)') from err
 
     def __call__(self) -> Any:
@@ -470,7 +471,7 @@ class OnnxRuntime(Runtime):
             return ort.InferenceSession(onnx_model, options, providers=['CPUExecutionProvider'])
         except Exception as err:
             raise RuntimeError(f"runtime 'onnxruntime': the {type(module).__name__} exported "
-                               f'to ONNX does not load: {_first_line(err)}; measure it on '
+                               f'to ONNX does not load: {first_line(err)}; measure it on '
                                "runtime='torch' instead") from err
 
     def _export(self, module: nn.Module, inputs: Inputs) -> '_Exported':
@@ -485,11 +486,11 @@ class OnnxRuntime(Runtime):
         try:
             return _Exported(_dynamo_export(module, inputs))
         except Exception as err:
-            tried = (f'TorchScript exporter: {_first_line(scripted_error)}; '
+            tried = (f'TorchScript exporter: {first_line(scripted_error)}; '
                      if scripted_error is not None else '')
             raise RuntimeError(f"runtime 'onnxruntime': the {type(module).__name__} cannot be "
                                f'exported to ONNX ({tried}dynamo exporter: '
-                               f"{_first_line(err)}); measure it on runtime='torch' instead"
+                               f"{first_line(err)}); measure it on runtime='torch' instead"
                                ) from err
 
 
@@ -500,7 +501,7 @@ def _import_onnxruntime() -> Any:
         import onnxruntime
     except ImportError as err:
         raise ImportError(f"runtime 'onnxruntime' needs the onnxruntime package, which cannot "
-                          f'be imported ({_first_line(err)}); install it (pip install '
+                          f'be imported ({first_line(err)}); install it (pip install '
                           "onnxruntime) or measure on runtime='torch'") from err
     return onnxruntime
 
@@ -599,13 +600,6 @@ def _tolerance(dtype: torch.dtype) -> float:
     float32 (a graph that froze part of the forward is off by far more), ten epsilons in
     a coarser dtype."""
     return max(1e-3, 10 * torch.finfo(dtype).eps) if dtype.is_floating_point else 0.0
-
-
-def _first_line(err: BaseException, limit: int = 300) -> str:
-    """The first line of an error (exporters append whole graphs), at most ``limit``
-    characters."""
-    text = f'{type(err).__name__}: {err}'.strip().splitlines()[0]
-    return text if len(text) <= limit else text[:limit - 3] + '...'
 
 
 def _named_tensors(inputs: Inputs) -> Tuple[List[str], List[torch.Tensor]]:

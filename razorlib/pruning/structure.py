@@ -23,6 +23,7 @@ from ..tracing import ChannelGroup, ChannelGroups, build_groups, trace
 from ..tracing.context import check_gqa, check_heads
 from ..tracing.forward import call_model, default_example_inputs, flatten_tensors, \
     shadow_tensors, shadowed
+from ..utils.errors import first_line
 from .channel_config import ChannelConfig, ChannelSelection, as_channel_config
 from .masks import IN_MASK, OUT_MASK, _is_ours, add_masks, add_param_mask, remove_masks, \
     set_mask
@@ -306,7 +307,7 @@ class StructurePruner(metaclass=ABCMeta):
             slim = _outputs(self.model, example_inputs,
                             lambda: _slice_unmasked(self.model, cfg, self.kinds))
         except Exception as err:  # pylint: disable=broad-except  # the code cannot follow
-            return f'{type(err).__name__}: {err}'.splitlines()[0][:300]
+            return first_line(err)
         finally:
             self.set_subnet({})
         return _output_difference(masked, slim) if compare else None

@@ -23,6 +23,7 @@ import torch.nn as nn
 from ..layers import KindTable
 from ..tracing import ChannelGroups, ChannelUse, FrozenReason, TracingError
 from ..tracing.forward import FastMetaOps, call_model, shadow_tensors, shadowed, to_meta
+from ..utils.errors import first_line
 from .slicing import plan_slices
 from .subnet_config import subnet_channel_config
 
@@ -77,7 +78,7 @@ class _Probe:
                 with torch.no_grad(), (FastMetaOps() if self.meta else contextlib.nullcontext()):
                     call_model(self.model, self.inputs)
         except Exception as err:  # any failure means the code cannot follow the widths
-            return f'{type(err).__name__}: {err}'.splitlines()[0][:300]
+            return first_line(err)
         return None
 
 

@@ -43,6 +43,7 @@ from typing import Any, Dict, List, Mapping, Optional, Union
 import torch
 import torch.nn as nn
 
+from ..engine.optional_state import keep_own_optional_state
 from ..ir import (BaseGraph, Operation, QuantableOperation, QuantizationProperty,
                   RoundingPolicy, TensorQuantizationConfig, TorchExecutor)
 from .executor import QuantExecutor, quantized_inputs
@@ -313,18 +314,18 @@ class LSQGraph(nn.Module):
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys,
                               unexpected_keys, error_msgs) -> None:
-        """Check the checkpoint's signature before any tensor loads; take its zero points."""
+        """Check the checkpoint's signature before any tensor loads; take its zero points;
+        keep this graph's own signature, zero points and initial scales where an older
+        checkpoint lacks them (after the check, which tells an older checkpoint by its
+        missing signature)."""
         if self._roots and prefix + 'quant_signature.version' not in state_dict:
             warnings.warn(f'LSQGraph checkpoint: no {prefix}quant_signature: it predates the '
                           'quantization signature (platform, integer ranges, zero points) '
                           'that LSQGraph saves, so it is loaded unchecked, with the zero points '
                           'of this graph; save it again to add the signature', stacklevel=2)
-            _keep_own_buffers(self.quant_signature, 'quant_signature', state_dict, prefix)
-            _keep_own_buffers(self.zero_points, 'zero_points', state_dict, prefix)
         else:
             self._check_signature(state_dict, prefix)
-        if not any(key.startswith(prefix + 'initial_scales.') for key in state_dict):
-            _keep_own_buffers(self.initial_scales, 'initial_scales', state_dict, prefix)
+        keep_own_optional_state(self, state_dict, prefix)
         super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys,
                                       unexpected_keys, error_msgs)
 
@@ -494,15 +495,6 @@ def _zero_point(config: TensorQuantizationConfig) -> torch.Tensor:
 
 def _bias_state(passive: bool) -> str:
     return 'int32 (PASSIVE)' if passive else 'FP32'
-
-
-def _keep_own_buffers(module: nn.Module, name: str, state_dict: Dict[str, Any],
-                      prefix: str) -> None:
-    """Put ``module``'s buffers (the child ``name`` of an LSQGraph) into a checkpoint that
-    lacks them: torch and mmengine hand the children the entries of this (local) dict, so
-    the graph's own are then loaded as they are, not reported missing."""
-    for key, buffer in module.named_buffers(prefix=name):
-        state_dict.setdefault(prefix + key, buffer.detach().clone())
 
 
 def _forget_values_kept_aside(graph: BaseGraph) -> None:

@@ -18,6 +18,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 import torch
 import torch.nn as nn
 
+from ..utils.errors import first_line
 from .literal_sizes import SizeWatch
 from .meta_kernels import FastMetaOps
 
@@ -139,7 +140,7 @@ def call_on_batch(model: nn.Module, inputs: Any, who: str, index: int) -> Any:
         shapes = ', '.join(str(tuple(t.shape)) for t in flatten_tensors(inputs)) or \
             type(inputs).__name__
         raise ValueError(f'{who}: the model fails on data batch {index} (inputs {shapes}): '
-                         f'{type(err).__name__}: {err}'.splitlines()[0]) from err
+                         f'{first_line(err, limit=None)}') from err
 
 
 def flatten_tensors(obj: Any) -> List[torch.Tensor]:

@@ -59,3 +59,26 @@ def test_an_error_in_the_forward_puts_the_statistics_back():
 
 def test_examples():
     assert_examples_pass('razorlib.utils.batch_norm')
+
+
+def _numpy_of(x: torch.Tensor) -> torch.Tensor:
+    return x.numpy()  # TorchScript refuses it, in a message starting with a newline
+
+
+class ScriptsItsTail(nn.Module):
+    """A model that compiles part of its forward with TorchScript on the first call."""
+
+    def __init__(self):
+        super().__init__()
+        self.bn = nn.BatchNorm2d(3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.jit.script(_numpy_of)(self.bn(x))
+
+
+@pytest.mark.filterwarnings('ignore::DeprecationWarning')  # torch.jit.script's
+def test_an_error_whose_message_starts_with_a_newline_is_quoted_by_its_first_line():
+    with pytest.raises(ValueError, match=r"batch 0 \(inputs \(2, 3, 4, 4\)\): RuntimeError: "
+                                         r"'Tensor' object has no attribute or "
+                                         r"method 'numpy'\.:$"):
+        reestimate_bn_stats(ScriptsItsTail(), [torch.randn(2, 3, 4, 4)])
