@@ -7,21 +7,19 @@ self.embed_tokens.weight)``).  Such a read gives the parameter slots of its own
 (:meth:`TraceContext.leaf_channels`), which the rules bind to what it meets; pruning
 slices the parameter with its layer, though, so each of those slots must stand for the
 channel of the layer's axis that its dim holds, or never be pruned.  Which dim holds
-which axis is the kind's knowledge: its slice plan of a shape-only copy of the layer
+which axis is the kind's knowledge: its slice plan of the layer on shape-only tensors
 (:meth:`~razorlib.layers.LayerKind.plan_slice`) shows which dims shrink with each axis
 (a ``Conv1D`` stores its weight ``(in, out)``, an ``nn.Embedding`` its channels on
 dim 1).
 """
-import copy
 from typing import Dict, Optional
 
 import numpy as np
-import torch
-import torch.nn as nn
 
 from ..layers import LayerKind
 from .channels import TensorChannels
 from .context import ChannelUse, TraceContext
+from .forward import shadow_tensors, shadowed
 
 #: Errors a kind raises where it cannot plan the probe's slice (a depthwise conv keeps
 #: its outputs with its inputs; nn.MultiheadAttention plans none; an op without a meta
@@ -74,27 +72,27 @@ def _dim_axes(ctx: TraceContext, module_name: str, attr: str, kind: LayerKind,
               labels: np.ndarray) -> Dict[int, ChannelUse]:
     """Dim of the layer's ``attr`` -> the traced axis whose channels it holds one to one.
 
-    For each axis the kind plans a slice of a shape-only copy of the layer that drops
-    the channels of one class of slots (one position of every group of a group conv,
-    which must keep the same positions in each); a dim that shrinks to the kept count
-    holds that axis.
+    For each axis the kind plans a slice of the layer (its tensors shape-only, ``meta``,
+    meanwhile) that drops the channels of one class of slots (one position of every group
+    of a group conv, which must keep the same positions in each); a dim that shrinks to
+    the kept count holds that axis.
     """
     module = ctx.modules[module_name]
     shape = tuple(getattr(module, attr).shape)
-    shape_only = _shape_only(module)
     axes: Dict[int, ChannelUse] = {}
-    for axis in kind.axes:
-        use = _axis_use(ctx, module_name, axis)
-        if use is None:  # never traced: the layer's pruning does not slice it
-            continue
-        kept = np.flatnonzero(labels[use.slots] != labels[use.slots[-1]]).tolist()
-        plan = kind.plan_slice(module_name, shape_only, {axis: kept})
-        sliced = plan.params.get(attr, plan.buffers.get(attr))
-        if sliced is None:
-            continue
-        for dim, (before, after) in enumerate(zip(shape, sliced.shape)):
-            if before == len(use.slots) and after == len(kept) and before != after:
-                axes[dim] = use
+    with shadowed(module, shadow_tensors(module, meta=True)):  # plans copy no weight
+        for axis in kind.axes:
+            use = _axis_use(ctx, module_name, axis)
+            if use is None:  # never traced: the layer's pruning does not slice it
+                continue
+            kept = np.flatnonzero(labels[use.slots] != labels[use.slots[-1]]).tolist()
+            plan = kind.plan_slice(module_name, module, {axis: kept})
+            sliced = plan.params.get(attr, plan.buffers.get(attr))
+            if sliced is None:
+                continue
+            for dim, (before, after) in enumerate(zip(shape, sliced.shape)):
+                if before == len(use.slots) and after == len(kept) and before != after:
+                    axes[dim] = use
     return axes
 
 
@@ -106,16 +104,3 @@ def _axis_use(ctx: TraceContext, module_name: str, axis: str) -> Optional[Channe
         if use is not None:
             return use
     return None
-
-
-def _shape_only(module: nn.Module) -> nn.Module:
-    """A shallow copy of ``module`` whose parameters and buffers are ``meta`` tensors of
-    their shapes: its kind plans a slice of it without copying a weight."""
-    clone = copy.copy(module)
-    clone.__dict__['_parameters'] = {
-        attr: None if p is None else torch.empty_like(p, device='meta')
-        for attr, p in module._parameters.items()}
-    clone.__dict__['_buffers'] = {
-        attr: None if b is None else torch.empty_like(b, device='meta')
-        for attr, b in module._buffers.items()}
-    return clone
