@@ -36,6 +36,7 @@ import logging
 import os
 import re
 import runpy
+import signal
 import statistics
 import subprocess
 import sys
@@ -121,10 +122,22 @@ class StepFailed(Exception):
 
     def __init__(self, step: str, name: str, code: int, log: Path):
         lines = [line for line in log.read_text(errors='replace').splitlines() if line.strip()]
-        reason = LOG_PREFIX.sub('', lines[-1].strip()) if lines else 'its log is empty'
-        super().__init__(f'step {step!r} (tools/{name}.py) failed with code {code}: {reason}; '
-                         f'its log: {log}')
+        last = LOG_PREFIX.sub('', lines[-1].strip()) if lines else 'its log is empty'
+        if code < 0:  # killed: its log's last line is whatever it was doing, not why
+            how = f'was killed by {_signal_name(-code)}'
+            last = f'its log ends: {last}' if lines else last
+        else:
+            how = f'failed with code {code}'
+        super().__init__(f'step {step!r} (tools/{name}.py) {how}: {last}; its log: {log}')
         self.code = code if code > 0 else 128 - code  # killed by a signal: 128 + its number
+
+
+def _signal_name(number: int) -> str:
+    """``SIGKILL`` for 9 (an out-of-memory kill), ``signal 99`` for a number unknown."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f'signal {number}'
 
 
 class Pipeline:

@@ -160,6 +160,21 @@ def test_a_failing_step_stops_the_pipeline_with_its_code_in_one_line(tmp_path):
     assert 'Traceback' not in (run / 'pipeline.log').read_text()
 
 
+@pytest.mark.parametrize('code, log_text, message', [
+    (-9, 'epoch 3, iter 10/50\n', "was killed by SIGKILL: its log ends: epoch 3, iter 10/50"),
+    (-99, '', 'was killed by signal 99: its log is empty'),
+    (2, 'x.py: model.type: bad\n', 'failed with code 2: x.py: model.type: bad'),
+])
+def test_a_step_killed_by_a_signal_is_said_killed_not_failed(tmp_path, code, log_text, message):
+    """A step the system killed (out of memory: SIGKILL) exits 128 + the signal, and
+    says so; its log's last line is what it was doing, not a reason."""
+    log = tmp_path / 'step.log'
+    log.write_text(log_text)
+    err = load_tool().StepFailed('2_search', 'search', code, log)
+    assert str(err) == f"step '2_search' (tools/search.py) {message}; its log: {log}"
+    assert err.code == (128 - code if code < 0 else code)
+
+
 def test_set_epochs_stretches_the_schedulers_that_ended_with_the_old_schedule():
     cfg = Config(dict(train_cfg=dict(max_epochs=20, val_interval=20), param_scheduler=[
         dict(type='LinearLR', by_epoch=False, begin=0, end=50),
