@@ -20,6 +20,7 @@ from ..pruning import ChannelConfig, StructurePruner
 from ..pruning.structure import SubnetDict
 from ..registry import MODELS, PRUNERS, SCOPE
 from ..utils import Complexity, get_model_complexity, preserved_bn_stats
+from ..utils.inputs import random_batch
 from .building import ModuleOrCfg, build_architecture, preprocessor_of, refuse_accumulation
 
 
@@ -117,10 +118,9 @@ class AutoSlim(BaseModel):
 
     # ------------------------------------------------------------------ subnets
     def example_inputs(self) -> torch.Tensor:
-        """A random ``1 x input_shape`` batch on the model's device."""
-        param = next(self.architecture.parameters(), None)
-        return torch.randn(1, *self.input_shape,
-                           device=param.device if param is not None else 'cpu')
+        """A random ``1 x input_shape`` batch on the model's device, the same at every
+        call, leaving the global RNGs alone (:func:`~razorlib.utils.inputs.random_batch`)."""
+        return random_batch(self.architecture, self.input_shape)
 
     def set_subnet(self, subnet: Union[SubnetDict, ChannelConfig, str, Path]) -> None:
         """Mask the supernet to a subnet dict, or to a channel config (object or file)

@@ -11,12 +11,14 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from mmengine.logging import MMLogger
-from mmengine.model import BaseModel, ImgDataPreprocessor
+from mmengine.model import BaseModel
 
 from ..engine.checkpoint_check import check_fits, read_checkpoint, state_dict_of
 from ..registry import MODELS
 from ..utils import Complexity, get_model_complexity
 from ..utils.checks import real_number
+from ..utils.errors import first_line
+from ..utils.inputs import random_batch
 from ..utils.modes import kept_modes
 from .building import ModuleOrCfg, build_architecture, preprocessor_of
 
@@ -69,6 +71,19 @@ def _copied(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _copied(v) for k, v in value.items()}
     return value
+
+
+def _called_outputs(outputs: Dict[str, Any], names: Sequence[str], model: str) -> List[Any]:
+    """The recorded outputs of the modules ``names`` of the ``model`` (student or
+    teacher), refusing a module its forward never called: it has no output to match
+    (a backbone stage beyond ``out_indices``, a head's unused branch)."""
+    not_called = [name for name in names if name not in outputs]
+    if not_called:
+        raise ValueError(f'features: {model}: module {not_called[0]!r} was not called in the '
+                         f"{model}'s forward, so it has no output to distil (e.g. a backbone "
+                         "stage beyond the backbone's out_indices): name a module the "
+                         'forward runs')
+    return [outputs[name] for name in names]
 
 
 def connector_for(student: torch.Tensor, teacher: torch.Tensor) -> nn.Module:
@@ -181,7 +196,7 @@ class SingleTeacherDistill(BaseModel):
     def _connectors(self) -> List[nn.Module]:
         if not self.features:
             return []
-        x = torch.randn(2, *self.input_shape)
+        x = random_batch(self.architecture, self.input_shape, batch_size=2)
         student, teacher, _, _ = self._features(x, no_grad=True)
         return [connector_for(s, t) for s, t in zip(student, teacher)]
 
@@ -196,7 +211,8 @@ class SingleTeacherDistill(BaseModel):
                 if no_grad:
                     self.architecture.eval()
                 logits_s = self.architecture(inputs)
-        return ([out_s[n] for n in names_s], [out_t[n] for n in names_t], logits_s, logits_t)
+        return (_called_outputs(out_s, names_s, 'student'),
+                _called_outputs(out_t, names_t, 'teacher'), logits_s, logits_t)
 
     def train(self, mode: bool = True) -> 'SingleTeacherDistill':
         """Set the student's mode; the teacher stays in eval mode."""
@@ -233,10 +249,10 @@ class SingleTeacherDistill(BaseModel):
         return (loss_fn or nn.CrossEntropyLoss())(logits, labels)
 
     def example_inputs(self) -> torch.Tensor:
-        """A random ``1 x input_shape`` batch on the student's device."""
-        param = next(self.architecture.parameters(), None)
-        return torch.randn(1, *self.input_shape,
-                           device=param.device if param is not None else 'cpu')
+        """A random ``1 x input_shape`` batch on the student's device, the same at every
+        call and drawn from a generator of its own: FLOPs logged during training
+        (``ResourceEstimatorHook``) must not change what is trained."""
+        return random_batch(self.architecture, self.input_shape)
 
     def flops_params(self) -> Complexity:
         """FLOPs and parameters of the student on one ``input_shape`` image: what is
@@ -260,31 +276,67 @@ def _weight(value: object, name: str) -> float:
 
 def _check_teacher_preprocessing(teacher: nn.Module, preprocessor: Optional[nn.Module],
                                  input_shape: Sequence[int]) -> None:
-    """Refuse a teacher whose own image preprocessor normalises otherwise than the
+    """Refuse a teacher whose own data preprocessor prepares images otherwise than the
     algorithm's: the teacher is fed the algorithm's preprocessed inputs, so it would see
-    images scaled as it was never trained on.  A teacher preprocessor that leaves the
-    images as they are (an unset ``ClsDataPreprocessor``, a config without one) is taken
-    as unset, with a warning."""
+    images scaled as it was never trained on.  Both preprocessors, of whatever class
+    (mmengine's ``ImgDataPreprocessor``, mmpretrain's, one of the user's), run on the same
+    probe batch.  A teacher preprocessor that leaves the images as they are (an unset
+    ``ClsDataPreprocessor``, a config without one) is taken as unset, with a warning; so
+    is a pair that cannot be compared (a teacher without one, a preprocessor failing on
+    the probe), the warning saying why."""
     own = getattr(teacher, 'data_preprocessor', None)
-    if own is preprocessor or not (isinstance(own, ImgDataPreprocessor)
-                                   and isinstance(preprocessor, ImgDataPreprocessor)):
+    if own is preprocessor:
         return
     probe = torch.arange(2 * math.prod(input_shape), dtype=torch.float32)
     probe = (probe % 256).reshape(2, *input_shape)
-    with torch.no_grad():
-        ours = preprocessor(dict(inputs=probe), False)['inputs']
-        theirs = own(dict(inputs=probe), False)['inputs']
+    try:
+        ours = _prepared(preprocessor, probe, "the algorithm's data_preprocessor")
+        theirs = _prepared(own, probe, "the teacher's data_preprocessor")
+    except _Incomparable as reason:
+        _warn_teacher_preprocessing(f'cannot check that the teacher was trained on inputs '
+                                    f"prepared as the algorithm's: {reason}")
+        return
     if ours.shape == theirs.shape and torch.allclose(ours, theirs):
         return
     if theirs.shape == probe.shape and torch.equal(theirs, probe):
-        MMLogger.get_current_instance().warning(
-            "SingleTeacherDistill: the teacher's data_preprocessor does not normalise; it "
-            "is fed the images as the algorithm's data_preprocessor prepares them")
+        _warn_teacher_preprocessing("the teacher's data_preprocessor does not normalise")
         return
     raise ValueError("SingleTeacherDistill: the teacher's data_preprocessor prepares images "
                      "otherwise than the algorithm's (the student's, or data_preprocessor): "
                      "the teacher is fed the algorithm's inputs, so give both the same "
                      "mean, std and channel order")
+
+
+class _Incomparable(Exception):
+    """Why two data preprocessors' outputs cannot be compared."""
+
+
+def _prepared(preprocessor: Any, probe: torch.Tensor, whose: str) -> torch.Tensor:
+    """The ``inputs`` ``preprocessor`` makes of ``probe`` (on the CPU, as floats), or
+    :class:`_Incomparable` saying why there are none."""
+    if not callable(preprocessor):
+        raise _Incomparable(f'{whose} is {preprocessor!r}, not a callable preprocessor')
+    what = f'{whose} ({type(preprocessor).__name__})'
+    try:
+        with torch.no_grad():
+            out = preprocessor(dict(inputs=probe), False)
+    except Exception as err:  # any failure only means that the two cannot be compared
+        raise _Incomparable(f'{what} fails on a probe batch of shape {tuple(probe.shape)}: '
+                            f'{first_line(err)}') from err
+    inputs = out.get('inputs') if isinstance(out, dict) else None
+    if not isinstance(inputs, torch.Tensor):
+        raise _Incomparable(f"{what} returns no tensor under 'inputs' but "
+                            f'{type(inputs).__name__}')
+    return inputs.detach().cpu().float()
+
+
+def _warn_teacher_preprocessing(why: str) -> None:
+    """Warn that the teacher's inputs are not known to be prepared as it was trained
+    (``why``), for the user to check: a teacher fed inputs normalised otherwise gives
+    silently wrong logits to distil."""
+    MMLogger.get_current_instance().warning(
+        f"SingleTeacherDistill: {why}; the teacher is fed the images as the algorithm's "
+        'data_preprocessor prepares them')
 
 
 def _load(model: nn.Module, path: Union[str, Path], key: str) -> None:

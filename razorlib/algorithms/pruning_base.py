@@ -25,6 +25,7 @@ from ..pruning.allocation import Allocation, SubnetMeter, budget_of
 from ..pruning.structure import SubnetDict
 from ..registry import PRUNERS, SCOPE
 from ..utils import Complexity, get_model_complexity
+from ..utils.inputs import random_batch
 from .building import ModuleOrCfg, build_architecture, preprocessor_of
 
 Batch = Tuple[torch.Tensor, torch.Tensor]
@@ -142,9 +143,7 @@ class PruningAlgorithm(BaseModel):
         """A random ``1 x input_shape`` batch on the model's device, the same at every
         call: drawn from a generator of its own, so that tracing, FLOPs counting and
         pruning steps leave the global RNGs (augmentation, dropout) as they were."""
-        param = next(self.architecture.parameters(), None)
-        batch = torch.randn(1, *self.input_shape, generator=torch.Generator().manual_seed(0))
-        return batch.to(param.device if param is not None else 'cpu')
+        return random_batch(self.architecture, self.input_shape)
 
     @property
     def current_subnet(self) -> SubnetDict:

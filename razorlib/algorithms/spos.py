@@ -20,6 +20,7 @@ from ..nas import FixedSubnet, NasMutator, fix_subnet
 from ..nas.mutables import Choice
 from ..registry import MODEL_WRAPPERS, MODELS
 from ..utils import Complexity, get_model_complexity
+from ..utils.inputs import random_batch
 from .building import ModuleOrCfg, build_architecture, preprocessor_of, refuse_accumulation
 
 SubnetLike = Union[FixedSubnet, Mapping[str, Choice], str, Path]
@@ -88,9 +89,9 @@ class OneShotSupernet(BaseModel):
         return FixedSubnet(self.mutator.active(self.mutator.current()))
 
     def example_inputs(self) -> torch.Tensor:
-        param = next(self.architecture.parameters(), None)
-        return torch.randn(1, *self.input_shape,
-                           device=param.device if param is not None else 'cpu')
+        """A random ``1 x input_shape`` batch on the model's device, the same at every
+        call, leaving the global RNGs alone (:func:`~razorlib.utils.inputs.random_batch`)."""
+        return random_batch(self.architecture, self.input_shape)
 
     def flops_params(self) -> Complexity:
         """FLOPs and parameters of the current subnet, counted on its fixed network

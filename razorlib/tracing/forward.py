@@ -19,6 +19,7 @@ import torch
 import torch.nn as nn
 
 from ..utils.errors import first_line
+from ..utils.inputs import random_batch
 from .literal_sizes import SizeWatch
 from .meta_kernels import FastMetaOps
 
@@ -46,10 +47,7 @@ def default_example_inputs(model: nn.Module) -> torch.Tensor:
                          f"example inputs (e.g. {{'{main_input}': torch.randint(0, "
                          "config.vocab_size, (1, 16))}); without them razorlib uses a "
                          '1x3x224x224 image')
-    param = next(model.parameters(), None)
-    device = param.device if param is not None else 'cpu'
-    image = torch.randn(1, 3, 224, 224, generator=torch.Generator().manual_seed(0))
-    return image.to(device)
+    return random_batch(model, (3, 224, 224))
 
 
 def is_transformers_model(module: nn.Module) -> bool:

@@ -219,3 +219,13 @@ def test_gradient_accumulation_is_refused_not_ignored(batch):
     with pytest.raises(ValueError, match='AutoSlim steps the optimizer itself on every batch: '
                        'optim_wrapper.accumulative_counts must be 1, got 4'):
         model.train_step(batch, accumulating)
+
+
+def test_counting_flops_leaves_the_global_rng_as_it_was(model):
+    """ResourceEstimatorHook calls flops_params while training: a draw from the global RNG
+    there changed what was trained."""
+    state = torch.get_rng_state()
+    first = model.example_inputs()
+    model.flops_params()
+    assert torch.equal(torch.get_rng_state(), state)
+    assert torch.equal(model.example_inputs(), first)

@@ -7,6 +7,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 from mmengine.config import Config
+from mmengine.logging import MMLogger
+from mmengine.model import BaseDataPreprocessor
 from mmengine.optim import OptimWrapper
 from mmengine.registry import init_default_scope
 
@@ -122,6 +124,66 @@ def test_a_teacher_normalised_otherwise_is_refused(teacher_ckpt):
                           torch.tensor([0.485, 0.456, 0.406]))
 
 
+class Normaliser(BaseDataPreprocessor):
+    """A normalising preprocessor that is no ``ImgDataPreprocessor`` (as mmpretrain's)."""
+
+    def __init__(self, mean: float, std: float):
+        super().__init__()
+        self.mean, self.std = mean, std
+
+    def forward(self, data: dict, training: bool = False) -> dict:
+        data = super().forward(data, training)
+        return dict(data, inputs=(data['inputs'].float() - self.mean) / self.std)
+
+
+class Failing(BaseDataPreprocessor):
+    """A preprocessor that cannot prepare the probe batch (it wants labels)."""
+
+    def forward(self, data: dict, training: bool = False) -> dict:
+        raise KeyError('data_samples')
+
+
+def student_with(preprocessor) -> torch.nn.Module:
+    student = MODELS.build(tiny_classifier((4, 8)))  # its own: mean 0.5, std 0.5
+    student.data_preprocessor = preprocessor
+    return student
+
+
+@pytest.mark.parametrize('preprocessor', [Normaliser(0.45, 0.225), BaseDataPreprocessor()],
+                         ids=['another-normalisation', 'none'])
+def test_a_teacher_normalised_otherwise_is_refused_whatever_the_preprocessor_class(
+        teacher_ckpt, preprocessor):
+    with pytest.raises(ValueError, match="the teacher's data_preprocessor prepares images "
+                       "otherwise than the algorithm's"):
+        SingleTeacherDistill(architecture=student_with(preprocessor), teacher=tiny_classifier(),
+                             teacher_ckpt=teacher_ckpt, input_shape=(3, 16, 16))
+
+
+@pytest.fixture
+def warnings(monkeypatch) -> list:
+    """What SingleTeacherDistill warns about through mmengine's current logger."""
+    logged = []
+    monkeypatch.setattr(MMLogger.get_current_instance(), 'warning', logged.append)
+    return logged
+
+
+def test_a_teacher_normalised_alike_by_another_class_is_accepted(teacher_ckpt, warnings):
+    SingleTeacherDistill(architecture=student_with(Normaliser(0.5, 0.5)),
+                         teacher=tiny_classifier(), teacher_ckpt=teacher_ckpt,
+                         input_shape=(3, 16, 16))
+    assert warnings == []
+
+
+def test_preprocessors_that_cannot_be_compared_are_warned_about(teacher_ckpt, warnings):
+    SingleTeacherDistill(architecture=student_with(Failing()), teacher=tiny_classifier(),
+                         teacher_ckpt=teacher_ckpt, input_shape=(3, 16, 16))
+    assert warnings == [
+        "SingleTeacherDistill: cannot check that the teacher was trained on inputs prepared "
+        "as the algorithm's: the algorithm's data_preprocessor (Failing) fails on a probe "
+        "batch of shape (2, 3, 16, 16): KeyError: 'data_samples'; the teacher is fed the "
+        "images as the algorithm's data_preprocessor prepares them"]
+
+
 def test_a_student_equal_to_its_teacher_has_nothing_to_distil(teacher_ckpt):
     model = SingleTeacherDistill(architecture=tiny_classifier(), teacher=tiny_classifier(),
                                  teacher_ckpt=teacher_ckpt, student_ckpt=teacher_ckpt,
@@ -146,6 +208,18 @@ def test_mistakes_name_the_argument_and_the_module(teacher_ckpt, tmp_path):
         distill(teacher_ckpt, features=[dict(student='backbone.stage.1', teacher='backbone')])
 
 
+@pytest.mark.parametrize('key, model', [('architecture', 'student'), ('teacher', 'teacher')])
+def test_a_feature_module_the_forward_never_calls_is_named(teacher_ckpt, key, model):
+    # with out_indices=(0,) PlainCNN stops after stage 0: stage 1 never runs
+    nets = dict(architecture=tiny_classifier((4, 8)), teacher=tiny_classifier())
+    nets[key] = dict(nets[key], backbone=dict(nets[key]['backbone'], out_indices=(0,)))
+    with pytest.raises(ValueError, match=f"^features: {model}: module 'backbone.stages.1' was "
+                       f"not called in the {model}'s forward"):
+        SingleTeacherDistill(teacher_ckpt=None, input_shape=(3, 16, 16), **nets,
+                             features=[dict(student='backbone.stages.1',
+                                            teacher='backbone.stages.1')])
+
+
 def test_a_missing_channel_cfg_names_the_key_and_what_writes_it(tmp_path):
     with pytest.raises(FileNotFoundError, match=r'^channel_cfg: channel config .*slim.yaml does '
                        r'not exist; .*tools/prune.py'):
@@ -162,6 +236,19 @@ def test_only_the_student_is_counted_in_flops_and_params(teacher_ckpt):
     assert model.flops_params() == Complexity(whole.flops, student)  # student's forward
     estimate = ResourceEstimatorHook(input_shape=(3, 16, 16)).estimate(model)
     assert estimate == {'flops_M': whole.flops / 1e6, 'params_M': student / 1e6}
+
+
+def test_sizing_connectors_and_counting_flops_leave_the_global_rng_as_it_was(teacher_ckpt):
+    # global draws made the training run depend on whether ResourceEstimatorHook logged
+    student, teacher = MODELS.build(tiny_classifier()), MODELS.build(tiny_classifier())
+    state = torch.get_rng_state()
+    model = SingleTeacherDistill(student, teacher, input_shape=(3, 16, 16),  # equal shapes:
+                                 features=[dict(student='neck', teacher='neck')])  # Identity
+    assert isinstance(model.connectors[0], torch.nn.Identity)
+    model.flops_params()
+    ResourceEstimatorHook(interval=1).estimate(model)
+    assert torch.equal(torch.get_rng_state(), state)
+    assert torch.equal(model.example_inputs(), model.example_inputs())
 
 
 @pytest.mark.parametrize('cfg, error, message', [

@@ -51,6 +51,14 @@ def test_resource_estimator_counts_models_without_flops_params():
     assert hook.estimate(net) == {'flops_M': 16 * 8 * 27 / 1e6, 'params_M': 8 * 28 / 1e6}
 
 
+def test_resource_estimator_leaves_the_global_rng_as_it_was():
+    # a draw from the global RNG at every logged iteration changed what was trained
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1))
+    state = torch.get_rng_state()
+    ResourceEstimatorHook(interval=1, input_shape=(3, 4, 4)).estimate(net)
+    assert torch.equal(torch.get_rng_state(), state)
+
+
 def test_dump_subnet_writes_latest_best_and_final_configs(trained):
     work_dir = Path(trained.work_dir)
     expected = trained.model.export_subnet()

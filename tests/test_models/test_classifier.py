@@ -133,6 +133,28 @@ def test_preprocessor_normalises_stacks_and_packs_labels():
     assert pre(dict(inputs=images))['data_samples'] is None
 
 
+@pytest.mark.parametrize('collate', ['pseudo_collate', 'default_collate'])
+def test_preprocessor_refuses_grayscale_images_for_a_3_value_mean(collate):
+    # default_collate's NCHW batch was broadcast to 3 channels, pseudo_collate's list failed
+    # on a bare AssertionError
+    pre = ClsDataPreprocessor(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225])
+    gray = batch(2, channels=1)
+    if collate == 'default_collate':
+        gray['inputs'] = torch.stack(gray['inputs'])
+    with pytest.raises(ValueError, match=r'^ClsDataPreprocessor: mean \[0\.485, 0\.456, 0\.406\] '
+                       r'has 3 values, one per channel, but an input image has 1 channel'):
+        pre(gray)
+
+
+@pytest.mark.parametrize('channels', [1, 3])
+def test_preprocessor_applies_a_1_value_mean_to_every_channel(channels):
+    pre = ClsDataPreprocessor(mean=[0.5], std=[0.25])
+    images = torch.full((2, channels, 4, 4), 0.75)
+    for inputs in (images, list(images)):  # default_collate, pseudo_collate
+        out = pre(dict(inputs=inputs))['inputs']
+        assert out.shape == (2, channels, 4, 4) and bool((out == 1.0).all())
+
+
 def test_data_sample_converts_labels_and_round_trips():
     sample = ClsDataSample(gt_label=np.int64(4), metainfo=dict(img_path='x.png'))
     sample.pred_label = torch.tensor(2)

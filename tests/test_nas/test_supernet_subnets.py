@@ -72,3 +72,14 @@ def test_darts_set_subnet_is_refused_naming_fix_subnet():
     inputs = torch.randn(2, 3, 8, 8)
     mixture = model(inputs)  # what the forward computes, whatever subnet is set
     assert not torch.allclose(fix_subnet(model.architecture, XCEPTION).eval()(inputs), mixture)
+
+
+def test_counting_flops_leaves_the_global_rng_as_it_was():
+    """ResourceEstimatorHook calls flops_params while training: a draw from the global RNG
+    there changed what was trained."""
+    supernet = spos()
+    state = torch.get_rng_state()
+    first = supernet.example_inputs()
+    supernet.flops_params()
+    assert torch.equal(torch.get_rng_state(), state)
+    assert torch.equal(supernet.example_inputs(), first)

@@ -1,12 +1,12 @@
 """ResourceEstimatorHook: FLOPs and parameters of the current subnet, in the log."""
 from typing import Dict, Optional, Sequence
 
-import torch
 import torch.nn as nn
 from mmengine.hooks import Hook
 
 from ...registry import HOOKS
 from ...utils import Complexity, get_model_complexity
+from ...utils.inputs import random_batch
 from ..utils import unwrap
 
 
@@ -22,7 +22,8 @@ class ResourceEstimatorHook(Hook):
     algorithms, AutoSlim, SPOS, ``SingleTeacherDistill``) counts what it deploys
     itself (a distiller its student, not its teacher); any other is counted by
     ``get_model_complexity`` on a random ``1 x input_shape`` batch (a masked supernet
-    at its kept widths).
+    at its kept widths) drawn from a generator of its own: logging leaves the global
+    RNGs, and so the training run, as they were.
 
     Args:
         interval: log during training every this many iterations; 0: never.
@@ -45,10 +46,7 @@ class ResourceEstimatorHook(Hook):
         if hasattr(model, 'flops_params'):
             complexity: Complexity = model.flops_params()
         else:
-            param = next(model.parameters(), None)
-            device = param.device if param is not None else 'cpu'
-            complexity = get_model_complexity(model,
-                                              torch.randn(1, *self.input_shape, device=device))
+            complexity = get_model_complexity(model, random_batch(model, self.input_shape))
         return {'flops_M': complexity.flops / 1e6, 'params_M': complexity.params / 1e6}
 
     def _log(self, runner, mode: str) -> None:
