@@ -39,12 +39,14 @@ def from_torch(model: torch.nn.Module, example_inputs: Any, exporter: str = 'aut
 
     The model is exported in eval mode (its mode is restored afterwards), with the
     shapes of ``example_inputs`` fixed, except axis 0 of every tensor input with
-    ``dynamic_batch``.  Graph inputs follow the forward arguments and graph outputs the
-    flattened outputs (``torch.utils._pytree`` order).
+    ``dynamic_batch``.  Graph inputs follow the forward arguments, in the order of
+    ``forward``'s parameters (keyword inputs too), and graph outputs the flattened outputs
+    (``torch.utils._pytree`` order).
 
     Args:
         model: the model.
-        example_inputs: a tensor, a tuple of positional arguments or a dict of keyword
+        example_inputs: a tensor, a tuple of positional arguments (a dict among them,
+            the last one included, is a positional argument) or a dict of keyword
             arguments for one forward.
         exporter: ``'dynamo'``, ``'torchscript'``, or ``'auto'`` (dynamo, falling back to
             torchscript when it fails).
@@ -68,7 +70,7 @@ def from_torch(model: torch.nn.Module, example_inputs: Any, exporter: str = 'aut
     """
     if exporter not in ('auto', *EXPORTERS):
         raise ValueError(f"exporter must be 'auto' or one of {EXPORTERS}, got {exporter!r}")
-    args, kwargs = _arguments(example_inputs)
+    args, kwargs = _arguments(model, example_inputs)
     with evaluating(model):
         proto, used = _export(model, args, kwargs, exporter, opset_version, dynamic_batch)
     graph = from_onnx(proto)
@@ -78,9 +80,19 @@ def from_torch(model: torch.nn.Module, example_inputs: Any, exporter: str = 'aut
     return graph
 
 
-def _arguments(example_inputs: Any) -> Tuple[tuple, Dict[str, Any]]:
+def _arguments(model: torch.nn.Module, example_inputs: Any) -> Tuple[tuple, Dict[str, Any]]:
+    """The positional and keyword arguments, the keywords in the order of ``forward``'s
+    parameters (any it does not name after them, as given).
+
+    The dynamo exporter makes graph inputs in the order the keywords come and the
+    TorchScript one in the signature's; ``exporter='auto'`` may end up with either, and
+    graph inputs are fed by position.
+    """
     if isinstance(example_inputs, Mapping):
-        return (), dict(example_inputs)
+        order = {name: index for index, name in
+                 enumerate(inspect.signature(model.forward).parameters)}
+        return (), dict(sorted(example_inputs.items(),
+                               key=lambda item: order.get(item[0], len(order))))
     if isinstance(example_inputs, (tuple, list)):
         return tuple(example_inputs), {}
     return (example_inputs, ), {}
@@ -92,9 +104,9 @@ def _export(model: torch.nn.Module, args: tuple, kwargs: Dict[str, Any], exporte
         return _torchscript(model, args, kwargs, opset_version, dynamic_batch), 'torchscript'
     try:
         program = torch.onnx.export(
-            model, args, kwargs=kwargs, dynamo=True, optimize=True, opset_version=opset_version,
-            verbose=False, dynamic_shapes=_batch_shapes(model, args, kwargs) if dynamic_batch
-            else None)
+            model, _with_keywords(args, kwargs), dynamo=True, optimize=True,
+            opset_version=opset_version, verbose=False,
+            dynamic_shapes=_batch_shapes(model, args, kwargs) if dynamic_batch else None)
         return program.model_proto, 'dynamo'
     except Exception as error:  # the exporter raises many types; all mean "fall back"
         if exporter == 'dynamo':
@@ -103,6 +115,16 @@ def _export(model: torch.nn.Module, args: tuple, kwargs: Dict[str, Any], exporte
                        'to the torchscript exporter', type(model).__name__,
                        type(error).__name__, error)
     return _torchscript(model, args, kwargs, opset_version, dynamic_batch), 'torchscript'
+
+
+def _with_keywords(args: tuple, kwargs: Dict[str, Any]) -> tuple:
+    """``args`` for ``torch.onnx.export``, ending in the dict of keyword arguments.
+
+    Both exporters read a dict that ends ``args`` (when no ``kwargs`` is given) as the
+    keyword arguments, so a dict that is the last positional argument needs one after
+    it, even an empty one (torch.onnx's documented convention).
+    """
+    return args + (kwargs, )
 
 
 def _batch_shapes(model: torch.nn.Module, args: tuple, kwargs: Dict[str, Any]) -> Dict[str, Any]:
@@ -125,7 +147,7 @@ def _torchscript(model: torch.nn.Module, args: tuple, kwargs: Dict[str, Any],
                  opset_version: Optional[int], dynamic_batch: bool) -> onnx.ModelProto:
     buffer = io.BytesIO()
     names = _tensor_names(args, kwargs) if dynamic_batch else None
-    torch.onnx.export(model, args + ((kwargs, ) if kwargs else ()), buffer, dynamo=False,
+    torch.onnx.export(model, _with_keywords(args, kwargs), buffer, dynamo=False,
                       do_constant_folding=True, opset_version=opset_version, input_names=names,
                       dynamic_axes={name: {0: BATCH_AXIS} for name in names} if names else None)
     return onnx.load_from_string(buffer.getvalue())

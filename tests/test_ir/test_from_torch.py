@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from razorlib.ir import TorchExecutor, from_torch
+from razorlib.ir.torch_export import EXPORTERS
 
 
 class ConvBN(torch.nn.Module):
@@ -38,6 +39,37 @@ def test_exports_in_eval_mode_with_keyword_inputs(exporter):
         expected = model(**inputs)
     got = TorchExecutor(graph)(list(inputs.values()))[0]
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+
+
+class Difference(torch.nn.Module):
+
+    def forward(self, a, b):
+        return a - 2 * b
+
+
+@pytest.mark.parametrize('exporter', EXPORTERS)
+def test_keyword_inputs_become_graph_inputs_in_forward_order(exporter):
+    # The dynamo exporter orders its inputs as the keywords come; fed in forward's
+    # order they would compute b - 2 * a = 8.
+    a, b = torch.tensor([1.0]), torch.tensor([10.0])
+    graph = from_torch(Difference(), {'b': b, 'a': a}, exporter=exporter)
+    assert TorchExecutor(graph)([a, b])[0].tolist() == [-19.0]
+
+
+class ScaleShift(torch.nn.Module):
+
+    def forward(self, x, affine):
+        return x * affine['scale'] - affine['shift']
+
+
+@pytest.mark.parametrize('exporter', EXPORTERS)
+def test_a_dict_as_the_last_positional_argument(exporter):
+    # torch.onnx reads a trailing dict of its args as keyword arguments; here it is
+    # forward's positional argument ``affine``.
+    x, affine = torch.tensor([2.0]), {'scale': torch.tensor([3.0]), 'shift': torch.tensor([1.0])}
+    graph = from_torch(ScaleShift(), (x, affine), exporter=exporter)
+    assert len(graph.inputs) == 3
+    assert TorchExecutor(graph)([x, affine['scale'], affine['shift']])[0].tolist() == [5.0]
 
 
 def test_auto_falls_back_to_torchscript_and_says_so(monkeypatch, caplog):

@@ -136,9 +136,9 @@ def test_fuse_gelu_leaves_what_is_no_gelu(case):
     assert changes(graph, 'fuse_gelu') == 0 and len(graph.operations) == 5
 
 
-# Fusing into an op newer than the graph's opset.
+# The patterns on x, with their constants.
 
-OLD_GRAPH_PATTERNS = {
+PATTERNS = {
     'fuse_gelu': [node('Div', ['x', 'root2'], 'd'), node('Erf', ['d'], 'e'),
                   node('Add', ['e', 'one'], 'a'), node('Mul', ['x', 'a'], 'm'),
                   node('Mul', ['m', 'half'], 'p')],
@@ -147,6 +147,21 @@ OLD_GRAPH_PATTERNS = {
                        node('Add', ['v', 'eps'], 've'), node('Sqrt', ['ve'], 's'),
                        node('Div', ['d', 's'], 'p')],
 }
+FUSED_OPSETS = {'fuse_gelu': 20, 'fuse_layernorm': 17}
+CONSTANTS = {'root2': math.sqrt(2), 'one': 1.0, 'half': 0.5, 'two': 2.0, 'eps': 1e-5}
+
+
+def pattern_model(pass_name, opset, tail=(), x_shape=(2, 3, 4), shapes=None):
+    """The pass's pattern (output 'p', or 'y' of the ``tail`` reading it); its constants
+    are 0-d but for those ``shapes`` gives a shape."""
+    constants = [numpy_helper.from_array(np.full((shapes or {}).get(name, ()), value,
+                                                 np.float32), name)
+                 for name, value in CONSTANTS.items()]
+    return helper.make_model(helper.make_graph(
+        [*PATTERNS[pass_name], *tail], pass_name,
+        [helper.make_tensor_value_info('x', TensorProto.FLOAT, x_shape)],
+        [helper.make_tensor_value_info('y' if tail else 'p', TensorProto.FLOAT, None)],
+        constants), opset_imports=[helper.make_opsetid('', opset)])
 
 
 def onnxruntime(model, feeds):
@@ -154,21 +169,45 @@ def onnxruntime(model, feeds):
     return session.run(None, feeds)[0]
 
 
-@pytest.mark.parametrize('pass_name', sorted(OLD_GRAPH_PATTERNS))
+def assert_same_in_onnxruntime(model, graph, x):
+    expected = onnxruntime(model, {'x': x})
+    got = onnxruntime(to_onnx(graph), {'x': x})
+    assert got.shape == expected.shape and np.abs(got - expected).max() < 1e-5
+
+
+# Fusing into an op newer than the graph's opset.
+
+@pytest.mark.parametrize('pass_name', sorted(PATTERNS))
 def test_fusions_leave_a_graph_older_than_their_op(pass_name, caplog):
     # A Gelu (opset 20) or LayerNormalization (17) would have the export import that opset,
     # which redefines the Softmax after it (opset 11 normalizes a 2-D flattening).
-    constants = [numpy_helper.from_array(np.array(value, np.float32), name) for name, value in (
-        ('root2', math.sqrt(2)), ('one', 1.0), ('half', 0.5), ('two', 2.0), ('eps', 1e-5))]
-    model = helper.make_model(helper.make_graph(
-        [*OLD_GRAPH_PATTERNS[pass_name], node('Softmax', ['p'], 'y')], 'old',
-        [helper.make_tensor_value_info('x', TensorProto.FLOAT, [2, 3, 4])],
-        [helper.make_tensor_value_info('y', TensorProto.FLOAT, [2, 3, 4])], constants),
-        opset_imports=[helper.make_opsetid('', 11)])
+    model = pattern_model(pass_name, 11, tail=[node('Softmax', ['p'], 'y')])
     graph = from_onnx(model)
     with caplog.at_level(logging.INFO, logger='razorlib.ir.passes.common'):
         assert changes(graph, pass_name) == 0
     assert 'needs opset' in caplog.text and 'the graph is at opset 11' in caplog.text
-    feeds = {'x': RNG.standard_normal((2, 3, 4)).astype(np.float32)}
-    difference = onnxruntime(to_onnx(graph), feeds) - onnxruntime(model, feeds)
-    assert np.abs(difference).max() < 1e-5
+    assert_same_in_onnxruntime(model, graph, RNG.standard_normal((2, 3, 4)).astype(np.float32))
+
+
+# One-element constants of more dims than x.
+
+@pytest.mark.parametrize('shape, fused', [((1, 1, 1), 1), ((1, 1, 1, 1), 0)])
+@pytest.mark.parametrize('pass_name, constant', [
+    ('fuse_gelu', 'root2'), ('fuse_gelu', 'one'), ('fuse_gelu', 'half'),
+    ('fuse_layernorm', 'two'), ('fuse_layernorm', 'eps')])
+def test_fusions_take_one_element_constants_of_at_most_x_rank(pass_name, constant, shape, fused):
+    # Of shape (1, 1, 1, 1) it broadcasts the (2, 3, 4) output to (1, 2, 3, 4), which the
+    # fused op would not.
+    model = pattern_model(pass_name, FUSED_OPSETS[pass_name], shapes={constant: shape})
+    graph = from_onnx(model)
+    assert changes(graph, pass_name) == fused
+    assert_same_in_onnxruntime(model, graph, RNG.standard_normal((2, 3, 4)).astype(np.float32))
+
+
+@pytest.mark.parametrize('shape, fused', [((), 1), ((1, ), 0)])
+def test_fuse_gelu_takes_only_0d_constants_when_the_rank_of_x_is_unknown(shape, fused):
+    # Fed a 0-d x, a constant of shape (1, ) makes the output (1, ), the Gelu's ().
+    model = pattern_model('fuse_gelu', 20, x_shape=None, shapes={'one': shape})
+    graph = from_onnx(model)
+    assert changes(graph, 'fuse_gelu') == fused
+    assert_same_in_onnxruntime(model, graph, np.array(0.7, np.float32))

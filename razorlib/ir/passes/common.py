@@ -10,8 +10,8 @@ from ..search import OpExpr, SearchableGraph
 from ..variable import EMPTY_NAME, Variable
 
 __all__ = ['constant_value', 'default_opset_version', 'fits_opset', 'fresh_name', 'has_input',
-           'is_sealed', 'new_parameter', 'other_input', 'replace_with_operation', 'rewrite_matches',
-           'scalar_value', 'sole_consumer', 'writable_parameter']
+           'is_sealed', 'new_parameter', 'other_input', 'rank_of', 'replace_with_operation',
+           'rewrite_matches', 'scalar_value', 'sole_consumer', 'within_rank', 'writable_parameter']
 
 
 logger = logging.getLogger(__name__)
@@ -39,11 +39,29 @@ def constant_value(graph: BaseGraph, var: Optional[Variable]) -> Optional[torch.
     return None
 
 
-def scalar_value(graph: BaseGraph, var: Optional[Variable]) -> Optional[float]:
-    """The number a one-element floating-point constant (:func:`constant_value`) holds, else
-    (or for None) None."""
+def rank_of(var: Variable) -> Optional[int]:
+    """How many dims ``var`` has; None when its shape is unknown."""
+    return None if var.shape is None else len(var.shape)
+
+
+def within_rank(value: torch.Tensor, rank: Optional[int]) -> bool:
+    """Whether ``value`` has at most ``rank`` dims (0 when ``rank`` is None, unknown).
+
+    Broadcasting gives the operand of fewer dims leading ones, so a constant of more dims
+    than the tensor it meets widens the result to its rank, even a one-element one; a
+    fusion that drops or folds such a constant would change the output's shape.
+    """
+    return value.dim() <= (0 if rank is None else rank)
+
+
+def scalar_value(graph: BaseGraph, var: Optional[Variable],
+                 rank: Optional[int]) -> Optional[float]:
+    """The number a one-element floating-point constant (:func:`constant_value`) holds, if
+    it meets a tensor of ``rank`` dims (None: unknown) without widening it
+    (:func:`within_rank`), else (or for None) None."""
     value = constant_value(graph, var)
-    if value is None or value.numel() != 1 or not value.is_floating_point():
+    if (value is None or value.numel() != 1 or not value.is_floating_point()
+            or not within_rank(value, rank)):
         return None
     return value.item()
 

@@ -7,7 +7,7 @@ from ..graph import BaseGraph
 from ..operation import Operation, Opset
 from ..variable import Variable
 from .base import GraphPass, PassResult
-from .common import (fits_opset, is_sealed, other_input, replace_with_operation,
+from .common import (fits_opset, is_sealed, other_input, rank_of, replace_with_operation,
                      rewrite_matches, scalar_value, sole_consumer)
 
 __all__ = ['FuseGelu']
@@ -64,7 +64,8 @@ class FuseGelu(GraphPass):
 def _fuse(graph: BaseGraph, match: List[Operation]) -> bool:
     scaling, erf, add, mul = match
     x = _scaled_input(graph, scaling)
-    if x is None or not _is(scalar_value(graph, other_input(add, erf.outputs[0])), 1.0):
+    one = other_input(add, erf.outputs[0])
+    if x is None or not _is(scalar_value(graph, one, rank_of(x)), 1.0):
         return False
     found = _remaining_factors(graph, x, mul, add.outputs[0])
     if found is None:
@@ -86,8 +87,9 @@ def _scaled_input(graph: BaseGraph, scaling: Operation) -> Optional[Variable]:
     orders = [scaling.inputs] if scaling.type == 'Div' else [scaling.inputs,
                                                              scaling.inputs[::-1]]
     for data, factor in orders:
-        if (_is(scalar_value(graph, factor), _SCALINGS[scaling.type])
-                and scalar_value(graph, data) is None):
+        rank = rank_of(data)
+        if (_is(scalar_value(graph, factor, rank), _SCALINGS[scaling.type])
+                and scalar_value(graph, data, rank) is None):
             return data
     return None
 
@@ -99,18 +101,18 @@ def _remaining_factors(graph: BaseGraph, x: Variable, mul: Operation,
     Either ``mul`` reads ``Mul(x, 0.5)``, or the one Mul after ``mul`` supplies the factor
     ``mul`` lacks; returns that operation and the output, or None.
     """
-    other = other_input(mul, erf_term)
+    other, rank = other_input(mul, erf_term), rank_of(x)
     if other is None:
         return None
     half = other.source_op
     if (half is not None and half.type == 'Mul'
-            and _is(scalar_value(graph, other_input(half, x)), 0.5)):
+            and _is(scalar_value(graph, other_input(half, x), rank), 0.5)):
         return [half], mul.outputs[0]
     tail = sole_consumer(graph, mul.outputs[0])
     if tail is None or tail.type != 'Mul':
         return None
     last = other_input(tail, mul.outputs[0])
-    if (other is x and _is(scalar_value(graph, last), 0.5)) or \
-            (_is(scalar_value(graph, other), 0.5) and last is x):
+    if (other is x and _is(scalar_value(graph, last, rank), 0.5)) or \
+            (_is(scalar_value(graph, other, rank), 0.5) and last is x):
         return [tail], tail.outputs[0]
     return None

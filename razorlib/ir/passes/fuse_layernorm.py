@@ -8,7 +8,8 @@ from ..graph import BaseGraph
 from ..operation import Operation, Opset
 from .base import GraphPass, PassResult
 from .common import (constant_value, fits_opset, is_sealed, new_parameter, other_input,
-                     replace_with_operation, rewrite_matches, scalar_value, sole_consumer)
+                     rank_of, replace_with_operation, rewrite_matches, scalar_value,
+                     sole_consumer, within_rank)
 
 __all__ = ['FuseLayerNorm']
 
@@ -65,15 +66,15 @@ class FuseLayerNorm(GraphPass):
 
 def _fuse(graph: BaseGraph, match: List[Operation]) -> bool:
     mean, sub, pow_, variance, add, sqrt, div = match
-    x = mean.inputs[0]
+    x, rank = mean.inputs[0], rank_of(mean.inputs[0])
     centred, std = sub.outputs[0], sqrt.outputs[0]
-    epsilon = scalar_value(graph, other_input(add, variance.outputs[0]))
+    epsilon = scalar_value(graph, other_input(add, variance.outputs[0]), rank)
     if (sub.inputs != [x, mean.outputs[0]] or pow_.inputs[0] is not centred
-            or scalar_value(graph, pow_.inputs[1]) != 2.0
+            or scalar_value(graph, pow_.inputs[1], rank) != 2.0
             or variance.inputs[0] is not pow_.outputs[0]
             or epsilon is None or div.inputs != [centred, std]):
         return False
-    axis = None if x.shape is None else _layer_norm_axis(graph, len(x.shape), [mean, variance])
+    axis = None if rank is None else _layer_norm_axis(graph, rank, [mean, variance])
     if axis is None or not all(isinstance(size, int) for size in x.shape[axis:]):
         return False
     normalized = tuple(x.shape[axis:])
@@ -82,7 +83,7 @@ def _fuse(graph: BaseGraph, match: List[Operation]) -> bool:
         consumer = sole_consumer(graph, output)
         if consumer is not None and consumer.type == op_type:
             value = _along(constant_value(graph, other_input(consumer, output)), normalized,
-                           len(x.shape))
+                           rank)
             if value is not None:
                 ops.append(consumer)
                 output, affine[op_type] = consumer.outputs[0], value
@@ -123,8 +124,9 @@ def _layer_norm_axis(graph: BaseGraph, rank: int,
 def _along(value: Optional[torch.Tensor], normalized: Tuple[int, ...],
            rank: int) -> Optional[torch.Tensor]:
     """``value`` expanded to the normalized shape, if it varies only along those axes and
-    has no more dims than the input (``rank``): more would broadcast the output to them."""
-    if value is None or value.dim() > rank:
+    does not widen the input (of ``rank`` dims; :func:`~razorlib.ir.passes.common.within_rank`).
+    """
+    if value is None or not within_rank(value, rank):
         return None
     extra = value.dim() - len(normalized)
     if extra > 0:

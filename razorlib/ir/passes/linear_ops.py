@@ -7,7 +7,7 @@ import torch
 from ..graph import BaseGraph
 from ..operation import Operation
 from .common import (constant_value, has_input, new_parameter, replace_with_operation,
-                     writable_parameter)
+                     within_rank, writable_parameter)
 
 __all__ = ['LINEAR_TYPES', 'LinearView', 'fold_into_linear', 'linear_view']
 
@@ -93,7 +93,7 @@ class LinearView:
             and does not widen the output; else None.
         """
         rank = self.weight.dim()
-        if value.dim() > rank:
+        if not within_rank(value, rank):
             return None
         shape = [1] * (rank - value.dim()) + list(value.shape)
         if any(size != 1 for axis, size in enumerate(shape) if axis != 1) or \
