@@ -38,7 +38,10 @@ class SlimmingAlgorithm(ItePruneAlgorithm):
         pruner: an ``ImportancePruner`` or its config; default :data:`DEFAULT_PRUNER`
             (``flops=0.5``, BN scale ranked globally).
         sparsity: the weight of the L1 penalty (1e-4 in the paper for VGG on CIFAR).
-        prune_at: the iteration of the (first) pruning step.
+        prune_at: the iteration of the (first) pruning step: the iterations of sparsity
+            training.  Required (> 0) with ``sparsity > 0``: pruning at iteration 0 would
+            rank the scales before the penalty has acted.  ``prune_at=0`` only with
+            ``sparsity=0``, to prune a model already trained sparse by its scales.
         prune_times, step_freq: see :class:`ItePruneAlgorithm`.
         input_shape: ``(C, H, W)`` of one image, for tracing and FLOPs counting.
         data_preprocessor: a preprocessor or its config; default the architecture's.
@@ -65,6 +68,14 @@ class SlimmingAlgorithm(ItePruneAlgorithm):
         if not 0 <= sparsity < math.inf:
             raise ValueError(f'SlimmingAlgorithm: sparsity must be a finite number >= 0, '
                              f'got {sparsity!r}')
+        if sparsity > 0 and prune_at == 0:
+            raise ValueError(f'SlimmingAlgorithm: sparsity={sparsity:g} with prune_at=0 prunes '
+                             'at iteration 0, before the L1 penalty has trained a single '
+                             'scale: the channels are ranked by their initial scales (all 1 '
+                             'on a fresh model) and the penalty is never applied. Set '
+                             'prune_at to the iterations of sparsity training (e.g. 20 * '
+                             'iters_per_epoch), or sparsity=0 to prune at once by the scales '
+                             'as they are (a model already trained sparse).')
         super().__init__(architecture, DEFAULT_PRUNER if pruner is None else pruner,
                          step_freq=step_freq, prune_times=prune_times, start=prune_at,
                          input_shape=input_shape, data_preprocessor=data_preprocessor,

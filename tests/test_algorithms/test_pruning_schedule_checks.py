@@ -18,7 +18,7 @@ from razorlib.engine.hooks.slim_export import SlimExportHook
 
 def stub_runner(model, tmp_path, max_iters: int) -> SimpleNamespace:
     return SimpleNamespace(model=model, max_iters=max_iters, work_dir=str(tmp_path),
-                           logger=MMLogger.get_instance('schedule_checks'))
+                           logger=MMLogger.get_instance('schedule_checks'), hooks=[])
 
 
 def ite(**kwargs) -> ItePruneAlgorithm:

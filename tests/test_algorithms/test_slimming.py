@@ -60,13 +60,35 @@ def test_it_prunes_the_smallest_scales_across_layers_then_stops_the_penalty():
 
 def test_an_architecture_without_prunable_norms_is_refused():
     with pytest.raises(ValueError, match='no prunable group holds an affine norm'):
-        SlimmingAlgorithm(architecture=LinearChain(), input_shape=(2, ))
+        SlimmingAlgorithm(architecture=LinearChain(), input_shape=(2, ), prune_at=5)
 
 
 def test_a_bad_prune_at_is_named_as_the_config_names_it():
     with pytest.raises(ValueError, match='SlimmingAlgorithm: prune_at must be an integer >= 0, '
                        'got -3'):
         slimming(prune_at=-3)
+
+
+def test_a_penalty_with_pruning_at_iteration_0_is_refused():
+    # the defaults (sparsity 1e-4, prune_at 0) pruned at iteration 0 by the initial scales,
+    # all 1: a tie broken arbitrarily, and loss_sparsity was 0 ever after
+    with pytest.raises(ValueError, match=r'SlimmingAlgorithm: sparsity=0\.0001 with prune_at=0 '
+                       r'prunes at iteration 0, before the L1 penalty .* Set prune_at to the '
+                       r'iterations of sparsity training'):
+        slimming()
+
+
+def test_without_a_penalty_it_prunes_at_iteration_0_by_the_scales_as_they_are():
+    model = slimming(sparsity=0, pruner=dict(type='ImportancePruner', ratio=0.5,
+                                             importance=dict(type='bn_scale'))).train()
+    small, large = norms(model)
+    small.weight.data = torch.arange(1.0, 9.0)  # keeps 5 ... 8
+    large.weight.data = -torch.arange(16.0, 0.0, -1)  # |gamma| 16 ... 1: keeps the first 8
+    data = model.data_preprocessor(digits_batch(), True)
+    losses = model(data['inputs'], data['data_samples'], mode='loss')
+    assert 'loss_sparsity' not in losses
+    assert model.current_subnet['backbone.stages.0.conv'].tolist() == [False] * 4 + [True] * 4
+    assert model.current_subnet['backbone.stages.1.conv'].tolist() == [True] * 8 + [False] * 8
 
 
 def test_the_digits_config_trains_sparse_then_prunes_in_the_runner(tmp_path):
