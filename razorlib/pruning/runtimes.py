@@ -603,10 +603,22 @@ def _tolerance(dtype: torch.dtype) -> float:
 
 
 def _named_tensors(inputs: Inputs) -> Tuple[List[str], List[torch.Tensor]]:
-    """The input tensors and their ONNX input names (a mapping's keys; ``input_0``...)."""
+    """The input tensors and their ONNX input names (a mapping's keys; ``input_0``...).
+
+    Raises:
+        TypeError: a positional input is no tensor (a dict or list of tensors among the
+            positional inputs): the graph's inputs are flat, so which tensor feeds which
+            could not be told; pass keyword inputs as one dict instead.
+    """
     if isinstance(inputs, Mapping):
         pairs = [(k, v) for k, v in inputs.items() if isinstance(v, torch.Tensor)]
         return [k for k, _ in pairs], [v for _, v in pairs]
+    for index, value in enumerate(inputs):
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(f"runtime 'onnxruntime': positional input {index} is a "
+                            f'{type(value).__name__}, not a tensor; it times a model called '
+                            'on tensors, or on one dict of keyword inputs (tensors and '
+                            "constants); measure it on runtime='torch' instead")
     return [f'input_{i}' for i in range(len(inputs))], list(inputs)
 
 

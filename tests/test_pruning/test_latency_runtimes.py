@@ -93,6 +93,25 @@ def test_inputs_of_another_kind_are_refused_naming_the_kinds():
         SubnetLatency(pruner, [X, 'not a tensor'], ParamsRuntime(cache_dir=False))
 
 
+class DictArgNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x, extra):
+        return self.fc(x) * extra['a']
+
+
+def test_onnxruntime_refuses_a_positional_input_that_is_no_tensor():
+    """Its graph inputs are flat: a dict among the positional inputs was exported (or
+    failed to) without a way to tell which tensor feeds which."""
+    x = torch.randn(2, 4)
+    with pytest.raises(TypeError, match="runtime 'onnxruntime': positional input 1 is a dict, "
+                                        'not a tensor'):
+        runtime = OnnxRuntime(warmup=0, repeat=1, cache_dir=False)
+        runtime.latency([DictArgNet()], (x, {'a': x}))
+
+
 # ----------------------------------------------------------------------------- copies
 class TiedNet(nn.Module):
     """An embedding tied to the output layer, a frozen layer and a batch norm."""
