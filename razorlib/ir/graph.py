@@ -127,13 +127,17 @@ class BaseGraph(GraphStore):
         Its other variables stay.  With ``keep_coherence`` the operation must read one
         non-parameter variable and write one; its consumers then read its input instead,
         which also takes its place among the graph outputs, and its output is removed.
+        An operation whose input and output are both graph outputs (``y = Identity(r)``
+        with outputs ``r, y``) is refused: ``outputs`` holds a variable once, so the graph
+        would silently return one tensor fewer.
 
         Args:
             op: an operation of the graph.
             keep_coherence: reconnect the input to the consumers (see above).
 
         Raises:
-            ValueError: ``op`` is not in the graph, or cannot be bypassed.
+            ValueError: ``op`` is not in the graph, or cannot be bypassed: it is not
+                one-in, one-out, or its input and output are both graph outputs.
         """
         self._require_operation(op)
         if keep_coherence:
@@ -144,6 +148,11 @@ class BaseGraph(GraphStore):
                     f'writes {op.num_of_output}: only a one-in, one-out operation off a cycle '
                     'can be removed with keep_coherence=True')
             bypass = (data[0], op.outputs[0])
+            if all(var.name in self.outputs for var in bypass):
+                raise ValueError(
+                    f'operation {op.name!r} cannot be removed with keep_coherence=True: its '
+                    f'input {bypass[0].name!r} and output {bypass[1].name!r} are both graph '
+                    'outputs, and the graph would return one tensor fewer; keep the operation')
         parameters = op.parameters
         self._unlink(op)
         del self.operations[op.name]
@@ -202,8 +211,9 @@ class BaseGraph(GraphStore):
     def create_link_with_var(self, upstream: Variable, downstream: Variable) -> Variable:
         """Merge ``downstream`` into ``upstream``: its consumers read ``upstream`` instead.
 
-        ``upstream`` takes ``downstream``'s place among the graph outputs; ``downstream``
-        is removed (and so leaves the graph inputs).
+        ``upstream`` takes ``downstream``'s place among the graph outputs (where
+        ``upstream`` is a graph output already, that place goes: the graph returns one
+        tensor fewer); ``downstream`` is removed (and so leaves the graph inputs).
 
         Args:
             upstream: a variable of the graph.

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from .variable import Variable
 
 __all__ = ['GraphCheckError', 'check_inputs_provided', 'find_graph_problems',
-           'find_unprovided_inputs']
+           'find_unprovided_inputs', 'find_unprovided_outputs']
 
 
 class GraphCheckError(ValueError):
@@ -82,11 +82,36 @@ def find_unprovided_inputs(graph: 'BaseGraph') -> List[Tuple['Operation', 'Varia
             and var.name not in graph.inputs]
 
 
+def find_unprovided_outputs(graph: 'BaseGraph') -> List['Variable']:
+    """The graph outputs nothing provides: no producer, no value, not a graph input.
+
+    Like an unprovided input (:func:`find_unprovided_inputs`), such an output leaves the
+    graph coherent (``remove_operation`` leaves the outputs of the removed operation in
+    place) but unable to run or be exported.
+
+    Args:
+        graph: the graph to inspect.
+
+    Returns:
+        The variables, in graph output order.
+
+    Example:
+        >>> from razorlib.ir import BaseGraph
+        >>> graph = BaseGraph('g')
+        >>> graph.mark_variable_as_graph_output(graph.create_variable('ghost'))
+        >>> [var.name for var in find_unprovided_outputs(graph)]
+        ['ghost']
+    """
+    return [var for var in graph.outputs.values()
+            if var.source_op is None and var.value is None and var.name not in graph.inputs]
+
+
 def check_inputs_provided(graph: 'BaseGraph') -> None:
-    """Refuse a graph with inputs nothing provides (see :func:`find_unprovided_inputs`).
+    """Refuse a graph that cannot run: an operation reads, or the graph returns, a variable
+    nothing provides (see :func:`find_unprovided_inputs`, :func:`find_unprovided_outputs`).
 
     Raises:
-        ValueError: names each operation and the variable it reads.
+        ValueError: names each operation and the variable it reads, and each graph output.
 
     Example:
         >>> from razorlib.ir import BaseGraph
@@ -97,11 +122,11 @@ def check_inputs_provided(graph: 'BaseGraph') -> None:
         ...
         ValueError: graph 'g': 'add' reads 'ghost', which no operation produces, has no value...
     """
-    unprovided = find_unprovided_inputs(graph)
+    unprovided = [f'{op.name!r} reads {var.name!r}' for op, var in find_unprovided_inputs(graph)]
+    unprovided += [f'graph output {var.name!r}' for var in find_unprovided_outputs(graph)]
     if unprovided:
-        reads = ', '.join(f'{op.name!r} reads {var.name!r}' for op, var in unprovided)
-        raise ValueError(f'graph {graph.name!r}: {reads}, which no operation produces, has '
-                         'no value and is not a graph input')
+        raise ValueError(f'graph {graph.name!r}: {", ".join(unprovided)}, which no operation '
+                         'produces, has no value and is not a graph input')
 
 
 def _key_problems(graph: 'BaseGraph') -> List[str]:

@@ -10,15 +10,16 @@ reads as None.
 """
 import logging
 import os
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
 import onnx
 import onnx.defs
 import onnx.inliner
 import torch
 from google.protobuf.message import DecodeError
-from onnx import AttributeProto, ModelProto, ValueInfoProto, helper
+from onnx import AttributeProto, ModelProto, TensorProto, ValueInfoProto, helper
 
 from ..version import __version__
 from .graph import BaseGraph
@@ -29,9 +30,17 @@ from .variable import EMPTY_NAME, Dim, Variable
 
 logger = logging.getLogger(__name__)
 
-__all__ = ['from_onnx', 'to_onnx']
+__all__ = ['EMPTY_LIST_TYPES', 'from_onnx', 'to_onnx']
 
 _EXTERNAL_DATA_BYTES = 2**31 - 2**26  # protobuf refuses messages of 2 GiB; keep a margin
+
+EMPTY_LIST_TYPES = 'onnx_empty_list_types'
+"""The key of ``Operation.extension_attrib`` under which :func:`from_onnx` records the
+ONNX type (``AttributeProto.FLOATS``, ...) of each empty list attribute whose op schema
+onnx does not hold, so that :func:`to_onnx` writes it back as that type."""
+
+_LIST_FIELDS = {AttributeProto.FLOATS: 'floats', AttributeProto.INTS: 'ints',
+                AttributeProto.STRINGS: 'strings', AttributeProto.TENSORS: 'tensors'}
 
 _DECODERS: Dict[int, Callable[[AttributeProto], Any]] = {
     AttributeProto.FLOAT: lambda attr: attr.f,
@@ -62,20 +71,29 @@ def from_onnx(model: Union[ModelProto, str, os.PathLike]) -> BaseGraph:
     """Build a graph from an ONNX model.
 
     Model-local functions are inlined first.  Operations keep the node order; generated
-    names (for unnamed nodes or unnamed outputs) avoid every name in the model.
+    names (for unnamed nodes or unnamed outputs) avoid every name in the model.  A graph
+    output the model lists again (a TorchScript export of ``return y, y``) is written to a
+    fresh variable by an ``Identity``, as the dynamo exporter does, so that the graph has
+    the model's outputs, as many and in order.
 
     Args:
         model: a ``ModelProto``, or the path of an ``.onnx`` file (external data next to
-            it is loaded).
+            it is loaded).  A ``ModelProto`` must hold its tensors' data: external data
+            is relative to the model file, which a ``ModelProto`` does not know.
 
     Returns:
         The graph, named like the ONNX graph.
 
     Raises:
-        ValueError: ``model`` is a path to a file that holds no ONNX model; the error names
-            the file.
+        ValueError: ``model`` is a path to a file that holds no ONNX model (the error names
+            the file); a ``ModelProto`` with tensors whose data is still in external files
+            (the error names them: pass the path instead, or call
+            ``onnx.load_external_data_for_model(model, folder)`` first); a string attribute
+            that is not UTF-8 (the error names the node and attribute).
         NotImplementedError: a node has a subgraph (``If``, ``Loop``, ``Scan``) or
-            another attribute type the IR does not hold; the error names the node.
+            another attribute type the IR does not hold; a tensor (initializer, graph input,
+            ``value_info`` or attribute) has an element type torch has no dtype for
+            (strings, 4-bit types); the error names the node or tensor.
 
     Example:
         >>> from onnx import helper, TensorProto
@@ -90,6 +108,7 @@ def from_onnx(model: Union[ModelProto, str, os.PathLike]) -> BaseGraph:
     """
     if not isinstance(model, ModelProto):
         model = _load_onnx_file(os.fspath(model))
+    _refuse_external_data(model)
     function_opsets = _function_opsets(model)
     if model.functions:
         logger.info('from_onnx: inlining %d model-local function(s)', len(model.functions))
@@ -107,7 +126,8 @@ def from_onnx(model: Union[ModelProto, str, os.PathLike]) -> BaseGraph:
 
     def variable(name: str) -> Variable:
         if name not in graph.variables:
-            shape, dtype = _tensor_type(types.get(name))
+            with _naming(f'tensor {name!r}'):
+                shape, dtype = _tensor_type(types.get(name))
             graph.create_variable(name, shape=shape, dtype=dtype)
         return graph.variables[name]
 
@@ -115,18 +135,21 @@ def from_onnx(model: Union[ModelProto, str, os.PathLike]) -> BaseGraph:
         variable(info.name)
     for initializer in proto.initializer:
         var = variable(initializer.name)
-        var.value, var.is_parameter = tensor_from_onnx(initializer), True
+        with _naming(f'initializer {initializer.name!r}'):
+            var.value = tensor_from_onnx(initializer)
+        var.is_parameter = True
     outputs = iter(output_names)
     for node, name in zip(proto.node, node_names):
-        graph.create_operation(
+        op = graph.create_operation(
             node.op_type, name, {attr.name: _decode(attr, name) for attr in node.attribute},
             inputs=[variable(item) for item in node.input],
             outputs=[variable(next(outputs)) for _ in node.output],
             opset=_node_opset(node, name, opsets, function_opsets))
+        _record_empty_list_types(op, node)
     for info in proto.input:
         graph.mark_variable_as_graph_input(graph.variables[info.name])
-    for info in proto.output:
-        graph.mark_variable_as_graph_output(variable(info.name))
+    _mark_graph_outputs(graph, [variable(info.name) for info in proto.output],
+                        Opset(opsets.get(DEFAULT_OPSET.domain, DEFAULT_OPSET.version)))
     return graph
 
 
@@ -136,7 +159,11 @@ def to_onnx(graph: BaseGraph, path: Union[str, os.PathLike, None] = None,
 
     Nodes come in topological order.  Variables with a value that no operation produces
     become initializers; other variables with a known shape or dtype get a
-    ``value_info``.  Each domain its operations use is imported at the highest opset version
+    ``value_info``.  A graph input holding a value (a default a fed tensor overrides) is
+    declared with its :attr:`~razorlib.ir.variable.Variable.declared_shape` where the value
+    fits it (``('N',)``, not the default's 3).  An empty list attribute is written as the
+    type the op's schema gives, else as the one :func:`from_onnx` recorded, else as INTS.
+    Each domain its operations use is imported at the highest opset version
     they carry (the default domain always, at ``DEFAULT_OPSET``'s version when no operation
     uses it); an operation of an older version whose op that version redefines, or whose
     schema onnx does not hold (``com.microsoft``, custom domains), is refused, as runtimes
@@ -147,20 +174,20 @@ def to_onnx(graph: BaseGraph, path: Union[str, os.PathLike, None] = None,
     Args:
         graph: the graph to export.
         path: where to save the model; nothing is saved when None.
-        external_data: save the tensors in ``<path>.data`` next to the model.  None
-            chooses it when they would not fit a 2 GiB protobuf message.  Saving with
-            external data strips the tensors from the returned model.
+        external_data: save the tensors in ``<path>.data`` next to the model, replacing
+            that file.  None chooses it when they would not fit a 2 GiB protobuf message.
+            Saving with external data strips the tensors from the returned model.
 
     Returns:
         The ONNX model.
 
     Raises:
-        ValueError: an operation reads a variable that nothing produces, that has no
-            value and that is not a graph input; an operation of a non-default domain has
-            no opset version; or operations of one domain carry versions whose
-            definitions differ, or may, e.g. a Softmax of opset 11 (2-D flattening) with a
-            Gelu of opset 20 (Softmax-13 normalizes one axis): the error names each such
-            operation with its domain and version.
+        ValueError: an operation reads, or the graph returns, a variable that nothing
+            produces, that has no value and that is not a graph input; an operation of a
+            non-default domain has no opset version; or operations of one domain carry
+            versions whose definitions differ, or may, e.g. a Softmax of opset 11 (2-D
+            flattening) with a Gelu of opset 20 (Softmax-13 normalizes one axis): the error
+            names each such operation with its domain and version.
 
     Example:
         >>> import onnx, torch
@@ -187,20 +214,31 @@ def to_onnx(graph: BaseGraph, path: Union[str, os.PathLike, None] = None,
                  and (var.shape is not None or var.dtype is not None)]
     proto = helper.make_graph(
         [_node(op) for op in operations], graph.name,
-        [_value_info(var) for var in graph.inputs.values()],
-        [_value_info(var) for var in graph.outputs.values()],
+        [_value_info(var, _input_shape(var)) for var in graph.inputs.values()],
+        [_value_info(var, var.shape) for var in graph.outputs.values()],
         initializer=[tensor_to_onnx(var.value, var.name) for var in constants],
-        value_info=[_value_info(var) for var in described])
+        value_info=[_value_info(var, var.shape) for var in described])
     model = helper.make_model(proto, opset_imports=opset_imports, producer_name='razorlib',
                               producer_version=__version__)
     model.ir_version = helper.find_min_ir_version_for(opset_imports, ignore_unknown=True)
     if path is not None:
-        if external_data is None:
-            external_data = sum(len(item.raw_data)
-                                for item in proto.initializer) > _EXTERNAL_DATA_BYTES
-        onnx.save_model(model, os.fspath(path), save_as_external_data=external_data,
-                        location=f'{Path(path).name}.data', size_threshold=0)
+        _save(model, Path(path), external_data)
     return model
+
+
+def _save(model: ModelProto, path: Path, external_data: Optional[bool]) -> None:
+    """Save ``model`` at ``path``, its tensors in ``<path>.data`` when ``external_data`` (None:
+    when they would not fit a protobuf message).  onnx appends to an existing data file, so
+    the one this save writes is removed first: a second save would otherwise leave the
+    first's bytes in it, the file growing with every save."""
+    if external_data is None:
+        external_data = sum(len(item.raw_data)
+                            for item in model.graph.initializer) > _EXTERNAL_DATA_BYTES
+    location = f'{path.name}.data'
+    if external_data:
+        path.with_name(location).unlink(missing_ok=True)
+    onnx.save_model(model, os.fspath(path), save_as_external_data=external_data,
+                    location=location, size_threshold=0)
 
 
 # Import helpers.
@@ -227,7 +265,76 @@ def _decode(attr: AttributeProto, node: str) -> Any:
         kind = AttributeProto.AttributeType.Name(attr.type)
         raise NotImplementedError(f'node {node!r}: attribute {attr.name!r} is of type {kind}, '
                                   'which the IR does not hold (subgraphs are not supported)')
-    return _DECODERS[attr.type](attr)
+    with _naming(f'node {node!r}: attribute {attr.name!r}'):
+        return _DECODERS[attr.type](attr)
+
+
+@contextmanager
+def _naming(owner: str) -> Iterator[None]:
+    """Re-raise a conversion error with ``owner`` (a tensor, or a node's attribute) named,
+    since the error alone (``ONNX element type STRING has no torch dtype``) does not say
+    which of a model's many tensors is at fault.
+
+    A ``TypeError`` here is :func:`torch_dtype` refusing an element type torch lacks.
+    """
+    try:
+        yield
+    except UnicodeDecodeError as error:
+        raise ValueError(f'{owner}: the string is not UTF-8 text ({error})') from error
+    except TypeError as error:
+        raise NotImplementedError(f'{owner}: {error}, so the IR cannot hold it') from error
+
+
+def _stored_tensors(model: ModelProto) -> Iterator[TensorProto]:
+    """The tensors whose data a model stores: initializers and attribute tensors, of the
+    graph and of model-local functions."""
+    yield from model.graph.initializer
+    nodes = [*model.graph.node, *(node for function in model.functions for node in function.node)]
+    for attr in (attr for node in nodes for attr in node.attribute):
+        if attr.HasField('t'):
+            yield attr.t
+        yield from attr.tensors
+
+
+def _refuse_external_data(model: ModelProto) -> None:
+    """Refuse tensors whose data is still in external files (``onnx.load(path,
+    load_external_data=False)``).  Their locations are relative to the model file's folder,
+    which a ``ModelProto`` does not record; onnx would read them relative to the working
+    directory, silently taking another model's weights from a file of the same name there.
+    """
+    external = [tensor for tensor in _stored_tensors(model)
+                if tensor.data_location == TensorProto.EXTERNAL]
+    if not external:
+        return
+    files = sorted({entry.value for tensor in external for entry in tensor.external_data
+                    if entry.key == 'location'})
+    names = [tensor.name for tensor in external]
+    raise ValueError(f'ONNX graph {model.graph.name!r}: tensors {names} keep their data in '
+                     f'external file(s) {files}, relative to the model file\'s folder, which '
+                     'a ModelProto does not record; pass from_onnx the model file\'s path, or '
+                     'call onnx.load_external_data_for_model(model, <that folder>) first')
+
+
+def _record_empty_list_types(op: Operation, node: onnx.NodeProto) -> None:
+    """Record the type of each empty list attribute of ``node`` that no onnx schema gives
+    (see :data:`EMPTY_LIST_TYPES`): an empty Python list does not say what it lists."""
+    empty = {attr.name: attr.type for attr in node.attribute
+             if attr.type in _LIST_FIELDS and not getattr(attr, _LIST_FIELDS[attr.type])
+             and _schema_attribute_type(op, attr.name) is None}
+    if empty:
+        op.extension_attrib[EMPTY_LIST_TYPES] = empty
+
+
+def _mark_graph_outputs(graph: BaseGraph, outputs: List[Variable], opset: Opset) -> None:
+    """Make ``outputs`` the graph outputs, in order.  ``graph.outputs`` holds a variable
+    once, but a model that lists an output twice returns it twice: each repeat becomes a
+    fresh variable that an ``Identity`` of ``opset`` writes."""
+    for var in outputs:
+        if var.name in graph.outputs:
+            alias = graph.create_variable(shape=var.shape, dtype=var.dtype)
+            graph.create_operation('Identity', inputs=[var], outputs=[alias], opset=opset)
+            var = alias
+        graph.mark_variable_as_graph_output(var)
 
 
 def _all_tensor_names(proto: onnx.GraphProto) -> set:
@@ -342,13 +449,28 @@ def _check_one_definition(graph: BaseGraph, operations: List[Operation], domain:
                          '(onnx.version_converter) before adding newer operations')
 
 
+def _schema(op_type: str, version: int, domain: str) -> Optional[onnx.defs.OpSchema]:
+    """The schema of ``op_type`` current at ``version`` of ``domain``; None where onnx holds
+    none (``com.microsoft``, custom domains)."""
+    try:
+        return onnx.defs.get_schema(op_type, version, domain)
+    except onnx.defs.SchemaError:
+        return None
+
+
 def _since(op_type: str, version: int, domain: str) -> Optional[int]:
     """The version that introduced the definition of ``op_type`` current at ``version`` of
     ``domain``; None where onnx holds no such schema."""
-    try:
-        return onnx.defs.get_schema(op_type, version, domain).since_version
-    except onnx.defs.SchemaError:
-        return None
+    schema = _schema(op_type, version, domain)
+    return None if schema is None else schema.since_version
+
+
+def _schema_attribute_type(op: Operation, name: str) -> Optional[int]:
+    """The ``AttributeProto`` type of ``op``'s attribute ``name`` by its onnx schema; None
+    where onnx holds no schema of the op or the schema no such attribute."""
+    schema = _schema(op.type, op.opset.version, op.opset.domain)
+    attribute = None if schema is None else schema.attributes.get(name)
+    return None if attribute is None else attribute.type.value
 
 
 def _node(op: Operation) -> onnx.NodeProto:
@@ -364,7 +486,7 @@ def _encode(name: str, value: Any, op: Operation) -> AttributeProto:
         value = tensor_to_onnx(value)
     elif isinstance(value, (list, tuple)):
         if not value:
-            return helper.make_attribute(name, [], attr_type=AttributeProto.INTS)
+            return helper.make_attribute(name, [], attr_type=_empty_list_type(op, name))
         value = [tensor_to_onnx(item) if isinstance(item, torch.Tensor) else item
                  for item in value]
     try:
@@ -374,5 +496,25 @@ def _encode(name: str, value: Any, op: Operation) -> AttributeProto:
                         f'attribute type ({error})') from error
 
 
-def _value_info(var: Variable) -> ValueInfoProto:
-    return helper.make_tensor_value_info(var.name, onnx_dtype(var.dtype), var.shape)
+def _empty_list_type(op: Operation, name: str) -> int:
+    """The type to write ``op``'s empty list attribute ``name`` as.  An empty list does not
+    say what it lists, and the wrong type changes meaning (``Constant(value_floats=[])``
+    written as INTS makes an int64 tensor): the schema's type, else the one recorded on
+    import (:data:`EMPTY_LIST_TYPES`), else INTS."""
+    return (_schema_attribute_type(op, name)
+            or op.extension_attrib.get(EMPTY_LIST_TYPES, {}).get(name, AttributeProto.INTS))
+
+
+def _input_shape(var: Variable) -> Optional[Tuple[Dim, ...]]:
+    """The shape to declare for graph input ``var``.  An input holding a value (a default
+    that a fed tensor overrides) keeps its declared shape (``('N',)`` for a default of 3
+    elements), so the exported model takes the tensors the original did; a declared shape
+    the value no longer fits (a default replaced since) gives way to the value's."""
+    declared, shape = var.declared_shape, var.shape
+    fits = declared is not None and shape is not None and len(declared) == len(shape) \
+        and all(not isinstance(want, int) or want == size for want, size in zip(declared, shape))
+    return declared if fits else shape
+
+
+def _value_info(var: Variable, shape: Optional[Tuple[Dim, ...]]) -> ValueInfoProto:
+    return helper.make_tensor_value_info(var.name, onnx_dtype(var.dtype), shape)

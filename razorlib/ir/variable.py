@@ -99,6 +99,23 @@ class Variable:
         self._shape = _as_shape(shape, self.name)
 
     @property
+    def declared_shape(self) -> Optional[Tuple[Dim, ...]]:
+        """The stored shape (given at creation or set through :attr:`shape`), also while a
+        value overrides it in :attr:`shape`.
+
+        A graph input holding a default value takes fed tensors of the shape the model
+        declared for it, which may be more general than the default's: ``('N',)`` for a
+        default of 3 elements.  The exporter declares the input with this shape.
+
+        Example:
+            >>> import torch
+            >>> bias = Variable('bias', torch.zeros(3), shape=('N', ))
+            >>> bias.shape, bias.declared_shape
+            ((3,), ('N',))
+        """
+        return self._shape
+
+    @property
     def dtype(self) -> Optional[torch.dtype]:
         """The value's dtype when there is a value, else the stored dtype (or None)."""
         if self._value is not None:

@@ -2,7 +2,9 @@
 import pytest
 import torch
 
-from razorlib.ir import BaseGraph, GraphCheckError, Operation, Variable
+from razorlib.ir import (BaseGraph, GraphCheckError, Operation, TorchExecutor, Variable,
+                         check_inputs_provided)
+from razorlib.ir.graph_check import find_unprovided_outputs
 from ir_helpers import conv_relu_graph, structure
 
 
@@ -138,6 +140,39 @@ def test_remove_operation_with_coherence_rejects_many_inputs_or_a_self_loop():
     graph.remove_operation(loop)
     graph.remove_variable(loop_var)
     assert structure(graph) == before
+
+
+def test_remove_operation_with_coherence_refuses_to_merge_two_graph_outputs():
+    graph = conv_relu_graph()
+    graph.mark_variable_as_graph_output(graph.variables['y'])  # outputs z = relu(y), y
+    before = structure(graph)
+    with pytest.raises(ValueError, match="operation 'relu' cannot be removed with "
+                       "keep_coherence=True: its input 'y' and output 'z' are both graph "
+                       "outputs, and the graph would return one tensor fewer"):
+        graph.remove_operation(graph.operations['relu'], keep_coherence=True)
+    assert structure(graph) == before
+
+
+def test_remove_operation_with_coherence_lets_a_graph_input_become_an_output():
+    graph = conv_relu_graph()
+    graph.remove_operation(graph.operations['relu'])
+    identity = graph.create_operation('Identity', 'id', inputs=[graph.variables['x']],
+                                      outputs=[graph.variables['z']])
+    graph.remove_operation(identity, keep_coherence=True)
+    assert list(graph.inputs) == ['x'] and list(graph.outputs) == ['x']
+    graph.check()
+
+
+def test_a_graph_output_nothing_provides_is_reported_and_cannot_run():
+    graph = conv_relu_graph()
+    graph.remove_operation(graph.operations['relu'])  # z stays a graph output
+    assert [var.name for var in find_unprovided_outputs(graph)] == ['z']
+    graph.check()  # coherent: a plain removal leaves the outputs of the operation in place
+    message = "graph 'net': graph output 'z', which no operation produces, has no value"
+    with pytest.raises(ValueError, match=message):
+        check_inputs_provided(graph)
+    with pytest.raises(ValueError, match=message):
+        TorchExecutor(graph)
 
 
 def test_remove_operation_not_in_graph():

@@ -8,8 +8,8 @@ import pytest
 import torch
 from onnx import TensorProto, helper, numpy_helper
 
-from razorlib.ir import (EMPTY_NAME, BaseGraph, Opset, from_onnx, structural_differences,
-                         to_onnx)
+from razorlib.ir import (EMPTY_NAME, BaseGraph, Opset, TorchExecutor, from_onnx,
+                         structural_differences, to_onnx)
 
 
 def _value_info(name, elem_type=TensorProto.FLOAT, shape=(2, 3)):
@@ -214,3 +214,118 @@ def test_a_file_that_holds_no_onnx_model_is_refused_naming_it(tmp_path, content,
     path.write_bytes(content)
     with pytest.raises(ValueError, match=rf'{re.escape(str(path))}: not an ONNX model .*{why}'):
         from_onnx(path)
+
+
+def test_a_repeated_graph_output_is_returned_as_often_as_the_model_lists_it():
+    # The TorchScript exporter writes `return y, y` as the outputs ['1', '1'].
+    nodes = [helper.make_node('Relu', ['x'], ['y']), helper.make_node('Neg', ['x'], ['z'])]
+    model = _model(nodes, [_value_info('x', shape=(2, ))],
+                   [_value_info(name, shape=(2, )) for name in ('y', 'z', 'y')])
+    graph = from_onnx(model)
+    assert list(graph.outputs) == ['y', 'z', 'var_0']
+    alias = graph.variables['var_0'].source_op
+    assert (alias.type, alias.inputs, alias.opset) == ('Identity', [graph.variables['y']],
+                                                       Opset(17))
+    got = TorchExecutor(graph)(torch.tensor([1.0, -1.0]))
+    assert [tensor.tolist() for tensor in got] == [[1.0, 0.0], [-1.0, 1.0], [1.0, 0.0]]
+    exported = _onnxruntime(to_onnx(graph), {'x': np.array([1.0, -1.0], np.float32)})
+    assert [array.tolist() for array in exported] == [[1.0, 0.0], [-1.0, 1.0], [1.0, 0.0]]
+
+
+def _matmul_saved_with_external_data(folder, weight):
+    folder.mkdir()
+    model = _model([helper.make_node('MatMul', ['x', 'w'], ['y'])],
+                   [_value_info('x', shape=(1, 2))], [_value_info('y', shape=(1, 2))],
+                   [numpy_helper.from_array(np.full((2, 2), weight, np.float32), 'w')])
+    onnx.save_model(model, folder / 'model.onnx', save_as_external_data=True,
+                    location='model.onnx.data', size_threshold=0)
+    return folder / 'model.onnx'
+
+
+def test_a_model_proto_without_its_external_data_is_refused(tmp_path, monkeypatch):
+    path = _matmul_saved_with_external_data(tmp_path / 'a', 1.0)
+    # The working directory holds another model's data file of the same name.
+    monkeypatch.chdir(_matmul_saved_with_external_data(tmp_path / 'b', 7.0).parent)
+    proto = onnx.load(path, load_external_data=False)
+    with pytest.raises(ValueError, match=re.escape(
+            "tensors ['w'] keep their data in external file(s) ['model.onnx.data'], relative "
+            "to the model file's folder")):
+        from_onnx(proto)
+    assert from_onnx(path).variables['w'].value.unique().tolist() == [1.0]
+    onnx.load_external_data_for_model(proto, str(path.parent))
+    assert from_onnx(proto).variables['w'].value.unique().tolist() == [1.0]
+
+
+def test_saving_again_with_external_data_replaces_the_data_file(tmp_path):
+    graph = from_onnx(_model([helper.make_node('MatMul', ['x', 'w'], ['y'])],
+                             [_value_info('x', shape=(2, 3))], [_value_info('y', shape=(2, 4))],
+                             [numpy_helper.from_array(np.ones((3, 4), np.float32), 'w')]))
+    other = tmp_path / 'other.data'
+    other.write_bytes(b'not ours')
+    path = tmp_path / 'model.onnx'
+    for _ in range(2):
+        to_onnx(graph, path, external_data=True)
+        assert (tmp_path / 'model.onnx.data').stat().st_size == 3 * 4 * 4  # 12 float32
+    assert torch.equal(from_onnx(path).variables['w'].value, torch.ones(3, 4))
+    assert other.read_bytes() == b'not ours'
+
+
+def _constant_of_empty_floats():
+    node = helper.make_node('Constant', [], ['c'], name='const')
+    node.attribute.append(helper.make_attribute('value_floats', [],
+                                                attr_type=onnx.AttributeProto.FLOATS))
+    return _model([node], [], [_value_info('c', shape=(0, ))], opsets=(('', 13), ))
+
+
+def test_an_empty_list_attribute_keeps_its_type_from_the_schema():
+    exported = to_onnx(from_onnx(_constant_of_empty_floats()))
+    assert exported.graph.node[0].attribute[0].type == onnx.AttributeProto.FLOATS
+    output, = _onnxruntime(exported, {})
+    assert output.dtype == np.float32 and output.shape == (0, )
+
+
+def test_an_empty_list_attribute_no_schema_knows_keeps_its_imported_type():
+    node = helper.make_node('Custom', ['x'], ['y'], domain='com.example')
+    node.attribute.append(helper.make_attribute('weights', [],
+                                                attr_type=onnx.AttributeProto.FLOATS))
+    model = _model([node], [_value_info('x')], [_value_info('y')],
+                   opsets=(('', 17), ('com.example', 1)))
+    attribute, = to_onnx(from_onnx(model)).graph.node[0].attribute
+    assert (attribute.name, attribute.type) == ('weights', onnx.AttributeProto.FLOATS)
+
+
+def test_a_graph_output_nothing_provides_is_refused_naming_it():
+    graph = from_onnx(_model([helper.make_node('Relu', ['x'], ['r']),
+                              helper.make_node('Neg', ['r'], ['y'], name='neg')],
+                             [_value_info('x')], [_value_info('y')]))
+    graph.remove_operation(graph.operations['neg'])
+    with pytest.raises(ValueError, match="graph output 'y', which no operation produces"):
+        to_onnx(graph)
+
+
+def _string_attribute_node():
+    node = helper.make_node('Resize', ['x'], ['y'], name='resize')
+    node.attribute.append(onnx.AttributeProto(name='mode', type=onnx.AttributeProto.STRING,
+                                              s=b'\xff\xfe'))
+    return node
+
+
+@pytest.mark.parametrize('model,error,message', [
+    (_model([helper.make_node('DequantizeLinear', ['w4', 'scale'], ['y'])], [],
+            [_value_info('y', shape=(4, ))],
+            [helper.make_tensor('w4', TensorProto.INT4, [4], [1, -2, 3, -4]),
+             helper.make_tensor('scale', TensorProto.FLOAT, [], [0.5])], opsets=(('', 21), )),
+     NotImplementedError, "initializer 'w4': ONNX element type INT4 has no torch dtype"),
+    (_model([helper.make_node('Identity', ['s'], ['y'])],
+            [_value_info('s', TensorProto.STRING, (1, ))],
+            [_value_info('y', TensorProto.STRING, (1, ))]),
+     NotImplementedError, "tensor 's': ONNX element type STRING has no torch dtype"),
+    (_model([helper.make_node('Constant', [], ['c'], name='const', value=helper.make_tensor(
+        'v', TensorProto.STRING, [1], [b'hi']))], [], [_value_info('c', TensorProto.STRING)]),
+     NotImplementedError, "node 'const': attribute 'value': ONNX element type STRING"),
+    (_model([_string_attribute_node()], [_value_info('x')], [_value_info('y')]),
+     ValueError, "node 'resize': attribute 'mode': the string is not UTF-8 text"),
+], ids=['int4-initializer', 'string-input', 'string-constant', 'non-utf8-attribute'])
+def test_what_the_ir_cannot_hold_is_refused_naming_the_tensor_or_node(model, error, message):
+    with pytest.raises(error, match=re.escape(message)):
+        from_onnx(model)

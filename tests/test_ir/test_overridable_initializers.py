@@ -82,3 +82,29 @@ def test_fed_values_replace_the_defaults_also_after_the_fusions(name):
     assert np.abs(executor(_tensors(feeds))[0].numpy() - expected).max() < 1e-5
     executor.tracing_operation_meta(_tensors(feeds))  # the output's type, for the export
     assert np.abs(_onnxruntime(to_onnx(graph), feeds) - expected).max() < 1e-5
+
+
+def test_a_default_keeps_the_declared_shape_of_its_input():
+    # b is declared ['N'] with a default of 3 elements; onnxruntime takes a fed b of 5.
+    model = helper.make_model(helper.make_graph(
+        [node('Add', ['x', 'b'], 'y')], 'defaults',
+        [helper.make_tensor_value_info(name, TensorProto.FLOAT, ['N']) for name in 'xb'],
+        [helper.make_tensor_value_info('y', TensorProto.FLOAT, ['N'])],
+        [numpy_helper.from_array(_f32(1, 2, 3), 'b')]),
+        opset_imports=[helper.make_opsetid('', 13)])
+    model.ir_version = 8
+    graph = from_onnx(model)
+    assert graph.inputs['b'].shape == (3, ) and graph.inputs['b'].declared_shape == ('N', )
+    exported = to_onnx(graph)
+    declared = exported.graph.input[1].type.tensor_type.shape.dim
+    assert [dim.dim_param for dim in declared] == ['N']
+    feeds = {'x': np.ones(5, np.float32), 'b': np.arange(5, dtype=np.float32)}
+    assert _onnxruntime(exported, feeds).tolist() == [1.0, 2.0, 3.0, 4.0, 5.0]
+
+
+def test_a_default_replaced_by_one_of_another_shape_exports_that_shape():
+    model, _ = CASES['reshape']
+    graph = from_onnx(model)
+    graph.inputs['shape'].value = torch.tensor([2, 3, 4])  # declared (2,), now (3,)
+    declared = to_onnx(graph).graph.input[1].type.tensor_type.shape.dim
+    assert [dim.dim_value for dim in declared] == [3]
