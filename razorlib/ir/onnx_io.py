@@ -160,9 +160,10 @@ def to_onnx(graph: BaseGraph, path: Union[str, os.PathLike, None] = None,
     Nodes come in topological order.  Variables with a value that no operation produces
     become initializers; other variables with a known shape or dtype get a
     ``value_info``.  A graph input holding a value (a default a fed tensor overrides) is
-    declared with its :attr:`~razorlib.ir.variable.Variable.declared_shape` where the value
-    fits it (``('N',)``, not the default's 3).  An empty list attribute is written as the
-    type the op's schema gives, else as the one :func:`from_onnx` recorded, else as INTS.
+    declared with its :attr:`~razorlib.ir.variable.Variable.fed_shape`: its declared shape
+    where the value fits it (``('N',)``, not the default's 3).  An empty list attribute is
+    written as the type the op's schema gives, else as the one :func:`from_onnx`
+    recorded, else as INTS.
     Each domain its operations use is imported at the highest opset version
     they carry (the default domain always, at ``DEFAULT_OPSET``'s version when no operation
     uses it); an operation of an older version whose op that version redefines, or whose
@@ -214,7 +215,7 @@ def to_onnx(graph: BaseGraph, path: Union[str, os.PathLike, None] = None,
                  and (var.shape is not None or var.dtype is not None)]
     proto = helper.make_graph(
         [_node(op) for op in operations], graph.name,
-        [_value_info(var, _input_shape(var)) for var in graph.inputs.values()],
+        [_value_info(var, var.fed_shape) for var in graph.inputs.values()],
         [_value_info(var, var.shape) for var in graph.outputs.values()],
         initializer=[tensor_to_onnx(var.value, var.name) for var in constants],
         value_info=[_value_info(var, var.shape) for var in described])
@@ -503,17 +504,6 @@ def _empty_list_type(op: Operation, name: str) -> int:
     import (:data:`EMPTY_LIST_TYPES`), else INTS."""
     return (_schema_attribute_type(op, name)
             or op.extension_attrib.get(EMPTY_LIST_TYPES, {}).get(name, AttributeProto.INTS))
-
-
-def _input_shape(var: Variable) -> Optional[Tuple[Dim, ...]]:
-    """The shape to declare for graph input ``var``.  An input holding a value (a default
-    that a fed tensor overrides) keeps its declared shape (``('N',)`` for a default of 3
-    elements), so the exported model takes the tensors the original did; a declared shape
-    the value no longer fits (a default replaced since) gives way to the value's."""
-    declared, shape = var.declared_shape, var.shape
-    fits = declared is not None and shape is not None and len(declared) == len(shape) \
-        and all(not isinstance(want, int) or want == size for want, size in zip(declared, shape))
-    return declared if fits else shape
 
 
 def _value_info(var: Variable, shape: Optional[Tuple[Dim, ...]]) -> ValueInfoProto:

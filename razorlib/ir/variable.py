@@ -99,21 +99,24 @@ class Variable:
         self._shape = _as_shape(shape, self.name)
 
     @property
-    def declared_shape(self) -> Optional[Tuple[Dim, ...]]:
-        """The stored shape (given at creation or set through :attr:`shape`), also while a
-        value overrides it in :attr:`shape`.
-
-        A graph input holding a default value takes fed tensors of the shape the model
-        declared for it, which may be more general than the default's: ``('N',)`` for a
-        default of 3 elements.  The exporter declares the input with this shape.
+    def fed_shape(self) -> Optional[Tuple[Dim, ...]]:
+        """The shape a tensor fed for this variable (a graph input) must fit: its declared
+        shape, also where it holds a value (a default that a fed tensor overrides: ``('N',)``
+        for a default of 3 elements), unless the value no longer fits it (a default replaced
+        since), which then gives its own.
 
         Example:
             >>> import torch
-            >>> bias = Variable('bias', torch.zeros(3), shape=('N', ))
-            >>> bias.shape, bias.declared_shape
-            ((3,), ('N',))
+            >>> Variable('bias', torch.zeros(3), shape=('N', )).fed_shape
+            ('N',)
+            >>> Variable('bias', torch.zeros(2, 3), shape=('N', )).fed_shape
+            (2, 3)
         """
-        return self._shape
+        declared, shape = self._shape, self.shape
+        fits = (declared is not None and shape is not None and len(declared) == len(shape)
+                and all(not isinstance(want, int) or want == size
+                        for want, size in zip(declared, shape)))
+        return declared if fits else shape
 
     @property
     def dtype(self) -> Optional[torch.dtype]:

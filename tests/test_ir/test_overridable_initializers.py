@@ -94,12 +94,14 @@ def test_a_default_keeps_the_declared_shape_of_its_input():
         opset_imports=[helper.make_opsetid('', 13)])
     model.ir_version = 8
     graph = from_onnx(model)
-    assert graph.inputs['b'].shape == (3, ) and graph.inputs['b'].declared_shape == ('N', )
+    assert graph.inputs['b'].shape == (3, ) and graph.inputs['b'].fed_shape == ('N', )
     exported = to_onnx(graph)
     declared = exported.graph.input[1].type.tensor_type.shape.dim
     assert [dim.dim_param for dim in declared] == ['N']
     feeds = {'x': np.ones(5, np.float32), 'b': np.arange(5, dtype=np.float32)}
     assert _onnxruntime(exported, feeds).tolist() == [1.0, 2.0, 3.0, 4.0, 5.0]
+    # razorlib's executor takes that b too (it checked it against the default's (3,))
+    assert TorchExecutor(graph)(_tensors(feeds))[0].tolist() == [1.0, 2.0, 3.0, 4.0, 5.0]
 
 
 def test_a_default_replaced_by_one_of_another_shape_exports_that_shape():

@@ -61,7 +61,8 @@ def check_input_shape(graph_name: str, var: Variable, tensor: torch.Tensor,
                       where: Optional[str] = None) -> None:
     """Raise :class:`InputShapeError` if ``tensor`` does not fit graph input ``var``.
 
-    An input with no recorded shape takes any tensor.
+    An input with no recorded shape takes any tensor; one holding a default value takes
+    tensors of its declared shape (:attr:`~razorlib.ir.variable.Variable.fed_shape`).
 
     Example:
         >>> x = Variable('x', shape=('batch', 3))
@@ -72,7 +73,7 @@ def check_input_shape(graph_name: str, var: Variable, tensor: torch.Tensor,
         razorlib.ir.executor.shapes.InputShapeError: graph 'g': input 'x' expects shape \
 (batch, 3), got (540, 4); axis 1 is fixed to 3
     """
-    expected = var.shape
+    expected = var.fed_shape
     if expected is None:
         return
     given = tuple(tensor.shape)
