@@ -16,6 +16,7 @@ A kind answers, for the module types it covers:
 The tracer, the masks, slicing, importance criteria and the complexity counter read
 kinds and hold no per-type code of their own; ``docs/layer_kinds.md`` adds one.
 """
+import copy
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
@@ -50,6 +51,29 @@ class SlicePlan:
             module._buffers[attr] = tensor.contiguous()
         for attr, value in self.attrs.items():
             setattr(module, attr, value)
+
+    def applied_to_copy(self, module: nn.Module) -> nn.Module:
+        """A shallow copy of ``module`` with the plan applied, ``module`` left as it is.
+
+        The copy holds the planned tensors themselves rather than new parameters, so
+        gradients flow back through them to ``module``'s own: a kind runs a subclass's own
+        forward on it to compute, inside a masked (and trained) supernet, what the sliced
+        module will.  Children are shared, not copied.
+
+        Example:
+            >>> norm = nn.LayerNorm(4)
+            >>> plan = SlicePlan(params={'weight': norm.weight[:2]},
+            ...                  attrs={'normalized_shape': (2, )})
+            >>> view = plan.applied_to_copy(norm)
+            >>> view.weight.shape, norm.weight.shape, view.weight.grad_fn is not None
+            (torch.Size([2]), torch.Size([4]), True)
+        """
+        clone = copy.copy(module)
+        clone.__dict__['_parameters'] = {**module._parameters, **self.params}
+        clone.__dict__['_buffers'] = {**module._buffers, **self.buffers}
+        for attr, value in self.attrs.items():
+            setattr(clone, attr, value)
+        return clone
 
 
 def take(tensor: torch.Tensor, dim: int, index: Sequence[int]) -> torch.Tensor:

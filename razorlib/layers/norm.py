@@ -1,5 +1,7 @@
 """Kinds of the normalisation layers: BatchNorm/SyncBatchNorm, LayerNorm, GroupNorm,
 InstanceNorm, RMSNorm.  Their one channel axis (``out``) follows their input's channels."""
+import inspect
+from functools import lru_cache
 from typing import Dict, Optional, Sequence, Tuple
 
 import torch
@@ -135,20 +137,68 @@ class InstanceNormKind(BatchNormKind):
 
 class _KeptStatistics(NormKind):
     """Norms whose statistics span channels: the masked output recomputes them over the
-    kept channels only, as the sliced layer will."""
+    kept channels only, as the sliced layer will.
+
+    ``standard_type``'s own forward is recomputed with its functional op
+    (:meth:`kept_output`).  A subclass's forward may add to it (guided-diffusion's
+    ``GroupNorm32`` casts to float32, timm's ``LayerNormAct2d`` permutes and adds an
+    activation), so it runs itself on a copy of the module sliced to the kept channels,
+    and the masked output is the slim one by construction.  One whose forward takes more
+    than its input is frozen: the masked output sees the input alone.
+    """
+    standard_type: type = nn.Module
+
+    def trace(self, ctx, node, ins, name, module):
+        traced = super().trace(ctx, node, ins, name, module)
+        extra = _extra_forward_parameters(type(module))
+        if traced is not None and extra:
+            ctx.freeze(traced[0], 'mixing', node,
+                       f"{name} ({type(module).__name__})'s forward takes {', '.join(extra)} "
+                       'beside its input, which its masked output, recomputed over the kept '
+                       'channels, cannot pass on')
+        return traced
 
     def masked_output(self, module: nn.Module, x: torch.Tensor, output: torch.Tensor,
                       keep: torch.Tensor) -> torch.Tensor:
         if bool(keep.all()):
             return output * keep
-        exact = self.kept_output(module, x, keep.flatten().bool(), -keep.dim())
-        return output * keep if exact is None else exact
+        reason = self.unsliceable(module)
+        if reason is not None:
+            raise ValueError(f'{type(module).__name__}: {reason}, so its masked output '
+                             'cannot be computed over the kept channels')
+        kept, dim = keep.flatten().bool(), -keep.dim()
+        if self._own_forward(module):
+            return self._sliced_forward(module, x, output, kept, dim)
+        return self.kept_output(module, x, kept, dim)
+
+    def _own_forward(self, module: nn.Module) -> bool:
+        return type(module).forward is not self.standard_type.forward
+
+    def _sliced_forward(self, module: nn.Module, x: torch.Tensor, output: torch.Tensor,
+                        keep: torch.Tensor, dim: int) -> torch.Tensor:
+        """The module's own forward on a copy sliced to the kept channels, run on the
+        input's kept channels and put back at their positions (pruned ones 0)."""
+        who = type(module).__name__
+        if x.shape != output.shape:
+            raise ValueError(f'{who}: its forward turns an input of shape {tuple(x.shape)} '
+                             f'into {tuple(output.shape)}, so its masked output cannot be '
+                             'computed over the kept channels of its input')
+        index = keep.nonzero().flatten()
+        sliced = self.plan_slice(who, module, {'out': index.tolist()}).applied_to_copy(module)
+        sliced_output = type(module).forward(sliced, x.index_select(dim, index))
+        return output.new_zeros(output.shape).index_copy(dim, index, sliced_output)
 
     def kept_output(self, module: nn.Module, x: torch.Tensor, keep: torch.Tensor,
-                    dim: int) -> Optional[torch.Tensor]:
-        """The output computed over the kept channels (pruned ones 0); None if the
-        module's forward is not the standard one."""
+                    dim: int) -> torch.Tensor:
+        """``standard_type``'s output computed over the kept channels (pruned ones 0)."""
         raise NotImplementedError
+
+
+@lru_cache(maxsize=None)
+def _extra_forward_parameters(module_type: type) -> Tuple[str, ...]:
+    """The names of the parameters of ``module_type.forward`` beside ``self`` and the
+    input."""
+    return tuple(inspect.signature(module_type.forward).parameters)[2:]
 
 
 @LAYER_KINDS.register_module()
@@ -166,6 +216,7 @@ class LayerNormKind(_KeptStatistics):
         True
     """
     module_types = (nn.LayerNorm, )
+    standard_type = nn.LayerNorm
     grad_fns = ('NativeLayerNormBackward0', )
     channel_dim = -1
 
@@ -189,8 +240,6 @@ class LayerNormKind(_KeptStatistics):
         return self._affine(module, idx, SlicePlan(attrs={'normalized_shape': (len(idx), )}))
 
     def kept_output(self, module, x, keep, dim):
-        if len(module.normalized_shape) != 1:
-            return None
         weight = module.weight[keep] if module.weight is not None else None
         bias = module.bias[keep] if module.bias is not None else None
         out = x.new_zeros(x.shape)
@@ -211,6 +260,7 @@ class GroupNormKind(_KeptStatistics):
         {'num_channels': 4, 'num_groups': 2}
     """
     module_types = (nn.GroupNorm, )
+    standard_type = nn.GroupNorm
     grad_fns = ('NativeGroupNormBackward0', )
     channel_attr = 'num_channels'
 
@@ -229,8 +279,6 @@ class GroupNormKind(_KeptStatistics):
                                                           'num_groups': groups}))
 
     def kept_output(self, module, x, keep, dim):
-        if type(module).forward is not nn.GroupNorm.forward:
-            return None
         weight = module.weight[keep] if module.weight is not None else None
         bias = module.bias[keep] if module.bias is not None else None
         groups = module.num_groups if module.num_groups < module.num_channels else int(keep.sum())
