@@ -207,8 +207,10 @@ def _ties(model: nn.Module, plans: List[Tuple[nn.Module, Any]]
                                            for t in tensors[1:]):
             described = ', '.join(f'{n or "<model>"}.{a} {s}' for (n, _, a), s in
                                   zip(distinct, shapes))
-            raise ValueError(f'tied parameters would be sliced apart: {described}; prune '
-                             'them in one group or untie them first')
+            whole = [n or '<model>' for n, m, a in distinct if (id(m), a) not in planned]
+            left = f' (the channel config leaves {", ".join(whole)} whole)' if whole else ''
+            raise ValueError(f'tied parameters would be sliced apart: {described}{left}; '
+                             'prune them in one group or untie them first')
         if any((id(m), a) in planned for _, m, a in distinct):
             ties.append([(m, a) for _, m, a in distinct])
     return ties

@@ -8,12 +8,14 @@ the layer's channel axes.  What happens when no kind claims the op (a functional
 convolution, a matmul of two activations, a norm without a module) is the op's own
 knowledge and stays here.
 """
-from typing import Any, Iterator, Optional, Sequence, Tuple
+from typing import Any, Iterator, List, Optional, Sequence, Tuple
+
+import numpy as np
 
 from ..layers import LayerKind
 from .basic_rules import Outputs, matmul, mixing, pass_through
 from .channels import InputInfo, TensorChannels
-from .context import TraceContext, output_shapes
+from .context import ChannelUse, TraceContext, output_shapes
 
 #: grad_fn name -> (input index of the layer's weight, whether a TBackward0 sits between).
 WEIGHT_INPUT = {
@@ -86,8 +88,9 @@ def _candidates(ctx: TraceContext, node) -> Iterator[Tuple[str, Optional[str]]]:
         yield name, None
 
 
-def find_layer(ctx: TraceContext, node) -> Optional[Tuple[str, Any, LayerKind]]:
-    """The layer whose kind claims ``node``: ``(name, module, kind)``, or None."""
+def _claiming(ctx: TraceContext, node) -> Iterator[Tuple[str, Any, LayerKind, Optional[str]]]:
+    """``(name, module, kind, attribute)`` of each candidate layer whose kind claims
+    ``node``, in :func:`_candidates`' order."""
     op = node.name()
     for name, attr in _candidates(ctx, node):
         module = ctx.modules.get(name)
@@ -95,8 +98,76 @@ def find_layer(ctx: TraceContext, node) -> Optional[Tuple[str, Any, LayerKind]]:
         if kind is None or op not in kind.grad_fns:
             continue
         if attr in kind.weight_attrs or (attr is None and kind.trace_by_output):
+            yield name, module, kind, attr
+
+
+def find_layer(ctx: TraceContext, node) -> Optional[Tuple[str, Any, LayerKind]]:
+    """The layer whose kind claims ``node``: ``(name, module, kind)``, or None.  Of
+    several modules holding its weight (``s2.weight = s1.weight``), the one whose forward
+    returned the node where the graph says so (its own widths and settings trace it),
+    else the first."""
+    layers = list(_claiming(ctx, node))
+    caller = _returning_module(ctx, node)
+    for name, module, kind, attr in layers:
+        if name == caller and attr is not None:
             return name, module, kind
-    return None
+    return layers[0][:3] if layers else None
+
+
+def _twins(ctx: TraceContext, node, name: str, kind: LayerKind) -> List[Tuple[str, str, str]]:
+    """``(twin, its attribute, name's attribute)`` for each other module of ``kind`` that
+    holds, as one of the kind's weights, a tensor through which :func:`find_layer` took
+    the node for ``name``'s: a weight two modules share (``s2.weight = s1.weight``)."""
+    index, through = WEIGHT_INPUT[node.name()]
+    twins = []
+    for tensor in (_leaf(node, index, through), getattr(node, '_saved_running_mean', None)):
+        owners = ctx.owners_of(tensor)
+        own = next((attr for owner, attr in owners if owner == name), None)
+        twins += [(owner, attr, own) for owner, attr in owners if own is not None and
+                  owner != name and ctx.layer_kind(owner) is kind and attr in kind.weight_attrs]
+    return list(dict.fromkeys(twins))
+
+
+def _share_uses(ctx: TraceContext, node, name: str, kind: LayerKind,
+                out_slots: np.ndarray) -> None:
+    """Bind the channel axes of ``name`` (which ran ``node``) to those of each module
+    sharing its weight with the same kind, attribute and widths, and give such a module
+    ``name``'s axes where it has none yet (its own call may come later, or never: it is
+    then frozen as a layer whose weight runs outside its forward), so the pruner masks and
+    slices both alike; without axes the other would keep its whole weight, which slicing
+    refuses to tear from ``name``'s.  A module that would slice the weight otherwise
+    (other widths) freezes ``name``'s channels, the two named.
+
+    ``out_slots`` are the channels of ``node``'s output: where ``name``'s forward
+    returned it, ``name``'s output axis holds them (a norm's are its input's, not those
+    shared from its twin), by which the tracer finds its output dim."""
+    twins = _twins(ctx, node, name, kind)
+    if not twins:
+        return
+    out = ctx.uses.get((name, 'out', 0)) or ctx.uses.get((name, 'norm', 0))
+    if out is not None and len(out.slots) == len(out_slots) and \
+            _returning_module(ctx, node) == name:
+        ctx.uses[(name, out.role, 0)] = ChannelUse(name, out.role, out_slots)
+    uses = [use for (owner, _, _), use in ctx.uses.items() if owner == name]
+    widths = kind.widths(ctx.modules[name])
+    for twin, attr, own in twins:
+        shared = f'{_qualified(name, own)} is also {_qualified(twin, attr)}'
+        twin_widths = kind.widths(ctx.modules[twin])
+        if attr != own or twin_widths != widths:
+            for use in uses:
+                ctx.freeze(use.slots, 'fixed', node, f'{shared}, a second module that would '
+                           f'slice it otherwise ({widths} against {twin_widths})')
+            continue
+        for use in uses:
+            key = (twin, use.role, use.dim)
+            if key in ctx.uses:
+                ctx.bind(ctx.uses[key].slots, use.slots, shared)
+            else:
+                ctx.uses[key] = ChannelUse(twin, use.role, use.slots, use.dim)
+
+
+def _qualified(module_name: str, attr: str) -> str:
+    return f'{module_name}.{attr}' if module_name else attr
 
 
 def _traced_by_kind(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Optional[Outputs]:
@@ -108,6 +179,7 @@ def _traced_by_kind(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Option
     if traced is None:
         return None
     slots, dim = traced
+    _share_uses(ctx, node, name, kind, slots)
     shapes = output_shapes(node)
     out_shape = shapes[0]
     return [TensorChannels(out_shape, {dim % len(out_shape): slots})] + \

@@ -8,11 +8,12 @@ exactly what the sliced subnet has: parameters as ``sum(p.numel())`` of the slim
 FLOPs are multiply-accumulates of conv, transposed conv and linear layers (and attention
 projections) plus one operation per normalised element: OpenMMLab's convention.  Weight
 layers run as functions outside their modules' calls are counted too (see
-:class:`_FunctionCounter`), and so are the weight products of recurrent layers (see
-:func:`recurrent_macs`).  The products of two activations (``QK^T``, ``AV`` in
-attention) are left out unless ``attention=True``.
+:class:`_FunctionCounter`; ``nn.Bilinear``'s ``F.bilinear`` among them), and so are the
+weight products of recurrent layers (see :func:`recurrent_macs`).  The products of two
+activations (``QK^T``, ``AV`` in attention) are left out unless ``attention=True``.
 """
 from dataclasses import dataclass
+import inspect
 import math
 from typing import Any, Dict, Optional, Sequence, Tuple
 
@@ -23,9 +24,9 @@ from torch.nn.utils.rnn import PackedSequence
 from torch.overrides import TorchFunctionMode
 from torch.utils.weak import WeakIdKeyDictionary
 
-from ..layers import (KindTable, LayerKindsArg, as_table, kept_param_size, kept_widths,
-                      param_mask_name)
-from ..tracing.forward import call_model, default_example_inputs
+from ..layers import (IN_MASK, OUT_MASK, KindTable, LayerKind, LayerKindsArg, as_table,
+                      kept_param_size, kept_widths, param_mask_name)
+from ..tracing.forward import call_model, default_example_inputs, shadow_tensors, shadowed
 from .modes import evaluating
 
 __all__ = ['Complexity', 'count_params', 'get_model_complexity', 'human']
@@ -65,6 +66,21 @@ def _computed_weight(module: nn.Module) -> bool:
     return isinstance(weight, torch.Tensor) and not isinstance(weight, nn.Parameter)
 
 
+def _kept_size(name: str, module: nn.Module, kind: LayerKind, attr: str) -> int:
+    """The entries of ``module``'s parameter ``attr`` that its masks keep: the size its
+    kind's slice plan gives it (planned on shape-only stand-ins, copying no weight); its
+    whole size where no mask cuts the module or the kind does not slice the parameter."""
+    tensor = module._parameters[attr]
+    kept = {axis: module._buffers[mask].flatten().nonzero().flatten().tolist()
+            for axis, mask in (('in', IN_MASK), ('out', OUT_MASK))
+            if module._buffers.get(mask) is not None}
+    if not kept:
+        return tensor.numel()
+    with shadowed(module, shadow_tensors(module, meta=True)):
+        sliced = kind.plan_slice(name, module, kept).params.get(attr)
+    return tensor.numel() if sliced is None else sliced.numel()
+
+
 def count_params(model: nn.Module, layer_kinds: LayerKindsArg = None) -> int:
     """Parameters, each layer counted by its kind at its kept widths and each bare
     parameter at its kept entries.
@@ -81,8 +97,7 @@ def count_params(model: nn.Module, layer_kinds: LayerKindsArg = None) -> int:
     """
     kinds = as_table(layer_kinds)
     total, seen = 0, set()
-    alone: Dict[int, int] = {}  # a layer's only parameter -> its kept size
-    for module in model.modules():
+    for name, module in model.named_modules():
         kind = kinds.kind_of(module)
         if kind is not None and _computed_weight(module):
             # weight_norm, spectral_norm: the weight is computed from parameters of other
@@ -91,23 +106,18 @@ def count_params(model: nn.Module, layer_kinds: LayerKindsArg = None) -> int:
             seen.update(id(p) for p in module.parameters())
             continue
         if kind is not None:
-            own = list(module.parameters(recurse=False))
-            tied = [p for p in own if id(p) in seen]
-            seen.update(id(p) for p in own)
+            own = {attr: p for attr, p in module._parameters.items() if p is not None}
+            tied = [attr for attr, p in own.items() if id(p) in seen]
+            seen.update(id(p) for p in own.values())
             if own and len(tied) == len(own):
                 continue  # all counted before (lm_head tied to the embeddings)
-            kept = kind.params(module, kept_widths(module, kind.widths(module)))
-            if len(own) == 1:
-                alone[id(own[0])] = kept
-            dense = max(kind.params(module, {}), 1)
             # parameters the kind does not know (a Conv2d subclass's learned gain, as in
             # timm's ScaledStdConv2d) are held whole, pruned or not
-            total += max(0, sum(p.numel() for p in own) - kind.params(module, {}))
-            # a tied weight beside parameters of the module's own (lm_head with a bias):
-            # its kept size where it was a layer's only parameter (the embeddings), else
-            # its share of the module's dense count
-            kept -= sum(alone.get(id(p), round(p.numel() * kept / dense)) for p in tied)
-            total += kept
+            total += max(0, sum(p.numel() for p in own.values()) - kind.params(module, {}))
+            # a tied weight beside parameters of the module's own (lm_head with a bias, a
+            # conv sharing another's weight) counted at its first owner: not again here
+            total += kind.params(module, kept_widths(module, kind.widths(module))) - \
+                sum(_kept_size(name, module, kind, attr) for attr in tied)
             continue
         for attr, param in module._parameters.items():
             if param is not None and id(param) not in seen:
@@ -116,10 +126,12 @@ def count_params(model: nn.Module, layer_kinds: LayerKindsArg = None) -> int:
     return total
 
 
-#: Weight layers as functions: what a kind's module runs, or code runs on a weight.
+#: Weight layers as functions: what a kind's module runs, or code runs on a weight ->
+#: the position of the weight among the arguments.  ``F.bilinear`` (``nn.Bilinear``'s op;
+#: the module has no kind, so the tracer freezes the channels around it) takes it third.
 _LINEAR, _CONVS, _TRANSPOSED = (F.linear, ), (F.conv1d, F.conv2d, F.conv3d), \
     (F.conv_transpose1d, F.conv_transpose2d, F.conv_transpose3d)
-_WEIGHT_FUNCTIONS = frozenset(_LINEAR + _CONVS + _TRANSPOSED)
+_WEIGHT_FUNCTIONS = {**dict.fromkeys(_LINEAR + _CONVS + _TRANSPOSED, 1), F.bilinear: 2}
 #: Products of two operands: ``(a, b)`` are the first two arguments, or the 2nd and 3rd
 #: after an added ``input`` (``addmm``, ``baddbmm``).
 _PRODUCTS = (torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__, torch.mm,
@@ -179,11 +191,11 @@ def einsum_macs(equation: str, operands: Sequence[torch.Tensor], output: torch.T
     return output.numel() * math.prod(summed)
 
 
-def _weight_macs(func, args: tuple, out: torch.Tensor) -> int:
-    """Dense multiply-accumulates of ``F.linear`` / ``F.conv*`` / ``F.conv_transpose*``
-    with ``args[1]`` as the weight: every output (input, transposed) entry reads one
-    weight row."""
-    x, weight = args[0], args[1]
+def _weight_macs(func, x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor) -> int:
+    """Dense multiply-accumulates of ``F.linear`` / ``F.conv*`` / ``F.conv_transpose*`` /
+    ``F.bilinear`` on ``x`` with ``weight``: every output (input, transposed) entry reads
+    one weight row (a bilinear output entry one ``in1 x in2`` matrix, so ``nn.Bilinear``
+    costs ``tokens * in1 * in2 * out``, as a Linear costs ``tokens * in * out``)."""
     per_row = weight[0].numel()
     return (x.numel() if func in _TRANSPOSED else out.numel()) * per_row
 
@@ -229,8 +241,9 @@ class _FunctionCounter(TorchFunctionMode):
 
     - Weight layers run as functions outside their module's call: ``F.linear`` on a
       Linear's weight (torchvision's Swin runs its ``qkv`` so), ``conv.forward(x)``,
-      ``x @ parameter``, an ``einsum`` with a parameter, at the share of the weight that
-      is kept.  Calls made inside a kind's module (its hooks count those) are not.
+      ``x @ parameter``, an ``einsum`` with a parameter, ``nn.Bilinear``'s
+      ``F.bilinear``, at the share of the weight that is kept.  Calls made inside a
+      kind's module (its hooks count those) are not.
     - With ``attention``, products of two activations: ``matmul``, ``bmm``, ``@``,
       ``baddbmm``, ``einsum``, ``scaled_dot_product_attention`` and
       ``nn.MultiheadAttention``'s ``F.multi_head_attention_forward`` (whose inner
@@ -290,8 +303,9 @@ class _FunctionCounter(TorchFunctionMode):
             if isinstance(args[0], nn.Parameter) and isinstance(out, torch.Tensor):
                 self.picked[out] = args[0]
         elif func in _WEIGHT_FUNCTIONS:
-            if not self.depth and len(args) >= 2:
-                self._weight_op(args[1], _weight_macs(func, args, out))
+            index = _WEIGHT_FUNCTIONS[func]
+            if not self.depth and len(args) > index:
+                self._weight_op(args[index], _weight_macs(func, args[0], args[index], out))
         elif func is torch.einsum:
             operands = args[1] if len(args) == 2 and isinstance(args[1], (list, tuple)) \
                 else args[1:]
@@ -324,6 +338,46 @@ class _FunctionCounter(TorchFunctionMode):
             q, k = args[:2]
             self._add('<attention>', 2 * q.numel() * k.shape[0])
         return out
+
+
+def _call_inputs(name: str, module: nn.Module, args: tuple, kwargs: Dict[str, Any]) -> tuple:
+    """The arguments of a call of ``module`` in its forward's parameter order: what a
+    kind's ``flops`` reads as ``inputs``.  Keyword arguments go to their parameter's
+    place and defaults fill the places before them, so ``inputs[i]`` is the forward's
+    i-th parameter however the call passed it (``mha(key=kv, value=kv, query=q)`` gives
+    ``(q, kv, kv, ...)``); a ``*args`` parameter's values are spread in its place and a
+    ``**kwargs`` parameter's go last.
+
+    Raises:
+        TypeError: naming the module, when the call does not fit its forward's signature
+            (a forward wrapped under another signature): its inputs cannot be told apart.
+
+    Example:
+        >>> mha = nn.MultiheadAttention(4, 1)
+        >>> q, kv = torch.randn(3, 1, 4), torch.randn(5, 1, 4)
+        >>> _call_inputs('mha', mha, (), {'value': kv, 'key': kv, 'query': q})[:3] == (q, kv, kv)
+        True
+    """
+    if not kwargs:
+        return tuple(args)
+    signature = inspect.signature(module.forward)
+    try:
+        bound = signature.bind(*args, **kwargs)
+    except TypeError as error:
+        raise TypeError(f'{name!r} ({type(module).__name__}): its call does not fit its '
+                        f'forward{signature} ({error}), so the inputs its FLOPs are counted '
+                        'on cannot be told apart') from None
+    bound.apply_defaults()
+    inputs: list = []
+    for parameter, value in bound.arguments.items():
+        kind = signature.parameters[parameter].kind
+        if kind is inspect.Parameter.VAR_POSITIONAL:
+            inputs += value
+        elif kind is inspect.Parameter.VAR_KEYWORD:
+            inputs += value.values()
+        else:
+            inputs.append(value)
+    return tuple(inputs)
 
 
 def _kind_output(name: str, module: nn.Module, output: Any) -> torch.Tensor:
@@ -377,8 +431,7 @@ def get_model_complexity(model: nn.Module, example_inputs: Any = None,
         if kind is not None:
             def hook(mod, args, kwargs, output, name=name, kind=kind):
                 counter.depth -= 1
-                inputs = tuple(args) + tuple(v for v in kwargs.values()
-                                             if isinstance(v, torch.Tensor))
+                inputs = _call_inputs(name, mod, args, kwargs)
                 kept = kept_widths(mod, kind.widths(mod))
                 output = _kind_output(name, mod, output)
                 flops[name] = flops.get(name, 0) + kind.flops(mod, inputs, output, kept)
@@ -386,7 +439,7 @@ def get_model_complexity(model: nn.Module, example_inputs: Any = None,
             handles.append(module.register_forward_hook(hook, with_kwargs=True))
         elif isinstance(module, _RECURRENT):
             def recurrent(mod, args, kwargs, output, name=name):
-                sequence = args[0] if args else kwargs['input']
+                sequence = _call_inputs(name, mod, args, kwargs)[0]
                 flops[name] = flops.get(name, 0) + recurrent_macs(mod, sequence)
             handles.append(module.register_forward_hook(recurrent, with_kwargs=True))
     try:

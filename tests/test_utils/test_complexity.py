@@ -1,5 +1,6 @@
 """FLOPs / params against hand-computed counts, for dense, masked and slimmed models."""
 import copy
+import functools
 
 import pytest
 import torch
@@ -240,3 +241,90 @@ def test_attention_products_by_any_op(mode):
     count = get_model_complexity(Attention(mode), (q, k, v), attention=True)
     assert count.flops == 2 * 3 * 2 * 5 * 5 * 4  # QK^T and AV
     assert get_model_complexity(Attention(mode), (q, k, v)).flops == 0
+
+
+class BilinearNet(nn.Module):
+    """An ``nn.Bilinear`` between two Linears; it has no layer kind (its channels stay
+    whole), yet it is the model's costliest layer."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.c = nn.Linear(3, 8), nn.Linear(3, 6)
+        self.bil, self.b = nn.Bilinear(8, 6, 8), nn.Linear(8, 5)
+
+    def forward(self, x):
+        return self.b(F.relu(self.bil(F.relu(self.a(x)), F.relu(self.c(x)))))
+
+
+def test_a_bilinear_layer_costs_one_in1_by_in2_product_per_output():
+    """Counted as a Linear is: each of the 4 rows' 8 outputs costs 8 x 6 multiply-adds."""
+    per = {}
+    total = get_model_complexity(BilinearNet(), torch.randn(4, 3), per_module=per).flops
+    bilinear = 4 * 8 * 6 * 8
+    assert per == {'a': 4 * 3 * 8, 'c': 4 * 3 * 6, '<functional>': bilinear, 'b': 4 * 8 * 5}
+    assert total == sum(per.values())
+    pair = (torch.randn(4, 8), torch.randn(4, 6))
+    assert get_model_complexity(nn.Bilinear(8, 6, 8), pair).flops == bilinear
+
+
+class KeywordAttention(nn.Module):
+    """An ``nn.MultiheadAttention`` whose keys and values (4 wide) differ from its queries
+    (16 wide), called with its arguments by position, by keyword or by keyword out of
+    order."""
+
+    def __init__(self, call):
+        super().__init__()
+        self.mha = nn.MultiheadAttention(16, 2, batch_first=True, kdim=4, vdim=4)
+        self.call = call
+
+    def forward(self, q, kv):
+        if self.call == 'positional':
+            return self.mha(q, kv, kv, need_weights=False)[0]
+        if self.call == 'keyword':
+            return self.mha(query=q, key=kv, value=kv, need_weights=False)[0]
+        return self.mha(key=kv, value=kv, query=q, need_weights=False)[0]
+
+
+@pytest.mark.parametrize('call', ['positional', 'keyword', 'reordered'])
+def test_attention_counts_its_inputs_by_name_however_they_are_passed(call):
+    q, kv = torch.randn(2, 3, 16), torch.randn(2, 50, 4)
+    # q (6 tokens) and out projections 16 x 16; k and v (100 tokens) projections 4 x 16
+    assert get_model_complexity(KeywordAttention(call), (q, kv)).flops == \
+        6 * 16 * 16 + 2 * 100 * 4 * 16 + 6 * 16 * 16
+
+
+class KeywordLSTM(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(8, 16, batch_first=True)
+
+    def forward(self, x):
+        return self.lstm(hx=None, input=x)[0]
+
+
+def test_a_layer_called_by_keyword_reads_its_input_by_name():
+    assert get_model_complexity(KeywordLSTM(), torch.randn(2, 5, 8)).flops == \
+        2 * 5 * (64 * 8 + 64 * 16)
+
+
+class Rewrapped(nn.Linear):
+    """A Linear whose forward a decorator wrapped under another signature than it takes
+    (``functools.wraps`` copies the Linear's ``(input)``)."""
+
+    @functools.wraps(nn.Linear.forward)
+    def forward(self, *args, **kwargs):
+        return F.linear(kwargs['x'], self.weight, self.bias)
+
+
+def test_a_call_that_does_not_fit_the_forward_s_signature_is_refused_naming_the_layer():
+    class Caller(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = Rewrapped(4, 2)
+
+        def forward(self, x):
+            return self.fc(x=x)
+
+    with pytest.raises(TypeError, match=r"'fc' \(Rewrapped\): its call does not fit its "
+                                        r'forward\(input: torch.Tensor\) -> torch.Tensor'):
+        get_model_complexity(Caller(), torch.randn(3, 4))
