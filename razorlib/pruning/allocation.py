@@ -32,6 +32,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from ..tracing import ChannelGroup
+from ..utils.checks import real_number, switch
 from ..utils.complexity import Complexity, count_params, get_model_complexity, human
 from .latency import LatencyChoice, SubnetLatency
 from .runtimes import RuntimeArg
@@ -86,10 +87,13 @@ class WidthRule:
     max_ratio: Optional[float] = None
 
     def __post_init__(self) -> None:
-        if int(self.round_to) != self.round_to or self.round_to < 1:
+        round_to = real_number(self.round_to, 'round_to', 'a positive integer')
+        if not round_to.is_integer() or round_to < 1:
             raise ValueError(f'round_to must be a positive integer, got {self.round_to!r}')
-        self.round_to = int(self.round_to)
-        if self.max_ratio is not None and not 0 <= self.max_ratio < 1:
+        self.round_to = int(round_to)
+        if self.max_ratio is not None and not 0 <= real_number(
+                self.max_ratio, 'max_ratio', 'the largest fraction of a group that may be '
+                'pruned') < 1:
             raise ValueError(f'max_ratio is the largest fraction of a group that may be '
                              f'pruned, in [0, 1), got {self.max_ratio!r}')
 
@@ -115,6 +119,13 @@ class WidthRule:
             >>> WidthRule(round_to=48).allowed(fused).tolist()
             [1, 4]
         """
+        counts, rounded = self._rounded(group)
+        ok = rounded & (counts >= self._fewest(group))
+        ok[-1] = True
+        return counts[ok]
+
+    def _rounded(self, group: ChannelGroup) -> Tuple[np.ndarray, np.ndarray]:
+        """The counts ``1..channels`` and, for each, whether ``round_to`` allows it."""
         n = group.num_channels
         counts = np.arange(1, n + 1)
         # the leader's outputs a group keeps whole (gqa='query''s key/value heads of a
@@ -122,12 +133,33 @@ class WidthRule:
         whole = int(np.isin(group.positions, group.kept).sum()) if group.kept.size else 0
         pruned = group.width - whole
         widths = counts * (pruned // n) + whole if pruned % n == 0 else counts  # else bound
-        ok = widths % self.round_to == 0
-        ok &= counts >= len(group.parts)
+        return counts, widths % self.round_to == 0
+
+    def _fewest(self, group: ChannelGroup) -> int:
+        """The fewest channels the lower bounds leave: one per part, ``max_ratio``'s."""
+        fewest = max(1, len(group.parts))
         if self.max_ratio is not None:
-            ok &= counts >= math.ceil((1 - self.max_ratio) * n - 1e-9)
-        ok[-1] = True
-        return counts[ok]
+            fewest = max(fewest, math.ceil((1 - self.max_ratio) * group.num_channels - 1e-9))
+        return fewest
+
+    def least_rounded(self, group: ChannelGroup) -> float:
+        """The least ``count`` that :meth:`fit` rounds to the group's smallest allowed
+        count as it rounds any count: to the nearest width ``round_to`` allows.  Below
+        it, the nearest would be narrower (no channel at all, or fewer than a part per
+        layer or ``max_ratio`` allow), and the smallest allowed count is a floor, not a
+        rounding.
+
+        Example:
+            >>> group = ChannelGroup('conv', 8, 8)
+            >>> WidthRule().least_rounded(group), WidthRule(max_ratio=0.5).least_rounded(group)
+            (0.5, 3.5)
+            >>> WidthRule(round_to=4).least_rounded(group)  # the widths 0, 4, 8: 2 is a tie
+            2.0
+        """
+        counts, rounded = self._rounded(group)
+        smallest = int(self.allowed(group)[0])
+        below = counts[rounded & (counts < smallest)]
+        return (smallest + (int(below[-1]) if below.size else 0)) / 2
 
     def fit(self, group: ChannelGroup, count: float, allowed: Optional[np.ndarray] = None) -> int:
         """The allowed count nearest ``count`` (the larger on a tie).
@@ -258,11 +290,7 @@ class _Family:
             self.ranks = {g.id: np.sort(rank[owner == i]) for i, g in enumerate(groups)}
             self.size = len(flat)
         else:
-            points = {0.0, 1.0}
-            for g in groups:  # a ratio between two breakpoints of round(r * n) per group
-                points.update((c + 0.5) / g.num_channels for c in range(g.num_channels))
-            edges = sorted(p for p in points if 0 <= p <= 1)
-            self.ratios = [0.0] + [(a + b) / 2 for a, b in zip(edges, edges[1:])] + [1.0]
+            self.ratios = _common_ratios(groups, self.allowed)
             self.size = len(self.ratios) - 1
 
     def counts_at_ratio(self, ratio: float) -> Dict[str, int]:
@@ -299,6 +327,30 @@ class _Family:
 
     def keep(self, counts: Dict[str, int]) -> Keep:
         return {g.id: g.keep_best(self.orders[g.id], counts[g.id]) for g in self.groups}
+
+
+def _common_ratios(groups: Sequence[ChannelGroup], allowed: Dict[str, np.ndarray]) -> List[float]:
+    """0, 1 and every common ratio at which a group's kept count changes, ascending.
+
+    :meth:`WidthRule.fit` rounds ``ratio * channels`` to the nearest allowed count, the
+    larger on a tie, so a group whose allowed counts go ``a, b`` keeps ``b`` from the
+    ratio ``(a + b) / 2 / channels`` on.  No group changes between two of these ratios, so
+    they reach every subnet a common ratio reaches (each at the least ratio that keeps
+    it), one candidate per allowed count of each group.  A ratio between two breakpoints
+    of ``round(ratio * channels)`` would miss, with ``round_to=2``, the ratios where a
+    group changes at an odd count's breakpoint and another at an even count's.
+
+    Example:
+        >>> groups = [ChannelGroup('a', 4, 4), ChannelGroup('b', 9, 9)]
+        >>> rule = WidthRule(round_to=2)
+        >>> [round(r, 4) for r in _common_ratios(groups, {g.id: rule.allowed(g) for g in groups})]
+        [0.0, 0.3333, 0.5556, 0.75, 0.7778, 0.9444, 1.0]
+    """
+    ratios = {0.0, 1.0}
+    for group in groups:
+        counts = allowed[group.id]
+        ratios.update(((counts[:-1] + counts[1:]) / 2 / group.num_channels).tolist())
+    return sorted(ratios)
 
 
 def within(target: float, dense: float) -> float:
@@ -378,6 +430,33 @@ def _describe_rules(rule: WidthRule, family: Optional['_Family'] = None) -> str:
     return ', '.join(parts)
 
 
+def _check_common_ratio(family: _Family, target: float, unscored: Sequence[str]) -> None:
+    """Refuse a common ratio below what a group's lower bounds let it round to.
+
+    Each group keeps the allowed count nearest ``target`` times its channels (half of 5
+    channels keeps 3).  Where the nearest width ``round_to`` allows is narrower than the
+    group's smallest allowed count (no channel at all, fewer than ``max_ratio`` or one
+    per part allow), that count is a floor, not a rounding: ``ratio=0.05, max_ratio=0.5``
+    would keep half of every group.  Such a budget is refused, as the global ranking
+    refuses a ratio of all channels its smallest subnet exceeds.  A group the rules keep
+    whole is left out: ``razorlib.prune`` warns when nothing can be pruned.
+    """
+    rule = family.rule
+    least = {g.id: rule.least_rounded(g) for g in family.groups if len(family.allowed[g.id]) > 1}
+    short = [g for g in family.groups
+             if g.id in least and round(target * g.num_channels, 9) < least[g.id]]
+    if not short:
+        return
+    group = max(short, key=lambda g: least[g.id] / g.num_channels)
+    reachable = math.ceil(round(least[group.id] / group.num_channels * 1e4, 6)) / 1e4
+    raise ValueError(
+        f'ratio={target:g} cannot be met: the smallest subnet allowed '
+        f'({_describe_rules(rule)}) keeps {family.allowed[group.id][0]} of the '
+        f'{group.num_channels} channels of group {group.id!r}, more than the ratio rounds '
+        f'to; ask for ratio>={reachable:.4f}, or lower round_to / raise max_ratio.'
+        + _unscored_note(unscored) + ' Nothing was changed.')
+
+
 def allocate(pruner: Any, scores: Optional[Dict[str, np.ndarray]] = None, *,
              ratio: Optional[float] = None, flops: Optional[float] = None,
              params: Optional[float] = None, latency: Optional[float] = None,
@@ -423,7 +502,8 @@ def allocate(pruner: Any, scores: Optional[Dict[str, np.ndarray]] = None, *,
             other inputs; the message names which.
     """
     metric, target = budget_of(ratio, flops, params, latency)
-    if sum((sensitivity is not None, path is not None, bool(global_ranking))) > 1:
+    global_ranking = switch(global_ranking, 'global_ranking')
+    if sum((sensitivity is not None, path is not None, global_ranking)) > 1:
         raise ValueError('choose one allocation: global_ranking ranks scores across groups, '
                          'sensitivity sets each group\'s width by its measured loss, a greedy '
                          'path by its measured cuts')
@@ -465,6 +545,7 @@ def allocate(pruner: Any, scores: Optional[Dict[str, np.ndarray]] = None, *,
             return _result(family, _filled(family, index, channels, within(target, total)),
                            unscored, None, None, None)
         # one ratio per group, each rounded to the nearest width the rules allow
+        _check_common_ratio(family, target, unscored)
         return _result(family, family.counts_at_ratio(target), unscored, None, None, target)
     meter = SubnetMeter(pruner, example_inputs)
     measure_flops = metric == 'flops'

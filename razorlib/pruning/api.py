@@ -11,7 +11,7 @@ import torch.nn as nn
 from ..registry import PRUNERS
 from ..tracing.forward import call_model, default_example_inputs, is_transformers_model
 from ..utils.batch_norm import reestimate_bn_stats
-from ..utils.checks import keyword_parameters
+from ..utils.checks import keyword_parameters, switch
 from ..utils.modes import evaluating
 from .allocation import allocate, budget_of
 from .data import pair_batches
@@ -174,6 +174,7 @@ def slim_copy(model: nn.Module, example_inputs: Any, call: Dict[str, Any],
                                     'runtime', 'sensitivity')}
     data, loss_fn, hidden = call['data'], call['loss_fn'], call['hidden']
     budget_of(**budget)
+    switch(options['global_ranking'], f'{caller}: global_ranking')  # 'no' is true to bool()
     _check_pruner_kwargs(call['pruner'], pruner_kwargs, caller)
     if data is not None:
         data = pair_batches(data, caller)

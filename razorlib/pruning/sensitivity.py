@@ -6,11 +6,11 @@ groups, which only a normalisation makes comparable (and which can starve one gr
 NetAdapt, compares groups on one scale, the loss: each prunable group alone is cut to
 its best channels (the criterion's order) at each fraction of a grid, the batch norms
 are re-estimated on the data, and the loss on the data is measured.  A group's
-*sensitivity* at a width is its loss increase over the dense model's, made
-non-increasing in width (its largest increase at that width or any wider one
-measured), so a threshold gives every group one width: the fewest channels whose
-sensitivity is at most the threshold.  :func:`~razorlib.pruning.allocate` bisects the
-threshold for the budget.
+*sensitivity* at a width is its loss increase over the dense model's, the dense model
+measured alike (its batch norms re-estimated on the same data), made non-increasing in
+width (its largest increase at that width or any wider one measured), so a threshold
+gives every group one width: the fewest channels whose sensitivity is at most the
+threshold.  :func:`~razorlib.pruning.allocate` bisects the threshold for the budget.
 
 It costs up to ``steps - 1`` loss evaluations per group (each re-estimating the batch
 norms), and assumes the loss increases of different groups add up, as FastNAS does.
@@ -102,7 +102,7 @@ def measure_sensitivity(pruner: Any, orders: Mapping[str, np.ndarray], data: Any
     with evaluating(model):
         try:
             pruner.set_subnet(full)
-            dense = _mean_loss(model, batches, loss_fn, ' (the dense model)')
+            dense = _cut_loss(model, batches, loss_fn, ' (the dense model)')
             for gid, order in orders.items():
                 group = groups[gid]
                 table[gid] = {}
@@ -173,7 +173,7 @@ def measure_greedy_path(pruner: Any, orders: Mapping[str, np.ndarray], data: Any
     with evaluating(model):
         try:
             pruner.set_subnet(full)
-            loss = _mean_loss(model, batches, loss_fn, ' (the dense model)')
+            loss = _cut_loss(model, batches, loss_fn, ' (the dense model)')
             spent = cost(counts)
             while until is None or spent > until:
                 best = None
@@ -247,9 +247,18 @@ def _grid(group: Any, rule: 'WidthRule', steps: int) -> List[int]:
 def _cut_loss(model: nn.Module, batches: Sequence[tuple], loss_fn: Optional[LossFn],
               where: str) -> float:
     """The loss of the model as its masks stand, its batch norms re-estimated on the
-    batches' inputs (and put back afterwards)."""
+    batches' inputs (and put back afterwards).
+
+    The dense model is measured this way too: against its stored statistics, which
+    need not describe the data, every increase would carry the same offset, and the
+    greedy path, dividing each increase by what the cut saves, would take first the
+    cut that saves least (the offset negative) or most."""
     with preserved_bn_stats(model):
-        reestimate_bn_stats(model, (inputs for inputs, _ in batches))
+        try:
+            reestimate_bn_stats(model, (inputs for inputs, _ in batches))
+        except ValueError as err:  # NaN data: the norms are named, not who measured
+            err.add_note(f'sensitivity allocation: re-estimating the batch norms{where}')
+            raise
         return _mean_loss(model, batches, loss_fn, where)
 
 

@@ -1,18 +1,21 @@
 """Checks of the numbers a config or a call gives (an observer's bins, a pass's target, a
-number of calibration batches), so that a wrong one is refused by name up front, and the
-keyword parameters a config dict may give a class (:func:`keyword_parameters`).
+number of calibration batches, a switch), so that a wrong one is refused by name up front,
+and the keyword parameters a config dict may give a class (:func:`keyword_parameters`).
 
 Without them a string compares with an int deep inside (``'<' not supported``), a float
-count fails in ``itertools.islice`` after calibration, and a bool passes as 0 or 1.  A
-value of the wrong type is a ``TypeError``, one of the right type out of range a
-``ValueError``; both name the setting and say what it holds.
+count fails in ``itertools.islice`` after calibration, a bool passes as 0 or 1, and
+``bool()`` reads the string ``'no'`` as True.  A value of the wrong type is a
+``TypeError``, one of the right type out of range a ``ValueError``; both name the setting
+and say what it holds.
 """
 import inspect
 import math
 import numbers
 from typing import Callable, List, Optional
 
-__all__ = ['integer_number', 'keyword_parameters', 'real_number']
+import numpy as np
+
+__all__ = ['integer_number', 'keyword_parameters', 'real_number', 'switch']
 
 
 def _holds(wanted: str) -> str:
@@ -77,6 +80,27 @@ def integer_number(value: object, name: str, wanted: str = '',
     if minimum is not None and value < minimum:
         raise ValueError(f'{name} must be at least {minimum}, got {value}')
     return int(value)
+
+
+def switch(value: object, name: str) -> bool:
+    """``value``, refused unless it is True or False (a numpy bool too).
+
+    ``bool(value)`` would read any non-empty string as True, so ``'no'`` or ``'False'``
+    from a config or a command line would switch the setting on.
+
+    Raises:
+        TypeError: ``value`` is no bool.
+
+    Example:
+        >>> switch(False, 'global_ranking')
+        False
+        >>> switch('no', 'global_ranking')
+        Traceback (most recent call last):
+        TypeError: global_ranking must be True or False, got 'no' (str)
+    """
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f'{name} must be True or False, got {value!r} ({type(value).__name__})')
+    return bool(value)
 
 
 def keyword_parameters(target: Callable, through_bases: bool = False) -> Optional[List[str]]:

@@ -11,6 +11,7 @@ import zoo
 
 import razorlib
 from razorlib.pruning import ImportancePruner, RatioPruner, WidthRule, allocate
+from razorlib.pruning.allocation import _Family
 from razorlib.tracing import ChannelGroup
 from razorlib.utils import get_model_complexity
 
@@ -178,7 +179,7 @@ class ConcatHalves(nn.Module):
         return self.head(u + v)
 
 
-@pytest.mark.parametrize('budget', [dict(ratio=0.3), dict(flops=0.7, global_ranking=True)])
+@pytest.mark.parametrize('budget', [dict(flops=0.7), dict(flops=0.7, global_ranking=True)])
 def test_round_to_holds_where_a_group_needs_a_channel_per_part(budget):
     torch.manual_seed(0)
     x = torch.randn(1, 3, 8, 8)
@@ -186,6 +187,10 @@ def test_round_to_holds_where_a_group_needs_a_channel_per_part(budget):
     assert slim.d.out_channels == 4  # 2 would leave a part without a channel: 3 were kept
     with pytest.raises(ValueError, match=r'flops=0.2 cannot be met: .* keeps 0.6667'):
         razorlib.prune(ConcatHalves().eval(), x, flops=0.2, round_to=2)
+    # 0.3 of 6 channels rounds to 2, which the parts forbid: 4 is a floor, refused
+    with pytest.raises(ValueError, match=r"ratio=0.3 cannot be met: .* keeps 4 of the 6 "
+                       r"channels of group 'd'.*ratio>=0.5000"):
+        razorlib.prune(ConcatHalves().eval(), x, ratio=0.3, round_to=2)
 
 
 def test_a_budget_at_a_subnets_exact_fraction_takes_it():
@@ -215,3 +220,85 @@ def test_a_data_criterion_on_a_model_without_prunable_groups_keeps_it_whole(impo
         slim = razorlib.prune(net, torch.randn(2, 8), ratio=0.5, importance=importance,
                               data=data)
     assert slim[0].out_features == 4
+
+
+# ------------------------------------------------------------ a common ratio (local)
+def four_and_nine():
+    """Groups '0' (4 channels) and '2' (9).  With round_to=2 a common ratio keeps 2 or 4
+    of '0' (4 from the ratio 3/4 on) and 2, 4, 6, 8 or 9 of '2' (from 3/9, 5/9, 7/9 and
+    8.5/9 on)."""
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(),
+                         nn.Conv2d(4, 9, 3, padding=1), nn.ReLU(), nn.Conv2d(9, 2, 1),
+                         nn.AdaptiveAvgPool2d(1), nn.Flatten())
+
+
+def test_a_local_flops_budget_reaches_every_subnet_a_common_ratio_keeps():
+    # (4, 6), kept by the ratios from 3/4 to 7/9, costs 0.7467 of the FLOPs and (4, 8)
+    # 0.9156: the candidates, halfway between breakpoints of round(ratio * channels),
+    # skipped (4, 6) and flops=0.8311 kept (2, 6), 0.3867
+    x = torch.randn(1, 3, 8, 8)
+    pruner = ImportancePruner(flops=0.8311, round_to=2)
+    pruner.prepare_from_supernet(four_and_nine(), x)
+    allocation = pruner.allocate()
+    assert kept(allocation) == {'0': 4, '2': 6}
+    assert allocation.ratio == 0.75  # the least common ratio that keeps it
+    assert kept(allocate(pruner, ratio=0.75, round_to=2)) == {'0': 4, '2': 6}
+
+
+@pytest.mark.parametrize('rule', [WidthRule(), WidthRule(round_to=2), WidthRule(round_to=4),
+                                  WidthRule(round_to=3, max_ratio=0.6)])
+def test_the_local_candidates_hold_every_subnet_a_common_ratio_keeps(rule):
+    groups = [ChannelGroup(str(n), n, n) for n in (4, 7, 9, 16)]
+    family = _Family(groups, {g.id: np.zeros(g.num_channels) for g in groups}, rule, False)
+    candidates = [tuple(family.counts(i).values()) for i in range(family.size + 1)]
+    assert all(np.all(np.diff(candidates, axis=0) >= 0, axis=1))  # each keeps no less
+    # the ratios at which a group changes are k / 32, k / 14, k / 18 or k / 8: a grid
+    # of 1 / 20000 steps samples every stretch between two of them
+    reached = {tuple(family.counts_at_ratio(r).values()) for r in np.linspace(0, 1, 20001)}
+    assert reached <= set(candidates)
+    assert len(candidates) <= sum(len(family.allowed[g.id]) for g in groups) + 1
+
+
+@pytest.mark.parametrize('rules, least, smallest', [
+    (dict(max_ratio=0.5), '0.4375', 4),  # 3.5 of 8 rounds to 4 (ties keep the larger)
+    (dict(round_to=4), '0.2500', 4),  # 2 is as near 0 as 4
+    ({}, '0.0625', 1)])  # half a channel rounds to 1
+def test_a_local_ratio_below_what_the_rules_round_to_is_refused(rules, least, smallest):
+    # ratio=0.05 asks 0.4 of 8 channels: max_ratio=0.5 kept 4 of each group, silently,
+    # while the global ranking refused it
+    pruner = prepared()
+    with pytest.raises(ValueError, match=rf"ratio=0.05 cannot be met: the smallest subnet "
+                       rf"allowed \(.*\) keeps {smallest} of the 8 channels of group '0', more "
+                       rf"than the ratio rounds to; ask for ratio>={least}, .* Nothing was "
+                       'changed'):
+        allocate(pruner, SCORES, ratio=0.05, **rules)
+    assert kept(allocate(pruner, SCORES, ratio=float(least), **rules)) == \
+        {'0': smallest, '2': smallest}
+    with pytest.raises(ValueError, match='ratio=0.05 cannot be met'):
+        allocate(pruner, SCORES, ratio=0.05, global_ranking=True, **rules)
+
+
+@pytest.mark.parametrize('option, message', [
+    (dict(round_to=True), r'round_to must be a number \(a positive integer\), got True'),
+    (dict(round_to='8'), r"round_to must be a number \(a positive integer\), got '8'"),
+    (dict(max_ratio='0.5'), r'max_ratio must be a number \(the largest fraction of a group '
+     r"that may be pruned\), got '0.5' \(str\)"),
+    (dict(global_ranking='no'), r"global_ranking must be True or False, got 'no' \(str\)"),
+    (dict(global_ranking='False'), "global_ranking must be True or False, got 'False'"),
+    (dict(global_ranking=1), r'global_ranking must be True or False, got 1 \(int\)')])
+def test_an_option_of_the_wrong_type_is_refused_by_name(option, message):
+    # global_ranking='no' ranked globally (bool('no')), round_to=True pruned to multiples
+    # of 1, max_ratio='0.5' failed comparing a str with an int
+    with pytest.raises(TypeError, match=message):
+        ImportancePruner(ratio=0.5, **option)
+    for pruner in 'ImportancePruner', 'RatioPruner':
+        with pytest.raises(TypeError, match=message):
+            razorlib.prune(mlp(), X, ratio=0.5, pruner=pruner, **option)
+
+
+def test_options_of_numpy_types_are_taken():
+    pruner = ImportancePruner(ratio=0.5, global_ranking=np.bool_(True), round_to=np.int64(2),
+                              max_ratio=np.float32(0.5))
+    assert pruner.global_ranking is True and pruner.rule.round_to == 2
+    assert WidthRule(round_to=4.0).round_to == 4

@@ -33,6 +33,17 @@ def sum_loss(outputs, targets):
     return outputs.sum()
 
 
+def mean_loss(outputs, targets):
+    """A batch mean, as the gradient criteria take ``loss_fn`` to be: sample ``n``'s own
+    loss is its outputs' sum, whose gate gradient is ``F[n]``."""
+    return outputs.sum() / len(outputs)
+
+
+# Under mean_loss a sample's gate gradient is F[n] over its batch's size (2 or 1); the
+# criteria weigh each batch by its size over the mean batch's (1.5): F[n] / 1.5 for all.
+AT_MEAN_BATCH = F / 1.5
+
+
 def mlp():
     net = nn.Sequential(nn.Linear(2, 3, bias=False), nn.ReLU(), nn.Linear(3, 2))
     with torch.no_grad():
@@ -122,11 +133,11 @@ def test_fpgm_sums_each_filters_distance_to_the_others():
 
 
 def test_taylor_is_the_mean_absolute_first_order_term_at_each_use():
-    at_one_use = np.abs(F).mean(0)  # [3, 2, 0.5]
+    at_one_use = np.abs(AT_MEAN_BATCH).mean(0)  # [3, 2, 0.5] / 1.5
     scores = scores_of(mlp(), dict(type='taylor', roles=('in', ), normalize='none'), data=DATA,
-                       loss_fn=sum_loss)
+                       loss_fn=mean_loss)
     np.testing.assert_allclose(scores['0'], at_one_use)
-    both = scores_of(mlp(), dict(type='taylor', normalize='none'), data=DATA, loss_fn=sum_loss)
+    both = scores_of(mlp(), dict(type='taylor', normalize='none'), data=DATA, loss_fn=mean_loss)
     np.testing.assert_allclose(both['0'], 2 * at_one_use)  # fc1's output and fc2's input
 
 
@@ -138,8 +149,31 @@ def test_taylor_leaves_no_parameter_gradient_and_restores_the_mode():
 
 def test_fisher_is_half_the_summed_squares_of_the_shared_gate_gradient():
     scores = scores_of(mlp(), dict(type='fisher', normalize_by=None), data=DATA,
-                       loss_fn=sum_loss)
-    np.testing.assert_allclose(scores['0'], (F ** 2).sum(0) / 2)  # [40.5, 9, 0.625]
+                       loss_fn=mean_loss)
+    np.testing.assert_allclose(scores['0'], (AT_MEAN_BATCH ** 2).sum(0) / 2)  # [18, 4, 0.2778]
+
+
+@pytest.mark.parametrize('importance', [dict(type='taylor', normalize='none'),
+                                        dict(type='fisher', normalize_by=None)])
+def test_gradient_criteria_count_every_sample_alike_whatever_its_batch(importance):
+    # the default cross-entropy is a batch mean: unweighted, the last sample of batches
+    # of 15 and 1 (a DataLoader's partial batch) counted as much as the other 15 and
+    # changed the order
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.Conv2d(8, 8, 3), nn.ReLU(),
+                        nn.Flatten(), nn.Linear(8 * 2 * 2, 4)).eval()
+    x, y = torch.randn(16, 3, 6, 6), torch.randint(0, 4, (16, ))
+
+    def split(*sizes):
+        bounds = np.cumsum((0, ) + sizes)
+        return scores_of(copy.deepcopy(net), importance, x[:1],
+                         [(x[a:b], y[a:b]) for a, b in zip(bounds, bounds[1:])])['0']
+
+    halves, uneven, whole = split(8, 8), split(15, 1), split(16)
+    np.testing.assert_allclose(uneven, halves, rtol=1e-6)  # both a mean batch of 8
+    # one batch of 16: each sample's term half as large (Taylor), a quarter (Fisher)
+    power = 1 if importance['type'] == 'taylor' else 2
+    np.testing.assert_allclose(whole, halves / 2 ** power, rtol=1e-6)
 
 
 def test_fisher_divides_by_the_flops_one_channel_of_the_group_costs():

@@ -223,11 +223,16 @@ def test_an_option_the_call_gives_wins_over_the_pruner_config_s_own():
     assert first.calls > 0 and second.calls == 0
     razorlib.prune(net(), X, latency=0.5, pruner=dict(type='ImportancePruner', runtime=second))
     assert second.calls > 0  # the config's own where the call gives none
-    # 6 of conv2's 12 channels, or the config's rule: a multiple of 4 (8), at most a
-    # quarter pruned (9); given, even at their defaults, the call's rules win
-    for rule, width in (dict(round_to=4), 8), (dict(max_ratio=0.25), 9):
-        config = dict(type='ImportancePruner', **rule)
-        assert razorlib.prune(net(), X, ratio=0.5, pruner=config).conv2.out_channels == width
+    # 6 of conv2's 12 channels, or the config's rule: a multiple of 4 (8), or at most a
+    # quarter pruned (9, more than half: refused); given, even at their defaults, the
+    # call's rules win
+    config = dict(type='ImportancePruner', round_to=4)
+    assert razorlib.prune(net(), X, ratio=0.5, pruner=config).conv2.out_channels == 8
+    quarter = dict(type='ImportancePruner', max_ratio=0.25)
+    with pytest.raises(ValueError, match=r'ratio=0.5 cannot be met: .*max_ratio=0.25\) keeps 9 '
+                       'of the 12 channels'):
+        razorlib.prune(net(), X, ratio=0.5, pruner=quarter)
+    for config in config, quarter:
         assert razorlib.prune(net(), X, ratio=0.5, round_to=1, max_ratio=None,
                               pruner=config).conv2.out_channels == 6
     unscored = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.Conv2d(8, 2, 1)).eval()

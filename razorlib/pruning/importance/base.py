@@ -45,9 +45,23 @@ def lamp(scores: np.ndarray) -> np.ndarray:
     The group's best channel gets 1; a channel weak beside many stronger ones gets
     little, whatever the group's scale.  Ties get the same value.
 
+    It runs on the criterion's scores as they are.  Lee et al. (and Torch-Pruning's
+    ``LAMPImportance``) run it on squared weight magnitudes, while ``l2``'s scores are
+    norms, their square roots: a group's order is the same, but across groups the two
+    can rank channels otherwise.  A criterion whose ``row_scores`` squares
+    (``rows.pow(2).sum(1)``, an :class:`~.magnitude.L2Importance` subclass) feeds it
+    squared magnitudes, as the paper does.
+
     Example:
         >>> lamp(np.array([1., 3., 2., 2.])).round(3).tolist()
         [0.125, 1.0, 0.286, 0.286]
+
+        The first channel of group ``a`` (L2 norms) ranks below group ``b``'s first;
+        squared, above it:
+
+        >>> a, b = np.array([1.0, 1.01, 1.02]), np.array([1.0, 1.9])
+        >>> bool(lamp(a)[0] < lamp(b)[0]), bool(lamp(a ** 2)[0] < lamp(b ** 2)[0])
+        (True, False)
     """
     ascending = np.sort(scores)
     suffix = np.cumsum(ascending[::-1])[::-1]  # suffix[i] = sum of ascending[i:]

@@ -5,6 +5,11 @@ Both read the gradient of the loss with respect to a gate of ones on a channel
 channel's positions, the first-order change of the loss if the channel were zeroed
 there (Molchanov et al., 2017).
 
+``loss_fn`` is taken to be a mean over the batch's samples (as the default cross-entropy
+is), so a sample's ``f_n`` is its own loss's over the batch size: each batch is weighed
+by its size over the mean batch's (:func:`_batch_weights`), and every sample counts alike
+whether it came in a full batch or in a trailing partial one.
+
 ``layerwise=True`` (both criteria) runs every child of an ``nn.ModuleList`` in the
 model (a transformer's blocks) under activation checkpointing: the backward keeps the
 hidden states at block boundaries plus one block's activations instead of every
@@ -27,7 +32,8 @@ __all__ = ['TaylorImportance', 'FisherImportance']
 @IMPORTANCES.register_module(name=['TaylorImportance', 'taylor'])
 class TaylorImportance(Importance):
     """First-order Taylor: the mean over samples of ``|f_n|`` at each use of the group
-    (producers' and norms' outputs, consumers' inputs), reduced over the uses.
+    (producers' and norms' outputs, consumers' inputs), reduced over the uses; each
+    batch's ``f_n`` weighed by its size over the mean batch's (``loss_fn`` a batch mean).
 
     Needs ``data``; the model runs in eval mode and no parameter gradient is left
     behind.  ``roles=('norm', )`` scores at the norms' outputs only, Molchanov et al.
@@ -57,15 +63,37 @@ class TaylorImportance(Importance):
     def use_scores(self, ctx: ImportanceContext) -> Iterator[Tuple[ChannelUse, np.ndarray]]:
         points = points_of(ctx, self.uses(ctx))
         channels = [ctx.channels(point.use) for point in points]
-        totals: Dict[int, torch.Tensor] = {}
-        samples = 0
+        sizes: List[int] = []
+        sums: List[Dict[int, torch.Tensor]] = []  # per batch: point -> sum of |f_n|
         for batch in gate_grads(ctx, points, 'taylor', self.layerwise):
-            samples += max(rows.shape[0] for rows in batch.values())
-            for i, rows in batch.items():
-                total = _per_channel(rows.double(), *channels[i]).abs().sum(0)
-                totals[i] = totals[i] + total if i in totals else total
+            sizes.append(_samples(batch))
+            sums.append({i: _per_channel(rows.double(), *channels[i]).abs().sum(0)
+                         for i, rows in batch.items()})
+        totals: Dict[int, torch.Tensor] = {}
+        for weight, batch_sums in zip(_batch_weights(sizes), sums):
+            for i, total in batch_sums.items():
+                totals[i] = totals[i] + weight * total if i in totals else weight * total
         for i, total in totals.items():
-            yield channels[i][0], (total / max(samples, 1)).cpu().numpy()
+            yield channels[i][0], (total / sum(sizes)).cpu().numpy()
+
+
+def _samples(batch: Dict[int, torch.Tensor]) -> int:
+    """The samples a batch of gate gradients holds: the most rows of a point (a point
+    called on batches of several sizes, or whose channels are on the first dim, has one)."""
+    return max(rows.shape[0] for rows in batch.values())
+
+
+def _batch_weights(sizes: Sequence[int]) -> List[float]:
+    """Each batch's weight, its samples over the mean batch's: ``B_b / mean(B)``.
+
+    ``loss_fn`` is a batch mean, so a sample's gate gradient is its own loss's over the
+    batch size: unweighted, a trailing batch of one sample would count as much as a
+    full one, each of its samples ``B`` times another's.  Weighted by ``B_b``, every
+    sample counts alike whatever its batch; over the mean, batches of one size weigh 1
+    each, the scores of a sum over batches of their gradients as before.
+    """
+    mean = sum(sizes) / len(sizes)
+    return [size / mean for size in sizes]
 
 
 def _per_channel(rows: torch.Tensor, use: ChannelUse, inverse: np.ndarray) -> torch.Tensor:
@@ -84,7 +112,9 @@ class FisherImportance(Importance):
     Per sample, ``f_n`` is summed over the channel's *cut*: every consumer's input, but
     not a depthwise conv's (whose output carries the channel on to the next consumer);
     a group no consumer reads is gated at its producers' outputs.  The score is
-    ``sum_n f_n**2 / 2`` accumulated over every batch, divided by what one channel of the
+    ``sum_n f_n**2 / 2`` accumulated over every batch (each batch's ``f_n`` weighed by its
+    size over the mean batch's, ``loss_fn`` a batch mean, so that each sample adds
+    alike: batches of one size add as they are), divided by what one channel of the
     group costs:
 
     - ``normalize_by='flops'``: the FLOPs one live channel of the group removes,
@@ -115,20 +145,16 @@ class FisherImportance(Importance):
 
     def __call__(self, ctx: ImportanceContext) -> Dict[str, np.ndarray]:
         points, entries = self._cut(ctx)
-        fisher = [torch.zeros(g.num_channels, dtype=torch.float64) for g in ctx.prunable]
+        sizes: List[int] = []
+        halves: List[Dict[int, torch.Tensor]] = []  # per batch: group -> sum_n f_n**2 / 2
         for batch in gate_grads(ctx, points, 'fisher', self.layerwise):
-            per_group: Dict[int, torch.Tensor] = {}
-            for i, rows in batch.items():
-                for g, (columns, position) in entries[i].items():
-                    f = per_group.setdefault(g, rows.new_zeros(rows.shape[0],
-                                                               ctx.prunable[g].num_channels,
-                                                               dtype=torch.float64))
-                    if f.shape[0] != rows.shape[0]:  # a point called on another batch size
-                        f = per_group[g] = f.sum(0, keepdim=True)
-                        rows = rows.sum(0, keepdim=True)
-                    f.index_add_(1, position, rows[:, columns].double())
-            for g, f in per_group.items():
-                fisher[g] += f.pow(2).sum(0) / 2
+            sizes.append(_samples(batch))
+            halves.append({g: f.pow(2).sum(0) / 2
+                           for g, f in _shared_gates(ctx, entries, batch).items()})
+        fisher = [torch.zeros(g.num_channels, dtype=torch.float64) for g in ctx.prunable]
+        for weight, batch_halves in zip(_batch_weights(sizes), halves):
+            for g, half in batch_halves.items():
+                fisher[g] += weight ** 2 * half  # f_n is linear in the batch's weight
         cost = self._cost(ctx)
         scored = {i for entry in entries for i in entry}
         return {group.id: NORMALIZERS[self.normalize](fisher[i].numpy() / cost[i])
@@ -179,6 +205,24 @@ class FisherImportance(Importance):
             flops = ctx.measure({**current, group.id: keep}).flops if removed else now
             costs.append(max(now - flops, 1) / max(removed, 1))
         return costs
+
+
+def _shared_gates(ctx: ImportanceContext, entries: Sequence[Dict],
+                  batch: Dict[int, torch.Tensor]) -> Dict[int, torch.Tensor]:
+    """Group index -> ``(samples, channels)``: each sample's ``f_n`` of one mask per
+    group channel, the gradients of the cut's points (``batch``) added up over every
+    layer that reads the channel."""
+    per_group: Dict[int, torch.Tensor] = {}
+    for i, rows in batch.items():
+        for g, (columns, position) in entries[i].items():
+            f = per_group.setdefault(g, rows.new_zeros(rows.shape[0],
+                                                       ctx.prunable[g].num_channels,
+                                                       dtype=torch.float64))
+            if f.shape[0] != rows.shape[0]:  # a point called on another batch size
+                f = per_group[g] = f.sum(0, keepdim=True)
+                rows = rows.sum(0, keepdim=True)
+            f.index_add_(1, position, rows[:, columns].double())
+    return per_group
 
 
 def _groups_of(ctx: ImportanceContext, use: ChannelUse) -> List[int]:

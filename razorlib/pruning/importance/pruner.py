@@ -8,6 +8,7 @@ import torch.nn as nn
 from ...registry import PRUNERS
 from ...tracing import ChannelGroup
 from ...tracing.forward import default_example_inputs
+from ...utils.checks import switch
 from ..allocation import Allocation, SubnetMeter, WidthRule, allocate, budget_of
 from ..latency import SubnetLatency
 from ..runtimes import Runtime, RuntimeArg, check_runtime
@@ -29,7 +30,8 @@ class ImportancePruner(StructurePruner):
             (``ratio=`` is the same argument).
         importance: a criterion: registered name (``'l1'``, ``'taylor'``, ...), config
             dict or :class:`~razorlib.pruning.importance.Importance`.
-        global_ranking: rank all groups' channels together in :meth:`allocate`.
+        global_ranking: rank all groups' channels together in :meth:`allocate`; True or
+            False (a string such as ``'no'``, true to ``bool()``, is refused).
         sensitivity: allocate by each group's measured loss sensitivity in
             :meth:`allocate` (:mod:`razorlib.pruning.sensitivity`; it needs ``data``),
             True or a dict of options: ``steps`` (each group's grid, default 20) and
@@ -73,7 +75,7 @@ class ImportancePruner(StructurePruner):
             ratios = 1.0 if has_budget else 0.5
         super().__init__(ratios=ratios, **kwargs)
         self.importance = build_importance(importance)
-        self.global_ranking = bool(global_ranking)
+        self.global_ranking = switch(global_ranking, 'global_ranking')
         if not isinstance(sensitivity, (bool, Mapping)):
             raise TypeError(f"sensitivity: True, False or a dict of options ('steps', "
                             f"'greedy'), got {sensitivity!r}")
@@ -176,12 +178,15 @@ class ImportancePruner(StructurePruner):
         """The subnet meeting this pruner's budget (its single ratio, ``flops``,
         ``params`` or ``latency``), scored now (on ``data`` for a data-driven criterion, else on the
         data of the last :meth:`score`).  The masks are left as they were:
-        ``pruner.set_subnet(allocation.subnet)`` applies it.
+        ``pruner.set_subnet(allocation.subnet)`` applies it.  A generator of batches is
+        read once, so the scores and a sensitivity measurement see the same batches.
 
         Raises:
             ValueError: the budget cannot be met (the message names the smallest value
                 the rules allow), or ``ratios`` holds several ratios.
         """
+        if data is not None and iter(data) is data:  # score() would exhaust it
+            data = list(data)
         if data is None and self.importance.needs_data and self._scores is not None:
             scores = self._scores
         else:
