@@ -18,7 +18,7 @@ kinds and hold no per-type code of their own; ``docs/layer_kinds.md`` adds one.
 """
 import copy
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -193,10 +193,15 @@ class LayerKind:
         return 0
 
     def masked_output(self, module: nn.Module, x: torch.Tensor, output: torch.Tensor,
-                      keep: torch.Tensor) -> torch.Tensor:
+                      keep: torch.Tensor, call: Optional[Callable[[nn.Module, torch.Tensor],
+                                                                  Any]] = None
+                      ) -> torch.Tensor:
         """The output with the pruned ``out`` channels zeroed; ``keep`` is the mask buffer,
         shaped to broadcast on the output's channel dim.  Override where the layer's
-        kept outputs depend on its pruned channels (a norm's statistics)."""
+        kept outputs depend on its pruned channels (a norm's statistics).  ``call(other,
+        new_input)`` runs the module's forward as it was called (its other arguments as
+        given) on another module and input, for a kind that reruns it; None: called on
+        its input alone."""
         return output * keep
 
     # ------------------------------------------------------------------ slicing

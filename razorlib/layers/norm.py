@@ -144,7 +144,8 @@ class _KeptStatistics(NormKind):
     ``GroupNorm32`` casts to float32, timm's ``LayerNormAct2d`` permutes and adds an
     activation), so it runs itself on a copy of the module sliced to the kept channels,
     and the masked output is the slim one by construction.  One whose forward takes more
-    than its input is frozen: the masked output sees the input alone.
+    than its input (a parameter without a default) is frozen; other arguments a call
+    passes (mmpretrain's ``LayerNorm2d(x, data_format='channel_last')``) are passed on.
     """
     standard_type: type = nn.Module
 
@@ -153,13 +154,13 @@ class _KeptStatistics(NormKind):
         extra = _extra_forward_parameters(type(module))
         if traced is not None and extra:
             ctx.freeze(traced[0], 'mixing', node,
-                       f"{name} ({type(module).__name__})'s forward takes {', '.join(extra)} "
-                       'beside its input, which its masked output, recomputed over the kept '
-                       'channels, cannot pass on')
+                       f"{name} ({type(module).__name__})'s forward needs {', '.join(extra)} "
+                       'beside its input, which may carry the channels its masked output, '
+                       'recomputed over the kept ones, would not slice')
         return traced
 
     def masked_output(self, module: nn.Module, x: torch.Tensor, output: torch.Tensor,
-                      keep: torch.Tensor) -> torch.Tensor:
+                      keep: torch.Tensor, call=None) -> torch.Tensor:
         if bool(keep.all()):
             return output * keep
         reason = self.unsliceable(module)
@@ -168,16 +169,17 @@ class _KeptStatistics(NormKind):
                              'cannot be computed over the kept channels')
         kept, dim = keep.flatten().bool(), -keep.dim()
         if self._own_forward(module):
-            return self._sliced_forward(module, x, output, kept, dim)
+            return self._sliced_forward(module, x, output, kept, dim, call)
         return self.kept_output(module, x, kept, dim)
 
     def _own_forward(self, module: nn.Module) -> bool:
         return type(module).forward is not self.standard_type.forward
 
     def _sliced_forward(self, module: nn.Module, x: torch.Tensor, output: torch.Tensor,
-                        keep: torch.Tensor, dim: int) -> torch.Tensor:
-        """The module's own forward on a copy sliced to the kept channels, run on the
-        input's kept channels and put back at their positions (pruned ones 0)."""
+                        keep: torch.Tensor, dim: int, call=None) -> torch.Tensor:
+        """The module's own forward (``call``: as it was called) on a copy sliced to the
+        kept channels, run on the input's kept channels and put back at their positions
+        (pruned ones 0)."""
         who = type(module).__name__
         if x.shape != output.shape:
             raise ValueError(f'{who}: its forward turns an input of shape {tuple(x.shape)} '
@@ -185,7 +187,8 @@ class _KeptStatistics(NormKind):
                              'computed over the kept channels of its input')
         index = keep.nonzero().flatten()
         sliced = self.plan_slice(who, module, {'out': index.tolist()}).applied_to_copy(module)
-        sliced_output = type(module).forward(sliced, x.index_select(dim, index))
+        run = call if call is not None else type(module).forward
+        sliced_output = run(sliced, x.index_select(dim, index))
         return output.new_zeros(output.shape).index_copy(dim, index, sliced_output)
 
     def kept_output(self, module: nn.Module, x: torch.Tensor, keep: torch.Tensor,
@@ -197,8 +200,12 @@ class _KeptStatistics(NormKind):
 @lru_cache(maxsize=None)
 def _extra_forward_parameters(module_type: type) -> Tuple[str, ...]:
     """The names of the parameters of ``module_type.forward`` beside ``self`` and the
-    input."""
-    return tuple(inspect.signature(module_type.forward).parameters)[2:]
+    input that every call must pass (no default): what the input alone does not say.
+    Those with defaults, and ``*args`` / ``**kwargs``, a call's arguments pass on."""
+    parameters = list(inspect.signature(module_type.forward).parameters.values())[2:]
+    optional = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    return tuple(p.name for p in parameters
+                 if p.default is inspect.Parameter.empty and p.kind not in optional)
 
 
 @LAYER_KINDS.register_module()
@@ -357,7 +364,7 @@ class RMSNormKind(NormKind):
         return self._affine(module, idx, SlicePlan(attrs=attrs))
 
     def masked_output(self, module: nn.Module, x: torch.Tensor, output: torch.Tensor,
-                      keep: torch.Tensor) -> torch.Tensor:
+                      keep: torch.Tensor, call=None) -> torch.Tensor:
         if bool(keep.all()):
             return output * keep
         eps = _epsilon(module)

@@ -99,16 +99,26 @@ def _mask_input(name: Optional[str], module: nn.Module, args: Tuple,
         where = f'{name} ({type(module).__name__})' if name else type(module).__name__
         raise MaskedInputError(where, f'its input has shape {tuple(x.shape)}, but it takes '
                                f'{mask.shape[0]} channels at dim {dim}')
-    masked = x * mask
+    return _with_input(module, args, kwargs, x * mask)
+
+
+def _with_input(module: nn.Module, args: Tuple, kwargs: Dict[str, Any],
+                x: torch.Tensor) -> Tuple[Tuple, Dict[str, Any]]:
+    """A call's ``(args, kwargs)`` with its input (:func:`layer_input`'s) replaced by ``x``."""
     if args:
-        return (masked, ) + tuple(args[1:]), kwargs
-    return args, {**kwargs, _input_name(type(module)): masked}
+        return (x, ) + tuple(args[1:]), kwargs
+    return args, {**kwargs, _input_name(type(module)): x}
 
 
 def _mask_output(kind: LayerKind, name: Optional[str], module: nn.Module, args: Tuple,
                  kwargs: Dict[str, Any], output: torch.Tensor) -> torch.Tensor:
+    def call(other: nn.Module, x: torch.Tensor) -> Any:
+        """The forward as called here, on ``other`` and ``x``."""
+        new_args, new_kwargs = _with_input(module, args, kwargs, x)
+        return type(module).forward(other, *new_args, **new_kwargs)
+
     return kind.masked_output(module, layer_input(module, args, kwargs, name), output,
-                              module.out_mask)
+                              module.out_mask, call)
 
 
 _HOOK_DICTS = ('_forward_pre_hooks', '_forward_hooks', '_forward_hooks_with_kwargs',
