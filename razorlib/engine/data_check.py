@@ -29,6 +29,7 @@ from mmengine.runner import Runner
 from ..models.data_preprocessor import pack_labels
 from ..registry import SCOPE
 from .config import BUILD_ERRORS, ConfigError, check_dataloader, message_of
+from .loops.bn_calibration import fresh_workers
 
 #: How a tool expects its batches, for the message of a batch it cannot read.
 BATCH_FORMAT = ("the tool reads dict batches of 'inputs' and 'data_samples', as "
@@ -136,14 +137,16 @@ def checked_loader(loader_cfg: Any, key: str, seed: Optional[int] = None,
     """``key``'s dataloader, built and its first batch read and checked to have ``inputs``
     and, where ``labels_needed_by`` says why they are needed, labels.  The tool runs on
     the loader returned, so that its dataset (an ImageFolder scans its folder) is built
-    once.
+    once.  The check reads through workers of its own (:func:`fresh_workers`): persistent
+    workers it started would carry their augmentations' random state into the run's
+    first pass, which would then read other images than without the check.
 
     Raises:
         ConfigError: as :func:`build_loader`, :func:`read_batches`, :func:`batch_inputs`
             and :func:`batch_labels` do.
     """
     loader = build_loader(loader_cfg, key, seed, scope)
-    batch = read_batches(loader, key, 1)[0]
+    batch = read_batches(fresh_workers(loader), key, 1)[0]
     batch_inputs(batch, 0, key)
     if labels_needed_by:
         batch_labels(batch, 0, key, labels_needed_by)
