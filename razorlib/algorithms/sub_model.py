@@ -1,4 +1,5 @@
 """``sub_model``: build an architecture and slice it to a channel config, from a config."""
+from functools import partial
 from pathlib import Path
 from typing import Any, Dict, List, Union
 
@@ -24,10 +25,12 @@ def sub_model(architecture: Union[nn.Module, dict],
 
     The subnet is freshly initialised (by the runner's ``init_weights()``), unless the
     architecture has a ``Pretrained`` ``init_cfg`` (on itself or any submodule): that
-    dense checkpoint does not fit the sliced shapes, so the dense model is initialised
-    here, checkpoint loaded, before slicing; the kept channels hold its weights, and the
-    subnet is marked initialised so that the runner's ``init_weights()`` does not load it
-    again over them.  To start from pruned weights instead (``tools/prune.py``'s
+    dense checkpoint does not fit the sliced shapes, so the subnet's ``init_weights()``
+    builds the dense model from ``architecture``, initialises it (the checkpoint loads),
+    slices it and takes its weights: the kept channels hold the checkpoint's.  Building
+    reads no checkpoint (tools that build a model to load their own need not have the
+    dense one); an ``architecture`` given built loads it at once, as nothing could build
+    it again.  To start from pruned weights instead (``tools/prune.py``'s
     ``slim.pth``), add ``load_from='.../slim.pth'`` to the config.
 
     Args:
@@ -54,14 +57,36 @@ def sub_model(architecture: Union[nn.Module, dict],
     checkpoints = _pending_pretrained(model)
     if not checkpoints:
         return slim_model(model, channel_cfg)
-    model.init_weights()
+    if not isinstance(architecture, dict):
+        return _pretrained_then_sliced(model, channel_cfg, checkpoints)
+    subnet = slim_model(model, channel_cfg)
+    subnet.init_weights = partial(_init_from_dense, subnet, architecture, channel_cfg)
+    return subnet
+
+
+def _pretrained_then_sliced(dense: nn.Module, channel_cfg: ChannelConfig,
+                            checkpoints: List[str]) -> nn.Module:
+    """``dense`` initialised (its Pretrained checkpoints loaded), then sliced; the subnet
+    marked initialised, so that the runner's ``init_weights()`` loads nothing over it."""
+    dense.init_weights()
     MMLogger.get_current_instance().info(
         f'sub_model: loaded the Pretrained init_cfg ({", ".join(checkpoints)}) into the '
-        'dense architecture before slicing; the subnet keeps its channels\' weights and is '
-        'not initialised again')
-    model = slim_model(model, channel_cfg)
-    model._is_init = True
-    return model
+        'dense architecture before slicing; the subnet keeps its channels\' weights')
+    subnet = slim_model(dense, channel_cfg)
+    subnet._is_init = True
+    return subnet
+
+
+def _init_from_dense(subnet: nn.Module, architecture: dict,
+                     channel_cfg: ChannelConfig) -> None:
+    """The subnet's ``init_weights()``: the weights of the dense ``architecture``, built
+    anew, initialised and sliced to ``channel_cfg``; once."""
+    if subnet.is_init:
+        return
+    dense = MODELS.build(architecture)
+    sliced = _pretrained_then_sliced(dense, channel_cfg, _pending_pretrained(dense))
+    subnet.load_state_dict(sliced.state_dict())
+    subnet._is_init = True
 
 
 def _pending_pretrained(model: nn.Module) -> List[str]:

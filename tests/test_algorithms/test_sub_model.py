@@ -69,9 +69,23 @@ def test_the_kept_channels_hold_the_pretrained_weights_after_init_weights(dense)
     slim = MODELS.build(dict(type='sub_model', channel_cfg=HALF, architecture=dict(
         architecture(), init_cfg=dict(type='Pretrained', checkpoint=checkpoint))))
     expected = sliced_by_hand(weights)
+    assert not slim.is_init  # building reads no checkpoint
+    slim.init_weights()  # what the runner calls
     assert_holds(slim, expected)
-    slim.init_weights()  # what the runner calls: nothing is loaded again
+    slim.init_weights()  # once
     assert_holds(slim, expected)
+
+
+def test_building_reads_no_checkpoint(tmp_path):
+    """Tools that build a model to load their own checkpoint (test.py, get_flops.py,
+    deploy.py) need not have the dense one: it is read by init_weights()."""
+    init_default_scope('razorlib')
+    missing = str(tmp_path / 'not_on_this_machine.pth')
+    slim = MODELS.build(dict(type='sub_model', channel_cfg=HALF, architecture=dict(
+        architecture(), init_cfg=dict(type='Pretrained', checkpoint=missing))))
+    assert slim.backbone.stages[1].conv.weight.shape == (8, 4, 3, 3)
+    with pytest.raises(FileNotFoundError, match='not_on_this_machine.pth'):
+        slim.init_weights()
 
 
 class Body(BaseModule):
