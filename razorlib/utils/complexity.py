@@ -340,22 +340,20 @@ class _FunctionCounter(TorchFunctionMode):
         return out
 
 
-def _call_inputs(name: str, module: nn.Module, args: tuple, kwargs: Dict[str, Any]) -> tuple:
+def _call_inputs(module: nn.Module, args: tuple, kwargs: Dict[str, Any]) -> tuple:
     """The arguments of a call of ``module`` in its forward's parameter order: what a
     kind's ``flops`` reads as ``inputs``.  Keyword arguments go to their parameter's
     place and defaults fill the places before them, so ``inputs[i]`` is the forward's
     i-th parameter however the call passed it (``mha(key=kv, value=kv, query=q)`` gives
     ``(q, kv, kv, ...)``); a ``*args`` parameter's values are spread in its place and a
-    ``**kwargs`` parameter's go last.
-
-    Raises:
-        TypeError: naming the module, when the call does not fit its forward's signature
-            (a forward wrapped under another signature): its inputs cannot be told apart.
+    ``**kwargs`` parameter's go last.  A call that does not fit the signature (a forward
+    a decorator wrapped, transformers' ``deprecate_kwarg`` taking an old keyword) gives
+    its positional arguments, then its keywords in call order.
 
     Example:
         >>> mha = nn.MultiheadAttention(4, 1)
         >>> q, kv = torch.randn(3, 1, 4), torch.randn(5, 1, 4)
-        >>> _call_inputs('mha', mha, (), {'value': kv, 'key': kv, 'query': q})[:3] == (q, kv, kv)
+        >>> _call_inputs(mha, (), {'value': kv, 'key': kv, 'query': q})[:3] == (q, kv, kv)
         True
     """
     if not kwargs:
@@ -363,10 +361,8 @@ def _call_inputs(name: str, module: nn.Module, args: tuple, kwargs: Dict[str, An
     signature = inspect.signature(module.forward)
     try:
         bound = signature.bind(*args, **kwargs)
-    except TypeError as error:
-        raise TypeError(f'{name!r} ({type(module).__name__}): its call does not fit its '
-                        f'forward{signature} ({error}), so the inputs its FLOPs are counted '
-                        'on cannot be told apart') from None
+    except TypeError:  # the wrapper takes what the signature does not say
+        return tuple(args) + tuple(kwargs.values())
     bound.apply_defaults()
     inputs: list = []
     for parameter, value in bound.arguments.items():
@@ -431,7 +427,7 @@ def get_model_complexity(model: nn.Module, example_inputs: Any = None,
         if kind is not None:
             def hook(mod, args, kwargs, output, name=name, kind=kind):
                 counter.depth -= 1
-                inputs = _call_inputs(name, mod, args, kwargs)
+                inputs = _call_inputs(mod, args, kwargs)
                 kept = kept_widths(mod, kind.widths(mod))
                 output = _kind_output(name, mod, output)
                 flops[name] = flops.get(name, 0) + kind.flops(mod, inputs, output, kept)
@@ -439,7 +435,7 @@ def get_model_complexity(model: nn.Module, example_inputs: Any = None,
             handles.append(module.register_forward_hook(hook, with_kwargs=True))
         elif isinstance(module, _RECURRENT):
             def recurrent(mod, args, kwargs, output, name=name):
-                sequence = _call_inputs(name, mod, args, kwargs)[0]
+                sequence = _call_inputs(mod, args, kwargs)[0]
                 flops[name] = flops.get(name, 0) + recurrent_macs(mod, sequence)
             handles.append(module.register_forward_hook(recurrent, with_kwargs=True))
     try:
