@@ -39,8 +39,8 @@ class SlimmingAlgorithm(ItePruneAlgorithm):
             (``flops=0.5``, BN scale ranked globally).
         sparsity: the weight of the L1 penalty (1e-4 in the paper for VGG on CIFAR).
         prune_at: the iteration of the (first) pruning step: the iterations of sparsity
-            training.  Required (> 0) with ``sparsity > 0``: pruning at iteration 0 would
-            rank the scales before the penalty has acted.  ``prune_at=0`` only with
+            training.  Required, and > 0 with ``sparsity > 0``: pruning at iteration 0
+            would rank the scales before the penalty has acted.  ``prune_at=0`` only with
             ``sparsity=0``, to prune a model already trained sparse by its scales.
         prune_times, step_freq: see :class:`ItePruneAlgorithm`.
         input_shape: ``(C, H, W)`` of one image, for tracing and FLOPs counting.
@@ -59,7 +59,7 @@ class SlimmingAlgorithm(ItePruneAlgorithm):
 
     def __init__(self, architecture: ModuleOrCfg,
                  pruner: Union[ImportancePruner, dict, None] = None, sparsity: float = 1e-4,
-                 prune_at: int = 0, prune_times: int = 1, step_freq: int = 1,
+                 prune_at: Optional[int] = None, prune_times: int = 1, step_freq: int = 1,
                  input_shape: Sequence[int] = (3, 224, 224),
                  data_preprocessor: Optional[ModuleOrCfg] = None,
                  init_cfg: Optional[dict] = None):
@@ -68,6 +68,11 @@ class SlimmingAlgorithm(ItePruneAlgorithm):
         if not 0 <= sparsity < math.inf:
             raise ValueError(f'SlimmingAlgorithm: sparsity must be a finite number >= 0, '
                              f'got {sparsity!r}')
+        if prune_at is None:
+            raise ValueError('SlimmingAlgorithm needs prune_at: the iterations of sparsity '
+                             'training before it prunes by the scales (e.g. 20 * '
+                             'iters_per_epoch), or 0 with sparsity=0 for a model already '
+                             'trained sparse')
         if sparsity > 0 and prune_at == 0:
             raise ValueError(f'SlimmingAlgorithm: sparsity={sparsity:g} with prune_at=0 prunes '
                              'at iteration 0, before the L1 penalty has trained a single '

@@ -70,17 +70,20 @@ def test_a_bad_prune_at_is_named_as_the_config_names_it():
 
 
 def test_a_penalty_with_pruning_at_iteration_0_is_refused():
-    # the defaults (sparsity 1e-4, prune_at 0) pruned at iteration 0 by the initial scales,
-    # all 1: a tie broken arbitrarily, and loss_sparsity was 0 ever after
+    # the old defaults (sparsity 1e-4, prune_at 0) pruned at iteration 0 by the initial
+    # scales, all 1: a tie broken arbitrarily, and loss_sparsity was 0 ever after
     with pytest.raises(ValueError, match=r'SlimmingAlgorithm: sparsity=0\.0001 with prune_at=0 '
                        r'prunes at iteration 0, before the L1 penalty .* Set prune_at to the '
                        r'iterations of sparsity training'):
+        slimming(prune_at=0)
+    with pytest.raises(ValueError, match='SlimmingAlgorithm needs prune_at: the iterations of '
+                                         'sparsity training'):
         slimming()
 
 
 def test_without_a_penalty_it_prunes_at_iteration_0_by_the_scales_as_they_are():
-    model = slimming(sparsity=0, pruner=dict(type='ImportancePruner', ratio=0.5,
-                                             importance=dict(type='bn_scale'))).train()
+    pruner = dict(type='ImportancePruner', ratio=0.5, importance=dict(type='bn_scale'))
+    model = slimming(sparsity=0, prune_at=0, pruner=pruner).train()
     small, large = norms(model)
     small.weight.data = torch.arange(1.0, 9.0)  # keeps 5 ... 8
     large.weight.data = -torch.arange(16.0, 0.0, -1)  # |gamma| 16 ... 1: keeps the first 8
