@@ -68,10 +68,10 @@ class ConvChannelsLastNorm(nn.Module):
     """A conv, then LayerNorm2d called channels last (as mmpretrain's ConvNeXt block does
     before its pointwise Linear layers), then a Linear."""
 
-    def __init__(self):
+    def __init__(self, norm: LayerNorm2d):
         super().__init__()
         self.a = nn.Conv2d(3, 8, 3, padding=1)
-        self.n = LayerNorm2d(8)
+        self.n = norm
         self.b = nn.Linear(8, 5)
         with torch.no_grad():
             self.n.weight.normal_()
@@ -103,10 +103,10 @@ NORMS = {
 }
 
 
-def _pruned(make_norm):
+def _pruned(make_norm, make_model=ConvNormConv):
     """The masked model at half of ``a``'s channels, its slim model and the input."""
     torch.manual_seed(0)
-    model = ConvNormConv(make_norm()).eval()
+    model = make_model(make_norm()).eval()
     x = torch.randn(2, 3, 6, 6)
     pruner = L1NormPruner(ratio=0.5)
     pruner.prepare_from_supernet(model, x)
@@ -156,14 +156,7 @@ def test_subclass_masked_output_is_its_forward_on_the_kept_channels(kind, norm, 
 def test_a_subclass_norm_called_with_another_argument_reruns_with_it():
     """The masked output reruns the forward with the call's other arguments (it was
     frozen for having them, though the masked output is exact)."""
-    torch.manual_seed(0)
-    model, x = ConvChannelsLastNorm().eval(), torch.randn(2, 3, 6, 6)
-    pruner = L1NormPruner(ratio=0.5)
-    pruner.prepare_from_supernet(model, x)
-    assert not pruner.groups.groups['a'].frozen
-    pruner.set_subnet(pruner.subnet_at(0.5))
-    slim = pruner.deploy_subnet(copy.deepcopy(model), pruner.export_subnet())
-    assert slim.a.out_channels == 4
+    model, slim, x = _pruned(lambda: LayerNorm2d(8), ConvChannelsLastNorm)
     with torch.no_grad():
         torch.testing.assert_close(model(x), slim(x), rtol=1e-5, atol=1e-6)
 
