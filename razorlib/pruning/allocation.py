@@ -142,6 +142,16 @@ class WidthRule:
             fewest = max(fewest, math.ceil((1 - self.max_ratio) * group.num_channels - 1e-9))
         return fewest
 
+    def max_ratio_floors(self, group: ChannelGroup) -> bool:
+        """Whether ``max_ratio`` raises the group's fewest channels above one per part.
+
+        Example:
+            >>> group = ChannelGroup('conv', 8, 8)
+            >>> [WidthRule(max_ratio=m).max_ratio_floors(group) for m in (0.5, None)]
+            [True, False]
+        """
+        return self._fewest(group) > max(1, len(group.parts))
+
     def least_rounded(self, group: ChannelGroup) -> float:
         """The least ``count`` that :meth:`fit` rounds to the group's smallest allowed
         count as it rounds any count: to the nearest width ``round_to`` allows.  Below
@@ -431,18 +441,21 @@ def _describe_rules(rule: WidthRule, family: Optional['_Family'] = None) -> str:
 
 
 def _check_common_ratio(family: _Family, target: float, unscored: Sequence[str]) -> None:
-    """Refuse a common ratio below what a group's lower bounds let it round to.
+    """Refuse a common ratio below what ``max_ratio`` lets a group round to.
 
     Each group keeps the allowed count nearest ``target`` times its channels (half of 5
-    channels keeps 3).  Where the nearest width ``round_to`` allows is narrower than the
-    group's smallest allowed count (no channel at all, fewer than ``max_ratio`` or one
-    per part allow), that count is a floor, not a rounding: ``ratio=0.05, max_ratio=0.5``
-    would keep half of every group.  Such a budget is refused, as the global ranking
-    refuses a ratio of all channels its smallest subnet exceeds.  A group the rules keep
-    whole is left out: ``razorlib.prune`` warns when nothing can be pruned.
+    channels keeps 3).  Where ``max_ratio`` sets a group's smallest allowed count and the
+    ratio rounds below it, that count is a floor the user's bound imposes, far from the
+    ratio asked: ``ratio=0.05, max_ratio=0.5`` would keep half of every group.  Such a
+    budget is refused, as the global ranking refuses a ratio of all channels its
+    smallest subnet exceeds.  The floors every subnet has (one channel, one per part, a
+    multiple of ``round_to``) stay floors, as they were: a small group keeps its one
+    channel (or one KV head) under ``ratio=0.2``.  A group the rules keep whole is left
+    out: ``razorlib.prune`` warns when nothing can be pruned.
     """
     rule = family.rule
-    least = {g.id: rule.least_rounded(g) for g in family.groups if len(family.allowed[g.id]) > 1}
+    least = {g.id: rule.least_rounded(g) for g in family.groups
+             if len(family.allowed[g.id]) > 1 and rule.max_ratio_floors(g)}
     short = [g for g in family.groups
              if g.id in least and round(target * g.num_channels, 9) < least[g.id]]
     if not short:
