@@ -144,7 +144,8 @@ class _KeptStatistics(NormKind):
     ``GroupNorm32`` casts to float32, timm's ``LayerNormAct2d`` permutes and adds an
     activation), so it runs itself on a copy of the module sliced to the kept channels,
     and the masked output is the slim one by construction.  One whose forward takes more
-    than its input (a parameter without a default) is frozen; other arguments a call
+    than its input that may be a tensor (a parameter without a default, or defaulting to
+    None) is frozen: a tensor beside the input may carry the channels; flags a call
     passes (mmpretrain's ``LayerNorm2d(x, data_format='channel_last')``) are passed on.
     """
     standard_type: type = nn.Module
@@ -154,7 +155,7 @@ class _KeptStatistics(NormKind):
         extra = _extra_forward_parameters(type(module))
         if traced is not None and extra:
             ctx.freeze(traced[0], 'mixing', node,
-                       f"{name} ({type(module).__name__})'s forward needs {', '.join(extra)} "
+                       f"{name} ({type(module).__name__})'s forward takes {', '.join(extra)} "
                        'beside its input, which may carry the channels its masked output, '
                        'recomputed over the kept ones, would not slice')
         return traced
@@ -200,12 +201,13 @@ class _KeptStatistics(NormKind):
 @lru_cache(maxsize=None)
 def _extra_forward_parameters(module_type: type) -> Tuple[str, ...]:
     """The names of the parameters of ``module_type.forward`` beside ``self`` and the
-    input that every call must pass (no default): what the input alone does not say.
-    Those with defaults, and ``*args`` / ``**kwargs``, a call's arguments pass on."""
+    input that may carry a tensor: one without a default, ``*args`` / ``**kwargs``, or
+    one whose default is None (mamba's fused ``LayerNorm(x, residual=None)``) or another
+    object.  A flag with a plain default (mmpretrain's ``data_format='channel_first'``) a
+    call's arguments pass on as they are."""
     parameters = list(inspect.signature(module_type.forward).parameters.values())[2:]
-    optional = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
-    return tuple(p.name for p in parameters
-                 if p.default is inspect.Parameter.empty and p.kind not in optional)
+    return tuple(p.name for p in parameters if not isinstance(p.default, (str, bool, int, float))
+                 or p.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD))
 
 
 @LAYER_KINDS.register_module()

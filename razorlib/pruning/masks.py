@@ -113,12 +113,27 @@ def _with_input(module: nn.Module, args: Tuple, kwargs: Dict[str, Any],
 def _mask_output(kind: LayerKind, name: Optional[str], module: nn.Module, args: Tuple,
                  kwargs: Dict[str, Any], output: torch.Tensor) -> torch.Tensor:
     def call(other: nn.Module, x: torch.Tensor) -> Any:
-        """The forward as called here, on ``other`` and ``x``."""
+        """The forward as called here, on ``other`` and ``x``; refused where the call
+        passes another tensor of more than one value, which may carry the channels ``x``
+        lost."""
         new_args, new_kwargs = _with_input(module, args, kwargs, x)
+        if any(isinstance(value, torch.Tensor) and value is not x and value.numel() > 1
+               for value in (*new_args, *new_kwargs.values())):
+            raise ValueError(f'{name or type(module).__name__} ({type(module).__name__}): its '
+                             'call passes a tensor besides its input, so its masked output '
+                             'cannot be rerun on the kept channels')
         return type(module).forward(other, *new_args, **new_kwargs)
 
+    extra = dict(call=call) if _takes_call(type(kind)) else {}
     return kind.masked_output(module, layer_input(module, args, kwargs, name), output,
-                              module.out_mask, call)
+                              module.out_mask, **extra)
+
+
+@lru_cache(maxsize=None)
+def _takes_call(kind_type: type) -> bool:
+    """Whether the kind's ``masked_output`` takes ``call``: one written to the
+    four-argument form (docs/layer_kinds.md) is called with those four."""
+    return 'call' in inspect.signature(kind_type.masked_output).parameters
 
 
 _HOOK_DICTS = ('_forward_pre_hooks', '_forward_hooks', '_forward_hooks_with_kwargs',

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 
 from razorlib.layers import GroupNormKind, LayerNormKind
 from razorlib.pruning import L1NormPruner
+from razorlib.pruning.masks import OUT_MASK, add_masks, set_mask
 from razorlib.utils import get_model_complexity
 
 
@@ -45,11 +46,13 @@ class LayerNormAct2d(nn.LayerNorm):
 
 
 class ScaledGroupNorm(nn.GroupNorm):
-    """A forward that needs more than its input (no default), which may carry channels
-    that the masked output, rerun on the kept ones, would not slice."""
+    """A forward that may take a tensor besides its input (as mamba's fused add + norm
+    takes ``residual=None``), which may carry channels that the masked output, rerun on
+    the kept ones, would not slice."""
 
-    def forward(self, x, scale):
-        return super().forward(x) * scale
+    def forward(self, x, scale=None):
+        out = super().forward(x)
+        return out if scale is None else out * scale
 
 
 class LayerNorm2d(nn.LayerNorm):
@@ -172,7 +175,7 @@ def test_subclass_norm_whose_forward_takes_more_than_its_input_is_frozen():
     pruner = L1NormPruner(ratio=0.5)
     pruner.prepare_from_supernet(model, torch.randn(2, 3, 6, 6))
     reasons = [str(reason) for reason in pruner.groups.groups['a'].frozen_reasons]
-    assert any("n (ScaledGroupNorm)'s forward needs scale beside its input" in reason
+    assert any("n (ScaledGroupNorm)'s forward takes scale beside its input" in reason
                for reason in reasons), reasons
 
 
@@ -181,3 +184,31 @@ def test_layer_norm_over_several_dims_refuses_a_masked_output():
     x = torch.randn(2, 4, 3)
     with pytest.raises(ValueError, match='LayerNorm: only a LayerNorm over one dim'):
         LayerNormKind().masked_output(norm, x, norm(x), torch.tensor([1., 0., 1.]))
+
+
+class FlagNorm(nn.GroupNorm):
+    """A flag with a plain default, which a caller passes a tensor for."""
+
+    def forward(self, x, gain=1.0):
+        return super().forward(x) * gain
+
+
+@pytest.mark.parametrize('gain, refused', [(torch.full((1, 4, 1, 1), 2.0), True),
+                                           (torch.tensor(2.0), False)])
+def test_a_masked_norm_called_with_another_tensor_is_refused_not_rerun(gain, refused):
+    """A tensor of several values may carry the channels the rerun drops: a clear error,
+    not a guess; a scalar passes on (the runtime check freezes a model whose extra tensor
+    does carry them, so this guards the masks themselves)."""
+    norm = FlagNorm(1, 4)
+    add_masks(norm, GroupNormKind(), out_dim=-3, name='n')
+    set_mask(norm, OUT_MASK, torch.tensor([True, True, False, True]))
+    x = torch.randn(2, 4, 3, 3)
+    if refused:
+        with pytest.raises(ValueError, match=r'n \(FlagNorm\): its call passes a tensor '
+                                             'besides its input'):
+            norm(x, gain=gain)
+    else:
+        sliced = copy.deepcopy(norm)
+        GroupNormKind().plan_slice('n', norm, {'out': [0, 1, 3]}).apply(sliced)
+        torch.testing.assert_close(norm(x, gain=gain)[:, [0, 1, 3]],
+                                   FlagNorm.forward(sliced, x[:, [0, 1, 3]], gain=gain))

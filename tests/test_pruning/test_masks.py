@@ -90,3 +90,24 @@ def test_a_refused_input_is_a_masked_input_error_naming_its_layer():
     copy = pickle.loads(pickle.dumps(err))
     assert (type(copy), copy.layer, copy.detail, str(copy)) == \
         (MaskedInputError, err.layer, err.detail, str(err))
+
+
+def test_a_kind_written_to_the_four_argument_masked_output_still_masks():
+    """docs/layer_kinds.md documented masked_output(module, x, out, keep): a user's kind
+    written so is called so (the call argument goes to kinds that take it)."""
+    from razorlib.layers import BatchNormKind
+    from razorlib.pruning.masks import OUT_MASK, set_mask
+
+    class HalvingKind(BatchNormKind):
+        def masked_output(self, module, x, out, keep):
+            return out * keep / 2
+
+    norm = nn.BatchNorm2d(4).eval()
+    add_masks(norm, HalvingKind(), out_dim=-3, name='bn')
+    set_mask(norm, OUT_MASK, torch.tensor([True, False, True, True]))
+    x = torch.randn(2, 4, 3, 3)
+    with torch.no_grad():
+        expected = nn.functional.batch_norm(x, norm.running_mean, norm.running_var,
+                                            norm.weight, norm.bias) / 2
+        expected[:, 1] = 0
+        torch.testing.assert_close(norm(x), expected)
