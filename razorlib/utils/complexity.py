@@ -347,8 +347,8 @@ def _call_inputs(module: nn.Module, args: tuple, kwargs: Dict[str, Any]) -> tupl
     i-th parameter however the call passed it (``mha(key=kv, value=kv, query=q)`` gives
     ``(q, kv, kv, ...)``); a ``*args`` parameter's values are spread in its place and a
     ``**kwargs`` parameter's go last.  A call that does not fit the signature (a forward
-    a decorator wrapped, transformers' ``deprecate_kwarg`` taking an old keyword) gives
-    its positional arguments, then its keywords in call order.
+    a decorator wrapped, transformers' ``deprecate_kwarg`` taking an old keyword) places
+    the keywords the signature names by name and appends the others in call order.
 
     Example:
         >>> mha = nn.MultiheadAttention(4, 1)
@@ -359,10 +359,16 @@ def _call_inputs(module: nn.Module, args: tuple, kwargs: Dict[str, Any]) -> tupl
     if not kwargs:
         return tuple(args)
     signature = inspect.signature(module.forward)
+    unknown = []
     try:
         bound = signature.bind(*args, **kwargs)
     except TypeError:  # the wrapper takes what the signature does not say
-        return tuple(args) + tuple(kwargs.values())
+        known = {key: value for key, value in kwargs.items() if key in signature.parameters}
+        unknown = [value for key, value in kwargs.items() if key not in known]
+        try:
+            bound = signature.bind_partial(*args, **known)
+        except TypeError:
+            return tuple(args) + tuple(kwargs.values())
     bound.apply_defaults()
     inputs: list = []
     for parameter, value in bound.arguments.items():
@@ -373,7 +379,7 @@ def _call_inputs(module: nn.Module, args: tuple, kwargs: Dict[str, Any]) -> tupl
             inputs += value.values()
         else:
             inputs.append(value)
-    return tuple(inputs)
+    return tuple(inputs) + tuple(unknown)
 
 
 def _kind_output(name: str, module: nn.Module, output: Any) -> torch.Tensor:

@@ -1,4 +1,5 @@
 """ImportancePruner: rank each group's channels by a criterion and keep them to a budget."""
+from collections.abc import Iterator
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -185,7 +186,9 @@ class ImportancePruner(StructurePruner):
             ValueError: the budget cannot be met (the message names the smallest value
                 the rules allow), or ``ratios`` holds several ratios.
         """
-        if data is not None and iter(data) is data:  # score() would exhaust it
+        # an iterator score() would exhaust is read once; a DataLoader is none (asking it
+        # for an iterator to tell would start a set of workers for nothing)
+        if isinstance(data, Iterator):
             data = list(data)
         if data is None and self.importance.needs_data and self._scores is not None:
             scores = self._scores
