@@ -13,6 +13,7 @@ from mmengine.registry import init_default_scope
 from mmengine.runner import Runner
 
 from razorlib.algorithms import ItePruneAlgorithm
+from razorlib.engine.checkpoint_check import read_checkpoint
 from razorlib.engine.hooks import SlimExportHook
 
 ITE_PRUNE = (Path(__file__).parents[2] / 'configs' / 'pruning' / 'ite_prune'
@@ -55,7 +56,7 @@ def max_difference(a: dict, b: dict) -> float:
 def test_the_exported_weights_are_the_checkpointed_ema_weights(ema_run):
     work_dir = Path(ema_run.work_dir)
     saved = torch.load(work_dir / 'slim.pth')
-    checkpoint = torch.load(work_dir / 'epoch_2.pth', weights_only=False)
+    checkpoint = read_checkpoint(work_dir / 'epoch_2.pth')  # mmengine's globals allowed
     # EMAHook writes the averaged weights as the checkpoint's state_dict
     assert max_difference(saved, sliced(ema_run, checkpoint['state_dict'])) == 0
     # ... and the training weights, far from them, are not what was exported
@@ -65,8 +66,7 @@ def test_the_exported_weights_are_the_checkpointed_ema_weights(ema_run):
 
 def test_the_model_holds_its_training_weights_after_the_export(ema_run):
     # the checkpoint's ema_state_dict holds the training weights at the end of the run
-    raw = torch.load(Path(ema_run.work_dir) / 'epoch_2.pth',
-                     weights_only=False)['ema_state_dict']
+    raw = read_checkpoint(Path(ema_run.work_dir) / 'epoch_2.pth')['ema_state_dict']
     for name, param in ema_run.model.named_parameters():
         assert torch.equal(param, raw[f'module.{name}']), name
 
