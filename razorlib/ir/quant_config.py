@@ -260,12 +260,32 @@ class TensorQuantizationConfig:
         return copy_configs([self])[0]
 
     def _copy_unlinked(self) -> 'TensorQuantizationConfig':
-        clone = TensorQuantizationConfig(
-            self.policy, self.rounding, self.num_of_bits, self.quant_min, self.quant_max,
-            _clone(self._scale), _clone(self._offset), self.channel_axis,
-            self.observer_algorithm, self._state)
+        clone = self._same_format(_clone(self._scale), _clone(self._offset), self._state)
         clone._state_before_dequantize = self._state_before_dequantize
         return clone
+
+    def sharing(self) -> 'TensorQuantizationConfig':
+        """A new config of this one's format, joined to its set: it quantizes with the
+        set's scale, offset and state (a tensor a pass adds, such as a Pad of a quantized
+        tensor).
+
+        Example:
+            >>> root = TensorQuantizationConfig(scale=0.5, state=QuantizationStates.ACTIVATED)
+            >>> padded = root.sharing()
+            >>> padded.dominated_by is root, padded.scale
+            (True, tensor(0.5000))
+        """
+        config = self._same_format()
+        config.dominated_by = self
+        return config
+
+    def _same_format(self, scale: Optional[torch.Tensor] = None,
+                     offset: Optional[torch.Tensor] = None,
+                     state: QuantizationStates = QuantizationStates.INITIAL
+                     ) -> 'TensorQuantizationConfig':
+        return TensorQuantizationConfig(
+            self.policy, self.rounding, self.num_of_bits, self.quant_min, self.quant_max,
+            scale, offset, self.channel_axis, self.observer_algorithm, state)
 
     def __repr__(self) -> str:
         links = ''.join([' dominated' if self._root() is not self else '',

@@ -121,16 +121,6 @@ def _conv_pads(op: Operation) -> List[int]:
     return [int(pad) for pad in op.attributes.get('pads', ())]
 
 
-def _sharing_scale(root: TensorQuantizationConfig) -> TensorQuantizationConfig:
-    """A new config of ``root``'s format, joined to ``root``'s set (its scale and state)."""
-    config = TensorQuantizationConfig(root.policy, root.rounding, root.num_of_bits,
-                                      root.quant_min, root.quant_max,
-                                      channel_axis=root.channel_axis,
-                                      observer_algorithm=root.observer_algorithm)
-    config.dominated_by = root
-    return config
-
-
 def _move_padding(graph: BaseGraph, reader: Operation, value: float,
                   root: TensorQuantizationConfig) -> None:
     """Take ``reader``'s zero padding out into a ``Pad`` of ``value`` on its data input:
@@ -141,8 +131,8 @@ def _move_padding(graph: BaseGraph, reader: Operation, value: float,
     pad = QuantableOperation(
         Operation(f'{reader.name}/centring_pad', 'Pad', {'mode': 'constant'}, reader.opset,
                   reader.platform),
-        OperationQuantizationConfig([_sharing_scale(root), fp32_config(), fp32_config()],
-                                    [_sharing_scale(root)]))
+        OperationQuantizationConfig([root.sharing(), fp32_config(), fp32_config()],
+                                    [root.sharing()]))
     source = reader.inputs[0]
     padded = graph.insert_op_before(pad, reader, 0)
     graph.create_variable(value=torch.tensor([0, 0] + pads[:spatial] + [0, 0] + pads[spatial:]),
