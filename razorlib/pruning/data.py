@@ -6,20 +6,28 @@ with ``loss_fn(outputs, targets)``.  A batch of another shape (an mmengine dict,
 inputs) or a loss that is not a finite scalar would otherwise surface as an error deep
 in torch, or not at all: a NaN loss makes every score and every comparison NaN, and
 the pruner then keeps arbitrary channels or cuts every group to its minimum.  Both are
-checked here, once, with messages naming the batch and what to pass instead.
+checked here, each batch as it is read, with messages naming the batch and what to pass
+instead.
 """
-from typing import Any, Callable, Iterable, List, Mapping, Optional, Tuple
+from collections.abc import Iterator
+from typing import Any, Callable, Iterable, Mapping, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 
-__all__ = ['Batch', 'LossFn', 'batch_loss', 'checked_loss', 'default_loss', 'pair_batches']
+from ..tracing.forward import flatten_tensors
+
+__all__ = ['Batch', 'CheckedBatches', 'LossFn', 'batch_loss', 'batch_samples', 'checked_loss',
+           'default_loss', 'pair_batches']
 
 Batch = Tuple[Any, Any]
 """One ``(inputs, targets)`` batch."""
 
 LossFn = Callable[[Any, Any], torch.Tensor]
 """``loss_fn(outputs, targets)`` -> a scalar tensor."""
+
+_NONE = object()
+"""What ``next`` gives for an empty ``data``."""
 
 
 def default_loss(outputs: Any, targets: Any) -> torch.Tensor:
@@ -47,8 +55,15 @@ def default_loss(outputs: Any, targets: Any) -> torch.Tensor:
     return F.cross_entropy(outputs, targets)
 
 
-def pair_batches(data: Optional[Iterable[Any]], who: str) -> List[Batch]:
-    """``data`` read into a list of ``(inputs, targets)`` pairs, each batch checked.
+def pair_batches(data: Optional[Iterable[Any]], who: str) -> Iterable[Batch]:
+    """``data`` as ``(inputs, targets)`` pairs, each batch checked.
+
+    A one-shot iterator (a generator, ``iter(loader)``) is read into a list: it cannot
+    be read twice.  A re-iterable (a list, a ``DataLoader``) is not held in memory: it
+    is read again on every pass over the :class:`CheckedBatches` returned, each batch
+    checked as it comes, so a training ``DataLoader`` costs one batch of memory at a
+    time.  Its first batch is read and checked here, so that empty data or batches of
+    the wrong form are refused before anything runs.
 
     Args:
         data: an iterable of ``(inputs, targets)`` batches (a list, a generator, a
@@ -57,11 +72,13 @@ def pair_batches(data: Optional[Iterable[Any]], who: str) -> List[Batch]:
 
     Raises:
         ValueError: ``data`` is None or empty, or a batch is not a pair (a dict gets a
-            hint on mapping it).
+            hint on mapping it); for a re-iterable, a batch after the first is refused
+            when a pass reaches it, and a pass that yields no batch is refused.
 
     Example:
-        >>> pair_batches([(torch.zeros(2, 3), torch.zeros(2))], 'x')[0][0].shape
-        torch.Size([2, 3])
+        >>> batches = pair_batches([(torch.zeros(2, 3), torch.zeros(2))], 'x')
+        >>> [inputs.shape for inputs, _ in batches]
+        [torch.Size([2, 3])]
         >>> pair_batches([{'inputs': 1, 'data_samples': 2}], "importance 'taylor'")
         Traceback (most recent call last):
         ...
@@ -70,22 +87,76 @@ def pair_batches(data: Optional[Iterable[Any]], who: str) -> List[Batch]:
     if data is None:
         raise ValueError(f'{who} is computed from data: pass data=, an iterable of (inputs, '
                          'targets) batches')
-    batches = []
-    for index, batch in enumerate(data):
-        if isinstance(batch, Mapping):
-            keys = list(batch)
-            raise ValueError(
-                f'{who}: data batch {index} is a dict (keys '
-                f'{", ".join(repr(k) for k in keys[:4])}), not an (inputs, targets) pair; '
-                f'map it, e.g. data=[(b[{keys[0]!r}], b[{keys[-1]!r}]) for b in loader]')
-        if not isinstance(batch, (tuple, list)) or len(batch) != 2:
-            size = f' of {len(batch)}' if isinstance(batch, (tuple, list)) else ''
-            raise ValueError(f'{who}: data batch {index} is a {type(batch).__name__}{size}, '
-                             'not an (inputs, targets) pair')
-        batches.append((batch[0], batch[1]))
-    if not batches:
-        raise ValueError(f'{who}: data= holds no batch')
-    return batches
+    if isinstance(data, CheckedBatches):  # checked as it is read already
+        return data
+    if isinstance(data, Iterator):
+        batches = [_pair(batch, index, who) for index, batch in enumerate(data)]
+        if not batches:
+            raise ValueError(f'{who}: data= holds no batch')
+        return batches
+    return CheckedBatches(data, who)
+
+
+class CheckedBatches(Iterable[Batch]):
+    """A re-iterable ``data`` read pass by pass as checked ``(inputs, targets)`` pairs
+    (:func:`pair_batches`).  Nothing is kept but the pass begun when it was made, whose
+    first batch it checked: the first pass goes on from there, each later one reads
+    ``data`` again."""
+
+    def __init__(self, data: Iterable[Any], who: str):
+        self.data, self.who = data, who
+        batches = iter(data)
+        first = next(batches, _NONE)
+        if first is _NONE:
+            raise ValueError(f'{who}: data= holds no batch')
+        self._pending: Optional[Tuple[Batch, Iterator[Any]]] = (_pair(first, 0, who), batches)
+
+    def __iter__(self) -> Iterator[Batch]:
+        pending, self._pending = self._pending, None
+        return self._resumed(*pending) if pending else self._new_pass()
+
+    def _resumed(self, first: Batch, rest: Iterator[Any]) -> Iterator[Batch]:
+        """The pass begun when this was made: its first batch, checked then, and the rest."""
+        yield first
+        for index, batch in enumerate(rest, 1):
+            yield _pair(batch, index, self.who)
+
+    def _new_pass(self) -> Iterator[Batch]:
+        index = -1
+        for index, batch in enumerate(self.data):
+            yield _pair(batch, index, self.who)
+        if index < 0:
+            raise ValueError(f'{self.who}: data= holds no batch on a later pass: a list or a '
+                             'DataLoader is read again on every pass, an iterator only once '
+                             '(into a list)')
+
+
+def _pair(batch: Any, index: int, who: str) -> Batch:
+    """``batch`` as an ``(inputs, targets)`` pair, or an error naming it by ``index``."""
+    if isinstance(batch, Mapping):
+        keys = list(batch)
+        raise ValueError(
+            f'{who}: data batch {index} is a dict (keys '
+            f'{", ".join(repr(k) for k in keys[:4])}), not an (inputs, targets) pair; '
+            f'map it, e.g. data=[(b[{keys[0]!r}], b[{keys[-1]!r}]) for b in loader]')
+    if not isinstance(batch, (tuple, list)) or len(batch) != 2:
+        size = f' of {len(batch)}' if isinstance(batch, (tuple, list)) else ''
+        raise ValueError(f'{who}: data batch {index} is a {type(batch).__name__}{size}, '
+                         'not an (inputs, targets) pair')
+    return batch[0], batch[1]
+
+
+def batch_samples(batch: Batch) -> int:
+    """The samples of an ``(inputs, targets)`` batch, what a batch-mean loss averages
+    over: the first dim of its targets, or else of its inputs' first tensor (of a dim);
+    1 if it holds no such tensor.
+
+    Example:
+        >>> batch_samples((torch.zeros(5, 3), None)), batch_samples(({'ids': [1, 2]}, None))
+        (5, 1)
+    """
+    sizes = [t.shape[0] for t in flatten_tensors([batch[1], batch[0]]) if t.dim()]
+    return sizes[0] if sizes else 1
 
 
 def checked_loss(loss: Any, who: str, where: str = '') -> torch.Tensor:

@@ -34,7 +34,7 @@ import torch.nn as nn
 from ..tracing.forward import call_on_batch
 from ..utils.batch_norm import preserved_bn_stats, reestimate_bn_stats
 from ..utils.modes import evaluating
-from .data import LossFn, batch_loss, pair_batches
+from .data import LossFn, batch_loss, batch_samples, pair_batches
 
 if TYPE_CHECKING:  # allocation imports this module
     from .allocation import WidthRule
@@ -52,12 +52,19 @@ one step further than the entry before."""
 
 def _mean_loss(model: nn.Module, batches: Sequence[tuple], loss_fn: Optional[LossFn],
                where: str) -> float:
+    """The loss over the batches, each batch's (a batch mean) weighed by its samples over
+    the mean batch's: every sample counts alike, a trailing partial batch (a
+    ``DataLoader``'s ``drop_last=False``) as its samples do, not as a full batch.
+    Batches of one size weigh 1 each: the mean of their losses."""
+    losses, sizes = [], []
     with torch.no_grad():
-        return sum(float(batch_loss(loss_fn, call_on_batch(model, inputs,
-                                                           'sensitivity allocation', index),
-                                    targets, 'sensitivity allocation',
-                                    f' on batch {index}{where}'))
-                   for index, (inputs, targets) in enumerate(batches)) / len(batches)
+        for index, (inputs, targets) in enumerate(batches):
+            outputs = call_on_batch(model, inputs, 'sensitivity allocation', index)
+            losses.append(float(batch_loss(loss_fn, outputs, targets, 'sensitivity allocation',
+                                           f' on batch {index}{where}')))
+            sizes.append(batch_samples((inputs, targets)))
+    mean = sum(sizes) / len(sizes)
+    return sum(loss * (size / mean) for loss, size in zip(losses, sizes)) / len(losses)
 
 
 def measure_sensitivity(pruner: Any, orders: Mapping[str, np.ndarray], data: Any,
@@ -228,11 +235,16 @@ def widest_within(counts: Dict[str, int], spent: float, gid: str, upto: int,
 
 
 def _setup(pruner: Any, data: Any, rule: Optional['WidthRule'], steps: int) -> tuple:
-    """The width rule, the checked batches and the prunable groups of a measurement."""
+    """The width rule, the checked batches and the prunable groups of a measurement.
+
+    The batches are read into a list, even from a ``DataLoader``: every cut's loss is
+    compared with the dense model's, so all must be measured on the same batches, not
+    on each pass's shuffle or random augmentation (and the data is read twice per cut,
+    so it must be small anyway)."""
     if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
         raise ValueError(f'sensitivity: steps must be an integer of at least 1, got {steps!r}')
     from .allocation import WidthRule  # here: allocation imports this module
-    return (rule or WidthRule(), pair_batches(data, 'sensitivity allocation'),
+    return (rule or WidthRule(), list(pair_batches(data, 'sensitivity allocation')),
             pruner._require_prepared().prunable)
 
 

@@ -1,7 +1,7 @@
 """Batch-norm running statistics: keep them while a model trains, re-estimate them after
 pruning."""
 from contextlib import contextmanager
-from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -54,15 +54,37 @@ def preserved_bn_stats(model: nn.Module) -> Iterator[None]:
         _restore(saved)
 
 
+def _sample_weighted() -> Callable[..., None]:
+    """A norm's forward pre-hook that sets its momentum to ``n / (seen + n)`` before each
+    call, ``n`` the elements per channel of its input, ``seen`` those of the calls before:
+    its running statistics then average the calls' weighed by ``n``.  Calls of one size
+    get ``1 / k`` on the k-th, exactly the ``1 / num_batches_tracked`` of
+    ``momentum=None``.  A call without elements (an empty batch, which the norm does not
+    average in) gets 0."""
+    seen = 0
+
+    def hook(bn: nn.Module, args: tuple, kwargs: dict) -> None:
+        nonlocal seen
+        n = (args or tuple(kwargs.values()))[0].numel() // bn.num_features
+        seen += n
+        bn.momentum = n / seen if n else 0.0
+
+    return hook
+
+
 def reestimate_bn_stats(model: nn.Module, batches: Iterable[Any],
                         max_batches: Optional[int] = None) -> int:
     """Recompute every batch norm's running mean and variance from ``batches``.
 
     A pruned model's running statistics describe the dense model's activations, which
     slicing changed; until they are re-estimated the slim model can predict little
-    better than chance.  The statistics are reset and averaged over the batches with
-    equal weight (``momentum=None``); every other module stays in eval mode (no dropout)
-    and the model's modes and the norms' momenta are put back.
+    better than chance.  The statistics are reset and averaged over the batches, each
+    batch's weighed by the elements per channel it gives the norm (its samples times
+    their positions), so that every sample counts alike: a trailing partial batch (a
+    ``DataLoader``'s ``drop_last=False``) counts as its samples do, not as a full batch,
+    and batches of one size weigh alike (PyTorch's ``momentum=None`` average).  Every
+    other module stays in eval mode (no dropout) and the model's modes and the norms'
+    momenta are put back.
 
     Args:
         model: the model whose ``_BatchNorm`` layers (with running statistics) are
@@ -96,12 +118,13 @@ def reestimate_bn_stats(model: nn.Module, batches: Iterable[Any],
         return 0
     modes = [(m, m.training) for m in model.modules()]
     momenta = [(bn, bn.momentum) for _, bn, _ in saved]
+    hooks = [bn.register_forward_pre_hook(_sample_weighted(), with_kwargs=True)
+             for _, bn, _ in saved]
     count = 0
     try:
         model.eval()
         for _, bn, _ in saved:
             bn.reset_running_stats()
-            bn.momentum = None
             bn.train()
         with torch.no_grad():
             for inputs in batches:
@@ -113,6 +136,8 @@ def reestimate_bn_stats(model: nn.Module, batches: Iterable[Any],
         _restore(saved)
         raise
     finally:
+        for hook in hooks:
+            hook.remove()
         for module, training in modes:
             module.training = training
         for bn, momentum in momenta:

@@ -1,10 +1,14 @@
 """What pruning reads from data= and loss_fn=: pairs and one finite loss, or a named error."""
+import gc
+import weakref
+
 import pytest
 import torch
 import torch.nn as nn
 
 import razorlib
-from razorlib.pruning.data import batch_loss, checked_loss, pair_batches
+from razorlib.pruning import ImportancePruner
+from razorlib.pruning.data import batch_loss, batch_samples, checked_loss, pair_batches
 
 X = torch.randn(4, 3, 8, 8)
 Y = torch.zeros(4, dtype=torch.long)
@@ -24,14 +28,96 @@ def test_pairs_are_read_once_and_other_batches_are_named():
         pair_batches(None, 'who')
     with pytest.raises(ValueError, match='who: data= holds no batch'):
         pair_batches([], 'who')
-    with pytest.raises(ValueError, match=r"who: data batch 1 is a dict \(keys 'inputs', "
-                       r"'data_samples'\), not an \(inputs, targets\) pair; map it, e\.g\. "
-                       r"data=\[\(b\['inputs'\], b\['data_samples'\]\) for b in loader\]"):
-        pair_batches([(X, Y), {'inputs': X, 'data_samples': Y}], 'who')
+    with pytest.raises(ValueError, match='who: data= holds no batch'):
+        pair_batches(iter([]), 'who')
+    dict_batch = (r"who: data batch 1 is a dict \(keys 'inputs', 'data_samples'\), not an "
+                  r"\(inputs, targets\) pair; map it, e\.g\. data=\[\(b\['inputs'\], "
+                  r"b\['data_samples'\]\) for b in loader\]")
+    with pytest.raises(ValueError, match=dict_batch):  # an iterator: read now
+        pair_batches(iter([(X, Y), {'inputs': X, 'data_samples': Y}]), 'who')
+    lazy = pair_batches([(X, Y), {'inputs': X, 'data_samples': Y}], 'who')
+    with pytest.raises(ValueError, match=dict_batch):  # a list: as a pass reaches it
+        list(lazy)
     with pytest.raises(ValueError, match='who: data batch 0 is a Tensor, not an'):
         pair_batches([X], 'who')
     with pytest.raises(ValueError, match='who: data batch 0 is a tuple of 3, not an'):
         pair_batches([(X, Y, Y)], 'who')
+
+
+class Loader:
+    """A re-iterable that makes its batches as they are read, as a DataLoader does, and
+    keeps a weak reference to each."""
+
+    def __init__(self, sizes, bad=None, passes=None):
+        self.sizes, self.bad, self.passes = sizes, bad, passes
+        self.made = []
+
+    def __iter__(self):
+        if self.passes is not None:
+            if not self.passes:
+                return
+            self.passes -= 1
+        for index, size in enumerate(self.sizes):
+            batch = (torch.randn(size, 3, 8, 8), torch.zeros(size, dtype=torch.long))
+            self.made.append(weakref.ref(batch[0]))
+            yield {'x': batch[0]} if index == self.bad else batch
+
+
+def test_a_re_iterable_is_read_again_on_each_pass_and_not_held():
+    loader = Loader([4, 4, 1])
+    batches = pair_batches(loader, 'who')
+    assert len(loader.made) == 1  # its first batch checked now, to refuse bad data early
+    assert [x.shape[0] for x, _ in batches] == [4, 4, 1]  # the pass begun goes on
+    assert [x.shape[0] for x, _ in batches] == [4, 4, 1]
+    assert len(loader.made) == 6
+    gc.collect()
+    assert not [ref for ref in loader.made if ref() is not None]  # no batch kept
+    assert isinstance(pair_batches(iter(Loader([2])), 'who'), list)  # read once, kept
+
+
+def test_a_re_iterable_is_checked_as_each_pass_reads_it():
+    with pytest.raises(ValueError, match=r'who: data batch 0 is a dict'):
+        pair_batches(Loader([4, 4], bad=0), 'who')
+    with pytest.raises(ValueError, match=r'who: data batch 2 is a dict'):
+        list(pair_batches(Loader([4, 4, 4], bad=2), 'who'))
+    model = net().train()
+    pruner = ImportancePruner(importance='taylor')
+    pruner.prepare_from_supernet(model, X[:1])
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    hooks = [(list(m._forward_hooks), list(m._forward_pre_hooks)) for m in model.modules()]
+    with pytest.raises(ValueError, match=r"importance 'taylor': data batch 2 is a dict"):
+        pruner.score(Loader([4, 4, 4], bad=2))
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in state.items())
+    assert all(m.training for m in model.modules())
+    assert hooks == [(list(m._forward_hooks), list(m._forward_pre_hooks))
+                     for m in model.modules()]
+    once = pair_batches(Loader([4], passes=1), 'who')
+    assert len(list(once)) == 1
+    with pytest.raises(ValueError, match=r'who: data= holds no batch on a later pass: a list '
+                       'or a DataLoader is read again on every pass, an iterator only once'):
+        list(once)
+
+
+def test_prune_reads_a_data_loader_as_it_reads_a_list_of_its_batches():
+    dataset = torch.utils.data.TensorDataset(torch.randn(10, 3, 8, 8),
+                                             torch.randint(0, 4, (10, )))
+    loader = torch.utils.data.DataLoader(dataset, batch_size=4)
+    for importance in ('taylor', 'activation'):
+        slims = [razorlib.prune(net(), X[:1], flops=0.5, importance=importance, data=data)
+                 for data in (loader, list(loader))]
+        states = [slim.state_dict() for slim in slims]
+        assert all(torch.equal(states[0][k], states[1][k]) for k in states[1]), importance
+    model = net()
+    with pytest.raises(ValueError, match=r'razorlib.prune: data batch 1 is a dict'):
+        razorlib.prune(model, X[:1], flops=0.5, data=Loader([4, 4], bad=1))
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(),
+                                                 net().state_dict().values()))
+
+
+def test_a_batch_counts_the_samples_of_its_targets_or_else_its_inputs():
+    assert batch_samples((X, Y[:3])) == 3
+    assert batch_samples(({'ids': torch.zeros(6, 2)}, None)) == 6
+    assert batch_samples(((1.0, torch.zeros(())), [0, 1])) == 1
 
 
 def test_a_loss_must_be_one_finite_number():
@@ -98,3 +184,11 @@ def test_a_refused_budget_names_the_groups_the_criterion_does_not_score():
     with pytest.raises(ValueError, match=r'flops=0.5 cannot be met: .* 2 prunable group\(s\) '
                        r'the criterion does not score stay whole \(0, 2\)\. Nothing was changed'):
         razorlib.prune(mlp, torch.randn(4, 6), flops=0.5, importance='bn_scale')
+
+
+@pytest.mark.parametrize('importance', ['taylor', 'fisher', 'activation'])
+def test_prune_reads_a_data_loader_once_per_pass_and_no_batch_more(importance):
+    loader = Loader([4, 4, 1])
+    razorlib.prune(net(), X[:1], flops=0.5, importance=importance, data=loader)
+    # the criterion's pass and the batch norms' re-estimation: no pass begun for nothing
+    assert len(loader.made) == 2 * 3

@@ -15,8 +15,8 @@ from test_latency import FlopsRuntime
 
 import razorlib
 from razorlib.pruning import ImportancePruner, allocate
-from razorlib.pruning.sensitivity import (measure_greedy_path, measure_sensitivity,
-                                          threshold_counts)
+from razorlib.pruning.sensitivity import (_mean_loss, measure_greedy_path,
+                                          measure_sensitivity, threshold_counts)
 from razorlib.utils import get_model_complexity
 from razorlib.utils.batch_norm import reestimate_bn_stats
 
@@ -106,6 +106,39 @@ def test_measured_losses_are_those_of_the_sliced_model_with_norms_reestimated():
         count = min(table[gid])
         slim = sliced(model, data, orders, {gid: count})
         assert table[gid][count] == pytest.approx(mean_loss(slim, data) - dense, abs=1e-5), gid
+
+
+def test_each_sample_counts_alike_in_the_loss_a_short_trailing_batch_as_its_samples_do():
+    # batches of 8 and 2: weighed equally, the 2 samples counted as 8 (the dense loss
+    # 2.789 where the mean over the 10 samples is 2.763)
+    model, data = resnet_data()
+    data[1] = (data[1][0][:2], data[1][1][:2])
+    pruner = ImportancePruner()
+    pruner.prepare_from_supernet(copy.deepcopy(model), data[0][0][:1])
+    orders = pruner.channel_orders()
+    table = measure_sensitivity(pruner, orders, data, steps=4)
+
+    def sample_mean_loss(net):  # over the samples of all the batches
+        with torch.no_grad():
+            return float(F.cross_entropy(torch.cat([net(x) for x, _ in data]),
+                                         torch.cat([y for _, y in data])))
+
+    dense = sample_mean_loss(sliced(model, data, orders, {}))
+    assert round(dense, 3) == 2.763
+    for gid in list(table)[:3]:
+        count = min(table[gid])
+        slim = sliced(model, data, orders, {gid: count})
+        assert table[gid][count] == pytest.approx(sample_mean_loss(slim) - dense, abs=1e-5)
+
+
+def test_batches_of_one_size_give_the_mean_of_their_losses_exactly():
+    model, data = resnet_data()
+    with torch.no_grad():
+        losses = [float(F.cross_entropy(model(x), y)) for x, y in data]
+    assert _mean_loss(model, data, None, '') == sum(losses) / len(losses)
+    three_ones = (torch.ones(3, 1), torch.zeros(3))
+    a_five = (torch.full((1, 1), 5.0), torch.zeros(1))  # weighed equally: 3.0
+    assert _mean_loss(nn.Identity(), [three_ones, a_five], lambda out, _: out.mean(), '') == 2.0
 
 
 def test_prune_with_sensitivity_meets_the_budget_and_needs_data():

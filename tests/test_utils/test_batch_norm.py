@@ -29,6 +29,36 @@ def test_statistics_are_the_equal_weight_mean_over_the_batches():
     assert reestimate_bn_stats(model, batches, max_batches=1) == 1
 
 
+def test_each_sample_counts_alike_a_short_trailing_batch_as_its_samples_do():
+    # one sample after 8: weighed as much as the 8 together, the means were 1.10 and 0.95
+    torch.manual_seed(0)
+    bn = nn.BatchNorm2d(2, momentum=0.3)
+    batches = [torch.randn(8, 2, 3, 3), torch.randn(1, 2, 3, 3) + 2]
+    assert reestimate_bn_stats(bn, batches) == 2
+    assert torch.allclose(bn.running_mean, torch.cat(batches).mean((0, 2, 3)), atol=1e-6)
+    variances = [x.var((0, 2, 3), unbiased=True) for x in batches]  # each batch's, as torch
+    assert torch.allclose(bn.running_var, (72 * variances[0] + 9 * variances[1]) / 81,
+                          atol=1e-6)
+    assert bn.momentum == 0.3 and bn.num_batches_tracked == 2 and not bn._forward_pre_hooks
+    assert [round(v, 2) for v in bn.running_mean.tolist()] == [0.26, 0.24]
+
+
+def test_batches_of_one_size_give_the_statistics_of_momentum_none_exactly():
+    model = net()
+    batches = [torch.randn(8, 3, 6, 6) + i for i in range(3)]
+    reference = net().eval()  # no dropout
+    for module in reference.modules():
+        if isinstance(module, nn.BatchNorm2d):
+            module.momentum = None
+            module.reset_running_stats()
+            module.train()
+    with torch.no_grad():
+        for x in batches:
+            reference(x)
+    reestimate_bn_stats(model, batches)
+    assert all(torch.equal(a, b) for a, b in zip(stats(model), stats(reference)))
+
+
 def test_nan_or_no_batches_leave_the_statistics_as_they_were():
     model = net()
     reestimate_bn_stats(model, [torch.randn(8, 3, 6, 6)])

@@ -119,8 +119,10 @@ class ImportanceContext:
     subnet: Optional[Dict[str, np.ndarray]] = None
 
     def __post_init__(self) -> None:
-        if self.data is not None and iter(self.data) is self.data:
-            self.data = list(self.data)  # a one-shot iterator: criteria may read it twice
+        # a one-shot iterator: criteria may read it twice (asking a DataLoader or checked
+        # batches for an iterator to tell would start a pass, and its workers, for nothing)
+        if isinstance(self.data, Iterator):
+            self.data = list(self.data)
 
     @classmethod
     def from_pruner(cls, pruner: Any, **kwargs: Any) -> 'ImportanceContext':
