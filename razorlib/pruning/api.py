@@ -98,7 +98,9 @@ def prune(model: nn.Module, example_inputs: Any = None, *, ratio: Optional[float
             ``global_ranking``.
         data: an iterable of ``(inputs, targets)`` batches: what data-driven criteria
             run on, and, after slicing, what the batch norms' running statistics are
-            re-estimated on.  A one-shot iterator is read into a list first.
+            re-estimated on.  A one-shot iterator is read into a list first; a list
+            or a ``DataLoader`` is read again on each pass, one batch in memory at a
+            time (the sensitivity and greedy allocations read it into a list).
         loss_fn: ``loss_fn(outputs, targets)`` for gradient criteria; default
             cross-entropy.
         round_to: each leader layer keeps a multiple of this many channels (or all).
