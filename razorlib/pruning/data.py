@@ -59,11 +59,12 @@ def pair_batches(data: Optional[Iterable[Any]], who: str) -> Iterable[Batch]:
     """``data`` as ``(inputs, targets)`` pairs, each batch checked.
 
     A one-shot iterator (a generator, ``iter(loader)``) is read into a list: it cannot
-    be read twice.  A re-iterable (a list, a ``DataLoader``) is not held in memory: it
-    is read again on every pass over the :class:`CheckedBatches` returned, each batch
-    checked as it comes, so a training ``DataLoader`` costs one batch of memory at a
-    time.  Its first batch is read and checked here, so that empty data or batches of
-    the wrong form are refused before anything runs.
+    be read twice; a list or tuple, in memory already, is checked whole.  Another
+    re-iterable (a ``DataLoader``) is not held in memory: it is read again on every pass
+    over the :class:`CheckedBatches` returned, each batch checked as it comes, so a
+    training ``DataLoader`` costs one batch of memory at a time.  Its first batch is
+    read and checked here, so that empty data, or a first batch of the wrong form, is
+    refused before anything runs.
 
     Args:
         data: an iterable of ``(inputs, targets)`` batches (a list, a generator, a
@@ -72,7 +73,7 @@ def pair_batches(data: Optional[Iterable[Any]], who: str) -> Iterable[Batch]:
 
     Raises:
         ValueError: ``data`` is None or empty, or a batch is not a pair (a dict gets a
-            hint on mapping it); for a re-iterable, a batch after the first is refused
+            hint on mapping it); for a ``DataLoader``, a batch after the first is refused
             when a pass reaches it, and a pass that yields no batch is refused.
 
     Example:
@@ -89,7 +90,7 @@ def pair_batches(data: Optional[Iterable[Any]], who: str) -> Iterable[Batch]:
                          'targets) batches')
     if isinstance(data, CheckedBatches):  # checked as it is read already
         return data
-    if isinstance(data, Iterator):
+    if isinstance(data, (Iterator, list, tuple)):  # read once, or in memory already
         batches = [_pair(batch, index, who) for index, batch in enumerate(data)]
         if not batches:
             raise ValueError(f'{who}: data= holds no batch')
@@ -146,17 +147,31 @@ def _pair(batch: Any, index: int, who: str) -> Batch:
     return batch[0], batch[1]
 
 
-def batch_samples(batch: Batch) -> int:
+def batch_samples(batch: Batch) -> Optional[int]:
     """The samples of an ``(inputs, targets)`` batch, what a batch-mean loss averages
-    over: the first dim of its targets, or else of its inputs' first tensor (of a dim);
-    1 if it holds no such tensor.
+    over: the first dim of the inputs' first tensor, where the targets agree (a tensor
+    of that first dim, a sequence of that length, or none); else None, unknown (targets
+    of other shapes: a detection image's boxes, a time-major sequence).
 
     Example:
-        >>> batch_samples((torch.zeros(5, 3), None)), batch_samples(({'ids': [1, 2]}, None))
-        (5, 1)
+        >>> x = torch.zeros(4, 3)
+        >>> batch_samples((x, torch.zeros(4))), batch_samples(({'ids': x}, [{}, {}, {}, {}]))
+        (4, 4)
+        >>> batch_samples((x, torch.zeros(7))) is None, batch_samples((x, None))
+        (True, 4)
     """
-    sizes = [t.shape[0] for t in flatten_tensors([batch[1], batch[0]]) if t.dim()]
-    return sizes[0] if sizes else 1
+    inputs, targets = batch
+    first = next((t for t in flatten_tensors(inputs) if t.dim()), None)
+    if first is None:
+        return None
+    samples = first.shape[0]
+    if targets is None:
+        return samples
+    if isinstance(targets, torch.Tensor):
+        agrees = targets.dim() > 0 and targets.shape[0] == samples
+    else:
+        agrees = isinstance(targets, (list, tuple)) and len(targets) == samples
+    return samples if agrees else None
 
 
 def checked_loss(loss: Any, who: str, where: str = '') -> torch.Tensor:

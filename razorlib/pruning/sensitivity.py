@@ -55,7 +55,8 @@ def _mean_loss(model: nn.Module, batches: Sequence[tuple], loss_fn: Optional[Los
     """The loss over the batches, each batch's (a batch mean) weighed by its samples over
     the mean batch's: every sample counts alike, a trailing partial batch (a
     ``DataLoader``'s ``drop_last=False``) as its samples do, not as a full batch.
-    Batches of one size weigh 1 each: the mean of their losses."""
+    Batches of one size weigh 1 each: the mean of their losses.  Where a batch's samples
+    are unknown (:func:`~razorlib.pruning.data.batch_samples`), every batch weighs 1."""
     losses, sizes = [], []
     with torch.no_grad():
         for index, (inputs, targets) in enumerate(batches):
@@ -63,6 +64,8 @@ def _mean_loss(model: nn.Module, batches: Sequence[tuple], loss_fn: Optional[Los
             losses.append(float(batch_loss(loss_fn, outputs, targets, 'sensitivity allocation',
                                            f' on batch {index}{where}')))
             sizes.append(batch_samples((inputs, targets)))
+    if not all(sizes):  # None or 0: unknown, so batches weigh alike
+        sizes = [1] * len(losses)
     mean = sum(sizes) / len(sizes)
     return sum(loss * (size / mean) for loss, size in zip(losses, sizes)) / len(losses)
 

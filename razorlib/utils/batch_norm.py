@@ -1,7 +1,7 @@
 """Batch-norm running statistics: keep them while a model trains, re-estimate them after
 pruning."""
 from contextlib import contextmanager
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -54,22 +54,65 @@ def preserved_bn_stats(model: nn.Module) -> Iterator[None]:
         _restore(saved)
 
 
-def _sample_weighted() -> Callable[..., None]:
-    """A norm's forward pre-hook that sets its momentum to ``n / (seen + n)`` before each
-    call, ``n`` the elements per channel of its input, ``seen`` those of the calls before:
-    its running statistics then average the calls' weighed by ``n``.  Calls of one size
-    get ``1 / k`` on the k-th, exactly the ``1 / num_batches_tracked`` of
-    ``momentum=None``.  A call without elements (an empty batch, which the norm does not
-    average in) gets 0."""
-    seen = 0
+def _norm_input(args: tuple, kwargs: dict) -> Optional[torch.Tensor]:
+    """The tensor a norm's call normalises: its ``input`` keyword, else its first tensor
+    argument (None: no tensor, a subclass's own call)."""
+    found = kwargs.get('input')
+    if isinstance(found, torch.Tensor):
+        return found
+    return next((a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)), None)
 
-    def hook(bn: nn.Module, args: tuple, kwargs: dict) -> None:
-        nonlocal seen
-        n = (args or tuple(kwargs.values()))[0].numel() // bn.num_features
-        seen += n
-        bn.momentum = n / seen if n else 0.0
 
-    return hook
+@contextmanager
+def averaging_running_stats(norms: Iterable[nn.Module]) -> Iterator[None]:
+    """Inside the block each norm's running statistics start afresh and become the
+    average of those of the calls it runs, each call weighed by the elements per channel
+    of its input (its samples times their positions): every sample counts alike, a
+    trailing partial batch (a ``DataLoader``'s ``drop_last=False``) as its samples do.
+    Calls of one size weigh alike: the average of PyTorch's ``momentum=None``, to the
+    bit (``n / (k n)`` is ``1 / k``).  The momenta are put back on exit.
+
+    Each call sets the norm's momentum to ``n / (seen + n)`` in a forward pre-hook;
+    ``seen`` is counted per running-mean tensor, so that ``DataParallel``'s replicas,
+    which share the hook, each count their own calls.  A norm run without its hooks
+    (``F.batch_norm`` on its buffers, ``bn.forward(x)``) keeps ``momentum=None``: the
+    plain average over its calls.
+
+    Args:
+        norms: ``_BatchNorm`` modules with running statistics.
+
+    Example:
+        >>> bn = nn.BatchNorm1d(1).train()
+        >>> with averaging_running_stats([bn]):
+        ...     _ = bn(torch.tensor([[0.], [2.]]))  # mean 1 over two samples
+        ...     _ = bn(torch.full((4, 1), 4.0))  # mean 4 over four
+        >>> bn.running_mean.item(), bn.momentum  # (2 * 1 + 4 * 4) / 6; momentum put back
+        (3.0, 0.1)
+    """
+    norms = list(norms)
+    momenta = [(bn, bn.momentum) for bn in norms]
+    seen: Dict[int, int] = {}
+
+    def weigh(bn: nn.Module, args: tuple, kwargs: dict) -> None:
+        x = _norm_input(args, kwargs)
+        if x is None or x.dim() < 2:
+            return
+        n = x.numel() // max(x.shape[1], 1)
+        key = bn.running_mean.data_ptr()
+        seen[key] = seen.get(key, 0) + n
+        bn.momentum = n / seen[key] if n else 0.0
+
+    hooks = [bn.register_forward_pre_hook(weigh, with_kwargs=True) for bn in norms]
+    try:
+        for bn in norms:
+            bn.reset_running_stats()
+            bn.momentum = None
+        yield
+    finally:
+        for hook in hooks:
+            hook.remove()
+        for bn, momentum in momenta:
+            bn.momentum = momentum
 
 
 def reestimate_bn_stats(model: nn.Module, batches: Iterable[Any],
@@ -113,20 +156,19 @@ def reestimate_bn_stats(model: nn.Module, batches: Iterable[Any],
         >>> bn.running_mean.tolist()
         [2.0, 6.0]
     """
+    # a compiled model runs its module eagerly here: each call's momentum differs, which
+    # would make dynamo compile the model again for every batch
+    model = getattr(model, '_orig_mod', model)
     saved = [entry for entry in _saved_stats(model) if entry[1].track_running_stats]
     if not saved:
         return 0
     modes = [(m, m.training) for m in model.modules()]
-    momenta = [(bn, bn.momentum) for _, bn, _ in saved]
-    hooks = [bn.register_forward_pre_hook(_sample_weighted(), with_kwargs=True)
-             for _, bn, _ in saved]
     count = 0
     try:
         model.eval()
         for _, bn, _ in saved:
-            bn.reset_running_stats()
             bn.train()
-        with torch.no_grad():
+        with torch.no_grad(), averaging_running_stats(bn for _, bn, _ in saved):
             for inputs in batches:
                 if max_batches is not None and count >= max_batches:
                     break
@@ -136,12 +178,8 @@ def reestimate_bn_stats(model: nn.Module, batches: Iterable[Any],
         _restore(saved)
         raise
     finally:
-        for hook in hooks:
-            hook.remove()
         for module, training in modes:
             module.training = training
-        for bn, momentum in momenta:
-            bn.momentum = momentum
     if not count:
         _restore(saved)
         if max_batches != 0:

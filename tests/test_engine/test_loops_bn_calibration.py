@@ -1,4 +1,5 @@
-"""recalibrate_bn: plain averages over the given batches, same images every call, state kept."""
+"""recalibrate_bn: averages over the given batches (weighed by samples), same images every
+call, state kept."""
 import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
@@ -39,6 +40,16 @@ def test_statistics_are_the_plain_average_over_the_batches_and_state_is_restored
     torch.testing.assert_close(bn.running_var, variances.mean(0))
     assert int(bn.num_batches_tracked) == 2
     assert bn.momentum == 0.3 and not model.training
+
+
+def test_a_short_batch_weighs_as_its_samples_do():
+    # each batch had weighed alike: the 2 images as much as the 6 before them
+    model = make_model()
+    bn = model.backbone.stages[0].bn
+    data = batches(1.0) + [dict(inputs=torch.randn(2, 3, 8, 8) - 4.0, data_samples=[0] * 2)]
+    assert recalibrate_bn(model, data, num_batches=2) == 2
+    torch.testing.assert_close(bn.running_mean,
+                               torch.cat(first_bn_inputs(model, data)).mean(dim=(0, 2, 3)))
 
 
 def test_recalibration_forgets_the_old_statistics():

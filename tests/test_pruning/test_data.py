@@ -33,11 +33,10 @@ def test_pairs_are_read_once_and_other_batches_are_named():
     dict_batch = (r"who: data batch 1 is a dict \(keys 'inputs', 'data_samples'\), not an "
                   r"\(inputs, targets\) pair; map it, e\.g\. data=\[\(b\['inputs'\], "
                   r"b\['data_samples'\]\) for b in loader\]")
-    with pytest.raises(ValueError, match=dict_batch):  # an iterator: read now
-        pair_batches(iter([(X, Y), {'inputs': X, 'data_samples': Y}]), 'who')
-    lazy = pair_batches([(X, Y), {'inputs': X, 'data_samples': Y}], 'who')
-    with pytest.raises(ValueError, match=dict_batch):  # a list: as a pass reaches it
-        list(lazy)
+    data = [(X, Y), {'inputs': X, 'data_samples': Y}]
+    for read_now in (iter(data), data, tuple(data)):  # read once, or in memory already
+        with pytest.raises(ValueError, match=dict_batch):
+            pair_batches(read_now, 'who')
     with pytest.raises(ValueError, match='who: data batch 0 is a Tensor, not an'):
         pair_batches([X], 'who')
     with pytest.raises(ValueError, match='who: data batch 0 is a tuple of 3, not an'):
@@ -114,10 +113,16 @@ def test_prune_reads_a_data_loader_as_it_reads_a_list_of_its_batches():
                                                  net().state_dict().values()))
 
 
-def test_a_batch_counts_the_samples_of_its_targets_or_else_its_inputs():
-    assert batch_samples((X, Y[:3])) == 3
+def test_a_batch_counts_its_inputs_samples_where_its_targets_agree():
+    assert batch_samples((X, Y)) == 4
     assert batch_samples(({'ids': torch.zeros(6, 2)}, None)) == 6
-    assert batch_samples(((1.0, torch.zeros(())), [0, 1])) == 1
+    assert batch_samples(({'ids': torch.zeros(2, 5)}, torch.zeros(2, 5))) == 2  # token ids
+    assert batch_samples((X, [{'boxes': torch.zeros(n, 4)} for n in (0, 9, 1, 2)])) == 4
+    # targets that do not say: a time-major (T, B) target, a leading shared table, none
+    assert batch_samples((X, torch.zeros(20, 4))) is None
+    assert batch_samples(((torch.zeros(100, 8), X), Y)) is None
+    assert batch_samples((X, torch.empty(0))) is None
+    assert batch_samples(((1.0, torch.zeros(())), [0, 1])) is None
 
 
 def test_a_loss_must_be_one_finite_number():
@@ -192,3 +197,19 @@ def test_prune_reads_a_data_loader_once_per_pass_and_no_batch_more(importance):
     razorlib.prune(net(), X[:1], flops=0.5, importance=importance, data=loader)
     # the criterion's pass and the batch norms' re-estimation: no pass begun for nothing
     assert len(loader.made) == 2 * 3
+
+
+def test_a_sensitivity_allocation_reads_a_data_loader_once_for_scores_and_cuts():
+    # scores and cuts read it a pass each: another shuffle of a DataLoader for each
+    loader = Loader([4, 4, 1])
+    razorlib.prune(net(), X[:1], flops=0.5, importance='taylor', sensitivity=True,
+                   data=loader)
+    assert len(loader.made) == 2 * 3  # allocation (scores and cuts), batch norms
+
+
+def test_a_sensitivity_loss_with_batches_of_unknown_size_weighs_them_alike():
+    # empty targets gave 0 samples each and a ZeroDivisionError
+    data = [(torch.randn(4, 3, 8, 8), torch.empty(0)) for _ in range(2)]
+    slim = razorlib.prune(net(), X[:1], ratio=0.5, data=data, sensitivity=True,
+                          loss_fn=lambda outputs, _: outputs.pow(2).mean())
+    assert sum(p.numel() for p in slim.parameters()) < sum(p.numel() for p in net().parameters())

@@ -4,7 +4,9 @@ import torch
 import torch.nn as nn
 from doctest_helpers import assert_examples_pass
 
-from razorlib.utils.batch_norm import preserved_bn_stats, reestimate_bn_stats
+from razorlib.nas.ops.sliced import sliced_bn
+from razorlib.utils.batch_norm import (averaging_running_stats, preserved_bn_stats,
+                                       reestimate_bn_stats)
 
 
 def net() -> nn.Module:
@@ -57,6 +59,72 @@ def test_batches_of_one_size_give_the_statistics_of_momentum_none_exactly():
             reference(x)
     reestimate_bn_stats(model, batches)
     assert all(torch.equal(a, b) for a, b in zip(stats(model), stats(reference)))
+
+
+class Unhooked(nn.Module):
+    """A norm run without its hooks: razorlib's ``sliced_bn`` (a supernet's MBConv) or
+    ``bn.forward(x)``."""
+
+    def __init__(self, direct: bool):
+        super().__init__()
+        self.bn, self.direct = nn.BatchNorm2d(4), direct
+
+    def forward(self, x):
+        return self.bn.forward(x) if self.direct else sliced_bn(x, self.bn, 4)
+
+
+@pytest.mark.parametrize('direct', [False, True])
+def test_a_norm_run_without_its_hooks_still_averages_its_batches(direct):
+    # with its own momentum 0.1 it kept a moving average from the reset 0: 1.7 for 5
+    torch.manual_seed(0)
+    batches = [torch.randn(8, 4, 3, 3) + 5 for _ in range(4)]
+    model = Unhooked(direct)
+    reestimate_bn_stats(model, batches)
+    torch.testing.assert_close(model.bn.running_mean, torch.cat(batches).mean((0, 2, 3)))
+    assert model.bn.momentum == 0.1
+
+
+class PairNorm(nn.BatchNorm1d):
+    """A subclass called on a tuple, or with its input by keyword after another."""
+
+    def forward(self, pair=None, scale=1.0, input=None):
+        x = pair[0] if pair is not None else input
+        return super().forward(x) * scale
+
+
+def test_a_norm_called_on_a_tuple_or_by_keyword_is_averaged():
+    # the hook read the first argument's numel: a tuple or a float raised AttributeError
+    batches = [torch.randn(8, 3), torch.randn(2, 3) + 3]
+    for call in (lambda bn, x: bn((x, None)), lambda bn, x: bn(scale=2.0, input=x)):
+        bn = PairNorm(3).train()
+        with torch.no_grad(), averaging_running_stats([bn]):
+            for x in batches:
+                call(bn, x)
+        assert bn.running_mean.shape == (3, ) and torch.isfinite(bn.running_mean).all()
+    torch.testing.assert_close(bn.running_mean, torch.cat(batches).mean(0))  # by keyword
+
+
+def test_data_parallel_replicas_each_count_their_own_calls():
+    # a replica shares the hooks (a shallow copy): one counter for both halved the weights
+    bn = nn.BatchNorm1d(2).train()
+    batches = [torch.randn(4, 2) + i for i in range(3)]
+    with torch.no_grad(), averaging_running_stats([bn]):
+        replica = bn._replicate_for_data_parallel()
+        replica.weight, replica.bias = bn.weight, bn.bias  # as replicate() sets them
+        replica.running_mean = bn.running_mean.clone()  # on another device
+        replica.running_var = bn.running_var.clone()
+        for x in batches:
+            bn(x)
+            replica(x + 10)
+    torch.testing.assert_close(bn.running_mean, torch.cat(batches).mean(0))
+
+
+def test_a_compiled_model_is_re_estimated_as_its_module():
+    model, compiled = net(), torch.compile(net(), backend='eager')
+    batches = [torch.randn(8, 3, 6, 6) + i for i in range(3)] + [torch.randn(2, 3, 6, 6)]
+    reestimate_bn_stats(model, batches)
+    reestimate_bn_stats(compiled, batches)
+    assert all(torch.equal(a, b) for a, b in zip(stats(model), stats(compiled._orig_mod)))
 
 
 def test_nan_or_no_batches_leave_the_statistics_as_they_were():

@@ -16,6 +16,7 @@ from mmengine.model import BaseModel
 from torch.utils.data import DataLoader, IterableDataset
 from torch.nn.modules.batchnorm import _BatchNorm
 
+from ...utils.batch_norm import averaging_running_stats
 from ...utils.modes import kept_modes
 
 
@@ -78,9 +79,11 @@ def recalibrate_bn(model: BaseModel, dataloader: Iterable, num_batches: int,
                    seed: int = 0) -> int:
     """Reset every BatchNorm's running statistics and re-estimate them on training data.
 
-    The statistics become the plain average over ``num_batches`` batches (momentum
-    ``None``), computed in train mode under ``no_grad`` with the model's current
-    subnet; momenta and the train/eval mode are restored afterwards.  Random
+    The statistics become the average over ``num_batches`` batches, each weighed by its
+    samples (:func:`~razorlib.utils.batch_norm.averaging_running_stats`: batches of one
+    size weigh alike, a trailing partial one as its samples do), computed in train mode
+    under ``no_grad`` with the model's current subnet; momenta and the train/eval mode
+    are restored afterwards.  Random
     augmentations and shuffling draw from generators seeded with ``seed`` (a loader's
     persistent workers are started afresh, :func:`fresh_workers`), so every subnet is
     calibrated on the same images.  Under distributed training each rank
@@ -111,20 +114,12 @@ def recalibrate_bn(model: BaseModel, dataloader: Iterable, num_batches: int,
     if num_batches < 1:
         return 0
     norms = [m for m in model.modules() if isinstance(m, _BatchNorm) and m.track_running_stats]
-    momenta = [norm.momentum for norm in norms]
     used = 0
-    try:
-        for norm in norms:
-            norm.reset_running_stats()
-            norm.momentum = None
-        with kept_modes(model), torch.no_grad(), seeded(seed):
-            model.train()
-            for batch in islice(fresh_workers(dataloader), num_batches):
-                model._run_forward(model.data_preprocessor(batch, True), mode='tensor')
-                used += 1
-    finally:
-        for norm, momentum in zip(norms, momenta):
-            norm.momentum = momentum
+    with kept_modes(model), torch.no_grad(), seeded(seed), averaging_running_stats(norms):
+        model.train()
+        for batch in islice(fresh_workers(dataloader), num_batches):
+            model._run_forward(model.data_preprocessor(batch, True), mode='tensor')
+            used += 1
     if used == 0:
         raise RuntimeError('BatchNorm recalibration got no batches: the dataloader is empty')
     for norm in norms:

@@ -11,6 +11,7 @@ from ...tracing import ChannelGroup
 from ...tracing.forward import default_example_inputs
 from ...utils.checks import switch
 from ..allocation import Allocation, SubnetMeter, WidthRule, allocate, budget_of
+from ..data import pair_batches
 from ..latency import SubnetLatency
 from ..runtimes import Runtime, RuntimeArg, check_runtime
 from ..sensitivity import measure_greedy_path, measure_sensitivity
@@ -180,16 +181,20 @@ class ImportancePruner(StructurePruner):
         ``params`` or ``latency``), scored now (on ``data`` for a data-driven criterion, else on the
         data of the last :meth:`score`).  The masks are left as they were:
         ``pruner.set_subnet(allocation.subnet)`` applies it.  A generator of batches is
-        read once, so the scores and a sensitivity measurement see the same batches.
+        read once, and so is a ``DataLoader`` when a sensitivity measurement is asked,
+        so the scores and the measurement see the same batches.
 
         Raises:
             ValueError: the budget cannot be met (the message names the smallest value
                 the rules allow), or ``ratios`` holds several ratios.
         """
         # an iterator score() would exhaust is read once; a DataLoader is none (asking it
-        # for an iterator to tell would start a set of workers for nothing)
+        # for an iterator to tell would start a set of workers for nothing), read once
+        # only for a sensitivity measurement, which must cut on the batches scored
         if isinstance(data, Iterator):
             data = list(data)
+        elif data is not None and self.sensitivity is not None:
+            data = list(pair_batches(data, f'{type(self).__name__}.allocate'))
         if data is None and self.importance.needs_data and self._scores is not None:
             scores = self._scores
         else:
