@@ -149,14 +149,17 @@ def _pair(batch: Any, index: int, who: str) -> Batch:
 
 def batch_samples(batch: Batch) -> Optional[int]:
     """The samples of an ``(inputs, targets)`` batch, what a batch-mean loss averages
-    over: the first dim of the inputs' first tensor, where the targets agree (a tensor
-    of that first dim, a sequence of that length, or none); else None, unknown (targets
-    of other shapes: a detection image's boxes, a time-major sequence).
+    over: the first dim of the inputs' first tensor, where the targets agree (none, a
+    sequence of one target per sample, or tensors all of that first dim, alone or in a
+    tuple or dict); else None, unknown (a detection image's boxes, a time-major
+    sequence).
 
     Example:
         >>> x = torch.zeros(4, 3)
         >>> batch_samples((x, torch.zeros(4))), batch_samples(({'ids': x}, [{}, {}, {}, {}]))
         (4, 4)
+        >>> batch_samples((x, {'labels': torch.zeros(4), 'boxes': torch.zeros(4, 2)}))
+        4
         >>> batch_samples((x, torch.zeros(7))) is None, batch_samples((x, None))
         (True, 4)
     """
@@ -165,12 +168,10 @@ def batch_samples(batch: Batch) -> Optional[int]:
     if first is None:
         return None
     samples = first.shape[0]
-    if targets is None:
+    if targets is None or (isinstance(targets, (list, tuple)) and len(targets) == samples):
         return samples
-    if isinstance(targets, torch.Tensor):
-        agrees = targets.dim() > 0 and targets.shape[0] == samples
-    else:
-        agrees = isinstance(targets, (list, tuple)) and len(targets) == samples
+    tensors = flatten_tensors(targets)
+    agrees = bool(tensors) and all(t.dim() and t.shape[0] == samples for t in tensors)
     return samples if agrees else None
 
 

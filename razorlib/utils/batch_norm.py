@@ -1,7 +1,8 @@
 """Batch-norm running statistics: keep them while a model trains, re-estimate them after
 pruning."""
+import sys
 from contextlib import contextmanager
-from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -63,6 +64,17 @@ def _norm_input(args: tuple, kwargs: dict) -> Optional[torch.Tensor]:
     return next((a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)), None)
 
 
+def _dynamo() -> Optional[Any]:
+    """``torch._dynamo`` if something imported it (a model may be compiled), else None:
+    importing it takes a second, and nothing can be compiled without it."""
+    return sys.modules.get('torch._dynamo')
+
+
+def _eager(hook: Callable) -> Callable:
+    """``hook``, run eagerly where it is called inside a compiled module."""
+    return hook if _dynamo() is None else torch.compiler.disable(hook)
+
+
 @contextmanager
 def averaging_running_stats(norms: Iterable[nn.Module]) -> Iterator[None]:
     """Inside the block each norm's running statistics start afresh and become the
@@ -72,11 +84,13 @@ def averaging_running_stats(norms: Iterable[nn.Module]) -> Iterator[None]:
     Calls of one size weigh alike: the average of PyTorch's ``momentum=None``, to the
     bit (``n / (k n)`` is ``1 / k``).  The momenta are put back on exit.
 
-    Each call sets the norm's momentum to ``n / (seen + n)`` in a forward pre-hook;
-    ``seen`` is counted per running-mean tensor, so that ``DataParallel``'s replicas,
-    which share the hook, each count their own calls.  A norm run without its hooks
-    (``F.batch_norm`` on its buffers, ``bn.forward(x)``) keeps ``momentum=None``: the
-    plain average over its calls.
+    Each call sets the norm's momentum to ``n / (seen + n)`` in a forward pre-hook and
+    back to None after it; ``seen`` is counted per running-mean tensor, so that
+    ``DataParallel``'s replicas, which share the hook, each count their own calls.  A
+    norm run without its hooks (``F.batch_norm`` on its buffers, ``bn.forward(x)``), or
+    on no tensor of two dims, meets ``momentum=None``: the plain average over its calls.
+    The hooks run eagerly in a compiled submodule (dynamo would replay a graph traced
+    with another call's momentum).  A norm without running statistics is left alone.
 
     Args:
         norms: ``_BatchNorm`` modules with running statistics.
@@ -89,7 +103,7 @@ def averaging_running_stats(norms: Iterable[nn.Module]) -> Iterator[None]:
         >>> bn.running_mean.item(), bn.momentum  # (2 * 1 + 4 * 4) / 6; momentum put back
         (3.0, 0.1)
     """
-    norms = list(norms)
+    norms = [bn for bn in norms if getattr(bn, 'running_mean', None) is not None]
     momenta = [(bn, bn.momentum) for bn in norms]
     seen: Dict[int, int] = {}
 
@@ -97,12 +111,18 @@ def averaging_running_stats(norms: Iterable[nn.Module]) -> Iterator[None]:
         x = _norm_input(args, kwargs)
         if x is None or x.dim() < 2:
             return
-        n = x.numel() // max(x.shape[1], 1)
+        n = x.numel() // max(bn.num_features, 1)  # the channels: wherever a subclass has them
         key = bn.running_mean.data_ptr()
         seen[key] = seen.get(key, 0) + n
         bn.momentum = n / seen[key] if n else 0.0
 
-    hooks = [bn.register_forward_pre_hook(weigh, with_kwargs=True) for bn in norms]
+    def average(bn: nn.Module, *_: Any) -> None:
+        bn.momentum = None  # a later call without the hooks: a plain average again
+
+    weigh, average = _eager(weigh), _eager(average)
+    hooks = [hook for bn in norms
+             for hook in (bn.register_forward_pre_hook(weigh, with_kwargs=True),
+                          bn.register_forward_hook(average))]
     try:
         for bn in norms:
             bn.reset_running_stats()
@@ -158,7 +178,9 @@ def reestimate_bn_stats(model: nn.Module, batches: Iterable[Any],
     """
     # a compiled model runs its module eagerly here: each call's momentum differs, which
     # would make dynamo compile the model again for every batch
-    model = getattr(model, '_orig_mod', model)
+    dynamo = _dynamo()
+    if dynamo is not None and isinstance(model, dynamo.eval_frame.OptimizedModule):
+        model = model._orig_mod
     saved = [entry for entry in _saved_stats(model) if entry[1].track_running_stats]
     if not saved:
         return 0

@@ -48,8 +48,11 @@ def test_a_short_batch_weighs_as_its_samples_do():
     bn = model.backbone.stages[0].bn
     data = batches(1.0) + [dict(inputs=torch.randn(2, 3, 8, 8) - 4.0, data_samples=[0] * 2)]
     assert recalibrate_bn(model, data, num_batches=2) == 2
-    torch.testing.assert_close(bn.running_mean,
-                               torch.cat(first_bn_inputs(model, data)).mean(dim=(0, 2, 3)))
+    feats = first_bn_inputs(model, data)
+    torch.testing.assert_close(bn.running_mean, torch.cat(feats).mean(dim=(0, 2, 3)))
+    weights = [f.numel() / f.shape[1] for f in feats]  # each batch's unbiased variance
+    torch.testing.assert_close(bn.running_var, sum(
+        w * f.var(dim=(0, 2, 3), unbiased=True) for w, f in zip(weights, feats)) / sum(weights))
 
 
 def test_recalibration_forgets_the_old_statistics():

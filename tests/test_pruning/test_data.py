@@ -118,6 +118,8 @@ def test_a_batch_counts_its_inputs_samples_where_its_targets_agree():
     assert batch_samples(({'ids': torch.zeros(6, 2)}, None)) == 6
     assert batch_samples(({'ids': torch.zeros(2, 5)}, torch.zeros(2, 5))) == 2  # token ids
     assert batch_samples((X, [{'boxes': torch.zeros(n, 4)} for n in (0, 9, 1, 2)])) == 4
+    assert batch_samples((X, {'labels': Y})) == 4
+    assert batch_samples((X, (Y, torch.zeros(4, 2)))) == 4  # several targets per sample
     # targets that do not say: a time-major (T, B) target, a leading shared table, none
     assert batch_samples((X, torch.zeros(20, 4))) is None
     assert batch_samples(((torch.zeros(100, 8), X), Y)) is None

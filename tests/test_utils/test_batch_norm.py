@@ -127,6 +127,85 @@ def test_a_compiled_model_is_re_estimated_as_its_module():
     assert all(torch.equal(a, b) for a, b in zip(stats(model), stats(compiled._orig_mod)))
 
 
+class CompiledBody(nn.Module):
+    """A norm in a compiled submodule: the model itself is no compiled module."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = torch.compile(nn.BatchNorm1d(2), backend='eager')
+
+    def forward(self, x):
+        return self.body(x)
+
+
+def test_a_norm_in_a_compiled_submodule_is_averaged_as_in_eager():
+    # dynamo replayed a graph with a stale momentum: the last batch's mean, 100 for 20
+    torch.manual_seed(0)
+    batches = [torch.randn(8, 2) + 10 * i for i in range(4)] + [torch.randn(2, 2) + 100]
+    model = CompiledBody()
+    reestimate_bn_stats(model, batches)
+    torch.testing.assert_close(model.body._orig_mod.running_mean, torch.cat(batches).mean(0))
+
+
+class HookedThenSliced(Unhooked):
+    """The norm called through its module, then again on its buffers (``sliced_bn``)."""
+
+    def forward(self, x):
+        self.bn(x)
+        self.momentum_seen = self.bn.momentum
+        return sliced_bn(x + 1, self.bn, 4)
+
+
+def test_a_call_without_the_hooks_after_one_with_them_meets_momentum_none():
+    # the hooked call's momentum stayed: 1 after the first batch, only x + 1 was kept
+    model = HookedThenSliced(direct=False)
+    reestimate_bn_stats(model, [torch.randn(8, 4, 3, 3)])
+    assert model.momentum_seen is None and model.bn.momentum == 0.1
+
+
+class ChannelsLast(nn.BatchNorm1d):
+    """A norm of ``(N, L, C)`` tokens: its channels are the last dim of its input."""
+
+    def forward(self, x):
+        return super().forward(x.transpose(1, 2)).transpose(1, 2)
+
+
+def test_a_norm_with_its_channels_last_weighs_each_batch_by_its_positions():
+    # counted by the input's dim 1 (L), a batch weighed N * C: 2.29 where 0.57 was right
+    torch.manual_seed(0)
+    batches = [torch.randn(4, 3, 2), torch.randn(2, 9, 2) + 2]
+    bn = ChannelsLast(2)
+    reestimate_bn_stats(bn, batches)
+    torch.testing.assert_close(bn.running_mean, torch.cat([x.reshape(-1, 2) for x in batches])
+                               .mean(0))
+
+
+class Holder(nn.Module):
+    """A module with an attribute named as a compiled module's original: no compiled one."""
+
+    def __init__(self):
+        super().__init__()
+        self.body, self._orig_mod = net(), nn.BatchNorm2d(4)
+
+    def forward(self, x):
+        return self.body(x)
+
+
+def test_only_a_compiled_module_is_run_as_its_original():
+    # any module with an ``_orig_mod`` was swapped for it: the body was not re-estimated
+    model = Holder()
+    reestimate_bn_stats(model, [torch.randn(8, 3, 6, 6) + 5])
+    assert model.body[1].running_mean.abs().sum() > 1
+
+
+def test_norms_without_running_statistics_are_left_alone():
+    free, tracked = nn.BatchNorm1d(2, track_running_stats=False), nn.BatchNorm1d(2)
+    with torch.no_grad(), averaging_running_stats([free, tracked]):
+        free.train()(torch.randn(4, 2))
+        tracked.train()(torch.randn(4, 2) + 3)
+    assert free.running_mean is None and tracked.running_mean.mean() > 1
+
+
 def test_nan_or_no_batches_leave_the_statistics_as_they_were():
     model = net()
     reestimate_bn_stats(model, [torch.randn(8, 3, 6, 6)])
