@@ -10,15 +10,15 @@ checked here, each batch as it is read, with messages naming the batch and what 
 instead.
 """
 from collections.abc import Iterator
-from typing import Any, Callable, Iterable, Mapping, Optional, Tuple
+from typing import Any, Callable, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
 
 from ..tracing.forward import flatten_tensors
 
-__all__ = ['Batch', 'CheckedBatches', 'LossFn', 'batch_loss', 'batch_samples', 'checked_loss',
-           'default_loss', 'pair_batches']
+__all__ = ['Batch', 'CheckedBatches', 'LossFn', 'batch_loss', 'batch_samples', 'batch_weights',
+           'checked_loss', 'default_loss', 'pair_batches']
 
 Batch = Tuple[Any, Any]
 """One ``(inputs, targets)`` batch."""
@@ -173,6 +173,19 @@ def batch_samples(batch: Batch) -> Optional[int]:
     tensors = flatten_tensors(targets)
     agrees = bool(tensors) and all(t.dim() and t.shape[0] == samples for t in tensors)
     return samples if agrees else None
+
+
+def batch_weights(sizes: Sequence[int]) -> List[float]:
+    """Each batch's weight, its samples over the mean batch's: ``B_b / mean(B)``.
+
+    ``loss_fn`` is a batch mean, so a sample's gate gradient is its own loss's over the
+    batch size: unweighted, a trailing batch of one sample would count as much as a
+    full one, each of its samples ``B`` times another's.  Weighted by ``B_b``, every
+    sample counts alike whatever its batch; over the mean, batches of one size weigh 1
+    each, the scores of a sum over batches of their gradients as before.
+    """
+    mean = sum(sizes) / len(sizes)
+    return [size / mean for size in sizes]
 
 
 def checked_loss(loss: Any, who: str, where: str = '') -> torch.Tensor:

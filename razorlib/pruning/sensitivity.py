@@ -34,7 +34,7 @@ import torch.nn as nn
 from ..tracing.forward import call_on_batch
 from ..utils.batch_norm import preserved_bn_stats, reestimate_bn_stats
 from ..utils.modes import evaluating
-from .data import LossFn, batch_loss, batch_samples, pair_batches
+from .data import LossFn, batch_loss, batch_samples, batch_weights, pair_batches
 
 if TYPE_CHECKING:  # allocation imports this module
     from .allocation import WidthRule
@@ -66,8 +66,7 @@ def _mean_loss(model: nn.Module, batches: Sequence[tuple], loss_fn: Optional[Los
             sizes.append(batch_samples((inputs, targets)))
     if not all(sizes):  # None or 0: unknown, so batches weigh alike
         sizes = [1] * len(losses)
-    mean = sum(sizes) / len(sizes)
-    return sum(loss * (size / mean) for loss, size in zip(losses, sizes)) / len(losses)
+    return sum(loss * weight for loss, weight in zip(losses, batch_weights(sizes))) / len(losses)
 
 
 def measure_sensitivity(pruner: Any, orders: Mapping[str, np.ndarray], data: Any,

@@ -7,8 +7,8 @@ there (Molchanov et al., 2017).
 
 ``loss_fn`` is taken to be a mean over the batch's samples (as the default cross-entropy
 is), so a sample's ``f_n`` is its own loss's over the batch size: each batch is weighed
-by its size over the mean batch's (:func:`_batch_weights`), and every sample counts alike
-whether it came in a full batch or in a trailing partial one.
+by its size over the mean batch's (:func:`~razorlib.pruning.data.batch_weights`), and
+every sample counts alike whether it came in a full batch or in a trailing partial one.
 
 ``layerwise=True`` (both criteria) runs every child of an ``nn.ModuleList`` in the
 model (a transformer's blocks) under activation checkpointing: the backward keeps the
@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from ...registry import IMPORTANCES
+from ..data import batch_weights
 from ...tracing.context import ChannelUse
 from .base import NORMALIZERS, Importance, ImportanceContext
 from .probes import Point, gate_grads, observe, points_of
@@ -70,7 +71,7 @@ class TaylorImportance(Importance):
             sums.append({i: _per_channel(rows.double(), *channels[i]).abs().sum(0)
                          for i, rows in batch.items()})
         totals: Dict[int, torch.Tensor] = {}
-        for weight, batch_sums in zip(_batch_weights(sizes), sums):
+        for weight, batch_sums in zip(batch_weights(sizes), sums):
             for i, total in batch_sums.items():
                 totals[i] = totals[i] + weight * total if i in totals else weight * total
         for i, total in totals.items():
@@ -81,19 +82,6 @@ def _samples(batch: Dict[int, torch.Tensor]) -> int:
     """The samples a batch of gate gradients holds: the most rows of a point (a point
     called on batches of several sizes, or whose channels are on the first dim, has one)."""
     return max(rows.shape[0] for rows in batch.values())
-
-
-def _batch_weights(sizes: Sequence[int]) -> List[float]:
-    """Each batch's weight, its samples over the mean batch's: ``B_b / mean(B)``.
-
-    ``loss_fn`` is a batch mean, so a sample's gate gradient is its own loss's over the
-    batch size: unweighted, a trailing batch of one sample would count as much as a
-    full one, each of its samples ``B`` times another's.  Weighted by ``B_b``, every
-    sample counts alike whatever its batch; over the mean, batches of one size weigh 1
-    each, the scores of a sum over batches of their gradients as before.
-    """
-    mean = sum(sizes) / len(sizes)
-    return [size / mean for size in sizes]
 
 
 def _per_channel(rows: torch.Tensor, use: ChannelUse, inverse: np.ndarray) -> torch.Tensor:
@@ -152,7 +140,7 @@ class FisherImportance(Importance):
             halves.append({g: f.pow(2).sum(0) / 2
                            for g, f in _shared_gates(ctx, entries, batch).items()})
         fisher = [torch.zeros(g.num_channels, dtype=torch.float64) for g in ctx.prunable]
-        for weight, batch_halves in zip(_batch_weights(sizes), halves):
+        for weight, batch_halves in zip(batch_weights(sizes), halves):
             for g, half in batch_halves.items():
                 fisher[g] += weight ** 2 * half  # f_n is linear in the batch's weight
         cost = self._cost(ctx)
