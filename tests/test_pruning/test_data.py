@@ -9,6 +9,7 @@ import torch.nn as nn
 import razorlib
 from razorlib.pruning import ImportancePruner
 from razorlib.pruning.data import batch_loss, batch_samples, checked_loss, pair_batches
+from razorlib.pruning.sensitivity import _mean_loss
 
 X = torch.randn(4, 3, 8, 8)
 Y = torch.zeros(4, dtype=torch.long)
@@ -211,6 +212,9 @@ def test_a_sensitivity_allocation_reads_a_data_loader_once_for_scores_and_cuts()
 
 def test_a_sensitivity_loss_with_batches_of_unknown_size_weighs_them_alike():
     # empty targets gave 0 samples each and a ZeroDivisionError
+    three_ones = (torch.ones(3, 1), torch.empty(0))
+    a_five = (torch.full((1, 1), 5.0), torch.empty(0))  # known sizes would give 2.0
+    assert _mean_loss(nn.Identity(), [three_ones, a_five], lambda out, _: out.mean(), '') == 3.0
     data = [(torch.randn(4, 3, 8, 8), torch.empty(0)) for _ in range(2)]
     slim = razorlib.prune(net(), X[:1], ratio=0.5, data=data, sensitivity=True,
                           loss_fn=lambda outputs, _: outputs.pow(2).mean())
