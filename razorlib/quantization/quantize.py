@@ -1,6 +1,7 @@
 """quantize_graph: dispatch a graph, then quantize what runs on the quantized platform."""
+import warnings
 from collections.abc import Mapping
-from typing import Any, Optional, Union
+from typing import Any, Iterable, Optional, Union
 
 from ..ir import BaseGraph
 from .dispatch import DispatchingTable, dispatch_graph
@@ -8,6 +9,9 @@ from .platform import QUANTIZABLE_OP_TYPES, TargetPlatform, as_platform, is_quan
 from .quantizers import quantizer_class
 
 __all__ = ['quantize_graph']
+
+_LISTED_TYPES = 10
+"""How many op types a warning names before ``...``."""
 
 
 def quantize_graph(graph: BaseGraph, platform: Union[TargetPlatform, str],
@@ -37,6 +41,10 @@ def quantize_graph(graph: BaseGraph, platform: Union[TargetPlatform, str],
         KeyError: no quantizer for ``platform`` (the message lists the registered ones);
             and what ``dispatch_graph`` raises (a graph quantized already, ...).
 
+    Warns:
+        UserWarning: no operation ended on ``platform``: the graph stays all in floating
+            point, and would export as a plain model (the message says why).
+
     Example:
         >>> import torch
         >>> from razorlib.ir import BaseGraph
@@ -59,8 +67,34 @@ def quantize_graph(graph: BaseGraph, platform: Union[TargetPlatform, str],
                          f'be quantized; quantized ones: {known}')
     quantizer = quantizer_class(platform)(graph)
     dispatch_graph(graph, platform, dispatcher, dispatching_table)
-    for op in graph.topological_sort():
-        if op.platform is platform:
-            quantizer.quantize_operation(op.name)
+    quantized = [op.name for op in graph.topological_sort() if op.platform is platform]
+    for name in quantized:
+        quantizer.quantize_operation(name)
     quantizer.link_configs()
+    if not quantized:
+        _warn_nothing_quantized(graph, platform)
     return graph
+
+
+def _listed(names: Iterable[str]) -> str:
+    names = sorted(names)
+    more = ', ...' if len(names) > _LISTED_TYPES else ''
+    return (', '.join(names[:_LISTED_TYPES]) or 'none') + more
+
+
+def _warn_nothing_quantized(graph: BaseGraph, platform: TargetPlatform) -> None:
+    """Say that no operation of ``graph`` runs on ``platform``: a caller asking for an INT8
+    model would otherwise get the FP32 graph back, and export it as a plain model, silently.
+    """
+    types = {op.type for op in graph.operations.values()}
+    quantizable = QUANTIZABLE_OP_TYPES.get(platform, frozenset())
+    present = types & quantizable
+    if present:
+        why = (f'its ops of types quantizable there ({_listed(present)}) were dispatched to '
+               'other platforms (see the dispatcher and dispatching_table)')
+    else:
+        why = (f'none of its op types ({_listed(types)}) is quantizable there '
+               f'({platform.name} quantizes {_listed(quantizable)})')
+    warnings.warn(f'quantize_graph: no operation of graph {graph.name!r} runs on '
+                  f'{platform.name}, so the graph stays all in floating point: {why}',
+                  stacklevel=3)

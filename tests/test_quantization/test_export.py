@@ -9,8 +9,9 @@ import torch
 from onnx import numpy_helper
 
 from razorlib.ir import Opset, from_onnx, structural_differences
-from razorlib.quantization import (QuantExecutor, activation_ranges, bake_parameters,
-                                   export_graph, export_onnx, quantable_operations)
+from razorlib.quantization import (QuantExecutor, TargetPlatform, activation_ranges,
+                                   bake_parameters, export_graph, export_onnx,
+                                   quantable_operations)
 from ptq_helpers import (ORT_OPTIMIZED_INEXACT, STEPS, batches, calibrated, float_graph,
                          run_onnxruntime, worst_steps)
 
@@ -175,3 +176,22 @@ def test_trt_json_never_writes_both_files_to_one_path(tmp_path):
     assert ranges == pytest.approx(activation_ranges(graph))
     export_graph(graph, tmp_path / 'bare', dict(type='TRT_JSON'))
     assert {'bare.onnx', 'bare.json'} <= set(os.listdir(tmp_path))
+
+
+def test_a_platform_other_than_the_graphs_is_refused(tmp_path):
+    # export_graph(ort_graph, path, 'TRT_INT8') used to write the ORT graph's uint8
+    # asymmetric Q/DQ pairs, which TensorRT does not run, as the TRT_INT8 model, silently.
+    ort = calibrated(float_graph(), 'ORT_INT8')
+    with pytest.raises(ValueError) as error:
+        export_graph(ort, tmp_path / 'trt.onnx', 'TRT_INT8')
+    assert str(error.value) == (
+        "export_graph: platform TRT_INT8 was named, but graph 'main_graph' is quantized for "
+        'ORT_INT8; quantize it for TRT_INT8, or name the export format (QDQ_ONNX) to write it '
+        'as it is')
+    with pytest.raises(ValueError, match="graph 'main_graph' is quantized for TRT_INT8"):
+        export_graph(calibrated(float_graph(), 'TRT_INT8'), tmp_path / 'ort.onnx', 'ort_int8')
+    with pytest.raises(ValueError, match="but graph 'main_graph' is not quantized; quantize"):
+        export_graph(float_graph(), tmp_path / 'float.onnx', TargetPlatform.TRT_INT8)
+    assert not os.listdir(tmp_path)
+    model = export_graph(ort, tmp_path / 'ort.onnx', 'QDQ_ONNX')  # the format writes it
+    assert 'QuantizeLinear' in op_types(model)

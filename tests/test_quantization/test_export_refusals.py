@@ -1,6 +1,9 @@
 """What the QDQ and TensorRT exports cannot write as razorlib computes it, they refuse,
 naming the operation: operations left dequantized, activations rounded otherwise than half
-to even, a weight layer the dispatcher left in FP32 between two dynamic ranges."""
+to even, a weight layer the dispatcher left in FP32 between two dynamic ranges, a graph
+with no quantized operation."""
+import os
+
 import pytest
 import torch
 
@@ -8,7 +11,7 @@ from razorlib.ir import RoundingPolicy
 from razorlib.quantization import (QuantExecutor, activation_ranges, dequantize_graph,
                                    export_graph, quantable_operations, quantize_torch_model,
                                    restore_quantize_state)
-from ptq_helpers import STEPS, output_step, run_onnxruntime
+from ptq_helpers import STEPS, float_graph, output_step, run_onnxruntime
 
 
 def net():
@@ -94,3 +97,19 @@ def test_a_layer_the_dispatcher_left_fp32_at_the_input_is_accepted(tmp_path):
     layer = graph.operations['node_conv2d']
     assert layer.inputs[0].name not in ranges and layer.outputs[0].name in ranges
     export_graph(graph, tmp_path / 'net.json', 'TRT_JSON')
+
+
+@pytest.mark.parametrize('export_format', ['QDQ_ONNX', 'TRT_JSON'])
+def test_a_graph_with_no_quantized_operation_is_refused(export_format, tmp_path):
+    # A graph nothing of which was quantized (a transformer under the conservative
+    # dispatcher: quantize_graph warns) used to be written as the FP32 model, no Q/DQ pair
+    # and no range, under the INT8 format asked for.
+    graph = float_graph()
+    with pytest.raises(ValueError) as error:
+        export_graph(graph, tmp_path / 'net.onnx', export_format)
+    action = {'QDQ_ONNX': 'export_qdq_onnx', 'TRT_JSON': 'export_trt_json'}[export_format]
+    assert str(error.value) == (
+        f"{action}: graph 'main_graph' has no quantized operation, so its model would compute "
+        'all in floating point; quantize it first (quantize_graph warns when nothing ends on '
+        'its platform), or export it as plain ONNX')
+    assert not os.listdir(tmp_path)

@@ -77,6 +77,9 @@ def export_graph(graph: BaseGraph, path: Union[str, os.PathLike],
     Raises:
         KeyError: ``platform`` names no export format and no quantized platform (the
             message lists the registered formats); and what the exporter raises.
+        ValueError: ``platform`` names a quantized platform other than the one the graph
+            is quantized for, or the graph is not quantized (its model would be no model
+            for that platform; name the export format to write it anyway).
 
     Example:
         >>> import torch
@@ -102,7 +105,35 @@ def export_graph(graph: BaseGraph, path: Union[str, os.PathLike],
     if isinstance(platform, Mapping):
         platform, given = split_type(platform, 'export_graph platform')
         options = {**given, **options}
+    _check_named_platform(graph, platform)
     return _exporter(platform)(graph, path, **options)
+
+
+def _named_platform(platform: Any) -> Optional[TargetPlatform]:
+    """The quantized platform ``platform`` names, None for a format or exporter name."""
+    if isinstance(platform, TargetPlatform):
+        return platform
+    if isinstance(platform, str) and platform.upper() not in ExportFormat.__members__:
+        named = TargetPlatform.__members__.get(platform.upper())
+        return named if named in DEFAULT_EXPORT_FORMATS else None
+    return None
+
+
+def _check_named_platform(graph: BaseGraph, platform: Any) -> None:
+    """Refuse a platform name that is not the graph's: ``'TRT_INT8'`` for a graph
+    quantized for ORT_INT8 would write its uint8 asymmetric Q/DQ pairs, which TensorRT does
+    not run, as a model for TensorRT; for a graph not quantized, an FP32 model as INT8."""
+    named = _named_platform(platform)
+    if named is None:
+        return
+    quantized = quantized_platform(graph)
+    if quantized is named:
+        return
+    held = (f'is quantized for {quantized.name}' if quantized is not None
+            else 'is not quantized')
+    raise ValueError(f'export_graph: platform {named.name} was named, but graph '
+                     f'{graph.name!r} {held}; quantize it for {named.name}, or name the '
+                     f'export format ({DEFAULT_EXPORT_FORMATS[named].name}) to write it as it is')
 
 
 def _exporter(platform: Union[ExportFormat, TargetPlatform, str]):

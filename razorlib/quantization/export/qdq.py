@@ -27,7 +27,8 @@ from ..executor import quantized_inputs
 from ..functional import quantize_integers
 from ..state import check_calibrated, check_not_dequantized, quantable_operations
 
-__all__ = ['MIN_QDQ_OPSET', 'check_half_to_even', 'export_qdq_onnx', 'integer_dtype']
+__all__ = ['MIN_QDQ_OPSET', 'check_half_to_even', 'check_quantized', 'export_qdq_onnx',
+           'integer_dtype']
 
 MIN_QDQ_OPSET = 13
 """The first opset with per-axis QuantizeLinear/DequantizeLinear."""
@@ -185,6 +186,32 @@ QuantizeLinear rounds half to even, so the export would compute otherwise than Q
                          '(quantize with ROUND_HALF_EVEN)')
 
 
+def check_quantized(graph: BaseGraph, action: str) -> None:
+    """Refuse a graph without quantized operations: its INT8 model would be the FP32 one
+    under an INT8 name (no Q/DQ pair, no range), written without a word.
+
+    Args:
+        graph: the graph to export.
+        action: what is refused, for the message (``'export_qdq_onnx'``).
+
+    Raises:
+        ValueError: no operation of ``graph`` is quantized; the message names the graph.
+
+    Example:
+        >>> check_quantized(BaseGraph('g'), 'export_qdq_onnx')
+        Traceback (most recent call last):
+        ...
+        ValueError: export_qdq_onnx: graph 'g' has no quantized operation, so its model \
+would compute all in floating point; quantize it first (quantize_graph warns when nothing \
+ends on its platform), or export it as plain ONNX
+    """
+    if not quantable_operations(graph):
+        raise ValueError(f'{action}: graph {graph.name!r} has no quantized operation, so its '
+                         'model would compute all in floating point; quantize it first '
+                         '(quantize_graph warns when nothing ends on its platform), or export '
+                         'it as plain ONNX')
+
+
 def _check_runtime_range(op: Operation, config: TensorQuantizationConfig) -> None:
     """QuantizeLinear saturates to its type's bounds (the config must use all of them) and
     rounds half to even."""
@@ -208,11 +235,12 @@ def export_qdq_onnx(graph: BaseGraph, path: Union[str, os.PathLike, None] = None
         The ONNX model.
 
     Raises:
-        ValueError: the graph uses an opset before 13, an activation's integer range is
-            not a whole ONNX integer type or its rounding not half to even (what
-            QuantizeLinear does), configs are uncalibrated (no Q/DQ pair could be written
-            for them; call ``calibrate()`` first), or operations are left dequantized (they
-            would be written with no Q/DQ pair; the message names them).
+        ValueError: the graph has no quantized operation (:func:`check_quantized`), uses
+            an opset before 13, an activation's integer range is not a whole ONNX integer
+            type or its rounding not half to even (what QuantizeLinear does), configs are
+            uncalibrated (no Q/DQ pair could be written for them; call ``calibrate()``
+            first), or operations are left dequantized (they would be written with no Q/DQ
+            pair; the message names them).
 
     Example:
         >>> from razorlib.ir import BaseGraph
@@ -232,6 +260,7 @@ def export_qdq_onnx(graph: BaseGraph, path: Union[str, os.PathLike, None] = None
         ['QuantizeLinear', 'DequantizeLinear', 'DequantizeLinear', 'Gemm', 'QuantizeLinear',
          'DequantizeLinear']
     """
+    check_quantized(graph, 'export_qdq_onnx')
     check_calibrated(graph, 'export_qdq_onnx', error=True)
     check_not_dequantized(graph, 'export_qdq_onnx')
     work = graph.copy()

@@ -52,7 +52,7 @@ from ..functional import quantize_integers
 from ..passes.layers import LAYER_TYPES
 from ..state import check_calibrated, check_not_dequantized, quantable_operations
 from .plain import export_onnx
-from .qdq import check_half_to_even
+from .qdq import check_half_to_even, check_quantized
 
 __all__ = ['TRT_WEIGHT_QUANT_MAX', 'activation_ranges', 'export_trt_json', 'float_layers',
            'trt_json_paths', 'weights_off_trt_grid']
@@ -254,10 +254,11 @@ def export_trt_json(graph: BaseGraph, path: Union[str, os.PathLike]) -> onnx.Mod
         The ONNX model.
 
     Raises:
-        ValueError: the graph has uncalibrated configs, operations left dequantized, an
-            asymmetric, per-channel or not half-to-even activation, or weight layers kept
-            in floating point (MixedPrecision's, or the dispatcher's between two ranges;
-            named; export ``QDQ_ONNX`` instead).
+        ValueError: the graph has no quantized operation (no range to write), uncalibrated
+            configs, operations left dequantized, an asymmetric, per-channel or not
+            half-to-even activation, or weight layers kept in floating point
+            (MixedPrecision's, or the dispatcher's between two ranges; named; export
+            ``QDQ_ONNX`` instead).
 
     Warns:
         UserWarning: TensorRT's own weight scales would round some layers' weights again
@@ -275,6 +276,7 @@ def export_trt_json(graph: BaseGraph, path: Union[str, os.PathLike]) -> onnx.Mod
         ...         sorted(json.load(file)['act_quant_info'])
         ['input', 'relu']
     """
+    check_quantized(graph, 'export_trt_json')
     check_calibrated(graph, 'export_trt_json', error=True)
     ranges = _checked_ranges(graph, 'export_trt_json')
     off_grid = weights_off_trt_grid(graph)
