@@ -23,10 +23,8 @@ params or channels) is smallest is kept; then again, until the budget's cost is 
 (:func:`measure_greedy_path`).  Its path of subnets is the allocation's candidates.  It
 costs one evaluation per group per step of the path, and the path has a step for every
 grid step cut in all: 12 groups cut to half their width cost about six times the
-one-shot table's evaluations.  Each is run on a slim copy of the model as cut, so deep
-in the path an evaluation costs what the cut model computes, not the dense model's.
+one-shot table's evaluations.
 """
-import copy
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
@@ -37,7 +35,6 @@ from ..tracing.forward import call_on_batch
 from ..utils.batch_norm import preserved_bn_stats, reestimate_bn_stats
 from ..utils.modes import evaluating
 from .data import LossFn, batch_loss, batch_samples, batch_weights, pair_batches
-from .slicing import slim_model
 
 if TYPE_CHECKING:  # allocation imports this module
     from .allocation import WidthRule
@@ -135,9 +132,6 @@ def measure_greedy_path(pruner: Any, orders: Mapping[str, np.ndarray], data: Any
     """Greedy slimming: from the dense model, cut the group whose next step costs the
     least loss per unit of ``cost`` saved, measured on the model as already cut; repeat.
 
-    Each cut is measured on a slim copy (one held at a time), not on the masked model:
-    the same outputs, at the cut model's FLOPs.
-
     Args:
         pruner: a prepared :class:`~razorlib.pruning.StructurePruner`; its masks and
             the model's batch-norm statistics are put back as they were.
@@ -197,7 +191,8 @@ def measure_greedy_path(pruner: Any, orders: Mapping[str, np.ndarray], data: Any
                     if not smaller:
                         continue
                     cut = {**counts, gid: smaller[-1]}
-                    increase = _cut_loss(_slim_at(pruner, keep(cut)), batches, loss_fn,
+                    pruner.set_subnet(keep(cut))
+                    increase = _cut_loss(model, batches, loss_fn,
                                          f' (group {gid!r} cut to {smaller[-1]} channels, step '
                                          f'{len(path)} of the greedy path)') - loss
                     saved = spent - cost(cut)
@@ -216,14 +211,6 @@ def measure_greedy_path(pruner: Any, orders: Mapping[str, np.ndarray], data: Any
         finally:
             pruner.set_subnet(previous)
     return path
-
-
-def _slim_at(pruner: Any, subnet: Dict[str, np.ndarray]) -> nn.Module:
-    """A slim copy of the pruner's model cut to ``subnet``: a cut measured at the FLOPs it
-    leaves, not at the dense model's as its masked supernet would be (the same outputs;
-    deep in a greedy path the slim model costs a fraction of the masked one)."""
-    pruner.set_subnet(subnet)
-    return slim_model(copy.deepcopy(pruner.model), pruner.export_subnet(), pruner.kinds)
 
 
 def widest_within(counts: Dict[str, int], spent: float, gid: str, upto: int,

@@ -292,35 +292,6 @@ def test_each_greedy_step_is_the_least_loss_per_flop_measured_on_the_model_as_cu
     assert rates[chosen] == pytest.approx(min(rates.values()), abs=1e-9)
 
 
-class WidthRecorder(nn.Module):
-    """Passes its input on, noting its channels: the width the model was run at (in a
-    list of the class, which copies of the model share)."""
-    seen = []
-
-    def forward(self, x):
-        self.seen.append(x.shape[1])
-        return x
-
-
-def test_each_greedy_cut_is_measured_on_a_model_of_the_cut_width():
-    # on the masked supernet every cut cost the dense model's FLOPs
-    torch.manual_seed(0)
-    recorder = WidthRecorder()
-    net = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), recorder,
-                        nn.Conv2d(8, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.Flatten(),
-                        nn.Linear(8 * 4 * 4, 4)).eval()
-    data = [(torch.randn(16, 3, 8, 8), torch.randint(0, 4, (16, )))]
-    pruner = ImportancePruner()
-    pruner.prepare_from_supernet(net, data[0][0][:1])
-    recorder.seen.clear()
-    path = measure_greedy_path(pruner, pruner.channel_orders(), data,
-                               cost=lambda counts: sum(counts.values()), steps=2, until=12)
-    assert len(path) == 2
-    # the dense model twice (norms, loss), then each group's cut twice: '0' at 4 wide
-    assert recorder.seen == [8, 8, 4, 4, 8, 8]
-    assert net[0].out_channels == 8  # the model itself is not sliced
-
-
 @pytest.mark.parametrize('budget', [dict(flops=0.5), dict(params=0.4)])
 def test_prune_along_a_greedy_path_meets_the_budget(budget):
     model, data = resnet_data()
