@@ -315,7 +315,11 @@ def main(argv=None) -> int:
     work_dir = Path(args.work_dir or f'work_dirs/deploy_{name}')  # made once inputs check
     work_dir.mkdir(parents=True, exist_ok=True)
     paths = {'int8': work_dir / f'{name}_int8.onnx', 'fp16': work_dir / f'{name}_fp32.onnx'}
-    export_graph(graph, paths['int8'], 'QDQ_ONNX')
+    try:  # a graph with nothing quantized is refused (quantize_graph said why)
+        export_graph(graph, paths['int8'], 'QDQ_ONNX')
+    except ValueError as err:
+        print_log(f'{args.config}: {err}', logger='current', level=logging.ERROR)
+        return 2
     export_graph(graph, paths['fp16'], 'ONNX')
     ptq = _load_ptq_tool()
     val = ptq.preprocessed(val_loader, preprocessor)

@@ -477,7 +477,11 @@ def main(argv=None) -> int:
     # would describe another model, its TensorRT ranges another export
     for earlier in results_of(name):
         (work_dir / earlier).unlink(missing_ok=True)
-    export_graph(graph, onnx_path, settings.export or settings.platform)
+    try:  # a graph with nothing quantized is refused (quantize_graph said why)
+        export_graph(graph, onnx_path, settings.export or settings.platform)
+    except ValueError as err:
+        print_log(f'{args.config}: {err}', logger='current', level=logging.ERROR)
+        return 2
     executor = QuantExecutor(graph)
     runs: Dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
         'fp32': classifier, 'int8_simulated': lambda x: executor(x)[0]}

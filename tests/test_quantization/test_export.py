@@ -186,12 +186,14 @@ def test_a_platform_other_than_the_graphs_is_refused(tmp_path):
         export_graph(ort, tmp_path / 'trt.onnx', 'TRT_INT8')
     assert str(error.value) == (
         "export_graph: platform TRT_INT8 was named, but graph 'main_graph' is quantized for "
-        'ORT_INT8; quantize it for TRT_INT8, or name the export format (QDQ_ONNX) to write it '
-        'as it is')
+        'ORT_INT8; quantize it for TRT_INT8, or name the export format (QDQ_ONNX) to write it')
     with pytest.raises(ValueError, match="graph 'main_graph' is quantized for TRT_INT8"):
         export_graph(calibrated(float_graph(), 'TRT_INT8'), tmp_path / 'ort.onnx', 'ort_int8')
-    with pytest.raises(ValueError, match="but graph 'main_graph' is not quantized; quantize"):
+    with pytest.raises(ValueError, match="but graph 'main_graph' is not quantized; quantize it "
+                       'for TRT_INT8, or export it as plain ONNX$'):  # QDQ_ONNX refuses it too
         export_graph(float_graph(), tmp_path / 'float.onnx', TargetPlatform.TRT_INT8)
+    with pytest.raises(KeyError, match="'FP32' is no export format .* and no quantized plat"):
+        export_graph(ort, tmp_path / 'fp32.onnx', TargetPlatform.FP32)  # no format of its own
     assert not os.listdir(tmp_path)
     model = export_graph(ort, tmp_path / 'ort.onnx', 'QDQ_ONNX')  # the format writes it
     assert 'QuantizeLinear' in op_types(model)

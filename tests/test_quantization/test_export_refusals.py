@@ -11,7 +11,8 @@ from razorlib.ir import RoundingPolicy
 from razorlib.quantization import (QuantExecutor, activation_ranges, dequantize_graph,
                                    export_graph, quantable_operations, quantize_torch_model,
                                    restore_quantize_state)
-from ptq_helpers import STEPS, float_graph, output_step, run_onnxruntime
+from razorlib.quantization.passes import keep_in_float
+from ptq_helpers import STEPS, calibrated, float_graph, output_step, run_onnxruntime
 
 
 def net():
@@ -112,4 +113,16 @@ def test_a_graph_with_no_quantized_operation_is_refused(export_format, tmp_path)
         f"{action}: graph 'main_graph' has no quantized operation, so its model would compute "
         'all in floating point; quantize it first (quantize_graph warns when nothing ends on '
         'its platform), or export it as plain ONNX')
+    assert not os.listdir(tmp_path)
+
+
+@pytest.mark.parametrize('export_format', ['QDQ_ONNX', 'TRT_JSON'])
+def test_a_graph_whose_every_layer_is_kept_in_float_is_refused(export_format, tmp_path):
+    # keep_in_float on every layer leaves quantable operations with FP32 configs only: the
+    # export wrote the FP32 model as the INT8 one
+    graph = calibrated(float_graph())
+    for op in quantable_operations(graph):
+        keep_in_float(op)
+    with pytest.raises(ValueError, match="graph 'main_graph' has no quantized operation"):
+        export_graph(graph, tmp_path / 'net.onnx', export_format)
     assert not os.listdir(tmp_path)

@@ -282,6 +282,30 @@ def test_a_failed_run_leaves_no_earlier_results_beside_its_model(trained, tmp_pa
     assert not (tmp_path / 'digits_cnn_int8.json').exists()
 
 
+def test_a_model_with_nothing_quantized_is_refused_at_export(trained, tmp_path, monkeypatch):
+    # the export's refusal was a traceback; before it, the FP32 model was written as INT8
+    import razorlib.quantization
+    from razorlib.quantization.passes import keep_in_float
+    quantize = razorlib.quantization.quantize_torch_model
+
+    def all_in_float(*args, **kwargs):
+        graph = quantize(*args, **kwargs)
+        for op in razorlib.quantization.quantable_operations(graph):
+            keep_in_float(op)
+        return graph
+
+    monkeypatch.setattr(razorlib.quantization, 'quantize_torch_model', all_in_float)
+    config, checkpoint, _ = trained
+    tool = load_tool('ptq')
+    log = LogCapture(tool, monkeypatch)
+    assert tool.main([str(config), str(checkpoint), '--work-dir', str(tmp_path / 'out'),
+                      '--calib-steps', '8', '--analyse-steps', '2']) == 2
+    assert f"{config}: export_qdq_onnx: graph 'main_graph' has no quantized operation" in \
+        log.text
+    assert 'Traceback' not in log.text
+    assert not (tmp_path / 'out' / 'digits_cnn_int8.onnx').exists()
+
+
 def test_an_earlier_result_is_replaced_only_with_overwrite(trained, tmp_path, monkeypatch):
     config, checkpoint, _ = trained
     (tmp_path / 'ptq.json').write_text('{"top1": {}}')

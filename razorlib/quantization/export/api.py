@@ -79,7 +79,7 @@ def export_graph(graph: BaseGraph, path: Union[str, os.PathLike],
             message lists the registered formats); and what the exporter raises.
         ValueError: ``platform`` names a quantized platform other than the one the graph
             is quantized for, or the graph is not quantized (its model would be no model
-            for that platform; name the export format to write it anyway).
+            for that platform; the message says what to export instead).
 
     Example:
         >>> import torch
@@ -112,7 +112,7 @@ def export_graph(graph: BaseGraph, path: Union[str, os.PathLike],
 def _named_platform(platform: Any) -> Optional[TargetPlatform]:
     """The quantized platform ``platform`` names, None for a format or exporter name."""
     if isinstance(platform, TargetPlatform):
-        return platform
+        return platform if platform in DEFAULT_EXPORT_FORMATS else None
     if isinstance(platform, str) and platform.upper() not in ExportFormat.__members__:
         named = TargetPlatform.__members__.get(platform.upper())
         return named if named in DEFAULT_EXPORT_FORMATS else None
@@ -129,11 +129,13 @@ def _check_named_platform(graph: BaseGraph, platform: Any) -> None:
     quantized = quantized_platform(graph)
     if quantized is named:
         return
-    held = (f'is quantized for {quantized.name}' if quantized is not None
-            else 'is not quantized')
+    if quantized is None:
+        held, instead = 'is not quantized', 'export it as plain ONNX'
+    else:
+        held = f'is quantized for {quantized.name}'
+        instead = f'name the export format ({DEFAULT_EXPORT_FORMATS[named].name}) to write it'
     raise ValueError(f'export_graph: platform {named.name} was named, but graph '
-                     f'{graph.name!r} {held}; quantize it for {named.name}, or name the '
-                     f'export format ({DEFAULT_EXPORT_FORMATS[named].name}) to write it as it is')
+                     f'{graph.name!r} {held}; quantize it for {named.name}, or {instead}')
 
 
 def _exporter(platform: Union[ExportFormat, TargetPlatform, str]):

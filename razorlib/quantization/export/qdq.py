@@ -25,7 +25,8 @@ from ...ir import (BaseGraph, Operation, Opset, QuantizationProperty, RoundingPo
                    TensorQuantizationConfig, Variable, to_onnx)
 from ..executor import quantized_inputs
 from ..functional import quantize_integers
-from ..state import check_calibrated, check_not_dequantized, quantable_operations
+from ..state import (check_calibrated, check_not_dequantized, quantable_operations,
+                     uncalibrated_configs)
 
 __all__ = ['MIN_QDQ_OPSET', 'check_half_to_even', 'check_quantized', 'export_qdq_onnx',
            'integer_dtype']
@@ -187,8 +188,9 @@ QuantizeLinear rounds half to even, so the export would compute otherwise than Q
 
 
 def check_quantized(graph: BaseGraph, action: str) -> None:
-    """Refuse a graph without quantized operations: its INT8 model would be the FP32 one
-    under an INT8 name (no Q/DQ pair, no range), written without a word.
+    """Refuse a graph without quantized operations (none, or all kept in floating point):
+    its INT8 model would be the FP32 one under an INT8 name (no Q/DQ pair, no range),
+    written without a word.
 
     Args:
         graph: the graph to export.
@@ -205,7 +207,7 @@ def check_quantized(graph: BaseGraph, action: str) -> None:
 would compute all in floating point; quantize it first (quantize_graph warns when nothing \
 ends on its platform), or export it as plain ONNX
     """
-    if not quantable_operations(graph):
+    if not uncalibrated_configs(graph)[1]:  # no config with a scale: all kept in float
         raise ValueError(f'{action}: graph {graph.name!r} has no quantized operation, so its '
                          'model would compute all in floating point; quantize it first '
                          '(quantize_graph warns when nothing ends on its platform), or export '
