@@ -92,6 +92,16 @@ class ItePruneAlgorithm(PruningAlgorithm):
         resumed with a lower one after its schedule) meets neither."""
         return super().target_met or float(self.pruned_to) <= self.target[1] + 1e-9
 
+    def remeasure(self) -> bool:
+        """Re-measure the restored subnet (see the base class); a checkpoint measured in
+        another metric also forgets ``pruned_to``, a step budget in that metric: the
+        target is then judged by the kept fraction alone, as for a checkpoint written
+        before ``pruned_to`` was saved."""
+        changed = super().remeasure()
+        if changed:
+            self.pruned_to.fill_(1.0)
+        return changed
+
     #: the name of the ``start`` argument in the config (for messages)
     _start_option = 'start'
 

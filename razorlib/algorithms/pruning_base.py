@@ -94,6 +94,7 @@ class PruningAlgorithm(BaseModel):
         # The current subnet's budget metric over the dense model's (1: not pruned).
         self.register_buffer('kept_fraction', torch.ones((), dtype=torch.float64))
         self.register_load_state_dict_post_hook(_restore_subnet)
+        self.register_load_state_dict_post_hook(_remeasure_subnet)
         self._dense: Optional[Complexity] = None
         self.check_target()
 
@@ -232,6 +233,26 @@ class PruningAlgorithm(BaseModel):
         pruned = meter(self.alive(), metric == 'flops')
         return getattr(pruned, metric) / max(getattr(self._dense, metric), 1)
 
+    def remeasure(self) -> bool:
+        """Set ``kept_fraction`` to the subnet's fraction in this model's target metric,
+        after a checkpoint restored the subnet; whether the checkpoint said otherwise.
+
+        The checkpoint's value is in the metric of the run that wrote it: resumed or
+        tested with another target metric (``ratio=`` on a ``flops=`` run) or
+        ``input_shape``, it would say a subnet that keeps 0.57 of the channels keeps 0.36
+        of them, and a ``ratio=0.5`` target would count as reached."""
+        stored, measured = float(self.kept_fraction), self.measure()
+        self.kept_fraction.fill_(measured)
+        changed = abs(stored - measured) > 1e-9
+        if changed:
+            metric, value = self.target
+            MMLogger.get_current_instance().warning(
+                f'{type(self).__name__}: the checkpoint says the subnet keeps {stored:.4f} of '
+                f"the dense model, but it keeps {measured:.4f} of its {metric} (the target "
+                f"{metric}={value:g}): pruned to another target metric or input_shape? The "
+                'kept fraction is re-measured; the run goes on from it.')
+        return changed
+
     def score(self, batch: Optional[Batch] = None) -> Dict[str, np.ndarray]:
         """The pruner's criterion on the current weights (and on ``batch``, an
         ``(inputs, labels)`` pair, for a criterion computed from data)."""
@@ -270,3 +291,8 @@ def _restore_subnet(algorithm: PruningAlgorithm, incompatible_keys: Any) -> None
         subnet[gid] = torch.from_numpy(flags[start:start + group.num_channels].copy())
         start += group.num_channels
     algorithm.pruner.set_subnet(subnet)
+
+
+def _remeasure_subnet(algorithm: PruningAlgorithm, incompatible_keys: Any) -> None:
+    """After a checkpoint loaded: ``kept_fraction`` in this model's target metric."""
+    algorithm.remeasure()

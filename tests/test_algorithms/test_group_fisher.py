@@ -101,6 +101,24 @@ def test_pruning_runs_every_interval_after_start_and_stops_at_the_target():
     assert model.reached and float(model.kept_fraction) <= 0.5
 
 
+def test_a_checkpoint_pruned_to_another_target_metric_is_measured_in_this_ones():
+    # flops=0.5 kept 4 of the 7 channels, 0.364 of the FLOPs; resumed with ratio=0.5
+    # that is 4/7 of the channels, above the target: not reached, so pruning goes on
+    pruned = chain_fisher(interval=2, start=1, pruner=dict(ratio=None, flops=0.5))
+    optim = OptimWrapper(torch.optim.SGD(pruned.parameters(), lr=0.01))
+    for batch in batches(1) * 12:
+        pruned.train_step(batch, optim)
+    assert pruned.reached and float(pruned.kept_fraction) == pytest.approx(4 / 11)
+    resumed = chain_fisher(interval=2, start=1)
+    resumed.load_state_dict(pruned.state_dict())
+    assert float(resumed.kept_fraction) == pytest.approx(4 / 7)
+    assert not resumed.reached and not resumed.target_met
+    optim = OptimWrapper(torch.optim.SGD(resumed.parameters(), lr=0.01))
+    for batch in batches(1) * 2:  # iterations 12 and 13: a decision at 13
+        resumed.train_step(batch, optim)
+    assert int(resumed.kept_channels.sum()) == 3 and resumed.reached
+
+
 def test_the_pruner_must_score_by_fisher():
     with pytest.raises(TypeError, match="importance must be dict\\(type='fisher'"):
         GroupFisherAlgorithm(LinearChain(), pruner=dict(type='ImportancePruner'),

@@ -115,6 +115,24 @@ def test_a_checkpoint_restores_the_pruned_subnet():
     assert resumed.export_subnet() == model.export_subnet()
 
 
+def test_a_checkpoint_pruned_to_another_target_metric_is_measured_in_this_ones():
+    # flops=0.5 kept 15 of the 24 channels (0.494 of the FLOPs, step budget 0.5): with
+    # ratio=0.5 that is 0.625 of the channels, short of the target, and the step budget,
+    # in FLOPs, says nothing of it
+    pruned = ite_prune(pruner=dict(type='ImportancePruner', flops=0.5))
+    train(pruned, 3)
+    assert kept(pruned) == (5, 10) and pruned.target_met
+    resumed = ite_prune()
+    resumed.load_state_dict(pruned.state_dict())
+    assert kept(resumed) == (5, 10) and float(resumed.kept_fraction) == 0.625
+    assert float(resumed.pruned_to) == 1.0 and not resumed.target_met
+    # another budget in the same metric keeps the step budget (it is warned about)
+    lower = ite_prune(pruner=dict(type='ImportancePruner', flops=0.3))
+    lower.load_state_dict(pruned.state_dict())
+    assert float(lower.kept_fraction) == float(pruned.kept_fraction)
+    assert float(lower.pruned_to) == 0.5
+
+
 def test_a_pruner_without_an_importance_criterion_is_refused():
     with pytest.raises(TypeError, match='must be an ImportancePruner, got RatioPruner'):
         ite_prune(pruner=dict(type='RatioPruner'))
