@@ -262,9 +262,9 @@ def export_qdq_onnx(graph: BaseGraph, path: Union[str, os.PathLike, None] = None
         ['QuantizeLinear', 'DequantizeLinear', 'DequantizeLinear', 'Gemm', 'QuantizeLinear',
          'DequantizeLinear']
     """
-    check_quantized(graph, 'export_qdq_onnx')
     check_calibrated(graph, 'export_qdq_onnx', error=True)
-    check_not_dequantized(graph, 'export_qdq_onnx')
+    check_not_dequantized(graph, 'export_qdq_onnx')  # before: it names what to restore
+    check_quantized(graph, 'export_qdq_onnx')
     work = graph.copy()
     writer = _QDQWriter(work)
     plan: List[Tuple[Callable, Operation, int, TensorQuantizationConfig]] = []

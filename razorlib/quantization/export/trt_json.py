@@ -276,8 +276,9 @@ def export_trt_json(graph: BaseGraph, path: Union[str, os.PathLike]) -> onnx.Mod
         ...         sorted(json.load(file)['act_quant_info'])
         ['input', 'relu']
     """
-    check_quantized(graph, 'export_trt_json')
     check_calibrated(graph, 'export_trt_json', error=True)
+    check_not_dequantized(graph, 'export_trt_json')  # before: it names what to restore
+    check_quantized(graph, 'export_trt_json')
     ranges = _checked_ranges(graph, 'export_trt_json')
     off_grid = weights_off_trt_grid(graph)
     if off_grid:
