@@ -111,12 +111,9 @@ def export_graph(graph: BaseGraph, path: Union[str, os.PathLike],
 
 def _named_platform(platform: Any) -> Optional[TargetPlatform]:
     """The quantized platform ``platform`` names, None for a format or exporter name."""
-    if isinstance(platform, TargetPlatform):
-        return platform if platform in DEFAULT_EXPORT_FORMATS else None
     if isinstance(platform, str) and platform.upper() not in ExportFormat.__members__:
-        named = TargetPlatform.__members__.get(platform.upper())
-        return named if named in DEFAULT_EXPORT_FORMATS else None
-    return None
+        platform = TargetPlatform.__members__.get(platform.upper())
+    return platform if platform in DEFAULT_EXPORT_FORMATS else None
 
 
 def _check_named_platform(graph: BaseGraph, platform: Any) -> None:
