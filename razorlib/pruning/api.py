@@ -2,7 +2,6 @@
 import copy
 import difflib
 import inspect
-import warnings
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Union
 
 import torch
@@ -11,6 +10,7 @@ import torch.nn as nn
 from ..registry import PRUNERS
 from ..tracing.forward import call_model, default_example_inputs, is_transformers_model
 from ..utils.batch_norm import reestimate_bn_stats
+from ..utils.caller import warn_at_caller
 from ..utils.checks import keyword_parameters, switch
 from ..utils.modes import evaluating
 from .allocation import allocate, budget_of
@@ -303,9 +303,8 @@ def _choose_subnet(pruner: StructurePruner, budget: Dict[str, float], options: D
             return pruner.sample_subnet()
         allocation = pruner.allocate(data, loss_fn)
         if allocation.unscored:
-            warnings.warn(f'{pruner.importance!r} scores no channel of '
-                          f'{", ".join(allocation.unscored)}: kept whole', UserWarning,
-                          stacklevel=3)
+            warn_at_caller(f'{pruner.importance!r} scores no channel of '
+                           f'{", ".join(allocation.unscored)}: kept whole', UserWarning)
         return allocation.subnet
     if not budget and len(pruner.ratios) > 1:
         return pruner.sample_subnet()
@@ -354,9 +353,9 @@ def _warn_if_nothing_pruned(pruner: StructurePruner, subnet: SubnetDict,
             rules = {k: getattr(getattr(pruner, 'rule', None), k, None)
                      for k in ('round_to', 'max_ratio')}
             said = ', '.join(f'{k}={v}' for k, v in rules.items() if v not in (None, 1))
-            warnings.warn(f'{caller}: nothing was pruned: every channel is kept '
-                          f'({said or "no prunable group can lose a channel"}); the model '
-                          'is returned whole', UserWarning, stacklevel=4)
+            warn_at_caller(f'{caller}: nothing was pruned: every channel is kept '
+                           f'({said or "no prunable group can lose a channel"}); the model '
+                           'is returned whole', UserWarning)
 
 
 def _warn_norm_statistics(pruner: StructurePruner, subnet: SubnetDict, caller: str,
@@ -380,11 +379,11 @@ def _warn_norm_statistics(pruner: StructurePruner, subnet: SubnetDict, caller: s
             found.append(f'{gid} -> {spanning[0]} ({type(modules[spanning[0]]).__name__})')
     if found:
         more = f' (and {len(found) - 1} more)' if len(found) > 1 else ''
-        warnings.warn(f'{caller}: pruned channels that a norm takes its statistics over, '
-                      f'{found[0]}{more}: the slim norm normalises over fewer channels, so '
-                      'the slim model computes what the masked supernet does, not the dense '
-                      'model with those channels removed; fine-tune it, or keep the group '
-                      'with except_start_keys', UserWarning, stacklevel=4)
+        warn_at_caller(f'{caller}: pruned channels that a norm takes its statistics over, '
+                       f'{found[0]}{more}: the slim norm normalises over fewer channels, so '
+                       'the slim model computes what the masked supernet does, not the dense '
+                       'model with those channels removed; fine-tune it, or keep the group '
+                       'with except_start_keys', UserWarning)
 
 
 def _warn_unpruned(reasons: Dict[str, List[str]]) -> None:
@@ -397,5 +396,5 @@ def _warn_unpruned(reasons: Dict[str, List[str]]) -> None:
     unknown = any(reason.startswith('[unknown-op]') for reason in reasons)
     hint = '\nAdd a rule for an unknown op (docs/tracing_rules.md) to prune through it.' \
         if unknown else ''
-    warnings.warn('razorlib.prune left some layers unpruned; strict=True raises instead:\n'
-                  + '\n'.join(lines) + hint, UserWarning, stacklevel=4)
+    warn_at_caller('razorlib.prune left some layers unpruned; strict=True raises instead:\n'
+                   + '\n'.join(lines) + hint, UserWarning)

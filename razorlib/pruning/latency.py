@@ -32,7 +32,6 @@ import copy
 import hashlib
 import json
 import math
-import warnings
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -44,6 +43,7 @@ import torch.nn as nn
 
 from ..layers import IN_MASK, OUT_MASK, kept_widths
 from ..tracing.forward import call_model, without_kv_cache
+from ..utils.caller import warn_at_caller
 from ..utils.files import atomic_write_text
 from ..utils.modes import evaluating
 from .latency_search import LatencyChoice, search_latency
@@ -443,8 +443,8 @@ class SubnetLatency:
                 if cached is not None:
                     self._table = cached
                     return cached
-                warnings.warn(f'latency table cache {path}: {problem}; re-measuring it and '
-                              'overwriting the file', LatencyCacheWarning, stacklevel=2)
+                warn_at_caller(f'latency table cache {path}: {problem}; re-measuring it and '
+                               'overwriting the file', LatencyCacheWarning)
             self._table = LatencyTable(key, meta, self._measure_layers(plan))
             if path is not None:
                 self._save(path)
@@ -491,12 +491,12 @@ class SubnetLatency:
         try:
             self._table.save(path)  # type: ignore[union-attr]
         except OSError as err:
-            warnings.warn(
+            warn_at_caller(
                 f'latency table not cached: cannot write {path} ({type(err).__name__}: '
                 f'{err.strerror or err}); it is kept in memory for this run. Point '
                 '$RAZORLIB_CACHE_DIR or the runtime\'s cache_dir option (runtime=dict(type=..., '
                 'cache_dir=...)) to a writable directory, or give cache_dir=False to cache '
-                'nothing', LatencyCacheWarning, stacklevel=3)
+                'nothing', LatencyCacheWarning)
 
     def _grid_plan(self, recorded: Recorded) -> Plan:
         """The recorded layers and their kept channel indices at each ratio of the grid."""

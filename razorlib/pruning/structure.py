@@ -9,7 +9,6 @@ writes it into the masks; ``export_subnet`` turns it into a :class:`ChannelConfi
 import difflib
 import math
 import random
-import warnings
 from abc import ABCMeta, abstractmethod
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
@@ -23,6 +22,7 @@ from ..tracing import ChannelGroup, ChannelGroups, build_groups, trace
 from ..tracing.context import check_gqa, check_heads
 from ..tracing.forward import call_model, default_example_inputs, flatten_tensors, \
     shadow_tensors, shadowed
+from ..utils.caller import warn_at_caller
 from ..utils.errors import first_line
 from .channel_config import ChannelConfig, ChannelSelection, as_channel_config
 from .masks import IN_MASK, OUT_MASK, _is_ours, add_masks, add_param_mask, remove_masks, \
@@ -62,9 +62,9 @@ def _check_except_keys(model: nn.Module, keys: Sequence[str]) -> None:
     for key in keys:
         if not any(name.startswith(key) for name in names):
             close = difflib.get_close_matches(key, names, n=3, cutoff=0.6) or names[:2]
-            warnings.warn(f'except_start_keys: {key!r} starts no module or parameter name of '
-                          f'the {type(model).__name__}, so it excludes nothing (names such as '
-                          f'{", ".join(repr(n) for n in close)})', UserWarning, stacklevel=3)
+            warn_at_caller(f'except_start_keys: {key!r} starts no module or parameter name of '
+                           f'the {type(model).__name__}, so it excludes nothing (names such as '
+                           f'{", ".join(repr(n) for n in close)})', UserWarning)
 
 
 #: Why a group read by a slice at the code's bounds is frozen (``groups.sliced``).

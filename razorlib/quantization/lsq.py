@@ -37,7 +37,6 @@ loading it (``check_fits``: ``tools/deploy.py``) let such a checkpoint through t
 warning.
 """
 import re
-import warnings
 from typing import Any, Dict, List, Mapping, Optional, Union
 
 import torch
@@ -46,6 +45,7 @@ import torch.nn as nn
 from ..engine.optional_state import keep_own_optional_state
 from ..ir import (BaseGraph, Operation, QuantableOperation, QuantizationProperty,
                   RoundingPolicy, TensorQuantizationConfig, TorchExecutor)
+from ..utils.caller import warn_at_caller
 from .executor import QuantExecutor, quantized_inputs
 from .functional import ROUNDING_FUNCTIONS
 from .observers import MIN_SCALE
@@ -319,10 +319,10 @@ class LSQGraph(nn.Module):
         checkpoint lacks them (after the check, which tells an older checkpoint by its
         missing signature)."""
         if self._roots and prefix + 'quant_signature.version' not in state_dict:
-            warnings.warn(f'LSQGraph checkpoint: no {prefix}quant_signature: it predates the '
-                          'quantization signature (platform, integer ranges, zero points) '
-                          'that LSQGraph saves, so it is loaded unchecked, with the zero points '
-                          'of this graph; save it again to add the signature', stacklevel=2)
+            warn_at_caller(f'LSQGraph checkpoint: no {prefix}quant_signature: it predates the '
+                           'quantization signature (platform, integer ranges, zero points) '
+                           'that LSQGraph saves, so it is loaded unchecked, with the zero points '
+                           'of this graph; save it again to add the signature')
         else:
             self._check_signature(state_dict, prefix)
         keep_own_optional_state(self, state_dict, prefix)

@@ -1,9 +1,9 @@
 """quantize_graph: dispatch a graph, then quantize what runs on the quantized platform."""
-import warnings
 from collections.abc import Mapping
 from typing import Any, Iterable, Optional, Union
 
 from ..ir import BaseGraph
+from ..utils.caller import warn_at_caller
 from .dispatch import DispatchingTable, dispatch_graph
 from .platform import QUANTIZABLE_OP_TYPES, TargetPlatform, as_platform, is_quantized_platform
 from .quantizers import quantizer_class
@@ -95,6 +95,5 @@ def _warn_nothing_quantized(graph: BaseGraph, platform: TargetPlatform) -> None:
     else:
         why = (f'none of its op types ({_listed(types)}) is quantizable there '
                f'({platform.name} quantizes {_listed(quantizable)})')
-    warnings.warn(f'quantize_graph: no operation of graph {graph.name!r} runs on '
-                  f'{platform.name}, so the graph stays all in floating point: {why}',
-                  stacklevel=3)
+    warn_at_caller(f'quantize_graph: no operation of graph {graph.name!r} runs on '
+                   f'{platform.name}, so the graph stays all in floating point: {why}')

@@ -5,11 +5,11 @@ config states; these functions do it for every quantable operation of a graph.  
 tensors without arithmetic, so a dequantized graph computes its FP32 result bit for bit,
 and a restored one its quantized result.
 """
-import warnings
 from contextlib import contextmanager
 from typing import Iterator, List, Tuple
 
 from ..ir import BaseGraph, QuantableOperation, QuantizationStates, TensorQuantizationConfig
+from ..utils.caller import warn_at_caller
 from .functional import fake_quantize
 
 __all__ = ['bake_parameters', 'check_calibrated', 'check_not_dequantized', 'dequantize_graph',
@@ -137,7 +137,7 @@ point; call calibrate() first (quantize_torch_model and quantize_onnx_model cali
                '(quantize_torch_model and quantize_onnx_model calibrate)')
     if error:
         raise ValueError(message)
-    warnings.warn(message, stacklevel=3)
+    warn_at_caller(message)
 
 
 def dequantized_operations(graph: BaseGraph) -> List[str]:

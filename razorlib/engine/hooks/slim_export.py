@@ -1,5 +1,4 @@
 """SlimExportHook: write the pruned model, sliced, and its channel config to work_dir."""
-import warnings
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Optional
@@ -9,6 +8,7 @@ from mmengine.dist import is_main_process
 from mmengine.hooks import EMAHook, Hook
 
 from ...registry import HOOKS
+from ...utils.caller import warn_at_caller
 from ..utils import unwrap
 
 
@@ -72,7 +72,7 @@ class SlimExportHook(Hook):
             message = model.schedule_overrun(int(max_iters))
             if message:
                 runner.logger.warning(message)
-                warnings.warn(message, stacklevel=2)
+                warn_at_caller(message)
 
     def after_train(self, runner) -> None:
         model = unwrap(runner.model)
@@ -85,7 +85,7 @@ class SlimExportHook(Hook):
                        f"model's {metric}, the target is {value:g} "
                        f'(after {int(model.step_count)} iterations)')
             runner.logger.warning(message)
-            warnings.warn(message, stacklevel=2)
+            warn_at_caller(message)
         if is_main_process():
             folder.mkdir(parents=True, exist_ok=True)
             if hasattr(model, 'export_subnet'):

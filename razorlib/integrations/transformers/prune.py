@@ -6,7 +6,6 @@ the widths of layers repeated down the stack stay uniform, so the config can des
 them and ``from_pretrained`` rebuilds the slim model.
 """
 import re
-import warnings
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -14,6 +13,7 @@ import torch
 import torch.nn as nn
 
 from ...tracing.forward import call_model
+from ...utils.caller import warn_at_caller
 from ...utils.modes import evaluating
 from .config import is_hf_model, sync_config
 
@@ -52,8 +52,7 @@ def with_hidden_size_keys(model: nn.Module, keys: Union[None, str, Sequence[str]
     return keys + hidden_size_keys(model)
 
 
-def warn_if_hidden_pruned(model: nn.Module, slim: nn.Module, caller: str,
-                          stacklevel: int = 3) -> None:
+def warn_if_hidden_pruned(model: nn.Module, slim: nn.Module, caller: str) -> None:
     """Warn when ``slim``'s input embeddings are narrower than ``model``'s: with the
     hidden size pruned, every norm normalises over fewer channels, so the outputs move
     by more than the pruned channels' share; only the masked supernet computes what the
@@ -62,17 +61,15 @@ def warn_if_hidden_pruned(model: nn.Module, slim: nn.Module, caller: str,
         dense = [tuple(p.shape) for p in model.get_submodule(name).parameters()]
         pruned = [tuple(p.shape) for p in slim.get_submodule(name).parameters()]
         if dense != pruned:
-            warnings.warn(f'{caller}(hidden=True) pruned the hidden size of '
-                          f'{type(model).__name__} ({name}: {dense} -> {pruned}): every norm '
-                          'now normalises over fewer channels, so its outputs change by more '
-                          'than the pruned channels\' share (the slim model computes what the '
-                          'masked supernet does, not what the dense model does)', UserWarning,
-                          stacklevel=stacklevel)
+            warn_at_caller(f'{caller}(hidden=True) pruned the hidden size of '
+                           f'{type(model).__name__} ({name}: {dense} -> {pruned}): every norm '
+                           'now normalises over fewer channels, so its outputs change by more '
+                           'than the pruned channels\' share (the slim model computes what the '
+                           'masked supernet does, not what the dense model does)', UserWarning)
             return
 
 
-def warn_if_hidden_kept(model: nn.Module, groups: Any, caller: str,
-                        stacklevel: int = 4) -> bool:
+def warn_if_hidden_kept(model: nn.Module, groups: Any, caller: str) -> bool:
     """Under ``hidden=True``: warn when the input embeddings' channels (the hidden size)
     are in no prunable group, naming the reason (a headless encoder returns the hidden
     states: ``channels of a model output``), since the option then changes nothing;
@@ -85,15 +82,13 @@ def warn_if_hidden_kept(model: nn.Module, groups: Any, caller: str,
                                      for key in keys):
             continue
         reason = f' ({group.frozen_reasons[0]})' if group.frozen_reasons else ''
-        warnings.warn(f'{caller}(hidden=True) prunes no hidden size of '
-                      f'{type(model).__name__}{reason}; the rest is pruned', UserWarning,
-                      stacklevel=stacklevel)
+        warn_at_caller(f'{caller}(hidden=True) prunes no hidden size of '
+                       f'{type(model).__name__}{reason}; the rest is pruned', UserWarning)
         return True
     return False
 
 
-def warn_whole_attention(model: nn.Module, groups: Any, caller: str,
-                         stacklevel: int = 4) -> List[str]:
+def warn_whole_attention(model: nn.Module, groups: Any, caller: str) -> List[str]:
     """Warn when attention modules (their class named ``...Attention``) come out whole:
     none of their layers' output channels in a prunable group, for a reason other than
     ``except_start_keys``.  A user of a language model expects heads to go; where they
@@ -136,9 +131,9 @@ def warn_whole_attention(model: nn.Module, groups: Any, caller: str,
     if whole:
         name, why = whole[0]
         more = f' (and {len(whole) - 1} more)' if len(whole) > 1 else ''
-        warnings.warn(f'{caller}: the attention of {type(model).__name__} is left whole in '
-                      f'{len(whole)} module(s), {name}{more} ({why}); the rest is pruned',
-                      UserWarning, stacklevel=stacklevel)
+        warn_at_caller(f'{caller}: the attention of {type(model).__name__} is left whole in '
+                       f'{len(whole)} module(s), {name}{more} ({why}); the rest is pruned',
+                       UserWarning)
     return [name for name, _ in whole]
 
 
@@ -213,13 +208,13 @@ def describe_slim_config(model: nn.Module, slim: nn.Module, caller: str,
         if sync.refused:  # widths a config could say, were a buffer not computed from them
             more += ('; a config saying them would reload non-persistent buffers with other '
                      'values: ' + '; '.join(str(m) for m in sync.refused[:3]))
-        warnings.warn(f'{caller}: the slim {type(slim).__name__}\'s config cannot describe '
-                      f'{len(sync.mismatches)} of its tensors ({shown}{more}); save it with '
-                      'razorlib.integrations.transformers.save_pruned, which writes the '
-                      'widths beside the config, not with save_pretrained alone',
-                      UserWarning, stacklevel=4)
+        warn_at_caller(f'{caller}: the slim {type(slim).__name__}\'s config cannot describe '
+                       f'{len(sync.mismatches)} of its tensors ({shown}{more}); save it with '
+                       'razorlib.integrations.transformers.save_pruned, which writes the '
+                       'widths beside the config, not with save_pretrained alone',
+                       UserWarning)
     if hidden:
-        warn_if_hidden_pruned(model, slim, caller, stacklevel=5)
+        warn_if_hidden_pruned(model, slim, caller)
 
 
 def prune(model: nn.Module, example_inputs: Any, ratio: Optional[float] = None,

@@ -29,11 +29,11 @@ Example:
     {'aggressive': 'TRT_INT8', 'allin': 'TRT_INT8', 'conservative': 'FP32', 'pointwise': 'FP32'}
 """
 import logging
-import warnings
 from typing import ClassVar, Dict, List, Mapping, Optional, Set, Tuple, TypeVar
 
 from ...ir import BaseGraph, Operation, TensorRole
 from ...registry import DISPATCHERS
+from ...utils.caller import warn_at_caller
 from ..op_types import COMPUTE_TYPES, CONSTANT_TYPES, POINTWISE_TYPES
 from ..platform import QUANTIZABLE_OP_TYPES, TargetPlatform
 
@@ -175,8 +175,8 @@ def _report_fallbacks(graph: BaseGraph, platform: TargetPlatform,
                f'{quantizable} op(s) of types quantizable on {platform.name} left in FP32 '
                f'after a float op: {named}{more}')
     if 2 * len(fallbacks) > quantizable:
-        warnings.warn(f"{message}; dispatcher='aggressive' quantizes them, or pin ops "
-                      'with dispatching_table', stacklevel=2)
+        warn_at_caller(f"{message}; dispatcher='aggressive' quantizes them, or pin ops "
+                       'with dispatching_table')
     else:
         logger.info(message)
 

@@ -39,7 +39,6 @@ run in floating point in a model given as quantized).
 """
 import json
 import os
-import warnings
 from pathlib import Path
 from typing import Dict, List, Tuple, Union
 
@@ -47,6 +46,7 @@ import onnx
 
 from ...ir import (BaseGraph, Operation, QuantableOperation, QuantizationProperty,
                    TensorQuantizationConfig)
+from ...utils.caller import warn_at_caller
 from ..executor import quantized_inputs
 from ..functional import quantize_integers
 from ..passes.layers import LAYER_TYPES
@@ -282,12 +282,12 @@ def export_trt_json(graph: BaseGraph, path: Union[str, os.PathLike]) -> onnx.Mod
     ranges = _checked_ranges(graph, 'export_trt_json')
     off_grid = weights_off_trt_grid(graph)
     if off_grid:
-        warnings.warn(f'export_trt_json: TensorRT computes weight scales itself '
-                      f'(max|w| / {TRT_WEIGHT_QUANT_MAX} per channel), which differ from '
-                      f'razorlib\'s for {len(off_grid)} layers ({", ".join(off_grid[:5])}'
-                      f'{", ..." if len(off_grid) > 5 else ""}): TensorRT rounds their weights '
-                      'again, so their rounding is only approximately kept (QDQ_ONNX keeps it '
-                      'exactly)', stacklevel=2)
+        warn_at_caller(f'export_trt_json: TensorRT computes weight scales itself '
+                       f'(max|w| / {TRT_WEIGHT_QUANT_MAX} per channel), which differ from '
+                       f'razorlib\'s for {len(off_grid)} layers ({", ".join(off_grid[:5])}'
+                       f'{", ..." if len(off_grid) > 5 else ""}): TensorRT rounds their weights '
+                       'again, so their rounding is only approximately kept (QDQ_ONNX keeps it '
+                       'exactly)')
     model_path, ranges_path = trt_json_paths(path)
     model = export_onnx(graph, model_path, quantized_parameters=True)
     ranges_path.write_text(json.dumps({'act_quant_info': ranges}, indent=2))
