@@ -78,6 +78,8 @@ _PASS_NAMES = (
     'LeakyReluBackward1', 'EluBackward1', 'CeluBackward1', 'ThresholdBackward1',
     'RreluWithNoiseBackward0', 'RreluWithNoiseBackward1',
     'ClampMaxBackward0',
+    # custom autograd Functions of model code: transformers' BLOOM GeLU (BloomGelu)
+    'GeLUFunctionBackward',
     # unary math (the scalar partner of x * 2 or x + 1 is untracked)
     'NegBackward0', 'AbsBackward0', 'ExpBackward0', 'LogBackward0', 'SqrtBackward0',
     'RsqrtBackward0', 'ReciprocalBackward0', 'PowBackward0', 'ErfBackward0', 'SinBackward0',
