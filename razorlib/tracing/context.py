@@ -145,6 +145,12 @@ class TraceContext:
         weight (input embeddings and ``lm_head``)."""
         return [] if tensor is None else self._owners.get(id(tensor), [])
 
+    def shared_params(self) -> List[List[Tuple[str, str]]]:
+        """The owners of each tensor held by several modules (a tied weight), in the
+        order of ``named_modules``."""
+        return [owners for owners in self._owners.values()
+                if len({name for name, _ in owners}) > 1]
+
     def tensor_name(self, tensor: torch.Tensor) -> Optional[str]:
         found = self.owner(tensor)
         if found is None:

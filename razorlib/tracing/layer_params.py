@@ -68,6 +68,48 @@ def _tie(ctx: TraceContext, module_name: str, attr: str, kind: LayerKind,
                      f'{module_name}\'s {use.role} axis')
 
 
+def tie_shared_layers(ctx: TraceContext) -> None:
+    """Bind the axes of layers that hold one parameter: a dim of the tensor that holds
+    one owner's channels is sliced with them, so it must hold the same channels of every
+    other owner, or none of them may go.  BERT's masked-LM decoder holds the input
+    embeddings' weight: its inputs (the prediction head's own hidden width) are bound to
+    the embeddings' hidden size, which they were sliced apart from before (``slim_model``
+    refused the plan).  A dim held by one owner's axis and by no traced axis of another
+    (a layer never called, a vocabulary) freezes that axis, naming the other owner."""
+    labels = None
+    for owners in ctx.shared_params():
+        layers = [(name, attr, kind) for name, attr in owners
+                  if (kind := ctx.layer_kind(name)) is not None]
+        if len({name for name, _, _ in layers}) < 2:
+            continue
+        labels = ctx.slots.classes() if labels is None else labels
+        held = []
+        for name, attr, kind in layers:
+            try:
+                held.append((f'{name}.{attr}', _dim_axes(ctx, name, attr, kind, labels)))
+            except _PLAN_ERRORS:  # the kind cannot say: none of its channels may go
+                held.append((f'{name}.{attr}', {}))
+                uses = [use for axis in kind.axes
+                        if (use := _axis_use(ctx, name, axis)) is not None]
+                if uses:
+                    ctx.freeze(np.concatenate([use.slots for use in uses]), 'fixed', None,
+                               f'{type(kind).__name__} cannot say which dims of this '
+                               'parameter, shared with other layers, hold its channels',
+                               op=f'{name}.{attr}')
+        for dim in sorted({dim for _, axes in held for dim in axes}):
+            uses = [(param, axes.get(dim)) for param, axes in held]
+            found = [(param, use) for param, use in uses if use is not None]
+            missing = [param for param, use in uses if use is None]
+            first_param, first = found[0]
+            for param, use in found[1:]:
+                ctx.bind(first.slots, use.slots, f'{first_param} and {param} are one tensor, '
+                         f'whose dim {dim} holds the channels of both')
+            if missing:
+                ctx.freeze(np.concatenate([use.slots for _, use in found]), 'fixed', None,
+                           f'its dim {dim} is shared with {", ".join(missing)}, which holds '
+                           'no channels there that pruning slices', op=first_param)
+
+
 def _dim_axes(ctx: TraceContext, module_name: str, attr: str, kind: LayerKind,
               labels: np.ndarray) -> Dict[int, ChannelUse]:
     """Dim of the layer's ``attr`` -> the traced axis whose channels it holds one to one.

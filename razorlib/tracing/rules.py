@@ -85,6 +85,11 @@ _PASS_NAMES = (
     'RsqrtBackward0', 'ReciprocalBackward0', 'PowBackward0', 'ErfBackward0', 'SinBackward0',
     'CosBackward0', 'RsubBackward1', 'AddBackward1', 'SubBackward1', 'MulBackward1',
     'DivBackward1', 'DivBackward3', 'SgnBackward0', 'MaskedFillBackward0',
+    'Expm1Backward0', 'Log1PBackward0', 'Exp2Backward0', 'Log2Backward0', 'Log10Backward0',
+    'SinhBackward0', 'CoshBackward0', 'TanBackward0', 'AtanBackward0', 'AsinhBackward0',
+    'ErfcBackward0', 'SignBackward0', 'FloorBackward0', 'CeilBackward0', 'RoundBackward0',
+    'TruncBackward0', 'FracBackward0', 'SoftshrinkBackward0', 'HardshrinkBackward0',
+    'NanToNumBackward0',
     # pooling and resizing
     'MaxPool2DWithIndicesBackward0', 'MaxPool3DWithIndicesBackward0',
     'AvgPool2DBackward0', 'AvgPool3DBackward0', 'AdaptiveAvgPool2DBackward0',

@@ -22,7 +22,7 @@ from . import heads
 from .composite import WholeCall, inner_order, whole_calls
 from .context import ChannelUse, TraceContext, check_gqa, check_heads
 from .forward import all_modules, default_example_inputs, record_forward
-from .layer_params import tie_layer_params
+from .layer_params import tie_layer_params, tie_shared_layers
 from .literal_sizes import (freeze_params_of_opaque_ops, freeze_untracked_params,
                             size_dependent_slots)
 from .rules import rule_for
@@ -157,6 +157,7 @@ def trace(model: nn.Module, example_inputs: Any = None, strict: bool = False,
     order, ctx.consumers = _topological_order(roots)
     channels = _walk(ctx, order, whole_calls(ctx, record.module_calls))
     tie_layer_params(ctx)
+    tie_shared_layers(ctx)
     _freeze_outputs(ctx, channels, record.outputs)
     _freeze_dead_ends(ctx, channels, record.module_outputs)
     _freeze_excepted(ctx, except_start_keys)

@@ -7,6 +7,25 @@ entries take two tensors.
 import torch
 import torch.nn.functional as F
 
+
+class GeLUFunction(torch.autograd.Function):
+    """Stands for transformers' BLOOM GeLU, a custom autograd Function of this name (the
+    name is all the table sees: ``GeLUFunctionBackward``)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * 0.5 * (1.0 + torch.tanh(0.79788456 * x * (1 + 0.044715 * x * x)))
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x, ) = ctx.saved_tensors
+        with torch.enable_grad():
+            x = x.detach().requires_grad_()
+            y = x * 0.5 * (1.0 + torch.tanh(0.79788456 * x * (1 + 0.044715 * x * x)))
+            return torch.autograd.grad(y, x, grad)[0]
+
+
 PASS_OPS = {
     'ReluBackward0': F.relu,
     'HardtanhBackward0': F.relu6,
@@ -51,6 +70,27 @@ PASS_OPS = {
     'DivBackward3': lambda x: torch.ops.aten.div.Scalar_mode(x, 2.0, rounding_mode=None),
     'SgnBackward0': torch.sgn,
     'MaskedFillBackward0': lambda x: x.masked_fill(x.detach() > 1, 0.0),
+    'Expm1Backward0': torch.expm1,
+    'Log1PBackward0': lambda x: torch.log1p(x.abs()),
+    'Exp2Backward0': torch.exp2,
+    'Log2Backward0': lambda x: torch.log2(x.abs() + 1),
+    'Log10Backward0': lambda x: torch.log10(x.abs() + 1),
+    'SinhBackward0': torch.sinh,
+    'CoshBackward0': torch.cosh,
+    'TanBackward0': torch.tan,
+    'AtanBackward0': torch.atan,
+    'AsinhBackward0': torch.asinh,
+    'ErfcBackward0': torch.erfc,
+    'SignBackward0': torch.sign,
+    'FloorBackward0': torch.floor,
+    'CeilBackward0': torch.ceil,
+    'RoundBackward0': torch.round,
+    'TruncBackward0': torch.trunc,
+    'FracBackward0': torch.frac,
+    'SoftshrinkBackward0': F.softshrink,
+    'HardshrinkBackward0': F.hardshrink,
+    'NanToNumBackward0': torch.nan_to_num,
+    'GeLUFunctionBackward': lambda x: GeLUFunction.apply(x),
     'MaxPool2DWithIndicesBackward0': lambda x: F.max_pool2d(x, 2),
     'MaxPool3DWithIndicesBackward0': lambda x: F.max_pool3d(x.unsqueeze(2), (1, 2, 2)),
     'AvgPool2DBackward0': lambda x: F.avg_pool2d(x, 2),
