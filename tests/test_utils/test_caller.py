@@ -52,6 +52,17 @@ def test_a_warning_skips_torch_frames_between_the_user_and_razorlib():
         [(__file__, line_of('layer(torch.zeros(1))) =='), 'in forward')]
 
 
+def test_a_warning_skips_a_context_managers_exit_in_contextlib():
+    lib = library_code('import contextlib\n'
+                       '@contextlib.contextmanager\n'
+                       'def block():\n    yield\n    warn_at_caller("on exit")\n')
+
+    def use():
+        with lib['block']():
+            pass
+    assert caught(use) == [(__file__, line_of('with lib[\'block\']():'), 'on exit')]
+
+
 def test_caller_stacklevel_counts_from_the_frame_that_asks():
     assert caller_stacklevel() == 1  # this test's own frame is outside the libraries
     lib = library_code('def level(ask):\n    return ask()\n')

@@ -30,9 +30,10 @@ import torch.nn as nn
 from ...tracing.forward import is_transformers_model
 
 __all__ = ['MLP_WIDTH_FIELDS', 'HEAD_COUNT_FIELDS', 'HIDDEN_SIZE_FIELDS', 'LOW_RANK_FIELDS',
-           'HIDDEN_RATIO_FIELDS', 'WIDTH_FIELDS', 'HEAD_SHAPE_ATTRIBUTES', 'ConfigSync',
-           'Mismatch', 'is_hf_model', 'build_like', 'buffer_mismatches', 'buffer_values',
-           'head_shapes_differ', 'shape_mismatches', 'sync_config']
+           'EMBEDDING_SIZE_FIELDS', 'HIDDEN_RATIO_FIELDS', 'WIDTH_FIELDS',
+           'HEAD_SHAPE_ATTRIBUTES', 'ConfigSync', 'Mismatch', 'is_hf_model', 'build_like',
+           'buffer_mismatches', 'buffer_values', 'head_shapes_differ', 'shape_mismatches',
+           'sync_config']
 
 #: Config fields that size the MLP of every layer, by model family (tried in order).
 MLP_WIDTH_FIELDS = ('intermediate_size', 'n_inner', 'ffn_dim', 'd_ff', 'encoder_ffn_dim',
@@ -42,6 +43,9 @@ HEAD_COUNT_FIELDS = ('num_attention_heads', 'num_key_value_heads', 'n_head', 'nu
                      'n_heads', 'encoder_attention_heads', 'decoder_attention_heads')
 #: Config fields that size the hidden size (the residual stream), by model family.
 HIDDEN_SIZE_FIELDS = ('hidden_size', 'n_embd', 'd_model')
+#: Config fields that size factorised embeddings apart from the hidden size (ALBERT,
+#: ELECTRA: ``embedding_size``, projected to ``hidden_size`` where the two differ).
+EMBEDDING_SIZE_FIELDS = ('embedding_size', )
 #: Config fields that size the low ranks of multi-head latent attention (MiniCPM3,
 #: DeepSeek-V2/V3): ``q_a_proj``'s outputs and ``kv_a_proj_with_mqa``'s latent part.
 LOW_RANK_FIELDS = ('q_lora_rank', 'kv_lora_rank')
@@ -50,7 +54,8 @@ LOW_RANK_FIELDS = ('q_lora_rank', 'kv_lora_rank')
 #: by ``hidden_size / dim_model_base`` before ``lm_head``.
 HIDDEN_RATIO_FIELDS = ('dim_model_base', )
 #: What :func:`sync_config` may rewrite by default.
-WIDTH_FIELDS = MLP_WIDTH_FIELDS + LOW_RANK_FIELDS + HEAD_COUNT_FIELDS + HIDDEN_SIZE_FIELDS
+WIDTH_FIELDS = MLP_WIDTH_FIELDS + LOW_RANK_FIELDS + HEAD_COUNT_FIELDS + HIDDEN_SIZE_FIELDS \
+    + EMBEDDING_SIZE_FIELDS
 
 
 @dataclass(frozen=True)
@@ -390,10 +395,14 @@ def _reloadable(config) -> bool:
 
 def _sliceable(mismatches: Iterable[Mismatch]) -> bool:
     """Whether a channel config can still slice the model the config builds down to the
-    slim one: no dim it builds is narrower than the model's."""
-    return all(c >= s for m in mismatches if m.config_shape and m.model_shape
-               and len(m.config_shape) == len(m.model_shape)
-               for c, s in zip(m.config_shape, m.model_shape))
+    slim one: it builds every tensor the model has (ELECTRA builds no
+    ``embeddings_project`` once ``hidden_size`` equals ``embedding_size``), and no dim it
+    builds is narrower than the model's."""
+    mismatches = list(mismatches)
+    return all(m.config_shape is not None for m in mismatches if m.model_shape is not None) \
+        and all(c >= s for m in mismatches if m.config_shape and m.model_shape
+                and len(m.config_shape) == len(m.model_shape)
+                for c, s in zip(m.config_shape, m.model_shape))
 
 
 #: Attention modules' attributes that say how their width splits into heads.

@@ -1,0 +1,37 @@
+"""Factorised embeddings (ALBERT, ELECTRA: ``embedding_size`` projected to
+``hidden_size``): a pruned model saves and reloads exactly, the hidden size pruned or not.
+
+Before, ``sync_config`` left ``embedding_size`` stale when the embeddings were pruned, and
+with them kept it rewrote ELECTRA's ``hidden_size`` down to ``embedding_size``, a config
+that builds no ``embeddings_project``: ``save_pruned`` refused both ("the slim model
+differs from its config in ways razorlib cannot write as a channel config")."""
+import copy
+import warnings
+
+import pytest
+import torch
+from hf_builders import VOCAB, main_output, relative_error, token_inputs
+
+from razorlib.integrations.transformers import load_pruned, prune, save_pruned
+
+transformers = pytest.importorskip('transformers')
+
+
+@pytest.mark.parametrize('hidden', [False, True])
+@pytest.mark.parametrize('cls,config', [('ElectraForSequenceClassification', 'ElectraConfig'),
+                                        ('ElectraForMaskedLM', 'ElectraConfig'),
+                                        ('AlbertForMaskedLM', 'AlbertConfig')])
+def test_a_pruned_model_with_factorised_embeddings_reloads_exactly(cls, config, hidden,
+                                                                   tmp_path):
+    torch.manual_seed(0)
+    model = getattr(transformers, cls)(getattr(transformers, config)(
+        vocab_size=VOCAB, embedding_size=16, hidden_size=32, num_hidden_layers=1,
+        num_attention_heads=4, intermediate_size=64)).eval()
+    inputs = token_inputs()
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')  # the head widths: the config cannot say them
+        slim = prune(copy.deepcopy(model), inputs, ratio=0.5, hidden=hidden)
+    save_pruned(slim, tmp_path)
+    assert slim.config.embedding_size == (8 if hidden else 16)
+    again = load_pruned(tmp_path)
+    assert relative_error(main_output(again, inputs), main_output(slim, inputs)) <= 1e-6
