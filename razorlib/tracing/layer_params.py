@@ -75,7 +75,9 @@ def tie_shared_layers(ctx: TraceContext) -> None:
     embeddings' weight: its inputs (the prediction head's own hidden width) are bound to
     the embeddings' hidden size, which they were sliced apart from before (``slim_model``
     refused the plan).  A dim held by one owner's axis and by no traced axis of another
-    (a layer never called, a vocabulary) freezes that axis, naming the other owner."""
+    (a layer never called, a vocabulary) freezes that axis, naming the other owner.
+    Owners without a layer kind are left to :func:`tie_layer_params`: slicing gives them
+    the sliced tensor, and their reads of it are bound there."""
     labels = None
     for owners in ctx.shared_params():
         layers = [(name, attr, kind) for name, attr in owners
@@ -83,19 +85,8 @@ def tie_shared_layers(ctx: TraceContext) -> None:
         if len({name for name, _, _ in layers}) < 2:
             continue
         labels = ctx.slots.classes() if labels is None else labels
-        held = []
-        for name, attr, kind in layers:
-            try:
-                held.append((f'{name}.{attr}', _dim_axes(ctx, name, attr, kind, labels)))
-            except _PLAN_ERRORS:  # the kind cannot say: none of its channels may go
-                held.append((f'{name}.{attr}', {}))
-                uses = [use for axis in kind.axes
-                        if (use := _axis_use(ctx, name, axis)) is not None]
-                if uses:
-                    ctx.freeze(np.concatenate([use.slots for use in uses]), 'fixed', None,
-                               f'{type(kind).__name__} cannot say which dims of this '
-                               'parameter, shared with other layers, hold its channels',
-                               op=f'{name}.{attr}')
+        held = [(f'{name}.{attr}', _held_axes(ctx, name, attr, kind, labels))
+                for name, attr, kind in layers]
         for dim in sorted({dim for _, axes in held for dim in axes}):
             uses = [(param, axes.get(dim)) for param, axes in held]
             found = [(param, use) for param, use in uses if use is not None]
@@ -106,8 +97,24 @@ def tie_shared_layers(ctx: TraceContext) -> None:
                          f'whose dim {dim} holds the channels of both')
             if missing:
                 ctx.freeze(np.concatenate([use.slots for _, use in found]), 'fixed', None,
-                           f'its dim {dim} is shared with {", ".join(missing)}, which holds '
-                           'no channels there that pruning slices', op=first_param)
+                           f'its dim {dim} is shared with {", ".join(missing)}, which '
+                           f'hold{"s" if len(missing) == 1 else ""} no channels there that '
+                           'pruning slices', op=first_param)
+
+
+def _held_axes(ctx: TraceContext, name: str, attr: str, kind: LayerKind,
+               labels: np.ndarray) -> Dict[int, ChannelUse]:
+    """:func:`_dim_axes` of one layer holding a shared parameter; none, its channels
+    frozen, where its kind cannot say."""
+    try:
+        return _dim_axes(ctx, name, attr, kind, labels)
+    except _PLAN_ERRORS:  # the kind cannot say: none of its channels may go
+        uses = [use for axis in kind.axes if (use := _axis_use(ctx, name, axis)) is not None]
+        if uses:
+            ctx.freeze(np.concatenate([use.slots for use in uses]), 'fixed', None,
+                       f'{type(kind).__name__} cannot say which dims of this parameter, '
+                       'shared with other layers, hold its channels', op=f'{name}.{attr}')
+        return {}
 
 
 def _dim_axes(ctx: TraceContext, module_name: str, attr: str, kind: LayerKind,
