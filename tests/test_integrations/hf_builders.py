@@ -1,10 +1,13 @@
 """Hugging Face models built from tiny configs (no downloads), with inputs for one forward."""
 from typing import Callable, Dict, Tuple
 
+import copy
+
 import torch
 import torch.nn as nn
 
 from razorlib.layers import kind_of
+from razorlib.utils import get_model_complexity
 
 transformers = __import__('pytest').importorskip('transformers')
 
@@ -142,3 +145,16 @@ def main_output(model: nn.Module, inputs: Dict[str, torch.Tensor]) -> torch.Tens
 
 def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).norm() / b.norm())
+
+
+def deploy_checked(pruner, model: nn.Module, inputs: Dict[str, torch.Tensor]
+                   ) -> Tuple[torch.Tensor, nn.Module]:
+    """The masked ``model``'s main output under the pruner's current subnet, and the slim
+    copy it deploys, asserted to compute (relative error <= 1e-4) and count what the
+    masked model does."""
+    masked = main_output(model, inputs)
+    params = get_model_complexity(model, inputs).params
+    slim = pruner.deploy_subnet(copy.deepcopy(model), pruner.export_subnet())
+    assert relative_error(main_output(slim, inputs), masked) <= 1e-4
+    assert params == sum(p.numel() for p in slim.parameters())
+    return masked, slim
