@@ -151,6 +151,8 @@ _BUILT_IN: Dict[str, Rule] = {
     'TransposeBackward0': PERMUTE,
     'TBackward0': PERMUTE,
     'ExpandBackward0': Rule(shape.expand, 'expand', keeps_pending=True, sizes='code'),
+    'ViewAsComplexBackward0': Rule(shape.complex_view, 'expand', keeps_pending=True),
+    'ViewAsRealBackward0': Rule(shape.complex_view, 'expand', keeps_pending=True),
     'RepeatBackward0': Rule(shape.repeat, 'expand', sizes='code'),
     'FlipBackward0': Rule(shape.flip, 'permute'),
     'IndexBackward0': Rule(shape.index, 'mixing'),

@@ -116,6 +116,19 @@ def reshape(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
     return [TensorChannels(out_shape, slots, split, _reshaped_repeats(x, groups))]
 
 
+def complex_view(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
+    """``view_as_complex`` / ``view_as_real``: a trailing dim of 2 (real, imaginary)
+    dropped or added, the other dims as :func:`reshape` takes them (Llama 4 applies RoPE
+    as a complex product: whole heads pass through).  A split that reaches the pairs
+    (``head_dim`` under ``heads='width'``) freezes: a pair is one complex number, and
+    halving it is no slice."""
+    x = ins[0].channels
+    if x is not None and x.split is not None and x.ndim - 1 in x.split.dims:
+        ctx.freeze(x.all_slots(), 'shape', node, 'reads channels as (real, imaginary) pairs')
+        return opaque(node)
+    return reshape(ctx, node, ins)
+
+
 def _reshaped_repeats(x: TensorChannels, groups) -> Dict[int, np.ndarray]:
     """Where a reshape takes the repeated dims (:class:`TensorChannels` ``repeats``): a
     group of dims merged into one output dim keeps its one repeated dim's head slots,
