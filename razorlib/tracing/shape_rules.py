@@ -120,10 +120,12 @@ def complex_view(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
     """``view_as_complex`` / ``view_as_real``: a trailing dim of 2 (real, imaginary)
     dropped or added, the other dims as :func:`reshape` takes them (Llama 4 applies RoPE
     as a complex product: whole heads pass through).  A split that reaches the pairs
-    (``head_dim`` under ``heads='width'``) freezes: a pair is one complex number, and
-    halving it is no slice."""
+    (``head_dim`` under ``heads='width'``) freezes where ``view_as_complex`` reads it, as
+    do channels on the pair dim itself: a pair is one complex number, and halving it is
+    no slice."""
     x = ins[0].channels
-    if x is not None and x.split is not None and x.ndim - 1 in x.split.dims:
+    pairs = x.ndim - 1 if x is not None and len(output_shapes(node)[0]) < x.ndim else None
+    if pairs is not None and (pairs in x.pending or pairs in x.slots):
         ctx.freeze(x.all_slots(), 'shape', node, 'reads channels as (real, imaginary) pairs')
         return opaque(node)
     return reshape(ctx, node, ins)

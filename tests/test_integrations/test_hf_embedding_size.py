@@ -35,3 +35,19 @@ def test_a_pruned_model_with_factorised_embeddings_reloads_exactly(cls, config, 
     assert slim.config.embedding_size == (8 if hidden else 16)
     again = load_pruned(tmp_path)
     assert relative_error(main_output(again, inputs), main_output(slim, inputs)) <= 1e-6
+
+
+def test_a_tensor_no_config_builds_does_not_stop_the_other_rewrites():
+    """A head the user attached is built by no config, the dense one included: the
+    rewrite of the widths a config can say still happens (the check that a config builds
+    every tensor of the model counts only tensors the config before it built)."""
+    torch.manual_seed(0)
+    model = transformers.BertModel(transformers.BertConfig(
+        vocab_size=VOCAB, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+        intermediate_size=64)).eval()
+    model.extra_head = torch.nn.Linear(32, 3)  # never called: not pruned, not in any config
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        slim = prune(copy.deepcopy(model), token_inputs(), ratio=0.5)
+    assert slim.config.intermediate_size == 32
+    assert slim.encoder.layer[0].intermediate.dense.out_features == 32

@@ -236,3 +236,27 @@ def test_bmm_contraction_binds_and_output_takes_row_and_column_slots():
 def test_negative_dims_are_normalised(dim):
     traced = Traced(Net(lambda m, a, b: torch.cat([a, b], dim).mean((2, 3)), head_in=14), X)
     assert (traced.classes('head', 'in')[:8] == traced.classes('a')).all()
+
+
+class PairHead(nn.Module):
+    """b's two outputs are one complex number (``view_as_complex``), then a real pair
+    again (``view_as_real``) for c."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(4, 8)
+        self.b = nn.Linear(8, 2)
+        self.c = nn.Linear(2, 3)
+
+    def forward(self, x):
+        z = torch.view_as_complex(self.b(torch.relu(self.a(x))).reshape(-1, 1, 2))
+        return self.c(torch.view_as_real(z * (1 + 1j)).reshape(-1, 2))
+
+
+def test_channels_read_as_a_complex_pair_freeze_naming_it():
+    x = torch.randn(5, 4)
+    traced = Traced(PairHead().eval(), x)
+    assert [str(r) for r in traced.reasons('b')] == [
+        '[shape] ViewAsComplexBackward0: reads channels as (real, imaginary) pairs; after b; '
+        'before c']
+    assert traced.group_of('a').prunable

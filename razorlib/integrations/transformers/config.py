@@ -393,13 +393,16 @@ def _reloadable(config) -> bool:
     return True
 
 
-def _sliceable(mismatches: Iterable[Mismatch]) -> bool:
+def _sliceable(mismatches: Iterable[Mismatch], before: Iterable[Mismatch] = ()) -> bool:
     """Whether a channel config can still slice the model the config builds down to the
-    slim one: it builds every tensor the model has (ELECTRA builds no
-    ``embeddings_project`` once ``hidden_size`` equals ``embedding_size``), and no dim it
-    builds is narrower than the model's."""
+    slim one: it builds every tensor the model has that the config before it built
+    (ELECTRA builds no ``embeddings_project`` once ``hidden_size`` equals
+    ``embedding_size``; a head the user attached is built by no config, before or after),
+    and no dim it builds is narrower than the model's."""
     mismatches = list(mismatches)
-    return all(m.config_shape is not None for m in mismatches if m.model_shape is not None) \
+    unbuilt = {m.name for m in before if m.config_shape is None}
+    return all(m.config_shape is not None or m.name in unbuilt
+               for m in mismatches if m.model_shape is not None) \
         and all(c >= s for m in mismatches if m.config_shape and m.model_shape
                 and len(m.config_shape) == len(m.model_shape)
                 for c, s in zip(m.config_shape, m.model_shape))
@@ -458,7 +461,7 @@ def _keeps(left: List[Mismatch], current: List[Mismatch]) -> bool:
     """Whether a config that leaves ``left`` improves on one that leaves ``current``: it
     fixes some tensors, breaks none, and a channel config can still slice what it builds."""
     return len(left) < len(current) and {m.name for m in left} <= {m.name for m in current} \
-        and _sliceable(left)
+        and _sliceable(left, current)
 
 
 def _try(model: nn.Module, config, move: Dict[str, int], current: List[Mismatch],
