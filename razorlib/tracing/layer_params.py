@@ -12,7 +12,7 @@ which axis is the kind's knowledge: its slice plan of the layer on shape-only te
 (a ``Conv1D`` stores its weight ``(in, out)``, an ``nn.Embedding`` its channels on
 dim 1).
 """
-from typing import Dict, Optional
+from typing import Dict, List, Optional
 
 import numpy as np
 
@@ -48,13 +48,12 @@ def tie_layer_params(ctx: TraceContext) -> None:
 def _tie(ctx: TraceContext, module_name: str, attr: str, kind: LayerKind,
          channels: TensorChannels, labels: np.ndarray) -> None:
     """Tie one owner's name of a parameter to that owner's axes."""
-    name = f'{module_name}.{attr}' if module_name else attr
+    name = _param_name(module_name, attr)
     try:
         axes = _dim_axes(ctx, module_name, attr, kind, labels)
     except _PLAN_ERRORS as error:
-        uses = [_axis_use(ctx, module_name, axis) for axis in kind.axes]
-        own = [use.slots for use in uses if use is not None]
-        ctx.freeze(np.concatenate([channels.all_slots()] + own), 'fixed', None,
+        ctx.freeze(np.concatenate([channels.all_slots()] + _own_slots(ctx, module_name, kind)),
+                   'fixed', None,
                    f'the code reads it, and {type(kind).__name__} cannot say which of its '
                    f'dims hold the channels of {module_name} ({error})', op=name)
         return
@@ -85,7 +84,7 @@ def tie_shared_layers(ctx: TraceContext) -> None:
         if len({name for name, _, _ in layers}) < 2:
             continue
         labels = ctx.slots.classes() if labels is None else labels
-        held = [(f'{name}.{attr}', _held_axes(ctx, name, attr, kind, labels))
+        held = [(_param_name(name, attr), _held_axes(ctx, name, attr, kind, labels))
                 for name, attr, kind in layers]
         for dim in sorted({dim for _, axes in held for dim in axes}):
             uses = [(param, axes.get(dim)) for param, axes in held]
@@ -109,12 +108,24 @@ def _held_axes(ctx: TraceContext, name: str, attr: str, kind: LayerKind,
     try:
         return _dim_axes(ctx, name, attr, kind, labels)
     except _PLAN_ERRORS:  # the kind cannot say: none of its channels may go
-        uses = [use for axis in kind.axes if (use := _axis_use(ctx, name, axis)) is not None]
-        if uses:
-            ctx.freeze(np.concatenate([use.slots for use in uses]), 'fixed', None,
+        own = _own_slots(ctx, name, kind)
+        if own:
+            ctx.freeze(np.concatenate(own), 'fixed', None,
                        f'{type(kind).__name__} cannot say which dims of this parameter, '
-                       'shared with other layers, hold its channels', op=f'{name}.{attr}')
+                       'shared with other layers, hold its channels',
+                       op=_param_name(name, attr))
         return {}
+
+
+def _param_name(module_name: str, attr: str) -> str:
+    """``module.attr``; ``attr`` alone for the model's own parameter."""
+    return f'{module_name}.{attr}' if module_name else attr
+
+
+def _own_slots(ctx: TraceContext, module_name: str, kind: LayerKind) -> List[np.ndarray]:
+    """The slots of each traced axis of a layer."""
+    return [use.slots for axis in kind.axes
+            if (use := _axis_use(ctx, module_name, axis)) is not None]
 
 
 def _dim_axes(ctx: TraceContext, module_name: str, attr: str, kind: LayerKind,
