@@ -43,8 +43,15 @@ def reshape_groups(in_shape: Sequence[int],
                    out_shape: Sequence[int]) -> List[Tuple[List[int], List[int]]]:
     """Pair up input and output dims of a reshape into minimal groups of equal product.
 
-    Size-1 dims belong to no group.  Example: ``(2, 8, 4, 4) -> (2, 128)`` gives
-    ``[([0], [0]), ([1, 2, 3], [1])]``.
+    Size-1 dims belong to no group.  Shapes whose dims cannot be so paired, or whose
+    element counts differ (dims left over on either side), raise a ``ValueError``.
+
+    >>> reshape_groups((2, 8, 4, 4), (2, 128))
+    [([0], [0]), ([1, 2, 3], [1])]
+    >>> reshape_groups((3, 4, 2), (3, 4))
+    Traceback (most recent call last):
+    ...
+    ValueError: cannot align reshape (3, 4, 2) -> (3, 4)
     """
     ins = [d for d, size in enumerate(in_shape) if size != 1]
     outs = [d for d, size in enumerate(out_shape) if size != 1]
@@ -65,6 +72,8 @@ def reshape_groups(in_shape: Sequence[int],
             else:
                 raise ValueError(f'cannot align reshape {tuple(in_shape)} -> {tuple(out_shape)}')
         groups.append((gi, go))
+    if i < len(ins) or j < len(outs):
+        raise ValueError(f'cannot align reshape {tuple(in_shape)} -> {tuple(out_shape)}')
     return groups
 
 
@@ -89,6 +98,13 @@ def reshape(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
     except ValueError as err:
         ctx.freeze(x.all_slots(), 'shape', node, str(err))
         return opaque(node)
+    return _reshaped(ctx, node, x, out_shape, groups)
+
+
+def _reshaped(ctx: TraceContext, node, x: TensorChannels, out_shape: Sequence[int],
+              groups) -> Outputs:
+    """:func:`reshape`'s output: ``x`` viewed as ``out_shape``, its dims paired as
+    ``groups`` (:func:`reshape_groups`) pairs them; dims in no group get no slots."""
     slots, split = {}, None
     if x.split is not None:
         split, merged = _reshaped_split(ctx, node, x.split, groups)
@@ -122,13 +138,21 @@ def complex_view(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
     as a complex product: whole heads pass through).  A split that reaches the pairs
     (``head_dim`` under ``heads='width'``) freezes where ``view_as_complex`` reads it, as
     do channels on the pair dim itself: a pair is one complex number, and halving it is
-    no slice."""
+    no slice.  The pair dim (the real side's last) is in no reshape group, so it gets no
+    slots."""
     x = ins[0].channels
-    pairs = x.ndim - 1 if x is not None and len(output_shapes(node)[0]) < x.ndim else None
-    if pairs is not None and (pairs in x.pending or pairs in x.slots):
-        ctx.freeze(x.all_slots(), 'shape', node, 'reads channels as (real, imaginary) pairs')
-        return opaque(node)
-    return reshape(ctx, node, ins)
+    (out_shape, ) = output_shapes(node)
+    if x is None:
+        return [None]
+    if len(out_shape) < x.ndim:  # view_as_complex: x holds the pairs
+        pairs = x.ndim - 1
+        if pairs in x.pending or pairs in x.slots:
+            ctx.freeze(x.all_slots(), 'shape', node, 'reads channels as (real, imaginary) pairs')
+            return opaque(node)
+        groups = reshape_groups(x.shape[:-1], out_shape)
+    else:  # view_as_real: the output holds them
+        groups = reshape_groups(x.shape, out_shape[:-1])
+    return _reshaped(ctx, node, x, out_shape, groups)
 
 
 def _reshaped_repeats(x: TensorChannels, groups) -> Dict[int, np.ndarray]:

@@ -54,6 +54,14 @@ def test_reshape_groups():
     assert reshape_groups((6, 4), (4, 6)) == [([0, 1], [0, 1])]
 
 
+@pytest.mark.parametrize('in_shape,out_shape', [((3, 4, 2), (3, 4)), ((3, 4), (3, 1, 4, 2))])
+def test_reshape_groups_refuses_dims_left_over(in_shape, out_shape):
+    """Element counts that differ leave a dim with no partner: an error, not a drop."""
+    with pytest.raises(ValueError) as err:
+        reshape_groups(in_shape, out_shape)
+    assert str(err.value) == f'cannot align reshape {in_shape} -> {out_shape}'
+
+
 def test_flatten_into_linear_gives_each_channel_hw_features():
     traced = Traced(Net(lambda m, a, b: a.flatten(1), head_in=8 * 16), X)
     head_in = traced.classes('head', 'in')
