@@ -3,7 +3,8 @@
 Some torch modules compute in ways whose widths cannot change while they stay what they
 are: ``nn.MultiheadAttention`` splits one packed projection into heads inside
 ``F.multi_head_attention_forward``, torchvision's Swin attention runs ``F.linear`` on its
-projections' weights.  The modules here compute the same thing in a form
+projections' weights, transformers' mixture-of-experts layers hold all their experts in
+two 3-D tensors.  The modules here compute the same thing in a form
 razorlib's tracer follows and its slicing can narrow, and each comes with a function
 that converts a model in place, keeping its weights.
 
@@ -14,8 +15,10 @@ Example:
     >>> type(split_multihead_attention(model)[0]).__name__
     'SeparateProjectionAttention'
 """
+from .experts import Expert, SplitExperts, fuse_experts, split_experts
 from .multihead import SeparateProjectionAttention, split_multihead_attention
 from .window import WindowAttention, convert_window_attention
 
 __all__ = ['SeparateProjectionAttention', 'split_multihead_attention', 'WindowAttention',
-           'convert_window_attention']
+           'convert_window_attention', 'Expert', 'SplitExperts', 'split_experts',
+           'fuse_experts']

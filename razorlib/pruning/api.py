@@ -191,6 +191,10 @@ def slim_copy(model: nn.Module, example_inputs: Any, call: Dict[str, Any],
     if example_inputs is None:
         example_inputs = default_example_inputs(model)
     slim = copy.deepcopy(model)
+    experts: List[str] = []
+    if hf:  # each routed expert its own module, so that its width prunes
+        from ..integrations.transformers.prune import split_routed_experts
+        experts = split_routed_experts(slim)
     structure_pruner.prepare_from_supernet(slim, example_inputs)
     if not structure_pruner.strict:
         _warn_unpruned(structure_pruner.groups.strict_reasons())
@@ -205,11 +209,17 @@ def slim_copy(model: nn.Module, example_inputs: Any, call: Dict[str, Any],
     subnet = _choose_subnet(structure_pruner, budget, options, example_inputs, data, loss_fn)
     if reshape is not None:
         subnet = reshape(structure_pruner, subnet)
+    if experts:  # one width per layer's experts, to stack them again
+        from ..integrations.transformers.prune import uniform_experts
+        subnet = uniform_experts(structure_pruner, subnet, experts)
     _warn_if_nothing_pruned(structure_pruner, subnet, budget, caller)
     _warn_norm_statistics(structure_pruner, subnet, caller, hidden_keys)
     structure_pruner.set_subnet(subnet)
     structure_pruner.deploy_subnet(slim, structure_pruner.export_subnet())
     _check_runs(slim, example_inputs)
+    if experts:
+        from ..nn.experts import fuse_experts
+        fuse_experts(slim)
     if hf:
         from ..integrations.transformers.prune import describe_slim_config
         describe_slim_config(model, slim, caller, hidden, example_inputs)

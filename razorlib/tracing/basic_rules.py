@@ -234,6 +234,22 @@ def reduction(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
     return [TensorChannels(shapes[0], slots)] + [None] * (len(shapes) - 1)
 
 
+def index_add(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
+    """``out.index_add(dim, index, source)``: ``source``'s rows added to the rows of
+    ``out`` that ``index`` names, so on every other dim the two are bound as ``out +
+    source`` binds them (a mixture of experts summing each expert's output into the
+    tokens routed to it: :class:`razorlib.nn.SplitExperts`).  Channels on ``dim`` itself
+    are gathered, so they freeze.
+    """
+    (out_shape, ) = output_shapes(node)
+    dim = normalize_dim(node._saved_dim, len(out_shape))
+    for inp in ins:
+        if inp.channels is not None and dim in inp.channels.slots:
+            ctx.freeze(inp.channels.slots[dim], 'mixing', node,
+                       f'index_add gathers dim {dim} by an index tensor')
+    return [TensorChannels(out_shape, bind_aligned(ctx, node, ins, out_shape, skip=(dim, )))]
+
+
 def along_dim(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
     """Ops that mix values along one dim (softmax, log_softmax, cumsum).
 

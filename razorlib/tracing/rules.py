@@ -164,6 +164,7 @@ _BUILT_IN: Dict[str, Rule] = {
     'SliceBackward0': Rule(shape.slice_, 'split', sizes='code'),
     'SelectBackward0': Rule(shape.select, 'split', keeps_pending=True, sizes='code'),
     'BmmBackward0': Rule(basic.matmul, 'bind'),
+    'IndexAddBackward0': Rule(basic.index_add, 'bind'),
     'ConvolutionBackward0': Rule(layer.convolution, 'layer'),
     'AddmmBackward0': Rule(layer.addmm, 'layer'),
     'MmBackward0': Rule(layer.mm, 'layer'),

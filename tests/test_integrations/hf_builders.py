@@ -1,13 +1,11 @@
 """Hugging Face models built from tiny configs (no downloads), with inputs for one forward."""
 from typing import Callable, Dict, Tuple
 
-import copy
-
 import torch
 import torch.nn as nn
+from masked_vs_slim import deploy_checked, main_output, relative_error  # noqa: F401 (shared)
 
 from razorlib.layers import kind_of
-from razorlib.utils import get_model_complexity
 
 transformers = __import__('pytest').importorskip('transformers')
 
@@ -133,28 +131,3 @@ def build(name: str, seed: int = 0, **overrides) -> Tuple[nn.Module, Dict[str, t
     builder, inputs, _ = MODELS[name]
     torch.manual_seed(seed)
     return builder(**overrides).eval(), inputs()
-
-
-def main_output(model: nn.Module, inputs: Dict[str, torch.Tensor]) -> torch.Tensor:
-    """Logits where the model has a head, else the last hidden state."""
-    with torch.no_grad():
-        output = model(**inputs)
-    logits = getattr(output, 'logits', None)
-    return logits if logits is not None else output.last_hidden_state
-
-
-def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float((a - b).norm() / b.norm())
-
-
-def deploy_checked(pruner, model: nn.Module, inputs: Dict[str, torch.Tensor]
-                   ) -> Tuple[torch.Tensor, nn.Module]:
-    """The masked ``model``'s main output under the pruner's current subnet, and the slim
-    copy it deploys, asserted to compute (relative error <= 1e-4) and count what the
-    masked model does."""
-    masked = main_output(model, inputs)
-    params = get_model_complexity(model, inputs).params
-    slim = pruner.deploy_subnet(copy.deepcopy(model), pruner.export_subnet())
-    assert relative_error(main_output(slim, inputs), masked) <= 1e-4
-    assert params == sum(p.numel() for p in slim.parameters())
-    return masked, slim

@@ -11,7 +11,7 @@ DOC = Path(__file__).resolve().parents[2] / 'docs' / 'transformers.md'
 
 def test_the_page_code_runs(tmp_path, monkeypatch):
     blocks = re.findall(r'```python\n(.*?)```', DOC.read_text(), flags=re.S)
-    assert len(blocks) == 5
+    assert len(blocks) == 6
     model, inputs = build('llama', num_hidden_layers=4)
     namespace = dict(model=model, ids=inputs['input_ids'], inputs=inputs,
                      batches=[token_inputs(seed=1), token_inputs(seed=2)],
@@ -21,6 +21,9 @@ def test_the_page_code_runs(tmp_path, monkeypatch):
     for block in blocks:
         exec(compile(block, str(DOC), 'exec'), namespace)
     again, slim = namespace['again'], namespace['slim']
+    moe = namespace['moe_slim']  # the mixture-of-experts section: routed experts pruned
+    assert moe.config.moe_intermediate_size == 16
+    assert moe.model.layers[0].mlp.experts.gate_up_proj.shape == (4, 32, 32)
     with torch.no_grad():
         torch.testing.assert_close(again(**inputs).logits, slim.eval()(**inputs).logits)
     resnet, cut, fresh = namespace['resnet'], namespace['result'].model, namespace['fresh']

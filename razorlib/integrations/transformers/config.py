@@ -35,9 +35,11 @@ __all__ = ['MLP_WIDTH_FIELDS', 'HEAD_COUNT_FIELDS', 'HIDDEN_SIZE_FIELDS', 'LOW_R
            'buffer_mismatches', 'buffer_values', 'head_shapes_differ', 'shape_mismatches',
            'sync_config']
 
-#: Config fields that size the MLP of every layer, by model family (tried in order).
+#: Config fields that size the MLP of every layer, by model family (tried in order), and
+#: a mixture of experts' routed and shared experts (Qwen2/3-MoE, DeepSeek-V3).
 MLP_WIDTH_FIELDS = ('intermediate_size', 'n_inner', 'ffn_dim', 'd_ff', 'encoder_ffn_dim',
-                    'decoder_ffn_dim')
+                    'decoder_ffn_dim', 'moe_intermediate_size',
+                    'shared_expert_intermediate_size')
 #: Config fields that count attention heads: query heads, then key/value heads (GQA).
 HEAD_COUNT_FIELDS = ('num_attention_heads', 'num_key_value_heads', 'n_head', 'num_heads',
                      'n_heads', 'encoder_attention_heads', 'decoder_attention_heads')

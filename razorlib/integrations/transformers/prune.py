@@ -6,7 +6,7 @@ the widths of layers repeated down the stack stay uniform, so the config can des
 them and ``from_pretrained`` rebuilds the slim model.
 """
 import re
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -18,7 +18,9 @@ from ...utils.modes import evaluating
 from .config import is_hf_model, sync_config
 
 __all__ = ['prune', 'hidden_size_keys', 'with_hidden_size_keys', 'warn_if_hidden_pruned',
-           'warn_if_hidden_kept', 'warn_whole_attention', 'uniform_subnet', 'describe_slim_config']
+           'warn_if_hidden_kept', 'warn_whole_attention', 'uniform_subnet', 'split_routed_experts',
+           'uniform_experts',
+           'describe_slim_config']
 
 
 def hidden_size_keys(model: nn.Module) -> Tuple[str, ...]:
@@ -162,14 +164,60 @@ def uniform_subnet(pruner, subnet: Dict[str, torch.Tensor]) -> Dict[str, torch.T
     """``subnet`` with the spaces of the same layer in every block (``h.0.mlp.c_fc``,
     ``h.1.mlp.c_fc``, ...) keeping the same number of channels: their mean count,
     each space its best channels by the pruner's order."""
+    return _equal_counts(pruner, subnet, _layer_pattern)
+
+
+def split_routed_experts(model: nn.Module) -> List[str]:
+    """Split ``model``'s fused experts (:func:`razorlib.nn.split_experts`), in place, so
+    that each expert's width prunes; the names of the :class:`~razorlib.nn.SplitExperts`
+    made.  A layout it does not compute (GPT-OSS's) leaves every module fused, whole (the
+    trace then names its ``grouped_mm``), and returns no name."""
+    from ...nn.experts import SplitExperts, split_experts
+    try:
+        split_experts(model)
+    except ValueError:
+        return []
+    return [name for name, module in model.named_modules() if isinstance(module, SplitExperts)]
+
+
+#: Fused experts' widths are kept multiples of this (where the dense width is one):
+#: ``grouped_mm`` needs its operands' strides in multiples of 16 bytes, 8 bf16 values.
+EXPERT_WIDTH_MULTIPLE = 8
+
+
+def uniform_experts(pruner, subnet: Dict[str, torch.Tensor],
+                    modules: Sequence[str]) -> Dict[str, torch.Tensor]:
+    """``subnet`` with the experts of each :class:`~razorlib.nn.SplitExperts` named in
+    ``modules`` keeping the same number of channels, so that
+    :func:`~razorlib.nn.fuse_experts` can stack them into one tensor again: their mean
+    count, to the nearest multiple of :data:`EXPERT_WIDTH_MULTIPLE` (the kernel that runs
+    fused experts needs it), each expert its best channels by the pruner's order; other
+    spaces as they are."""
+    def module_of(gid: str) -> Optional[str]:
+        return next((name for name in modules if gid.startswith(f'{name}.experts.')), None)
+
+    def aligned(count: int, full: int) -> int:
+        step = EXPERT_WIDTH_MULTIPLE
+        return count if full % step else min(full, max(step, step * int(count / step + 0.5)))
+    return _equal_counts(pruner, subnet, module_of, aligned)
+
+
+def _equal_counts(pruner, subnet: Dict[str, torch.Tensor],
+                  key: Callable[[str], Optional[str]],
+                  fit: Callable[[int, int], int] = lambda count, full: count
+                  ) -> Dict[str, torch.Tensor]:
+    """``subnet`` with the spaces of one width and one ``key`` keeping their mean count
+    of channels (``fit(count, width)``), each space its best channels by the pruner's
+    order (spaces whose key is None as they are)."""
     groups = pruner.groups.prunable
     classes: Dict[Tuple[str, int], List[str]] = {}
     for gid in subnet:
-        classes.setdefault((_layer_pattern(gid), groups[gid].num_channels), []).append(gid)
+        if key(gid) is not None:
+            classes.setdefault((key(gid), groups[gid].num_channels), []).append(gid)
     orders = pruner.channel_orders()
     uniform = dict(subnet)
-    for ids in classes.values():
-        count = int(round(np.mean([int(subnet[gid].sum()) for gid in ids])))
+    for (_, full), ids in classes.items():
+        count = fit(int(round(np.mean([int(subnet[gid].sum()) for gid in ids]))), full)
         for gid in ids:
             uniform[gid] = torch.from_numpy(groups[gid].keep_best(np.asarray(orders[gid]),
                                                                   count))

@@ -1,0 +1,81 @@
+"""Mixture-of-experts models prune their routed experts: ``razorlib.prune`` splits the
+fused experts (:func:`razorlib.nn.split_experts`), each expert keeps its own best
+channels, the experts of a layer one width, and the slim model is the transformers class
+again, its config rewritten (``moe_intermediate_size``) and reloaded by
+``from_pretrained``.  Before, the fused experts' ``grouped_mm`` was an unknown op and
+every routed expert stayed whole."""
+import warnings
+
+import pytest
+import torch
+from hf_builders import VOCAB, main_output, token_inputs
+
+import razorlib
+from razorlib.integrations import transformers as hf
+
+transformers = pytest.importorskip('transformers')
+
+SMALL = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=2, max_position_embeddings=32)
+
+
+def qwen2_moe():
+    torch.manual_seed(0)
+    return transformers.Qwen2MoeForCausalLM(transformers.Qwen2MoeConfig(
+        **SMALL, intermediate_size=40, moe_intermediate_size=32,
+        shared_expert_intermediate_size=48, num_experts=4, num_experts_per_tok=2)).eval()
+
+
+def mixtral():
+    torch.manual_seed(0)
+    return transformers.MixtralForCausalLM(transformers.MixtralConfig(
+        **SMALL, intermediate_size=24, num_local_experts=4, num_experts_per_tok=2)).eval()
+
+
+def kept_rows(slim: torch.Tensor, dense: torch.Tensor) -> list:
+    """The row of ``dense`` each row of ``slim`` is (exactly)."""
+    return [next(i for i, row in enumerate(dense) if torch.equal(row, kept)) for kept in slim]
+
+
+def test_each_expert_keeps_its_own_channels_at_one_width_and_reloads(tmp_path):
+    model, inputs = qwen2_moe(), token_inputs()
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')  # nothing left unpruned, nothing the config misses
+        slim = hf.prune(model, inputs, ratio=0.5)
+    assert type(slim) is transformers.Qwen2MoeForCausalLM
+    assert (slim.config.moe_intermediate_size, slim.config.shared_expert_intermediate_size) \
+        == (16, 24)
+    for dense_layer, slim_layer in zip(model.model.layers, slim.model.layers):
+        dense, cut = dense_layer.mlp.experts, slim_layer.mlp.experts
+        assert cut.gate_up_proj.shape == (4, 32, 32) and cut.down_proj.shape == (4, 32, 16)
+        kept = []
+        for e in range(4):  # gate and up rows, and down columns, at the same channels
+            gate = kept_rows(cut.gate_up_proj[e, :16], dense.gate_up_proj[e, :32])
+            up = kept_rows(cut.gate_up_proj[e, 16:], dense.gate_up_proj[e, 32:])
+            down = kept_rows(cut.down_proj[e].t(), dense.down_proj[e].t())
+            assert gate == up == down == sorted(gate)
+            kept.append(gate)
+        assert len({tuple(k) for k in kept}) == 4  # each expert its own channels
+    slim.save_pretrained(tmp_path)
+    again = transformers.Qwen2MoeForCausalLM.from_pretrained(tmp_path).eval()
+    assert torch.equal(main_output(again, inputs), main_output(slim, inputs))
+
+
+def test_global_ranking_gives_the_experts_of_a_layer_one_width_grouped_mm_runs():
+    model, inputs = mixtral(), token_inputs()
+    slim = razorlib.prune(model, inputs, ratio=0.4, global_ranking=True)
+    assert type(slim) is transformers.MixtralForCausalLM
+    widths = [layer.mlp.experts.down_proj.shape[2] for layer in slim.model.layers]
+    assert all(w in (8, 16) for w in widths)  # multiples of 8, which grouped_mm needs
+    assert [layer.mlp.experts.intermediate_dim for layer in slim.model.layers] == widths
+    assert main_output(slim, inputs).shape == (2, 8, VOCAB)
+
+
+def test_a_layout_split_experts_does_not_compute_stays_whole_and_named():
+    torch.manual_seed(0)
+    model = transformers.GptOssForCausalLM(transformers.GptOssConfig(
+        **SMALL, intermediate_size=24, num_local_experts=4, num_experts_per_tok=2, head_dim=8,
+        sliding_window=4)).eval()
+    with pytest.warns(UserWarning, match=r'\[unknown-op\] GroupedMmBackward0'):
+        slim = razorlib.prune(model, token_inputs(), ratio=0.5)
+    assert slim.model.layers[0].mlp.experts.gate_up_proj.shape == (4, 32, 48)
