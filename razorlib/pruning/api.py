@@ -4,6 +4,7 @@ import difflib
 import inspect
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Union
 
+import numpy as np
 import torch
 import torch.nn as nn
 
@@ -13,7 +14,7 @@ from ..utils.batch_norm import reestimate_bn_stats
 from ..utils.caller import warn_at_caller
 from ..utils.checks import keyword_parameters, switch
 from ..utils.modes import evaluating
-from .allocation import allocate, budget_of
+from .allocation import SubnetMeter, allocate, budget_of, within
 from .data import pair_batches
 from .importance import ImportanceArg
 from .importance.pruner import ImportancePruner
@@ -211,7 +212,8 @@ def slim_copy(model: nn.Module, example_inputs: Any, call: Dict[str, Any],
         subnet = reshape(structure_pruner, subnet)
     if experts:  # one width per layer's experts, to stack them again
         from ..integrations.transformers.prune import uniform_experts
-        subnet = uniform_experts(structure_pruner, subnet, experts)
+        subnet = uniform_experts(structure_pruner, subnet, experts,
+                                 _meets_budget(structure_pruner, budget, example_inputs))
     _warn_if_nothing_pruned(structure_pruner, subnet, budget, caller)
     _warn_norm_statistics(structure_pruner, subnet, caller, hidden_keys)
     structure_pruner.set_subnet(subnet)
@@ -322,6 +324,20 @@ def _choose_subnet(pruner: StructurePruner, budget: Dict[str, float], options: D
         budget = {'ratio': pruner.ratios[0]}
     return allocate(pruner, None, **budget, round_to=options['round_to'],
                     max_ratio=options['max_ratio'], example_inputs=example_inputs).subnet
+
+
+def _meets_budget(pruner: StructurePruner, budget: Dict[str, float], example_inputs: Any
+                  ) -> Optional[Callable[[SubnetDict], bool]]:
+    """Whether a subnet keeps the budget's FLOPs or params, measured as the allocation
+    measures them (None for a budget of channels or latency)."""
+    metric = next((m for m in ('flops', 'params') if m in budget), None)
+    if metric is None:
+        return None
+    meter = SubnetMeter(pruner, example_inputs)
+    counts_flops = metric == 'flops'
+    full = {gid: np.ones(g.num_channels, dtype=bool) for gid, g in pruner.groups.prunable.items()}
+    limit = within(budget[metric], getattr(meter(full, counts_flops), metric))
+    return lambda subnet: getattr(meter(subnet, counts_flops), metric) <= limit
 
 
 def _check_runs(slim: nn.Module, example_inputs: Any) -> None:

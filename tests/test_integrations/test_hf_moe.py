@@ -12,6 +12,10 @@ from hf_builders import VOCAB, main_output, token_inputs
 
 import razorlib
 from razorlib.integrations import transformers as hf
+from razorlib.integrations.transformers.prune import uniform_experts
+from razorlib.nn import split_experts
+from razorlib.pruning import L1NormPruner
+from razorlib.utils import get_model_complexity
 
 transformers = pytest.importorskip('transformers')
 
@@ -26,10 +30,11 @@ def qwen2_moe():
         shared_expert_intermediate_size=48, num_experts=4, num_experts_per_tok=2)).eval()
 
 
-def mixtral():
+def mixtral(intermediate_size):
     torch.manual_seed(0)
     return transformers.MixtralForCausalLM(transformers.MixtralConfig(
-        **SMALL, intermediate_size=24, num_local_experts=4, num_experts_per_tok=2)).eval()
+        **SMALL, intermediate_size=intermediate_size, num_local_experts=4,
+        num_experts_per_tok=2)).eval()
 
 
 def kept_rows(slim: torch.Tensor, dense: torch.Tensor) -> list:
@@ -61,14 +66,17 @@ def test_each_expert_keeps_its_own_channels_at_one_width_and_reloads(tmp_path):
     assert torch.equal(main_output(again, inputs), main_output(slim, inputs))
 
 
-def test_global_ranking_gives_the_experts_of_a_layer_one_width_grouped_mm_runs():
-    model, inputs = mixtral(), token_inputs()
-    slim = razorlib.prune(model, inputs, ratio=0.4, global_ranking=True)
+def test_a_flops_budget_holds_at_one_width_per_layer_and_reloads(tmp_path):
+    model, inputs = mixtral(intermediate_size=64), token_inputs()
+    slim = razorlib.prune(model, inputs, flops=0.5)
     assert type(slim) is transformers.MixtralForCausalLM
+    dense, cut = (get_model_complexity(m, inputs).flops for m in (model, slim))
+    assert 0.45 < cut / dense <= 0.5  # the budget holds, though widths move by 8 at a time
     widths = [layer.mlp.experts.down_proj.shape[2] for layer in slim.model.layers]
-    assert all(w in (8, 16) for w in widths)  # multiples of 8, which grouped_mm needs
-    assert [layer.mlp.experts.intermediate_dim for layer in slim.model.layers] == widths
-    assert main_output(slim, inputs).shape == (2, 8, VOCAB)
+    assert all(w % 8 == 0 and w < 64 for w in widths)  # grouped_mm needs multiples of 8
+    hf.save_pruned(slim, tmp_path)  # per-layer widths go in a channel file
+    again = hf.load_pruned(tmp_path)
+    assert torch.equal(main_output(again, inputs), main_output(slim, inputs))
 
 
 def test_a_layout_split_experts_does_not_compute_stays_whole_and_named():
@@ -79,3 +87,19 @@ def test_a_layout_split_experts_does_not_compute_stays_whole_and_named():
     with pytest.warns(UserWarning, match=r'\[unknown-op\] GroupedMmBackward0'):
         slim = razorlib.prune(model, token_inputs(), ratio=0.5)
     assert slim.model.layers[0].mlp.experts.gate_up_proj.shape == (4, 32, 48)
+
+
+def test_a_budget_no_width_per_layer_meets_is_refused():
+    model, inputs = split_experts(mixtral(intermediate_size=64)), token_inputs()
+    pruner = L1NormPruner(ratio=0.5)
+    pruner.prepare_from_supernet(model, inputs)
+    subnet = pruner.subnet_at(0.5)
+    layers = ['model.layers.0.mlp.experts', 'model.layers.1.mlp.experts']
+    tried = []
+    kept = uniform_experts(pruner, subnet, layers, lambda s: tried.append(s) or len(tried) > 2)
+    counts = [int(kept[f'{name}.experts.0.up_proj'].sum()) for name in layers]
+    assert counts == [24, 24]  # 32 each, then the widest (the first) and the other lose 8
+    with pytest.raises(ValueError, match=r'^the budget cannot be met with one width for the '
+                       r'experts of each layer \(2 layers of experts at their narrowest still '
+                       r'miss it\); ask for a larger budget\. Nothing was changed\.$'):
+        uniform_experts(pruner, subnet, layers, lambda s: False)

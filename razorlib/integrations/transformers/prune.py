@@ -185,21 +185,57 @@ def split_routed_experts(model: nn.Module) -> List[str]:
 EXPERT_WIDTH_MULTIPLE = 8
 
 
-def uniform_experts(pruner, subnet: Dict[str, torch.Tensor],
-                    modules: Sequence[str]) -> Dict[str, torch.Tensor]:
+def uniform_experts(pruner, subnet: Dict[str, torch.Tensor], modules: Sequence[str],
+                    meets: Optional[Callable[[Dict[str, torch.Tensor]], bool]] = None
+                    ) -> Dict[str, torch.Tensor]:
     """``subnet`` with the experts of each :class:`~razorlib.nn.SplitExperts` named in
     ``modules`` keeping the same number of channels, so that
-    :func:`~razorlib.nn.fuse_experts` can stack them into one tensor again: their mean
-    count, to the nearest multiple of :data:`EXPERT_WIDTH_MULTIPLE` (the kernel that runs
-    fused experts needs it), each expert its best channels by the pruner's order; other
-    spaces as they are."""
-    def module_of(gid: str) -> Optional[str]:
-        return next((name for name in modules if gid.startswith(f'{name}.experts.')), None)
+    :func:`~razorlib.nn.fuse_experts` can stack them into one tensor again; other spaces
+    as they are.
 
-    def aligned(count: int, full: int) -> int:
-        step = EXPERT_WIDTH_MULTIPLE
-        return count if full % step else min(full, max(step, step * int(count / step + 0.5)))
-    return _equal_counts(pruner, subnet, module_of, aligned)
+    The count is the experts' mean in a multiple of :data:`EXPERT_WIDTH_MULTIPLE` where
+    the dense width is one (the kernel that runs fused experts needs it; at least one
+    multiple), each expert keeping its best channels by the pruner's order.  With
+    ``meets`` (whether a subnet meets the FLOPs or params budget: FLOPs weigh each expert
+    by the tokens routed to it) the mean is rounded to the nearest multiple and the widest
+    layer's experts lose a multiple at a time until the budget holds; without (a budget
+    of channels or latency) it is rounded down, which keeps the channels within what the
+    allocation gave.
+
+    Raises:
+        ValueError: every layer's experts at their narrowest still miss the budget.
+    """
+    groups, orders = pruner.groups.prunable, pruner.channel_orders()
+    members = {name: [gid for gid in subnet if gid.startswith(f'{name}.experts.')]
+               for name in modules}
+    members = {name: ids for name, ids in members.items() if ids}
+    steps = {name: EXPERT_WIDTH_MULTIPLE if groups[ids[0]].num_channels
+             % EXPERT_WIDTH_MULTIPLE == 0 else 1 for name, ids in members.items()}
+    rounding = np.round if meets is not None else np.floor
+    counts = {name: max(steps[name], steps[name] * int(rounding(
+        np.mean([int(subnet[gid].sum()) for gid in ids]) / steps[name])))
+        for name, ids in members.items()}
+
+    def at_counts() -> Dict[str, torch.Tensor]:
+        uniform = dict(subnet)
+        for name, ids in members.items():
+            for gid in ids:
+                uniform[gid] = torch.from_numpy(groups[gid].keep_best(
+                    np.asarray(orders[gid]), counts[name]))
+        return uniform
+
+    uniform = at_counts()
+    while meets is not None and not meets(uniform):
+        wider = [name for name in counts if counts[name] > steps[name]]
+        if not wider:
+            raise ValueError('the budget cannot be met with one width for the experts of '
+                             f'each layer ({len(counts)} layers of experts at their '
+                             'narrowest still miss it); ask for a larger budget. Nothing '
+                             'was changed.')
+        widest = max(wider, key=lambda name: counts[name])
+        counts[widest] -= steps[widest]
+        uniform = at_counts()
+    return uniform
 
 
 def _equal_counts(pruner, subnet: Dict[str, torch.Tensor],
