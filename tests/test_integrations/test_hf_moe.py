@@ -98,8 +98,44 @@ def test_a_budget_no_width_per_layer_meets_is_refused():
     tried = []
     kept = uniform_experts(pruner, subnet, layers, lambda s: tried.append(s) or len(tried) > 2)
     counts = [int(kept[f'{name}.experts.0.up_proj'].sum()) for name in layers]
-    assert counts == [24, 24]  # 32 each, then the widest (the first) and the other lose 8
+    assert counts == [16, 16]  # 32 each, then both (the widest, tied) lose 8, twice
     with pytest.raises(ValueError, match=r'^the budget cannot be met with one width for the '
                        r'experts of each layer \(2 layers of experts at their narrowest still '
                        r'miss it\); ask for a larger budget\. Nothing was changed\.$'):
         uniform_experts(pruner, subnet, layers, lambda s: False)
+
+
+def test_hf_prune_keeps_one_expert_width_down_the_stack_under_a_flops_budget():
+    model, inputs = mixtral(intermediate_size=64), token_inputs()
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')  # the config describes every width
+        slim = hf.prune(model, inputs, flops=0.5)
+    dense, cut = (get_model_complexity(m, inputs).flops for m in (model, slim))
+    assert cut / dense <= 0.5
+    widths = {layer.mlp.experts.down_proj.shape[2] for layer in slim.model.layers}
+    assert widths == {slim.config.intermediate_size} and slim.config.intermediate_size < 64
+
+
+@pytest.mark.parametrize('dense,call,kept', [
+    (20, dict(ratio=0.5), 8),  # 10 is no multiple of 8: grouped_mm could not run it
+    (64, dict(ratio=0.1), 8),  # the narrowest multiple of 8
+    (64, dict(ratio=0.85, max_ratio=0.2), 56),  # at least 80% stays: 51.2 up to 56
+    (64, dict(ratio=0.5, round_to=16), 32),
+])
+def test_expert_widths_are_multiples_of_8_within_the_width_rule(dense, call, kept):
+    model, inputs = mixtral(intermediate_size=dense), token_inputs()
+    slim = razorlib.prune(model, inputs, **call)
+    assert [layer.mlp.experts.intermediate_dim for layer in slim.model.layers] == [kept] * 2
+    assert main_output(slim, inputs).shape == (2, 8, VOCAB)  # grouped_mm runs the widths
+
+
+@pytest.mark.parametrize('importance', ['taylor', 'fisher', 'activation', 'apoz'])
+def test_data_criteria_score_experts_no_token_of_the_data_reached(importance):
+    torch.manual_seed(0)
+    model = transformers.MixtralForCausalLM(transformers.MixtralConfig(
+        **SMALL, intermediate_size=32, num_local_experts=8, num_experts_per_tok=2)).eval()
+    inputs = token_inputs()
+    data = [({'input_ids': inputs['input_ids'][:1, :2]}, inputs['input_ids'][:1, :2])]
+    slim = razorlib.prune(model, inputs, ratio=0.5, importance=importance, data=data,
+                          loss_fn=lambda out, ids: out.logits.sum())
+    assert [layer.mlp.experts.intermediate_dim for layer in slim.model.layers] == [16, 16]

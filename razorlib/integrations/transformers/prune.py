@@ -164,7 +164,23 @@ def uniform_subnet(pruner, subnet: Dict[str, torch.Tensor]) -> Dict[str, torch.T
     """``subnet`` with the spaces of the same layer in every block (``h.0.mlp.c_fc``,
     ``h.1.mlp.c_fc``, ...) keeping the same number of channels: their mean count,
     each space its best channels by the pruner's order."""
-    return _equal_counts(pruner, subnet, _layer_pattern)
+    groups = pruner.groups.prunable
+    classes: Dict[Tuple[str, int], List[str]] = {}
+    for gid in subnet:
+        classes.setdefault((_layer_pattern(gid), groups[gid].num_channels), []).append(gid)
+    counts = {gid: int(round(np.mean([int(subnet[other].sum()) for other in ids])))
+              for ids in classes.values() for gid in ids}
+    return _keeping(groups, pruner.channel_orders(), subnet, counts)
+
+
+def _keeping(groups, orders: Dict[str, np.ndarray], subnet: Dict[str, torch.Tensor],
+             counts: Dict[str, int]) -> Dict[str, torch.Tensor]:
+    """``subnet`` with each space of ``counts`` keeping that many channels, its best by
+    ``orders``."""
+    kept = dict(subnet)
+    for gid, count in counts.items():
+        kept[gid] = torch.from_numpy(groups[gid].keep_best(np.asarray(orders[gid]), count))
+    return kept
 
 
 def split_routed_experts(model: nn.Module) -> List[str]:
@@ -180,8 +196,8 @@ def split_routed_experts(model: nn.Module) -> List[str]:
     return [name for name, module in model.named_modules() if isinstance(module, SplitExperts)]
 
 
-#: Fused experts' widths are kept multiples of this (where the dense width is one):
-#: ``grouped_mm`` needs its operands' strides in multiples of 16 bytes, 8 bf16 values.
+#: Fused experts' widths are kept multiples of this (or whole): ``grouped_mm`` needs its
+#: operands' rows in multiples of 16 bytes, 8 bf16 values.
 EXPERT_WIDTH_MULTIPLE = 8
 
 
@@ -193,71 +209,56 @@ def uniform_experts(pruner, subnet: Dict[str, torch.Tensor], modules: Sequence[s
     :func:`~razorlib.nn.fuse_experts` can stack them into one tensor again; other spaces
     as they are.
 
-    The count is the experts' mean in a multiple of :data:`EXPERT_WIDTH_MULTIPLE` where
-    the dense width is one (the kernel that runs fused experts needs it; at least one
-    multiple), each expert keeping its best channels by the pruner's order.  With
-    ``meets`` (whether a subnet meets the FLOPs or params budget: FLOPs weigh each expert
-    by the tokens routed to it) the mean is rounded to the nearest multiple and the widest
-    layer's experts lose a multiple at a time until the budget holds; without (a budget
-    of channels or latency) it is rounded down, which keeps the channels within what the
-    allocation gave.
+    The count is one the pruner's width rule allows (``round_to``, ``max_ratio``) that is
+    a multiple of :data:`EXPERT_WIDTH_MULTIPLE` (the kernel that runs fused experts
+    needs it) or the full width, each expert keeping its best channels by the pruner's
+    order.  Without ``meets`` (a budget of channels or latency) it is the largest such
+    count at most the experts' mean, or the smallest there is.  With ``meets`` (whether a
+    subnet meets the FLOPs or params budget; FLOPs weigh each expert by the tokens routed
+    to it) it starts at the count nearest the mean, and the widest layers' experts (all
+    of them when their widths are one, as ``hf.prune``'s are) then go down a count at a
+    time until the budget holds.
 
     Raises:
         ValueError: every layer's experts at their narrowest still miss the budget.
     """
+    from ...pruning.allocation import WidthRule
     groups, orders = pruner.groups.prunable, pruner.channel_orders()
+    rule = getattr(pruner, 'rule', None) or WidthRule()
     members = {name: [gid for gid in subnet if gid.startswith(f'{name}.experts.')]
                for name in modules}
     members = {name: ids for name, ids in members.items() if ids}
-    steps = {name: EXPERT_WIDTH_MULTIPLE if groups[ids[0]].num_channels
-             % EXPERT_WIDTH_MULTIPLE == 0 else 1 for name, ids in members.items()}
-    rounding = np.round if meets is not None else np.floor
-    counts = {name: max(steps[name], steps[name] * int(rounding(
-        np.mean([int(subnet[gid].sum()) for gid in ids]) / steps[name])))
-        for name, ids in members.items()}
+    widths, index = {}, {}
+    for name, ids in members.items():
+        full = groups[ids[0]].num_channels
+        widths[name] = [int(w) for w in rule.allowed(groups[ids[0]])
+                        if w % EXPERT_WIDTH_MULTIPLE == 0 or w == full]
+        mean = np.mean([int(subnet[gid].sum()) for gid in ids])
+        if meets is None:
+            index[name] = max([0] + [i for i, w in enumerate(widths[name]) if w <= mean])
+        else:
+            index[name] = min(range(len(widths[name])),
+                              key=lambda i: (abs(widths[name][i] - mean), -widths[name][i]))
 
-    def at_counts() -> Dict[str, torch.Tensor]:
-        uniform = dict(subnet)
-        for name, ids in members.items():
-            for gid in ids:
-                uniform[gid] = torch.from_numpy(groups[gid].keep_best(
-                    np.asarray(orders[gid]), counts[name]))
-        return uniform
+    def at_index() -> Dict[str, torch.Tensor]:
+        return _keeping(groups, orders, subnet, {gid: widths[name][index[name]]
+                                                 for name, ids in members.items()
+                                                 for gid in ids})
 
-    uniform = at_counts()
-    while meets is not None and not meets(uniform):
-        wider = [name for name in counts if counts[name] > steps[name]]
-        if not wider:
+    kept = at_index()
+    while meets is not None and not meets(kept):
+        narrower = [name for name in index if index[name] > 0]
+        if not narrower:
             raise ValueError('the budget cannot be met with one width for the experts of '
-                             f'each layer ({len(counts)} layers of experts at their '
+                             f'each layer ({len(index)} layers of experts at their '
                              'narrowest still miss it); ask for a larger budget. Nothing '
                              'was changed.')
-        widest = max(wider, key=lambda name: counts[name])
-        counts[widest] -= steps[widest]
-        uniform = at_counts()
-    return uniform
-
-
-def _equal_counts(pruner, subnet: Dict[str, torch.Tensor],
-                  key: Callable[[str], Optional[str]],
-                  fit: Callable[[int, int], int] = lambda count, full: count
-                  ) -> Dict[str, torch.Tensor]:
-    """``subnet`` with the spaces of one width and one ``key`` keeping their mean count
-    of channels (``fit(count, width)``), each space its best channels by the pruner's
-    order (spaces whose key is None as they are)."""
-    groups = pruner.groups.prunable
-    classes: Dict[Tuple[str, int], List[str]] = {}
-    for gid in subnet:
-        if key(gid) is not None:
-            classes.setdefault((key(gid), groups[gid].num_channels), []).append(gid)
-    orders = pruner.channel_orders()
-    uniform = dict(subnet)
-    for (_, full), ids in classes.items():
-        count = fit(int(round(np.mean([int(subnet[gid].sum()) for gid in ids]))), full)
-        for gid in ids:
-            uniform[gid] = torch.from_numpy(groups[gid].keep_best(np.asarray(orders[gid]),
-                                                                  count))
-    return uniform
+        widest = max(widths[name][index[name]] for name in narrower)
+        for name in narrower:
+            if widths[name][index[name]] == widest:
+                index[name] -= 1
+        kept = at_index()
+    return kept
 
 
 def describe_slim_config(model: nn.Module, slim: nn.Module, caller: str,

@@ -21,7 +21,9 @@ __all__ = ['ActivationImportance', 'APoZImportance', 'ActivationMagnitudeImporta
 class _ActivationStatistic(Importance):
     """A per-channel mean of :meth:`statistic` over every sample and position: at a
     consumer reading a channel through several slots (a Linear after a flatten), over
-    all of them, so a mean stays a mean (an APoZ score in [0, 1])."""
+    all of them, so a mean stays a mean (an APoZ score in [0, 1]).  A consumer the data
+    never reached (a routed expert no token was sent to) reads as a channel that never
+    activated: the statistic of a zero."""
     roles = ('in', )
     needs_data = True
     name = ''
@@ -46,7 +48,9 @@ class _ActivationStatistic(Importance):
             index = torch.as_tensor(inverse, device=total.device)
             pooled = total.new_zeros(len(use.slots)).index_add_(0, index, total)
             values = torch.bincount(index, minlength=len(use.slots)) * counts[i]
-            yield use, self.finish(pooled / values).cpu().numpy()
+            mean = pooled / values if counts[i] else \
+                self.statistic(pooled.new_zeros(len(use.slots)))
+            yield use, self.finish(mean).cpu().numpy()
 
     def finish(self, mean: torch.Tensor) -> torch.Tensor:
         return mean

@@ -91,12 +91,19 @@ def observe(ctx: ImportanceContext, points: Sequence[Point], criterion: str,
 
 def per_sample(tensor: torch.Tensor, dim: int) -> torch.Tensor:
     """``(samples, channels)``: ``tensor`` summed over every dim but the first and
-    ``dim``; one row when ``dim`` is the first."""
+    ``dim``; one row when ``dim`` is the first.  An empty tensor (a routed expert no
+    token of the batch reached: :class:`razorlib.nn.SplitExperts`) gives zeros.
+
+    Example:
+        >>> per_sample(torch.ones(0, 3, 4), 2).shape, per_sample(torch.ones(2, 3, 4), 2).tolist()
+        (torch.Size([0, 4]), [[3.0, 3.0, 3.0, 3.0], [3.0, 3.0, 3.0, 3.0]])
+    """
     moved = tensor.movedim(dim, -1)
     channels = moved.shape[-1]
-    if tensor.dim() < 2 or dim % tensor.dim() == 0:
-        return moved.reshape(1, -1, channels).sum(1)
-    return moved.reshape(moved.shape[0], -1, channels).sum(1)
+    rows = 1 if tensor.dim() < 2 or dim % tensor.dim() == 0 else moved.shape[0]
+    if moved.numel() == 0:
+        return moved.new_zeros(rows, channels)
+    return moved.reshape(rows, -1, channels).sum(1)
 
 
 def channel_sums(tensor: torch.Tensor, dim: int) -> torch.Tensor:
