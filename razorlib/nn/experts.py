@@ -194,7 +194,8 @@ def split_experts(model: nn.Module) -> nn.Module:
                              f'{problem}, which split_experts cannot convert (the model is '
                              'unchanged)')
 
-    return replace_children(model, is_fused_experts, check, SplitExperts.from_fused)
+    return replace_children(model, is_fused_experts, check, SplitExperts.from_fused,
+                            in_turn=True)
 
 
 def fuse_experts(model: nn.Module) -> nn.Module:

@@ -29,11 +29,15 @@ def children_matching(model: nn.Module, matches: Callable[[nn.Module], bool]
 
 def replace_children(model: nn.Module, matches: Callable[[nn.Module], bool],
                      check: Callable[[str, nn.Module], None],
-                     convert: Callable[[nn.Module], nn.Module]) -> nn.Module:
+                     convert: Callable[[nn.Module], nn.Module],
+                     in_turn: bool = False) -> nn.Module:
     """Replace every module under ``model`` that ``matches`` by ``convert(module)``, in
     place; returns ``model``.  ``check(name, module)`` runs on every one first and raises
     to refuse it, so an error leaves ``model`` unchanged.  A module shared by several
-    parents is converted once and stays shared.
+    parents is converted once and stays shared.  ``in_turn`` replaces each module as soon
+    as it is converted, so that only one holds its weights twice at a time (a conversion
+    that copies large weights), at the cost of a model half converted should ``convert``
+    itself raise.
 
     Example:
         >>> model = nn.Sequential(nn.ReLU(), nn.Sequential(nn.ReLU()))
@@ -50,6 +54,13 @@ def replace_children(model: nn.Module, matches: Callable[[nn.Module], bool],
     for name, _, _, module in found:
         check(name, module)
     converted = {}
+    if in_turn:  # each place dropped from ``found`` once replaced: the original can go
+        while found:
+            _, parent, attr, module = found.pop(0)
+            if id(module) not in converted:
+                converted[id(module)] = convert(module)
+            setattr(parent, attr, converted[id(module)])
+        return model
     for _, _, _, module in found:
         if id(module) not in converted:
             converted[id(module)] = convert(module)
