@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import functools
 import importlib.util
-import logging
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Dict, Optional
@@ -291,10 +290,11 @@ def static_batch(graph) -> Optional[int]:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    from razorlib.utils.cli import refuse
+
     refusal = argument_refusal(args)
     if refusal is not None:
-        print_log(f'{args.config}: {refusal}', logger='current', level=logging.ERROR)
-        return 2
+        return refuse(refusal, args.config)
     reason = unavailable()
     if reason is not None:
         print(f'tools/deploy.py: {reason}', flush=True)
@@ -307,19 +307,15 @@ def main(argv=None) -> int:
 
     name = Path(args.config).stem
     torch.manual_seed(args.seed)
+    work_dir = Path(args.work_dir or f'work_dirs/deploy_{name}')
+    paths = {'int8': work_dir / f'{name}_int8.onnx', 'fp16': work_dir / f'{name}_fp32.onnx'}
     try:
         graph, val_loader, preprocessor = quantized_graph(args)
-    except (ConfigError, CheckpointError, ValueError) as err:
-        print_log(f'{args.config}: {err}', logger='current', level=logging.ERROR)
-        return 2
-    work_dir = Path(args.work_dir or f'work_dirs/deploy_{name}')  # made once inputs check
-    work_dir.mkdir(parents=True, exist_ok=True)
-    paths = {'int8': work_dir / f'{name}_int8.onnx', 'fp16': work_dir / f'{name}_fp32.onnx'}
-    try:  # a graph with nothing quantized is refused (quantize_graph said why)
+        work_dir.mkdir(parents=True, exist_ok=True)  # made once the inputs check
+        # a graph with nothing quantized is refused (quantize_graph said why)
         export_graph(graph, paths['int8'], 'QDQ_ONNX')
-    except ValueError as err:
-        print_log(f'{args.config}: {err}', logger='current', level=logging.ERROR)
-        return 2
+    except (ConfigError, CheckpointError, ValueError) as err:
+        return refuse(err, args.config)
     export_graph(graph, paths['fp16'], 'ONNX')
     ptq = _load_ptq_tool()
     val = ptq.preprocessed(val_loader, preprocessor)

@@ -17,7 +17,6 @@ input is ``--shape`` (``C H W``, ``H W`` or one size), else the supernet's
 from __future__ import annotations
 
 import argparse
-import logging
 import runpy
 import sys
 from contextlib import contextmanager
@@ -202,7 +201,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     from razorlib.engine.config import ConfigError, build_model, check_config, load_config
     from razorlib.engine.threads import set_threads
-    from razorlib.utils.cli import merge_cfg_options
+    from razorlib.utils.cli import merge_cfg_options, refuse
     from razorlib.utils.complexity import human
 
     try:
@@ -210,27 +209,23 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         check_config(cfg, required=('model', ))
         model = build_model(counted_config(cfg)).eval()
     except ConfigError as err:
-        print_log(f'{args.config}: {err}', logger='current', level=logging.ERROR)
-        return 2
+        return refuse(err, args.config)
     set_threads(args.threads, model)
     try:
         shape = input_shape(args.shape, model)
     except ConfigError as err:
-        print_log(str(err), logger='current', level=logging.ERROR)
-        return 2
+        return refuse(err)
     inputs = torch.randn(1, *shape)
     try:
         rows = model_rows(model, inputs)
     except InputError as err:
         default = '' if args.shape else ' (not given; pass the input the model takes)'
-        print_log(f'--shape{default}: {err}', logger='current', level=logging.ERROR)
-        return 2
+        return refuse(err, f'--shape{default}')
     if args.subnet:
         try:
             rows.append(('subnet', subnet_complexity(model, args.subnet, inputs)))
         except (ValueError, FileNotFoundError) as err:
-            print_log(f'--subnet {args.subnet}: {err}', logger='current', level=logging.ERROR)
-            return 2
+            return refuse(err, f'--subnet {args.subnet}')
     print_log(f"{type(model).__name__} on input 1x{'x'.join(map(str, shape))}",
               logger='current')
     print_log(f"{'':12}{'FLOPs':>10}{'params':>10}", logger='current')

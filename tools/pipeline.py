@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import logging
 import os
 import re
 import runpy
@@ -45,7 +44,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
 from mmengine.config import DictAction
-from mmengine.logging import print_log
 
 # Nothing heavy is imported here (no torch), so that --help is instant; the functions
 # import what they use.
@@ -255,13 +253,13 @@ def main(argv=None) -> int:
 
     from razorlib.engine.config import ConfigError
     from razorlib.registry import SCOPE
+    from razorlib.utils.cli import refuse
 
     init_default_scope(SCOPE)
     try:  # before the work dir and its log are made
         subnet_cfg = subnet_config(args) if args.from_subnet else None
     except ConfigError as err:
-        print_log(f'--from-subnet {err}', logger='current', level=logging.ERROR)
-        return 2
+        return refuse(f'--from-subnet {err}')
     torch.set_num_threads(args.threads)
     work_dir = Path(args.work_dir).resolve()
     work_dir.mkdir(parents=True, exist_ok=True)

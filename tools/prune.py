@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import logging
 from itertools import islice
 import runpy
 import shutil
@@ -46,7 +45,6 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional, Sequence, T
 # Only what the arguments need is imported here (no torch), so that --help is instant;
 # the functions import the rest.
 from mmengine.config import DictAction
-from mmengine.logging import print_log
 
 if TYPE_CHECKING:
     import torch
@@ -539,7 +537,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from razorlib.engine.threads import set_threads
     from razorlib.pruning import slim_model
     from razorlib.utils.batch_norm import reestimate_bn_stats
-    from razorlib.utils.cli import check_earlier_results
+    from razorlib.utils.cli import check_earlier_results, refuse
 
     torch.manual_seed(args.seed)
     work_dir = work_dir_of(args)
@@ -549,12 +547,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         loaded = load_supernet(args) if args.config else None
         batches = [] if args.config else data_batches(args)
     except CheckpointError as err:
-        print_log(str(err), logger='current', level=logging.ERROR)
-        return 2
+        return refuse(err)
     except ConfigError as err:
-        print_log(f'{args.config}: {err}' if args.config else str(err), logger='current',
-                  level=logging.ERROR)
-        return 2
+        return refuse(err, args.config or None)
     fresh = not work_dir.exists()
     work_dir.mkdir(parents=True, exist_ok=True)
     logger = MMLogger.get_instance(f'razorlib_prune:{work_dir.resolve()}',

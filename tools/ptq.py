@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import runpy
 import sys
 from itertools import islice
@@ -36,7 +35,6 @@ from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Optional, Tupl
 # Only what the arguments need is imported here (no torch), so that --help is instant;
 # the functions import the rest.
 from mmengine.config import Config, DictAction
-from mmengine.logging import print_log
 
 if TYPE_CHECKING:
     import torch
@@ -435,7 +433,7 @@ def main(argv=None) -> int:
     from razorlib.quantization import (QuantExecutor, analyse_error, export_graph,
                                        int8_session, quantize_torch_model)
     from razorlib.quantization.export import optimization_level
-    from razorlib.utils.cli import check_earlier_results
+    from razorlib.utils.cli import check_earlier_results, refuse
 
     name = Path(args.config).stem
     work_dir = Path(args.work_dir or f'work_dirs/ptq_{name}')
@@ -444,18 +442,15 @@ def main(argv=None) -> int:
     try:
         check_earlier_results(work_dir, results_of(name), args.overwrite, error=ConfigError)
     except ConfigError as err:
-        print_log(str(err), logger='current', level=logging.ERROR)
-        return 2
+        return refuse(err)
     try:
         cfg, model, classifier = load_classifier(args)
         settings = ptq_settings(cfg, args)
         loaders = check_data(cfg, args, settings, classifier, model.data_preprocessor)
     except CheckpointError as err:  # one cut short, or of another model
-        print_log(str(err), logger='current', level=logging.ERROR)
-        return 2
+        return refuse(err)
     except ConfigError as err:
-        print_log(f'{args.config}: {err}', logger='current', level=logging.ERROR)
-        return 2
+        return refuse(err, args.config)
     work_dir.mkdir(parents=True, exist_ok=True)
     logger = MMLogger.get_instance(f'razorlib_ptq:{work_dir.resolve()}',
                                    log_file=str(work_dir / 'ptq.log'))
@@ -480,8 +475,7 @@ def main(argv=None) -> int:
     try:  # a graph with nothing quantized is refused (quantize_graph said why)
         export_graph(graph, onnx_path, settings.export or settings.platform)
     except ValueError as err:
-        print_log(f'{args.config}: {err}', logger='current', level=logging.ERROR)
-        return 2
+        return refuse(err, args.config)
     executor = QuantExecutor(graph)
     runs: Dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
         'fp32': classifier, 'int8_simulated': lambda x: executor(x)[0]}

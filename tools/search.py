@@ -520,6 +520,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from razorlib.engine.config import ConfigError
     from razorlib.engine.threads import set_threads
     from razorlib.engine.utils import unwrap
+    from razorlib.utils.cli import refuse
 
     cfg = output = None
     try:
@@ -542,9 +543,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except (CheckpointError, ConfigError) as err:
         if output is not None:
             output.undo()
-        message = str(err) if isinstance(err, CheckpointError) else f'{args.config}: {err}'
-        print_log(message, logger='current', level=logging.ERROR)
-        return 2
+        return refuse(err, None if isinstance(err, CheckpointError) else args.config)
     except KeyboardInterrupt:
         print_log(interrupted(args, cfg), logger='current', level=logging.WARNING)
         return 130

@@ -12,7 +12,6 @@ key the config does not have is refused in one line, exit code 2, before the wor
 is made.  See docs/tools/test.md.
 """
 import argparse
-import logging
 import runpy
 import sys
 from pathlib import Path
@@ -80,15 +79,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from razorlib.engine.config import ConfigError, set_work_dir
     from razorlib.engine.threads import set_threads
     from razorlib.engine.utils import unwrap
+    from razorlib.utils.cli import refuse
 
     try:
         cfg = checked_config(args)
     except CheckpointError as err:
-        print_log(str(err), logger='current', level=logging.ERROR)
-        return 2
+        return refuse(err)
     except ConfigError as err:
-        print_log(f'{args.config}: {err}', logger='current', level=logging.ERROR)
-        return 2
+        return refuse(err, args.config)
     set_work_dir(cfg, args.config, args.work_dir)
     cfg.load_from = args.checkpoint
     cfg.resume = False

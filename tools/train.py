@@ -131,15 +131,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from razorlib.engine.checkpoint_check import CheckpointError
     from razorlib.engine.config import ConfigError
     from razorlib.engine.distributed import distributed_run
+    from razorlib.utils.cli import refuse
 
     try:
         cfg = checked_config(args)
     except CheckpointError as err:
-        print_log(str(err), logger='current', level=logging.ERROR)
-        return 2
+        return refuse(err)
     except ConfigError as err:
-        print_log(f'{args.config}: {err}', logger='current', level=logging.ERROR)
-        return 2
+        return refuse(err, args.config)
     cfg.launcher = args.launcher
     # the Runner lives in run_training only: under torchrun its DDP model, which holds the
     # gloo group, is released before distributed_run destroys the group
@@ -154,13 +153,13 @@ def run_training(cfg: Config, args: argparse.Namespace) -> int:
     from razorlib.engine.config import ConfigError
     from razorlib.engine.threads import set_threads
     from razorlib.engine.utils import unwrap
+    from razorlib.utils.cli import refuse
 
     runner = Runner.from_cfg(cfg)
     try:
         runner.logger.info(f'threads: {set_threads(args.threads, unwrap(runner.model))}')
     except ConfigError as err:
-        print_log(str(err), logger='current', level=logging.ERROR)
-        return 2
+        return refuse(err)
     runner.train()
     return 0
 

@@ -1,5 +1,6 @@
 """What the command-line tools share: argparse types for numeric flags, the check of
-``--cfg-options`` keys, and the refusal of a work dir that holds an earlier run's results.
+``--cfg-options`` keys, the refusal of a work dir that holds an earlier run's results, and
+the one line (exit code 2) that reports a refused run.
 
 The tools read this file by its path before their arguments are parsed (``import
 razorlib`` loads torch, and ``--help`` answers at once), so at import it needs only the
@@ -11,6 +12,7 @@ import argparse
 import difflib
 import importlib
 import inspect
+import logging
 import math
 from pathlib import Path
 from typing import (TYPE_CHECKING, Any, Callable, Collection, Iterator, List, Mapping,
@@ -20,7 +22,7 @@ if TYPE_CHECKING:
     from mmengine.config import Config
 
 __all__ = ['RUNNER_KEYS', 'at_least', 'check_earlier_results', 'closest', 'in_range',
-           'merge_cfg_options']
+           'merge_cfg_options', 'refuse']
 
 #: Interval notations :func:`in_range` takes: which ends belong to the range.
 ENDS = ('[]', '(]', '[)', '()')
@@ -335,3 +337,24 @@ def check_earlier_results(work_dir: Union[str, Path], names: Sequence[str], over
             f'{", ".join(earlier[:-1])} and {earlier[-1]}'
         raise error(f'{work_dir}: holds the {listed} of an earlier run; pass --overwrite to '
                     'replace them, or choose another --work-dir')
+
+
+def refuse(err: object, where: Optional[str] = None) -> int:
+    """Log why a tool refuses to run (at ERROR level) and return 2, the exit code every
+    tool gives a refused run, so that a script tells a mistake in the inputs from a crash
+    (a traceback, exit code 1).
+
+    Args:
+        err: the mistake (an exception or a message).
+        where: what holds the mistake, put before ``err``: the CONFIG file (for a mistake
+            in the config or what it names) or a flag (``--subnet FILE``); None for a
+            message that names its own file (a checkpoint cut short, a work dir holding an
+            earlier run's results).
+
+    Returns:
+        2, for the tool's ``main`` to return.
+    """
+    from mmengine.logging import print_log  # here: the module must import without mmengine
+    print_log(str(err) if where is None else f'{where}: {err}', logger='current',
+              level=logging.ERROR)
+    return 2

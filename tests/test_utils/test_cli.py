@@ -1,7 +1,9 @@
 """razorlib.utils.cli: the argparse types of the tools' numeric flags, the check of
---cfg-options keys against the config, and the refusal of an earlier run's results."""
+--cfg-options keys against the config, the refusal of an earlier run's results, and the
+line a refused run logs."""
 import argparse
 import inspect
+import logging
 import math
 import subprocess
 import sys
@@ -14,7 +16,7 @@ from mmengine.runner import Runner
 from doctest_helpers import assert_examples_pass
 from razorlib.engine.config import load_config
 from razorlib.utils.cli import (RUNNER_KEYS, at_least, check_earlier_results, closest,
-                                in_range, merge_cfg_options)
+                                in_range, merge_cfg_options, refuse)
 
 REPO = Path(__file__).parents[2]
 AUTOSLIM = REPO / 'configs' / 'pruning' / 'autoslim'
@@ -208,3 +210,13 @@ def test_an_earlier_result_is_refused_without_overwrite(tmp_path):
         'pass --overwrite to replace them, or choose another --work-dir'
     with pytest.raises(KeyError, match='holds the a.json, b.onnx and c.json of an earlier'):
         check_earlier_results(tmp_path, ['a.json', 'b.onnx', 'c.json', 'd'], False, KeyError)
+
+
+def test_refuse_logs_one_error_after_the_config_it_names_and_returns_2(monkeypatch):
+    logged = []
+    monkeypatch.setattr('mmengine.logging.print_log',
+                        lambda msg, logger=None, level=None: logged.append((msg, level)))
+    assert refuse(ValueError('model: bad'), 'configs/a.py') == 2
+    assert refuse('ckpt.pth: not a complete checkpoint') == 2
+    assert logged == [('configs/a.py: model: bad', logging.ERROR),
+                      ('ckpt.pth: not a complete checkpoint', logging.ERROR)]

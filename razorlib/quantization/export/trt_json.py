@@ -99,12 +99,14 @@ def activation_ranges(graph: BaseGraph) -> Dict[str, float]:
         >>> {name: round(amax, 4) for name, amax in activation_ranges(graph).items()}
         {'x': 2.54, 'y': 1.27}
     """
+    check_not_dequantized(graph, 'activation_ranges')
     return _checked_ranges(graph, 'activation_ranges')
 
 
 def _checked_ranges(graph: BaseGraph, action: str) -> Dict[str, float]:
-    """The ranges of :func:`activation_ranges`, once the graph is checked for ``action``."""
-    check_not_dequantized(graph, action)
+    """The ranges of :func:`activation_ranges`, checked for ``action``: the caller has
+    refused operations left dequantized (:func:`export_trt_json` does so before
+    ``check_quantized``, so that a wholly dequantized graph is told what to restore)."""
     ranges: Dict[str, float] = {}
     for op in quantable_operations(graph):
         for index in quantized_inputs(op):
