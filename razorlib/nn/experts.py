@@ -181,7 +181,9 @@ def split_experts(model: nn.Module) -> nn.Module:
 
     Every module is checked before any is replaced: a layout :class:`SplitExperts` does
     not compute (biases, interleaved or transposed weights, GPT-OSS's own gating) raises
-    ValueError naming the module, with ``model`` unchanged.
+    ValueError naming the module, with ``model`` unchanged.  Each module is then replaced
+    as soon as it is split, so that only one layer's experts are held twice at a time; a
+    failure while copying the weights (out of memory) leaves ``model`` part converted.
     """
     if is_fused_experts(model):
         raise ValueError('the model itself is a fused experts module: convert it with '

@@ -168,8 +168,10 @@ def uniform_subnet(pruner, subnet: Dict[str, torch.Tensor]) -> Dict[str, torch.T
     classes: Dict[Tuple[str, int], List[str]] = {}
     for gid in subnet:
         classes.setdefault((_layer_pattern(gid), groups[gid].num_channels), []).append(gid)
-    counts = {gid: int(round(np.mean([int(subnet[other].sum()) for other in ids])))
-              for ids in classes.values() for gid in ids}
+    counts = {}
+    for ids in classes.values():
+        count = int(round(np.mean([int(subnet[gid].sum()) for gid in ids])))
+        counts.update((gid, count) for gid in ids)
     return _keeping(groups, pruner.channel_orders(), subnet, counts)
 
 
