@@ -13,6 +13,7 @@ from razorlib.nas import FixedSubnet, fix_subnet, remaining_mutables
 from razorlib.registry import MODELS
 from razorlib.utils import get_model_complexity
 from razorlib.utils.complexity import human
+from log_capture import LogCapture
 from tool_modules import load_tool
 
 REPO = Path(__file__).parents[2]
@@ -92,11 +93,8 @@ def test_the_mbconv_supernet_and_search_run_through_the_tools(tmp_path):
 
 
 def logged(tool, monkeypatch) -> list:
-    """The messages of the tool's ``print_log`` from now on."""
-    messages = []
-    monkeypatch.setattr(tool, 'print_log',
-                        lambda msg, logger=None, level=None: messages.append(msg))
-    return messages
+    """The messages the tool logs from now on (its refusals too)."""
+    return LogCapture(tool, monkeypatch).messages
 
 
 def untrained_checkpoint(config: Path, path: Path) -> Path:
