@@ -76,16 +76,10 @@ class SplitExperts(nn.Module):
     @classmethod
     def from_fused(cls, module: nn.Module) -> 'SplitExperts':
         """The experts of ``module``, their weights copied out of its 3-D parameters."""
-        gate_up, down = module.gate_up_proj.detach(), module.down_proj.detach()
+        gate_up, down = module.gate_up_proj, module.down_proj
         width = down.shape[2]
-        experts = []
-        for e in range(gate_up.shape[0]):
-            linears = [_linear(gate_up[e, :width]), _linear(gate_up[e, width:]),
-                       _linear(down[e])]
-            for linear, source in zip(linears, (module.gate_up_proj, ) * 2 +
-                                      (module.down_proj, )):
-                linear.weight.requires_grad_(source.requires_grad)
-            experts.append(Expert(*linears, module.act_fn))
+        experts = [Expert(_linear(gate_up[e, :width]), _linear(gate_up[e, width:]),
+                          _linear(down[e]), module.act_fn) for e in range(gate_up.shape[0])]
         like = copy.copy(module)
         like.__dict__.update(_parameters={}, _buffers=dict(module._buffers),
                              _modules=dict(module._modules))
@@ -132,9 +126,10 @@ class SplitExperts(nn.Module):
 
 
 def _linear(weight: torch.Tensor) -> nn.Linear:
-    """A bias-free Linear holding a copy of ``weight`` ``(out, in)``."""
+    """A bias-free Linear holding a copy of ``weight`` ``(out, in)`` (a slice of a fused
+    parameter), trainable where that parameter is."""
     linear = nn.Linear(weight.shape[1], weight.shape[0], bias=False, device='meta')
-    linear.weight = nn.Parameter(weight.clone())
+    linear.weight = nn.Parameter(weight.detach().clone(), requires_grad=weight.requires_grad)
     return linear
 
 

@@ -19,8 +19,7 @@ from .config import is_hf_model, sync_config
 
 __all__ = ['prune', 'hidden_size_keys', 'with_hidden_size_keys', 'warn_if_hidden_pruned',
            'warn_if_hidden_kept', 'warn_whole_attention', 'uniform_subnet', 'split_routed_experts',
-           'uniform_experts',
-           'describe_slim_config']
+           'uniform_experts', 'describe_slim_config']
 
 
 def hidden_size_keys(model: nn.Module) -> Tuple[str, ...]:
