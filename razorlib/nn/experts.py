@@ -184,15 +184,8 @@ def split_experts(model: nn.Module) -> nn.Module:
         raise ValueError('the model itself is a fused experts module: convert it with '
                          'SplitExperts.from_fused(model)')
 
-    def check(name: str, module: nn.Module) -> None:
-        problem = _unsupported(module)
-        if problem is not None:
-            raise ValueError(f'{name} ({type(module).__name__}) holds its experts with '
-                             f'{problem}, which split_experts cannot convert (the model is '
-                             'unchanged)')
-
-    return replace_children(model, is_fused_experts, check, SplitExperts.from_fused,
-                            in_turn=True)
+    return replace_children(model, is_fused_experts, SplitExperts.from_fused,
+                            unsupported=_unsupported, converter='split_experts', in_turn=True)
 
 
 def fuse_experts(model: nn.Module) -> nn.Module:
@@ -210,5 +203,5 @@ def fuse_experts(model: nn.Module) -> nn.Module:
                 fused[id(module)] = module.fused()
             except ValueError as err:
                 raise ValueError(f'{name}: {err} (the model is unchanged)') from None
-    return replace_children(model, lambda m: isinstance(m, SplitExperts), lambda n, m: None,
+    return replace_children(model, lambda m: isinstance(m, SplitExperts),
                             lambda m: fused[id(m)])

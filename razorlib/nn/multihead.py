@@ -115,7 +115,8 @@ class SeparateProjectionAttention(nn.Module):
         and train/eval mode.  Raises ValueError for what it cannot express."""
         problem = _unsupported(mha)
         if problem is not None:
-            raise ValueError(f'cannot convert an nn.MultiheadAttention with {problem}')
+            raise ValueError(f'cannot convert a {type(mha).__name__} (nn.MultiheadAttention) '
+                             f'with {problem}')
         weight = mha.out_proj.weight
         attn = cls(mha.embed_dim, mha.num_heads, mha.dropout, mha.in_proj_bias is not None,
                    mha.kdim, mha.vdim, mha.batch_first, device=weight.device, dtype=weight.dtype)
@@ -225,7 +226,7 @@ def _unsupported(mha: nn.MultiheadAttention) -> Optional[str]:
     if mha.add_zero_attn:
         return 'add_zero_attn=True (a zero key/value row appended to the sequence)'
     if type(mha).forward is not nn.MultiheadAttention.forward:
-        return f'a forward of its own ({type(mha).__name__})'
+        return 'a forward of its own'
     return None
 
 
@@ -274,14 +275,9 @@ def split_multihead_attention(model: nn.Module) -> nn.Module:
         raise ValueError('the model itself is an nn.MultiheadAttention: convert it with '
                          'SeparateProjectionAttention.from_multihead(model)')
 
-    def check(name: str, mha: nn.MultiheadAttention) -> None:
-        problem = _unsupported(mha)
-        if problem is not None:
-            raise ValueError(f'{name} is an nn.MultiheadAttention with {problem}, which '
-                             'split_multihead_attention cannot convert (the model is unchanged)')
-
-    replace_children(model, lambda m: isinstance(m, nn.MultiheadAttention), check,
-                     SeparateProjectionAttention.from_multihead)
+    replace_children(model, lambda m: isinstance(m, nn.MultiheadAttention),
+                     SeparateProjectionAttention.from_multihead, unsupported=_unsupported,
+                     converter='split_multihead_attention')
     _leave_nested_fast_path(model)
     return model
 

@@ -1,6 +1,6 @@
 """Find the modules a conversion replaces, once per place they sit in a model, and
 replace them all or none."""
-from typing import Callable, List, Tuple
+from typing import Callable, List, Optional, Tuple
 
 import torch.nn as nn
 
@@ -28,31 +28,40 @@ def children_matching(model: nn.Module, matches: Callable[[nn.Module], bool]
 
 
 def replace_children(model: nn.Module, matches: Callable[[nn.Module], bool],
-                     check: Callable[[str, nn.Module], None],
-                     convert: Callable[[nn.Module], nn.Module],
-                     in_turn: bool = False) -> nn.Module:
+                     convert: Callable[[nn.Module], nn.Module], *,
+                     unsupported: Callable[[nn.Module], Optional[str]] = lambda module: None,
+                     converter: str = 'the conversion', in_turn: bool = False) -> nn.Module:
     """Replace every module under ``model`` that ``matches`` by ``convert(module)``, in
-    place; returns ``model``.  ``check(name, module)`` runs on every one first and raises
-    to refuse it, so an error leaves ``model`` unchanged.  A module shared by several
-    parents is converted once and stays shared.  ``in_turn`` replaces each module as soon
-    as it is converted, so that only one holds its weights twice at a time (a conversion
-    that copies large weights), at the cost of a model half converted should ``convert``
-    itself raise.
+    place; returns ``model``.  ``unsupported(module)`` runs on every one first and names
+    what of it ``convert`` cannot express (falsy: nothing); the first such module raises
+    ValueError naming it, its class, the problem and ``converter``, so an error leaves
+    ``model`` unchanged.  A module shared by several parents is converted once and stays
+    shared.  ``in_turn`` replaces each module as soon as it is converted, so that only one
+    holds its weights twice at a time (a conversion that copies large weights), at the
+    cost of a model half converted should ``convert`` itself raise.
 
     Example:
         >>> model = nn.Sequential(nn.ReLU(), nn.Sequential(nn.ReLU()))
-        >>> replace_children(model, lambda m: isinstance(m, nn.ReLU), lambda n, m: None,
-        ...                  lambda m: nn.GELU())
+        >>> replace_children(model, lambda m: isinstance(m, nn.ReLU), lambda m: nn.GELU())
         Sequential(
           (0): GELU(approximate='none')
           (1): Sequential(
             (0): GELU(approximate='none')
           )
         )
+        >>> replace_children(model, lambda m: isinstance(m, nn.GELU), lambda m: nn.ReLU(),
+        ...                  unsupported=lambda m: m.approximate == 'none' and 'an exact erf',
+        ...                  converter='to_relu')
+        Traceback (most recent call last):
+        ...
+        ValueError: 0 (GELU) has an exact erf, which to_relu cannot convert (the model is unchanged)
     """
     found = children_matching(model, matches)
     for name, _, _, module in found:
-        check(name, module)
+        problem = unsupported(module)
+        if problem:
+            raise ValueError(f'{name} ({type(module).__name__}) has {problem}, which '
+                             f'{converter} cannot convert (the model is unchanged)')
     converted = {}
     if in_turn:  # each place dropped from ``found`` once replaced: the original can go
         while found:

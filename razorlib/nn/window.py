@@ -217,12 +217,6 @@ def convert_window_attention(model: nn.Module) -> nn.Module:
     torchvision's raises ValueError naming it, with ``model`` unchanged.  A module shared
     by several parents stays shared.
     """
-    def check(name: str, module: nn.Module) -> None:
-        problem = torchvision_layout(module)
-        if problem:
-            raise ValueError(f'{name} ({type(module).__name__}) has {problem}: '
-                             'convert_window_attention cannot convert it (the model is '
-                             'unchanged)')
-
-    return replace_children(model, _is_torchvision_window_attention, check,
-                            WindowAttention.from_torchvision)
+    return replace_children(model, _is_torchvision_window_attention,
+                            WindowAttention.from_torchvision, unsupported=torchvision_layout,
+                            converter='convert_window_attention')

@@ -134,7 +134,7 @@ def test_a_layout_it_does_not_compute_is_refused_with_the_model_unchanged():
     torch.manual_seed(0)
     model = gpt_oss().eval()
     with pytest.raises(ValueError, match=r'^model\.layers\.0\.mlp\.experts \(GptOssExperts\) '
-                       r'holds its experts with is_concatenated=False, which split_experts '
+                       r'has is_concatenated=False, which split_experts '
                        r'cannot convert \(the model is unchanged\)$'):
         split_experts(model)
     assert type(model.model.layers[0].mlp.experts).__name__ == 'GptOssExperts'

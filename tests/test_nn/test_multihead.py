@@ -145,8 +145,8 @@ def test_conversion_keeps_weights_dtype_mode_grad_flags_and_sharing():
 
 
 @pytest.mark.parametrize('option, text', [
-    (dict(add_bias_kv=True), 'others.1 is an nn.MultiheadAttention with add_bias_kv=True'),
-    (dict(add_zero_attn=True), 'others.1 is an nn.MultiheadAttention with add_zero_attn=True'),
+    (dict(add_bias_kv=True), r'^others\.1 \(MultiheadAttention\) has add_bias_kv=True'),
+    (dict(add_zero_attn=True), r'^others\.1 \(MultiheadAttention\) has add_zero_attn=True'),
 ])
 def test_conversion_refuses_what_it_cannot_express_and_changes_nothing(option, text):
     model = Holder()
@@ -164,9 +164,12 @@ def test_conversion_refuses_a_subclass_with_its_own_forward_and_a_bare_module():
             return super().forward(*args, **kwargs)
 
     model = nn.Sequential(nn.Linear(DIM, DIM), Custom(DIM, HEADS))
-    with pytest.raises(ValueError, match=r'^1 is an nn.MultiheadAttention with a forward of '
-                                         r'its own \(Custom\)'):
+    with pytest.raises(ValueError, match=r'^1 \(Custom\) has a forward of its own, which '
+                                         r'split_multihead_attention cannot convert'):
         split_multihead_attention(model)
+    with pytest.raises(ValueError, match=r'^cannot convert a Custom \(nn.MultiheadAttention\) '
+                                         r'with a forward of its own$'):
+        SeparateProjectionAttention.from_multihead(model[1])
     with pytest.raises(ValueError, match='the model itself is an nn.MultiheadAttention'):
         split_multihead_attention(nn.MultiheadAttention(DIM, HEADS))
 
