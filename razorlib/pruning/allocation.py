@@ -567,7 +567,8 @@ def allocate(pruner: Any, scores: Optional[Dict[str, np.ndarray]] = None, *,
         return _allocate_latency(family, full, unscored, meter, target, runtime, rule)
     dense = meter(full)
     limit = within(target, getattr(dense, metric))
-    cache: Dict[tuple, float] = {}
+    # keyed by the groups' kept counts; every group whole is the dense model
+    cache: Dict[tuple, float] = {tuple(g.num_channels for g in groups): getattr(dense, metric)}
 
     def cost(index: int) -> float:
         return cost_of(family.counts(index))

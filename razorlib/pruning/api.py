@@ -2,7 +2,7 @@
 import copy
 import difflib
 import inspect
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
 
 import numpy as np
 import torch
@@ -13,6 +13,7 @@ from ..tracing.forward import call_model, default_example_inputs, is_transformer
 from ..utils.batch_norm import reestimate_bn_stats
 from ..utils.caller import warn_at_caller
 from ..utils.checks import keyword_parameters, switch
+from ..utils.complexity import Complexity
 from ..utils.modes import evaluating
 from .allocation import SubnetMeter, allocate, budget_of, within
 from .data import pair_batches
@@ -207,13 +208,14 @@ def slim_copy(model: nn.Module, example_inputs: Any, call: Dict[str, Any],
         if hidden:
             warn_if_hidden_kept(model, structure_pruner.groups, caller)
             hidden_keys = hidden_size_keys(model)
-    subnet = _choose_subnet(structure_pruner, budget, options, example_inputs, data, loss_fn)
+    subnet, dense = _choose_subnet(structure_pruner, budget, options, example_inputs, data,
+                                   loss_fn)
     if reshape is not None:
         subnet = reshape(structure_pruner, subnet)
     if experts:  # one width per layer's experts, to stack them again
         from ..integrations.transformers.prune import uniform_experts
         subnet = uniform_experts(structure_pruner, subnet, experts,
-                                 _meets_budget(structure_pruner, budget, example_inputs))
+                                 _meets_budget(structure_pruner, budget, example_inputs, dense))
     _warn_if_nothing_pruned(structure_pruner, subnet, budget, caller)
     _warn_norm_statistics(structure_pruner, subnet, caller, hidden_keys)
     structure_pruner.set_subnet(subnet)
@@ -305,38 +307,45 @@ def _check_runtime(runtime: Any, cfg: dict, caller: str) -> None:
 
 
 def _choose_subnet(pruner: StructurePruner, budget: Dict[str, float], options: Dict[str, Any],
-                   example_inputs: Any, data: Any, loss_fn: Any) -> SubnetDict:
+                   example_inputs: Any, data: Any, loss_fn: Any
+                   ) -> Tuple[SubnetDict, Optional[Complexity]]:
     """The subnet to slim to: allocated to the budget, or sampled from the pruner's
-    ratios when its config holds several and the call gives no budget."""
+    ratios when its config holds several and the call gives no budget; with the dense
+    model's complexity where the allocation counted it."""
     if isinstance(pruner, ImportancePruner):
         if not pruner.has_budget and len(pruner.ratios) > 1:
             if pruner.importance.needs_data:
                 pruner.score(data, loss_fn)
-            return pruner.sample_subnet()
+            return pruner.sample_subnet(), None
         allocation = pruner.allocate(data, loss_fn)
         if allocation.unscored:
             warn_at_caller(f'{pruner.importance!r} scores no channel of '
                            f'{", ".join(allocation.unscored)}: kept whole', UserWarning)
-        return allocation.subnet
+        return allocation.subnet, allocation.dense
     if not budget and len(pruner.ratios) > 1:
-        return pruner.sample_subnet()
+        return pruner.sample_subnet(), None
     if not budget:
         budget = {'ratio': pruner.ratios[0]}
-    return allocate(pruner, None, **budget, round_to=options['round_to'],
-                    max_ratio=options['max_ratio'], example_inputs=example_inputs).subnet
+    allocation = allocate(pruner, None, **budget, round_to=options['round_to'],
+                          max_ratio=options['max_ratio'], example_inputs=example_inputs)
+    return allocation.subnet, allocation.dense
 
 
-def _meets_budget(pruner: StructurePruner, budget: Dict[str, float], example_inputs: Any
-                  ) -> Optional[Callable[[SubnetDict], bool]]:
+def _meets_budget(pruner: StructurePruner, budget: Dict[str, float], example_inputs: Any,
+                  dense: Optional[Complexity] = None) -> Optional[Callable[[SubnetDict], bool]]:
     """Whether a subnet keeps the budget's FLOPs or params, measured as the allocation
-    measures them (None for a budget of channels or latency)."""
+    measures them (None for a budget of channels or latency); ``dense`` the dense model's
+    complexity if the allocation counted it already."""
     metric = next((m for m in ('flops', 'params') if m in budget), None)
     if metric is None:
         return None
     meter = SubnetMeter(pruner, example_inputs)
     counts_flops = metric == 'flops'
-    full = {gid: np.ones(g.num_channels, dtype=bool) for gid, g in pruner.groups.prunable.items()}
-    limit = within(budget[metric], getattr(meter(full, counts_flops), metric))
+    if dense is None:
+        full = {gid: np.ones(g.num_channels, dtype=bool)
+                for gid, g in pruner.groups.prunable.items()}
+        dense = meter(full, counts_flops)
+    limit = within(budget[metric], getattr(dense, metric))
     return lambda subnet: getattr(meter(subnet, counts_flops), metric) <= limit
 
 

@@ -11,7 +11,7 @@ import zoo
 
 import razorlib
 from razorlib.pruning import ImportancePruner, RatioPruner, WidthRule, allocate
-from razorlib.pruning.allocation import _Family
+from razorlib.pruning.allocation import SubnetMeter, _Family
 from razorlib.tracing import ChannelGroup
 from razorlib.utils import get_model_complexity
 
@@ -112,6 +112,24 @@ def test_flops_and_params_budgets_are_met_as_counted_after_slicing():
         assert closest <= achieved <= target, (budget, global_ranking, achieved)
         widths = [m.out_channels for m in slim.modules() if isinstance(m, nn.Conv2d)]
         assert all(w % round_to == 0 for w in widths), widths
+
+
+@pytest.mark.parametrize('budget', [dict(flops=0.5), dict(params=0.5)])
+@pytest.mark.parametrize('global_ranking', [False, True])
+def test_a_budget_counts_the_dense_model_once(budget, global_ranking, monkeypatch):
+    full_counts = []
+    count = SubnetMeter.__call__
+
+    def counting(meter, keep, flops=True):
+        full_counts.append(all(mask.all() for mask in keep.values()))
+        return count(meter, keep, flops)
+
+    monkeypatch.setattr(SubnetMeter, '__call__', counting)
+    pruner = prepared(zoo.ResNetBasic().eval(), torch.randn(1, 3, 32, 32),
+                      global_ranking=global_ranking, **budget)
+    allocation = pruner.allocate()
+    assert sum(full_counts) == 1 and len(full_counts) > 2
+    assert allocation.fraction(next(iter(budget))) <= 0.5
 
 
 def test_an_unreachable_budget_names_the_best_value_and_changes_nothing():
