@@ -8,7 +8,7 @@ from .base import IN_MASK, OUT_MASK, Kept, LayerKind, SlicePlan, kept_widths, ta
 from .conv import ConvKind
 from .embedding import EmbeddingKind
 from .heads import HeadAttributes, head_attributes_of
-from .hf import HFConv1DKind
+from .hf import HFConv1DKind, RouterKind
 from .linear import LinearKind
 from .norm import (BatchNormKind, GroupNormKind, InstanceNormKind, LayerNormKind, NormKind,
                    RMSNormKind)
@@ -18,8 +18,9 @@ from .table import KindTable, LayerKindsArg, as_table, kind_of
 
 __all__ = [
     'IN_MASK', 'OUT_MASK', 'Kept', 'LayerKind', 'SlicePlan', 'kept_widths', 'take',
-    'ConvKind', 'LinearKind', 'EmbeddingKind', 'HFConv1DKind', 'NormKind', 'BatchNormKind',
-    'InstanceNormKind', 'LayerNormKind', 'GroupNormKind', 'RMSNormKind', 'MultiheadAttentionKind',
+    'ConvKind', 'LinearKind', 'EmbeddingKind', 'HFConv1DKind', 'RouterKind', 'NormKind',
+    'BatchNormKind', 'InstanceNormKind', 'LayerNormKind', 'GroupNormKind', 'RMSNormKind',
+    'MultiheadAttentionKind',
     'PReLUKind',
     'KindTable', 'LayerKindsArg',
     'as_table', 'kind_of', 'param_mask_name', 'plan_param', 'param_channel_weights',

@@ -1,12 +1,14 @@
 """Kinds for Hugging Face transformers' own layers, named by qualified name so that
-razorlib never imports transformers: ``Conv1D`` (GPT-2, GPT, CTRL).
+razorlib never imports transformers: ``Conv1D`` (GPT-2, GPT, CTRL) and the routers of
+mixture-of-experts models (``*Router`` classes that hold their own weight).
 
 The other layers HF models are built of are covered elsewhere: ``nn.Linear``,
 ``nn.Embedding`` (tied input/output embeddings are one parameter that the tracer knows
 by both owners), ``nn.LayerNorm``, and the ``*RMSNorm`` classes (``RMSNormKind`` in
 ``norm.py``, claimed by name).
 """
-from typing import Dict, Sequence, Tuple
+import re
+from typing import Dict, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
@@ -14,8 +16,9 @@ import torch.nn as nn
 from ..registry import LAYER_KINDS
 from .base import Kept, LayerKind, SlicePlan, take
 from .common import check_indices
+from .linear import LinearKind
 
-__all__ = ['HFConv1DKind']
+__all__ = ['HFConv1DKind', 'RouterKind']
 
 
 @LAYER_KINDS.register_module()
@@ -76,3 +79,98 @@ class HFConv1DKind(LayerKind):
     def flops(self, module: nn.Module, inputs: Tuple, output, kept: Kept) -> int:
         kept = self.full(module, kept)
         return output.numel() // self.widths(module)['out'] * kept['in'] * kept['out']
+
+
+@LAYER_KINDS.register_module()
+class RouterKind(LinearKind):
+    """The router of a transformers mixture-of-experts layer (``MixtralTopKRouter``,
+    ``Qwen3MoeTopKRouter``, ``OlmoeTopKRouter``, ``DeepseekV3TopkRouter``, ...): a raw
+    ``weight`` of ``(num_experts, hidden)`` run as ``F.linear(x, self.weight)`` on
+    tokens flattened by ``x.reshape(-1, self.hidden_dim)``.
+
+    The op is a linear layer's; what the weight alone does not say is the ``hidden_dim``
+    the forward reshapes by, so slicing the input channels (``hidden=True``) updates it.
+    The outputs are the experts, which the routing's ``topk`` freezes.  Claimed by name
+    (transformers classes ending in ``Router``); a router whose weight belongs to an
+    ``nn.Linear`` child (DBRX, NLLB-MoE) is that Linear's, and one whose forward reads
+    other sizes of its own fails the pruned run and keeps the hidden size whole.
+
+    Example:
+        >>> class TopKRouter(nn.Module):  # the layout of transformers' routers
+        ...     def __init__(self):
+        ...         super().__init__()
+        ...         self.hidden_dim = 8
+        ...         self.weight = nn.Parameter(torch.randn(4, 8))
+        >>> router = TopKRouter()
+        >>> kind = RouterKind()
+        >>> kind.widths(router)
+        {'in': 8, 'out': 4}
+        >>> plan = kind.plan_slice('gate', router, {'in': [0, 2, 5]})
+        >>> tuple(plan.params['weight'].shape), plan.attrs
+        ((4, 3), {'hidden_dim': 3})
+    """
+    module_types = ('transformers.models.mixtral.modeling_mixtral.MixtralTopKRouter', )
+
+    @classmethod
+    def claims(cls, module_type: type) -> bool:
+        return module_type.__module__.startswith('transformers.') and \
+            re.search(r'Router$', module_type.__name__) is not None
+
+    def widths(self, module: nn.Module) -> Dict[str, int]:
+        weight = _own_weight(module)
+        if weight is None:  # a router whose weight is an nn.Linear child's: no axes here
+            return {}
+        experts, hidden = weight.shape
+        return {'in': hidden, 'out': experts}
+
+    def trace(self, ctx, node, ins, name, module):
+        if _own_weight(module) is None:
+            return None
+        return super().trace(ctx, node, ins, name, module)
+
+    def masked_output(self, module, x, output, keep, call=None):
+        """The output as it is: a router keeps every expert (its forward returns the
+        logits with the routing's scores and indices)."""
+        return output
+
+    def unsliceable(self, module: nn.Module) -> Optional[str]:
+        weight = _own_weight(module)
+        if weight is not None and getattr(module, 'hidden_dim', weight.shape[1]) != weight.shape[1]:
+            return (f'its hidden_dim ({module.hidden_dim}) is not its weight\'s input width '
+                    f'({module.weight.shape[1]})')
+        return None
+
+    def plan_slice(self, name: str, module: nn.Module,
+                   kept: Dict[str, Sequence[int]]) -> SlicePlan:
+        experts, hidden = module.weight.shape
+        in_idx = check_indices(name, 'in', kept, hidden)
+        out_idx = check_indices(name, 'out', kept, experts)
+        if len(out_idx) != experts:
+            raise ValueError(f'{name}: a router keeps every expert, got {len(out_idx)} of '
+                             f'{experts}')
+        plan = SlicePlan(params={'weight': take(module.weight, 1, in_idx)}, attrs={})
+        if hasattr(module, 'hidden_dim'):
+            plan.attrs['hidden_dim'] = len(in_idx)
+        return plan
+
+    def params(self, module: nn.Module, kept: Kept) -> int:
+        if _own_weight(module) is None:
+            return LayerKind.params(self, module, kept)
+        kept = self.full(module, kept)
+        return kept['in'] * kept['out'] + sum(
+            p.numel() for n, p in module.named_parameters(recurse=False) if n != 'weight')
+
+    def flops(self, module: nn.Module, inputs: Tuple, output, kept: Kept) -> int:
+        """Tokens times kept inputs times experts (the forward returns more than the
+        logits, so the tokens are counted on the input)."""
+        if _own_weight(module) is None:  # its nn.Linear child counts itself
+            return 0
+        kept = self.full(module, kept)
+        return inputs[0].numel() // module.weight.shape[1] * kept['in'] * kept['out']
+
+
+def _own_weight(module: nn.Module) -> Optional[torch.Tensor]:
+    """A router's own 2-D ``weight`` parameter (None: it has none, e.g. DBRX's, whose
+    weight is an ``nn.Linear`` child's)."""
+    weight = module._parameters.get('weight')
+    return weight if weight is not None and weight.dim() == 2 else None

@@ -35,8 +35,9 @@ class LinearKind(LayerKind):
 
     def trace(self, ctx, node, ins, name, module):
         x = ins[_ACTIVATION_INPUT[node.name()]]
-        in_slots = ctx.channel_input(x, 1, module.in_features, name, node)
-        out_slots = ctx.layer_out(name, module.out_features)
+        widths = self.widths(module)
+        in_slots = ctx.channel_input(x, 1, widths['in'], name, node)
+        out_slots = ctx.layer_out(name, widths['out'])
         ctx.use(name, 'in', in_slots)
         ctx.use(name, 'out', out_slots)
         return out_slots, 1

@@ -8,12 +8,15 @@ import warnings
 
 import pytest
 import torch
+import torch.nn as nn
 from hf_builders import VOCAB, main_output, token_inputs
+from masked_vs_slim import deploy_checked
 
 import razorlib
 from razorlib.integrations import transformers as hf
 from razorlib.integrations.transformers.prune import uniform_experts
 from razorlib.nn import split_experts
+from razorlib.layers import RouterKind, kind_of
 from razorlib.pruning import L1NormPruner
 from razorlib.pruning.allocation import SubnetMeter
 from razorlib.utils import get_model_complexity
@@ -29,6 +32,19 @@ def qwen2_moe():
     return transformers.Qwen2MoeForCausalLM(transformers.Qwen2MoeConfig(
         **SMALL, intermediate_size=40, moe_intermediate_size=32,
         shared_expert_intermediate_size=48, num_experts=4, num_experts_per_tok=2)).eval()
+
+
+def qwen3_moe():
+    torch.manual_seed(0)
+    return transformers.Qwen3MoeForCausalLM(transformers.Qwen3MoeConfig(
+        **SMALL, intermediate_size=40, moe_intermediate_size=32, num_experts=4,
+        num_experts_per_tok=2, head_dim=8)).eval()
+
+
+def olmoe():
+    torch.manual_seed(0)
+    return transformers.OlmoeForCausalLM(transformers.OlmoeConfig(
+        **SMALL, intermediate_size=32, num_experts=4, num_experts_per_tok=2)).eval()
 
 
 def mixtral(intermediate_size):
@@ -149,3 +165,77 @@ def test_data_criteria_score_experts_no_token_of_the_data_reached(importance):
     slim = razorlib.prune(model, inputs, ratio=0.5, importance=importance, data=data,
                           loss_fn=lambda out, ids: out.logits.sum())
     assert [layer.mlp.experts.intermediate_dim for layer in slim.model.layers] == [16, 16]
+
+
+@pytest.mark.parametrize('build', [lambda: mixtral(intermediate_size=32), qwen2_moe, qwen3_moe,
+                                   olmoe], ids=['mixtral', 'qwen2_moe', 'qwen3_moe', 'olmoe'])
+def test_hidden_true_prunes_the_hidden_size_through_the_routers_and_reloads(build, tmp_path):
+    """Before, the routers' ``reshape(-1, self.hidden_dim)`` failed the pruned run, so
+    ``hidden=True`` kept the hidden size of every MoE model (RouterKind)."""
+    model, inputs = build(), token_inputs()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        slim = razorlib.prune(model, inputs, ratio=0.5, hidden=True)
+    said = [str(w.message) for w in caught]
+    assert not [m for m in said if 'unpruned' in m or 'prunes no hidden size' in m], said
+    assert slim.model.embed_tokens.weight.shape == (VOCAB, 16)
+    for layer in slim.model.layers:
+        router = layer.mlp.gate
+        assert router.weight.shape == (4, 16) and router.hidden_dim == 16
+    assert main_output(slim, inputs).shape == (2, 8, VOCAB)
+    hf.save_pruned(slim, tmp_path)  # OLMoE's config cannot describe its q/k norms' widths
+    again = hf.load_pruned(tmp_path)
+    assert torch.equal(main_output(again, inputs), main_output(slim, inputs))
+
+
+def test_the_masked_model_computes_the_slim_one_and_the_router_keeps_every_expert():
+    model, inputs = split_experts(mixtral(intermediate_size=32)), token_inputs()
+    pruner = L1NormPruner(ratio=0.5)
+    pruner.prepare_from_supernet(model, inputs)
+    routers = [f'model.layers.{i}.mlp.gate' for i in range(2)]
+    for router in routers:  # the experts' dim is no channel: topk picks among them
+        owners = [g for g in pruner.groups.groups.values() if router in g.layers]
+        assert owners and not any(g.prunable for g in owners)
+    hidden = next(g for g in pruner.groups.prunable.values()
+                  if all(r in g.consumers for r in routers))
+    pruner.set_subnet(pruner.subnet_at(0.5))
+    _, slim = deploy_checked(pruner, model, inputs)  # masked == slim, params as counted
+    assert slim.model.layers[0].mlp.gate.weight.shape == (4, hidden.num_channels // 2)
+    tokens = torch.zeros(16, 32)  # the masked router counts its kept inputs, as the slim one
+    assert get_model_complexity(model.model.layers[0].mlp.gate, tokens).flops == 16 * 16 * 4
+    assert get_model_complexity(slim.model.layers[0].mlp.gate, tokens[:, :16]).flops == \
+        16 * 16 * 4
+
+
+def test_a_router_slices_its_input_only():
+    router = mixtral(intermediate_size=32).model.layers[0].mlp.gate
+    kind = RouterKind()
+    assert kind_of(router) is not None and type(kind_of(router)) is RouterKind
+    plan = kind.plan_slice('gate', router, {'in': [1, 3]})
+    assert plan.params['weight'].shape == (4, 2) and plan.attrs == {'hidden_dim': 2}
+    with pytest.raises(ValueError, match=r'^gate: a router keeps every expert, got 2 of 4$'):
+        kind.plan_slice('gate', router, {'out': [0, 1]})
+    router.hidden_dim = 7
+    assert kind.unsliceable(router) == "its hidden_dim (7) is not its weight's input width (32)"
+
+
+class LinearChildRouter(nn.Module):
+    """DBRX's layout: a router whose weight is an nn.Linear child's."""
+    __module__ = 'transformers.models.fake.modeling_fake'
+
+    def __init__(self):
+        super().__init__()
+        self.layer = nn.Linear(8, 4, bias=False)
+
+    def forward(self, x):
+        return self.layer(x).softmax(-1).topk(2, -1)
+
+
+def test_a_router_whose_weight_is_a_linear_childs_is_the_linears():
+    model = nn.Sequential(nn.Linear(6, 8), LinearChildRouter()).eval()
+    assert type(kind_of(model[1])) is RouterKind
+    x = torch.randn(3, 6)
+    assert get_model_complexity(model, x).flops == 3 * (6 * 8 + 8 * 4)  # counted once
+    assert get_model_complexity(model, x).params == 6 * 8 + 8 + 8 * 4
+    slim = razorlib.prune(model, x, ratio=0.5)
+    assert slim[0].out_features == 4 and slim[1].layer.in_features == 4
