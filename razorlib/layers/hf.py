@@ -14,9 +14,10 @@ import torch
 import torch.nn as nn
 
 from ..registry import LAYER_KINDS
-from .base import Kept, LayerKind, SlicePlan, take
+from .base import IN_MASK, OUT_MASK, Kept, LayerKind, SlicePlan, take
 from .common import check_indices
 from .linear import LinearKind
+from .parameter import PARAM_MASK
 
 __all__ = ['HFConv1DKind', 'RouterKind']
 
@@ -90,7 +91,8 @@ class RouterKind(LinearKind):
 
     The op is a linear layer's; what the weight alone does not say is the ``hidden_dim``
     the forward reshapes by, so slicing the input channels (``hidden=True``) updates it.
-    The outputs are the experts, which the routing's ``topk`` freezes.  Claimed by name
+    The outputs are the experts, which the routing's ``topk`` freezes (the masked output
+    is the output).  Claimed by name
     (transformers classes ending in ``Router``); a router whose weight belongs to an
     ``nn.Linear`` child (DBRX, NLLB-MoE) is that Linear's, and one whose forward reads
     other sizes of its own fails the pruned run and keeps the hidden size whole.
@@ -129,8 +131,8 @@ class RouterKind(LinearKind):
         return super().trace(ctx, node, ins, name, module)
 
     def masked_output(self, module, x, output, keep, call=None):
-        """The output as it is: a router keeps every expert (its forward returns the
-        logits with the routing's scores and indices)."""
+        """The output as it is: the routing's ``topk`` keeps every expert (and the
+        forward returns the logits with the routing's scores and indices)."""
         return output
 
     def unsliceable(self, module: nn.Module) -> Optional[str]:
@@ -142,15 +144,24 @@ class RouterKind(LinearKind):
 
     def plan_slice(self, name: str, module: nn.Module,
                    kept: Dict[str, Sequence[int]]) -> SlicePlan:
+        """The weight's kept columns (inputs) and rows (experts), with every other 1-D
+        tensor of one entry per expert (a bias, DeepSeek-V3's ``e_score_correction_bias``)
+        and ``hidden_dim`` / ``num_experts``.  The routing's ``topk`` keeps the experts
+        whole, but the tracer reads from this plan which dims of those tensors hold them."""
         experts, hidden = module.weight.shape
         in_idx = check_indices(name, 'in', kept, hidden)
         out_idx = check_indices(name, 'out', kept, experts)
-        if len(out_idx) != experts:
-            raise ValueError(f'{name}: a router keeps every expert, got {len(out_idx)} of '
-                             f'{experts}')
-        plan = SlicePlan(params={'weight': take(module.weight, 1, in_idx)}, attrs={})
+        plan = SlicePlan(params={'weight': take(take(module.weight, 0, out_idx), 1, in_idx)})
+        for table, tensors in ((plan.params, module._parameters),
+                               (plan.buffers, module._buffers)):
+            for attr, tensor in tensors.items():
+                if (attr != 'weight' and tensor is not None and tensor.shape == (experts, )
+                        and attr not in (IN_MASK, OUT_MASK) and not PARAM_MASK.match(attr)):
+                    table[attr] = take(tensor, 0, out_idx)
         if hasattr(module, 'hidden_dim'):
             plan.attrs['hidden_dim'] = len(in_idx)
+        if hasattr(module, 'num_experts') and len(out_idx) != experts:
+            plan.attrs['num_experts'] = len(out_idx)
         return plan
 
     def params(self, module: nn.Module, kept: Kept) -> int:

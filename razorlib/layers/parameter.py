@@ -6,6 +6,7 @@ meets (an add with a token map, a multiply with a channel map); pruning slices t
 dims.  A masked supernet records the kept entries of each pruned dim in a buffer on the
 owner (:func:`param_mask_name`) so that counting sees the sliced size.
 """
+import re
 from typing import Dict, Sequence
 
 import torch
@@ -14,6 +15,10 @@ from .base import take
 from .common import prod
 
 __all__ = ['param_mask_name', 'plan_param', 'param_channel_weights', 'kept_param_size']
+
+
+#: A name :func:`param_mask_name` writes: the tensor's attribute, then the dim.
+PARAM_MASK = re.compile(r'^(?P<attr>.+)_mask_dim\d+$')
 
 
 def param_mask_name(attr: str, dim: int) -> str:

@@ -14,7 +14,6 @@ Hooks are module-level functions (bound to the kind and the module's name with
 pickles and round-trips its ``state_dict``.
 """
 import inspect
-import re
 from functools import lru_cache, partial
 from typing import Any, Dict, Optional, Tuple
 
@@ -22,11 +21,10 @@ import torch
 import torch.nn as nn
 
 from ..layers import IN_MASK, OUT_MASK, LayerKind, param_mask_name
+from ..layers.parameter import PARAM_MASK
 
 __all__ = ['IN_MASK', 'OUT_MASK', 'MaskedInputError', 'add_masks', 'add_param_mask',
            'layer_input', 'set_mask', 'remove_masks']
-
-_PARAM_MASK = re.compile(r'^(?P<attr>.+)_mask_dim\d+$')
 
 
 @lru_cache(maxsize=None)
@@ -209,5 +207,5 @@ def remove_masks(model: nn.Module) -> None:
 
 def _param_mask_of(module: nn.Module, buffer: str) -> bool:
     """Whether ``buffer`` is a keep-mask of one of ``module``'s tensors."""
-    match = _PARAM_MASK.match(buffer)
+    match = PARAM_MASK.match(buffer)
     return match is not None and isinstance(getattr(module, match['attr'], None), torch.Tensor)

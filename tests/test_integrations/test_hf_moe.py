@@ -47,6 +47,16 @@ def olmoe():
         **SMALL, intermediate_size=32, num_experts=4, num_experts_per_tok=2)).eval()
 
 
+def deepseek_v3():
+    """Its router adds a per-expert buffer (``e_score_correction_bias``) to the scores."""
+    torch.manual_seed(0)
+    return transformers.DeepseekV3ForCausalLM(transformers.DeepseekV3Config(
+        **{**SMALL, 'num_key_value_heads': 4}, intermediate_size=64, moe_intermediate_size=16,
+        n_routed_experts=4, num_experts_per_tok=2, n_group=1, topk_group=1,
+        first_k_dense_replace=1, q_lora_rank=16, kv_lora_rank=16, qk_rope_head_dim=8,
+        qk_nope_head_dim=8, v_head_dim=8)).eval()
+
+
 def mixtral(intermediate_size):
     torch.manual_seed(0)
     return transformers.MixtralForCausalLM(transformers.MixtralConfig(
@@ -168,7 +178,8 @@ def test_data_criteria_score_experts_no_token_of_the_data_reached(importance):
 
 
 @pytest.mark.parametrize('build', [lambda: mixtral(intermediate_size=32), qwen2_moe, qwen3_moe,
-                                   olmoe], ids=['mixtral', 'qwen2_moe', 'qwen3_moe', 'olmoe'])
+                                   olmoe, deepseek_v3],
+                         ids=['mixtral', 'qwen2_moe', 'qwen3_moe', 'olmoe', 'deepseek_v3'])
 def test_hidden_true_prunes_the_hidden_size_through_the_routers_and_reloads(build, tmp_path):
     """Before, the routers' ``reshape(-1, self.hidden_dim)`` failed the pruned run, so
     ``hidden=True`` kept the hidden size of every MoE model (RouterKind)."""
@@ -180,8 +191,11 @@ def test_hidden_true_prunes_the_hidden_size_through_the_routers_and_reloads(buil
     assert not [m for m in said if 'unpruned' in m or 'prunes no hidden size' in m], said
     assert slim.model.embed_tokens.weight.shape == (VOCAB, 16)
     for layer in slim.model.layers:
+        if not hasattr(layer.mlp, 'gate'):  # DeepSeek-V3's first layer is dense
+            continue
         router = layer.mlp.gate
         assert router.weight.shape == (4, 16) and router.hidden_dim == 16
+        assert not [b for b in router._buffers if 'mask' in b]  # the plan slices no mask
     assert main_output(slim, inputs).shape == (2, 8, VOCAB)
     hf.save_pruned(slim, tmp_path)  # OLMoE's config cannot describe its q/k norms' widths
     again = hf.load_pruned(tmp_path)
@@ -207,14 +221,16 @@ def test_the_masked_model_computes_the_slim_one_and_the_router_keeps_every_exper
         16 * 16 * 4
 
 
-def test_a_router_slices_its_input_only():
+def test_a_router_plans_its_inputs_and_experts_with_its_per_expert_tensors():
     router = mixtral(intermediate_size=32).model.layers[0].mlp.gate
+    router.register_buffer('e_score_correction_bias', torch.arange(4.))
     kind = RouterKind()
-    assert kind_of(router) is not None and type(kind_of(router)) is RouterKind
+    assert type(kind_of(router)) is RouterKind
     plan = kind.plan_slice('gate', router, {'in': [1, 3]})
     assert plan.params['weight'].shape == (4, 2) and plan.attrs == {'hidden_dim': 2}
-    with pytest.raises(ValueError, match=r'^gate: a router keeps every expert, got 2 of 4$'):
-        kind.plan_slice('gate', router, {'out': [0, 1]})
+    plan = kind.plan_slice('gate', router, {'out': [0, 2]})  # the tracer reads dims from it
+    assert torch.equal(plan.params['weight'], router.weight[[0, 2]])
+    assert plan.buffers['e_score_correction_bias'].tolist() == [0., 2.]
     router.hidden_dim = 7
     assert kind.unsliceable(router) == "its hidden_dim (7) is not its weight's input width (32)"
 
