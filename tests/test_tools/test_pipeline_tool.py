@@ -38,6 +38,8 @@ def pipeline_run(tmp_path_factory):
     return work_dir, json.loads((work_dir / 'pipeline.json').read_text())
 
 
+@pytest.mark.slow  # the README's whole command (its fixture the default tier's longest item:
+# 694 s of its 46 minutes on 2 busy vCPUs); the quick tests below cover its parts
 def test_pipeline_runs_every_step_and_pairs_subnets_with_uniform_baselines(pipeline_run):
     work_dir, result = pipeline_run
     rows = {row['subnet']: row for row in result['rows']}
