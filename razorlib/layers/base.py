@@ -162,6 +162,13 @@ class LayerKind:
         hundred ``*RMSNorm`` classes).  Asked only when no kind names the type."""
         return False
 
+    def covers(self, module: nn.Module) -> bool:
+        """Whether this kind covers ``module``, one of its types: a family claimed by
+        name whose members differ in layout (a router holding its own weight, or an
+        ``nn.Linear`` child's) says here which ones it knows.  A module it does not
+        cover has no kind."""
+        return True
+
     # ------------------------------------------------------------------ tracing
     def trace(self, ctx: Any, node: Any, ins: Sequence[Any], name: str,
               module: nn.Module) -> Optional[Tuple[np.ndarray, int]]:

@@ -92,10 +92,11 @@ class RouterKind(LinearKind):
     The op is a linear layer's; what the weight alone does not say is the ``hidden_dim``
     the forward reshapes by, so slicing the input channels (``hidden=True``) updates it.
     The outputs are the experts, which the routing's ``topk`` freezes (the masked output
-    is the output).  Claimed by name
-    (transformers classes ending in ``Router``); a router whose weight belongs to an
-    ``nn.Linear`` child (DBRX, NLLB-MoE) is that Linear's, and one whose forward reads
-    other sizes of its own fails the pruned run and keeps the hidden size whole.
+    is the output).  Claimed by name (transformers classes, or their subclasses, ending
+    in ``Router``), it covers only those holding their own 2-D ``weight``: a router whose
+    weight is an ``nn.Linear`` child's (DBRX, LongCat-Flash, NLLB-MoE) has no kind, its
+    Linear and its bare parameters traced as any module's.  One whose forward sizes the
+    tokens some other way fails the pruned run and keeps the hidden size whole.
 
     Example:
         >>> class TopKRouter(nn.Module):  # the layout of transformers' routers
@@ -105,8 +106,8 @@ class RouterKind(LinearKind):
         ...         self.weight = nn.Parameter(torch.randn(4, 8))
         >>> router = TopKRouter()
         >>> kind = RouterKind()
-        >>> kind.widths(router)
-        {'in': 8, 'out': 4}
+        >>> kind.covers(router), kind.widths(router)
+        (True, {'in': 8, 'out': 4})
         >>> plan = kind.plan_slice('gate', router, {'in': [0, 2, 5]})
         >>> tuple(plan.params['weight'].shape), plan.attrs
         ((4, 3), {'hidden_dim': 3})
@@ -115,20 +116,17 @@ class RouterKind(LinearKind):
 
     @classmethod
     def claims(cls, module_type: type) -> bool:
-        return module_type.__module__.startswith('transformers.') and \
-            re.search(r'Router$', module_type.__name__) is not None
+        return any(base.__module__.startswith('transformers.') and
+                   re.search(r'Router$', base.__name__) is not None
+                   for base in module_type.__mro__)
+
+    def covers(self, module: nn.Module) -> bool:
+        weight = module._parameters.get('weight')
+        return weight is not None and weight.dim() == 2
 
     def widths(self, module: nn.Module) -> Dict[str, int]:
-        weight = _own_weight(module)
-        if weight is None:  # a router whose weight is an nn.Linear child's: no axes here
-            return {}
-        experts, hidden = weight.shape
+        experts, hidden = module.weight.shape
         return {'in': hidden, 'out': experts}
-
-    def trace(self, ctx, node, ins, name, module):
-        if _own_weight(module) is None:
-            return None
-        return super().trace(ctx, node, ins, name, module)
 
     def masked_output(self, module, x, output, keep, call=None):
         """The output as it is: the routing's ``topk`` keeps every expert (and the
@@ -136,10 +134,10 @@ class RouterKind(LinearKind):
         return output
 
     def unsliceable(self, module: nn.Module) -> Optional[str]:
-        weight = _own_weight(module)
-        if weight is not None and getattr(module, 'hidden_dim', weight.shape[1]) != weight.shape[1]:
+        hidden = module.weight.shape[1]
+        if getattr(module, 'hidden_dim', hidden) != hidden:
             return (f'its hidden_dim ({module.hidden_dim}) is not its weight\'s input width '
-                    f'({module.weight.shape[1]})')
+                    f'({hidden})')
         return None
 
     def plan_slice(self, name: str, module: nn.Module,
@@ -165,8 +163,6 @@ class RouterKind(LinearKind):
         return plan
 
     def params(self, module: nn.Module, kept: Kept) -> int:
-        if _own_weight(module) is None:
-            return LayerKind.params(self, module, kept)
         kept = self.full(module, kept)
         return kept['in'] * kept['out'] + sum(
             p.numel() for n, p in module.named_parameters(recurse=False) if n != 'weight')
@@ -174,14 +170,5 @@ class RouterKind(LinearKind):
     def flops(self, module: nn.Module, inputs: Tuple, output, kept: Kept) -> int:
         """Tokens times kept inputs times experts (the forward returns more than the
         logits, so the tokens are counted on the input)."""
-        if _own_weight(module) is None:  # its nn.Linear child counts itself
-            return 0
         kept = self.full(module, kept)
         return inputs[0].numel() // module.weight.shape[1] * kept['in'] * kept['out']
-
-
-def _own_weight(module: nn.Module) -> Optional[torch.Tensor]:
-    """A router's own 2-D ``weight`` parameter (None: it has none, e.g. DBRX's, whose
-    weight is an ``nn.Linear`` child's)."""
-    weight = module._parameters.get('weight')
-    return weight if weight is not None and weight.dim() == 2 else None

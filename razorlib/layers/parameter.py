@@ -14,7 +14,8 @@ import torch
 from .base import take
 from .common import prod
 
-__all__ = ['param_mask_name', 'plan_param', 'param_channel_weights', 'kept_param_size']
+__all__ = ['PARAM_MASK', 'param_mask_name', 'plan_param', 'param_channel_weights',
+           'kept_param_size']
 
 
 #: A name :func:`param_mask_name` writes: the tensor's attribute, then the dim.

@@ -99,7 +99,8 @@ class KindTable:
                 (table[key] for base in cls.__mro__ for key in (base, _qualified(base))
                  for table in (self.overrides, registered) if key in table), None) or \
                 self._claimed(cls, registered)
-        return self._cache[cls]
+        kind = self._cache[cls]
+        return kind if kind is None or kind.covers(module) else None
 
     def _claimed(self, cls: type, registered: Dict[Union[type, str], LayerKind]
                  ) -> Optional[LayerKind]:

@@ -15,10 +15,10 @@ Example:
     >>> type(split_multihead_attention(model)[0]).__name__
     'SeparateProjectionAttention'
 """
-from .experts import Expert, SplitExperts, fuse_experts, split_experts
+from .experts import ClampedSwiGLU, Expert, SplitExperts, fuse_experts, split_experts
 from .multihead import SeparateProjectionAttention, split_multihead_attention
 from .window import WindowAttention, convert_window_attention
 
 __all__ = ['SeparateProjectionAttention', 'split_multihead_attention', 'WindowAttention',
-           'convert_window_attention', 'Expert', 'SplitExperts', 'split_experts',
-           'fuse_experts']
+           'convert_window_attention', 'ClampedSwiGLU', 'Expert', 'SplitExperts',
+           'split_experts', 'fuse_experts']

@@ -12,7 +12,11 @@ expert's intermediate channels are a group of their own that razorlib ranks and 
 (every expert is run, on no tokens if none are routed to it, so that one trace sees
 all of them).  :func:`fuse_experts` puts the fused module back once every expert of a
 layer keeps the same width, so the slim model is again the transformers class, saved and
-loaded by transformers itself.
+loaded by transformers itself.  The layouts transformers declares on the fused module
+(``use_experts_implementation``) are read, not guessed: gate and up concatenated or
+interleaved, weights stored ``(out, in)`` or transposed, with or without biases
+(GPT-OSS's is interleaved, transposed and biased, with a clamped SwiGLU of its own,
+:class:`ClampedSwiGLU`).
 
 Example:
     >>> import torch
@@ -30,31 +34,72 @@ Example:
     torch.Size([4, 48, 16])
 """
 import copy
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
 
 from .replace import children_matching, replace_children
 
-__all__ = ['Expert', 'SplitExperts', 'is_fused_experts', 'split_experts', 'fuse_experts']
+__all__ = ['ClampedSwiGLU', 'Expert', 'SplitExperts', 'is_fused_experts', 'split_experts',
+           'fuse_experts']
 
 #: The gating transformers' experts apply by default: ``act_fn(gate) * up``, gate and up
 #: the two halves of ``gate_up_proj``'s output.
 DEFAULT_GATE = ('transformers.integrations.moe', '_default_apply_gate')
 
 
+class ClampedSwiGLU(nn.Module):
+    """GPT-OSS's gating of an expert's gate and up projections: the gate clamped above at
+    ``limit``, the up projection to ``[-limit, limit]``, then
+    ``(up + 1) * gate * sigmoid(alpha * gate)`` (``GptOssExperts._apply_gate`` on its
+    interleaved output).  A pruned channel's zero gate gives zero, as the masked model's.
+
+    Example:
+        >>> gating = ClampedSwiGLU(alpha=1.702, limit=7.0)
+        >>> [round(v, 3) for v in gating(torch.tensor([0., 9.]), torch.tensor([5., -9.])).tolist()]
+        [0.0, -42.0]
+    """
+
+    def __init__(self, alpha: float, limit: float):
+        super().__init__()
+        self.alpha, self.limit = alpha, limit
+
+    def forward(self, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+        gate = gate.clamp(max=self.limit)
+        up = up.clamp(min=-self.limit, max=self.limit)
+        return (up + 1) * (gate * torch.sigmoid(gate * self.alpha))
+
+    def extra_repr(self) -> str:
+        return f'alpha={self.alpha}, limit={self.limit}'
+
+
+#: Gatings of their own that :class:`SplitExperts` computes: the ``_apply_gate`` of a
+#: fused experts class (its module and qualified name) -> the gating module, from the
+#: fused module.
+KNOWN_GATES: Dict[Tuple[str, str], Callable[[nn.Module], nn.Module]] = {
+    ('transformers.models.gpt_oss.modeling_gpt_oss', 'GptOssExperts._apply_gate'):
+        lambda module: ClampedSwiGLU(module.alpha, module.limit),
+}
+
+
 class Expert(nn.Module):
-    """One routed expert: ``down_proj(act_fn(gate_proj(x)) * up_proj(x))``."""
+    """One routed expert: ``down_proj(act_fn(gate_proj(x)) * up_proj(x))``, or with a
+    ``gating`` of its own ``down_proj(gating(gate_proj(x), up_proj(x)))``."""
 
     def __init__(self, gate_proj: nn.Linear, up_proj: nn.Linear, down_proj: nn.Linear,
-                 act_fn: nn.Module):
+                 act_fn: Optional[nn.Module] = None, gating: Optional[nn.Module] = None):
         super().__init__()
+        if (act_fn is None) == (gating is None):
+            raise ValueError('an Expert takes an act_fn or a gating, one of them')
         self.gate_proj, self.up_proj, self.down_proj = gate_proj, up_proj, down_proj
-        self.act_fn = act_fn
+        self.act_fn, self.gating = act_fn, gating
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+        gate, up = self.gate_proj(x), self.up_proj(x)
+        if self.gating is not None:
+            return self.down_proj(self.gating(gate, up))
+        return self.down_proj(self.act_fn(gate) * up)
 
 
 class SplitExperts(nn.Module):
@@ -75,11 +120,21 @@ class SplitExperts(nn.Module):
 
     @classmethod
     def from_fused(cls, module: nn.Module) -> 'SplitExperts':
-        """The experts of ``module``, their weights copied out of its 3-D parameters."""
-        gate_up, down = module.gate_up_proj, module.down_proj
-        width = down.shape[2]
-        experts = [Expert(_linear(gate_up[e, :width]), _linear(gate_up[e, width:]),
-                          _linear(down[e]), module.act_fn) for e in range(gate_up.shape[0])]
+        """The experts of ``module``, their weights (and biases) copied out of its 3-D
+        parameters as its layout stores them."""
+        gating = _gating(module)
+        experts = []
+        for e in range(module.num_experts):
+            gate_up, down = module.gate_up_proj[e], module.down_proj[e]
+            if module.is_transposed:  # stored (in, out)
+                gate_up, down = gate_up.t(), down.t()
+            gate_up_bias = module.gate_up_proj_bias[e] if module.has_bias else None
+            down_bias = module.down_proj_bias[e] if module.has_bias else None
+            (gate, up), (gate_bias, up_bias) = (_gate_and_up(gate_up, module.is_concatenated),
+                                                _gate_and_up(gate_up_bias, module.is_concatenated))
+            experts.append(Expert(_linear(gate, gate_bias), _linear(up, up_bias),
+                                  _linear(down, down_bias),
+                                  act_fn=None if gating else module.act_fn, gating=gating))
         like = copy.copy(module)
         like.__dict__.update(_parameters={}, _buffers=dict(module._buffers),
                              _modules=dict(module._modules))
@@ -103,16 +158,35 @@ class SplitExperts(nn.Module):
         if len(set(widths)) != 1:
             raise ValueError(f'its {len(widths)} experts have widths {sorted(set(widths))}, '
                              'which one fused tensor cannot hold: keep one width per layer')
-        first = self.experts[0]
-        gate_up = torch.stack([torch.cat([e.gate_proj.weight, e.up_proj.weight]).detach()
-                               for e in self.experts])
-        down = torch.stack([e.down_proj.weight.detach() for e in self.experts])
-        params = {'gate_up_proj': nn.Parameter(gate_up, first.gate_proj.weight.requires_grad),
-                  'down_proj': nn.Parameter(down, first.down_proj.weight.requires_grad)}
-        fused = copy.copy(self.fused_like)
-        fused.__dict__.update(_parameters=params, _buffers=dict(self.fused_like._buffers),
-                              _modules=dict(self.fused_like._modules))
-        fused.intermediate_dim = widths[0]
+        like, first = self.fused_like, self.experts[0]
+
+        def stacked(linears: List[nn.Linear], attr: str) -> torch.Tensor:
+            return torch.stack([getattr(linear, attr).detach() for linear in linears])
+
+        def joined(attr: str) -> torch.Tensor:  # (E, 2I, ...) as the layout stores them
+            gate = stacked([e.gate_proj for e in self.experts], attr)
+            up = stacked([e.up_proj for e in self.experts], attr)
+            if like.is_concatenated:
+                return torch.cat([gate, up], 1)
+            return torch.stack([gate, up], 2).flatten(1, 2)  # gate0, up0, gate1, ...
+
+        gate_up, down = joined('weight'), stacked([e.down_proj for e in self.experts], 'weight')
+        if like.is_transposed:
+            gate_up, down = gate_up.transpose(1, 2), down.transpose(1, 2)
+        tensors = {'gate_up_proj': (gate_up, first.gate_proj.weight),
+                   'down_proj': (down, first.down_proj.weight)}
+        if like.has_bias:
+            tensors.update(gate_up_proj_bias=(joined('bias'), first.gate_proj.bias),
+                           down_proj_bias=(stacked([e.down_proj for e in self.experts], 'bias'),
+                                           first.down_proj.bias))
+        params = {name: nn.Parameter(tensor.contiguous(), source.requires_grad)
+                  for name, (tensor, source) in tensors.items()}
+        fused = copy.copy(like)
+        fused.__dict__.update(_parameters=params, _buffers=dict(like._buffers),
+                              _modules=dict(like._modules))
+        for attr in ('intermediate_dim', 'intermediate_size'):  # GPT-OSS: intermediate_size
+            if hasattr(like, attr):
+                setattr(fused, attr, widths[0])
         return fused
 
     def forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
@@ -125,18 +199,42 @@ class SplitExperts(nn.Module):
         return out
 
 
-def _linear(weight: torch.Tensor) -> nn.Linear:
-    """A bias-free Linear holding a copy of ``weight`` ``(out, in)`` (a slice of a fused
-    parameter), trainable where that parameter is."""
-    linear = nn.Linear(weight.shape[1], weight.shape[0], bias=False, device='meta')
+def _linear(weight: torch.Tensor, bias: Optional[torch.Tensor] = None) -> nn.Linear:
+    """A Linear holding a copy of ``weight`` ``(out, in)`` (and of ``bias``), slices of
+    fused parameters, trainable where those are."""
+    linear = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None, device='meta')
     linear.weight = nn.Parameter(weight.detach().clone(), requires_grad=weight.requires_grad)
+    if bias is not None:
+        linear.bias = nn.Parameter(bias.detach().clone(), requires_grad=bias.requires_grad)
     return linear
+
+
+def _gate_and_up(rows: Optional[torch.Tensor], concatenated: bool
+                 ) -> Tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
+    """The gate's and the up projection's rows of a fused ``gate_up`` tensor (first dim
+    ``2 * I``): its two halves, or its even and odd rows where they interleave."""
+    if rows is None:
+        return None, None
+    if concatenated:
+        return rows[:rows.shape[0] // 2], rows[rows.shape[0] // 2:]
+    return rows[0::2], rows[1::2]
+
+
+def _gating(module: nn.Module) -> Optional[nn.Module]:
+    """The gating module of a fused experts module with a gating of its own
+    (:data:`KNOWN_GATES`), or None for transformers' default ``act_fn(gate) * up``."""
+    gate = getattr(type(module), '_apply_gate', None)
+    if gate is None or (gate.__module__, gate.__name__) == DEFAULT_GATE:
+        return None
+    return KNOWN_GATES[(gate.__module__, gate.__qualname__)](module)
 
 
 #: What transformers' ``use_experts_implementation`` sets on a fused experts module: its
 #: layout, which :func:`split_experts` reads rather than guess it from shapes.
-LAYOUT = {'has_gate': True, 'is_concatenated': True, 'is_transposed': False,
-          'has_bias': False, 'has_post_expert_norm': False, '_is_expert_parallel': False}
+LAYOUT = ('has_gate', 'is_concatenated', 'is_transposed', 'has_bias', 'has_post_expert_norm',
+          '_is_expert_parallel')
+#: The values of :data:`LAYOUT` that :class:`SplitExperts` needs (the others it reads).
+REQUIRED = {'has_gate': True, 'has_post_expert_norm': False, '_is_expert_parallel': False}
 
 
 def is_fused_experts(module: nn.Module) -> bool:
@@ -154,18 +252,27 @@ def is_fused_experts(module: nn.Module) -> bool:
 def _unsupported(module: nn.Module) -> Optional[str]:
     """What of a fused experts module :class:`SplitExperts` does not compute (None: it
     computes all of it)."""
-    for attr, expected in LAYOUT.items():
+    for attr, expected in REQUIRED.items():
         if getattr(module, attr) != expected:
             return f'{attr}={getattr(module, attr)}'
     gate = getattr(type(module), '_apply_gate', None)
-    if gate is not None and (gate.__module__, gate.__name__) != DEFAULT_GATE:
+    if gate is not None and (gate.__module__, gate.__name__) != DEFAULT_GATE and \
+            (gate.__module__, gate.__qualname__) not in KNOWN_GATES:
         return f'a gating of its own ({type(module).__name__}._apply_gate)'
-    experts, twice, hidden = module.gate_up_proj.shape
-    if (module.down_proj.shape[:2] != (experts, hidden) or twice != 2 * module.down_proj.shape[2]
-            or not isinstance(getattr(module, 'act_fn', None), nn.Module)):
+    gate_up, down = module.gate_up_proj.shape, module.down_proj.shape
+    if module.is_transposed:
+        gate_up, down = gate_up[:1] + gate_up[2:0:-1], down[:1] + down[2:0:-1]
+    experts, twice, hidden = gate_up
+    shapes_fit = down[:2] == (experts, hidden) and twice == 2 * down[2]
+    if module.has_bias:
+        shapes_fit = shapes_fit and module.gate_up_proj_bias.shape == (experts, twice) \
+            and module.down_proj_bias.shape == (experts, hidden)
+    if not shapes_fit or (_gating(module) is None
+                          and not isinstance(getattr(module, 'act_fn', None), nn.Module)):
         return (f'gate_up_proj {tuple(module.gate_up_proj.shape)} and down_proj '
-                f'{tuple(module.down_proj.shape)} (expected (E, 2I, H) and (E, H, I)) '
-                'and an act_fn module')
+                f'{tuple(module.down_proj.shape)} (expected (E, 2I, H) and (E, H, I), '
+                'transposed where is_transposed, with biases of (E, 2I) and (E, H) where '
+                'has_bias) and an act_fn module or a known gating')
     return None
 
 

@@ -115,8 +115,9 @@ class SeparateProjectionAttention(nn.Module):
         and train/eval mode.  Raises ValueError for what it cannot express."""
         problem = _unsupported(mha)
         if problem is not None:
-            raise ValueError(f'cannot convert a {type(mha).__name__} (nn.MultiheadAttention) '
-                             f'with {problem}')
+            what = 'an nn.MultiheadAttention' if type(mha) is nn.MultiheadAttention else \
+                f'a {type(mha).__name__} (nn.MultiheadAttention)'
+            raise ValueError(f'cannot convert {what} with {problem}')
         weight = mha.out_proj.weight
         attn = cls(mha.embed_dim, mha.num_heads, mha.dropout, mha.in_proj_bias is not None,
                    mha.kdim, mha.vdim, mha.batch_first, device=weight.device, dtype=weight.dtype)

@@ -589,7 +589,8 @@ def allocate(pruner: Any, scores: Optional[Dict[str, np.ndarray]] = None, *,
             'max_ratio.' + _unscored_note(unscored) + ' Nothing was changed.')
     index = _largest_within(cost, family.size, limit)
     counts = _filled(family, index, cost_of, limit)
-    pruned = meter({**full, **family.keep(counts)})
+    whole = all(counts[g.id] == g.num_channels for g in groups)
+    pruned = dense if whole else meter({**full, **family.keep(counts)})
     return _result(family, counts, unscored, dense, pruned, family.ratio(index))
 
 

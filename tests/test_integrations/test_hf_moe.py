@@ -16,7 +16,7 @@ import razorlib
 from razorlib.integrations import transformers as hf
 from razorlib.integrations.transformers.prune import uniform_experts
 from razorlib.nn import split_experts
-from razorlib.layers import RouterKind, kind_of
+from razorlib.layers import LinearKind, RouterKind, kind_of
 from razorlib.pruning import L1NormPruner
 from razorlib.pruning.allocation import SubnetMeter
 from razorlib.utils import get_model_complexity
@@ -115,14 +115,50 @@ def test_a_flops_budget_holds_at_one_width_per_layer_and_reloads(tmp_path, monke
     assert torch.equal(main_output(again, inputs), main_output(slim, inputs))
 
 
-def test_a_layout_split_experts_does_not_compute_stays_whole_and_named():
+def gpt_oss():
     torch.manual_seed(0)
-    model = transformers.GptOssForCausalLM(transformers.GptOssConfig(
-        **SMALL, intermediate_size=24, num_local_experts=4, num_experts_per_tok=2, head_dim=8,
+    return transformers.GptOssForCausalLM(transformers.GptOssConfig(
+        **SMALL, intermediate_size=32, num_local_experts=4, num_experts_per_tok=2, head_dim=8,
         sliding_window=4)).eval()
+
+
+def test_gpt_oss_experts_prune_in_their_own_layout_and_reload(tmp_path):
+    """Interleaved, transposed and biased, with a clamped SwiGLU: before, they stayed
+    whole (an unknown ``GroupedMmBackward0``)."""
+    model, inputs = gpt_oss(), token_inputs()
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')  # nothing left unpruned, nothing the config misses
+        slim = razorlib.prune(model, inputs, ratio=0.5)
+    experts = slim.model.layers[0].mlp.experts
+    assert type(experts).__name__ == 'GptOssExperts' and slim.config.intermediate_size == 16
+    assert experts.gate_up_proj.shape == (4, 32, 32) and experts.gate_up_proj_bias.shape == \
+        (4, 32) and experts.down_proj.shape == (4, 16, 32) and experts.intermediate_size == 16
+    dense = model.model.layers[0].mlp.experts
+    for e in range(4):  # gate and up columns interleaved, at the down rows' channels
+        gate = kept_rows(experts.gate_up_proj[e, :, 0::2].t(), dense.gate_up_proj[e, :, 0::2].t())
+        up = kept_rows(experts.gate_up_proj[e, :, 1::2].t(), dense.gate_up_proj[e, :, 1::2].t())
+        down = kept_rows(experts.down_proj[e], dense.down_proj[e])
+        assert gate == up == down == sorted(gate)
+        assert torch.equal(experts.gate_up_proj_bias[e, 0::2],
+                           dense.gate_up_proj_bias[e, 0::2][gate])
+    slim.save_pretrained(tmp_path)
+    again = transformers.GptOssForCausalLM.from_pretrained(tmp_path).eval()
+    assert torch.equal(main_output(again, inputs), main_output(slim, inputs))
+
+
+def test_a_layout_split_experts_does_not_compute_stays_whole_and_named():
+    from transformers.models.gpt_oss.modeling_gpt_oss import GptOssExperts
+
+    class OwnGate(GptOssExperts):
+        def _apply_gate(self, gate_up):
+            return gate_up[..., ::2] * gate_up[..., 1::2]
+
+    model = gpt_oss()
+    for layer in model.model.layers:
+        layer.mlp.experts.__class__ = OwnGate
     with pytest.warns(UserWarning, match=r'\[unknown-op\] GroupedMmBackward0'):
         slim = razorlib.prune(model, token_inputs(), ratio=0.5)
-    assert slim.model.layers[0].mlp.experts.gate_up_proj.shape == (4, 32, 48)
+    assert slim.model.layers[0].mlp.experts.gate_up_proj.shape == (4, 32, 64)
 
 
 def test_a_budget_no_width_per_layer_meets_is_refused():
@@ -247,11 +283,44 @@ class LinearChildRouter(nn.Module):
         return self.layer(x).softmax(-1).topk(2, -1)
 
 
-def test_a_router_whose_weight_is_a_linear_childs_is_the_linears():
-    model = nn.Sequential(nn.Linear(6, 8), LinearChildRouter()).eval()
-    assert type(kind_of(model[1])) is RouterKind
+class ScaledRouter(LinearChildRouter):
+    """Gemma 4's: a scale of the hidden size of its own before its Linear child."""
+
+    def __init__(self):
+        super().__init__()
+        self.scale = nn.Parameter(torch.rand(8) + 0.5)
+
+    def forward(self, x):
+        return self.layer(x * self.scale).topk(2, -1)
+
+
+class ClassifierWeightRouter(LinearChildRouter):
+    """LongCat-Flash's: ``F.linear`` on its child's weight, the child never called."""
+
+    def forward(self, x):
+        return torch.nn.functional.linear(x, self.layer.weight).topk(2, -1)
+
+
+@pytest.mark.parametrize('router, width', [
+    (LinearChildRouter, 4), (ScaledRouter, 4),
+    (ClassifierWeightRouter, 8),  # a weight read outside its module's forward: kept whole
+])
+def test_a_router_without_a_weight_of_its_own_has_no_kind_and_is_traced_as_any(router, width):
+    model = nn.Sequential(nn.Linear(6, 8), router()).eval()
+    assert kind_of(model[1]) is None and type(kind_of(model[1].layer)) is LinearKind
     x = torch.randn(3, 6)
     assert get_model_complexity(model, x).flops == 3 * (6 * 8 + 8 * 4)  # counted once
-    assert get_model_complexity(model, x).params == 6 * 8 + 8 + 8 * 4
     slim = razorlib.prune(model, x, ratio=0.5)
-    assert slim[0].out_features == 4 and slim[1].layer.in_features == 4
+    assert slim[0].out_features == width and slim[1].layer.weight.shape == (4, width)
+    if router is ScaledRouter:  # sliced as a bare parameter
+        assert slim[1].scale.shape == (width, )
+
+
+def test_a_subclass_of_a_transformers_router_is_a_router():
+    from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeTopKRouter
+
+    class MyRouter(Qwen3MoeTopKRouter):
+        pass
+
+    router = MyRouter(qwen3_moe().config)
+    assert type(kind_of(router)) is RouterKind

@@ -41,7 +41,7 @@ def gpt_oss():
         sliding_window=4))
 
 
-BUILDERS = {'mixtral': mixtral, 'qwen3_moe': qwen3_moe, 'olmoe': olmoe}
+BUILDERS = {'mixtral': mixtral, 'qwen3_moe': qwen3_moe, 'olmoe': olmoe, 'gpt_oss': gpt_oss}
 
 
 def built(name):
@@ -131,14 +131,36 @@ def test_experts_of_one_width_fuse_and_others_are_refused_naming_the_layer():
 
 
 def test_a_layout_it_does_not_compute_is_refused_with_the_model_unchanged():
+    from transformers.models.gpt_oss.modeling_gpt_oss import GptOssExperts
+
+    class OwnGate(GptOssExperts):
+        def _apply_gate(self, gate_up):
+            return gate_up[..., ::2] * gate_up[..., 1::2]
+
     torch.manual_seed(0)
     model = gpt_oss().eval()
-    with pytest.raises(ValueError, match=r'^model\.layers\.0\.mlp\.experts \(GptOssExperts\) '
-                       r'has is_concatenated=False, which split_experts '
+    model.model.layers[1].mlp.experts.__class__ = OwnGate
+    with pytest.raises(ValueError, match=r'^model\.layers\.1\.mlp\.experts \(OwnGate\) has a '
+                       r'gating of its own \(OwnGate\._apply_gate\), which split_experts '
                        r'cannot convert \(the model is unchanged\)$'):
         split_experts(model)
-    assert type(model.model.layers[0].mlp.experts).__name__ == 'GptOssExperts'
+    model.model.layers[1].mlp.experts.__class__ = GptOssExperts
+    model.model.layers[0].mlp.experts.has_post_expert_norm = True
+    with pytest.raises(ValueError, match=r'^model\.layers\.0\.mlp\.experts \(GptOssExperts\) '
+                       r'has has_post_expert_norm=True, which split_experts cannot convert'):
+        split_experts(model)
+    assert [type(layer.mlp.experts) for layer in model.model.layers] == [GptOssExperts] * 2
     assert not experts_of(model)
+
+
+def test_gpt_oss_experts_fuse_back_to_their_interleaved_transposed_biased_layout():
+    torch.manual_seed(0)
+    model = gpt_oss().eval()
+    dense = {name: p.detach().clone() for name, p in model.named_parameters() if 'experts' in name}
+    fuse_experts(split_experts(model))
+    again = {name: p for name, p in model.named_parameters() if 'experts' in name}
+    assert dense.keys() == again.keys()
+    assert all(torch.equal(dense[name], again[name]) for name in dense)
 
 
 def test_index_add_binds_the_rows_it_adds_to_and_freezes_the_indexed_dim():

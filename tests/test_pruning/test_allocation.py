@@ -115,8 +115,11 @@ def test_flops_and_params_budgets_are_met_as_counted_after_slicing():
 
 
 @pytest.mark.parametrize('budget', [dict(flops=0.5), dict(params=0.5)])
-@pytest.mark.parametrize('global_ranking', [False, True])
-def test_a_budget_counts_the_dense_model_once(budget, global_ranking, monkeypatch):
+@pytest.mark.parametrize('allocation, dense_counts', [
+    (dict(global_ranking=False), 1), (dict(global_ranking=True), 1),
+    (dict(sensitivity=dict(greedy=True, steps=4)), 2),  # the path's own start, and the budget's
+])
+def test_a_budget_counts_the_dense_model_once(budget, allocation, dense_counts, monkeypatch):
     full_counts = []
     count = SubnetMeter.__call__
 
@@ -125,11 +128,12 @@ def test_a_budget_counts_the_dense_model_once(budget, global_ranking, monkeypatc
         return count(meter, keep, flops)
 
     monkeypatch.setattr(SubnetMeter, '__call__', counting)
-    pruner = prepared(zoo.ResNetBasic().eval(), torch.randn(1, 3, 32, 32),
-                      global_ranking=global_ranking, **budget)
-    allocation = pruner.allocate()
-    assert sum(full_counts) == 1 and len(full_counts) > 2
-    assert allocation.fraction(next(iter(budget))) <= 0.5
+    x = torch.randn(1, 3, 32, 32)
+    pruner = prepared(zoo.ResNetBasic().eval(), x, **allocation, **budget)
+    data = [(x, torch.zeros(1, dtype=torch.long))] if 'sensitivity' in allocation else None
+    chosen = pruner.allocate(data)
+    assert sum(full_counts) == dense_counts and len(full_counts) > 2
+    assert chosen.fraction(next(iter(budget))) <= 0.5
 
 
 def test_an_unreachable_budget_names_the_best_value_and_changes_nothing():

@@ -234,10 +234,15 @@ class ImportancePruner(StructurePruner):
         groups = self.groups.prunable
         full = {gid: np.ones(g.num_channels, dtype=bool) for gid, g in groups.items()}
 
+        measured: Dict[tuple, float] = {}  # the path starts at the dense model, counted once
+
         def cost(counts: Dict[str, int]) -> float:
-            return float(getattr(meter({**full, **{gid: groups[gid].keep_best(orders[gid], count)
-                                                   for gid, count in counts.items()}},
-                                       metric == 'flops'), metric))
+            key = tuple(sorted(counts.items()))
+            if key not in measured:
+                measured[key] = float(getattr(meter(
+                    {**full, **{gid: groups[gid].keep_best(orders[gid], count)
+                                for gid, count in counts.items()}}, metric == 'flops'), metric))
+            return measured[key]
 
         if self.latency is not None:
             return cost, None
