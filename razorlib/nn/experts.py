@@ -109,7 +109,9 @@ class SplitExperts(nn.Module):
     the sum of its ``k`` experts' outputs weighted by the router.
 
     ``from_fused`` keeps a weightless copy of the fused module (its class, config and
-    activation), from which :meth:`fused` builds it again.
+    activation), from which :meth:`fused` builds it again.  With biases (GPT-OSS) each
+    Linear adds its bias inside its product where transformers adds it after, so in
+    bfloat16 the split module's outputs can differ from the fused one's in the last bit.
     """
 
     def __init__(self, experts: List[Expert], fused_like: Optional[nn.Module] = None):
@@ -134,7 +136,8 @@ class SplitExperts(nn.Module):
                                                 _gate_and_up(gate_up_bias, module.is_concatenated))
             experts.append(Expert(_linear(gate, gate_bias), _linear(up, up_bias),
                                   _linear(down, down_bias),
-                                  act_fn=None if gating else module.act_fn, gating=gating))
+                                  act_fn=None if gating is not None else module.act_fn,
+                                  gating=gating))
         like = copy.copy(module)
         like.__dict__.update(_parameters={}, _buffers=dict(module._buffers),
                              _modules=dict(module._modules))
@@ -184,9 +187,11 @@ class SplitExperts(nn.Module):
         fused = copy.copy(like)
         fused.__dict__.update(_parameters=params, _buffers=dict(like._buffers),
                               _modules=dict(like._modules))
-        for attr in ('intermediate_dim', 'intermediate_size'):  # GPT-OSS: intermediate_size
-            if hasattr(like, attr):
-                setattr(fused, attr, widths[0])
+        hidden = first.down_proj.out_features  # slim too where the hidden size was pruned
+        for attr, width in (('intermediate_dim', widths[0]), ('intermediate_size', widths[0]),
+                            ('hidden_dim', hidden), ('hidden_size', hidden)):
+            if hasattr(like, attr):  # Mixtral's *_dim, GPT-OSS's *_size
+                setattr(fused, attr, width)
         return fused
 
     def forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
@@ -226,7 +231,12 @@ def _gating(module: nn.Module) -> Optional[nn.Module]:
     gate = getattr(type(module), '_apply_gate', None)
     if gate is None or (gate.__module__, gate.__name__) == DEFAULT_GATE:
         return None
-    return KNOWN_GATES[(gate.__module__, gate.__qualname__)](module)
+    known = KNOWN_GATES.get((gate.__module__, gate.__qualname__))
+    if known is None:
+        raise ValueError(f'{type(module).__name__} has a gating of its own '
+                         f'({type(module).__name__}._apply_gate), which SplitExperts cannot '
+                         'compute')
+    return known(module)
 
 
 #: What transformers' ``use_experts_implementation`` sets on a fused experts module: its
@@ -265,8 +275,11 @@ def _unsupported(module: nn.Module) -> Optional[str]:
     experts, twice, hidden = gate_up
     shapes_fit = down[:2] == (experts, hidden) and twice == 2 * down[2]
     if module.has_bias:
-        shapes_fit = shapes_fit and module.gate_up_proj_bias.shape == (experts, twice) \
-            and module.down_proj_bias.shape == (experts, hidden)
+        shapes_fit = shapes_fit and \
+            getattr(module, 'gate_up_proj_bias', None) is not None and \
+            getattr(module, 'down_proj_bias', None) is not None and \
+            module.gate_up_proj_bias.shape == (experts, twice) and \
+            module.down_proj_bias.shape == (experts, hidden)
     if not shapes_fit or (_gating(module) is None
                           and not isinstance(getattr(module, 'act_fn', None), nn.Module)):
         return (f'gate_up_proj {tuple(module.gate_up_proj.shape)} and down_proj '
@@ -282,8 +295,9 @@ def split_experts(model: nn.Module) -> nn.Module:
     intermediate width; in place, and returns ``model``.
 
     Every module is checked before any is replaced: a layout :class:`SplitExperts` does
-    not compute (biases, interleaved or transposed weights, GPT-OSS's own gating) raises
-    ValueError naming the module, with ``model`` unchanged.  Each module is then replaced
+    not compute (a gating of its own other than GPT-OSS's, a norm after each expert,
+    experts without a gate) raises ValueError naming the module, with ``model``
+    unchanged.  Each module is then replaced
     as soon as it is split, so that only one layer's experts are held twice at a time; a
     failure while copying the weights (out of memory) leaves ``model`` part converted.
     """

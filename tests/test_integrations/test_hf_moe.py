@@ -116,10 +116,15 @@ def test_a_flops_budget_holds_at_one_width_per_layer_and_reloads(tmp_path, monke
 
 
 def gpt_oss():
+    """Experts at unit scale: nonzero biases, and the gating's clamps acting."""
     torch.manual_seed(0)
-    return transformers.GptOssForCausalLM(transformers.GptOssConfig(
+    model = transformers.GptOssForCausalLM(transformers.GptOssConfig(
         **SMALL, intermediate_size=32, num_local_experts=4, num_experts_per_tok=2, head_dim=8,
         sliding_window=4)).eval()
+    for layer in model.model.layers:
+        for param in layer.mlp.experts.parameters():
+            param.data.normal_(0, 1)
+    return model
 
 
 def test_gpt_oss_experts_prune_in_their_own_layout_and_reload(tmp_path):

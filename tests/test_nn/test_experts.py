@@ -36,9 +36,15 @@ def olmoe():
 
 
 def gpt_oss():
-    return transformers.GptOssForCausalLM(transformers.GptOssConfig(
+    """Its experts' weights and biases drawn at unit scale: transformers starts the biases
+    at zero and the weights too small for the gating's clamps to act."""
+    model = transformers.GptOssForCausalLM(transformers.GptOssConfig(
         **SMALL, intermediate_size=24, num_local_experts=4, num_experts_per_tok=2, head_dim=8,
         sliding_window=4))
+    for layer in model.model.layers:
+        for param in layer.mlp.experts.parameters():
+            param.data.normal_(0, 1)
+    return model
 
 
 BUILDERS = {'mixtral': mixtral, 'qwen3_moe': qwen3_moe, 'olmoe': olmoe, 'gpt_oss': gpt_oss}
@@ -144,6 +150,8 @@ def test_a_layout_it_does_not_compute_is_refused_with_the_model_unchanged():
                        r'gating of its own \(OwnGate\._apply_gate\), which split_experts '
                        r'cannot convert \(the model is unchanged\)$'):
         split_experts(model)
+    with pytest.raises(ValueError, match=r'^OwnGate has a gating of its own'):
+        SplitExperts.from_fused(model.model.layers[1].mlp.experts)
     model.model.layers[1].mlp.experts.__class__ = GptOssExperts
     model.model.layers[0].mlp.experts.has_post_expert_norm = True
     with pytest.raises(ValueError, match=r'^model\.layers\.0\.mlp\.experts \(GptOssExperts\) '

@@ -187,8 +187,9 @@ def _keeping(groups, orders: Dict[str, np.ndarray], subnet: Dict[str, torch.Tens
 def split_routed_experts(model: nn.Module) -> List[str]:
     """Split ``model``'s fused experts (:func:`razorlib.nn.split_experts`), in place, so
     that each expert's width prunes; the names of the :class:`~razorlib.nn.SplitExperts`
-    made.  A layout it does not compute (GPT-OSS's) leaves every module fused, whole (the
-    trace then names its ``grouped_mm``), and returns no name."""
+    made.  A layout it does not compute (a gating of its own other than GPT-OSS's) leaves
+    every module fused, whole (the trace then names its ``grouped_mm``), and returns no
+    name."""
     from ...nn.experts import SplitExperts, split_experts
     try:
         split_experts(model)
