@@ -128,6 +128,18 @@ def test_a_budget_counts_the_dense_model_once(budget, allocation, times, dense_c
     assert chosen.fraction(next(iter(budget))) <= 0.5
 
 
+@pytest.mark.parametrize('metric', ['flops', 'params'])
+def test_a_whole_budget_keeps_the_dense_model_counted_once(metric, dense_counts):
+    x = torch.randn(1, 3, 32, 32)
+    pruner = prepared(zoo.ResNetBasic().eval(), x, **{metric: 1.0})
+    chosen = pruner.allocate()
+    assert all(count == whole for count, whole in chosen.kept.values())
+    assert chosen.pruned == chosen.dense and chosen.fraction(metric) == 1.0
+    assert sum(dense_counts) == 1
+    full = get_model_complexity(zoo.ResNetBasic().eval(), x)
+    assert (chosen.pruned.flops, chosen.pruned.params) == (full.flops, full.params)
+
+
 def test_an_unreachable_budget_names_the_best_value_and_changes_nothing():
     torch.manual_seed(0)
     model = zoo.ResNetBasic().eval()
