@@ -14,10 +14,10 @@ import torch
 import torch.nn as nn
 
 from ..registry import LAYER_KINDS
-from .base import IN_MASK, OUT_MASK, Kept, LayerKind, SlicePlan, take
+from .base import Kept, LayerKind, SlicePlan, take
 from .common import check_indices
 from .linear import LinearKind
-from .parameter import PARAM_MASK
+from .parameter import is_mask_name
 
 __all__ = ['HFConv1DKind', 'RouterKind']
 
@@ -154,7 +154,7 @@ class RouterKind(LinearKind):
                                (plan.buffers, module._buffers)):
             for attr, tensor in tensors.items():
                 if (attr != 'weight' and tensor is not None and tensor.shape == (experts, )
-                        and attr not in (IN_MASK, OUT_MASK) and not PARAM_MASK.match(attr)):
+                        and not is_mask_name(attr)):
                     table[attr] = take(tensor, 0, out_idx)
         if hasattr(module, 'hidden_dim'):
             plan.attrs['hidden_dim'] = len(in_idx)

@@ -11,15 +11,26 @@ from typing import Dict, Sequence
 
 import torch
 
-from .base import take
+from .base import IN_MASK, OUT_MASK, take
 from .common import prod
 
-__all__ = ['PARAM_MASK', 'param_mask_name', 'plan_param', 'param_channel_weights',
-           'kept_param_size']
+__all__ = ['PARAM_MASK', 'is_mask_name', 'param_mask_name', 'plan_param',
+           'param_channel_weights', 'kept_param_size']
 
 
 #: A name :func:`param_mask_name` writes: the tensor's attribute, then the dim.
 PARAM_MASK = re.compile(r'^(?P<attr>.+)_mask_dim\d+$')
+
+
+def is_mask_name(name: str) -> bool:
+    """Whether ``name`` is one of the buffers a masked supernet adds to a module (its
+    ``in_mask``/``out_mask``, or a parameter's :func:`param_mask_name`), not its own state.
+
+    Example:
+        >>> is_mask_name('out_mask'), is_mask_name('pos_embed_mask_dim2'), is_mask_name('bias')
+        (True, True, False)
+    """
+    return name in (IN_MASK, OUT_MASK) or PARAM_MASK.match(name) is not None
 
 
 def param_mask_name(attr: str, dim: int) -> str:

@@ -265,9 +265,9 @@ def _unsupported(module: nn.Module) -> Optional[str]:
     for attr, expected in REQUIRED.items():
         if getattr(module, attr) != expected:
             return f'{attr}={getattr(module, attr)}'
-    gate = getattr(type(module), '_apply_gate', None)
-    if gate is not None and (gate.__module__, gate.__name__) != DEFAULT_GATE and \
-            (gate.__module__, gate.__qualname__) not in KNOWN_GATES:
+    try:
+        gating = _gating(module)
+    except ValueError:
         return f'a gating of its own ({type(module).__name__}._apply_gate)'
     gate_up, down = module.gate_up_proj.shape, module.down_proj.shape
     if module.is_transposed:
@@ -276,11 +276,10 @@ def _unsupported(module: nn.Module) -> Optional[str]:
     shapes_fit = down[:2] == (experts, hidden) and twice == 2 * down[2]
     if module.has_bias:
         shapes_fit = shapes_fit and \
-            getattr(module, 'gate_up_proj_bias', None) is not None and \
-            getattr(module, 'down_proj_bias', None) is not None and \
-            module.gate_up_proj_bias.shape == (experts, twice) and \
-            module.down_proj_bias.shape == (experts, hidden)
-    if not shapes_fit or (_gating(module) is None
+            getattr(getattr(module, 'gate_up_proj_bias', None), 'shape', None) == \
+            (experts, twice) and \
+            getattr(getattr(module, 'down_proj_bias', None), 'shape', None) == (experts, hidden)
+    if not shapes_fit or (gating is None
                           and not isinstance(getattr(module, 'act_fn', None), nn.Module)):
         return (f'gate_up_proj {tuple(module.gate_up_proj.shape)} and down_proj '
                 f'{tuple(module.down_proj.shape)} (expected (E, 2I, H) and (E, H, I), '

@@ -568,7 +568,8 @@ def allocate(pruner: Any, scores: Optional[Dict[str, np.ndarray]] = None, *,
     dense = meter(full)
     limit = within(target, getattr(dense, metric))
     # keyed by the groups' kept counts; every group whole is the dense model
-    cache: Dict[tuple, float] = {tuple(g.num_channels for g in groups): getattr(dense, metric)}
+    whole = tuple(g.num_channels for g in groups)
+    cache: Dict[tuple, float] = {whole: getattr(dense, metric)}
 
     def cost(index: int) -> float:
         return cost_of(family.counts(index))
@@ -589,8 +590,7 @@ def allocate(pruner: Any, scores: Optional[Dict[str, np.ndarray]] = None, *,
             'max_ratio.' + _unscored_note(unscored) + ' Nothing was changed.')
     index = _largest_within(cost, family.size, limit)
     counts = _filled(family, index, cost_of, limit)
-    whole = all(counts[g.id] == g.num_channels for g in groups)
-    pruned = dense if whole else meter({**full, **family.keep(counts)})
+    pruned = dense if tuple(counts.values()) == whole else meter({**full, **family.keep(counts)})
     return _result(family, counts, unscored, dense, pruned, family.ratio(index))
 
 
