@@ -198,10 +198,27 @@ class SplitExperts(nn.Module):
                 top_k_weights: torch.Tensor) -> torch.Tensor:
         out = torch.zeros_like(hidden_states)
         for e, expert in enumerate(self.experts):  # every one, so a trace sees them all
-            token, slot = torch.where(top_k_index == e)
+            token, slot = _routed(top_k_index, e)
             routed = expert(hidden_states[token]) * top_k_weights[token, slot, None]
             out = out.index_add(0, token, routed.to(out.dtype))
         return out
+
+
+def _routed(top_k_index: torch.Tensor, expert: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    """The tokens routed to ``expert`` and the slots of ``top_k_index`` (tokens, k) that
+    route them.  On the meta device, where the routing has no values (and ``torch.where``
+    no kernel), every token in slot 0: the shapes a shape-only trace needs.
+
+    Example:
+        >>> _routed(torch.tensor([[0, 1], [1, 2]]), 1)
+        (tensor([0, 1]), tensor([1, 0]))
+        >>> _routed(torch.empty(3, 2, dtype=torch.long, device='meta'), 1)[0].shape
+        torch.Size([3])
+    """
+    if top_k_index.is_meta:
+        token = torch.arange(top_k_index.shape[0], device='meta')
+        return token, torch.zeros_like(token)
+    return torch.where(top_k_index == expert)
 
 
 def _linear(weight: torch.Tensor, bias: Optional[torch.Tensor] = None) -> nn.Linear:

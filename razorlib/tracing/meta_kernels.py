@@ -7,7 +7,10 @@ dtype.  Each kernel here computes them for the common case and returns None for
 anything it does not fully check (mismatched sizes, type promotion, unusual layouts):
 torch's own kernel then runs and raises its usual error, which is what the pruned run
 in ``pruning/verify.py`` relies on.  ``tests/test_tracing/test_fast_meta_ops.py``
-compares every kernel's shapes, strides, dtypes and errors with torch's.
+compares every kernel's shapes, strides, dtypes and errors with torch's.  One kernel
+also runs what torch's meta kernel refuses: ``grouped_mm`` of float32 operands (its
+meta kernel asks for bfloat16, its CPU kernel takes them), so that fused experts in
+float32 trace on meta as they run on CPU.
 """
 import itertools
 from functools import partial
@@ -249,6 +252,18 @@ def _addmm(bias, a, b, *, beta=1, alpha=1):
     return out
 
 
+def _grouped_mm(a, b, offs=None, bias=None, out_dtype=None):
+    """``grouped_mm`` of tokens ``(S, K)`` sorted by group and one ``(K, N)`` matrix per
+    group ``(G, K, N)``, ``offs`` each group's end: a contiguous ``(S, N)``.  torch's meta
+    kernel takes bfloat16 operands only, where its CPU kernel takes any float (fused
+    experts in float32 run on CPU and could not be traced on meta)."""
+    if a.dim() != 2 or b.dim() != 3 or offs is None or bias is not None \
+            or not _same_dtype(a, b) or a.shape[1] != b.shape[1] \
+            or tuple(offs.shape) != (b.shape[0], ) or out_dtype not in (None, a.dtype):
+        return None
+    return _new(a, (a.shape[0], b.shape[2]))
+
+
 def _softmax(x, dim, *rest):
     """``_softmax(x, dim, half_to_float)`` / ``_safe_softmax(x, dim, dtype)``."""
     if not _plain(x) or not x.is_floating_point() or any(rest) or not -x.dim() <= dim < x.dim():
@@ -279,6 +294,7 @@ def _kernel_table() -> Dict[int, Callable[..., Any]]:
         aten.mm.default: _mm,
         aten.bmm.default: partial(_mm, batched=True),
         aten.addmm.default: _addmm,
+        aten._grouped_mm.default: _grouped_mm,
         aten._softmax.default: _softmax,
         aten._safe_softmax.default: _softmax,
     }

@@ -238,6 +238,30 @@ def test_hidden_true_prunes_the_hidden_size_through_the_routers_and_reloads(buil
     assert torch.equal(main_output(again, inputs), main_output(slim, inputs))
 
 
+def _plan(model, inputs):
+    pruner = L1NormPruner(ratio=0.5)  # the hidden size prunable too
+    pruner.prepare_from_supernet(model, inputs)
+    return {gid: group.num_channels for gid, group in pruner.groups.prunable.items()}
+
+
+@pytest.mark.parametrize('split', [True, False], ids=['split', 'fused'])
+@pytest.mark.parametrize('build', [lambda: mixtral(intermediate_size=32), qwen2_moe, qwen3_moe,
+                                   olmoe, deepseek_v3],
+                         ids=['mixtral', 'qwen2_moe', 'qwen3_moe', 'olmoe', 'deepseek_v3'])
+def test_a_shell_on_meta_plans_what_the_model_with_its_weights_does(build, split):
+    """A large MoE model is planned without its weights (docs/transformers.md): split
+    experts route every token on meta, where the routing has no values, and fused ones
+    run ``grouped_mm`` in float32, which torch's meta kernel refused."""
+    model, inputs = build(), token_inputs()
+    with torch.device('meta'):
+        shell = type(model)(model.config)
+    if split:
+        split_experts(model), split_experts(shell)
+    plan = _plan(shell, inputs)
+    assert plan == _plan(model, inputs)
+    assert any('.experts.' in gid for gid in plan) == split  # fused experts stay whole
+
+
 def test_the_masked_model_computes_the_slim_one_and_the_router_keeps_every_expert():
     model, inputs = split_experts(mixtral(intermediate_size=32)), token_inputs()
     pruner = L1NormPruner(ratio=0.5)

@@ -10,6 +10,11 @@ def t(*shape):
     return torch.empty(shape, device='meta', requires_grad=True)
 
 
+def _offsets(device):
+    """grouped_mm's group ends: 8 tokens in groups of 2, 2 and 4."""
+    return torch.tensor([2, 4, 8], dtype=torch.int32, device=device)
+
+
 CASES = {
     'conv2d grouped, strided': lambda: F.conv2d(t(2, 8, 9, 9), t(16, 4, 3, 3), t(16),
                                                 stride=2, padding=1, groups=2),
@@ -80,6 +85,8 @@ CASES = {
     'matmul': lambda: t(4, 6) @ t(6, 3),
     'batched matmul': lambda: torch.bmm(t(2, 4, 6), t(2, 6, 3)),
     'softmax': lambda: torch.softmax(t(2, 3, 5), -1),
+    'grouped mm, bfloat16': lambda: F.grouped_mm(
+        t(8, 16).bfloat16(), t(3, 16, 8).bfloat16(), offs=_offsets('meta')),
 }
 
 MISMATCHES = {
@@ -100,6 +107,8 @@ MISMATCHES = {
     'matmul sizes': lambda: t(4, 6) @ t(5, 3),
     'linear bias': lambda: F.linear(t(4, 6), t(5, 6), t(4)),
     'batched matmul batch': lambda: torch.bmm(t(2, 4, 6), t(3, 6, 3)),
+    'grouped mm sizes': lambda: F.grouped_mm(t(8, 16).bfloat16(), t(3, 8, 8).bfloat16(),
+                                             offs=_offsets('meta')),
 }
 
 
@@ -121,3 +130,16 @@ def test_mismatched_sizes_raise_as_in_torch(name):
     assert expected.type in (RuntimeError, IndexError)
     with FastMetaOps(), pytest.raises(expected.type):
         MISMATCHES[name]()
+
+
+def test_float32_grouped_mm_runs_on_meta_as_on_cpu():
+    """torch's meta kernel asks for bfloat16, its CPU kernel takes float32: fused experts
+    in float32 run on CPU, and FastMetaOps traces them on meta alike."""
+    def grouped(device):
+        return F.grouped_mm(torch.randn(8, 16, device=device, requires_grad=True),
+                            torch.randn(3, 16, 8, device=device, requires_grad=True),
+                            offs=_offsets(device))
+    with pytest.raises(RuntimeError, match='BF16'):
+        grouped('meta')
+    with FastMetaOps():
+        assert _describe(grouped('meta')) == _describe(grouped('cpu'))
