@@ -15,10 +15,11 @@ Example:
     >>> type(split_multihead_attention(model)[0]).__name__
     'SeparateProjectionAttention'
 """
-from .experts import ClampedSwiGLU, Expert, SplitExperts, fuse_experts, split_experts
+from .experts import (ClampedSwiGLU, EveryTokenExperts, Expert, SplitExperts, fuse_experts,
+                      split_experts)
 from .multihead import SeparateProjectionAttention, split_multihead_attention
 from .window import WindowAttention, convert_window_attention
 
 __all__ = ['SeparateProjectionAttention', 'split_multihead_attention', 'WindowAttention',
            'convert_window_attention', 'ClampedSwiGLU', 'Expert', 'SplitExperts',
-           'split_experts', 'fuse_experts']
+           'EveryTokenExperts', 'split_experts', 'fuse_experts']

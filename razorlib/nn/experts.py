@@ -16,7 +16,9 @@ loaded by transformers itself.  The layouts transformers declares on the fused m
 (``use_experts_implementation``) are read, not guessed: gate and up concatenated or
 interleaved, weights stored ``(out, in)`` or transposed, with or without biases
 (GPT-OSS's is interleaved, transposed and biased, with a clamped SwiGLU of its own,
-:class:`ClampedSwiGLU`).
+:class:`ClampedSwiGLU`).  Llama 4's experts declare none and run every token through
+every expert: :data:`EVERY_TOKEN_EXPERTS` holds their layout, and they split into an
+:class:`EveryTokenExperts`.
 
 Example:
     >>> import torch
@@ -41,8 +43,8 @@ import torch.nn as nn
 
 from .replace import children_matching, replace_children
 
-__all__ = ['ClampedSwiGLU', 'Expert', 'SplitExperts', 'is_fused_experts', 'split_experts',
-           'fuse_experts']
+__all__ = ['ClampedSwiGLU', 'Expert', 'SplitExperts', 'EveryTokenExperts', 'is_fused_experts',
+           'split_experts', 'fuse_experts']
 
 #: The gating transformers' experts apply by default: ``act_fn(gate) * up``, gate and up
 #: the two halves of ``gate_up_proj``'s output.
@@ -123,17 +125,19 @@ class SplitExperts(nn.Module):
     @classmethod
     def from_fused(cls, module: nn.Module) -> 'SplitExperts':
         """The experts of ``module``, their weights (and biases) copied out of its 3-D
-        parameters as its layout stores them."""
-        gating = _gating(module)
+        parameters as its layout stores them: a :class:`SplitExperts`, or an
+        :class:`EveryTokenExperts` for a module of :data:`EVERY_TOKEN_EXPERTS`."""
+        gating, layout = _gating(module), _layout(module)
         experts = []
         for e in range(module.num_experts):
             gate_up, down = module.gate_up_proj[e], module.down_proj[e]
-            if module.is_transposed:  # stored (in, out)
+            if layout['is_transposed']:  # stored (in, out)
                 gate_up, down = gate_up.t(), down.t()
-            gate_up_bias = module.gate_up_proj_bias[e] if module.has_bias else None
-            down_bias = module.down_proj_bias[e] if module.has_bias else None
-            (gate, up), (gate_bias, up_bias) = (_gate_and_up(gate_up, module.is_concatenated),
-                                                _gate_and_up(gate_up_bias, module.is_concatenated))
+            gate_up_bias = module.gate_up_proj_bias[e] if layout['has_bias'] else None
+            down_bias = module.down_proj_bias[e] if layout['has_bias'] else None
+            concatenated = layout['is_concatenated']
+            (gate, up), (gate_bias, up_bias) = (_gate_and_up(gate_up, concatenated),
+                                                _gate_and_up(gate_up_bias, concatenated))
             experts.append(Expert(_linear(gate, gate_bias), _linear(up, up_bias),
                                   _linear(down, down_bias),
                                   act_fn=None if gating is not None else module.act_fn,
@@ -141,7 +145,7 @@ class SplitExperts(nn.Module):
         like = copy.copy(module)
         like.__dict__.update(_parameters={}, _buffers=dict(module._buffers),
                              _modules=dict(module._modules))
-        return cls(experts, like)
+        return (EveryTokenExperts if _every_token_layout(module) else cls)(experts, like)
 
     def widths(self) -> List[int]:
         """Each expert's intermediate width."""
@@ -162,6 +166,7 @@ class SplitExperts(nn.Module):
             raise ValueError(f'its {len(widths)} experts have widths {sorted(set(widths))}, '
                              'which one fused tensor cannot hold: keep one width per layer')
         like, first = self.fused_like, self.experts[0]
+        layout = _layout(like)
 
         def stacked(linears: List[nn.Linear], attr: str) -> torch.Tensor:
             return torch.stack([getattr(linear, attr).detach() for linear in linears])
@@ -169,16 +174,16 @@ class SplitExperts(nn.Module):
         def joined(attr: str) -> torch.Tensor:  # (E, 2I, ...) as the layout stores them
             gate = stacked([e.gate_proj for e in self.experts], attr)
             up = stacked([e.up_proj for e in self.experts], attr)
-            if like.is_concatenated:
+            if layout['is_concatenated']:
                 return torch.cat([gate, up], 1)
             return torch.stack([gate, up], 2).flatten(1, 2)  # gate0, up0, gate1, ...
 
         gate_up, down = joined('weight'), stacked([e.down_proj for e in self.experts], 'weight')
-        if like.is_transposed:
+        if layout['is_transposed']:
             gate_up, down = gate_up.transpose(1, 2), down.transpose(1, 2)
         tensors = {'gate_up_proj': (gate_up, first.gate_proj.weight),
                    'down_proj': (down, first.down_proj.weight)}
-        if like.has_bias:
+        if layout['has_bias']:
             tensors.update(gate_up_proj_bias=(joined('bias'), first.gate_proj.bias),
                            down_proj_bias=(stacked([e.down_proj for e in self.experts], 'bias'),
                                            first.down_proj.bias))
@@ -189,8 +194,9 @@ class SplitExperts(nn.Module):
                               _modules=dict(like._modules))
         hidden = first.down_proj.out_features  # slim too where the hidden size was pruned
         for attr, width in (('intermediate_dim', widths[0]), ('intermediate_size', widths[0]),
-                            ('hidden_dim', hidden), ('hidden_size', hidden)):
-            if hasattr(like, attr):  # Mixtral's *_dim, GPT-OSS's *_size
+                            ('expert_dim', widths[0]), ('hidden_dim', hidden),
+                            ('hidden_size', hidden)):
+            if hasattr(like, attr):  # Mixtral's *_dim, GPT-OSS's *_size, Llama 4's both
                 setattr(fused, attr, width)
         return fused
 
@@ -202,6 +208,16 @@ class SplitExperts(nn.Module):
             routed = expert(hidden_states[token]) * top_k_weights[token, slot, None]
             out = out.index_add(0, token, routed.to(out.dtype))
         return out
+
+
+class EveryTokenExperts(SplitExperts):
+    """The split experts of a module of :data:`EVERY_TOKEN_EXPERTS` (Llama 4's), with its
+    forward: ``hidden_states`` ``(experts * tokens, hidden)``, expert-major, each expert's
+    rows already scaled by the router -> each expert run on its own rows, expert-major."""
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        rows = hidden_states.view(self.num_experts, -1, hidden_states.shape[-1])
+        return torch.cat([expert(rows[e]) for e, expert in enumerate(self.experts)])
 
 
 def _routed(top_k_index: torch.Tensor, expert: int) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -264,34 +280,57 @@ LAYOUT = ('has_gate', 'is_concatenated', 'is_transposed', 'has_bias', 'has_post_
 REQUIRED = {'has_gate': True, 'has_post_expert_norm': False, '_is_expert_parallel': False}
 
 
+#: Fused experts classes that declare no layout and run every token through every expert
+#: (the router's scores, zero for the experts not chosen, already scale their input rows,
+#: expert-major): the class (its module and qualified name) -> its layout.  Llama 4's
+#: ``bmm`` over ``gate_up_proj`` ``(E, H, 2I)`` and ``down_proj`` ``(E, I, H)``.
+EVERY_TOKEN_EXPERTS: Dict[Tuple[str, str], Dict[str, bool]] = {
+    ('transformers.models.llama4.modeling_llama4', 'Llama4TextExperts'): dict(
+        has_gate=True, is_concatenated=True, is_transposed=True, has_bias=False,
+        has_post_expert_norm=False, _is_expert_parallel=False),
+}
+
+
+def _every_token_layout(module: nn.Module) -> Optional[Dict[str, bool]]:
+    return EVERY_TOKEN_EXPERTS.get((type(module).__module__, type(module).__qualname__))
+
+
+def _layout(module: nn.Module) -> Dict[str, bool]:
+    """The layout of a fused experts module, :data:`LAYOUT`'s attributes: as it declares
+    them, or as :data:`EVERY_TOKEN_EXPERTS` has them."""
+    return _every_token_layout(module) or {attr: getattr(module, attr) for attr in LAYOUT}
+
+
 def is_fused_experts(module: nn.Module) -> bool:
-    """Whether ``module`` is one of transformers' fused experts modules
-    (``use_experts_implementation``: it says its layout, :data:`LAYOUT`), with 3-D
-    ``gate_up_proj`` and ``down_proj`` parameters and ``num_experts``.  Other modules
-    holding 3-D expert weights (Llama 4's, run by ``bmm``) compute in their own ways."""
+    """Whether ``module`` is one of transformers' fused experts modules, with 3-D
+    ``gate_up_proj`` and ``down_proj`` parameters and ``num_experts``: one that says its
+    layout (``use_experts_implementation``, :data:`LAYOUT`), or one of
+    :data:`EVERY_TOKEN_EXPERTS` (Llama 4's)."""
     params = module._parameters
     return (getattr(params.get('gate_up_proj'), 'ndim', 0) == 3
             and getattr(params.get('down_proj'), 'ndim', 0) == 3
             and isinstance(getattr(module, 'num_experts', None), int)
-            and all(hasattr(module, attr) for attr in LAYOUT))
+            and (_every_token_layout(module) is not None
+                 or all(hasattr(module, attr) for attr in LAYOUT)))
 
 
 def _unsupported(module: nn.Module) -> Optional[str]:
     """What of a fused experts module :class:`SplitExperts` does not compute (None: it
     computes all of it)."""
+    layout = _layout(module)
     for attr, expected in REQUIRED.items():
-        if getattr(module, attr) != expected:
-            return f'{attr}={getattr(module, attr)}'
+        if layout[attr] != expected:
+            return f'{attr}={layout[attr]}'
     try:
         gating = _gating(module)
     except ValueError:
         return f'a gating of its own ({type(module).__name__}._apply_gate)'
     gate_up, down = module.gate_up_proj.shape, module.down_proj.shape
-    if module.is_transposed:
+    if layout['is_transposed']:
         gate_up, down = gate_up[:1] + gate_up[2:0:-1], down[:1] + down[2:0:-1]
     experts, twice, hidden = gate_up
     shapes_fit = down[:2] == (experts, hidden) and twice == 2 * down[2]
-    if module.has_bias:
+    if layout['has_bias']:
         shapes_fit = shapes_fit and \
             getattr(getattr(module, 'gate_up_proj_bias', None), 'shape', None) == \
             (experts, twice) and \

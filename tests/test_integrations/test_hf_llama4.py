@@ -2,12 +2,17 @@
 heads' pairs, times ``freqs_cis``, ``view_as_real``): those two grad_fns drop and add a
 trailing dim of 2 and pass the heads through, so Llama 4's attention heads prune.  Before,
 both were unknown ops, and q_proj and k_proj (and with them every head) stayed whole."""
+import warnings
+
 import pytest
 import torch
 from hf_builders import VOCAB, deploy_checked, main_output, relative_error, token_inputs
 
+from razorlib.integrations import transformers as hf
 from razorlib.integrations.transformers import hidden_size_keys
+from razorlib.nn import EveryTokenExperts, fuse_experts, split_experts
 from razorlib.pruning import L1NormPruner
+from razorlib.utils import get_model_complexity
 
 transformers = pytest.importorskip('transformers')
 
@@ -51,3 +56,42 @@ def test_head_widths_of_a_complex_rope_freeze_naming_the_pairs():
     assert 'model.layers.0.feed_forward.up_proj' in pruner.groups.prunable
     pruner.set_subnet(pruner.subnet_at(0.5))
     deploy_checked(pruner, model, inputs)
+
+
+def test_llama4_experts_split_run_as_fused_and_fuse_back():
+    """Llama 4's experts (``bmm`` over every token, the router's scores scaling the rows
+    beforehand) split into one module per expert: the same outputs, FLOPs and params."""
+    model, inputs = llama4(), token_inputs()
+    dense, counts = main_output(model, inputs), get_model_complexity(model, inputs)
+    fused = model.model.layers[1].feed_forward.experts
+    split_experts(model)
+    experts = model.model.layers[1].feed_forward.experts
+    assert isinstance(experts, EveryTokenExperts) and experts.widths() == [64, 64]
+    torch.testing.assert_close(main_output(model, inputs), dense)
+    split = get_model_complexity(model, inputs)
+    assert (split.flops, split.params) == (counts.flops, counts.params)
+    fuse_experts(model)
+    again = model.model.layers[1].feed_forward.experts
+    assert type(again) is type(fused) and torch.equal(again.gate_up_proj, fused.gate_up_proj)
+    torch.testing.assert_close(main_output(model, inputs), dense)
+
+
+def test_llama4_prunes_each_experts_width_and_reloads_from_its_config(tmp_path):
+    """Before, Llama 4's experts stayed whole (no split for its ``bmm``), and its dense
+    layers' MLP width (``intermediate_size_mlp``) was not written to the config."""
+    model, inputs = llama4(), token_inputs()
+    split = split_experts(llama4())
+    pruner = L1NormPruner(ratio=0.5, except_start_keys=hidden_size_keys(split))
+    pruner.prepare_from_supernet(split, inputs)
+    assert {f'model.layers.1.feed_forward.experts.experts.{e}.up_proj'
+            for e in (0, 1)} <= set(pruner.groups.prunable)
+    pruner.set_subnet(pruner.subnet_at(0.5))
+    deploy_checked(pruner, split, inputs)  # masked == slim
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')  # the config describes every width
+        slim = hf.prune(model, inputs, ratio=0.5)
+    assert slim.model.layers[1].feed_forward.experts.gate_up_proj.shape == (2, 64, 64)
+    assert (slim.config.intermediate_size, slim.config.intermediate_size_mlp) == (32, 64)
+    slim.save_pretrained(tmp_path)
+    again = transformers.Llama4ForCausalLM.from_pretrained(tmp_path).eval()
+    torch.testing.assert_close(main_output(again, inputs), main_output(slim, inputs))

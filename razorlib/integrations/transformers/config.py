@@ -36,10 +36,11 @@ __all__ = ['MLP_WIDTH_FIELDS', 'HEAD_COUNT_FIELDS', 'HIDDEN_SIZE_FIELDS', 'LOW_R
            'sync_config']
 
 #: Config fields that size the MLP of every layer, by model family (tried in order), and
-#: a mixture of experts' routed and shared experts (Qwen2/3-MoE, DeepSeek-V3).
+#: a mixture of experts' routed and shared experts (Qwen2/3-MoE, DeepSeek-V3), and Llama
+#: 4's dense layers' MLP between its MoE layers.
 MLP_WIDTH_FIELDS = ('intermediate_size', 'n_inner', 'ffn_dim', 'd_ff', 'encoder_ffn_dim',
                     'decoder_ffn_dim', 'moe_intermediate_size',
-                    'shared_expert_intermediate_size')
+                    'shared_expert_intermediate_size', 'intermediate_size_mlp')
 #: Config fields that count attention heads: query heads, then key/value heads (GQA).
 HEAD_COUNT_FIELDS = ('num_attention_heads', 'num_key_value_heads', 'n_head', 'num_heads',
                      'n_heads', 'encoder_attention_heads', 'decoder_attention_heads')
