@@ -252,14 +252,23 @@ def _addmm(bias, a, b, *, beta=1, alpha=1):
     return out
 
 
+def _aligned(x: torch.Tensor) -> bool:
+    """Whether every stride of ``x`` but the unit one spans a multiple of 16 bytes, as
+    ``grouped_mm``'s kernels require."""
+    return all(stride * x.element_size() % 16 == 0
+               for stride, size in zip(x.stride(), x.shape) if stride != 1 and size > 1)
+
+
 def _grouped_mm(a, b, offs=None, bias=None, out_dtype=None):
     """``grouped_mm`` of tokens ``(S, K)`` sorted by group and one ``(K, N)`` matrix per
-    group ``(G, K, N)``, ``offs`` each group's end: a contiguous ``(S, N)``.  torch's meta
-    kernel takes bfloat16 operands only, where its CPU kernel takes any float (fused
-    experts in float32 run on CPU and could not be traced on meta)."""
+    group ``(G, K, N)``, ``offs`` each group's end: a contiguous ``(S, N)``, as torch's
+    meta kernel gives it.  That kernel takes bfloat16 operands only, where the CPU kernel
+    takes any float (fused experts in float32 run on CPU and could not be traced on
+    meta); operands whose rows are not 16-byte aligned fall through to it, to fail."""
     if a.dim() != 2 or b.dim() != 3 or offs is None or bias is not None \
             or not _same_dtype(a, b) or a.shape[1] != b.shape[1] \
-            or tuple(offs.shape) != (b.shape[0], ) or out_dtype not in (None, a.dtype):
+            or tuple(offs.shape) != (b.shape[0], ) or out_dtype not in (None, a.dtype) \
+            or not (_aligned(a) and _aligned(b)):
         return None
     return _new(a, (a.shape[0], b.shape[2]))
 

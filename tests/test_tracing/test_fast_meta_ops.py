@@ -109,6 +109,8 @@ MISMATCHES = {
     'batched matmul batch': lambda: torch.bmm(t(2, 4, 6), t(3, 6, 3)),
     'grouped mm sizes': lambda: F.grouped_mm(t(8, 16).bfloat16(), t(3, 8, 8).bfloat16(),
                                              offs=_offsets('meta')),
+    'grouped mm, rows not 16-byte aligned': lambda: F.grouped_mm(
+        t(8, 16).bfloat16(), t(3, 16, 6).bfloat16(), offs=_offsets('meta')),
 }
 
 
@@ -143,3 +145,16 @@ def test_float32_grouped_mm_runs_on_meta_as_on_cpu():
         grouped('meta')
     with FastMetaOps():
         assert _describe(grouped('meta')) == _describe(grouped('cpu'))
+
+
+def test_float32_grouped_mm_on_meta_refuses_the_rows_the_cpu_kernel_refuses():
+    def grouped(device, hidden):
+        return F.grouped_mm(torch.randn(8, hidden, device=device),
+                            torch.randn(3, 8, hidden, device=device).transpose(1, 2),
+                            offs=_offsets(device))
+    with pytest.raises(RuntimeError, match='16 bytes'):
+        grouped('cpu', 10)
+    with FastMetaOps(), pytest.raises(RuntimeError):
+        grouped('meta', 10)
+    with FastMetaOps():
+        assert tuple(grouped('meta', 12).shape) == tuple(grouped('cpu', 12).shape) == (8, 8)
