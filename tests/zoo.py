@@ -935,3 +935,17 @@ ZOO: Dict[str, ZooEntry] = {
     name: ZooEntry(name=name, build=_builder(cls), example_inputs=inputs, notes=notes)
     for name, cls, inputs, notes in _ENTRIES
 }
+
+
+#: The zoo models the default test tier sweeps (residual adds, an inverted-residual
+#: depthwise net, concatenation, channel shuffle, attention heads); the sweeps run the
+#: others in the slow tier (``pytest -m slow``), which the README's test command runs too.
+DEFAULT_TIER = ('resnet_bottleneck', 'mobilenet_v2', 'densenet', 'shufflenet_v2', 'vit')
+
+
+def tiered(name: str, param: Any = None):
+    """The pytest param ``param`` (default: ``name``) of the zoo model ``name``, marked
+    ``slow`` unless :data:`DEFAULT_TIER` holds ``name``."""
+    import pytest
+    marks = () if name in DEFAULT_TIER else (pytest.mark.slow, )
+    return pytest.param(name if param is None else param, marks=marks)

@@ -2,6 +2,7 @@
 import copy
 from datetime import timedelta
 
+import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -51,6 +52,7 @@ def ddp_worker(rank: int, store: str, state: dict, result: str) -> None:
         dist.destroy_process_group()
 
 
+@pytest.mark.slow  # a multi-process run
 def test_ddp_step_applies_the_mean_of_the_ranks_sandwich_gradients(tmp_path):
     MessageHub.get_instance('ddp_test_main').update_info('seed', 7)
     start = tiny_autoslim()

@@ -118,6 +118,7 @@ def ddp_worker(rank: int, store: str, state: dict, result: str) -> None:
         dist.destroy_process_group()
 
 
+@pytest.mark.slow  # a multi-process run
 def test_under_ddp_both_steps_keep_the_ranks_identical(tmp_path):
     start = tiny_darts()
     state = {k: v.clone() for k, v in start.state_dict().items()}

@@ -4,6 +4,7 @@ it prunes as the uninterrupted one."""
 import copy
 from datetime import timedelta
 
+import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -70,6 +71,7 @@ def ddp_worker(rank: int, store: str, state: dict, out: str) -> None:
         dist.destroy_process_group()
 
 
+@pytest.mark.slow  # multi-process runs
 def test_a_resumed_ddp_run_prunes_as_the_uninterrupted_one(tmp_path):
     start = copy.deepcopy(chain_fisher().state_dict())
     # One process on both processes' samples: the loss is a sum over samples, so its

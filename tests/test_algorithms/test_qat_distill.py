@@ -246,6 +246,7 @@ def test_bad_distill_options_name_the_key(distill, error, message):
         QAT(NET, [torch.randn(2, 3, 8, 8)], dict(calib_steps=1), distill=distill)
 
 
+@pytest.mark.slow  # a whole tools/train.py run
 def test_tools_train_runs_the_kd_config(tmp_path):
     from mmengine.config import Config
 

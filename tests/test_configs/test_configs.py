@@ -130,6 +130,7 @@ def test_the_retrain_config_trains_the_searched_subnet(tmp_path):
     assert runner.message_hub.get_scalar('val/accuracy/top1').current() > 30
 
 
+@pytest.mark.slow  # a whole run in a subprocess
 def test_another_projects_config_uses_autoslim_through_custom_imports(tmp_path):
     script = (
         'import sys\n'

@@ -8,7 +8,7 @@ from torch.utils._pytree import tree_leaves
 
 import razorlib
 from razorlib.ir import TorchExecutor, from_onnx, from_torch, structural_differences, to_onnx
-from zoo import ZOO, run_model
+from zoo import ZOO, run_model, tiered
 
 RTOL = 1e-5  # of the largest magnitude of each output
 
@@ -26,7 +26,7 @@ def _assert_close(got, expected):
         assert (tensor - reference).abs().max() <= RTOL * scale
 
 
-@pytest.fixture(scope='module', params=[(name, variant) for name in sorted(ZOO)
+@pytest.fixture(scope='module', params=[tiered(name, (name, variant)) for name in sorted(ZOO)
                                         for variant in ('dense', 'slim')],
                 ids=lambda param: '-'.join(param))
 def exported(request):

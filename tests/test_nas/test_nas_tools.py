@@ -29,6 +29,7 @@ def train(config: Path, work_dir: Path, *options: str) -> int:
                                     f'experiment_name={work_dir.name}', *ONE_EPOCH, *options])
 
 
+@pytest.mark.slow  # whole tool runs
 def test_spos_supernet_search_and_subnet_run_through_the_tools(tmp_path):
     assert train(SPOS / 'spos_shufflenet_digits_supernet.py', tmp_path / 'supernet') == 0
     search = [str(SPOS / 'spos_shufflenet_digits_search.py'),
@@ -57,6 +58,7 @@ def test_a_subnet_yaml_with_an_unknown_op_is_refused_by_train(tmp_path):
     assert not (tmp_path / 'bad').exists()  # the message: test_fix_subnet.py's bad files
 
 
+@pytest.mark.slow  # whole tool runs
 def test_darts_supernet_derives_a_subnet_that_trains(tmp_path):
     assert train(DARTS / 'darts_digits_supernet.py', tmp_path / 'darts') == 0
     derived = tmp_path / 'darts' / 'subnet_final.yaml'
@@ -68,6 +70,7 @@ def test_darts_supernet_derives_a_subnet_that_trains(tmp_path):
     assert remaining_mutables(MODELS.build(cfg.model)) == []
 
 
+@pytest.mark.slow  # whole tool runs
 def test_the_mbconv_supernet_and_search_run_through_the_tools(tmp_path):
     """The MBConv space (kernel, expand ratio, skip) through the same tools and the
     same EvolutionSearchLoop as the ShuffleNet one; its subnet trains as a plain model."""

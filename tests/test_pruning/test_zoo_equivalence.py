@@ -9,14 +9,14 @@ import torch
 
 from razorlib.pruning import L1NormPruner
 from razorlib.tracing import build_groups, trace
-from zoo import ZOO, flatten_outputs, run_model
+from zoo import ZOO, flatten_outputs, run_model, tiered
 
 
 def _param_count(model):
     return sum(p.numel() for p in model.parameters())
 
 
-@pytest.fixture(scope='module', params=sorted(ZOO))
+@pytest.fixture(scope='module', params=[tiered(name) for name in sorted(ZOO)])
 def pruned(request):
     entry = ZOO[request.param]
     torch.manual_seed(0)

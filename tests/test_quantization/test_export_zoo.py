@@ -11,14 +11,14 @@ import razorlib
 from razorlib.ir import TorchExecutor, from_torch
 from razorlib.quantization import QuantExecutor, calibrate, export_graph, quantize_graph
 from ptq_helpers import ORT_OPTIMIZED_INEXACT, STEPS, run_onnxruntime, worst_steps
-from zoo import ZOO
+from zoo import ZOO, tiered
 
 
 def _flat_inputs(inputs):
     return list(inputs.values()) if isinstance(inputs, dict) else tree_leaves(inputs)
 
 
-@pytest.fixture(scope='module', params=[(name, variant) for name in sorted(ZOO)
+@pytest.fixture(scope='module', params=[tiered(name, (name, variant)) for name in sorted(ZOO)
                                         for variant in ('dense', 'slim')],
                 ids=lambda param: '-'.join(param))
 def exported(request):

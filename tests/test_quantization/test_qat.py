@@ -112,6 +112,7 @@ def test_qat_predicts_scores_and_refuses_an_unknown_mode():
         model(images[0], mode='features')
 
 
+@pytest.mark.slow  # a whole tools/train.py run
 @pytest.mark.parametrize('config', ['trt', 'ort'])
 def test_tools_train_runs_qat_and_writes_the_qdq_model(tmp_path, config):
     from mmengine.config import Config

@@ -219,6 +219,7 @@ def test_the_data_config_gives_the_batches(tmp_path):
     assert all(k == n // 2 for k, n in kept_counts(log).values())
 
 
+@pytest.mark.slow  # two whole tools/prune.py runs
 def test_the_seed_fixes_the_order_of_a_shuffling_data_config(tmp_path):
     # a shuffling sampler without a seed of its own takes --seed, so runs repeat
     config = data_config(tmp_path / 'data.py', DIGITS, shuffle=True)

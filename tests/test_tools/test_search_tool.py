@@ -177,6 +177,7 @@ def test_resume_without_a_saved_search_names_the_file(tiny_supernet, tmp_path, m
     assert f"--resume: {tmp_path / 'none' / 'search_state.json'} does not exist" in log.text
 
 
+@pytest.mark.slow  # whole tool runs, interrupted and resumed
 def test_ctrl_c_ends_with_one_line_saying_how_to_resume(tiny_supernet, tmp_path, run_python):
     """SIGINT once a generation is saved: no traceback, exit 130, and the line names the
     state file and the command that continues the search.  The process signals itself
@@ -289,6 +290,7 @@ def test_the_search_configs_fit_their_supernet(name):
 EXTPROJ = REPO / 'tests' / 'data' / 'configs' / 'extproj_autoslim_search.py'
 
 
+@pytest.mark.slow  # whole tool runs
 def test_another_projects_config_trains_validates_and_searches_with_razorlib(
         tmp_path, run_python):
     """extproj stands in for mmpretrain (docs/mm_projects.md): its head calls

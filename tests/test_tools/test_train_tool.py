@@ -1,6 +1,7 @@
 """tools/train.py: resume reproduces an uninterrupted run; CPU DDP under torchrun; errors."""
 import signal
 
+import pytest
 import torch
 
 from conftest import REPO, TINY, LogCapture, load_tool
@@ -28,6 +29,7 @@ def assert_same(a, b, where: str = '') -> None:
         assert a == b, where
 
 
+@pytest.mark.slow  # three whole tools/train.py runs
 def test_killed_after_two_epochs_and_resumed_ends_like_an_uninterrupted_run(
         tmp_path, run_python):
     options = ['train_cfg.max_epochs=3', 'randomness.seed=5']
@@ -51,6 +53,7 @@ def test_killed_after_two_epochs_and_resumed_ends_like_an_uninterrupted_run(
     assert int(resumed['state_dict']['step_count']) == 3 * 23
 
 
+@pytest.mark.slow  # a multi-process run
 def test_cpu_ddp_under_torchrun(tmp_path, run_python):
     result = run_python('-m', 'torch.distributed.run', '--standalone', '--nproc_per_node', '2',
                         'tools/train.py', str(TINY), '--launcher', 'pytorch',
