@@ -222,8 +222,10 @@ class EveryTokenExperts(SplitExperts):
 
 def _routed(top_k_index: torch.Tensor, expert: int) -> Tuple[torch.Tensor, torch.Tensor]:
     """The tokens routed to ``expert`` and the slots of ``top_k_index`` (tokens, k) that
-    route them.  On the meta device, where the routing has no values (and ``torch.where``
-    no kernel), every token in slot 0: the shapes a shape-only trace needs.
+    route them.  On the meta device, where the routing has no values (``torch.where``'s
+    indices have a data-dependent count), every token in slot 0: the shapes a
+    shape-only trace needs, and FLOPs counted there count every token against every
+    expert.
 
     Example:
         >>> _routed(torch.tensor([[0, 1], [1, 2]]), 1)
@@ -292,6 +294,10 @@ EVERY_TOKEN_EXPERTS: Dict[Tuple[str, str], Dict[str, bool]] = {
 
 
 def _every_token_layout(module: nn.Module) -> Optional[Dict[str, bool]]:
+    """:data:`EVERY_TOKEN_EXPERTS`' layout of ``module``'s class, unless the module
+    declares one itself (a later transformers that runs it as its other experts)."""
+    if all(hasattr(module, attr) for attr in LAYOUT):
+        return None
     return EVERY_TOKEN_EXPERTS.get((type(module).__module__, type(module).__qualname__))
 
 

@@ -252,24 +252,36 @@ def _addmm(bias, a, b, *, beta=1, alpha=1):
     return out
 
 
-def _aligned(x: torch.Tensor) -> bool:
-    """Whether every stride of ``x`` but the unit one spans a multiple of 16 bytes, as
-    ``grouped_mm``'s kernels require."""
-    return all(stride * x.element_size() % 16 == 0
-               for stride, size in zip(x.stride(), x.shape) if stride != 1 and size > 1)
+#: The dtypes ``grouped_mm``'s CPU kernel multiplies.
+_GROUPED_MM_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def _grouped_mm_layout(x: torch.Tensor) -> bool:
+    """Whether the last two dims of ``x`` are laid out as ``grouped_mm``'s kernels take
+    them: one of unit stride, the other spanning a multiple of 16 bytes, whatever its
+    size."""
+    rows, cols = x.stride()[-2:]
+    other = rows if cols == 1 else cols if rows == 1 else None
+    return other is not None and other * x.element_size() % 16 == 0
 
 
 def _grouped_mm(a, b, offs=None, bias=None, out_dtype=None):
     """``grouped_mm`` of tokens ``(S, K)`` sorted by group and one ``(K, N)`` matrix per
-    group ``(G, K, N)``, ``offs`` each group's end: a contiguous ``(S, N)``, as torch's
-    meta kernel gives it.  That kernel takes bfloat16 operands only, where the CPU kernel
-    takes any float (fused experts in float32 run on CPU and could not be traced on
-    meta); operands whose rows are not 16-byte aligned fall through to it, to fail."""
+    group ``(G, K, N)``, ``offs`` (int32) each group's end: a contiguous ``(S, N)``, as
+    torch's meta kernel gives it.  That kernel takes bfloat16 operands only, where the
+    CPU kernel takes float32 and float16 too (fused experts in float32 run on CPU and
+    could not be traced on meta).  Rows that are not 16-byte aligned raise the CPU
+    kernel's error; anything else unusual falls through to torch's meta kernel, to fail.
+    """
     if a.dim() != 2 or b.dim() != 3 or offs is None or bias is not None \
-            or not _same_dtype(a, b) or a.shape[1] != b.shape[1] \
-            or tuple(offs.shape) != (b.shape[0], ) or out_dtype not in (None, a.dtype) \
-            or not (_aligned(a) and _aligned(b)):
+            or not _same_dtype(a, b) or a.dtype not in _GROUPED_MM_DTYPES \
+            or not offs.is_meta or offs.dtype != torch.int32 \
+            or a.shape[1] != b.shape[1] or tuple(offs.shape) != (b.shape[0], ) \
+            or out_dtype not in (None, a.dtype) or b.stride(0) * b.element_size() % 16:
         return None
+    if not (_grouped_mm_layout(a) and _grouped_mm_layout(b)):
+        raise RuntimeError('grouped_mm: strides should be multiple of 16 bytes (each '
+                           "operand's rows or columns), as its CPU kernel requires")
     return _new(a, (a.shape[0], b.shape[2]))
 
 

@@ -114,8 +114,8 @@ def ddp_worker(rank: int, store: str, fair: bool, state: dict, result: str) -> N
         dist.destroy_process_group()
 
 
-@pytest.mark.slow  # multi-process runs
-@pytest.mark.parametrize('fair', [False, True], ids=['uniform', 'fair'])
+@pytest.mark.parametrize('fair', [False, pytest.param(True, marks=pytest.mark.slow)],
+                         ids=['uniform', 'fair'])  # the default tier's one multi-process run
 def test_ddp_step_applies_the_mean_of_the_ranks_gradients(tmp_path, fair):
     MessageHub.get_instance('spos_ddp_main').update_info('seed', 7)
     start = tiny_spos(fair)

@@ -95,8 +95,8 @@ def test_nas_subnet_reinitialises_the_fixed_network():
     assert not torch.equal(fresh.head.fc.weight, kept.head.fc.weight)
 
 
-@pytest.mark.slow  # export and PTQ of whole subnets
-@pytest.mark.parametrize('cfg', [SHUFFLE, MBCONV], ids=['shufflenet', 'mbconv'])
+@pytest.mark.parametrize('cfg', [SHUFFLE, pytest.param(MBCONV, marks=pytest.mark.slow)],
+                         ids=['shufflenet', 'mbconv'])
 def test_the_fixed_model_exports_to_onnx_and_quantizes(tmp_path, cfg):
     model, mutator, subnet = supernet_and_subnet(cfg, 4)
     fixed = fix_subnet(model, subnet).eval()

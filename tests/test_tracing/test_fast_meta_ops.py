@@ -147,14 +147,40 @@ def test_float32_grouped_mm_runs_on_meta_as_on_cpu():
         assert _describe(grouped('meta')) == _describe(grouped('cpu'))
 
 
-def test_float32_grouped_mm_on_meta_refuses_the_rows_the_cpu_kernel_refuses():
-    def grouped(device, hidden):
-        return F.grouped_mm(torch.randn(8, hidden, device=device),
-                            torch.randn(3, 8, hidden, device=device).transpose(1, 2),
-                            offs=_offsets(device))
+@pytest.mark.parametrize('tokens,hidden,kept', [(8, 10, 8), (1, 6, 8), (8, 16, 6)],
+                         ids=['hidden 10', 'one token of 6', 'outputs of 6'])
+def test_float32_grouped_mm_on_meta_refuses_rows_the_cpu_kernel_refuses(
+        tokens, hidden, kept):
+    """Strides of a multiple of 16 bytes, whatever the dim's size (one token too)."""
+    def grouped(device):
+        return F.grouped_mm(torch.randn(tokens, hidden, device=device),
+                            torch.randn(3, hidden, kept, device=device),
+                            offs=torch.tensor([0, 0, tokens], dtype=torch.int32,
+                                              device=device))
     with pytest.raises(RuntimeError, match='16 bytes'):
-        grouped('cpu', 10)
+        grouped('cpu')
+    with FastMetaOps(), pytest.raises(RuntimeError, match='16 bytes'):
+        grouped('meta')
+
+
+@pytest.mark.parametrize('case', ['float64', 'int64 offsets', 'no unit stride'])
+def test_grouped_mm_on_meta_fails_where_the_cpu_kernel_does(case):
+    def grouped(device):
+        dtype = torch.float64 if case == 'float64' else torch.float32
+        a = torch.randn(8, 64 if case == 'no unit stride' else 16, dtype=dtype, device=device)
+        a = a[:, ::4] if case == 'no unit stride' else a
+        offs = _offsets(device).to(torch.int64 if case == 'int64 offsets' else torch.int32)
+        return F.grouped_mm(a, torch.randn(3, 16, 8, dtype=dtype, device=device), offs=offs)
+    with pytest.raises(RuntimeError):
+        grouped('cpu')
     with FastMetaOps(), pytest.raises(RuntimeError):
-        grouped('meta', 10)
+        grouped('meta')
+
+
+def test_float32_grouped_mm_on_meta_takes_what_the_cpu_kernel_takes():
+    def grouped(device):
+        return F.grouped_mm(torch.randn(8, 12, device=device),
+                            torch.randn(3, 8, 12, device=device).transpose(1, 2),
+                            offs=_offsets(device))
     with FastMetaOps():
-        assert tuple(grouped('meta', 12).shape) == tuple(grouped('cpu', 12).shape) == (8, 8)
+        assert tuple(grouped('meta').shape) == tuple(grouped('cpu').shape) == (8, 8)
