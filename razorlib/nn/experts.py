@@ -145,7 +145,7 @@ class SplitExperts(nn.Module):
         like = copy.copy(module)
         like.__dict__.update(_parameters={}, _buffers=dict(module._buffers),
                              _modules=dict(module._modules))
-        return (EveryTokenExperts if _every_token_layout(module) else cls)(experts, like)
+        return (cls if _declares_layout(module) else EveryTokenExperts)(experts, like)
 
     def widths(self) -> List[int]:
         """Each expert's intermediate width."""
@@ -293,18 +293,17 @@ EVERY_TOKEN_EXPERTS: Dict[Tuple[str, str], Dict[str, bool]] = {
 }
 
 
-def _every_token_layout(module: nn.Module) -> Optional[Dict[str, bool]]:
-    """:data:`EVERY_TOKEN_EXPERTS`' layout of ``module``'s class, unless the module
-    declares one itself (a later transformers that runs it as its other experts)."""
-    if all(hasattr(module, attr) for attr in LAYOUT):
-        return None
-    return EVERY_TOKEN_EXPERTS.get((type(module).__module__, type(module).__qualname__))
+def _declares_layout(module: nn.Module) -> bool:
+    return all(hasattr(module, attr) for attr in LAYOUT)
 
 
-def _layout(module: nn.Module) -> Dict[str, bool]:
+def _layout(module: nn.Module) -> Optional[Dict[str, bool]]:
     """The layout of a fused experts module, :data:`LAYOUT`'s attributes: as it declares
-    them, or as :data:`EVERY_TOKEN_EXPERTS` has them."""
-    return _every_token_layout(module) or {attr: getattr(module, attr) for attr in LAYOUT}
+    them (a later transformers may declare one for a class of the table), else as
+    :data:`EVERY_TOKEN_EXPERTS` has them for its class; None where neither says."""
+    if _declares_layout(module):
+        return {attr: getattr(module, attr) for attr in LAYOUT}
+    return EVERY_TOKEN_EXPERTS.get((type(module).__module__, type(module).__qualname__))
 
 
 def is_fused_experts(module: nn.Module) -> bool:
@@ -316,8 +315,7 @@ def is_fused_experts(module: nn.Module) -> bool:
     return (getattr(params.get('gate_up_proj'), 'ndim', 0) == 3
             and getattr(params.get('down_proj'), 'ndim', 0) == 3
             and isinstance(getattr(module, 'num_experts', None), int)
-            and (_every_token_layout(module) is not None
-                 or all(hasattr(module, attr) for attr in LAYOUT)))
+            and _layout(module) is not None)
 
 
 def _unsupported(module: nn.Module) -> Optional[str]:

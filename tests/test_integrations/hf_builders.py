@@ -16,6 +16,15 @@ _ENCODER = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                 num_attention_heads=4)
 
 
+def llama4() -> nn.Module:
+    """Llama 4: a dense layer, then a layer of 2 routed experts and a shared one."""
+    torch.manual_seed(0)
+    return transformers.Llama4ForCausalLM(transformers.Llama4TextConfig(
+        vocab_size=VOCAB, hidden_size=64, intermediate_size=64, intermediate_size_mlp=128,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+        num_local_experts=2, interleave_moe_layer_step=2)).eval()
+
+
 def llama(**overrides) -> nn.Module:
     return transformers.LlamaForCausalLM(transformers.LlamaConfig(**{**_DECODER, **overrides}))
 

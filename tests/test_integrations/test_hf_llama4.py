@@ -6,7 +6,7 @@ import warnings
 
 import pytest
 import torch
-from hf_builders import VOCAB, deploy_checked, main_output, relative_error, token_inputs
+from hf_builders import deploy_checked, llama4, main_output, relative_error, token_inputs
 
 from razorlib.integrations import transformers as hf
 from razorlib.integrations.transformers import hidden_size_keys
@@ -15,14 +15,6 @@ from razorlib.pruning import L1NormPruner
 from razorlib.utils import get_model_complexity
 
 transformers = pytest.importorskip('transformers')
-
-
-def llama4():
-    torch.manual_seed(0)
-    return transformers.Llama4ForCausalLM(transformers.Llama4TextConfig(
-        vocab_size=VOCAB, hidden_size=64, intermediate_size=64, intermediate_size_mlp=128,
-        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-        num_local_experts=2, interleave_moe_layer_step=2)).eval()
 
 
 def test_llama4_heads_prune_through_its_complex_rope_and_the_slim_model_computes_the_masked_one():
@@ -73,6 +65,7 @@ def test_llama4_experts_split_run_as_fused_and_fuse_back():
     fuse_experts(model)
     again = model.model.layers[1].feed_forward.experts
     assert type(again) is type(fused) and torch.equal(again.gate_up_proj, fused.gate_up_proj)
+    assert torch.equal(again.down_proj, fused.down_proj)
     torch.testing.assert_close(main_output(model, inputs), dense)
 
 
@@ -90,7 +83,8 @@ def test_llama4_prunes_each_experts_width_and_reloads_from_its_config(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter('error')  # the config describes every width
         slim = hf.prune(model, inputs, ratio=0.5)
-    assert slim.model.layers[1].feed_forward.experts.gate_up_proj.shape == (2, 64, 64)
+    experts = slim.model.layers[1].feed_forward.experts
+    assert experts.gate_up_proj.shape == (2, 64, 64) and experts.expert_dim == 32
     assert (slim.config.intermediate_size, slim.config.intermediate_size_mlp) == (32, 64)
     slim.save_pretrained(tmp_path)
     again = transformers.Llama4ForCausalLM.from_pretrained(tmp_path).eval()

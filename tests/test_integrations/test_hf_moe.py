@@ -10,7 +10,7 @@ import warnings
 import pytest
 import torch
 import torch.nn as nn
-from hf_builders import VOCAB, main_output, token_inputs
+from hf_builders import VOCAB, llama4, main_output, token_inputs
 from masked_vs_slim import deploy_checked
 
 import razorlib
@@ -245,14 +245,9 @@ def _plan(model, inputs, keep=()):
     return {gid: group.num_channels for gid, group in pruner.groups.prunable.items()}
 
 
-def _llama4():
-    from test_hf_llama4 import llama4
-    return llama4()
-
-
 @pytest.mark.parametrize('split', [True, False], ids=['split', 'fused'])
 @pytest.mark.parametrize('build', [lambda: mixtral(intermediate_size=32), qwen2_moe, qwen3_moe,
-                                   olmoe, deepseek_v3, gpt_oss, _llama4],
+                                   olmoe, deepseek_v3, gpt_oss, llama4],
                          ids=['mixtral', 'qwen2_moe', 'qwen3_moe', 'olmoe', 'deepseek_v3',
                               'gpt_oss', 'llama4'])
 def test_a_shell_on_meta_plans_what_the_model_traced_on_its_values_does(
@@ -268,8 +263,9 @@ def test_a_shell_on_meta_plans_what_the_model_traced_on_its_values_does(
     with torch.device('meta'):
         shell = type(model)(model.config)
     if split:
-        split_experts(model), split_experts(shell)
-    keep = hf.hidden_size_keys(model) if build is _llama4 else ()
+        split_experts(model)
+        split_experts(shell)
+    keep = hf.hidden_size_keys(model) if build is llama4 else ()
     on_meta = _plan(shell, inputs, keep)
     monkeypatch.setattr(structure, 'trace', functools.partial(structure.trace, meta=False))
     assert on_meta == _plan(model, inputs, keep)
