@@ -63,7 +63,11 @@ from razorlib.datasets.digits import three_way_split
 from razorlib.models import ResNet
 from razorlib.utils import get_model_complexity
 
-CRITERIA = ('l1', 'l2', 'bn_scale', 'fpgm', 'taylor', 'fisher', 'activation', 'apoz', 'random')
+CRITERIA = ('l1', 'l2', 'bn_scale', 'fpgm', 'taylor', 'fisher', 'activation', 'apoz', 'random',
+            'l2_filters')
+#: the criteria above that are no registered name: the importance config each stands for
+#: (``l2_filters``: ``l2`` reading the filters where ``l2`` reads a batch norm's scale)
+IMPORTANCE = dict(l2_filters=dict(type='l2', norm_scales=False))
 ALLOCATIONS = ('local', 'global', 'sensitivity', 'greedy')
 Data = Tuple[torch.Tensor, torch.Tensor]
 GREEDY_STEPS = 10  # the greedy path cuts a group 10% of its width per step (20: 2x the time)
@@ -314,7 +318,7 @@ def fastnas(dense: nn.Module, x: torch.Tensor, limit: float, batches: List[Data]
 def razorlib_prune(dense: nn.Module, x: torch.Tensor, target: float, criterion: str,
                    allocation: str, batches: List[Data]) -> nn.Module:
     sensitivity = {'sensitivity': True, 'greedy': dict(greedy=True, steps=GREEDY_STEPS)}
-    return razorlib.prune(dense, x, flops=target, importance=criterion,
+    return razorlib.prune(dense, x, flops=target, importance=IMPORTANCE.get(criterion, criterion),
                           global_ranking=allocation == 'global',
                           sensitivity=sensitivity.get(allocation, False), data=batches).eval()
 

@@ -33,7 +33,8 @@ symmetric per-channel int8 weights, the format ``quantize_static`` writes) by ra
   log-scales at 100 times it, the training images with ``ptq_vs_ort.train``'s one-pixel
   shifts) on the labels (``QAT``), and the same with the
   FP32 model's logits as targets (``QAT+KD``: distillation at ``--qat-kd-temperature``,
-  plus ``--qat-kd-label-weight`` times the labels' cross-entropy);
+  plus ``--qat-kd-label-weight`` times the labels' cross-entropy; ``--qat-kd-losses kl
+  mse`` adds ``QAT+KD mse``, matching the logits' values instead of their softmax);
 
 and by onnxruntime's ``quantize_static`` with each calibration method (its best on the
 scored images is the reference; ``--ort-like-trt``: with ``ptq_vs_ort.trt_like_options``,
@@ -61,7 +62,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import ptq_vs_ort as base  # noqa: E402  (the models, data and onnxruntime side)
 
 import razorlib  # noqa: E402
-from razorlib.algorithms.qat import distill_options, qat_losses  # noqa: E402
+from razorlib.algorithms.qat import DISTILL_LOSSES, distill_options, qat_losses  # noqa: E402
 from razorlib.ir import from_torch, to_onnx  # noqa: E402
 from razorlib.models import ImageClassifier  # noqa: E402
 from razorlib.quantization import (LSQGraph, MixedPrecision, export_graph,  # noqa: E402
@@ -111,13 +112,14 @@ def margin_interval(fp32: torch.Tensor, ours: torch.Tensor, theirs: torch.Tensor
 
 def train_qat(graph, images, labels, epochs: int, lr: float, teacher=None,
               temperature: float = 1.0, label_weight: float = 0.0,
-              schedule: str = 'constant') -> LSQGraph:
+              schedule: str = 'constant', kd_loss: str = 'kl') -> LSQGraph:
     """LSQ fine-tuning of a calibrated graph: Adam (the log-scales at 100 times ``lr``;
     ``schedule`` 'cosine' anneals both to 0 over the run), batches of 64, one-pixel
     shifts; on the labels, or distilling ``teacher`` (the FP32 model, in eval mode) with
-    the QAT algorithm's losses (:func:`razorlib.algorithms.qat.qat_losses`, summed)."""
+    the QAT algorithm's losses (:func:`razorlib.algorithms.qat.qat_losses`, summed; the
+    logits' loss ``kd_loss``)."""
     distill = None if teacher is None else distill_options(
-        dict(temperature=temperature, label_weight=label_weight))
+        dict(temperature=temperature, label_weight=label_weight, loss=kd_loss))
     lsq = LSQGraph(graph)
     optimizer = torch.optim.Adam([dict(params=lsq.weights.parameters(), lr=lr),
                                   dict(params=lsq.scales.parameters(), lr=100 * lr)])
@@ -185,26 +187,36 @@ def compare(model, calibration, held, held_labels, images, labels, args) -> Dict
         results['+ mixed']['float'] = len(graph.extension_attrib['mixed_precision']
                                           ['float_layers'])
         results['+ mixed']['target'] = mixed['target_snr_db']
-        for name, teacher in (('QAT', None), ('QAT+KD', model.eval())):
-            torch.manual_seed(0)  # the same batches and shifts for both
+        trainings = [('QAT', None, 'kl')] + [(qat_row(loss), model.eval(), loss)
+                                             for loss in args.qat_kd_losses]
+        for name, teacher, kd_loss in trainings:
+            torch.manual_seed(0)  # the same batches and shifts for each
             start = start_graph.copy(copy_value=True)  # LSQGraph takes it over
             lsq = train_qat(start, images, labels, args.qat_epochs, args.qat_lr, teacher,
                             args.qat_kd_temperature, args.qat_kd_label_weight,
-                            args.qat_schedule)
+                            args.qat_schedule, kd_loss)
             results[name] = base.scores(
-                run_exported(lsq.calibrated_graph(), folder, name.lower().replace('+', '_'),
-                             held), fp32, held_labels)
+                run_exported(lsq.calibrated_graph(), folder,
+                             name.lower().replace('+', '_').replace(' ', '_'), held),
+                fp32, held_labels)
     return results
+
+
+def qat_row(kd_loss: str) -> str:
+    """The row of QAT distilling with the logits' loss ``kd_loss``: 'QAT+KD' for the
+    softmax KL (the rows of runs 3-12), 'QAT+KD mse' for the logits' squared error."""
+    return 'QAT+KD' if kd_loss == 'kl' else f'QAT+KD {kd_loss}'
 
 
 def tables(rows: Dict[str, Dict[str, dict]], methods: List[str], margin: float,
            like_trt: bool = False) -> str:
-    tools = ['baseline', 'passes', '+ mixed', 'QAT', 'QAT+KD']
+    qat = [t for t in next(iter(rows.values())) if t.startswith('QAT')]
+    tools = ['baseline', 'passes', '+ mixed'] + qat
     methods = [base.ort_label(m, like_trt) for m in methods]
     header = (['model', 'best ORT SNR dB'] + [f'razorlib {t} SNR dB' for t in tools[:3]]
               + ['passes - best ORT dB', '90% interval (images resampled)',
                  'float layers (+ mixed)',
-                 'mixed target dB (calibration)', 'QAT SNR dB', 'QAT+KD SNR dB'])
+                 'mixed target dB (calibration)'] + [f'{t} SNR dB' for t in qat])
     lines = ['| ' + ' | '.join(header) + ' |', '|---|' + '---:|' * (len(header) - 1)]
     for model, r in rows.items():
         best = max(r[m]['snr'] for m in methods)
@@ -217,12 +229,12 @@ def tables(rows: Dict[str, Dict[str, dict]], methods: List[str], margin: float,
             + [f"{r[t]['snr']:.2f}" for t in tools[3:]]) + ' |')
     header = (['model', 'FP32 top-1', 'best ORT top-1 / agree']
               + [f'razorlib {t} top-1 / agree' for t in tools]
-              + ['QAT - FP32', 'QAT+KD - FP32'])
+              + [f'{t} - FP32' for t in qat])
     lines += ['', '| ' + ' | '.join(header) + ' |', '|---|' + '---:|' * (len(header) - 1)]
     for model, r in rows.items():
         best = max(methods, key=lambda key: r[key]['snr'])
         cells = [f"{r[t]['top1']:.2f} / {r[t]['agree']:.2f}" for t in [best] + tools]
-        gaps = [f"{r[t]['top1'] - r['FP32']['top1']:+.2f}" for t in ('QAT', 'QAT+KD')]
+        gaps = [f"{r[t]['top1'] - r['FP32']['top1']:+.2f}" for t in qat]
         lines.append('| ' + ' | '.join([model, f"{r['FP32']['top1']:.2f}"] + cells + gaps)
                      + ' |')
     lines.append(f'\n(+ mixed: MixedPrecision to the best ORT SNR on the calibration batches '
@@ -263,6 +275,10 @@ def main(argv=None) -> None:
                         help="QAT+KD: the distillation's softmax temperature")
     parser.add_argument('--qat-kd-label-weight', type=float, default=0.0,
                         help="QAT+KD: the labels' cross-entropy weight beside the FP32 logits")
+    parser.add_argument('--qat-kd-losses', nargs='+', choices=DISTILL_LOSSES, default=['kl'],
+                        help="QAT+KD: the logits' losses, one QAT+KD row each ('kl': the "
+                        "softmax KL, row 'QAT+KD'; 'mse': the logits' squared error, row "
+                        "'QAT+KD mse'; default: kl)")
     parser.add_argument('--models', nargs='+', help='a subset of the model names')
     parser.add_argument('--threads', type=int, default=1)
     parser.add_argument('--test-ratio', type=float, default=0.2,

@@ -39,27 +39,31 @@ logger = logging.getLogger(__name__)
 
 __all__ = ['QAT', 'QATExportHook', 'distill_options', 'qat_losses']
 
-#: QAT's ``distill`` options and their defaults: the logits' loss alone, at temperature 1.
-DISTILL_DEFAULTS = dict(temperature=1.0, kd_weight=1.0, label_weight=0.0)
+#: QAT's ``distill`` options and their defaults: the logits' loss alone, the softmax KL at
+#: temperature 1.
+DISTILL_DEFAULTS = dict(temperature=1.0, kd_weight=1.0, label_weight=0.0, loss='kl')
+#: the logits' losses ``distill.loss`` names: what the student is asked to match
+DISTILL_LOSSES = ('kl', 'mse')
 
 
-def distill_options(distill: Optional[Mapping[str, Any]]) -> Optional[Dict[str, float]]:
+def distill_options(distill: Optional[Mapping[str, Any]]) -> Optional[Dict[str, Any]]:
     """QAT's ``distill`` dict checked and completed with :data:`DISTILL_DEFAULTS`; None
     (no distillation) for None.
 
     Raises:
         TypeError: ``distill`` is not a dict.
         ValueError: an unknown key, a value that is no number, ``temperature`` or
-            ``kd_weight`` not above 0, or ``label_weight`` below 0; the message names the key.
+            ``kd_weight`` not above 0, ``label_weight`` below 0, or a ``loss`` not in
+            :data:`DISTILL_LOSSES`; the message names the key.
 
     Example:
         >>> distill_options(dict(label_weight=0.5))
-        {'temperature': 1.0, 'kd_weight': 1.0, 'label_weight': 0.5}
+        {'temperature': 1.0, 'kd_weight': 1.0, 'label_weight': 0.5, 'loss': 'kl'}
         >>> distill_options(dict(temprature=2.0))
         Traceback (most recent call last):
         ...
         ValueError: QAT distill.temprature: no such option; the options are temperature, \
-kd_weight, label_weight
+kd_weight, label_weight, loss
     """
     if distill is None:
         return None
@@ -71,6 +75,12 @@ kd_weight, label_weight
         if key not in DISTILL_DEFAULTS:
             raise ValueError(f'QAT distill.{key}: no such option; the options are '
                              f'{", ".join(DISTILL_DEFAULTS)}')
+        if key == 'loss':
+            if value not in DISTILL_LOSSES:
+                raise ValueError(f'QAT distill.loss: expected one of '
+                                 f'{", ".join(map(repr, DISTILL_LOSSES))}, got {value!r}')
+            options[key] = value
+            continue
         try:
             options[key] = float(value)
         except (TypeError, ValueError):
@@ -96,9 +106,17 @@ def qat_losses(logits: torch.Tensor, labels: Optional[torch.Tensor],
     mmengine does.
 
     Without ``distill``: ``loss``, the labels' cross-entropy.  With it: ``loss_kd``,
-    ``kd_weight * T**2 * KL(softmax(teacher / T) || softmax(student / T))`` at
-    ``T = temperature`` (batch mean, :func:`~razorlib.algorithms.distill.kd_loss`), and,
-    when ``label_weight > 0``, ``loss_ce``, ``label_weight`` times the cross-entropy.
+    ``kd_weight`` times the logits' loss ``distill.loss`` names, and, when
+    ``label_weight > 0``, ``loss_ce``, ``label_weight`` times the cross-entropy.  The
+    logits' losses:
+
+    - ``'kl'`` (the default): ``T**2 * KL(softmax(teacher / T) || softmax(student / T))``
+      at ``T = temperature`` (batch mean, :func:`~razorlib.algorithms.distill.kd_loss`).
+      A softmax does not see a shift of all of a row's logits, so this loss leaves them
+      free to drift together;
+    - ``'mse'``: the mean squared difference of the logits themselves (``temperature``
+      unused), which asks for the FP32 logits, shift and all: the quantity the logits'
+      SNR measures.
 
     Args:
         logits: the student's logits, (N, classes).
@@ -123,6 +141,8 @@ def qat_losses(logits: torch.Tensor, labels: Optional[torch.Tensor],
         {'loss_kd': 1.8485, 'loss_ce': 0.0635}
         >>> round(float(sum(losses.values())), 4)  # the loss a training loop minimises
         1.9119
+        >>> {k: float(v) for k, v in qat_losses(logits, None, teacher, dict(loss='mse')).items()}
+        {'loss_kd': 4.0}
     """
     options = distill_options(distill)
     if (options is None or options['label_weight'] > 0) and labels is None:
@@ -133,8 +153,10 @@ def qat_losses(logits: torch.Tensor, labels: Optional[torch.Tensor],
     if teacher_logits is None:
         raise ValueError('qat_losses: distill needs teacher_logits (the FP32 model\'s logits '
                          'on the same inputs), got None')
-    losses = {'loss_kd': options['kd_weight']
-              * kd_loss(logits, teacher_logits.detach(), options['temperature'])}
+    teacher_logits = teacher_logits.detach()
+    matched = (kd_loss(logits, teacher_logits, options['temperature'])
+               if options['loss'] == 'kl' else F.mse_loss(logits, teacher_logits))
+    losses = {'loss_kd': options['kd_weight'] * matched}
     if options['label_weight'] > 0:
         losses['loss_ce'] = options['label_weight'] * F.cross_entropy(logits, labels)
     return losses
@@ -185,9 +207,10 @@ class QAT(BaseModel):
 
     With ``distill`` (quantization-aware distillation) a frozen copy of the FP32
     architecture, taken after ``checkpoint`` is loaded, is the teacher and ``'loss'``
-    returns ``loss_kd = kd_weight * T**2 * KL(softmax(teacher / T) || softmax(student /
-    T))`` (batch mean, :func:`~razorlib.algorithms.distill.kd_loss`) and, when
-    ``label_weight > 0``, ``loss_ce = label_weight * cross-entropy``; mmengine sums them.
+    returns ``loss_kd``, ``kd_weight`` times the softmax KL at temperature ``T`` (or,
+    with ``loss='mse'``, the logits' mean squared difference: :func:`qat_losses`) and,
+    when ``label_weight > 0``, ``loss_ce = label_weight * cross-entropy``; mmengine
+    sums them.
     The FP32 logits carry what the labels do not (how sure the model is, which class
     comes second), so the INT8 model learns to agree with the model it replaces.  The
     teacher runs in eval mode under ``no_grad`` and is kept out of the module tree: its
@@ -205,7 +228,7 @@ class QAT(BaseModel):
             the whole model); None keeps the architecture's.
         data_preprocessor: a preprocessor or its config; default the architecture's.
         distill: distil the FP32 model's logits: ``dict(temperature=1.0, kd_weight=1.0,
-            label_weight=0.0)`` (any of the keys, see :func:`distill_options`); None
+            label_weight=0.0, loss='kl')`` (any of the keys, see :func:`distill_options`); None
             trains on the labels alone.
         init_cfg: mmengine initialisation config.
 

@@ -141,6 +141,32 @@ def test_the_qat_loss_method_is_qat_losses(distill):
     assert all(torch.equal(forward[key], expected[key]) for key in expected)
 
 
+def test_the_mse_loss_asks_for_the_fp32_logits_themselves():
+    """``loss='mse'``: the mean squared difference of the logits, by hand.  A shift of
+    all of a row's logits costs nothing under the softmax KL and its square under the
+    MSE: the drift that lowers QAT's logits SNR (benchmarks/README.md, PTQ run 12)."""
+    student = torch.tensor([[1.0, 2.0, 3.0], [0.0, 0.0, 0.0]])
+    teacher = torch.tensor([[0.0, 2.0, 5.0], [1.0, 1.0, 1.0]])
+    losses = qat_losses(student, None, teacher, dict(loss='mse', kd_weight=0.5,
+                                                     temperature=4.0))
+    assert list(losses) == ['loss_kd']
+    assert losses['loss_kd'].item() == pytest.approx(0.5 * (1 + 0 + 4 + 1 + 1 + 1) / 6)
+    shifted = teacher + 3.0
+    assert qat_losses(teacher, None, shifted, dict())['loss_kd'].item() == pytest.approx(
+        0, abs=1e-6)
+    assert qat_losses(teacher, None, shifted, dict(loss='mse'))['loss_kd'].item() == \
+        pytest.approx(9.0)
+    with_labels = qat_losses(student, torch.tensor([2, 0]), teacher,
+                             dict(loss='mse', label_weight=0.25))
+    assert with_labels['loss_ce'].item() == pytest.approx(
+        0.25 * F.cross_entropy(student, torch.tensor([2, 0])).item())
+    # and through QAT's loss: the algorithm takes the option from its config
+    model = build(dict(loss='mse'))
+    object.__setattr__(model, 'teacher', Constant(torch.tensor([[3.0, 0.0, -1.0, 2.0]])))
+    losses = model.loss(torch.zeros(1, 3, 8, 8), torch.zeros(1, 4), samples_of([1]))
+    assert losses['loss_kd'].item() == pytest.approx((9 + 0 + 1 + 4) / 4)
+
+
 def test_qat_losses_says_what_is_missing():
     logits, labels = torch.zeros(2, 3), torch.tensor([0, 1])
     with pytest.raises(ValueError, match=r'qat_losses: labels is None'):
@@ -191,8 +217,13 @@ def test_the_benchmark_trains_with_qat_losses(monkeypatch):
                     teacher=model.teacher, temperature=2.0, label_weight=0.5)
     bench.train_qat(model.quantized.calibrated_graph(), images, labels, epochs=1, lr=1e-4,
                     schedule='cosine')  # the script's default since its run 8
-    assert calls == [(True, dict(temperature=2.0, kd_weight=1.0, label_weight=0.5)),
-                     (False, None)]
+    bench.train_qat(model.quantized.calibrated_graph(), images, labels, epochs=1, lr=1e-4,
+                    teacher=model.teacher, kd_loss='mse')
+    assert calls == [(True, dict(temperature=2.0, kd_weight=1.0, label_weight=0.5,
+                                 loss='kl')),
+                     (False, None),
+                     (True, dict(temperature=1.0, kd_weight=1.0, label_weight=0.0,
+                                 loss='mse'))]
     # only the cosine run anneals: from 1e-4 (weights) and 1e-2 (log-scales) to 0 over
     # its one step (64 images, batches of 64)
     schedule, = schedules
@@ -233,7 +264,9 @@ def test_the_teacher_moves_with_the_model():
 
 @pytest.mark.parametrize('distill, error, message', [
     (dict(temprature=2.0), ValueError, r'QAT distill\.temprature: no such option; the '
-     r'options are temperature, kd_weight, label_weight'),
+     r'options are temperature, kd_weight, label_weight, loss'),
+    (dict(loss='l2'), ValueError, r"QAT distill\.loss: expected one of 'kl', 'mse', got 'l2'"),
+    (dict(loss=None), ValueError, r"QAT distill\.loss: expected one of 'kl', 'mse', got None"),
     (dict(temperature=0), ValueError, r'QAT distill\.temperature: must be > 0, got 0\.0'),
     (dict(kd_weight=-1), ValueError, r'QAT distill\.kd_weight: must be > 0'),
     (dict(label_weight=-0.5), ValueError, r'QAT distill\.label_weight: must be >= 0'),
