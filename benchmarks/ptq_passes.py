@@ -118,8 +118,9 @@ def train_qat(graph, images, labels, epochs: int, lr: float, teacher=None,
     shifts; on the labels, or distilling ``teacher`` (the FP32 model, in eval mode) with
     the QAT algorithm's losses (:func:`razorlib.algorithms.qat.qat_losses`, summed; the
     logits' loss ``kd_loss``)."""
+    softmax = dict(temperature=temperature) if kd_loss == 'kl' else {}
     distill = None if teacher is None else distill_options(
-        dict(temperature=temperature, label_weight=label_weight, loss=kd_loss))
+        dict(softmax, label_weight=label_weight, loss=kd_loss))
     lsq = LSQGraph(graph)
     optimizer = torch.optim.Adam([dict(params=lsq.weights.parameters(), lr=lr),
                                   dict(params=lsq.scales.parameters(), lr=100 * lr)])
@@ -188,7 +189,7 @@ def compare(model, calibration, held, held_labels, images, labels, args) -> Dict
                                           ['float_layers'])
         results['+ mixed']['target'] = mixed['target_snr_db']
         trainings = [('QAT', None, 'kl')] + [(qat_row(loss), model.eval(), loss)
-                                             for loss in args.qat_kd_losses]
+                                             for loss in dict.fromkeys(args.qat_kd_losses)]
         for name, teacher, kd_loss in trainings:
             torch.manual_seed(0)  # the same batches and shifts for each
             start = start_graph.copy(copy_value=True)  # LSQGraph takes it over
@@ -210,7 +211,7 @@ def qat_row(kd_loss: str) -> str:
 
 def tables(rows: Dict[str, Dict[str, dict]], methods: List[str], margin: float,
            like_trt: bool = False) -> str:
-    qat = [t for t in next(iter(rows.values())) if t.startswith('QAT')]
+    qat = [t for t in next(iter(rows.values()), {}) if t.startswith('QAT')]
     tools = ['baseline', 'passes', '+ mixed'] + qat
     methods = [base.ort_label(m, like_trt) for m in methods]
     header = (['model', 'best ORT SNR dB'] + [f'razorlib {t} SNR dB' for t in tools[:3]]
@@ -272,7 +273,7 @@ def main(argv=None) -> None:
                         help="QAT's learning rates annealed to 0 (the default) or constant "
                         '(runs 1-7)')
     parser.add_argument('--qat-kd-temperature', type=float, default=1.0,
-                        help="QAT+KD: the distillation's softmax temperature")
+                        help="QAT+KD: the distillation's softmax temperature (the KL only)")
     parser.add_argument('--qat-kd-label-weight', type=float, default=0.0,
                         help="QAT+KD: the labels' cross-entropy weight beside the FP32 logits")
     parser.add_argument('--qat-kd-losses', nargs='+', choices=DISTILL_LOSSES, default=['kl'],

@@ -53,8 +53,9 @@ def distill_options(distill: Optional[Mapping[str, Any]]) -> Optional[Dict[str, 
     Raises:
         TypeError: ``distill`` is not a dict.
         ValueError: an unknown key, a value that is no number, ``temperature`` or
-            ``kd_weight`` not above 0, ``label_weight`` below 0, or a ``loss`` not in
-            :data:`DISTILL_LOSSES`; the message names the key.
+            ``kd_weight`` not above 0, ``label_weight`` below 0, a ``loss`` not in
+            :data:`DISTILL_LOSSES`, or a ``temperature`` other than 1 with ``loss='mse'``,
+            which has none; the message names the key.
 
     Example:
         >>> distill_options(dict(label_weight=0.5))
@@ -79,7 +80,7 @@ kd_weight, label_weight, loss
             if value not in DISTILL_LOSSES:
                 raise ValueError(f'QAT distill.loss: expected one of '
                                  f'{", ".join(map(repr, DISTILL_LOSSES))}, got {value!r}')
-            options[key] = value
+            options[key] = str(value)
             continue
         try:
             options[key] = float(value)
@@ -90,6 +91,10 @@ kd_weight, label_weight, loss
             raise ValueError(f'QAT distill.{key}: must be > 0, got {options[key]}')
     if not options['label_weight'] >= 0:
         raise ValueError(f"QAT distill.label_weight: must be >= 0, got {options['label_weight']}")
+    if options['loss'] == 'mse' and options['temperature'] != DISTILL_DEFAULTS['temperature']:
+        raise ValueError(f"QAT distill.temperature: {options['temperature']:g} is the softmax's "
+                         "temperature, which loss='mse' does not take (it compares the logits "
+                         'themselves); leave it at 1 or out')
     return options
 
 
@@ -114,9 +119,9 @@ def qat_losses(logits: torch.Tensor, labels: Optional[torch.Tensor],
       at ``T = temperature`` (batch mean, :func:`~razorlib.algorithms.distill.kd_loss`).
       A softmax does not see a shift of all of a row's logits, so this loss leaves them
       free to drift together;
-    - ``'mse'``: the mean squared difference of the logits themselves (``temperature``
-      unused), which asks for the FP32 logits, shift and all: the quantity the logits'
-      SNR measures.
+    - ``'mse'``: the squared difference of the logits themselves, averaged over the batch
+      and the classes (no ``temperature``), which asks for the FP32 logits, shift and
+      all: the quantity the logits' SNR measures.
 
     Args:
         logits: the student's logits, (N, classes).
@@ -207,8 +212,9 @@ class QAT(BaseModel):
 
     With ``distill`` (quantization-aware distillation) a frozen copy of the FP32
     architecture, taken after ``checkpoint`` is loaded, is the teacher and ``'loss'``
-    returns ``loss_kd``, ``kd_weight`` times the softmax KL at temperature ``T`` (or,
-    with ``loss='mse'``, the logits' mean squared difference: :func:`qat_losses`) and,
+    returns ``loss_kd``, ``kd_weight * T**2`` times the softmax KL at temperature ``T``
+    (or, with ``loss='mse'``, ``kd_weight`` times the logits' mean squared difference:
+    :func:`qat_losses`) and,
     when ``label_weight > 0``, ``loss_ce = label_weight * cross-entropy``; mmengine
     sums them.
     The FP32 logits carry what the labels do not (how sure the model is, which class

@@ -1,7 +1,8 @@
-"""QAT with distillation (QAD): the loss is the KL to the FP32 logits (plus the weighted
-cross-entropy), computed by qat_losses for QAT.loss and benchmarks/ptq_passes.py alike,
-the frozen teacher stays out of the optimizer and the checkpoints, bad options name their
-key, and the digits KD config trains through tools/train.py.
+"""QAT with distillation (QAD): the loss is the KL to the FP32 logits, or with loss='mse'
+their squared error (plus the weighted cross-entropy), computed by qat_losses for QAT.loss
+and benchmarks/ptq_passes.py alike, the frozen teacher stays out of the optimizer and the
+checkpoints, bad options name their key, and the digits KD config trains through
+tools/train.py.
 
 (Named test_qat_distill.py: tests/test_quantization/test_qat.py holds the other QAT
 tests, and two test files of one basename in packageless folders cannot both import.)
@@ -148,7 +149,7 @@ def test_the_mse_loss_asks_for_the_fp32_logits_themselves():
     student = torch.tensor([[1.0, 2.0, 3.0], [0.0, 0.0, 0.0]])
     teacher = torch.tensor([[0.0, 2.0, 5.0], [1.0, 1.0, 1.0]])
     losses = qat_losses(student, None, teacher, dict(loss='mse', kd_weight=0.5,
-                                                     temperature=4.0))
+                                                     temperature=1.0))  # as the config writes
     assert list(losses) == ['loss_kd']
     assert losses['loss_kd'].item() == pytest.approx(0.5 * (1 + 0 + 4 + 1 + 1 + 1) / 6)
     shifted = teacher + 3.0
@@ -267,6 +268,9 @@ def test_the_teacher_moves_with_the_model():
      r'options are temperature, kd_weight, label_weight, loss'),
     (dict(loss='l2'), ValueError, r"QAT distill\.loss: expected one of 'kl', 'mse', got 'l2'"),
     (dict(loss=None), ValueError, r"QAT distill\.loss: expected one of 'kl', 'mse', got None"),
+    (dict(loss='mse', temperature=2.0), ValueError,
+     r"QAT distill\.temperature: 2 is the softmax's temperature, which loss='mse' does "
+     r"not take"),
     (dict(temperature=0), ValueError, r'QAT distill\.temperature: must be > 0, got 0\.0'),
     (dict(kd_weight=-1), ValueError, r'QAT distill\.kd_weight: must be > 0'),
     (dict(label_weight=-0.5), ValueError, r'QAT distill\.label_weight: must be >= 0'),
