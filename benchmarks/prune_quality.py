@@ -25,7 +25,8 @@ is behind on neither metric by more than two of them (the issue's verdict is *ho
 
     python benchmarks/prune_quality.py                      # about 75 minutes, 1 thread,
     # about 2 more per criterion for the sensitivity allocation's measurements and 12
-    # more per criterion for the greedy one's (run 5 in benchmarks/README.md)
+    # more per criterion for the greedy one's (run 5 in benchmarks/README.md; the
+    # l2_filters criterion, added since, costs as much as l2)
     # or split the methods over two cores and merge the rows:
     python benchmarks/prune_quality.py --criteria l1 l2 bn_scale fpgm taylor --peers \\
         --work-dir work_dirs/pq_a &
