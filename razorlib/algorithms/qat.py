@@ -214,15 +214,14 @@ class QAT(BaseModel):
     architecture, taken after ``checkpoint`` is loaded, is the teacher and ``'loss'``
     returns ``loss_kd``, ``kd_weight * T**2`` times the softmax KL at temperature ``T``
     (or, with ``loss='mse'``, ``kd_weight`` times the logits' mean squared difference:
-    :func:`qat_losses`) and,
-    when ``label_weight > 0``, ``loss_ce = label_weight * cross-entropy``; mmengine
-    sums them.
-    The FP32 logits carry what the labels do not (how sure the model is, which class
-    comes second), so the INT8 model learns to agree with the model it replaces.  The
-    teacher runs in eval mode under ``no_grad`` and is kept out of the module tree: its
-    parameters are not in ``parameters()`` (so not in the optimizer) nor in
-    ``state_dict()`` (a checkpoint holds the student alone and loads into a QAT built
-    with or without ``distill``); ``to()``/``cuda()`` move it with the model.
+    :func:`qat_losses`) and, when ``label_weight > 0``, ``loss_ce = label_weight *
+    cross-entropy``; mmengine sums them.  The FP32 logits carry what the labels do not
+    (how sure the model is, which class comes second), so the INT8 model learns to agree
+    with the model it replaces.  The teacher runs in eval mode under ``no_grad`` and is
+    kept out of the module tree: its parameters are not in ``parameters()`` (so not in
+    the optimizer) nor in ``state_dict()`` (a checkpoint holds the student alone and
+    loads into a QAT built with or without ``distill``); ``to()``/``cuda()`` move it
+    with the model.
 
     Args:
         architecture: the FP32 classifier or its config (an mmengine model whose
