@@ -64,11 +64,11 @@ from razorlib.datasets.digits import three_way_split
 from razorlib.models import ResNet
 from razorlib.utils import get_model_complexity
 
-CRITERIA = ('l1', 'l2', 'bn_scale', 'fpgm', 'taylor', 'fisher', 'activation', 'apoz', 'random',
-            'l2_filters')
-#: the criteria above that are no registered name: the importance config each stands for
+#: criteria that are no registered name: the importance config each stands for
 #: (``l2_filters``: ``l2`` reading the filters where ``l2`` reads a batch norm's scale)
 IMPORTANCE = dict(l2_filters=dict(type='l2', norm_scales=False))
+CRITERIA = ('l1', 'l2', 'bn_scale', 'fpgm', 'taylor', 'fisher', 'activation', 'apoz',
+            'random') + tuple(IMPORTANCE)
 ALLOCATIONS = ('local', 'global', 'sensitivity', 'greedy')
 Data = Tuple[torch.Tensor, torch.Tensor]
 GREEDY_STEPS = 10  # the greedy path cuts a group 10% of its width per step (20: 2x the time)

@@ -294,6 +294,7 @@ EVERY_TOKEN_EXPERTS: Dict[Tuple[str, str], Dict[str, bool]] = {
 
 
 def _declares_layout(module: nn.Module) -> bool:
+    """Whether ``module`` carries every :data:`LAYOUT` attribute itself."""
     return all(hasattr(module, attr) for attr in LAYOUT)
 
 

@@ -44,3 +44,19 @@ def test_the_verdict_picks_by_validation_kl_and_weighs_the_seeds(bench):
     # error of 0.115 (the peer's seeds agree): within 2 SE.  Against 98.0, 6.9 SE behind.
     assert verdict['peer close'] == ['no', '-0.10 ± 0.12', '-0.0080 ± 0.0012', 'yes |']
     assert verdict['peer ahead'] == ['no', '-0.80 ± 0.12', '-0.0080 ± 0.0012', 'no |']
+
+
+def test_a_named_criterion_prunes_with_the_config_it_stands_for(bench, monkeypatch):
+    """``--criteria l2_filters`` is ``dict(type='l2', norm_scales=False)``; a registered
+    name goes to razorlib.prune as it is."""
+    import torch.nn as nn
+    calls = []
+
+    def prune(model, x, **options):
+        calls.append(options['importance'])
+        return model
+    monkeypatch.setattr(bench.razorlib, 'prune', prune)
+    for criterion in ('l2_filters', 'l1'):
+        bench.razorlib_prune(nn.Linear(2, 2), None, 0.5, criterion, 'local', [])
+    assert calls == [dict(type='l2', norm_scales=False), 'l1']
+    assert 'l2_filters' in bench.CRITERIA
