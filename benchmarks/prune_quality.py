@@ -106,6 +106,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                         help="the split razorlib's data criteria, batch-norm re-estimation and "
                         "sensitivity / greedy scores read (val: held-out images, as FastNAS "
                         "ranks by; its rows are named '... val-data'; default: train)")
+    parser.add_argument('--max-ratio', type=float,
+                        help="the largest fraction of a group razorlib's rows may prune "
+                        "(razorlib.prune's max_ratio; their names end in ' max_ratio=R'; "
+                        'default: none)')
     parser.add_argument('--criteria-batches', type=int, default=8,
                         help='training batches of 64 the data criteria read (default: 8)')
     parser.add_argument('--threads', type=int, default=1)
@@ -317,11 +321,13 @@ def fastnas(dense: nn.Module, x: torch.Tensor, limit: float, batches: List[Data]
 
 
 def razorlib_prune(dense: nn.Module, x: torch.Tensor, target: float, criterion: str,
-                   allocation: str, batches: List[Data]) -> nn.Module:
+                   allocation: str, batches: List[Data],
+                   max_ratio: Optional[float] = None) -> nn.Module:
     sensitivity = {'sensitivity': True, 'greedy': dict(greedy=True, steps=GREEDY_STEPS)}
     return razorlib.prune(dense, x, flops=target, importance=IMPORTANCE.get(criterion, criterion),
                           global_ranking=allocation == 'global',
-                          sensitivity=sensitivity.get(allocation, False), data=batches).eval()
+                          sensitivity=sensitivity.get(allocation, False), data=batches,
+                          max_ratio=max_ratio).eval()
 
 
 # ---------------------------------------------------------------------------- the run
@@ -369,9 +375,12 @@ def dense_model(args: argparse.Namespace, splits: Dict[str, Data],
 def methods(args: argparse.Namespace) -> List[Tuple[str, Callable]]:
     """(name, prune(dense, x, target, limit, batches, splits, work_dir, tag)): ``batches``
     maps 'train' and 'val' to the shuffled batches of that split a method may read."""
-    data = args.razorlib_data
-    out = [(f'razorlib {c} {a}' + (' val-data' if data == 'val' else ''),
-            lambda d, x, t, lim, b, s, w, tag, c=c, a=a: razorlib_prune(d, x, t, c, a, b[data]))
+    data, cap = args.razorlib_data, args.max_ratio
+    suffix = ((' val-data' if data == 'val' else '')
+              + (f' max_ratio={cap:g}' if cap is not None else ''))
+    out = [(f'razorlib {c} {a}{suffix}',
+            lambda d, x, t, lim, b, s, w, tag, c=c, a=a: razorlib_prune(d, x, t, c, a, b[data],
+                                                                        cap))
            for c in args.criteria for a in args.allocations]
     peers = {
         'tp_magnitude': ('torch-pruning magnitude global', lambda d, x, t, lim, b, s, w, tag:

@@ -60,3 +60,22 @@ def test_a_named_criterion_prunes_with_the_config_it_stands_for(bench, monkeypat
         bench.razorlib_prune(nn.Linear(2, 2), None, 0.5, criterion, 'local', [])
     assert calls == [dict(type='l2', norm_scales=False), 'l1']
     assert 'l2_filters' in bench.CRITERIA
+
+
+def test_max_ratio_reaches_razorlib_prune_and_names_the_rows(bench, monkeypatch):
+    """``--max-ratio 0.8`` caps every razorlib row (razorlib.prune's ``max_ratio``) and says
+    so in its name; the peers' rows are not razorlib's and keep theirs."""
+    import torch.nn as nn
+    calls = []
+
+    def prune(model, x, **options):
+        calls.append(options['max_ratio'])
+        return model
+    monkeypatch.setattr(bench.razorlib, 'prune', prune)
+    for cap, suffix in ((0.8, ' max_ratio=0.8'), (None, '')):
+        args = bench.parse_args(['--criteria', 'l1', '--allocations', 'global', '--peers',
+                                 'tp_magnitude'] + (['--max-ratio', str(cap)] if cap else []))
+        (name, run), (peer, _) = bench.methods(args)
+        assert (name, peer) == ('razorlib l1 global' + suffix, 'torch-pruning magnitude global')
+        run(nn.Linear(2, 2), None, 0.5, None, dict(train=[]), None, None, None)
+    assert calls == [0.8, None]
