@@ -38,8 +38,9 @@ def pipeline_run(tmp_path_factory):
     return work_dir, json.loads((work_dir / 'pipeline.json').read_text())
 
 
-@pytest.mark.slow  # the README's whole command (its fixture the default tier's longest item:
-# 694 s of its 46 minutes on 2 busy vCPUs); the quick tests below cover its parts
+@pytest.mark.slow  # the README's whole command (its fixture the suite's longest item: 552 s
+# of its 34 minutes on 2 vCPUs); the quick tests below cover its parts
+@pytest.mark.xdist_group('pipeline_run')  # one worker builds the shared run once
 def test_pipeline_runs_every_step_and_pairs_subnets_with_uniform_baselines(pipeline_run):
     work_dir, result = pipeline_run
     rows = {row['subnet']: row for row in result['rows']}
@@ -60,6 +61,7 @@ def test_pipeline_runs_every_step_and_pairs_subnets_with_uniform_baselines(pipel
 
 
 @pytest.mark.slow  # a second whole run (about 3.5 of the suite's minutes)
+@pytest.mark.xdist_group('pipeline_run')
 def test_the_readme_command_run_again_replaces_the_first_runs_results(pipeline_run):
     # search and prune refuse an earlier run's files unless told --overwrite, which the
     # pipeline passes; one fine-tune seed is enough to show it
