@@ -22,6 +22,9 @@ CE and KD runs).  Picking the best of a pool on the split it is reported on woul
 reward the larger pool for its luck on those 360 images.  Each difference is given with
 its standard error over the fine-tuning seeds, and *within 2 SE* says whether razorlib
 is behind on neither metric by more than two of them (the issue's verdict is *holds*).
+The images are a draw too: results.json keeps each image's figures (the mean over the
+seeds), and the report gives each difference's 95% interval over resamplings of the
+test images, and of the validation images for razorlib's pick against its runner-up.
 
     python benchmarks/prune_quality.py                      # about 75 minutes, 1 thread,
     # about 2 more per criterion for the sensitivity allocation's measurements and 12
@@ -212,12 +215,20 @@ def logits_of(model: nn.Module, images: torch.Tensor) -> torch.Tensor:
     return torch.cat([model(images[i:i + 256]) for i in range(0, len(images), 256)])
 
 
-def quality(model: nn.Module, test: Data, dense_logits: torch.Tensor) -> Dict[str, float]:
-    """Test top-1 (%) and KL(dense || slim) of the softmax outputs, mean over images."""
-    logits = logits_of(model, test[0])
+def image_scores(model: nn.Module, data: Data, dense_logits: torch.Tensor
+                 ) -> Dict[str, torch.Tensor]:
+    """Each image's top-1 (100 where the slim model is right, else 0) and KL(dense ||
+    slim) of the softmax outputs."""
+    logits = logits_of(model, data[0])
     kl = F.kl_div(F.log_softmax(logits, 1), F.log_softmax(dense_logits, 1), log_target=True,
-                  reduction='batchmean')
-    return dict(top1=100.0 * float((logits.argmax(1) == test[1]).float().mean()), kl=float(kl))
+                  reduction='none').sum(1)
+    return dict(top1=100.0 * (logits.argmax(1) == data[1]).float(), kl=kl)
+
+
+def quality(model: nn.Module, test: Data, dense_logits: torch.Tensor) -> Dict[str, float]:
+    """Top-1 (%) and KL(dense || slim) of the softmax outputs, means over the images."""
+    return {key: float(values.mean())
+            for key, values in image_scores(model, test, dense_logits).items()}
 
 
 # ---------------------------------------------------------------------------- the methods
@@ -340,16 +351,24 @@ def evaluate_method(name: str, slim: nn.Module, dense: nn.Module, args: argparse
                pruned=quality(slim, splits['test'], dense_logits['test']))
     for kd in (False, True):
         runs, val = [], []
+        images = {split: dict(top1=0.0, kl=0.0) for split in ('val', 'test')}
         for seed in range(args.seed, args.seed + args.ft_seeds):
             torch.manual_seed(seed)
             tuned = train(copy.deepcopy(slim), splits['train'], args.ft_epochs, 0.01, seed,
                           teacher=dense if kd else None)
-            runs.append(quality(tuned, splits['test'], dense_logits['test']))
-            val.append(quality(tuned, splits['val'], dense_logits['val']))
-        row['kd' if kd else 'ce'] = dict(top1=sum(r['top1'] for r in runs) / len(runs),
-                                         kl=sum(r['kl'] for r in runs) / len(runs), runs=runs,
-                                         val=dict(top1=sum(r['top1'] for r in val) / len(val),
-                                                  kl=sum(r['kl'] for r in val) / len(val)))
+            for split, out in (('test', runs), ('val', val)):
+                scores = image_scores(tuned, splits[split], dense_logits[split])
+                out.append({key: float(values.mean()) for key, values in scores.items()})
+                for key, values in scores.items():
+                    images[split][key] = images[split][key] + values / args.ft_seeds
+        row['kd' if kd else 'ce'] = dict(
+            top1=sum(r['top1'] for r in runs) / len(runs),
+            kl=sum(r['kl'] for r in runs) / len(runs), runs=runs,
+            val=dict(top1=sum(r['top1'] for r in val) / len(val),
+                     kl=sum(r['kl'] for r in val) / len(val)),
+            images={split: {key: [round(v, 6) for v in values.tolist()]
+                            for key, values in scores.items()}
+                    for split, scores in images.items()})
     print(f"  {name:28} FLOPs {row['flops']:.3f}  pruned {row['pruned']['top1']:6.2f}% "
           f"KL {row['pruned']['kl']:.4f} | CE {row['ce']['top1']:6.2f}% {row['ce']['kl']:.4f} "
           f"| KD {row['kd']['top1']:6.2f}% {row['kd']['kl']:.4f}  ({seconds:.1f} s)",
@@ -455,7 +474,7 @@ def report(results: Dict[str, Any]) -> str:
                          f'{theirs.top1:.2f} | {theirs.kl:.4f} | {theirs.kl_range} | '
                          f'{"yes" if holds else "no"} | {top1[0]:+.2f} ± {top1[1]:.2f} | '
                          f'{kl[0]:+.4f} ± {kl[1]:.4f} | {"yes" if close else "no"} |')
-    return '\n'.join(lines)
+    return '\n'.join(lines + image_report(rows))
 
 
 class Pick(NamedTuple):
@@ -467,17 +486,81 @@ class Pick(NamedTuple):
     kl_range: str  # the seeds' lowest and highest test KL
     top1s: List[float]  # each seed's
     kls: List[float]
+    images: Optional[Dict[str, Dict[str, List[float]]]]  # split -> metric -> per image
+
+
+def ranked(rows: List[Dict]) -> List[Pick]:
+    """The fine-tuned variants of ``rows`` (each row's CE and KD), lowest validation KL
+    first (higher validation top-1 breaking a tie)."""
+    variants = sorted(((r, k) for r in rows for k in ('ce', 'kd')),
+                      key=lambda rk: (rk[0][rk[1]]['val']['kl'], -rk[0][rk[1]]['val']['top1']))
+    picks = []
+    for row, loss in variants:
+        kls = [run['kl'] for run in row[loss]['runs']]
+        picks.append(Pick(row['method'].removeprefix('razorlib '), loss.upper(),
+                          row[loss]['top1'], row[loss]['kl'], f'{min(kls):.4f}-{max(kls):.4f}',
+                          [run['top1'] for run in row[loss]['runs']], kls,
+                          row[loss].get('images')))
+    return picks
 
 
 def selected(rows: List[Dict]) -> Pick:
-    """The fine-tuned variant with the lowest validation KL among ``rows`` (higher
-    validation top-1 breaking a tie)."""
-    row, loss = min(((r, k) for r in rows for k in ('ce', 'kd')),
-                    key=lambda rk: (rk[0][rk[1]]['val']['kl'], -rk[0][rk[1]]['val']['top1']))
-    kls = [run['kl'] for run in row[loss]['runs']]
-    return Pick(row['method'].removeprefix('razorlib '), loss.upper(), row[loss]['top1'],
-                row[loss]['kl'], f'{min(kls):.4f}-{max(kls):.4f}',
-                [run['top1'] for run in row[loss]['runs']], kls)
+    """The fine-tuned variant with the lowest validation KL among ``rows``."""
+    return ranked(rows)[0]
+
+
+def image_interval(ours: Sequence[float], theirs: Sequence[float], draws: int = 2000,
+                   seed: int = 0) -> Tuple[float, float]:
+    """The 2.5th and 97.5th percentiles of ``mean(ours - theirs)`` over ``draws``
+    resamplings of the images with replacement, paired (both methods' values of each
+    drawn image): how far a difference could move on another draw of as many images like
+    these, which the standard error over the fine-tuning seeds does not count.  ``ours``
+    and ``theirs`` hold one value per image (the mean over the fine-tuning seeds).
+
+    Example:
+        >>> low, high = image_interval([1.0, 0.0] * 500, [0.0] * 1000)  # 0.5, SE 0.016
+        >>> 0.46 < low < 0.5 < high < 0.54
+        True
+    """
+    diff = torch.tensor(ours, dtype=torch.float64) - torch.tensor(theirs, dtype=torch.float64)
+    rows = torch.randint(len(diff), (draws, len(diff)),
+                         generator=torch.Generator().manual_seed(seed))
+    means = diff[rows].mean(1)
+    return float(means.quantile(0.025)), float(means.quantile(0.975))
+
+
+def image_report(rows: List[Dict]) -> List[str]:
+    """Markdown lines: for each target, the 95% image-resampling interval
+    (:func:`image_interval`) of razorlib's pick minus its runner-up on the validation
+    KL it was picked by, and of razorlib minus each peer on the test figures; nothing for
+    results without per-image values (runs before 14)."""
+    targets = sorted({r['target'] for r in rows}, reverse=True)
+    done = {t: [r for r in rows if r['target'] == t and 'error' not in r] for t in targets}
+    if not all('images' in r[k] for t in targets for r in done[t] for k in ('ce', 'kd')):
+        return []
+    lines = ['\nThe images as a source of error: 95% intervals over 2,000 paired resamplings '
+             "of the images (per-image values, each the mean over the fine-tuning seeds). "
+             "*pick margin*: razorlib's pick minus its runner-up in validation KL (an "
+             'interval across 0: another draw of as many images like these could have '
+             'picked the other); then razorlib minus each peer on the test images:\n',
+             '| target | razorlib pick | runner-up | pick margin, validation KL | peer | '
+             'test top-1 diff | test KL diff |', '| ---: | --- | --- | ---: | --- | ---: | ---: |']
+    interval = '[{:+.4f}, {:+.4f}]'.format
+    for target in targets:
+        ours = ranked([r for r in done[target] if r['method'].startswith('razorlib')])
+        margin = ('-' if len(ours) < 2 else interval(*image_interval(
+            ours[0].images['val']['kl'], ours[1].images['val']['kl'])))
+        runner_up = f'{ours[1].method} {ours[1].loss}' if len(ours) > 1 else '-'
+        peers = sorted({r['method'] for r in done[target]
+                        if not r['method'].startswith('razorlib')})
+        for peer in peers:
+            theirs = selected([r for r in done[target] if r['method'] == peer])
+            top1 = image_interval(ours[0].images['test']['top1'], theirs.images['test']['top1'])
+            kl = image_interval(ours[0].images['test']['kl'], theirs.images['test']['kl'])
+            lines.append(f'| {target:g} | {ours[0].method} {ours[0].loss} | {runner_up} | '
+                         f'{margin} | {peer} {theirs.loss} | [{top1[0]:+.2f}, {top1[1]:+.2f}] | '
+                         f'{interval(*kl)} |')
+    return lines
 
 
 def difference(ours: Sequence[float], theirs: Sequence[float]) -> Tuple[float, float]:

@@ -79,3 +79,43 @@ def test_max_ratio_reaches_razorlib_prune_and_names_the_rows(bench, monkeypatch)
         assert (name, peer) == ('razorlib l1 global' + suffix, 'torch-pruning magnitude global')
         run(nn.Linear(2, 2), None, 0.5, None, dict(train=[]), None, None, None)
     assert calls == [0.8, None]
+
+
+def with_images(result, val_kl, test_top1, test_kl):
+    """``result`` (:func:`fine_tuned`) with per-image values: the validation KL and the
+    test top-1 and KL of each of 400 images."""
+    return dict(result, images=dict(val=dict(top1=[100.0] * 400, kl=val_kl),
+                                    test=dict(top1=test_top1, kl=test_kl)))
+
+
+def test_the_image_intervals_say_when_the_pick_is_a_draw_of_the_images(bench):
+    """The pick margin is razorlib's pick minus its runner-up in validation KL, resampled
+    over the images: two rows that differ on 2 images of 400 reach 0; against a peer that
+    is behind on every image, the test intervals exclude it."""
+    seeds = dict(top1s=[97.0, 97.0], kls=[0.01, 0.01])
+    low, high = [0.01] * 400, [0.01] * 398 + [0.02, 0.02]
+
+    def variant(val_kl, top1, kl):
+        return with_images(fine_tuned(seeds['top1s'], seeds['kls'], sum(val_kl) / 400),
+                           val_kl, top1, kl)
+    pick = row('razorlib l1 global', kd=variant(low, [100.0] * 400, [0.01] * 400),
+               ce=variant([0.5] * 400, [0.0] * 400, [1.0] * 400))
+    runner_up = row('razorlib l1 sensitivity', kd=variant(high, [100.0] * 400, [0.01] * 400),
+                    ce=variant([0.5] * 400, [0.0] * 400, [1.0] * 400))
+    peer = row('peer', kd=variant(low, [50.0] * 400, [0.03] * 400),
+               ce=variant([0.5] * 400, [0.0] * 400, [1.0] * 400))
+    lines = bench.image_report([pick, runner_up, peer])
+    assert lines[-1].startswith('| 0.5 | l1 global KD | l1 sensitivity KD | [-0.0001, +0.0000] '
+                                '| peer KD | [+50.00, +50.00] | [-0.0200, -0.0200] |')
+    assert 'The images as a source of error' in '\n'.join(bench.report(
+        dict(rows=[pick, runner_up, peer])).splitlines()[-5:])
+    # results of runs before 14 have no per-image values: the report says nothing of them
+    plain = row('razorlib l1 global', kd=fine_tuned([97.0], [0.01], 0.01),
+                ce=fine_tuned([97.0], [0.01], 0.02))
+    assert bench.image_report([plain, row('peer', kd=plain['kd'], ce=plain['ce'])]) == []
+
+
+def test_the_docstring_examples_hold(bench):
+    import doctest
+    result = doctest.testmod(bench)
+    assert result.attempted >= 2 and result.failed == 0  # difference, image_interval
