@@ -291,9 +291,12 @@ def test_data_the_pruning_cannot_use_is_refused_before_the_work_dir_is_made(
     assert not (tmp_path / 'out').exists()
 
 
+# 64x64 inputs: at 16x16 the model's time is mostly call overhead, and on a busy machine
+# its narrowest subnet measured 0.838 of the dense time, within the tolerance of 0.85, so
+# the search ended without the per-layer table these tests read (at 64x64: 0.15)
 def test_a_latency_budget_is_searched_on_the_runtime(tmp_path, monkeypatch):
     monkeypatch.setenv('RAZORLIB_CACHE_DIR', str(tmp_path / 'cache'))
-    code = load_tool('prune').main(['--model', 'plain_cnn', '--input-size', '16', '--latency',
+    code = load_tool('prune').main(['--model', 'plain_cnn', '--input-size', '64', '--latency',
                                     '0.85', '--work-dir', str(tmp_path / 'out')])
     assert code == 0
     log = (tmp_path / 'out' / 'prune.log').read_text()
@@ -303,15 +306,15 @@ def test_a_latency_budget_is_searched_on_the_runtime(tmp_path, monkeypatch):
 
 def test_the_latency_is_measured_at_the_batch_asked_for(tmp_path, monkeypatch):
     monkeypatch.setenv('RAZORLIB_CACHE_DIR', str(tmp_path / 'cache'))
-    code = load_tool('prune').main(['--model', 'plain_cnn', '--input-size', '16', '--batch',
+    code = load_tool('prune').main(['--model', 'plain_cnn', '--input-size', '64', '--batch',
                                     '4', '--latency', '0.85', '--runtime-options', 'repeat=5',
                                     '--work-dir', str(tmp_path / 'out')])
     assert code == 0
     log = (tmp_path / 'out' / 'prune.log').read_text()
-    assert 'plain_cnn, input 4x3x16x16' in log
+    assert 'plain_cnn, input 4x3x64x64' in log
     assert '(torch repeat=5, ' in log and 'of 5 interleaved runs' in log
     table = json.loads(next((tmp_path / 'cache' / 'latency').glob('PlainCNN-*.json')).read_text())
-    assert table['meta']['inputs'] == [[4, 3, 16, 16]]  # the table was timed at that batch
+    assert table['meta']['inputs'] == [[4, 3, 64, 64]]  # the table was timed at that batch
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason='checks the refusal without CUDA')
