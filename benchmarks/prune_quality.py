@@ -225,10 +225,14 @@ def image_scores(model: nn.Module, data: Data, dense_logits: torch.Tensor
     return dict(top1=100.0 * (logits.argmax(1) == data[1]).float(), kl=kl)
 
 
+def means(scores: Dict[str, torch.Tensor]) -> Dict[str, float]:
+    """The mean over the images of each of :func:`image_scores`'s figures."""
+    return {key: float(values.mean()) for key, values in scores.items()}
+
+
 def quality(model: nn.Module, test: Data, dense_logits: torch.Tensor) -> Dict[str, float]:
     """Top-1 (%) and KL(dense || slim) of the softmax outputs, means over the images."""
-    return {key: float(values.mean())
-            for key, values in image_scores(model, test, dense_logits).items()}
+    return means(image_scores(model, test, dense_logits))
 
 
 # ---------------------------------------------------------------------------- the methods
@@ -350,25 +354,23 @@ def evaluate_method(name: str, slim: nn.Module, dense: nn.Module, args: argparse
     row = dict(method=name, flops=flops_of(slim, x) / dense_flops, prune_s=seconds,
                pruned=quality(slim, splits['test'], dense_logits['test']))
     for kd in (False, True):
-        runs, val = [], []
-        images = {split: dict(top1=0.0, kl=0.0) for split in ('val', 'test')}
+        seen: Dict[str, List[Dict[str, torch.Tensor]]] = dict(test=[], val=[])  # per seed
         for seed in range(args.seed, args.seed + args.ft_seeds):
             torch.manual_seed(seed)
             tuned = train(copy.deepcopy(slim), splits['train'], args.ft_epochs, 0.01, seed,
                           teacher=dense if kd else None)
-            for split, out in (('test', runs), ('val', val)):
-                scores = image_scores(tuned, splits[split], dense_logits[split])
-                out.append({key: float(values.mean()) for key, values in scores.items()})
-                for key, values in scores.items():
-                    images[split][key] = images[split][key] + values / args.ft_seeds
+            for split, scores in seen.items():
+                scores.append(image_scores(tuned, splits[split], dense_logits[split]))
+        runs, val = ([means(scores) for scores in seen[split]] for split in ('test', 'val'))
         row['kd' if kd else 'ce'] = dict(
             top1=sum(r['top1'] for r in runs) / len(runs),
             kl=sum(r['kl'] for r in runs) / len(runs), runs=runs,
             val=dict(top1=sum(r['top1'] for r in val) / len(val),
                      kl=sum(r['kl'] for r in val) / len(val)),
-            images={split: {key: [round(v, 6) for v in values.tolist()]
-                            for key, values in scores.items()}
-                    for split, scores in images.items()})
+            images={split: {key: [round(v, 6) for v in
+                                  torch.stack([s[key] for s in scores]).mean(0).tolist()]
+                            for key in scores[0]}
+                    for split, scores in seen.items()})
     print(f"  {name:28} FLOPs {row['flops']:.3f}  pruned {row['pruned']['top1']:6.2f}% "
           f"KL {row['pruned']['kl']:.4f} | CE {row['ce']['top1']:6.2f}% {row['ce']['kl']:.4f} "
           f"| KD {row['kd']['top1']:6.2f}% {row['kd']['kl']:.4f}  ({seconds:.1f} s)",

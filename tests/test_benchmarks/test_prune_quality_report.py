@@ -119,3 +119,34 @@ def test_the_docstring_examples_hold(bench):
     import doctest
     result = doctest.testmod(bench)
     assert result.attempted >= 2 and result.failed == 0  # difference, image_interval
+
+
+def test_each_images_figures_are_kept_and_average_to_the_rows(bench, monkeypatch):
+    """``evaluate_method`` keeps each image's figures, the mean over the fine-tuning
+    seeds, whose mean over the images is the row's (each seed's model differs here)."""
+    import argparse
+
+    import torch
+    import torch.nn as nn
+    torch.manual_seed(0)
+    images, labels = torch.randn(12, 3, 4, 4), torch.arange(12) % 3
+    splits = dict(train=(images, labels), val=(images[:6], labels[:6]),
+                  test=(images[6:], labels[6:]))
+    dense = nn.Sequential(nn.Flatten(), nn.Linear(48, 3)).eval()
+
+    def train(model, data, epochs, lr, seed, teacher=None):  # a different model per seed
+        torch.manual_seed(seed)
+        model[1].weight.data.add_(torch.randn_like(model[1].weight))
+        return model
+    monkeypatch.setattr(bench, 'train', train)
+    dense_logits = {s: bench.logits_of(dense, splits[s][0]) for s in ('val', 'test')}
+    args = argparse.Namespace(seed=0, ft_seeds=3, ft_epochs=1)
+    row = bench.evaluate_method('m', dense, dense, args, splits, dense_logits,
+                                images[:1], 1, 0.0)
+    for loss in ('ce', 'kd'):
+        kept = row[loss]['images']
+        assert len(kept['test']['kl']) == 6 and len(kept['val']['top1']) == 6
+        assert sum(kept['test']['kl']) / 6 == pytest.approx(row[loss]['kl'], abs=1e-5)
+        assert sum(kept['test']['top1']) / 6 == pytest.approx(row[loss]['top1'], abs=1e-4)
+        assert sum(kept['val']['kl']) / 6 == pytest.approx(row[loss]['val']['kl'], abs=1e-5)
+        assert len({run['kl'] for run in row[loss]['runs']}) == 3  # three models
