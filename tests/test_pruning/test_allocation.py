@@ -76,6 +76,27 @@ def test_max_ratio_caps_what_one_group_loses():
         list(range(3, 11))
 
 
+def test_global_ranking_gives_what_its_top_leaves_of_a_budget_to_the_next_that_fit():
+    """fc1 (16 -> 4) -> fc2 (4 -> 8) -> fc3 (8 -> 2), no biases: ``k0`` and ``k1`` kept
+    channels cost ``16 k0 + k0 k1 + 2 k1`` of 112 FLOPs.  The best 8 channels (group 0's
+    two, group 1's six) cost 56; group 0's third, next in the ranking, would cost 78, over
+    ``flops=0.55`` (61.6).  Group 1's seventh, ranked after it, fits (60); its eighth does
+    not (64)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 4, bias=False), nn.Linear(4, 8, bias=False),
+                          nn.Linear(8, 2, bias=False)).eval()
+    x = torch.randn(1, 16)
+    pruner = prepared(model, x)
+    scores = {'0': np.array([10., 9, 2, 1]), '1': np.array([8., 7, 6, 5, 4, 3, 0.5, 0.4])}
+    top = allocate(pruner, scores, flops=0.5, global_ranking=True, example_inputs=x)
+    assert kept(top) == {'0': 2, '1': 6} and top.pruned.flops == 56
+    filled = allocate(pruner, scores, flops=0.55, global_ranking=True, example_inputs=x)
+    assert kept(filled) == {'0': 2, '1': 7} and filled.pruned.flops == 60
+    assert filled.subnet['1'].nonzero()[0].tolist() == list(range(7))  # its best seven
+    # a ratio budget counts channels: the best 9 of 12 are the top of the ranking
+    assert kept(allocate(pruner, scores, ratio=0.75, global_ranking=True)) == {'0': 3, '1': 6}
+
+
 def test_round_to_keeps_multiples_or_the_full_width():
     rule = WidthRule(round_to=4)
     group = ChannelGroup('g', 10, 10)
