@@ -513,13 +513,12 @@ def comparison_table(chosen: Dict[str, SubnetRecord], uniform: List[SubnetRecord
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
-    from mmengine.runner import Runner
 
     from razorlib.engine.checkpoint_check import (CheckpointError, check_fits,
                                                   read_checkpoint, state_dict_of)
     from razorlib.engine.config import ConfigError
     from razorlib.engine.threads import set_threads
-    from razorlib.engine.utils import unwrap
+    from razorlib.engine.utils import build_runner, unwrap
     from razorlib.utils.cli import refuse
 
     cfg = output = None
@@ -528,7 +527,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         check_search_data(cfg)
         checkpoint = read_checkpoint(args.checkpoint)  # before the Runner makes the work dir
         output = RunnerOutput(cfg)
-        runner = Runner.from_cfg(cfg)
+        runner = build_runner(cfg)
         output.log_dir = Path(runner.log_dir)
         # the Runner's model, not one built for the check: what a refusal wrote is undone
         check_fits(unwrap(runner.model), state_dict_of(checkpoint), args.checkpoint)

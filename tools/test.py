@@ -73,12 +73,11 @@ def checked_config(args: argparse.Namespace) -> 'Config':
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
-    from mmengine.runner import Runner
 
     from razorlib.engine.checkpoint_check import CheckpointError
     from razorlib.engine.config import ConfigError, set_work_dir
     from razorlib.engine.threads import set_threads
-    from razorlib.engine.utils import unwrap
+    from razorlib.engine.utils import build_runner, unwrap
     from razorlib.utils.cli import refuse
 
     try:
@@ -90,7 +89,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     set_work_dir(cfg, args.config, args.work_dir)
     cfg.load_from = args.checkpoint
     cfg.resume = False
-    runner = Runner.from_cfg(cfg)
+    runner = build_runner(cfg)
     runner.logger.info(f'threads: {set_threads(args.threads, unwrap(runner.model))}')
     metrics = runner.test()
     print_log(f'test metrics: {metrics}', logger='current')

@@ -148,14 +148,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 def run_training(cfg: Config, args: argparse.Namespace) -> int:
     """Build the Runner, set its threads, train; the exit code."""
-    from mmengine.runner import Runner
 
     from razorlib.engine.config import ConfigError
     from razorlib.engine.threads import set_threads
-    from razorlib.engine.utils import unwrap
+    from razorlib.engine.utils import build_runner, unwrap
     from razorlib.utils.cli import refuse
 
-    runner = Runner.from_cfg(cfg)
+    runner = build_runner(cfg)
     try:
         runner.logger.info(f'threads: {set_threads(args.threads, unwrap(runner.model))}')
     except ConfigError as err:

@@ -3,14 +3,17 @@ evaluator lacks and a target or limit no subnet reaches in one line with exit co
 leaves the file system as it found it: no new work dir (nor its parents), and in an
 earlier search's work dir, even with --overwrite, its results and config dump as they were
 and nothing new."""
+import time
 from pathlib import Path
 from typing import Dict
 
+import mmengine.runner.runner
 import pytest
 import torch
 from mmengine.config import Config
 from mmengine.registry import init_default_scope
 
+import razorlib.engine.utils
 from conftest import TINY, LogCapture, load_tool
 from razorlib.registry import MODELS
 
@@ -76,10 +79,38 @@ def test_a_refused_search_makes_no_work_dir(tiny_supernet, plain_state_dict, tmp
     assert not (tmp_path / 'new').exists()
 
 
+class StoppedClock:
+    """``time`` for the Runner and ``new_log_second``, standing still until slept on: two
+    searches in a row start in the same second, as a fast one and the next do (the
+    Runner names its log folder by the second)."""
+
+    def __init__(self):
+        self.now = time.time()
+
+    def time(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+    def strftime(self, fmt: str, when=None) -> str:
+        return time.strftime(fmt, time.localtime(self.now) if when is None else when)
+
+    def __getattr__(self, name: str):
+        return getattr(time, name)
+
+
+@pytest.mark.parametrize('same_second', [False, True])
 def test_a_refusal_over_an_earlier_search_leaves_it_as_it_was(tiny_supernet, tmp_path,
-                                                              monkeypatch):
+                                                              monkeypatch, same_second):
     """Even with --overwrite, a target no subnet reaches is refused before the earlier
-    results are deleted; the config dump the Runner replaced is restored."""
+    results are deleted; the config dump the Runner replaced is restored.  Started in
+    the earlier search's second, the refused one logs in a folder of its own, which it
+    removes, not the earlier one's."""
+    if same_second:
+        clock = StoppedClock()
+        monkeypatch.setattr(mmengine.runner.runner, 'time', clock)
+        monkeypatch.setattr(razorlib.engine.utils, 'time', clock)
     tool = load_tool('search')
     work_dir = tmp_path / 'searched'
     config = search_config(tmp_path / 'search.py', GREEDY)
