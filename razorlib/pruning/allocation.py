@@ -390,16 +390,18 @@ def _largest_within(cost: Callable[[int], float], size: int, limit: float) -> in
 
 def _filled(family: _Family, index: int, cost: Callable[[Dict[str, int]], float],
             limit: float) -> Dict[str, int]:
-    """Candidate ``index``'s counts; for a sensitivity allocation, with each group that
-    widens at the next candidate (over ``limit``) widened, one after another, to the
-    widest width the rules allow that keeps ``cost`` within ``limit``.
+    """Candidate ``index``'s counts, with what they leave of ``limit`` spent where the
+    allocation can: for a sensitivity allocation, each group that widens at the next
+    candidate (over ``limit``) widened, one after another, to the widest width the
+    rules allow that keeps ``cost`` within ``limit``; for the global ranking, the
+    channels ranked after the candidate's that fit (:func:`_filled_by_rank`).
 
     Sensitivity candidates move in steps of the groups' measured grids (10% of a group
     at ``steps=10``), so the last one within a budget can leave part of it unused (0.467
     of the FLOPs for ``flops=0.5`` in benchmarks/README.md's prune-quality run 8); the
     group next in line, the least sensitive of the rest, takes what is left at a width
-    between its grid points.  The other allocations are fine-grained already (a greedy
-    path trims its last cut itself).
+    between its grid points.  The local allocation keeps one ratio for every group, and
+    a greedy path trims its last cut itself.
     """
     counts = family.counts(index)
     if index >= family.size:
@@ -425,14 +427,14 @@ FILL_SLACK = 1e-3
 
 def _filled_by_rank(family: _Family, counts: Dict[str, int],
                     cost: Callable[[Dict[str, int]], float], limit: float) -> Dict[str, int]:
-    """``counts`` (the best ``index`` channels of the global ranking) with the budget's
-    remainder given to the channels ranked after them, best first, each group widened
-    by one allowed step while the cost stays within ``limit``.
+    """``counts`` (the most channels from the top of the global ranking that fit) with
+    the budget's remainder given to the channels ranked after them, best first, each
+    group widened by one allowed step while the cost stays within ``limit``.
 
     The top of the ranking stops at the first channel that does not fit, and one
     channel of a wide residual stream can cost as much as many of a thin layer: with
-    ``max_ratio=0.8`` the best ``index`` channels of a digits ResNet-18 kept 0.093 of
-    its FLOPs for ``flops=0.1`` (benchmarks/README.md, prune quality, after run 14).
+    ``max_ratio=0.8`` the top of the ranking of a digits ResNet-18 kept 0.093 of its
+    FLOPs for ``flops=0.1`` (benchmarks/README.md, prune quality, after run 14).
     A group that cannot widen now cannot later, as the others only spend more.  Each
     group tried costs one count of the subnet, and each width added one more: on an
     8-layer Llama 74 FLOPs counts in all where the top of the ranking took 16, so the
