@@ -513,7 +513,6 @@ def comparison_table(chosen: Dict[str, SubnetRecord], uniform: List[SubnetRecord
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
-
     from razorlib.engine.checkpoint_check import (CheckpointError, check_fits,
                                                   read_checkpoint, state_dict_of)
     from razorlib.engine.config import ConfigError

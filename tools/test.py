@@ -73,7 +73,6 @@ def checked_config(args: argparse.Namespace) -> 'Config':
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
-
     from razorlib.engine.checkpoint_check import CheckpointError
     from razorlib.engine.config import ConfigError, set_work_dir
     from razorlib.engine.threads import set_threads

@@ -148,7 +148,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 def run_training(cfg: Config, args: argparse.Namespace) -> int:
     """Build the Runner, set its threads, train; the exit code."""
-
     from razorlib.engine.config import ConfigError
     from razorlib.engine.threads import set_threads
     from razorlib.engine.utils import build_runner, unwrap
