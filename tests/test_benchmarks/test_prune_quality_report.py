@@ -150,3 +150,27 @@ def test_each_images_figures_are_kept_and_average_to_the_rows(bench, monkeypatch
         assert sum(kept['test']['top1']) / 6 == pytest.approx(row[loss]['top1'], abs=1e-4)
         assert sum(kept['val']['kl']) / 6 == pytest.approx(row[loss]['val']['kl'], abs=1e-5)
         assert len({run['kl'] for run in row[loss]['runs']}) == 3  # three models
+
+
+def test_the_pooled_verdict_weighs_the_dense_models_not_their_seeds(bench):
+    """Two runs (dense models): razorlib level with the peer on top-1 in one and 0.4
+    behind in the other, each run's seeds in perfect agreement.  Pooled, -0.20 with a
+    standard error of 0.20 over the two runs: the verdict on the means fails, within 2
+    SE, and it held in one run of two.  A peer missing from a run is pooled over the
+    runs that have it."""
+    def run(peer_top1, extra=()):
+        rows = [row('razorlib l1 sensitivity',
+                    kd=fine_tuned([97.0, 97.0], [0.010, 0.010], val_kl=0.01),
+                    ce=fine_tuned([96.0, 96.0], [0.050, 0.050], val_kl=0.05)),
+                row('peer', kd=fine_tuned([peer_top1] * 2, [0.012, 0.012], 0.012),
+                    ce=fine_tuned([96.0, 96.0], [0.050, 0.050], 0.05))]
+        return dict(rows=rows + [row(name, kd=fine_tuned([95.0] * 2, [0.02] * 2, 0.02),
+                                     ce=fine_tuned([95.0] * 2, [0.02] * 2, 0.02))
+                                 for name in extra])
+    runs = [run(97.0, extra=['only here']), run(97.4)]
+    by_peer = {p['peer']: p for p in bench.pooled(runs)}
+    assert [round(v, 6) for v in by_peer['peer']['top1']] == [-0.2, 0.2]
+    assert [round(v, 6) for v in by_peer['peer']['kl']] == [-0.002, 0.0]
+    assert len(by_peer['only here']['runs']) == 1
+    lines = bench.pooled_report(runs).splitlines()
+    assert '| 0.5 | peer | 2 | -0.20 ± 0.20 | -0.0020 ± 0.0000 | no | yes | 1 of 2 |' in lines
