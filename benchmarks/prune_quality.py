@@ -614,6 +614,20 @@ def pooled(runs: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
     return out
 
 
+def pool_member(folder: str) -> Dict[str, Any]:
+    """The results of ``folder`` (its results.json) for :func:`pooled`, which picks each
+    method's variant by its validation figures: a run without them (before run 4) is
+    refused, naming the file."""
+    path = Path(folder) / 'results.json'
+    if not path.is_file():
+        raise SystemExit(f'--pool: {path} not found (a work dir of a run, or of --merge)')
+    results = json.loads(path.read_text())
+    if not all('val' in r[k] for r in results['rows'] if 'error' not in r for k in ('ce', 'kd')):
+        raise SystemExit(f'--pool: {path} has no validation figures (a run before run 4): '
+                         'no pick to pool')
+    return results
+
+
 def pooled_report(runs: Sequence[Dict[str, Any]]) -> str:
     """Markdown: :func:`pooled`, with the issue's verdict on the means (*holds*) and
     whether razorlib is behind on neither metric by more than two standard errors over
@@ -662,8 +676,7 @@ def mean_and_error(values: Sequence[float]) -> Tuple[float, float]:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
     if args.pool:
-        print(pooled_report([json.loads((Path(folder) / 'results.json').read_text())
-                             for folder in args.pool]))
+        print(pooled_report([pool_member(folder) for folder in args.pool]))
         return 0
     if args.merge:
         Path(args.work_dir).mkdir(parents=True, exist_ok=True)

@@ -174,3 +174,15 @@ def test_the_pooled_verdict_weighs_the_dense_models_not_their_seeds(bench):
     assert len(by_peer['only here']['runs']) == 1
     lines = bench.pooled_report(runs).splitlines()
     assert '| 0.5 | peer | 2 | -0.20 ± 0.20 | -0.0020 ± 0.0000 | no | yes | 1 of 2 |' in lines
+
+
+def test_pool_refuses_a_run_it_cannot_pick_from_naming_the_file(bench, tmp_path):
+    (tmp_path / 'old').mkdir()
+    old = row('razorlib l1 local', kd=fine_tuned([97.0], [0.01], 0.01),
+              ce=fine_tuned([97.0], [0.01], 0.01))
+    del old['kd']['val']
+    (tmp_path / 'old' / 'results.json').write_text(bench.json.dumps(dict(rows=[old])))
+    for folder, message in (('old', 'has no validation figures'), ('missing', 'not found')):
+        with pytest.raises(SystemExit, match=message) as refused:
+            bench.main(['--pool', str(tmp_path / folder)])
+        assert str(tmp_path / folder / 'results.json') in str(refused.value)
