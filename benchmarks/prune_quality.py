@@ -59,7 +59,8 @@ import sys
 import time
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import (Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence,
+                    Tuple)
 
 import numpy as np
 import torch
@@ -456,7 +457,7 @@ def report(results: Dict[str, Any]) -> str:
                 continue
             cells = [f"{r[k]['top1']:.2f} / {r[k]['kl']:.4f}" for k in ('pruned', 'ce', 'kd')]
             lines.append(f"| {r['method']} | {r['flops']:.3f} | " + ' | '.join(cells) + ' |')
-    if not all('val' in r[k] for r in rows if 'error' not in r for k in ('ce', 'kd')):
+    if not every_variant_has(rows, 'val'):
         lines.append('\n(no validation figures in these results: no verdict; runs before '
                      'run 4 compared the best of each pool on the test split)')
         return '\n'.join(lines)
@@ -470,20 +471,17 @@ def report(results: Dict[str, Any]) -> str:
               'top-1 | KL | KL range | holds | top-1 diff | KL diff | within 2 SE |',
               '| ---: | --- | ---: | ---: | ---: | --- | --- | ---: | ---: | ---: | --- | ---: | '
               '---: | --- |']
-    for target in sorted({r['target'] for r in rows}, reverse=True):
-        done = [r for r in rows if r['target'] == target and 'error' not in r]
-        ours = selected([r for r in done if r['method'].startswith('razorlib')])
-        for peer in sorted({r['method'] for r in done if not r['method'].startswith('razorlib')}):
-            theirs = selected([r for r in done if r['method'] == peer])
-            holds = ours.top1 >= theirs.top1 and ours.kl <= theirs.kl
-            top1 = difference(ours.top1s, theirs.top1s)
-            kl = difference(ours.kls, theirs.kls)
-            close = top1[0] >= -2 * top1[1] and kl[0] <= 2 * kl[1]
-            lines.append(f'| {target:g} | {ours.method} {ours.loss} | {ours.top1:.2f} | '
-                         f'{ours.kl:.4f} | {ours.kl_range} | {peer} | {theirs.loss} | '
-                         f'{theirs.top1:.2f} | {theirs.kl:.4f} | {theirs.kl_range} | '
-                         f'{"yes" if holds else "no"} | {top1[0]:+.2f} ± {top1[1]:.2f} | '
-                         f'{kl[0]:+.4f} ± {kl[1]:.4f} | {"yes" if close else "no"} |')
+    for target, variants, peer, theirs in verdict_pairs(rows):
+        ours = variants[0]
+        holds = ours.top1 >= theirs.top1 and ours.kl <= theirs.kl
+        top1 = difference(ours.top1s, theirs.top1s)
+        kl = difference(ours.kls, theirs.kls)
+        close = top1[0] >= -2 * top1[1] and kl[0] <= 2 * kl[1]
+        lines.append(f'| {target:g} | {ours.method} {ours.loss} | {ours.top1:.2f} | '
+                     f'{ours.kl:.4f} | {ours.kl_range} | {peer} | {theirs.loss} | '
+                     f'{theirs.top1:.2f} | {theirs.kl:.4f} | {theirs.kl_range} | '
+                     f'{"yes" if holds else "no"} | {top1[0]:+.2f} ± {top1[1]:.2f} | '
+                     f'{kl[0]:+.4f} ± {kl[1]:.4f} | {"yes" if close else "no"} |')
     return '\n'.join(lines + image_report(rows))
 
 
@@ -519,6 +517,24 @@ def selected(rows: List[Dict]) -> Pick:
     return ranked(rows)[0]
 
 
+def verdict_pairs(rows: List[Dict]) -> Iterator[Tuple[float, List[Pick], str, Pick]]:
+    """``(target, razorlib's variants, peer, the peer's pick)`` for every target
+    (descending) and peer (by name) of one run's ``rows`` that ran; razorlib's variants
+    :func:`ranked`, its pick first (none where it has no row at that target)."""
+    for target in sorted({r['target'] for r in rows}, reverse=True):
+        done = [r for r in rows if r['target'] == target and 'error' not in r]
+        ours = ranked([r for r in done if r['method'].startswith('razorlib')])
+        for peer in sorted({r['method'] for r in done if not r['method'].startswith('razorlib')}):
+            yield target, ours, peer, selected([r for r in done if r['method'] == peer])
+
+
+def every_variant_has(rows: List[Dict], key: str) -> bool:
+    """Whether every fine-tuned variant (CE and KD) of the ``rows`` that ran holds
+    ``key`` (``'val'``: scored on the validation split, from run 4; ``'images'``: with
+    per-image values, from run 14)."""
+    return all(key in r[k] for r in rows if 'error' not in r for k in ('ce', 'kd'))
+
+
 def image_interval(ours: Sequence[float], theirs: Sequence[float], draws: int = 2000,
                    seed: int = 0) -> Tuple[float, float]:
     """The 2.5th and 97.5th percentiles of ``mean(ours - theirs)`` over ``draws``
@@ -544,9 +560,7 @@ def image_report(rows: List[Dict]) -> List[str]:
     (:func:`image_interval`) of razorlib's pick minus its runner-up on the validation
     KL it was picked by, and of razorlib minus each peer on the test figures; nothing for
     results without per-image values (runs before 14)."""
-    targets = sorted({r['target'] for r in rows}, reverse=True)
-    done = {t: [r for r in rows if r['target'] == t and 'error' not in r] for t in targets}
-    if not all('images' in r[k] for t in targets for r in done[t] for k in ('ce', 'kd')):
+    if not every_variant_has(rows, 'images'):
         return []
     lines = ['\nThe images as a source of error: 95% intervals over 2,000 paired resamplings '
              "of the images (per-image values, each the mean over the fine-tuning seeds). "
@@ -556,20 +570,17 @@ def image_report(rows: List[Dict]) -> List[str]:
              '| target | razorlib pick | runner-up | pick margin, validation KL | peer | '
              'test top-1 diff | test KL diff |', '| ---: | --- | --- | ---: | --- | ---: | ---: |']
     interval = '[{:+.4f}, {:+.4f}]'.format
-    for target in targets:
-        ours = ranked([r for r in done[target] if r['method'].startswith('razorlib')])
-        margin = ('-' if len(ours) < 2 else interval(*image_interval(
-            ours[0].images['val']['kl'], ours[1].images['val']['kl'])))
+    margins: Dict[float, str] = {}  # per target: the pick's margin over its runner-up
+    for target, ours, peer, theirs in verdict_pairs(rows):
+        if target not in margins:
+            margins[target] = '-' if len(ours) < 2 else interval(*image_interval(
+                ours[0].images['val']['kl'], ours[1].images['val']['kl']))
         runner_up = f'{ours[1].method} {ours[1].loss}' if len(ours) > 1 else '-'
-        peers = sorted({r['method'] for r in done[target]
-                        if not r['method'].startswith('razorlib')})
-        for peer in peers:
-            theirs = selected([r for r in done[target] if r['method'] == peer])
-            top1 = image_interval(ours[0].images['test']['top1'], theirs.images['test']['top1'])
-            kl = image_interval(ours[0].images['test']['kl'], theirs.images['test']['kl'])
-            lines.append(f'| {target:g} | {ours[0].method} {ours[0].loss} | {runner_up} | '
-                         f'{margin} | {peer} {theirs.loss} | [{top1[0]:+.2f}, {top1[1]:+.2f}] | '
-                         f'{interval(*kl)} |')
+        top1 = image_interval(ours[0].images['test']['top1'], theirs.images['test']['top1'])
+        kl = image_interval(ours[0].images['test']['kl'], theirs.images['test']['kl'])
+        lines.append(f'| {target:g} | {ours[0].method} {ours[0].loss} | {runner_up} | '
+                     f'{margins[target]} | {peer} {theirs.loss} | '
+                     f'[{top1[0]:+.2f}, {top1[1]:+.2f}] | {interval(*kl)} |')
     return lines
 
 
@@ -592,26 +603,16 @@ def pooled(runs: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
         ...   round(p['kl'][0], 4), round(p['kl'][1], 4)) for p in pooled(runs)]
         [(0.5, 'peer', 0.1, 0.1, -0.004, 0.002)]
     """
-    out = []
-    targets = sorted({r['target'] for run in runs for r in run['rows']}, reverse=True)
-    for target in targets:
-        done = [[r for r in run['rows'] if r['target'] == target and 'error' not in r]
-                for run in runs]
-        peers = sorted({r['method'] for rows in done for r in rows
-                        if not r['method'].startswith('razorlib')})
-        for peer in peers:
-            diffs = []
-            for rows in done:
-                ours = [r for r in rows if r['method'].startswith('razorlib')]
-                theirs = [r for r in rows if r['method'] == peer]
-                if ours and theirs:
-                    a, b = selected(ours), selected(theirs)
-                    diffs.append((a.top1 - b.top1, a.kl - b.kl))
-            if diffs:
-                out.append(dict(target=target, peer=peer, runs=diffs,
-                                **{metric: mean_and_error([d[i] for d in diffs])
-                                   for i, metric in enumerate(('top1', 'kl'))}))
-    return out
+    diffs: Dict[Tuple[float, str], List[Tuple[float, float]]] = {}
+    for run in runs:
+        for target, ours, peer, theirs in verdict_pairs(run['rows']):
+            if ours:
+                diffs.setdefault((target, peer), []).append(
+                    (ours[0].top1 - theirs.top1, ours[0].kl - theirs.kl))
+    return [dict(target=target, peer=peer, runs=each,
+                 top1=mean_and_error([t for t, _ in each]),
+                 kl=mean_and_error([k for _, k in each]))
+            for (target, peer), each in sorted(diffs.items(), key=lambda kv: (-kv[0][0], kv[0][1]))]
 
 
 def pool_member(folder: str) -> Dict[str, Any]:
@@ -622,7 +623,7 @@ def pool_member(folder: str) -> Dict[str, Any]:
     if not path.is_file():
         raise SystemExit(f'--pool: {path} not found (a work dir of a run, or of --merge)')
     results = json.loads(path.read_text())
-    if not all('val' in r[k] for r in results['rows'] if 'error' not in r for k in ('ce', 'kd')):
+    if not every_variant_has(results['rows'], 'val'):
         raise SystemExit(f'--pool: {path} has no validation figures (a run before run 4): '
                          'no pick to pool')
     return results

@@ -97,6 +97,24 @@ def test_global_ranking_gives_what_its_top_leaves_of_a_budget_to_the_next_that_f
     assert kept(allocate(pruner, scores, ratio=0.75, global_ranking=True)) == {'0': 3, '1': 6}
 
 
+def test_the_fill_counts_nothing_more_where_the_top_leaves_under_the_slack():
+    """Each group the fill tries is a FLOPs count (a forward); a remainder under
+    ``FILL_SLACK`` of the budget is left, so the top's own count is the only one."""
+    from razorlib.pruning.allocation import FILL_SLACK, _filled
+    family = _Family([ChannelGroup('a', 4, 4), ChannelGroup('b', 4, 4)],
+                     {'a': np.array([9., 8, 1, 0]), 'b': np.array([7., 6, 5, 4])},
+                     WidthRule(), global_ranking=True)
+    counted = []
+
+    def cost(counts):
+        counted.append(dict(counts))
+        return 5 * counts['a'] + counts['b']  # the best three (a: 2, b: 1) cost 11
+    assert _filled(family, 3, cost, limit=11 / (1 - FILL_SLACK / 2)) == {'a': 2, 'b': 1}
+    assert counted == [{'a': 2, 'b': 1}]
+    assert _filled(family, 3, cost, limit=14) == {'a': 2, 'b': 4}  # 21% left: filled
+    assert len(counted) > 2
+
+
 def test_round_to_keeps_multiples_or_the_full_width():
     rule = WidthRule(round_to=4)
     group = ChannelGroup('g', 10, 10)
