@@ -73,6 +73,9 @@ from razorlib.datasets.digits import three_way_split
 from razorlib.models import ResNet
 from razorlib.utils import get_model_complexity
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from pooling import mean_and_error  # noqa: E402  (benchmarks/pooling.py)
+
 #: criteria that are no registered name: the importance config each stands for
 #: (``l2_filters``: ``l2`` reading the filters where ``l2`` reads a batch norm's scale)
 IMPORTANCE = dict(l2_filters=dict(type='l2', norm_scales=False))
@@ -659,19 +662,6 @@ def difference(ours: Sequence[float], theirs: Sequence[float]) -> Tuple[float, f
     """
     (a, ea), (b, eb) = mean_and_error(ours), mean_and_error(theirs)
     return a - b, (ea ** 2 + eb ** 2) ** 0.5
-
-
-def mean_and_error(values: Sequence[float]) -> Tuple[float, float]:
-    """The mean and its standard error, from the sample's variance (n - 1; 0 for one
-    value).
-
-    Example:
-        >>> [round(v, 3) for v in mean_and_error([97.0, 97.2, 97.4])]
-        [97.2, 0.115]
-    """
-    mean = sum(values) / len(values)
-    spread = sum((v - mean) ** 2 for v in values) / max(len(values) - 1, 1)
-    return mean, (spread / len(values)) ** 0.5
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

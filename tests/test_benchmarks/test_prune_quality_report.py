@@ -1,6 +1,7 @@
 """benchmarks/prune_quality.py's verdict: each method's pick by validation KL, the issue's
 *holds*, and the differences with their standard errors over the fine-tuning seeds."""
 import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,9 +11,15 @@ SCRIPT = Path(__file__).resolve().parents[2] / 'benchmarks' / 'prune_quality.py'
 
 @pytest.fixture(scope='module')
 def bench():
+    path, before = list(sys.path), set(sys.modules)
     spec = importlib.util.spec_from_file_location('prune_quality_benchmark', SCRIPT)
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    finally:  # the script prepends benchmarks/ and imports pooling.py from there
+        sys.path[:] = path
+        if 'pooling' not in before:
+            sys.modules.pop('pooling', None)
     return module
 
 

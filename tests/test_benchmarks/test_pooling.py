@@ -1,0 +1,30 @@
+"""benchmarks/pooling.py: the mean and its standard error that pooled benchmark runs
+report."""
+import doctest
+import importlib.util
+import math
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / 'benchmarks' / 'pooling.py'
+
+
+@pytest.fixture(scope='module')
+def pooling():
+    spec = importlib.util.spec_from_file_location('pooling_benchmark', SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_error_is_the_sample_deviation_over_the_root_of_the_count(pooling):
+    mean, error = pooling.mean_and_error([1.0, 2.0, 3.0, 6.0])
+    assert mean == 3.0
+    assert error == pytest.approx(math.sqrt(((4 + 1 + 0 + 9) / 3) / 4))
+    assert pooling.mean_and_error([5.0]) == (5.0, 0.0)  # one value: no spread to measure
+
+
+def test_the_docstring_example_holds(pooling):
+    result = doctest.testmod(pooling)
+    assert result.attempted == 1 and result.failed == 0
