@@ -151,7 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
                         'until the budget (greedy slimming; default: one ratio per group)')
     parser.add_argument('--round-to', type=at_least(1), default=1, metavar='N',
                         help="each group keeps a multiple of N channels (default: %(default)s)")
-    parser.add_argument('--max-ratio', type=float, metavar='R',
+    parser.add_argument('--max-ratio', type=in_range(0, 1, '[)'), metavar='R',
                         help='the largest fraction of one group that may be pruned '
                         '(default: none)')
     parser.add_argument('--runtime', default='torch', choices=['torch', 'onnxruntime', 'cuda'],

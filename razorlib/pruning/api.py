@@ -2,7 +2,8 @@
 import copy
 import difflib
 import inspect
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
+from typing import (Any, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple,
+                    Union)
 
 import numpy as np
 import torch
@@ -179,6 +180,8 @@ def slim_copy(model: nn.Module, example_inputs: Any, call: Dict[str, Any],
     data, loss_fn, hidden = call['data'], call['loss_fn'], call['hidden']
     budget_of(**budget)
     switch(options['global_ranking'], f'{caller}: global_ranking')  # 'no' is true to bool()
+    hidden = switch(hidden, f'{caller}: hidden')  # 'no' would prune a hidden size
+    _check_pruner(call['pruner'], caller)
     _check_pruner_kwargs(call['pruner'], pruner_kwargs, caller)
     if data is not None:
         data = pair_batches(data, caller)
@@ -230,6 +233,24 @@ def slim_copy(model: nn.Module, example_inputs: Any, call: Dict[str, Any],
     if data is not None:
         reestimate_bn_stats(slim, (inputs for inputs, _ in data))
     return slim
+
+
+def _check_pruner(pruner: Any, caller: str) -> None:
+    """Refuse a ``pruner`` that names no registered pruner class, naming ``pruner=`` and
+    the registered ones: a config dict without ``'type'`` would otherwise fail as a bare
+    ``KeyError: 'type'`` (or the registry's words, which name neither), and a value that
+    is no name or dict as ``'int' object is not iterable``."""
+    known = sorted(PRUNERS.module_dict)
+    if not isinstance(pruner, (str, Mapping)):
+        raise TypeError(f'{caller}: pruner= is a registered pruner name ({", ".join(known)}) or '
+                        f'a config dict, got {pruner!r} ({type(pruner).__name__})')
+    kind = pruner if isinstance(pruner, str) else pruner.get('type')
+    if kind is None:
+        raise ValueError(f"{caller}: the pruner config {dict(pruner)!r} has no 'type'; "
+                         f'registered pruners: {", ".join(known)}')
+    if isinstance(kind, str) and PRUNERS.get(kind) is None:
+        raise ValueError(f'{caller}: pruner {kind!r} is not registered; registered pruners: '
+                         f'{", ".join(known)}')
 
 
 def _check_pruner_kwargs(pruner: Union[str, dict], pruner_kwargs: Dict[str, Any],

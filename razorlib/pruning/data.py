@@ -72,6 +72,7 @@ def pair_batches(data: Optional[Iterable[Any]], who: str) -> Iterable[Batch]:
         who: what reads the data, for the messages (``"importance 'taylor'"``).
 
     Raises:
+        TypeError: ``data`` is not iterable.
         ValueError: ``data`` is None or empty, or a batch is not a pair (a dict gets a
             hint on mapping it); for a ``DataLoader``, a batch after the first is refused
             when a pass reaches it, and a pass that yields no batch is refused.
@@ -90,6 +91,10 @@ def pair_batches(data: Optional[Iterable[Any]], who: str) -> Iterable[Batch]:
                          'targets) batches')
     if isinstance(data, CheckedBatches):  # checked as it is read already
         return data
+    if not hasattr(data, '__iter__') and not hasattr(data, '__getitem__'):
+        # iter() would refuse it in words that name neither data= nor who reads it
+        raise TypeError(f'{who}: data= is an iterable of (inputs, targets) batches, not '
+                        f'{type(data).__name__}')
     if isinstance(data, (Iterator, list, tuple)):  # read once, or in memory already
         batches = [_pair(batch, index, who) for index, batch in enumerate(data)]
         if not batches:

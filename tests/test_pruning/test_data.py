@@ -148,10 +148,15 @@ def test_an_error_in_loss_fn_keeps_its_type_and_says_who_called_it():
 
 
 @pytest.mark.parametrize('importance', ['taylor', 'fisher'])
-def test_gradient_criteria_refuse_a_nan_loss(importance):
-    nan = [(torch.full_like(X, float('nan')), Y)]
-    with pytest.raises(ValueError, match=f"importance '{importance}': the loss is nan"):
+def test_gradient_criteria_refuse_a_nan_loss_naming_the_batch(importance):
+    nan = [(X, Y), (torch.full_like(X, float('nan')), Y)]
+    with pytest.raises(ValueError, match=f"importance '{importance}': the loss on batch 1 is "
+                       'nan'):
         razorlib.prune(net(), X[:1], flops=0.5, importance=importance, data=nan)
+    with pytest.raises(ValueError, match=f"importance '{importance}': loss_fn.* must return one "
+                       r'number \(a scalar tensor\); it returned a shape \(4, 4\) on batch 0'):
+        razorlib.prune(net(), X[:1], flops=0.5, importance=importance, data=nan,
+                       loss_fn=lambda outputs, targets: outputs)
 
 
 def test_activation_scores_that_are_nan_are_refused_naming_the_group():

@@ -320,6 +320,52 @@ def test_data_criteria_say_they_need_data_and_bad_names_are_listed():
         build_importance(dict(type='l1', reduction='median'))
 
 
+@pytest.mark.parametrize('importance, error, message', [
+    # was TypeError: 'int' object is not iterable
+    (3, TypeError, r'importance: a registered name \(activation, .*\), a config dict .* or an '
+     r'Importance, got 3 \(int\)'),
+    # was the registry's KeyError, naming neither the option nor the criteria
+    (dict(normalize='max'), KeyError, "importance config {'normalize': 'max'} has no 'type'; "
+     "known: .*'l1'"),
+    # was TypeError: _Magnitude.__init__() got an unexpected keyword argument 'norm_scale'
+    (dict(type='l1', norm_scale=False), TypeError, "importance: 'norm_scale' is not an option "
+     r"of L1Importance \(did you mean 'norm_scales'\?\); it takes type, reduction, "
+     'normalize, roles, norm_scales'),
+    # switches read by bool(): 'no' switched checkpointing on, or left the norms' scales read
+    (dict(type='taylor', layerwise='no'), TypeError,
+     "TaylorImportance: layerwise must be True or False, got 'no'"),
+    (dict(type='fisher', layerwise='False'), TypeError,
+     "FisherImportance: layerwise must be True or False, got 'False'"),
+    (dict(type='l2', norm_scales='no'), TypeError,
+     "L2Importance: norm_scales must be True or False, got 'no'"),
+    # no roles: l1 kept every group whole, taylor refused the batches as not fitting
+    (dict(type='l1', roles=[]), ValueError, 'L1Importance: roles is empty, so it reads no '
+     'weight or tensor'),
+])
+def test_a_bad_criterion_config_is_refused_naming_it(importance, error, message):
+    with pytest.raises(error, match=message):
+        build_importance(importance)
+
+
+def test_a_gradient_criterion_says_what_it_cannot_differentiate():
+    model = mlp()
+    state = copy.deepcopy(model.state_dict())
+    pruner = ImportancePruner(importance='taylor')
+    pruner.prepare_from_supernet(model, X)
+    # a detached loss was autograd's bare 'element 0 of tensors does not require grad'
+    with pytest.raises(ValueError, match=r"importance 'taylor': the loss on batch 0 carries no "
+                       r'gradient back to the model: loss_fn or the model detaches it'):
+        pruner.score(DATA, lambda outputs, targets: sum_loss(outputs.detach(), targets))
+    # bare parameters have no tensor to gate: was 'do the batches fit the model?'
+    pruner.importance = build_importance(dict(type='taylor', roles=['param']))
+    with pytest.raises(ValueError, match="importance 'taylor': none of the uses it reads is a "
+                       "layer's input or output"):
+        pruner.score(DATA, sum_loss)
+    pruner.remove_masks()
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in state.items())
+    assert all(p.grad is None and p.requires_grad for p in model.parameters())
+
+
 def test_fisher_by_flops_needs_a_pruner_to_measure():
     model = mlp()
     pruner = ImportancePruner()

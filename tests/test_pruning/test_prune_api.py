@@ -174,6 +174,17 @@ def test_an_unreachable_budget_raises_and_leaves_the_model_untouched():
     (dict(ratio='0.5'), TypeError, "got '0.5'$"),  # was read as ratios ('0', '.', '5')
     (dict(ratio=True), TypeError, 'got True'),  # was 1.0
     (dict(flops=[0.5]), TypeError, r'flops is a fraction .* got \[0.5\]$'),
+    # a config without a type was a bare KeyError: 'type' (or the registry's words)
+    (dict(pruner=dict(ratios=(0.5, )), importance='l2'), ValueError,
+     r"razorlib.prune: the pruner config \{'ratios': \(0.5,\)\} has no 'type'; registered "
+     'pruners: ImportancePruner, L1NormPruner, RatioPruner'),
+    (dict(pruner=3), TypeError, r'razorlib.prune: pruner= is a registered pruner name \(.*\) '
+     r'or a config dict, got 3 \(int\)'),  # was 'int' object is not iterable
+    (dict(pruner='L1Pruner'), ValueError, "razorlib.prune: pruner 'L1Pruner' is not "
+     'registered; registered pruners: ImportancePruner, L1NormPruner'),
+    (dict(hidden='no'), TypeError, "razorlib.prune: hidden must be True or False, got 'no'"),
+    (dict(importance='taylor', data=3), TypeError, 'razorlib.prune: data= is an iterable of '
+     r'\(inputs, targets\) batches, not int'),  # was 'int' object is not iterable
 ])
 def test_bad_arguments_are_named_and_change_nothing(kwargs, error, message):
     model = net()

@@ -26,6 +26,11 @@ INTEGER = 'expected an integer of at least'
     ('prune', ['--data-batches', '0'], f"argument --data-batches: {INTEGER} 1, got '0'"),
     ('prune', ['--params', '-0.5'], "argument --params: expected a number in (0, 1], got "
      "'-0.5'"),
+    # was refused only once the data was read and the work dir made
+    ('prune', ['--max-ratio', '1'], "argument --max-ratio: expected a number in [0, 1), got "
+     "'1'"),
+    ('prune', ['--max-ratio', 'nan'], "argument --max-ratio: expected a number in [0, 1), got "
+     "'nan'"),
     ('pipeline', ['--threads', '0'], f"argument --threads: {INTEGER} 1, got '0'"),
     ('pipeline', ['--seeds', '0'], f"argument --seeds: {INTEGER} 1, got '0'"),
     ('pipeline', ['--supernet-epochs', '0'], f"argument --supernet-epochs: {INTEGER} 1, got '0'"),

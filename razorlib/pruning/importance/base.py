@@ -16,10 +16,11 @@ Weights are read only through :meth:`LayerKind.channel_weights
 <razorlib.layers.LayerKind.channel_weights>` (and the bare-parameter helper), so a new
 layer kind is scored by every criterion.
 """
+import difflib
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import (Any, Callable, Dict, FrozenSet, Iterable, Iterator, List, Optional, Sequence,
-                    Tuple, Union)
+from typing import (Any, Callable, Dict, FrozenSet, Iterable, Iterator, List, Mapping, Optional,
+                    Sequence, Tuple, Union)
 
 import numpy as np
 import torch
@@ -29,6 +30,7 @@ from ...layers import KindTable, as_table, param_channel_weights
 from ...registry import IMPORTANCES
 from ...tracing import ChannelGroup, ChannelGroups
 from ...tracing.context import ChannelUse
+from ...utils.checks import keyword_parameters
 from ..data import Batch, batch_loss, pair_batches
 
 __all__ = ['Importance', 'ImportanceContext', 'ImportanceArg', 'build_importance',
@@ -208,10 +210,13 @@ class ImportanceContext:
         (:func:`~razorlib.pruning.data.pair_batches`)."""
         return iter(pair_batches(self.data, f'importance {criterion!r}'))
 
-    def loss(self, outputs: Any, targets: Any, criterion: str) -> torch.Tensor:
-        """``loss_fn(outputs, targets)`` for ``criterion``, refused unless one finite
-        number (:func:`~razorlib.pruning.data.batch_loss`)."""
-        return batch_loss(self.loss_fn, outputs, targets, f'importance {criterion!r}')
+    def loss(self, outputs: Any, targets: Any, criterion: str,
+             index: Optional[int] = None) -> torch.Tensor:
+        """``loss_fn(outputs, targets)`` for ``criterion`` on data batch ``index``, refused
+        unless one finite number (:func:`~razorlib.pruning.data.batch_loss`); the messages
+        name the batch, so that a NaN in one of many batches can be found."""
+        where = '' if index is None else f' on batch {index}'
+        return batch_loss(self.loss_fn, outputs, targets, f'importance {criterion!r}', where)
 
 
 class Importance:
@@ -257,6 +262,10 @@ class Importance:
         if unknown:
             raise ValueError(f'{type(self).__name__}: unknown role {unknown[0]!r}; roles are '
                              f'{ALL_ROLES} or "all"')
+        if not roles:  # it would score nothing: every group kept whole, or a data
+            # criterion refusing the batches as if they did not fit the model
+            raise ValueError(f'{type(self).__name__}: roles is empty, so it reads no weight '
+                             f'or tensor; give some of {ALL_ROLES} or "all"')
         self.reduction, self.normalize, self.roles = reduction, normalize, roles
 
     def __repr__(self) -> str:
@@ -320,9 +329,29 @@ def build_importance(importance: ImportanceArg) -> Importance:
     """
     if isinstance(importance, Importance):
         return importance
+    known = sorted(k for k in IMPORTANCES.module_dict if k.islower())
+    if not isinstance(importance, (str, Mapping)):
+        raise TypeError(f'importance: a registered name ({", ".join(known)}), a config dict '
+                        f"(dict(type='l2', normalize='lamp')) or an Importance, got "
+                        f'{importance!r} ({type(importance).__name__})')
     cfg = dict(type=importance) if isinstance(importance, str) else dict(importance)
-    name = cfg.get('type')
+    name = cfg.pop('type', None)
+    if name is None:  # the registry's own error names neither the option nor the names
+        raise KeyError(f"importance config {dict(importance)!r} has no 'type'; known: {known}")
     if isinstance(name, str) and IMPORTANCES.get(name) is None:
-        known = sorted(k for k in IMPORTANCES.module_dict if k.islower())
         raise KeyError(f'importance {name!r} is not registered; known: {known}')
-    return IMPORTANCES.build(cfg)
+    _check_options(IMPORTANCES.get(name) if isinstance(name, str) else name, cfg)
+    return IMPORTANCES.build(dict(type=name, **cfg))
+
+
+def _check_options(cls: Any, options: Dict[str, Any]) -> None:
+    """Refuse a config key the criterion does not take, naming the option, the key and
+    what it takes, before anything is built: the constructor's own ``TypeError`` names a
+    private base class (``_Magnitude.__init__()``) and not ``importance``."""
+    accepted = keyword_parameters(cls, through_bases=True) if isinstance(cls, type) else None
+    unknown = [key for key in options if accepted is not None and key not in accepted]
+    if unknown:
+        close = difflib.get_close_matches(str(unknown[0]), accepted, n=1)
+        raise TypeError(f'importance: {unknown[0]!r} is not an option of {cls.__name__}'
+                        + (f' (did you mean {close[0]!r}?)' if close else '')
+                        + f'; it takes type, {", ".join(accepted)}')

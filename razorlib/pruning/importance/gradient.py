@@ -24,6 +24,7 @@ import torch
 from ...registry import IMPORTANCES
 from ..data import batch_weights
 from ...tracing.context import ChannelUse
+from ...utils.checks import switch
 from .base import NORMALIZERS, Importance, ImportanceContext
 from .probes import Point, gate_grads, observe, points_of
 
@@ -59,7 +60,7 @@ class TaylorImportance(Importance):
     def __init__(self, reduction: str = 'sum', normalize: Optional[str] = None,
                  roles: Union[Sequence[str], str, None] = None, layerwise: bool = False):
         super().__init__(reduction=reduction, normalize=normalize, roles=roles)
-        self.layerwise = layerwise
+        self.layerwise = switch(layerwise, f'{type(self).__name__}: layerwise')
 
     def use_scores(self, ctx: ImportanceContext) -> Iterator[Tuple[ChannelUse, np.ndarray]]:
         points = points_of(ctx, self.uses(ctx))
@@ -129,7 +130,7 @@ class FisherImportance(Importance):
             raise ValueError(f'FisherImportance: normalize_by {normalize_by!r} is not one of '
                              f'{self.COSTS}')
         self.normalize_by = normalize_by
-        self.layerwise = layerwise
+        self.layerwise = switch(layerwise, f'{type(self).__name__}: layerwise')
 
     def __call__(self, ctx: ImportanceContext) -> Dict[str, np.ndarray]:
         points, entries = self._cut(ctx)

@@ -12,6 +12,7 @@ import torch
 from ...layers import NormKind
 from ...registry import IMPORTANCES
 from ...tracing.context import ChannelUse
+from ...utils.checks import switch
 from .base import Importance, ImportanceContext
 
 __all__ = ['L1Importance', 'L2Importance', 'BNScaleImportance', 'FPGMImportance']
@@ -96,7 +97,7 @@ class _Magnitude(_RowScore):
     def __init__(self, reduction: str = 'sum', normalize: Optional[str] = None,
                  roles: Union[Sequence[str], str, None] = None, norm_scales: bool = True):
         super().__init__(reduction=reduction, normalize=normalize, roles=roles)
-        self.norm_scales = norm_scales
+        self.norm_scales = switch(norm_scales, f'{type(self).__name__}: norm_scales')
 
     def uses(self, ctx: ImportanceContext) -> List[ChannelUse]:
         uses = super().uses(ctx)

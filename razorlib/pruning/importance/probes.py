@@ -189,6 +189,10 @@ def gate_grads(ctx: ImportanceContext, points: Sequence[Point], criterion: str,
     match the forward's) but recording no gate, so the gradients are those of the gates
     of the forward, in order.
     """
+    if not points:  # else each batch is refused as if the model could not run it
+        raise ValueError(f'importance {criterion!r}: none of the uses it reads is a layer\'s '
+                         "input or output (bare parameters have no tensor to gate); read "
+                         "roles 'in', 'out' or 'norm'")
     for index, (inputs, targets) in enumerate(ctx.batches(criterion)):
         yield _batch_gate_grads(ctx, points, criterion, inputs, targets, layerwise, index)
 
@@ -215,12 +219,17 @@ def _batch_gate_grads(ctx: ImportanceContext, points: Sequence[Point], criterion
     # the backward runs in here too: a checkpointed block recomputes with the hooks and mode
     with evaluating(ctx.model), torch.enable_grad(), _hooked(points, gate), blocks:
         loss = ctx.loss(call_on_batch(ctx.model, inputs, f'importance {criterion!r}', index),
-                        targets, criterion)
+                        targets, criterion, index)
         forward = False
         flat = [g for calls in gates.values() for g in calls]
         if not flat:
             raise RuntimeError(f'importance {criterion!r}: no layer of a prunable group ran '
                                'on the data batch; do the batches fit the model?')
+        if not loss.requires_grad:  # else autograd's bare 'element 0 of tensors does not ...'
+            raise ValueError(f'importance {criterion!r}: the loss on batch {index} carries no '
+                             'gradient back to the model: loss_fn or the model detaches it '
+                             '(.detach(), .item(), torch.no_grad(), a new tensor built from a '
+                             'number); the criterion differentiates the loss')
         grads = iter(torch.autograd.grad(loss, flat, allow_unused=True))
     batch: Dict[int, torch.Tensor] = {}
     for i, calls in gates.items():
