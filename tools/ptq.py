@@ -324,12 +324,11 @@ def ptq_settings(cfg: Config, args: argparse.Namespace) -> PTQSettings:
     except (KeyError, TypeError, ValueError) as err:
         raise ConfigError(str(err).strip('"')) from err
     check_buildable(settings)
-    if settings.export_format.name == 'TRT_JSON' and settings.platform != 'TRT_INT8':
-        export = '--export-format' if args.export_format else 'ptq.export'
-        platform = '--platform' if args.platform else 'ptq.platform'
-        raise ConfigError(f'{export} TRT_JSON: TensorRT dynamic ranges are symmetric and per '
-                          f'tensor, so they need the TRT_INT8 platform, not {platform} '
-                          f'{settings.platform}')
+    refusal = settings.export_refusal(  # export_graph refuses it, but after calibration
+        '--export-format' if args.export_format else 'ptq.export',
+        '--platform' if args.platform else 'ptq.platform')
+    if refusal:
+        raise ConfigError(refusal)
     return settings
 
 

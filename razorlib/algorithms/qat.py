@@ -263,6 +263,10 @@ class QAT(BaseModel):
                  distill: Optional[Mapping[str, Any]] = None,
                  init_cfg: Optional[dict] = None) -> None:
         options = distill_options(distill)  # before the slow part: a typo fails at once
+        settings = PTQSettings.from_config(quantization)
+        refusal = settings.export_refusal('quantization.export', 'quantization.platform')
+        if refusal:  # QATExportHook exports after training: refused now, not after the run
+            raise ValueError(f'QAT {refusal}')
         if options is not None and checkpoint is None and isinstance(architecture, Mapping):
             logger.warning('QAT: distill with an architecture config and no checkpoint: the '
                            'teacher is its random initialisation')
@@ -280,7 +284,7 @@ class QAT(BaseModel):
         # set around nn.Module.__setattr__: a registered submodule would be in
         # parameters() (so in the optimizer) and in every checkpoint
         object.__setattr__(self, 'teacher', None if options is None else _frozen(architecture))
-        self.settings = PTQSettings.from_config(quantization)
+        self.settings = settings
         batches = _calibration_batches(calib_dataloader, self.data_preprocessor,
                                        self.settings.calib_steps)
         graph = quantize_torch_model(architecture.eval(), batches, batches[0], progress=False,

@@ -11,7 +11,8 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
 from ..ir.components import registered, split_type
 from ..registry import EXPORTERS
 from .api import DEFAULT_PASSES, check_options, check_quantize_arguments
-from .platform import as_export_format, as_platform, is_quantized_platform
+from .platform import (ExportFormat, TargetPlatform, as_export_format, as_platform,
+                       is_quantized_platform)
 
 __all__ = ['PTQSettings']
 
@@ -112,6 +113,38 @@ dispatcher, calib_steps, dynamic_batch, passes, export, ptq_passes'
         kind = (self.platform if self.export is None
                 else split_type(self.export, 'ptq.export')[0])
         return as_export_format(kind, parameter='ptq.export')
+
+    def export_refusal(self, export: str = 'ptq.export',
+                       platform: str = 'ptq.platform') -> Optional[str]:
+        """Why the graph these settings quantize cannot be written as ``export`` says, or
+        None; ``export`` and ``platform`` are the settings' names in the caller's words.
+
+        ``export_graph`` refuses a platform's name other than the graph's (``'TRT_INT8'``
+        for an ORT_INT8 graph) and ``TRT_JSON`` for anything but TRT_INT8 (TensorRT's
+        ranges are symmetric and per tensor), but only once there is a graph: a caller
+        that exports after calibrating or training (``tools/ptq.py``, ``QAT``) asks here
+        first, so that such a config fails before the work.
+
+        Example:
+            >>> PTQSettings(platform='ORT_INT8', export='TRT_INT8').export_refusal()
+            'ptq.export TRT_INT8: the graph is quantized for ptq.platform ORT_INT8, and an \
+export for TRT_INT8 would not be its model; name an export format (ONNX, QDQ_ONNX, \
+TRT_JSON) or the same platform'
+            >>> PTQSettings(platform='ORT_INT8', export='QDQ_ONNX').export_refusal() is None
+            True
+        """
+        if self.export is not None:
+            kind = split_type(self.export, 'ptq.export')[0]
+            named = str(getattr(kind, 'name', kind)).upper()
+            if named in TargetPlatform.__members__ and named != self.platform:
+                formats = ', '.join(member.name for member in ExportFormat)
+                return (f'{export} {named}: the graph is quantized for {platform} '
+                        f'{self.platform}, and an export for {named} would not be its model; '
+                        f'name an export format ({formats}) or the same platform')
+        if self.export_format is ExportFormat.TRT_JSON and self.platform != 'TRT_INT8':
+            return (f'{export} TRT_JSON: TensorRT dynamic ranges are symmetric and per tensor, '
+                    f'so they need the TRT_INT8 platform, not {platform} {self.platform}')
+        return None
 
     def quantize_kwargs(self) -> Dict[str, Any]:
         """The keyword arguments of ``quantize_torch_model`` these settings give."""

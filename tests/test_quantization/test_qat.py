@@ -1,6 +1,7 @@
 """QAT: LSQ's gradients, training that beats PTQ, the QAT algorithm through tools/train.py,
 and its QDQ export run by onnxruntime as razorlib simulates it."""
 import importlib.util
+import re
 from pathlib import Path
 
 import pytest
@@ -110,6 +111,26 @@ def test_qat_predicts_scores_and_refuses_an_unknown_mode():
     assert len(samples) == 4 and samples[0].pred_score.shape == (4, )
     with pytest.raises(ValueError, match="mode must be 'tensor', 'loss' or 'predict'"):
         model(images[0], mode='features')
+
+
+@pytest.mark.parametrize('quantization, message', [
+    (dict(platform='ORT_INT8', export='TRT_JSON'),
+     'QAT quantization.export TRT_JSON: TensorRT dynamic ranges are symmetric and per tensor, '
+     'so they need the TRT_INT8 platform, not quantization.platform ORT_INT8'),
+    (dict(platform='ORT_INT8', export=dict(type='TRT_INT8')),
+     'QAT quantization.export TRT_INT8: the graph is quantized for quantization.platform '
+     'ORT_INT8'),
+])
+def test_an_export_the_platform_cannot_write_is_refused_before_calibration(
+        quantization, message):
+    """QATExportHook exports after training: an export the graph cannot be written as
+    must fail at construction, before any batch is drawn, not after the run."""
+    def no_batches():
+        raise AssertionError('calibration batches were drawn')
+        yield  # pragma: no cover
+
+    with pytest.raises(ValueError, match=re.escape(message)):
+        QAT(NET, no_batches(), dict(calib_steps=2, **quantization))
 
 
 @pytest.mark.slow  # a whole tools/train.py run

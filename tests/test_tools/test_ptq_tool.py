@@ -244,6 +244,17 @@ def test_trt_json_for_onnxruntime_is_refused_before_calibration(trained, tmp_pat
         'so they need the TRT_INT8 platform, not --platform ORT_INT8' in log
 
 
+def test_an_export_for_another_platform_is_refused_before_calibration(trained, tmp_path,
+                                                                      monkeypatch):
+    """export_graph refuses ptq.export TRT_INT8 for an ORT_INT8 graph, but only after
+    calibration: the tool refuses it up front, as it does TRT_JSON."""
+    config, checkpoint, _ = trained
+    log = refused(config, checkpoint, tmp_path / 'out', '--platform', 'ORT_INT8',
+                  '--cfg-options', 'ptq.export=TRT_INT8', monkeypatch=monkeypatch)
+    assert 'ptq.export TRT_INT8: the graph is quantized for --platform ORT_INT8, and an ' \
+        'export for TRT_INT8 would not be its model' in log
+
+
 @pytest.mark.parametrize('section, message', [
     ("passes=['FuseBatchNrom']", "ptq.passes: no graph pass 'FuseBatchNrom' in razorlib's"),
     ("observer=dict(type='percentile', percentil=99.9)",
