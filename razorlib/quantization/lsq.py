@@ -312,6 +312,24 @@ class LSQGraph(nn.Module):
             getattr(self.zero_points, key).copy_(_zero_point(root))
         super()._save_to_state_dict(destination, prefix, keep_vars)
 
+    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True,
+                        assign: bool = False):
+        """``nn.Module.load_state_dict``, but a checkpoint that does not fit leaves this
+        graph as it was: torch raises a size mismatch or a missing key only after copying
+        every tensor that fits, and the signature check has set the zero points it read by
+        then, which would leave a model half of this graph and half of another.  (Inside a
+        larger module the QAT algorithm's ``check_fits`` refuses such a checkpoint first.)
+        """
+        kept = {key: value.detach().clone() for key, value in self.state_dict().items()}
+        zero_points = {root: root.offset for root in self._roots}
+        try:
+            return super().load_state_dict(state_dict, strict=strict, assign=assign)
+        except Exception:
+            super().load_state_dict(kept, assign=assign)
+            for root, offset in zero_points.items():
+                root.offset = offset
+            raise
+
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys,
                               unexpected_keys, error_msgs) -> None:
         """Check the checkpoint's signature before any tensor loads; take its zero points;

@@ -62,6 +62,26 @@ def test_a_checkpoint_of_another_platform_is_refused(saved, loaded):
     assert all(torch.equal(before[key], value) for key, value in target.state_dict().items())
 
 
+def test_a_checkpoint_of_another_architecture_leaves_the_graph_as_it_was():
+    """torch raises a size mismatch only after copying every tensor that fits, and the
+    signature check had set the zero points it found: the graph is left as it was."""
+    wider = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3), torch.nn.ReLU(),
+                                torch.nn.Conv2d(16, 4, 3)).eval()
+    state = lsq('ORT_INT8', data(0.5, 2.0, seed=1), wider).state_dict()
+    target = lsq('ORT_INT8', data())
+    x = data(seed=2)[0]
+    with torch.no_grad():
+        output = target(x)
+    before = {key: value.clone() for key, value in target.state_dict().items()}
+    zero_points = [offset.clone() for offset in offsets(target)]
+    with pytest.raises(RuntimeError, match='size mismatch'):
+        target.load_state_dict(state)
+    assert all(torch.equal(before[key], value) for key, value in target.state_dict().items())
+    assert all(torch.equal(a, b) for a, b in zip(zero_points, offsets(target)))
+    with torch.no_grad():
+        assert torch.equal(target(x), output)
+
+
 def test_a_scale_quantized_otherwise_is_named():
     state = lsq('TRT_INT8', data()).state_dict()
     key = next(key for key in state if key.startswith('quant_signature.node'))
