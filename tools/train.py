@@ -71,10 +71,17 @@ def checked_config(args: argparse.Namespace) -> Config:
     model = build_model(cfg)
     set_work_dir(cfg, args.config, args.work_dir)
     resume = args.resume
+    if resume is None and cfg.get('resume'):
+        # resume=True in the config (or --cfg-options) resumes as --resume does: from
+        # load_from, else the work dir's last checkpoint, which must fit the model whole
+        # (mmengine's resume loads with strict=False: a head of another class count
+        # would be left at its initial weights)
+        resume = cfg.get('load_from') or 'auto'
     if resume == 'auto':  # the last checkpoint in work_dir; none: a first run, as configured
         resume = find_latest_checkpoint(cfg.work_dir)
         if resume is None:
-            print_log(f'--resume: no checkpoint in {cfg.work_dir} to resume; this run starts '
+            option = '--resume' if args.resume else 'resume=True'
+            print_log(f'{option}: no checkpoint in {cfg.work_dir} to resume; this run starts '
                       f'from {cfg.get("load_from") or "the initial weights"}', logger='current',
                       level=logging.WARNING)
     if resume is not None:

@@ -75,6 +75,10 @@ def read_checkpoint(path: Union[str, Path]) -> Dict[str, Any]:
     if not isinstance(checkpoint, dict):
         raise CheckpointError(f'{path}: holds a {type(checkpoint).__name__}, not a checkpoint '
                               'dict or a state_dict')
+    state = checkpoint.get('state_dict', checkpoint)
+    if not isinstance(state, Mapping):  # state_dict_of and the Runner read it as a dict
+        raise CheckpointError(f"{path}: its 'state_dict' is a {type(state).__name__}, not a "
+                              'dict of tensors')
     return checkpoint
 
 
@@ -124,7 +128,7 @@ def check_fits(model: nn.Module, state_dict: Mapping[str, Any], path: Union[str,
                and not key.startswith(optional)]
     unexpected = [key for key in state_dict if key not in expected]
     reshaped = [key for key in expected if key in state_dict
-                and tuple(getattr(state_dict[key], 'shape', ())) != tuple(expected[key].shape)]
+                and _shape(state_dict[key]) != _shape(expected[key])]
     if _fits_partly(expected, state_dict, reshaped) if partial \
             else not (missing or unexpected or reshaped):
         return
@@ -139,7 +143,7 @@ def check_fits(model: nn.Module, state_dict: Mapping[str, Any], path: Union[str,
     if unexpected:
         parts.append(f'{len(unexpected)} unexpected ({_names(unexpected)})')
     if reshaped:
-        shapes = [f'{key}: {tuple(state_dict[key].shape)} here, {tuple(expected[key].shape)} '
+        shapes = [f'{key}: {_described(state_dict[key])} here, {_described(expected[key])} '
                   'in the model' for key in reshaped[:SHOWN]]
         parts.append(f"{len(reshaped)} {'tensor' if len(reshaped) == 1 else 'tensors'} of "
                      f"another shape ({_names(reshaped, shapes)})")
@@ -183,10 +187,37 @@ def _fits_partly(expected: Mapping[str, torch.Tensor], state_dict: Mapping[str, 
     other = {key.rpartition('.')[0] for key in reshaped}
     last = max((modules.index(module) for module in
                 {key.rpartition('.')[0] for key in fitting} - other), default=-1)
-    rows_only = all(tuple(state_dict[key].shape[1:]) == tuple(expected[key].shape[1:])
-                    and state_dict[key].dim() == expected[key].dim() for key in reshaped)
+    rows_only = all(_rows_differ_only(_shape(state_dict[key]), _shape(expected[key]))
+                    for key in reshaped)
     return bool(fitting) and len(reshaped) <= len(fitting) and rows_only and all(
         modules.index(module) > last for module in other if module in modules)
+
+
+def _shape(value: Any) -> Optional[Tuple[int, ...]]:
+    """A tensor's shape; None for anything else a state_dict may hold (a module's extra
+    state, a number in a hand-edited checkpoint), which has no shape to compare."""
+    return tuple(value.shape) if isinstance(value, torch.Tensor) else None
+
+
+def _described(value: Any) -> str:
+    """A state_dict entry for a message: a tensor's shape, else its type.
+
+    Example:
+        >>> _described(torch.zeros(2, 3)), _described(3)
+        ('(2, 3)', 'an int')
+    """
+    shape = _shape(value)
+    if shape is not None:
+        return str(shape)
+    name = type(value).__name__
+    return f"{'an' if name[:1] in 'aeiou' else 'a'} {name}"
+
+
+def _rows_differ_only(shape: Optional[Tuple[int, ...]],
+                      expected: Optional[Tuple[int, ...]]) -> bool:
+    """Whether two tensors' shapes differ in their first dim only (a non-tensor does not)."""
+    return shape is not None and expected is not None and len(shape) == len(expected) \
+        and shape[1:] == expected[1:]
 
 
 def _weights_fitting(expected: Mapping[str, torch.Tensor], state_dict: Mapping[str, Any],

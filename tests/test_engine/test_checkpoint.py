@@ -99,6 +99,41 @@ def test_read_checkpoint_names_what_is_wrong_with_the_file(checkpoint, tmp_path)
     assert read_checkpoint(checkpoint)['meta']['epoch'] == 1
 
 
+def test_a_state_dict_that_is_no_dict_is_refused_naming_the_file(tmp_path):
+    """Every tool reads ``checkpoint['state_dict']`` as a dict: a list there was a bare
+    ``AttributeError: 'list' object has no attribute 'items'``."""
+    torch.save({'state_dict': [torch.ones(2)], 'meta': {}}, tmp_path / 'listed.pth')
+    with pytest.raises(CheckpointError, match=r"listed.pth: its 'state_dict' is a list, not "
+                       'a dict of tensors'):
+        read_checkpoint(tmp_path / 'listed.pth')
+
+
+class ExtraState(torch.nn.Linear):
+    """A module whose extra state is a dict, as torch allows (no tensor, no shape)."""
+
+    def get_extra_state(self):
+        return {'version': 2}
+
+    def set_extra_state(self, state):
+        pass
+
+
+def test_entries_that_are_no_tensors_are_compared_and_named_without_a_traceback():
+    """A number where the model has a tensor (a hand-edited checkpoint), or a module's
+    extra state that is no tensor: ``check_fits`` read ``.shape`` of both and failed with
+    a bare AttributeError."""
+    numbers = dict(torch.nn.Linear(4, 2).state_dict(), weight=3)
+    for partial in (False, True):
+        with pytest.raises(CheckpointError, match=r'^num.pth: not a checkpoint of this Linear: '
+                           r'.*1 tensor of another shape \(weight: an int here, \(2, 4\) in '
+                           r'the model\)'):
+            check_fits(torch.nn.Linear(4, 2), numbers, 'num.pth', partial=partial)
+    check_fits(ExtraState(4, 2), ExtraState(4, 2).state_dict(), 'extra.pth')
+    with pytest.raises(CheckpointError, match=r'_extra_state: \(2,\) here, a dict in the model'):
+        check_fits(ExtraState(4, 2), dict(ExtraState(4, 2).state_dict(),
+                                          _extra_state=torch.zeros(2)), 'extra.pth')
+
+
 def test_check_fits_accepts_a_partial_checkpoint_only_when_asked(tmp_path):
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 3))
     head_swapped = dict(model.state_dict(), **{'1.weight': torch.zeros(5, 8),

@@ -145,6 +145,34 @@ def test_resume_without_a_checkpoint_starts_as_configured_from_load_from(
     assert (resumed.load_from, resumed.resume) == (str(tiny_supernet), True)
 
 
+def test_resume_true_in_the_config_checks_the_checkpoint_as_resume_does(
+        tiny_supernet, tmp_path, monkeypatch):
+    """``resume=True`` in the config (or ``--cfg-options``) makes the Runner resume, with
+    mmengine's strict=False load: a checkpoint with a head of another class count, fine
+    for ``load_from``, would resume with that head at its initial weights.  It is checked
+    as ``--resume`` checks, from ``load_from`` or the work dir's last checkpoint."""
+    tool = load_tool('train')
+    log = LogCapture(tool, monkeypatch)
+    assert tool.main([str(TINY), '--work-dir', str(tmp_path / 'w'), '--cfg-options',
+                      'resume=True', f'load_from={tiny_supernet}',
+                      'model.architecture.head.num_classes=5']) == 2
+    assert log.messages[-1].startswith(f'{tiny_supernet}: not a checkpoint of this AutoSlim: ')
+    assert 'architecture.head.fc.weight: (10, 16) here, (5, 16) in the model' \
+        in log.messages[-1]
+    assert not (tmp_path / 'w').exists()
+    latest = tmp_path / 'latest'
+    latest.mkdir()
+    (latest / 'last_checkpoint').write_text(str(tiny_supernet))
+    assert tool.main([str(TINY), '--work-dir', str(latest), '--cfg-options', 'resume=True',
+                      'model.architecture.head.num_classes=5']) == 2
+    assert log.messages[-1].startswith(f'{tiny_supernet}: not a checkpoint of this AutoSlim: ')
+    assert sorted(path.name for path in latest.iterdir()) == ['last_checkpoint']
+    # the same model resumes
+    args = tool.parse_args([str(TINY), '--work-dir', str(latest), '--cfg-options',
+                            'resume=True'])
+    assert tool.checked_config(args).load_from == str(tiny_supernet)
+
+
 def test_a_pretrained_init_checkpoint_is_checked_like_load_from(
         tiny_supernet, tmp_path, monkeypatch):
     """``init_cfg=dict(type='Pretrained', ...)`` loads with strict=False: a checkpoint of
