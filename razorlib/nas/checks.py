@@ -52,9 +52,14 @@ def integer(value: Any, owner: str, key: str, minimum: Optional[int] = None) -> 
 
 
 def integers(values: Any, owner: str, key: str, minimum: Optional[int] = None) -> Tuple[int, ...]:
-    """Every item of the sequence ``values`` checked by :func:`integer` (``KEY[i]``)."""
-    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
-        raise ValueError(f'{owner}: {key} must be a list of integers, got {describe(values)}')
+    """Every item of the sequence ``values`` checked by :func:`integer` (``KEY[i]``).
+
+    The list may not be empty: each is the choices of a mutable (kernel sizes, depths),
+    which has at least one; an empty one would fail inside the mutable without naming
+    the key."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
+        raise ValueError(f'{owner}: {key} must be a non-empty list of integers, '
+                         f'got {describe(values)}')
     return tuple(integer(v, owner, f'{key}[{i}]', minimum) for i, v in enumerate(values))
 
 

@@ -28,6 +28,12 @@ class Condition:
     allowed: FrozenSet[Choice]
 
 
+def _children(module: nn.Module) -> List[Tuple[str, nn.Module]]:
+    """Every (name, child) of ``module``, a child held under two names twice:
+    ``named_children`` lists it once, which would hide a mutable used at two places."""
+    return [(name, child) for name, child in module._modules.items() if child is not None]
+
+
 class NasMutator:
     """Every mutable of a model, the moves of a search over them, and checks of a subnet.
 
@@ -45,6 +51,11 @@ class NasMutator:
 
     Args:
         model: the supernet (architecture) holding the mutables.
+
+    Raises:
+        ValueError: a mutable module held at two places (``nn.Sequential(op, op)``),
+            naming both: it computes one choice at both, while a subnet names each
+            place, so one of two different choices would be dropped silently.
 
     Example:
         >>> from razorlib.nas import OneShotMutableOP, OneShotMutableValue
@@ -64,6 +75,7 @@ class NasMutator:
     def __init__(self, model: nn.Module):
         self.mutables: Dict[str, MutableChoice] = {}
         self.conditions: Dict[str, Tuple[Condition, ...]] = {}
+        self._names: Dict[int, str] = {}
         self._collect(model, '', ())
         self.choices: Dict[str, List[Choice]] = {
             key: self._ordered(mutable) for key, mutable in self.mutables.items()}
@@ -71,18 +83,25 @@ class NasMutator:
 
     def _collect(self, module: nn.Module, prefix: str, conds: Tuple[Condition, ...]) -> None:
         if isinstance(module, MutableChoice):
+            if id(module) in self._names:
+                raise ValueError(
+                    f'{prefix!r} is the mutable {self._names[id(module)]!r} again (one '
+                    f'{type(module).__name__} at two places): it takes one choice, which a '
+                    'subnet would name twice and could name differently; give each place '
+                    'its own mutable')
+            self._names[id(module)] = prefix
             self.mutables[prefix] = module
             self.conditions[prefix] = conds
-        for name, child in module.named_children():
+        for name, child in _children(module):
             key = f'{prefix}.{name}' if prefix else name
             inner = conds
             if isinstance(module, OneShotMutableOP) and name == 'candidates':
-                for op_name, candidate in child.named_children():
+                for op_name, candidate in _children(child):
                     self._collect(candidate, f'{key}.{op_name}',
                                   conds + (Condition(prefix, frozenset([op_name])), ))
                 continue
             if isinstance(module, DynamicStage) and name == 'blocks':
-                for index, block in child.named_children():
+                for index, block in _children(child):
                     deep = frozenset(d for d in module.depth.choices if d > int(index))
                     extra = () if deep == frozenset(module.depth.choices) else \
                         (Condition(f'{prefix}.depth' if prefix else 'depth', deep), )
@@ -194,15 +213,22 @@ class NasMutator:
         smaller it is (a kernel, a ratio, a width, a depth).  So every value takes its
         smallest choice, and each op the candidate of least cost with the mutables
         inside it at their cheapest: the ops nested deepest are chosen first, each
-        measured with the ops and depths around it set to run it.
+        measured with the ops and depths around it set to run it.  An op that no
+        subnet runs (in a block past a stage's largest depth) keeps its first choice.
         """
         best = self.min_subnet()
         ops = [key for key, mutable in self.mutables.items()
-               if isinstance(mutable, OneShotMutableOP)]
+               if isinstance(mutable, OneShotMutableOP) and self.reachable(key)]
         for key in sorted(ops, key=lambda op: -len(self.conditions[op])):
             running = dict(best, **self.running(key))
             best[key] = min(self.choices[key], key=lambda choice: cost({**running, key: choice}))
         return best
+
+    def reachable(self, key: str) -> bool:
+        """Whether some subnet makes mutable ``key`` count.  A block of a stage past the
+        largest of its depth choices (``DynamicStage(3 blocks, depths=(1, 2))``) never
+        runs: no choice meets its condition, so there is no subnet to measure it in."""
+        return all(cond.allowed & set(self.choices[cond.key]) for cond in self.conditions[key])
 
     def running(self, key: str) -> Choices:
         """Choices that make mutable ``key`` count: each op it sits in at the candidate

@@ -74,6 +74,26 @@ def test_blocks_built_alone_name_themselves(cfg, message):
         MODELS.build(cfg)
 
 
+@pytest.mark.parametrize('make, message', [
+    (lambda: MODELS.build(dict(MBCONV, kernel_sizes=[])),
+     r'SearchableMobileNet: kernel_sizes must be a non-empty list of integers, got \[\]'),
+    (lambda: MODELS.build(dict(MBCONV, expand_ratios=())),
+     'SearchableMobileNet: expand_ratios must be a non-empty list of numbers'),
+    (lambda: MODELS.build(dict(MBCONV, depths=[()])),
+     r'SearchableMobileNet: depths\[0\] must be a non-empty list of integers'),
+    (lambda: DynamicMBConv(8, 8, 1, kernel_sizes=()), 'DynamicMBConv: kernel_sizes must be'),
+    (lambda: DynamicStage([]), 'DynamicStage needs at least one block'),
+    (lambda: DynamicShuffleBlock(8, 8, 1, mid_ratios=()),
+     'OneShotMutableChannel of 4 channels needs at least one choice'),
+    (lambda: OneShotMutableValue([]), 'OneShotMutableValue needs at least one choice'),
+])
+def test_an_empty_list_of_choices_is_refused_by_name(make, message):
+    """A mutable needs a choice; an empty list (``kernel_sizes=[]`` in a config) used to
+    fail as a bare ``IndexError: list index out of range`` naming nothing."""
+    with pytest.raises(ValueError, match=message):
+        make()
+
+
 def test_depths_and_channel_counts_are_integers():
     with pytest.raises(ValueError, match=r'DynamicStage: depths\[1\] .* got 2.0'):
         DynamicStage([torch.nn.Identity()] * 3, depths=(1, 2.0))

@@ -5,7 +5,8 @@ import random
 import pytest
 import torch.nn as nn
 
-from razorlib.nas import NasMutator, SearchableMobileNet, SearchableShuffleNetV2, fix_subnet
+from razorlib.nas import (NasMutator, OneShotMutableOP, SearchableMobileNet, SearchableShuffleNetV2,
+                          fix_subnet)
 from razorlib.utils.complexity import count_params
 
 
@@ -144,3 +145,39 @@ def test_cheapest_is_the_least_cost_of_every_subnet_with_one_cost_per_op_choice(
     assert params(cheapest) == min(params(choices) for choices in all_subnets(mutator))
     ops = [key for key, choices in mutator.choices.items() if isinstance(choices[0], str)]
     assert len(calls) == sum(len(mutator.choices[key]) for key in ops)
+
+
+def test_cheapest_passes_over_ops_in_blocks_that_no_depth_runs():
+    """A stage of three blocks whose depths are (1, 2) never runs its third block, so no
+    subnet measures that block's op: ``cheapest`` used to stop with a bare StopIteration
+    looking for a depth that runs it (from the search's constraint check and
+    ``tools/get_flops.py``); it now leaves that op alone and finds the cheapest subnet."""
+    net = SearchableMobileNet(arch_setting=[(16, 3, 2)], stem_channels=8, first_channels=None,
+                              last_channels=None, stem='cifar', kernel_sizes=(3, 5),
+                              expand_ratios=(3, ), depths=[(1, 2)])
+    mutator = NasMutator(net)
+    assert not mutator.reachable('stages.0.blocks.2')
+    assert mutator.reachable('stages.0.blocks.1')
+
+    def params(choices):
+        return count_params(fix_subnet(net, mutator.active(choices)))
+
+    cheapest = mutator.cheapest(params)
+    assert mutator.active(cheapest) == {'stages.0.depth': 1, 'stages.0.blocks.0.kernel_size': 3,
+                                        'stages.0.blocks.0.expand_ratio': 3}
+    assert params(cheapest) == min(params(choices) for choices in all_subnets(mutator))
+
+
+@pytest.mark.parametrize('make, first, again', [
+    (lambda op: nn.Sequential(nn.Sequential(op), nn.Sequential(op)), '0.0', '1.0'),
+    (lambda op: nn.Sequential(op, op), '0', '1'),
+])
+def test_a_mutable_held_at_two_places_is_refused_naming_both(make, first, again):
+    """One mutable module at two places takes one choice, but the mutator listed it under
+    each name: a subnet {'0.0': 'conv', '1.0': 'skip'} was accepted and the network ran
+    (and fixed to) 'skip' at both places, the 'conv' choice dropped silently; held twice
+    by one parent, ``fix_subnet`` failed calling it a module type nothing resolves."""
+    op = OneShotMutableOP(dict(conv=nn.Conv2d(2, 2, 1), skip=nn.Identity()))
+    with pytest.raises(ValueError, match=rf"'{again}' is the mutable '{first}' again \(one "
+                                         r'OneShotMutableOP at two places\)'):
+        NasMutator(make(op))

@@ -51,6 +51,9 @@ class OneShotMutableChannel(MutableChoice):
             raise ValueError(f'OneShotMutableChannel num_channels must be a positive int, '
                              f'got {describe(num_channels)}')
         self.num_channels, self.mode = int(num_channels), mode
+        if not choices:  # before ordered[-1] below fails as a bare IndexError
+            raise ValueError(f'OneShotMutableChannel of {num_channels} channels needs at '
+                             'least one choice')
         for index, choice in enumerate(choices):
             try:
                 self.channels(choice)

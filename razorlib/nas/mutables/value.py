@@ -37,6 +37,8 @@ class OneShotMutableValue(MutableChoice):
                  integer: bool = False):
         if any(isinstance(c, bool) or not isinstance(c, (int, float)) for c in choices):
             raise TypeError(f'OneShotMutableValue takes numbers, got {tuple(choices)}')
+        if not choices:  # before ordered[-1] below fails as a bare IndexError
+            raise ValueError('OneShotMutableValue needs at least one choice')
         ordered = sorted(choices)
         super().__init__(ordered, ordered[-1] if init_choice is None else init_choice,
                          integer=integer)

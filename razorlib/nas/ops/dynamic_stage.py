@@ -32,6 +32,8 @@ class DynamicStage(nn.Module):
 
     def __init__(self, blocks: Sequence[nn.Module], depths: Optional[Sequence[int]] = None):
         super().__init__()
+        if not blocks:
+            raise ValueError('DynamicStage needs at least one block')
         depths = tuple(range(1, len(blocks) + 1)) if depths is None else \
             integers(depths, 'DynamicStage', 'depths')
         bad = [d for d in depths if not 1 <= d <= len(blocks)]

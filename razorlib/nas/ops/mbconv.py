@@ -21,8 +21,9 @@ def _block_ints(owner: str, in_channels, out_channels, stride, **more) -> list:
 def check_expand_ratios(expand_ratios, owner: str) -> None:
     """Expand ratios are whole numbers >= 1, an int or a float (``6.0``); the hidden
     width is ``in_channels`` times the ratio."""
-    if isinstance(expand_ratios, (str, bytes)) or not isinstance(expand_ratios, Sequence):
-        raise ValueError(f'{owner}: expand_ratios must be a list of numbers, '
+    if isinstance(expand_ratios, (str, bytes)) or not isinstance(expand_ratios, Sequence) \
+            or not expand_ratios:
+        raise ValueError(f'{owner}: expand_ratios must be a non-empty list of numbers, '
                          f'got {expand_ratios!r}')
     for index, ratio in enumerate(expand_ratios):
         whole_number(ratio, owner, f'expand_ratios[{index}]')
