@@ -293,6 +293,7 @@ def test_models_page(tmp_path):
 # datasets.md
 
 def test_datasets_page(in_tmp):
+    from mmengine.registry import DefaultScope
     from mmengine.runner import Runner
     from PIL import Image
 
@@ -308,10 +309,11 @@ def test_datasets_page(in_tmp):
 
     def loader(ns):
         cfg = dict(ns['train_dataloader'], num_workers=0)
-        batch = next(iter(Runner.build_dataloader(cfg)))
-        assert batch['inputs'].shape == (64, 3, 8, 8)  # default_collate stacks NCHW
-        cfg['collate_fn'] = dict(type='pseudo_collate')  # the comment's alternative
-        batch = next(iter(Runner.build_dataloader(cfg)))
+        with DefaultScope.overwrite_default_scope('razorlib'):  # the configs' default_scope
+            batch = next(iter(Runner.build_dataloader(cfg)))
+            assert batch['inputs'].shape == (64, 3, 8, 8)  # default_collate stacks NCHW
+            cfg['collate_fn'] = dict(type='pseudo_collate')  # the comment's alternative
+            batch = next(iter(Runner.build_dataloader(cfg)))
         assert len(batch['inputs']) == 64 and batch['inputs'][0].shape == (3, 8, 8)
 
     def cifar(ns):  # a two-image stand-in of each batch file
