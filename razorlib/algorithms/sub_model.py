@@ -40,6 +40,8 @@ def sub_model(architecture: Union[nn.Module, dict],
     Raises:
         FileNotFoundError: ``channel_cfg: channel config ... does not exist``, with the
             steps that write one.
+        ValueError: the channel config names no module or parameter (an empty file, or
+            one of another format): the "subnet" would be the whole architecture.
 
     Example:
         >>> from razorlib.pruning import ChannelSelection
@@ -54,6 +56,10 @@ def sub_model(architecture: Union[nn.Module, dict],
         channel_cfg = as_channel_config(channel_cfg)
     except FileNotFoundError as err:  # the key too: the config names the file
         raise FileNotFoundError(f'channel_cfg: {err}') from err
+    if not channel_cfg.modules and not channel_cfg.params:  # a subnet that is no subnet
+        raise ValueError('channel_cfg: the channel config names no module or parameter, so '
+                         'the subnet would be the whole architecture; give the subnet.yaml '
+                         'a search or tools/prune.py wrote')
     checkpoints = _pending_pretrained(model)
     if not checkpoints:
         return slim_model(model, channel_cfg)

@@ -124,3 +124,13 @@ def test_without_a_pretrained_init_cfg_the_runner_initialises_the_subnet():
     slim = MODELS.build(dict(type='sub_model', channel_cfg=HALF, architecture=architecture()))
     assert not slim.is_init
     assert slim.backbone.stages[1].conv.weight.shape == (8, 4, 3, 3)
+
+
+def test_a_channel_config_that_names_no_module_is_refused(tmp_path):
+    """It would build the whole architecture, retrained as if it were the subnet."""
+    init_default_scope('razorlib')
+    empty = tmp_path / 'subnet.yaml'
+    empty.write_text('version: 1\nmodules: {}\nparams: {}\n')
+    with pytest.raises(ValueError, match='channel_cfg: the channel config names no module '
+                       'or parameter, so the subnet would be the whole architecture'):
+        sub_model(architecture(), str(empty))
