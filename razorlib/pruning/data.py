@@ -214,10 +214,10 @@ def checked_loss(loss: Any, who: str, where: str = '') -> torch.Tensor:
         ValueError: importance 'taylor': the loss on batch 1 is nan; check the data ...
     """
     if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
-        shape = f'shape {tuple(loss.shape)}' if isinstance(loss, torch.Tensor) else \
-            type(loss).__name__
+        returned = f'a shape {tuple(loss.shape)}' if isinstance(loss, torch.Tensor) else \
+            f'{loss!r} of type {type(loss).__name__}'
         raise ValueError(f'{who}: loss_fn(outputs, targets) must return one number (a scalar '
-                         f'tensor); it returned a {shape}{where}')
+                         f'tensor); it returned {returned}{where}')
     if not torch.isfinite(loss.detach()).all():
         raise ValueError(f'{who}: the loss{where} is {float(loss.detach())}; check the data '
                          '(NaN or infinite inputs), the targets and loss_fn')

@@ -133,8 +133,10 @@ def test_a_loss_must_be_one_finite_number():
     with pytest.raises(ValueError, match=r'who: loss_fn\(outputs, targets\) must return one '
                        r'number \(a scalar tensor\); it returned a shape \(4, 4\) on batch 3'):
         checked_loss(torch.zeros(4, 4), 'who', ' on batch 3')
-    with pytest.raises(ValueError, match='returned a float'):
+    with pytest.raises(ValueError, match='returned 0.5 of type float$'):  # was 'a float'
         checked_loss(0.5, 'who')
+    with pytest.raises(ValueError, match='returned 3 of type int$'):  # was 'a int'
+        checked_loss(3, 'who')
     with pytest.raises(ValueError, match='who: the loss on batch 0 is inf; check the data'):
         checked_loss(torch.tensor(float('inf')), 'who', ' on batch 0')
 

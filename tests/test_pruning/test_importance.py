@@ -341,6 +341,9 @@ def test_data_criteria_say_they_need_data_and_bad_names_are_listed():
     # no roles: l1 kept every group whole, taylor refused the batches as not fitting
     (dict(type='l1', roles=[]), ValueError, 'L1Importance: roles is empty, so it reads no '
      'weight or tensor'),
+    # was int('a')'s bare "invalid literal for int() with base 10"
+    (dict(type='random', seed='a'), TypeError, r"RandomImportance: seed must be an integer, "
+     r"got 'a' \(str\)"),
 ])
 def test_a_bad_criterion_config_is_refused_naming_it(importance, error, message):
     with pytest.raises(error, match=message):

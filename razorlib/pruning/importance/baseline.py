@@ -5,6 +5,7 @@ from typing import Dict, Optional
 import numpy as np
 
 from ...registry import IMPORTANCES
+from ...utils.checks import integer_number
 from .base import NORMALIZERS, Importance, ImportanceContext
 
 __all__ = ['RandomImportance']
@@ -28,7 +29,7 @@ class RandomImportance(Importance):
 
     def __init__(self, seed: int = 0, normalize: Optional[str] = None):
         super().__init__(normalize=normalize)
-        self.seed = int(seed)
+        self.seed = integer_number(seed, 'RandomImportance: seed')  # int('a'): a bare error
 
     def draw(self, group_id: str, channels: int) -> np.ndarray:
         rng = np.random.default_rng([self.seed, zlib.crc32(group_id.encode())])
