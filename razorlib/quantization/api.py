@@ -115,6 +115,18 @@ def _check_spec(find: Callable[[str], Any], spec: Any, parameter: str,
     check_options(_lookup(find, kind, parameter), options, parameter, skip)
 
 
+def _check_observer(spec: Any, parameter: str) -> None:
+    """An observer name or config dict :func:`_check_spec` accepts, then built once with
+    its options, so that the values it refuses (``percentile=200``) are refused now,
+    naming ``parameter``, and not at calibration, after the export and the graph passes."""
+    _check_spec(observer_class, spec, parameter, skip=['channel_axis'])
+    kind, options = split_type(spec, parameter)
+    try:
+        observer_class(kind)(**options)
+    except (TypeError, ValueError) as error:
+        raise type(error)(f'{parameter}: {error}') from error
+
+
 def _check_pass_list(specs: Any, parameter: str, registry, base: type) -> None:
     """A list or tuple of registered names, config dicts or built passes."""
     if isinstance(specs, (str, Mapping)):
@@ -162,7 +174,7 @@ write ['FuseBatchNorm']
         raise TypeError(f'{prefix}dynamic_batch must be True or False, got '
                         f'{type(dynamic_batch).__name__} {dynamic_batch!r}')
     if observer is not None:
-        _check_spec(observer_class, observer, f'{prefix}observer', skip=['channel_axis'])
+        _check_observer(observer, f'{prefix}observer')
     if observer_options is not None:
         if not isinstance(observer_options, Mapping):
             raise TypeError(f'{prefix}observer_options must be a dict of observer name -> '
@@ -172,8 +184,7 @@ write ['FuseBatchNorm']
             if not isinstance(options, Mapping):
                 raise TypeError(f'{where} must be a dict of options, got '
                                 f'{type(options).__name__} {options!r}')
-            check_options(_lookup(observer_class, name, where), options, where,
-                          skip=['channel_axis'])
+            _check_observer(dict(options, type=name), where)
     if not hasattr(dispatcher, 'dispatch'):  # a dispatcher built already passes
         _check_spec(lambda kind: registered(DISPATCHERS, kind), dispatcher,
                     f'{prefix}dispatcher')

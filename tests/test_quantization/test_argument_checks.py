@@ -146,6 +146,11 @@ def no_export(monkeypatch):
      "observer_options['kl'] must be a dict of options, got int 2048"),
     (dict(dispatcher=dict(type='conservative', foo=1)), TypeError,
      "dispatcher: ConservativeDispatcher() takes no arguments, got option 'foo'"),
+    # values the observer refuses: were raised at calibration, after the export
+    (dict(observer_options={'percentile': {'percentile': 200}}), ValueError,
+     "observer_options['percentile']: percentile must lie in (0, 100], got 200"),
+    (dict(observer=dict(type='percentile', percentile=0)), ValueError,
+     'observer: percentile must lie in (0, 100], got 0'),
 ])
 def test_quantize_torch_model_refuses_wrong_arguments_before_exporting(
         kwargs, error, message, no_export):
@@ -208,8 +213,8 @@ def test_an_inputs_labels_pair_gets_a_collate_fn_hint():
 def test_options_of_an_observer_not_in_use_are_warned_about(caplog):
     with caplog.at_level(logging.WARNING, logger='razorlib.quantization.api'):
         quantize_torch_model(conv_net(), data(), data()[0], progress=False,
-                             observer='percentile', observer_options={'kl': {'bins': 7}})
-    assert "no config of graph 'main_graph' uses observer 'kl', so its options {'bins': 7} " \
+                             observer='percentile', observer_options={'kl': {'bins': 512}})
+    assert "no config of graph 'main_graph' uses observer 'kl', so its options {'bins': 512} " \
         'are not used; the observers in use are MinMaxObserver, PercentileObserver' \
         in caplog.text
 
