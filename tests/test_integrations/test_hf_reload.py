@@ -12,8 +12,9 @@ from hf_builders import (HALF_ATTENTION, MODELS, attention_widths, build, main_o
                          relative_error)
 
 from razorlib.integrations.transformers import (CHANNELS_FILE, HEAD_WIDTHS_FILE, hidden_size_keys,
-                                                load_pruned, prune, save_pruned, sync_config)
-from razorlib.pruning import L1NormPruner
+                                                load_pruned, prune, save_pruned, sync_config,
+                                                uniform_subnet)
+from razorlib.pruning import ImportancePruner, L1NormPruner
 from razorlib.utils import get_model_complexity
 
 transformers = pytest.importorskip('transformers')
@@ -156,6 +157,24 @@ def test_uniform_option_evens_out_sampled_widths():
     slim = prune(model, inputs, pruner=dict(type='RatioPruner', ratios=(0.25, 0.75)))
     widths = {layer.mlp.up_proj.out_features for layer in slim.model.layers}
     assert widths == {slim.config.intermediate_size} and widths != {128}
+
+
+def test_uniform_widths_keep_round_to():
+    # the mean of the sampled widths (64 and 80 of 128: 72) was kept, no multiple of 16
+    model, inputs = build('llama')
+    pruner = ImportancePruner(ratios=(0.5, 0.625), round_to=16,
+                              except_start_keys=hidden_size_keys(model))
+    pruner.prepare_from_supernet(model, inputs)
+    orders, groups = pruner.channel_orders(), pruner.groups.prunable
+    subnet = {gid: torch.ones(group.num_channels, dtype=torch.bool)
+              for gid, group in groups.items()}
+    for layer, count in ((0, 64), (1, 80)):
+        gid = pruner.get_space_id(f'model.layers.{layer}.mlp.up_proj')
+        subnet[gid] = torch.from_numpy(groups[gid].keep_best(np.asarray(orders[gid]), count))
+    kept = uniform_subnet(pruner, subnet)
+    widths = {int(kept[pruner.get_space_id(f'model.layers.{layer}.mlp.up_proj')].sum())
+              for layer in (0, 1)}
+    assert widths == {80}  # of the allowed 64 and 80, the larger on a tie
 
 
 @pytest.mark.parametrize('budget', [dict(flops=0.6), dict(params=0.7),

@@ -161,15 +161,19 @@ def _layer_pattern(space_id: str) -> str:
 
 def uniform_subnet(pruner, subnet: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
     """``subnet`` with the spaces of the same layer in every block (``h.0.mlp.c_fc``,
-    ``h.1.mlp.c_fc``, ...) keeping the same number of channels: their mean count,
-    each space its best channels by the pruner's order."""
+    ``h.1.mlp.c_fc``, ...) keeping the same number of channels: the count nearest their
+    mean that the pruner's width rule allows (``round_to``, ``max_ratio``; a mean of
+    multiples of 16 need not be one), each space its best channels by the pruner's
+    order."""
+    from ...pruning.allocation import WidthRule
     groups = pruner.groups.prunable
+    rule = getattr(pruner, 'rule', None) or WidthRule()
     classes: Dict[Tuple[str, int], List[str]] = {}
     for gid in subnet:
         classes.setdefault((_layer_pattern(gid), groups[gid].num_channels), []).append(gid)
     counts = {}
     for ids in classes.values():
-        count = int(round(np.mean([int(subnet[gid].sum()) for gid in ids])))
+        count = rule.fit(groups[ids[0]], np.mean([int(subnet[gid].sum()) for gid in ids]))
         counts.update((gid, count) for gid in ids)
     return _keeping(groups, pruner.channel_orders(), subnet, counts)
 
@@ -322,8 +326,9 @@ def prune(model: nn.Module, example_inputs: Any, ratio: Optional[float] = None,
             given.
         pruner: a pruner type registered in ``PRUNERS`` or a config dict.
         uniform: keep the widths of each layer repeated down the stack equal, so the
-            config can describe them (their mean over a sampled subnet).  A budget met
-            by one ratio for every group gives such widths already; ``global_ranking``
+            config can describe them (their mean over a sampled subnet, as
+            ``round_to`` allows).  A budget met by one ratio for every group gives such
+            widths already; ``global_ranking``
             and ``sensitivity``, which give every layer its own width, need
             ``uniform=False`` (then save with
             :func:`~razorlib.integrations.transformers.save_pruned`).
