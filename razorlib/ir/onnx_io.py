@@ -71,10 +71,11 @@ def from_onnx(model: Union[ModelProto, str, os.PathLike]) -> BaseGraph:
     """Build a graph from an ONNX model.
 
     Model-local functions are inlined first.  Operations keep the node order; generated
-    names (for unnamed nodes or unnamed outputs) avoid every name in the model.  A graph
-    output the model lists again (a TorchScript export of ``return y, y``) is written to a
-    fresh variable by an ``Identity``, as the dynamo exporter does, so that the graph has
-    the model's outputs, as many and in order.
+    names (for unnamed nodes or unnamed outputs) avoid every name in the model; absent
+    optional outputs at the end of a node (the empty name: MaxPool's ``['y', '']``) are
+    left out.  A graph output the model lists again (a TorchScript export of
+    ``return y, y``) is written to a fresh variable by an ``Identity``, as the dynamo
+    exporter does, so that the graph has the model's outputs, as many and in order.
 
     Args:
         model: a ``ModelProto``, or the path of an ``.onnx`` file (external data next to
@@ -121,7 +122,10 @@ def from_onnx(model: Union[ModelProto, str, os.PathLike]) -> BaseGraph:
     graph = BaseGraph(proto.name or 'graph')
     types = {info.name: info for info in (*proto.input, *proto.output, *proto.value_info)}
     node_names = _unique_names((node.name for node in proto.node), 'op')
-    output_names = _unique_names((name for node in proto.node for name in node.output),
+    node_opsets = [_node_opset(node, name, opsets, function_opsets)
+                   for node, name in zip(proto.node, node_names)]
+    node_outputs = [_present_outputs(node, opset) for node, opset in zip(proto.node, node_opsets)]
+    output_names = _unique_names((name for names in node_outputs for name in names),
                                  'var', reserved=_all_tensor_names(proto))
 
     def variable(name: str) -> Variable:
@@ -139,12 +143,11 @@ def from_onnx(model: Union[ModelProto, str, os.PathLike]) -> BaseGraph:
             var.value = tensor_from_onnx(initializer)
         var.is_parameter = True
     outputs = iter(output_names)
-    for node, name in zip(proto.node, node_names):
+    for node, name, opset, present in zip(proto.node, node_names, node_opsets, node_outputs):
         op = graph.create_operation(
             node.op_type, name, {attr.name: _decode(attr, name) for attr in node.attribute},
             inputs=[variable(item) for item in node.input],
-            outputs=[variable(next(outputs)) for _ in node.output],
-            opset=_node_opset(node, name, opsets, function_opsets))
+            outputs=[variable(next(outputs)) for _ in present], opset=opset)
         _record_empty_list_types(op, node)
     for info in proto.input:
         graph.mark_variable_as_graph_input(graph.variables[info.name])
@@ -336,6 +339,26 @@ def _mark_graph_outputs(graph: BaseGraph, outputs: List[Variable], opset: Opset)
             graph.create_operation('Identity', inputs=[var], outputs=[alias], opset=opset)
             var = alias
         graph.mark_variable_as_graph_output(var)
+
+
+def _present_outputs(node: onnx.NodeProto, opset: Opset) -> List[str]:
+    """``node``'s output names without the absent optional outputs at the end.
+
+    ONNX writes an optional output that is not wanted as the empty name (MaxPool's
+    ``['y', '']``).  Named afresh it would be a wanted output: the kernel would compute it
+    (MaxPool's Indices, refused with asymmetric pads that the values alone run with) and
+    ``to_onnx`` would ask runtimes for it.  Only outputs the op's onnx schema marks optional
+    are left out; an empty name before a present output keeps its place (and gets a name).
+    """
+    names = list(node.output)
+    schema = _schema(node.op_type, opset.version, opset.domain)
+    if schema is None:
+        return names
+    optional = onnx.defs.OpSchema.FormalParameterOption.Optional
+    while (names and not names[-1] and len(names) <= len(schema.outputs)
+           and schema.outputs[len(names) - 1].option == optional):
+        names.pop()
+    return names
 
 
 def _all_tensor_names(proto: onnx.GraphProto) -> set:

@@ -261,6 +261,10 @@ _SHAPE: List[OpCase] = [
     case('Range', scalar(1, np.int64), scalar(10, np.int64), scalar(3, np.int64), label='int',
          controls=()),
     case('Range', scalar(1.5), scalar(-2.0), scalar(-0.5), controls=(), label='float'),
+    # The limit on the wrong side of the start: an empty range, not an error.
+    case('Range', scalar(5, np.int64), scalar(0, np.int64), scalar(1, np.int64), controls=(),
+         label='empty'),
+    case('Range', scalar(1.0), scalar(2.0), scalar(-0.5), controls=(), label='float_empty'),
 ]
 
 _REDUCTIONS: List[OpCase] = [

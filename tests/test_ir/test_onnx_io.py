@@ -104,14 +104,30 @@ def test_large_weights_arrive_as_tensors_with_their_bits():
 
 
 def test_unnamed_nodes_and_outputs_get_fresh_unused_names():
+    # The empty name before InvStdDev keeps its place: it gets a name.
     nodes = [helper.make_node('Relu', ['x'], ['op_0']),
-             helper.make_node('Dropout', ['op_0'], ['y', '']),
+             helper.make_node('LayerNormalization', ['op_0', 'scale'], ['y', '', 'inv']),
              helper.make_node('Neg', ['y'], ['z'], name='op_0')]
-    graph = from_onnx(_model(nodes, [_value_info('x')], [_value_info('z')]))
+    graph = from_onnx(_model(nodes, [_value_info('x')], [_value_info('z')],
+                             [numpy_helper.from_array(np.ones(3, np.float32), 'scale')]))
     assert list(graph.operations) == ['op_1', 'op_2', 'op_0']
-    dropout = graph.operations['op_2']
-    assert [var.name for var in dropout.outputs] == ['y', 'var_0']
+    norm = graph.operations['op_2']
+    assert [var.name for var in norm.outputs] == ['y', 'var_0', 'inv']
     graph.check()
+
+
+def test_absent_optional_outputs_at_the_end_of_a_node_are_left_out():
+    # MaxPool's Indices written as '': the values alone run with asymmetric pads, which
+    # the executor refuses for Indices; a named Indices output was computed and exported.
+    node = helper.make_node('MaxPool', ['x'], ['y', ''], kernel_shape=[2], pads=[0, 1])
+    model = _model([node], [_value_info('x', shape=(1, 1, 4))],
+                   [_value_info('y', shape=(1, 1, 4))])
+    graph = from_onnx(model)
+    assert [var.name for var in graph.operations['op_0'].outputs] == ['y']
+    x = np.array([[[1.0, -2.0, 3.0, 0.5]]], np.float32)
+    expected = _onnxruntime(model, {'x': x})
+    assert TorchExecutor(graph)(torch.from_numpy(x))[0].tolist() == expected[0].tolist()
+    assert list(to_onnx(graph).graph.node[0].output) == ['y']
 
 
 def test_subgraph_attributes_are_refused_naming_the_node():

@@ -142,8 +142,13 @@ def _constant_of_shape(op: Operation, device: torch.device):
 
 
 def _range(start: torch.Tensor, limit: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
-    return torch.arange(start.item(), limit.item(), delta.item(), dtype=start.dtype,
-                        device=start.device)
+    """ONNX Range: ``max(ceil((limit - start) / delta), 0)`` elements, so a ``limit`` on the
+    wrong side of ``start`` (``Range(5, 0, 1)``) gives an empty tensor, which
+    ``torch.arange`` refuses (its bounds "inconsistent with step sign")."""
+    first, last, step = start.item(), limit.item(), delta.item()
+    if (last - first) * step <= 0 and step != 0:
+        return torch.empty(0, dtype=start.dtype, device=start.device)
+    return torch.arange(first, last, step, dtype=start.dtype, device=start.device)
 
 
 register_function(_range, 'Range')
