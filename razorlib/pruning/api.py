@@ -16,7 +16,7 @@ from ..utils.caller import warn_at_caller
 from ..utils.checks import keyword_parameters, switch
 from ..utils.complexity import Complexity
 from ..utils.modes import evaluating
-from .allocation import SubnetMeter, allocate, budget_of, within
+from .allocation import SubnetMeter, WidthRule, allocate, budget_of, within
 from .data import pair_batches
 from .importance import ImportanceArg
 from .importance.pruner import ImportancePruner
@@ -344,12 +344,23 @@ def _choose_subnet(pruner: StructurePruner, budget: Dict[str, float], options: D
                            f'{", ".join(allocation.unscored)}: kept whole', UserWarning)
         return allocation.subnet, allocation.dense
     if not budget and len(pruner.ratios) > 1:
-        return pruner.sample_subnet(), None
+        return _fitted(pruner, pruner.sample_subnet(),
+                       WidthRule(options['round_to'], options['max_ratio'])), None
     if not budget:
         budget = {'ratio': pruner.ratios[0]}
     allocation = allocate(pruner, None, **budget, round_to=options['round_to'],
                           max_ratio=options['max_ratio'], example_inputs=example_inputs)
     return allocation.subnet, allocation.dense
+
+
+def _fitted(pruner: StructurePruner, subnet: SubnetDict, rule: WidthRule) -> SubnetDict:
+    """``subnet`` with each space's kept count the one ``rule`` allows nearest it, the
+    pruner's order deciding which channels: a ``StructurePruner`` samples its ratios
+    knowing no ``round_to`` or ``max_ratio`` (an ``ImportancePruner`` holds its own rule)."""
+    groups, orders = pruner.groups.prunable, pruner.channel_orders()
+    return {gid: torch.from_numpy(groups[gid].keep_best(
+        np.asarray(orders[gid]), rule.fit(groups[gid], int(mask.sum()))))
+        for gid, mask in subnet.items()}
 
 
 def _meets_budget(pruner: StructurePruner, budget: Dict[str, float], example_inputs: Any,
