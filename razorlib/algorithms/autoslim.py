@@ -20,6 +20,7 @@ from ..pruning import ChannelConfig, StructurePruner
 from ..pruning.structure import SubnetDict
 from ..registry import MODELS, PRUNERS, SCOPE
 from ..utils import Complexity, get_model_complexity, preserved_bn_stats
+from ..utils.checks import integer_number
 from ..utils.inputs import random_batch
 from .building import ModuleOrCfg, build_architecture, preprocessor_of, refuse_accumulation
 
@@ -99,10 +100,12 @@ class AutoSlim(BaseModel):
         if not isinstance(getattr(architecture, 'head', None), nn.Module):
             raise TypeError(f'AutoSlim distils from the logits of architecture.head, but a '
                             f'{type(architecture).__name__} has no head module')
-        if num_random_samples < 0:
-            raise ValueError(f'num_random_samples must be >= 0, got {num_random_samples}')
         self.architecture = architecture
-        self.num_random_samples = num_random_samples
+        # checked here: 2.0 would fail only in the first train_step, with range()'s message
+        # naming no option, and True would pass for 1
+        self.num_random_samples = integer_number(
+            num_random_samples, 'AutoSlim: num_random_samples', 'random subnets per step',
+            minimum=0)
         self.input_shape = tuple(input_shape)
         if pruner is None:
             pruner = dict(type='RatioPruner')

@@ -180,6 +180,7 @@ class SingleTeacherDistill(BaseModel):
                 'SingleTeacherDistill: the teacher is built from a config without '
                 'teacher_ckpt: it distils its random initialisation')
         self.teacher = build_architecture(teacher)
+        _check_teacher_apart(self.architecture, self.teacher)
         _check_teacher_preprocessing(self.teacher, self.data_preprocessor, input_shape)
         if student_ckpt is not None:
             _load(self.architecture, student_ckpt, 'student_ckpt')
@@ -272,6 +273,26 @@ def _weight(value: object, name: str) -> float:
         raise ValueError(f'SingleTeacherDistill: {name} must be a finite number >= 0, '
                          f'got {value!r}')
     return value
+
+
+def _check_teacher_apart(student: nn.Module, teacher: nn.Module) -> None:
+    """Refuse a teacher that is the student, or shares parameters with it (one module
+    passed as both, or a teacher holding the student's backbone): freezing the teacher
+    would freeze those parameters of the student, and keeping the teacher in eval mode
+    would keep them so, so the student would silently not learn what they hold."""
+    if teacher is student:
+        raise ValueError('SingleTeacherDistill: the teacher is the student itself (one '
+                         'module passed as both architecture and teacher): freezing the '
+                         'teacher would freeze the student. Build the teacher separately '
+                         '(from its config and teacher_ckpt)')
+    own = {id(p): name for name, p in student.named_parameters()}
+    shared = [(name, own[id(p)]) for name, p in teacher.named_parameters() if id(p) in own]
+    if shared:
+        raise ValueError(f'SingleTeacherDistill: the teacher shares {len(shared)} parameters '
+                         f'with the student (teacher {shared[0][0]!r} is student '
+                         f'{shared[0][1]!r}): freezing the teacher would freeze them in the '
+                         'student. Build the teacher separately (from its config and '
+                         'teacher_ckpt)')
 
 
 def _check_teacher_preprocessing(teacher: nn.Module, preprocessor: Optional[nn.Module],

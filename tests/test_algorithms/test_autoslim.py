@@ -192,6 +192,17 @@ def test_set_subnet_names_the_module_a_foreign_channel_config_gets_wrong(model):
         model.set_subnet(ChannelConfig.from_dict(data))
 
 
+@pytest.mark.parametrize('count, error, message', [
+    (-1, ValueError, 'must be at least 0, got -1'),
+    (2.0, TypeError, r'must be an integer \(random subnets per step\), got 2.0 \(float\)'),
+    (True, TypeError, r'must be an integer \(random subnets per step\), got True \(bool\)'),
+    ('2', TypeError, r"must be an integer \(random subnets per step\), got '2' \(str\)"),
+])
+def test_num_random_samples_must_be_a_whole_number_when_built(count, error, message):
+    with pytest.raises(error, match='AutoSlim: num_random_samples ' + message):
+        tiny_autoslim(num_random_samples=count)
+
+
 def test_architecture_without_a_head_is_refused():
     net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3))
     with pytest.raises(TypeError, match='head'):

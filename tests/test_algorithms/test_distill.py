@@ -196,6 +196,20 @@ def test_a_student_equal_to_its_teacher_has_nothing_to_distil(teacher_ckpt):
     assert float(losses['loss_feat_0']) == pytest.approx(0.0, abs=1e-9)
 
 
+def test_a_teacher_that_is_or_shares_the_student_is_refused_before_freezing_it():
+    student = MODELS.build(tiny_classifier())
+    with pytest.raises(ValueError, match='the teacher is the student itself'):
+        SingleTeacherDistill(architecture=student, teacher=student, input_shape=(3, 16, 16))
+    teacher = MODELS.build(tiny_classifier())
+    teacher.backbone = student.backbone
+    with pytest.raises(ValueError, match=r"shares 6 parameters with the student \(teacher "
+                                         r"'backbone.stages.0.conv.weight' is student "
+                                         r"'backbone.stages.0.conv.weight'\)"):
+        SingleTeacherDistill(architecture=student, teacher=teacher, input_shape=(3, 16, 16))
+    # the student is left trainable
+    assert all(p.requires_grad for p in student.parameters()) and student.training
+
+
 def test_mistakes_name_the_argument_and_the_module(teacher_ckpt, tmp_path):
     with pytest.raises(ValueError, match='teacher_ckpt: .*missing.pth does not exist'):
         distill(tmp_path / 'missing.pth')
