@@ -1,5 +1,6 @@
 """ItePruneAlgorithm: prune a step every N training iterations until the target, then
 fine-tune (mmrazor's ``ItePruneAlgorithm``)."""
+import numbers
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
@@ -55,7 +56,9 @@ class ItePruneAlgorithm(PruningAlgorithm):
         # a subclass's own name for start (SlimmingAlgorithm's prune_at), as its config says
         for name, value, least in (('step_freq', step_freq, 1), ('prune_times', prune_times, 1),
                                    (self._start_option, start, 0)):
-            if int(value) != value or value < least:
+            # None or a string would fail inside int() naming nothing; True would pass for 1
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) \
+                    or int(value) != value or value < least:
                 raise ValueError(f'{type(self).__name__}: {name} must be an integer >= '
                                  f'{least}, got {value!r}')
         super().__init__(architecture, pruner, input_shape, data_preprocessor, init_cfg)

@@ -140,6 +140,16 @@ def test_a_pruner_without_an_importance_criterion_is_refused():
         ite_prune(step_freq=0)
 
 
+@pytest.mark.parametrize('option, value', [('step_freq', None), ('prune_times', '3'),
+                                           ('start', True), ('step_freq', 1.5)])
+def test_a_schedule_option_that_is_no_whole_number_is_named(option, value):
+    # None and '3' failed inside int(), naming no option; True passed for 1
+    least = 0 if option == 'start' else 1
+    with pytest.raises(ValueError, match=f'ItePruneAlgorithm: {option} must be an integer >= '
+                       f'{least}, got {value!r}'):
+        ite_prune(**{option: value})
+
+
 def load_train_tool():
     spec = importlib.util.spec_from_file_location('train_tool', REPO / 'tools' / 'train.py')
     tool = importlib.util.module_from_spec(spec)
