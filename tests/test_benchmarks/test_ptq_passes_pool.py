@@ -2,30 +2,11 @@
 run's figures, ``--pool`` gives each target's mean over the runs with its standard error
 and refuses runs that differ in more than their FP32 models."""
 import doctest
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-
-SCRIPT = Path(__file__).resolve().parents[2] / 'benchmarks' / 'ptq_passes.py'
-
-
-@pytest.fixture
-def bench(monkeypatch):
-    monkeypatch.setattr(sys, 'path', list(sys.path))  # the script prepends benchmarks/
-    before = set(sys.modules)
-    spec = importlib.util.spec_from_file_location('ptq_passes_benchmark', SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        for name in ('ptq_vs_ort', 'pooling'):
-            if name not in before:
-                sys.modules.pop(name, None)
-    return module
 
 
 def model_figures(passes, best_ort, fp32, qat, qat_kd):
@@ -47,7 +28,7 @@ def write_run(folder: Path, seed: int, rows: dict, **changes) -> str:
     return str(path)
 
 
-def test_the_pool_averages_each_target_over_the_runs(bench, tmp_path, capsys):
+def test_the_pool_averages_each_target_over_the_runs(ptq_passes, tmp_path, capsys):
     one = 100 / 360  # one scored image, in top-1 points
     first = write_run(tmp_path, 1, {'CNN': model_figures(30.0, 26.0, 90.0, 90.0, 90.0),
                                     'MobileNet': model_figures(28.0, 26.0, 85.0, 85.0 - one,
@@ -55,7 +36,7 @@ def test_the_pool_averages_each_target_over_the_runs(bench, tmp_path, capsys):
     second = write_run(tmp_path, 2, {'CNN': model_figures(31.0, 27.0, 90.0, 90.0 + one, 90.0),
                                      'MobileNet': model_figures(30.0, 26.0, 85.0, 85.0,
                                                                 85.0 - one)})
-    bench.main(['--pool', first, second])
+    ptq_passes.main(['--pool', first, second])
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith('Pooled over 2 runs (seeds 1, 2; FP32 models)')
     rows = {tuple(cell.strip() for cell in line.strip('|').split('|')[:2]): line
@@ -76,22 +57,22 @@ def test_the_pool_averages_each_target_over_the_runs(bench, tmp_path, capsys):
 
 
 def test_a_run_that_is_no_record_or_differs_beyond_its_fp32_models_is_refused(
-        bench, tmp_path):
+        ptq_passes, tmp_path):
     rows = {'CNN': model_figures(30.0, 26.0, 90.0, 90.0, 90.0)}
     first = write_run(tmp_path, 1, rows)
     with pytest.raises(SystemExit, match='cannot read .*missing.json'):
-        bench.main(['--pool', first, str(tmp_path / 'missing.json')])
+        ptq_passes.main(['--pool', first, str(tmp_path / 'missing.json')])
     (tmp_path / 'table.json').write_text(json.dumps({'CNN': {}}))
     with pytest.raises(SystemExit, match=r"table.json is no run written by --out \(no 'rows'\)"):
-        bench.main(['--pool', first, str(tmp_path / 'table.json')])
+        ptq_passes.main(['--pool', first, str(tmp_path / 'table.json')])
     val = write_run(tmp_path, 2, rows, score_split='val')
     with pytest.raises(SystemExit, match="seed_2.json differs from the first run in "
                        "'score_split' \\('val' against 'test'\\)"):
-        bench.main(['--pool', first, val])
+        ptq_passes.main(['--pool', first, val])
 
 
 def test_seed_trains_the_fp32_models_and_out_writes_the_run(
-        bench, tmp_path, monkeypatch, capsys):
+        ptq_passes, tmp_path, monkeypatch, capsys):
     seeds = []
 
     def train(model, images, labels, epochs, lr):
@@ -102,19 +83,19 @@ def test_seed_trains_the_fp32_models_and_out_writes_the_run(
     figures['+ mixed'] = dict(figures['passes'], float=0, target=29.5)
     figures['passes']['margin_interval'] = [3.5, 4.5]
     figures['baseline'] = figures['passes']
-    monkeypatch.setattr(bench.base, 'train', train)
-    monkeypatch.setattr(bench, 'compare', lambda *args: figures)
+    monkeypatch.setattr(ptq_passes.base, 'train', train)
+    monkeypatch.setattr(ptq_passes, 'compare', lambda *args: figures)
     out = tmp_path / 'runs' / 'seed_7.json'
-    bench.main(['--models', 'MobileNetV2 x0.5', '--seed', '7', '--out', str(out),
-                '--ort-methods', 'MinMax', 'Entropy'])
+    ptq_passes.main(['--models', 'MobileNetV2 x0.5', '--seed', '7', '--out', str(out),
+                     '--ort-methods', 'MinMax', 'Entropy'])
     assert seeds == [7]
     assert 'FP32 seed 7' in capsys.readouterr().out
     run = json.loads(out.read_text())
     assert run['seed'] == 7 and run['rows'] == {'MobileNetV2 x0.5': figures}
     assert (run['score_split'], run['scored'], run['ort']) == (
         'test', 360, ['ORT MinMax', 'ORT Entropy'])
-    assert bench.pool_member(str(out))['rows'] == run['rows']
+    assert ptq_passes.pool_member(str(out))['rows'] == run['rows']
 
 
-def test_the_docstring_examples_hold(bench):
-    assert doctest.testmod(bench).failed == 0
+def test_the_docstring_examples_hold(ptq_passes):
+    assert doctest.testmod(ptq_passes).failed == 0
