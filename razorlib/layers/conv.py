@@ -53,6 +53,11 @@ class ConvKind(LayerKind):
         return len(module.kernel_size)
 
     def trace(self, ctx, node, ins, name, module):
+        if bool(node._saved_transposed) != module.transposed:
+            # ``F.conv_transpose2d(z, conv.weight)`` (a tied decoder) or the converse: the
+            # weight's two channel dims swap roles, so the op is no call of this layer
+            # (left to the tracer, which freezes its channels)
+            return None
         in_c, out_c, groups = module.in_channels, module.out_channels, module.groups
         in_slots = ctx.channel_input(ins[0], 1, in_c, name, node)
         if groups == 1:

@@ -51,6 +51,11 @@ class HFConv1DKind(LayerKind):
         return {'in': nx, 'out': nf}
 
     def trace(self, ctx, node, ins, name, module):
+        if ins[2].param is None:
+            # the weight through a transpose: no call of Conv1D but code running its
+            # weight as nn.Linear's (``F.linear(z, c.weight)``), whose output holds the
+            # weight's rows (the layer's inputs).  Left to the tracer, which freezes them
+            return None
         widths = self.widths(module)
         in_slots = ctx.channel_input(ins[1], 1, widths['in'], name, node)
         out_slots = ctx.layer_out(name, widths['out'])

@@ -12,6 +12,8 @@ __all__ = ['LinearKind']
 
 #: grad_fn name -> the input of the node that carries the activation.
 _ACTIVATION_INPUT = {'AddmmBackward0': 1, 'MmBackward0': 0}
+#: grad_fn name -> the input of the node that carries the (transposed) weight.
+_WEIGHT_INPUT = {'AddmmBackward0': 2, 'MmBackward0': 1}
 
 
 @LAYER_KINDS.register_module()
@@ -34,6 +36,11 @@ class LinearKind(LayerKind):
         return {'in': module.in_features, 'out': module.out_features}
 
     def trace(self, ctx, node, ins, name, module):
+        if ins[_WEIGHT_INPUT[node.name()]].param is not None:
+            # the weight itself, not its transpose: no ``F.linear`` but code multiplying
+            # by it (``z @ enc.weight``, a tied decoder), whose output holds the weight's
+            # columns (the layer's inputs), not its outputs.  Left to the product's rule
+            return None
         x = ins[_ACTIVATION_INPUT[node.name()]]
         widths = self.widths(module)
         in_slots = ctx.channel_input(x, 1, widths['in'], name, node)

@@ -186,11 +186,21 @@ def _traced_by_kind(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Option
         [None] * (len(shapes) - 1)
 
 
+def _unclaimed(ctx: TraceContext, node, op: str, layers: str) -> str:
+    """Why ``node``, which no kind traced, mixes its channels: its weight belongs to no
+    module with a kind, or to a layer whose kind does not take the op for its own call
+    (the weight run in another layout: ``F.conv_transpose2d(z, conv.weight)``,
+    ``torch.addmm(b, z, fc.weight)``, a tied decoder's)."""
+    found = find_layer(ctx, node)
+    if found is None:
+        return f'{op} whose weight belongs to no {layers} or other module with a layer kind'
+    return f'{op} runs the weight of {found[0]} otherwise than {found[0]} does'
+
+
 def convolution(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
     """``ConvolutionBackward0``; without a layer kind (a functional conv), mixing."""
     return _traced_by_kind(ctx, node, ins) or mixing(
-        ctx, node, ins,
-        'convolution whose weight belongs to no nn.Conv* or other module with a layer kind')
+        ctx, node, ins, _unclaimed(ctx, node, 'convolution', 'nn.Conv*'))
 
 
 def addmm(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
@@ -198,8 +208,7 @@ def addmm(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
     wrapped in views that merge and split the token dims, which the reshape rule
     follows); without a layer kind, mixing."""
     return _traced_by_kind(ctx, node, ins) or mixing(
-        ctx, node, ins,
-        'addmm whose weight belongs to no nn.Linear or other module with a layer kind')
+        ctx, node, ins, _unclaimed(ctx, node, 'addmm', 'nn.Linear'))
 
 
 def mm(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:

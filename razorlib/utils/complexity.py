@@ -280,9 +280,9 @@ class _FunctionCounter(TorchFunctionMode):
 
     def _weight_op(self, weight: Any, dense: int) -> None:
         """Count a product with ``weight``: under its module's name at the share of the
-        weight that its kept widths (a kind's module) or entries (a bare parameter) keep.
-        (The tracer freezes the channels of a kind's weight used outside its module's
-        call, so there the share is 1.)"""
+        weight that its kept widths (a kind's module) or entries (a bare parameter) keep:
+        a pruned layer's weight run by the model's code (a tied decoder's ``z @ enc.weight``)
+        counts what the slim model's sliced weight costs."""
         weight = self._parameter(weight)
         owner = None if weight is None else self.owners.get(id(weight))
         if owner is None:
@@ -290,8 +290,10 @@ class _FunctionCounter(TorchFunctionMode):
             return
         name, module, kind, attr = owner
         if kind is not None:
-            kept = kind.params(module, kept_widths(module, kind.widths(module)))
-            self._add(name, dense * kept / max(kind.params(module, {}), 1))
+            # the kept share of this weight, not of the whole layer's parameters: a bias
+            # (kept with the outputs alone) would skew it
+            self._add(name, dense * _kept_size(name, module, kind, attr)
+                      / max(weight.numel(), 1))
         else:
             self._add('<functional>', dense * _bare_param_size(module, attr, weight)
                       / max(weight.numel(), 1))

@@ -170,3 +170,98 @@ def test_a_layers_own_bias_added_in_its_forward_is_unaffected():
     model, x = Transposed().eval(), torch.randn(2, 4, 5)
     assert _groups(Traced(model, x))['fc'][:2] == (['fc'], True)
     assert sample_and_deploy(_prepared(model, x), model, x).fc.out_features == 4
+
+
+class TiedDecoder(nn.Module):
+    """An autoencoder whose decoder runs the encoder's weight in the other direction:
+    ``z @ enc.weight`` (or, for a conv, ``F.conv_transpose2d(z, enc.weight)``) yields
+    enc's input channels, not its outputs."""
+
+    def __init__(self, conv=False):
+        super().__init__()
+        self.conv = conv
+        if conv:
+            self.pre, self.enc, self.post = (nn.Conv2d(3, 16, 3, padding=1),
+                                             nn.Conv2d(16, 8, 3, padding=1), nn.Conv2d(16, 4, 1))
+        else:
+            self.pre, self.enc, self.post = nn.Linear(6, 16), nn.Linear(16, 8), nn.Linear(16, 4)
+
+    def forward(self, x):
+        h = self.pre(x).relu()
+        z = self.enc(h).relu()
+        back = F.conv_transpose2d(z, self.enc.weight, padding=1) if self.conv \
+            else z @ self.enc.weight
+        return self.post(back.relu() + h)
+
+
+def test_a_linear_weight_multiplied_untransposed_is_no_call_of_its_layer():
+    """``z @ enc.weight`` contracts enc's outputs with the weight's rows and yields its
+    columns, enc's inputs (pre's channels): a product with the parameter, not enc's
+    ``F.linear`` (before, it was traced as enc's own call, its output given enc's 8
+    output channels, and tracing failed with ``cannot bind (8,) slots to (16,) slots``)."""
+    torch.manual_seed(0)
+    model, x = TiedDecoder().eval(), torch.randn(4, 6)
+    groups = _groups(Traced(model, x))
+    assert (groups['pre'][:2], groups['enc'][:2]) == ((['pre'], True), (['enc'], True))
+    slim = sample_and_deploy(_prepared(model, x), model, x)
+    assert (slim.pre.out_features, slim.enc.weight.shape) == (8, (4, 8))
+
+
+def test_a_conv_weight_run_transposed_freezes_naming_its_layer():
+    """``F.conv_transpose2d(z, enc.weight)`` swaps the roles of the weight's channel dims:
+    no call of enc, so what it meets freezes, enc named (before, it was traced as enc's
+    own call and tracing failed with ``cannot bind (8,) slots to (16,) slots``)."""
+    torch.manual_seed(0)
+    model, x = TiedDecoder(conv=True).eval(), torch.randn(2, 3, 8, 8)
+    groups = _groups(Traced(model, x))
+    reason = ('[mixing] ConvolutionBackward0: convolution runs the weight of enc otherwise '
+              'than enc does; after enc; before post')
+    assert groups['enc'] == (['enc'], False, [reason])
+    assert not _prepared(model, x).groups.prunable
+
+
+def test_a_square_linear_weight_in_another_layout_cannot_prune_its_layer_apart():
+    """``addmm(enc.bias, m, enc.weight)`` contracts m with enc's outputs: traced as enc's
+    own call (m bound to enc's inputs), enc's inputs and outputs, both 16 wide, pruned
+    apart, and the slim model failed to run (``mat1 and mat2 shapes cannot be
+    multiplied``).  Now the addmm freezes what it meets, enc named."""
+    class Square(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.pre, self.mid = nn.Linear(6, 16), nn.Linear(6, 16)
+            self.enc, self.post = nn.Linear(16, 16), nn.Linear(16, 4)
+
+        def forward(self, x):
+            h = self.enc(self.pre(x).relu())
+            return self.post(torch.addmm(self.enc.bias, self.mid(x).relu(), self.enc.weight) + h)
+
+    torch.manual_seed(0)
+    model, x = Square().eval(), torch.randn(4, 6)
+    reason = ('[mixing] AddmmBackward0: addmm runs the weight of enc otherwise than enc '
+              'does; after mid; before post')
+    layers, prunable, reasons = _groups(Traced(model, x))['enc']
+    assert (layers, prunable, reasons[0]) == (['enc'], False, reason)
+    assert not _prepared(model, x).groups.prunable
+
+
+def test_a_conv1d_weight_run_as_a_linear_weight_is_no_call_of_its_layer():
+    """transformers' Conv1D runs ``addmm(bias, x, weight)``; ``F.linear(z, c.weight, b)``
+    runs ``addmm(b, z, weight.t())``, which yields c's inputs (before, traced as c's own
+    call, and tracing failed with ``cannot bind (8,) slots to (6,) slots``)."""
+    conv1d = pytest.importorskip('transformers.pytorch_utils').Conv1D
+
+    class Gpt(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.c, self.head = nn.Linear(3, 6), conv1d(8, 6), nn.Linear(6, 2)
+
+        def forward(self, x):
+            h = self.a(x)
+            return self.head(F.linear(self.c(h).relu(), self.c.weight, self.a.bias) + h)
+
+    torch.manual_seed(0)
+    model, x = Gpt().eval(), torch.randn(4, 3)
+    reason = ('[mixing] AddmmBackward0: addmm runs the weight of c otherwise than c does; '
+              'after c; before head')
+    assert _groups(Traced(model, x))['c'] == (['c'], False, [reason])
+    sample_and_deploy(_prepared(model, x), model, x)

@@ -218,6 +218,35 @@ def test_a_product_with_a_transposed_weight_is_counted_as_the_weight_s():
     assert get_model_complexity(model, x, attention=True).flops == total  # no attention
 
 
+class TiedDecoder(nn.Module):
+    """The decoder runs the encoder's weight transposed, with the encoder pruned too."""
+
+    def __init__(self):
+        super().__init__()
+        self.pre, self.enc, self.post = nn.Linear(6, 16), nn.Linear(16, 8), nn.Linear(16, 4)
+
+    def forward(self, x):
+        h = self.pre(x).relu()
+        return self.post(F.linear(self.enc(h).relu(), self.enc.weight.t()).relu() + h)
+
+
+def test_a_pruned_layer_s_weight_run_by_code_counts_its_kept_weight_as_the_slim_model():
+    """The decoder's product costs the kept share of enc's weight: 4 rows x 4 of 8 x 8 of
+    16 entries.  Before, it took the kept share of enc's parameters, its bias (kept with
+    its outputs alone) among them: 36 of 136, not 32 of 128, and counted 136 for 128."""
+    torch.manual_seed(0)
+    model, x = TiedDecoder().eval(), torch.randn(4, 6)
+    pruner = L1NormPruner(ratio=0.5)
+    pruner.prepare_from_supernet(model, x)
+    assert sorted(pruner.groups.prunable) == ['enc', 'pre']
+    pruner.set_subnet(pruner.subnet_at(0.5))
+    per = {}
+    masked = get_model_complexity(model, x, per_module=per).flops
+    assert per['enc'] == 4 * 8 * 4 * 2  # its own call and the decoder's
+    slim = pruner.deploy_subnet(copy.deepcopy(model), pruner.export_subnet())
+    assert get_model_complexity(slim, x).flops == masked
+
+
 class Attention(nn.Module):
     def __init__(self, mode):
         super().__init__()
