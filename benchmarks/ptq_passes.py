@@ -262,14 +262,18 @@ def run_record(rows: Dict[str, Dict[str, dict]], args: argparse.Namespace,
                scored: int) -> dict:
     """What ``--out`` writes: the rows of :func:`compare` per model, and what
     :func:`pool_member` checks runs agree on before pooling them."""
+    options = {key: value for key, value in vars(args).items() if key not in NOT_RECIPE}
     return dict(rows=rows, seed=args.seed, score_split=args.score_split, scored=scored,
                 platform=args.platform, passes=args.passes, test_ratio=args.test_ratio,
                 ort=[base.ort_label(m, args.ort_like_trt) for m in args.ort_methods],
-                torch=torch.__version__, onnxruntime=ort.__version__)
+                options=options, torch=torch.__version__, onnxruntime=ort.__version__)
 
 
 #: what runs pooled together must share: each run differs by its FP32 models only
 SHARED = ('score_split', 'scored', 'platform', 'passes', 'test_ratio', 'ort')
+#: the options that are no part of the recipe a run measures (``options`` holds the rest,
+#: compared where both runs recorded them)
+NOT_RECIPE = ('seed', 'out', 'pool', 'threads', 'models')
 
 
 def pool_member(path: str, first: Optional[dict] = None) -> dict:
@@ -282,8 +286,8 @@ def pool_member(path: str, first: Optional[dict] = None) -> dict:
     missing = [key for key in ('rows', ) + SHARED if key not in run]
     if missing:
         raise SystemExit(f'--pool: {path} is no run written by --out (no {missing[0]!r})')
-    for key in SHARED if first is not None else ():
-        if run[key] != first[key]:
+    for key in (*SHARED, 'options') if first is not None else ():
+        if key in run and key in first and run[key] != first[key]:
             raise SystemExit(f'--pool: {path} differs from the first run in {key!r} '
                              f'({run[key]!r} against {first[key]!r}): only the FP32 '
                              'models may differ between pooled runs')

@@ -69,6 +69,12 @@ def test_a_run_that_is_no_record_or_differs_beyond_its_fp32_models_is_refused(
     with pytest.raises(SystemExit, match="seed_2.json differs from the first run in "
                        "'score_split' \\('val' against 'test'\\)"):
         ptq_passes.main(['--pool', first, val])
+    recipe = dict(observer='mse', adaround_steps=500)
+    first = write_run(tmp_path, 1, rows, options=recipe)
+    kl = write_run(tmp_path, 3, rows, options=dict(recipe, observer='kl'))
+    with pytest.raises(SystemExit, match="seed_3.json differs from the first run in "
+                       "'options'"):
+        ptq_passes.main(['--pool', first, kl])
 
 
 def test_seed_trains_the_fp32_models_and_out_writes_the_run(
@@ -94,6 +100,7 @@ def test_seed_trains_the_fp32_models_and_out_writes_the_run(
     assert run['seed'] == 7 and run['rows'] == {'MobileNetV2 x0.5': figures}
     assert (run['score_split'], run['scored'], run['ort']) == (
         'test', 360, ['ORT MinMax', 'ORT Entropy'])
+    assert run['options']['observer'] == 'mse' and 'seed' not in run['options']
     assert ptq_passes.pool_member(str(out))['rows'] == run['rows']
 
 
