@@ -18,8 +18,6 @@ or as config dicts (``dict(type='KLObserver', bins=2048)``), as in a PTQ config 
 batch size; otherwise its shapes are the example inputs', and a calibration batch of
 another shape is an error naming it.
 """
-import difflib
-import inspect
 import logging
 import os
 from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Sequence, Union
@@ -31,7 +29,7 @@ from ..ir import BaseGraph, PassManager, QuantizationStates, TorchExecutor, from
 from ..ir.components import registered, split_type
 from ..ir.passes import GraphPass
 from ..registry import DISPATCHERS, GRAPH_PASSES, PTQ_PASSES
-from ..utils.checks import integer_number, keyword_parameters
+from ..utils.checks import check_options, integer_number
 from .batches import BatchToInputs, checked_inputs, graph_batches
 from .calibration import calibrate
 from .dispatch import DispatchingTable
@@ -55,49 +53,6 @@ DEFAULT_PASSES = ('FormatConstant', 'FormatParameter', 'FuseBatchNorm', 'FuseGem
 see weights), shared parameters are split (each reader's can be baked), BatchNorm, bias
 Adds and MatMul + Add fold into their layers (one quantized layer each), primitive
 LayerNorm and GELU become single ops, and what no output needs goes."""
-
-
-def check_options(target: Callable, options: Mapping[str, Any], parameter: str,
-                  skip: Sequence[str] = ()) -> None:
-    """Refuse ``options`` that ``target``'s constructor (or the function) does not take.
-
-    Args:
-        target: a class or a function, e.g. a registered observer class.
-        options: the keyword arguments a config dict gives it.
-        parameter: the setting's name in the message (``'ptq.observer'``).
-        skip: parameters the caller sets itself, which no config may give.
-
-    Raises:
-        TypeError: an option that is no keyword parameter of ``target`` (a ``**kwargs``
-            target takes any); the message names the option, ``target`` and the options
-            it takes.
-
-    Example:
-        >>> from razorlib.quantization import KLObserver
-        >>> check_options(KLObserver, {'bins': 512}, 'observer')
-        >>> check_options(KLObserver, {'binz': 512}, 'observer', skip=['channel_axis'])
-        Traceback (most recent call last):
-        ...
-        TypeError: observer: KLObserver.__init__() got an unexpected keyword argument 'binz' \
-(did you mean 'bins'?); KLObserver takes bins
-    """
-    parameters = keyword_parameters(target)
-    if parameters is None:  # **kwargs, or no signature to read: the target says
-        return
-    taken = [name for name in parameters if name not in skip]
-    name = getattr(target, '__name__', repr(target))
-    for key in options:
-        if key in taken:
-            continue
-        # Python's own words (what building it would raise), then what it takes.
-        if not taken:
-            kind = 'options' if set(skip) & set(parameters) else 'arguments'
-            raise TypeError(f'{parameter}: {name}() takes no {kind}, got option {key!r}')
-        close = difflib.get_close_matches(str(key), taken, n=1)
-        hint = f' (did you mean {close[0]!r}?)' if close else ''
-        call = f'{name}.__init__()' if inspect.isclass(target) else f'{name}()'
-        raise TypeError(f'{parameter}: {call} got an unexpected keyword argument {key!r}{hint}; '
-                        f'{name} takes {", ".join(taken)}')
 
 
 def _lookup(find: Callable[[str], Any], kind: str, parameter: str) -> Any:

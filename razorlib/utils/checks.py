@@ -8,14 +8,15 @@ count fails in ``itertools.islice`` after calibration, a bool passes as 0 or 1, 
 ``TypeError``, one of the right type out of range a ``ValueError``; both name the setting
 and say what it holds.
 """
+import difflib
 import inspect
 import math
 import numbers
-from typing import Callable, List, Optional
+from typing import Any, Callable, List, Mapping, Optional, Sequence
 
 import numpy as np
 
-__all__ = ['integer_number', 'keyword_parameters', 'real_number', 'switch']
+__all__ = ['check_options', 'integer_number', 'keyword_parameters', 'real_number', 'switch']
 
 
 def _holds(wanted: str) -> str:
@@ -101,6 +102,53 @@ def switch(value: object, name: str) -> bool:
     if not isinstance(value, (bool, np.bool_)):
         raise TypeError(f'{name} must be True or False, got {value!r} ({type(value).__name__})')
     return bool(value)
+
+
+def check_options(target: Callable, options: Mapping[str, Any], parameter: str,
+                  skip: Sequence[str] = (), through_bases: bool = False) -> None:
+    """Refuse ``options`` that ``target``'s constructor (or the function) does not take,
+    before anything is built: the constructor's own ``TypeError`` names no setting, and a
+    base class's (``_Magnitude.__init__()``) not even the class the config names.
+
+    Args:
+        target: a class or a function, e.g. a registered observer class.
+        options: the keyword arguments a config dict gives it.
+        parameter: the setting's name in the message (``'ptq.observer'``).
+        skip: parameters the caller sets itself, which no config may give.
+        through_bases: follow a class's ``**kwargs`` up its bases
+            (:func:`keyword_parameters`).
+
+    Raises:
+        TypeError: an option that is no keyword parameter of ``target`` (a ``**kwargs``
+            target takes any); the message names the option, ``target`` and the options
+            it takes, with the closest one.
+
+    Example:
+        >>> from razorlib.quantization import KLObserver
+        >>> check_options(KLObserver, {'bins': 512}, 'observer')
+        >>> check_options(KLObserver, {'binz': 512}, 'observer', skip=['channel_axis'])
+        Traceback (most recent call last):
+        ...
+        TypeError: observer: KLObserver.__init__() got an unexpected keyword argument 'binz' \
+(did you mean 'bins'?); KLObserver takes bins
+    """
+    parameters = keyword_parameters(target, through_bases)
+    if parameters is None:  # **kwargs, or no signature to read: the target says
+        return
+    taken = [name for name in parameters if name not in skip]
+    name = getattr(target, '__name__', repr(target))
+    for key in options:
+        if key in taken:
+            continue
+        # Python's own words (what building it would raise), then what it takes.
+        if not taken:
+            kind = 'options' if set(skip) & set(parameters) else 'arguments'
+            raise TypeError(f'{parameter}: {name}() takes no {kind}, got option {key!r}')
+        close = difflib.get_close_matches(str(key), taken, n=1)
+        hint = f' (did you mean {close[0]!r}?)' if close else ''
+        call = f'{name}.__init__()' if inspect.isclass(target) else f'{name}()'
+        raise TypeError(f'{parameter}: {call} got an unexpected keyword argument {key!r}{hint}; '
+                        f'{name} takes {", ".join(taken)}')
 
 
 def keyword_parameters(target: Callable, through_bases: bool = False) -> Optional[List[str]]:

@@ -328,9 +328,9 @@ def test_data_criteria_say_they_need_data_and_bad_names_are_listed():
     (dict(normalize='max'), KeyError, "importance config {'normalize': 'max'} has no 'type'; "
      "known: .*'l1'"),
     # was TypeError: _Magnitude.__init__() got an unexpected keyword argument 'norm_scale'
-    (dict(type='l1', norm_scale=False), TypeError, "importance: 'norm_scale' is not an option "
-     r"of L1Importance \(did you mean 'norm_scales'\?\); it takes type, reduction, "
-     'normalize, roles, norm_scales'),
+    (dict(type='l1', norm_scale=False), TypeError, r"importance: L1Importance.__init__\(\) got "
+     r"an unexpected keyword argument 'norm_scale' \(did you mean 'norm_scales'\?\); "
+     'L1Importance takes reduction, normalize, roles, norm_scales'),
     # switches read by bool(): 'no' switched checkpointing on, or left the norms' scales read
     (dict(type='taylor', layerwise='no'), TypeError,
      "TaylorImportance: layerwise must be True or False, got 'no'"),

@@ -16,7 +16,6 @@ Weights are read only through :meth:`LayerKind.channel_weights
 <razorlib.layers.LayerKind.channel_weights>` (and the bare-parameter helper), so a new
 layer kind is scored by every criterion.
 """
-import difflib
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import (Any, Callable, Dict, FrozenSet, Iterable, Iterator, List, Mapping, Optional,
@@ -30,7 +29,7 @@ from ...layers import KindTable, as_table, param_channel_weights
 from ...registry import IMPORTANCES
 from ...tracing import ChannelGroup, ChannelGroups
 from ...tracing.context import ChannelUse
-from ...utils.checks import keyword_parameters
+from ...utils.checks import check_options
 from ..data import Batch, batch_loss, pair_batches
 
 __all__ = ['Importance', 'ImportanceContext', 'ImportanceArg', 'build_importance',
@@ -340,18 +339,7 @@ def build_importance(importance: ImportanceArg) -> Importance:
         raise KeyError(f"importance config {dict(importance)!r} has no 'type'; known: {known}")
     if isinstance(name, str) and IMPORTANCES.get(name) is None:
         raise KeyError(f'importance {name!r} is not registered; known: {known}')
-    _check_options(IMPORTANCES.get(name) if isinstance(name, str) else name, cfg)
+    cls = IMPORTANCES.get(name) if isinstance(name, str) else name
+    if isinstance(cls, type):
+        check_options(cls, cfg, 'importance', through_bases=True)
     return IMPORTANCES.build(dict(type=name, **cfg))
-
-
-def _check_options(cls: Any, options: Dict[str, Any]) -> None:
-    """Refuse a config key the criterion does not take, naming the option, the key and
-    what it takes, before anything is built: the constructor's own ``TypeError`` names a
-    private base class (``_Magnitude.__init__()``) and not ``importance``."""
-    accepted = keyword_parameters(cls, through_bases=True) if isinstance(cls, type) else None
-    unknown = [key for key in options if accepted is not None and key not in accepted]
-    if unknown:
-        close = difflib.get_close_matches(str(unknown[0]), accepted, n=1)
-        raise TypeError(f'importance: {unknown[0]!r} is not an option of {cls.__name__}'
-                        + (f' (did you mean {close[0]!r}?)' if close else '')
-                        + f'; it takes type, {", ".join(accepted)}')
