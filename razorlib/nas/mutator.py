@@ -139,9 +139,13 @@ class NasMutator:
         depth, channel count) given as a float (``5.0``) is refused.
 
         Raises:
+            TypeError: ``choices`` is no mapping of mutable names to choices.
             ValueError: ``where: KEY: ...`` for an unknown key, a choice the mutable
                 does not have, or an active mutable left out.
         """
+        if not isinstance(choices, Mapping):  # else a bare "'list' has no attribute 'items'"
+            raise TypeError(f'{where}: a subnet is a dict of mutable name -> choice, got '
+                            f'{type(choices).__name__}')
         given = {}
         for key, value in choices.items():
             if key not in self.mutables:

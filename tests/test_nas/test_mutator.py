@@ -81,6 +81,10 @@ def test_check_names_the_unknown_key_or_choice():
         mutator.check(dict(good, **{'stages.9.0': 'shuffle_3x3'}), where='net.yaml')
     with pytest.raises(ValueError, match=r"net.yaml: stages.1.0: 'shuffle_9x9' is not a choice"):
         mutator.check(dict(good, **{'stages.1.0': 'shuffle_9x9'}), where='net.yaml')
+    # was "'list' object has no attribute 'items'"
+    with pytest.raises(TypeError, match='net.yaml: a subnet is a dict of mutable name -> '
+                       'choice, got list'):
+        mutator.check(list(good.items()), where='net.yaml')
 
 
 def test_fair_samples_use_every_choice_of_every_mutable_once():
