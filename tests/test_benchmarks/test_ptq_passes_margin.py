@@ -4,6 +4,12 @@ import math
 
 import pytest
 import torch
+from benchmark_scripts import load_ptq_passes
+
+
+@pytest.fixture
+def ptq_passes(monkeypatch):
+    return load_ptq_passes(monkeypatch)
 
 
 def test_the_interval_brackets_the_margin_and_narrows_with_more_images(ptq_passes):

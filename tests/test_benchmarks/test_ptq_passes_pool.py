@@ -7,6 +7,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from benchmark_scripts import load_ptq_passes
+
+
+@pytest.fixture
+def ptq_passes(monkeypatch):
+    return load_ptq_passes(monkeypatch)
 
 
 def model_figures(passes, best_ort, fp32, qat, qat_kd):

@@ -1,15 +1,12 @@
-"""Fixtures of the benchmark scripts' tests."""
+"""The benchmark scripts as modules, for their tests (benchmarks/ is no package)."""
 import importlib.util
 import sys
 from pathlib import Path
 
-import pytest
-
-BENCHMARKS = Path(__file__).resolve().parents[2] / 'benchmarks'
+BENCHMARKS = Path(__file__).resolve().parents[1] / 'benchmarks'
 
 
-@pytest.fixture
-def ptq_passes(monkeypatch):
+def load_ptq_passes(monkeypatch):
     """benchmarks/ptq_passes.py as a module; the benchmarks/ folder it puts on sys.path and
     the sibling scripts it imports from there are gone again after the test."""
     monkeypatch.setattr(sys, 'path', list(sys.path))
