@@ -81,6 +81,12 @@ class Accuracy(BaseMetric):
         if not results:
             raise ValueError('Accuracy: no samples to score: process() was given no data '
                              'samples (an empty val/test dataloader?)')
+        shapes = sorted({tuple(score.shape) for score, _ in results})
+        if len(shapes) > 1 or len(shapes[0]) != 1:
+            # torch.stack (mixed lengths) or gather ((1, C) scores) would fail naming
+            # neither the metric nor pred_score
+            raise ValueError(f'Accuracy: every pred_score must be a 1-D tensor of one score '
+                             f'per class, of one length; got shapes {shapes[:5]}')
         scores = torch.stack([score for score, _ in results])
         labels = torch.tensor([label for _, label in results])
         num_classes = scores.shape[1]

@@ -106,3 +106,15 @@ def test_ties_go_to_the_lower_class_index_as_argmax_breaks_them():
 def test_no_samples_is_a_clear_error():
     with pytest.raises(ValueError, match='Accuracy: no samples to score'):
         Accuracy().compute_metrics([])
+
+
+@pytest.mark.parametrize('scores', [
+    [torch.tensor([.4, .6]), torch.tensor([.2, .4, .4])],
+    [torch.tensor([[.4, .6]]), torch.tensor([[.7, .3]])]])
+def test_scores_of_another_length_or_rank_are_named(scores):
+    # mixed class counts failed in torch.stack, (1, C) scores in gather, naming neither
+    # the metric nor pred_score
+    metric = Accuracy(topk=1)
+    metric.process(None, [dict(pred_score=score, gt_label=0) for score in scores])
+    with pytest.raises(ValueError, match='Accuracy: every pred_score must be a 1-D'):
+        metric.compute_metrics(metric.results)

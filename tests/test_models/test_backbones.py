@@ -89,6 +89,10 @@ def test_out_indices_return_stage_features(build, indices, channels):
     (lambda: ShuffleNetV2(widen_factor=0.75), 'widen_factor must be one of'),
     (lambda: MobileNetV2(out_indices=(8, )), 'out of range'),
     (lambda: PlainCNN(num_classes=10, out_indices=(0, )), 'at most one'),
+    (lambda: PlainCNN(out_indices=()), 'out_indices is empty'),
+    (lambda: ResNet(depth=18, out_indices=[]), 'out_indices is empty'),
+    (lambda: PlainCNN(num_classes=0), 'num_classes must be positive'),
+    (lambda: MobileNetV2(num_classes=-1), 'num_classes must be positive'),
     (lambda: PlainCNN(channels=(8, 16), strides=(1, )), 'strides'),
 ])
 def test_invalid_arguments_are_named(build, match):

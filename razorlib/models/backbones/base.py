@@ -118,6 +118,11 @@ class BaseBackbone(nn.Module):
         if out_indices is not None and num_classes is not None:
             raise ValueError('out_indices returns stage features and num_classes adds a '
                              'classifier on top: set at most one of them')
+        if num_classes is not None and num_classes < 1:
+            # nn.Linear would make a 0-wide fc (logits of shape (N, 0)) without a word, and
+            # name no argument for a negative count
+            raise ValueError(f'num_classes must be positive (or None for no fc), got '
+                             f'{num_classes}')
         self.stem = stem
         self.stages = nn.Sequential(*stages)
         self.stage_channels = tuple(stage_channels)
@@ -130,6 +135,10 @@ class BaseBackbone(nn.Module):
 
     @staticmethod
     def _normalise_indices(indices: Sequence[int], num_stages: int) -> Tuple[int, ...]:
+        if not len(indices):
+            # forward and num_features read the last index: a bare IndexError otherwise
+            raise ValueError(f'out_indices is empty: name at least one of the {num_stages} '
+                             'stages, or leave it None for the last feature map')
         normalised = []
         for index in indices:
             if not -num_stages <= index < num_stages:
