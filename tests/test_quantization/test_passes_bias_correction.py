@@ -7,6 +7,7 @@ import torch
 from razorlib.ir import from_torch
 from razorlib.quantization import (BiasCorrection, QuantExecutor, calibrate, dequantized,
                                    quantize_graph)
+from razorlib.quantization.passes import weight_layers
 
 
 def biased_conv() -> torch.nn.Module:
@@ -111,3 +112,21 @@ def test_bias_correction_skips_a_gemm_whose_bias_it_cannot_shift(caplog):
         assert "skipped Gemm 'fc'" in caplog.text and reason in caplog.text
         assert torch.equal(graph.operations['fc'].inputs[2].value, before)
         caplog.clear()
+
+
+def test_bias_correction_weighs_batches_of_different_sizes_by_their_samples():
+    """The shift is the mean error over every calibration sample: the same samples, in one
+    batch or in a batch of 15 and a last batch of 1 (a dataloader without ``drop_last``),
+    give the same correction.  Averaging the two batches' means would give the single,
+    larger-input sample half the weight."""
+    net = biased_conv()
+    generator = torch.Generator().manual_seed(1)
+    images = torch.cat([torch.rand(15, 4, 10, 10, generator=generator),
+                        4 * torch.rand(1, 4, 10, 10, generator=generator)])
+    corrected = []
+    for batches in ([images], [images[:15], images[15:]]):
+        graph = from_torch(net, images[:2], dynamic_batch=True)
+        graph = calibrate(quantize_graph(graph, 'TRT_INT8'), [images], progress=False)
+        BiasCorrection()(graph, batches)
+        corrected.append(weight_layers(graph)[0].inputs[2].value)
+    torch.testing.assert_close(corrected[1], corrected[0], rtol=0, atol=1e-5)

@@ -95,19 +95,24 @@ class BiasCorrection(PTQPass):
             if bias_factor is None:
                 continue
             axis = output_channel_axis(op)
-            shift = 0
+            # each batch's mean weighs by the values it averages, so that batches of
+            # different sizes (a last, partial batch) give the mean over every sample
+            difference, count = 0, 0
             for record in record_layer(executor, op, batches):
                 with torch.no_grad():
                     quantized = kernel_output(executor, op, record.quant_inputs)
-                shift = shift + (channel_means(record.fp32_output, axis)
-                                 - channel_means(quantized, axis))
+                values = record.fp32_output.numel() // record.fp32_output.shape[axis]
+                difference = difference + values * (
+                    channel_means(record.fp32_output, axis) - channel_means(quantized, axis))
+                count += values
+            shift = difference / count
             bias = op.inputs[2].value
             if bias.dim() == 0 or bias.shape[-1] != len(shift):
                 logger.info('BiasCorrection: skipped %s %r: its bias of shape %s is not one '
                             'value per output channel (%d)', op.type, op.name,
                             tuple(bias.shape), len(shift))
                 continue
-            op.set_parameter_value(2, bias + (shift / (len(batches) * bias_factor)).to(bias))
+            op.set_parameter_value(2, bias + (shift / bias_factor).to(bias))
             corrected += 1
         return PassResult.counted(graph, corrected)
 
