@@ -88,6 +88,9 @@ class Accuracy(BaseMetric):
             raise ValueError(f'Accuracy: every pred_score must be a 1-D tensor of one score '
                              f'per class, of one length; got shapes {shapes[:5]}')
         scores = torch.stack([score for score, _ in results])
+        # at least float32 (exact for half-precision scores, so no rank changes): in
+        # float16 nll's floor of 1e-12 is 0, and a zero probability made it inf
+        scores = scores.to(torch.promote_types(scores.dtype, torch.float32))
         labels = torch.tensor([label for _, label in results])
         num_classes = scores.shape[1]
         outside = labels[(labels < 0) | (labels >= num_classes)]

@@ -57,6 +57,18 @@ def test_nll_is_the_mean_negative_log_likelihood_of_the_true_class():
     assert 'nll' not in Accuracy(topk=1).compute_metrics(metric.results)
 
 
+@pytest.mark.parametrize('dtype', [torch.float16, torch.bfloat16])
+def test_nll_of_half_precision_scores_is_computed_in_float32(dtype):
+    """A half-precision pred_score (a model run under autocast) gave an nll in that
+    precision: the floor 1e-12 is 0 in float16, so a zero probability made it inf."""
+    import math
+    metric = Accuracy(topk=1, nll=True)
+    metric.process(None, [dict(pred_score=torch.tensor([0.25, 0.75], dtype=dtype), gt_label=1),
+                          dict(pred_score=torch.tensor([1.0, 0.0], dtype=dtype), gt_label=1)])
+    result = metric.compute_metrics(metric.results)
+    assert result['nll'] == pytest.approx((-math.log(0.75) - math.log(1e-12)) / 2, rel=1e-6)
+
+
 @pytest.mark.parametrize('label', [2, -1])
 def test_a_label_outside_the_scores_is_refused(label):
     # a dataset with more classes than the head: no prediction can be right, so no score
