@@ -357,10 +357,9 @@ def _fitted(pruner: StructurePruner, subnet: SubnetDict, rule: WidthRule) -> Sub
     """``subnet`` with each space's kept count the one ``rule`` allows nearest it, the
     pruner's order deciding which channels: a ``StructurePruner`` samples its ratios
     knowing no ``round_to`` or ``max_ratio`` (an ``ImportancePruner`` holds its own rule)."""
-    groups, orders = pruner.groups.prunable, pruner.channel_orders()
-    return {gid: torch.from_numpy(groups[gid].keep_best(
-        np.asarray(orders[gid]), rule.fit(groups[gid], int(mask.sum()))))
-        for gid, mask in subnet.items()}
+    groups = pruner.groups.prunable
+    return pruner.subnet_keeping(subnet, {gid: rule.fit(groups[gid], int(mask.sum()))
+                                          for gid, mask in subnet.items()})
 
 
 def _meets_budget(pruner: StructurePruner, budget: Dict[str, float], example_inputs: Any,

@@ -362,6 +362,16 @@ class StructurePruner(metaclass=ABCMeta):
         return {gid: self.keep_ratio(groups[gid], ratio, orders[gid])
                 for gid, ratio in ratios.items()}
 
+    def subnet_keeping(self, subnet: SubnetDict, counts: Mapping[str, int],
+                       orders: Optional[Mapping[str, np.ndarray]] = None) -> SubnetDict:
+        """``subnet`` with each space of ``counts`` keeping that many channels, its best by
+        ``orders`` (default :meth:`channel_orders`; pass them to reuse across calls), with
+        a channel of each layer and chunk input in the group (``keep_best``)."""
+        groups = self._require_prepared().prunable
+        orders = self.channel_orders() if orders is None else orders
+        return {**subnet, **{gid: torch.from_numpy(groups[gid].keep_best(
+            np.asarray(orders[gid]), int(count))) for gid, count in counts.items()}}
+
     def sample_subnet(self, rng: Optional[random.Random] = None) -> SubnetDict:
         """A random subnet: per space a ratio drawn from ``ratios``.
 

@@ -175,17 +175,7 @@ def uniform_subnet(pruner, subnet: Dict[str, torch.Tensor]) -> Dict[str, torch.T
     for ids in classes.values():
         count = rule.fit(groups[ids[0]], np.mean([int(subnet[gid].sum()) for gid in ids]))
         counts.update((gid, count) for gid in ids)
-    return _keeping(groups, pruner.channel_orders(), subnet, counts)
-
-
-def _keeping(groups, orders: Dict[str, np.ndarray], subnet: Dict[str, torch.Tensor],
-             counts: Dict[str, int]) -> Dict[str, torch.Tensor]:
-    """``subnet`` with each space of ``counts`` keeping that many channels, its best by
-    ``orders``."""
-    kept = dict(subnet)
-    for gid, count in counts.items():
-        kept[gid] = torch.from_numpy(groups[gid].keep_best(np.asarray(orders[gid]), count))
-    return kept
+    return pruner.subnet_keeping(subnet, counts)
 
 
 def split_routed_experts(model: nn.Module) -> List[str]:
@@ -247,9 +237,9 @@ def uniform_experts(pruner, subnet: Dict[str, torch.Tensor], modules: Sequence[s
                               key=lambda i: (abs(widths[name][i] - mean), -widths[name][i]))
 
     def at_index() -> Dict[str, torch.Tensor]:
-        return _keeping(groups, orders, subnet, {gid: widths[name][index[name]]
-                                                 for name, ids in members.items()
-                                                 for gid in ids})
+        return pruner.subnet_keeping(subnet, {gid: widths[name][index[name]]
+                                              for name, ids in members.items()
+                                              for gid in ids}, orders)
 
     kept = at_index()
     while meets is not None and not meets(kept):
