@@ -71,13 +71,14 @@ def _check_spec(find: Callable[[str], Any], spec: Any, parameter: str,
 
 
 def _check_observer(spec: Any, parameter: str) -> None:
-    """An observer name or config dict :func:`_check_spec` accepts, then built once with
-    its options, so that the values it refuses (``percentile=200``) are refused now,
+    """A registered observer name or config dict with options it takes, built once with
+    them, so that the values it refuses (``percentile=200``) are refused now,
     naming ``parameter``, and not at calibration, after the export and the graph passes."""
-    _check_spec(observer_class, spec, parameter, skip=['channel_axis'])
     kind, options = split_type(spec, parameter)
+    cls = _lookup(observer_class, kind, parameter)
+    check_options(cls, options, parameter, skip=['channel_axis'])
     try:
-        observer_class(kind)(**options)
+        cls(**options)
     except (TypeError, ValueError) as error:
         raise type(error)(f'{parameter}: {error}') from error
 
