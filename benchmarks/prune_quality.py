@@ -74,7 +74,7 @@ from razorlib.models import ResNet
 from razorlib.utils import get_model_complexity
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from pooling import mean_and_error  # noqa: E402  (benchmarks/pooling.py)
+from pooling import mean_and_error, verdict  # noqa: E402  (benchmarks/pooling.py)
 
 #: criteria that are no registered name: the importance config each stands for
 #: (``l2_filters``: ``l2`` reading the filters where ``l2`` reads a batch norm's scale)
@@ -642,13 +642,12 @@ def pooled_report(runs: Sequence[Dict[str, Any]]) -> str:
              'holds in runs |', '| ---: | --- | ---: | ---: | ---: | --- | --- | ---: |']
     for p in pooled(runs):
         (top1, top1_se), (kl, kl_se) = p['top1'], p['kl']
-        holds = top1 >= 0 and kl <= 0
-        close = top1 >= -2 * top1_se and kl <= 2 * kl_se
-        each = sum(t >= 0 and k <= 0 for t, k in p['runs'])
+        judged = verdict(p['runs'], [(0.0, 1), (0.0, -1)])  # top-1 at or above, KL below
         lines.append(f"| {p['target']:g} | {p['peer']} | {len(p['runs'])} | "
                      f'{top1:+.2f} ± {top1_se:.2f} | {kl:+.4f} ± {kl_se:.4f} | '
-                     f'{"yes" if holds else "no"} | {"yes" if close else "no"} | '
-                     f"{each} of {len(p['runs'])} |")
+                     f'{"yes" if judged["holds"] else "no"} | '
+                     f'{"yes" if judged["close"] else "no"} | '
+                     f"{judged['held_in']} of {len(p['runs'])} |")
     return '\n'.join(lines)
 
 

@@ -78,7 +78,7 @@ from razorlib.ir import from_torch, to_onnx  # noqa: E402
 from razorlib.models import ImageClassifier  # noqa: E402
 from razorlib.quantization import (LSQGraph, MixedPrecision, export_graph,  # noqa: E402
                                    quantize_torch_model, snr_db)
-from pooling import mean_and_error  # noqa: E402  (benchmarks/pooling.py)
+from pooling import mean_and_error, verdict  # noqa: E402  (benchmarks/pooling.py)
 
 PASSES = ['LayerwiseEqualization', 'ClipEqualization', 'ActivationCentering', 'AdaRound',
           'BiasCorrection']  # runs 4-8 of benchmarks/README.md: without ActivationCentering
@@ -339,13 +339,12 @@ def pooled_report(runs: Sequence[dict]) -> str:
              '| model | figure | runs | mean ± SE | target | holds | within 2 SE | '
              'holds in runs |', '| --- | --- | ---: | ---: | ---: | --- | --- | ---: |']
     for p in pooled(runs):
-        holds = p['mean'] >= p['target']
-        close = p['mean'] + 2 * p['error'] >= p['target']
-        each = sum(value >= p['target'] for value in p['runs'])
+        judged = verdict([[value] for value in p['runs']], [(p['target'], 1)])
         lines.append(f"| {p['model']} | {p['measure']} | {len(p['runs'])} | "
                      f"{p['mean']:+.2f} ± {p['error']:.2f} | "
-                     f"{p['target']:+g} | {'yes' if holds else 'no'} | "
-                     f"{'yes' if close else 'no'} | {each} of {len(p['runs'])} |")
+                     f"{p['target']:+g} | {'yes' if judged['holds'] else 'no'} | "
+                     f"{'yes' if judged['close'] else 'no'} | "
+                     f"{judged['held_in']} of {len(p['runs'])} |")
     return '\n'.join(lines)
 
 

@@ -27,4 +27,17 @@ def test_the_error_is_the_sample_deviation_over_the_root_of_the_count(pooling):
 
 def test_the_docstring_example_holds(pooling):
     result = doctest.testmod(pooling)
-    assert result.attempted == 1 and result.failed == 0
+    assert result.attempted == 4 and result.failed == 0
+
+
+def test_a_verdict_holds_on_the_means_within_two_errors_and_run_by_run(pooling):
+    # one figure to keep at or above 3: mean 2.9 +- 0.1 misses, but within 2 SE
+    v = pooling.verdict([[2.8], [3.0], [2.8], [3.0]], [(3.0, 1)])
+    assert v['holds'] is False and v['close'] is True and v['held_in'] == 2
+    assert v['means'][0] == pytest.approx((2.9, 0.05773502691896258))
+    # a figure to keep at or below 0 that is above it by more than two errors
+    v = pooling.verdict([(1.0, 0.5), (1.0, 0.4)], [(0.0, 1), (0.0, -1)])
+    assert (v['holds'], v['close'], v['held_in']) == (False, False, 0)
+    # both figures on their sides in every run
+    v = pooling.verdict([(0.0, 0.0), (0.1, -0.2)], [(0.0, 1), (0.0, -1)])
+    assert (v['holds'], v['close'], v['held_in']) == (True, True, 2)
