@@ -123,7 +123,12 @@ class NasMutator:
         return {key: mutable.current_choice for key, mutable in self.mutables.items()}
 
     def active(self, choices: Mapping[str, Choice]) -> Choices:
-        """The part of ``choices`` that matters: mutables whose conditions hold."""
+        """The part of ``choices`` that matters: mutables whose conditions hold.
+
+        Raises:
+            TypeError, ValueError: as :meth:`check`, for no mapping or unknown keys.
+        """
+        self._check_keys(choices, 'subnet')
         return {key: value for key, value in choices.items()
                 if all(choices.get(c.key) in c.allowed for c in self.conditions[key])}
 
@@ -140,29 +145,39 @@ class NasMutator:
 
         Raises:
             TypeError: ``choices`` is no mapping of mutable names to choices.
-            ValueError: ``where: KEY: ...`` for an unknown key, a choice the mutable
-                does not have, or an active mutable left out.
+            ValueError: ``where: ...`` naming every unknown key, or every active mutable
+                left out; ``where: KEY: ...`` for a choice the mutable does not have.
         """
-        if not isinstance(choices, Mapping):  # else a bare "'list' has no attribute 'items'"
-            raise TypeError(f'{where}: a subnet is a dict of mutable name -> choice, got '
-                            f'{type(choices).__name__}')
+        self._check_keys(choices, where)
         given = {}
         for key, value in choices.items():
-            if key not in self.mutables:
-                known = list(self.mutables)
-                raise ValueError(f'{where}: unknown mutable {key!r}; this model has '
-                                 f'{len(known)} mutables: {known[:4]}...')
             try:
                 given[key] = self.mutables[key].check_choice(value)
             except ValueError as err:
                 raise ValueError(f'{where}: {key}: {err}') from None
         completed = {key: given.get(key, mutable.current_choice)
                      for key, mutable in self.mutables.items()}
-        missing = [key for key in self.active(completed) if key not in given]
+        # Not the mutables inside a missing op or block: the missing choice decides them.
+        missing = [key for key in self.active(completed) if key not in given
+                   and all(cond.key in given for cond in self.conditions[key])]
         if missing:
-            raise ValueError(f'{where}: no choice for mutable {missing[0]!r} (one of '
-                             f'{self.choices[missing[0]]})')
+            options = ', '.join(f'{key!r} (one of {self.choices[key]})' for key in missing)
+            raise ValueError(f'{where}: no choice for mutable{"s" * (len(missing) > 1)} '
+                             f'{options}')
         return completed
+
+    def _check_keys(self, choices: Mapping[str, Choice], where: str) -> None:
+        """Refuse a non-mapping, and name every key that is no mutable of this model (a
+        subnet of another model or config names several)."""
+        if not isinstance(choices, Mapping):  # else a bare "'list' has no attribute 'items'"
+            raise TypeError(f'{where}: a subnet is a dict of mutable name -> choice, got '
+                            f'{type(choices).__name__}')
+        unknown = [key for key in choices if key not in self.mutables]
+        if unknown:
+            known = list(self.mutables)
+            raise ValueError(f'{where}: unknown mutable{"s" * (len(unknown) > 1)} '
+                             f'{", ".join(map(repr, unknown))}; this model has '
+                             f'{len(known)} mutables: {known[:4]}{"..." * (len(known) > 4)}')
 
     def subnet(self, choices: Mapping[str, Choice]) -> FixedSubnet:
         """What a supernet's ``set_subnet`` takes for ``choices`` (checked and
@@ -193,13 +208,22 @@ class NasMutator:
         return [{key: column[i] for key, column in columns.items()} for i in range(count)]
 
     def mutate(self, choices: Mapping[str, Choice], prob: float, rng: random.Random) -> Choices:
-        """``choices`` with each mutable redrawn with probability ``prob``."""
+        """``choices`` with each mutable redrawn with probability ``prob``.
+
+        ``choices`` is checked and completed first, as :meth:`check` does (an exported
+        subnet leaves inactive mutables out; they keep their current choice), so a bad
+        subnet fails naming its keys, before ``rng`` is drawn from.
+        """
+        choices = self.check(choices, where='mutate')
         return {key: rng.choice(options) if rng.random() < prob else choices[key]
                 for key, options in self.choices.items()}
 
     def crossover(self, first: Mapping[str, Choice], second: Mapping[str, Choice],
                   rng: random.Random) -> Choices:
-        """Each mutable's choice from ``first`` or ``second`` with equal chance."""
+        """Each mutable's choice from ``first`` or ``second`` with equal chance; both are
+        checked and completed first, as in :meth:`mutate`."""
+        first = self.check(first, where='crossover: first')
+        second = self.check(second, where='crossover: second')
         return {key: (first if rng.random() < 0.5 else second)[key] for key in self.mutables}
 
     def min_subnet(self) -> Choices:

@@ -61,6 +61,20 @@ def test_mutation_and_crossover_draw_from_the_choices_and_repeat_with_the_seed()
     assert space.sample(random.Random(5)) == space.sample(random.Random(5))
 
 
+def test_moves_refuse_bad_widths_naming_the_space_before_drawing():
+    space = WidthSpace(prepared(RatioPruner()))
+    good = space.uniform(1.0)
+    rng = random.Random(0)
+    state = rng.getstate()
+    with pytest.raises(ValueError, match="mutate: no width for space 'stages.1.conv'"):
+        space.mutate({'stages.0.conv': 4}, 1.0, rng)
+    with pytest.raises(ValueError, match="crossover: second: unknown space id 'fc'"):
+        space.crossover(good, dict(good, fc=2), rng)
+    with pytest.raises(ValueError, match=r'crossover: first.stages.0.conv: .* got 99'):
+        space.crossover(dict(good, **{'stages.0.conv': 99}), good, rng)
+    assert rng.getstate() == state
+
+
 class ConcatAdd(torch.nn.Module):
     """``cat([a(x), b(x)]) + d(x)``: one group of 16 channels with two parts (a, b)."""
 

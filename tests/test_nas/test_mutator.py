@@ -185,3 +185,54 @@ def test_a_mutable_held_at_two_places_is_refused_naming_both(make, first, again)
     with pytest.raises(ValueError, match=rf"'{again}' is the mutable '{first}' again \(one "
                                          r'OneShotMutableOP at two places\)'):
         NasMutator(make(op))
+
+
+def test_moves_name_every_missing_or_unknown_key_before_drawing():
+    """``mutate`` and ``crossover`` failed on a subnet leaving a mutable out with a bare
+    KeyError ('stages.0.1'), and took unknown keys silently; ``active`` (and so ``key``)
+    failed on unknown keys with a bare KeyError.  Each now names every bad key, and the
+    moves fail before drawing from their generator."""
+    mutator = NasMutator(shufflenet())
+    good = mutator.min_subnet()
+    rng = random.Random(0)
+    state = rng.getstate()
+    incomplete = {'stages.0.0': 'shuffle_3x3', 'stages.1.0': 'shuffle_3x3'}
+    with pytest.raises(ValueError) as err:
+        mutator.mutate(incomplete, 0.5, rng)
+    assert str(err.value) == (
+        f"mutate: no choice for mutables 'stages.0.1' (one of {mutator.choices['stages.0.1']}), "
+        f"'stages.1.1' (one of {mutator.choices['stages.1.1']})")
+    known = "this model has 4 mutables: ['stages.0.0', 'stages.0.1', 'stages.1.0', 'stages.1.1']"
+    with pytest.raises(ValueError) as err:
+        mutator.mutate(dict(good, **{'stages.9.0': 'shuffle_3x3', 'head': 1}), 0.5, rng)
+    assert str(err.value) == f"mutate: unknown mutables 'stages.9.0', 'head'; {known}"
+    partial = {key: value for key, value in good.items() if key != 'stages.1.0'}
+    with pytest.raises(ValueError) as err:
+        mutator.crossover(good, partial, rng)
+    assert str(err.value) == ("crossover: second: no choice for mutable 'stages.1.0' (one of "
+                              f"{mutator.choices['stages.1.0']})")
+    with pytest.raises(ValueError) as err:
+        mutator.crossover(dict(good, extra=1), good, rng)
+    assert str(err.value) == f"crossover: first: unknown mutable 'extra'; {known}"
+    assert rng.getstate() == state
+    for method in (mutator.active, mutator.key):
+        with pytest.raises(ValueError) as err:
+            method(dict(good, extra=1))
+        assert str(err.value) == f"subnet: unknown mutable 'extra'; {known}"
+
+
+def test_moves_take_an_exported_subnet_without_its_inactive_mutables():
+    """A subnet need not name inactive mutables (an exported one leaves them out): the
+    moves complete it as ``check`` does, and still refuse an active one left out."""
+    mutator = NasMutator(mobilenet())
+    exported = mutator.active(mutator.min_subnet())
+    assert 'stages.0.blocks.2' not in exported
+    completed = mutator.check(exported)
+    assert mutator.mutate(exported, 0.0, random.Random(0)) == completed
+    assert mutator.crossover(exported, exported, random.Random(0)) == completed
+    # the op of the third block is named, not the mutables inside it, which it decides
+    deeper = dict(exported, **{'stages.0.depth': 3})
+    with pytest.raises(ValueError) as err:
+        mutator.mutate(deeper, 0.0, random.Random(0))
+    assert str(err.value) == ("mutate: no choice for mutable 'stages.0.blocks.2' (one of "
+                              "['skip', 'mbconv'])")

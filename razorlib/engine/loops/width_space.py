@@ -140,11 +140,17 @@ class WidthSpace:
         return {gid: rng.choice(choices) for gid, choices in self.choices.items()}
 
     def mutate(self, widths: Mapping[str, int], prob: float, rng: random.Random) -> Widths:
-        """``widths`` with each space redrawn with probability ``prob``."""
+        """``widths`` with each space redrawn with probability ``prob``; ``widths`` is
+        checked first (:meth:`check`), so a bad one fails naming its space before ``rng``
+        is drawn from."""
+        widths = self.check(widths, where='mutate')
         return {gid: rng.choice(choices) if rng.random() < prob else widths[gid]
                 for gid, choices in self.choices.items()}
 
     def crossover(self, first: Mapping[str, int], second: Mapping[str, int],
                   rng: random.Random) -> Widths:
-        """Each space's width from ``first`` or ``second`` with equal chance."""
+        """Each space's width from ``first`` or ``second`` with equal chance; both are
+        checked first, as in :meth:`mutate`."""
+        first = self.check(first, where='crossover: first')
+        second = self.check(second, where='crossover: second')
         return {gid: (first if rng.random() < 0.5 else second)[gid] for gid in self.sizes}
