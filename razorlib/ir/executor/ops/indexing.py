@@ -1,4 +1,6 @@
-"""Ops that select or assemble: Concat, Split, Slice, Gather, GatherElements, Pad."""
+"""Ops that select or assemble: Concat, Split, Slice, Gather, GatherElements, GatherND,
+Pad."""
+import math
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
@@ -95,6 +97,27 @@ def _gather(op: Operation, device: torch.device):
 def _gather_elements(op: Operation, device: torch.device):
     axis = op.attributes.get('axis', 0)
     return lambda x, indices: torch.gather(x, axis, _positive(indices, x.shape[axis]))
+
+
+@register_kernel('GatherND')
+def _gather_nd(op: Operation, device: torch.device):
+    """The last axis of ``indices`` holds positions (negative ones from the end) into the
+    data's ``depth`` axes after its first ``batch_dims``, which data and indices share:
+    the result is those batch axes, the other axes of ``indices``, then the data's axes
+    past the indexed ones.  The batch axes are flattened into one, indexed alongside."""
+    batch_dims = op.attributes.get('batch_dims', 0)
+
+    def kernel(x, indices):
+        batch, depth = x.shape[:batch_dims], indices.shape[-1]
+        count = math.prod(batch)
+        data = x.reshape(count, *x.shape[batch_dims:])
+        sizes = torch.tensor(x.shape[batch_dims:batch_dims + depth], device=x.device)
+        positions = _positive(indices.reshape(count, -1, depth), sizes)
+        rows = torch.arange(count, device=x.device).unsqueeze(1).expand(positions.shape[:2])
+        picked = data[(rows, *positions.unbind(-1))]
+        return picked.reshape((*batch, *indices.shape[batch_dims:-1],
+                               *x.shape[batch_dims + depth:]))
+    return kernel
 
 
 def _edge(positions: torch.Tensor, size: int) -> torch.Tensor:

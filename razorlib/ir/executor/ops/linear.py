@@ -1,4 +1,4 @@
-"""Conv, ConvTranspose, Gemm and MatMul."""
+"""Conv, ConvTranspose, Gemm, MatMul and Einsum."""
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
@@ -106,3 +106,11 @@ def _gemm(op: Operation, device: torch.device):
 
 
 register_function(torch.matmul, 'MatMul')
+
+
+@register_kernel('Einsum')
+def _einsum(op: Operation, device: torch.device):
+    """torch reads ONNX's equations as they are: spaces, ``...`` and the implicit output
+    (the labels seen once, in alphabetical order) alike."""
+    equation = op.attributes['equation']
+    return lambda *inputs: torch.einsum(equation, *inputs)

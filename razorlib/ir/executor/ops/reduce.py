@@ -1,4 +1,4 @@
-"""Reductions (ReduceMean, ReduceSum, ReduceMax, ...) and ArgMax/ArgMin."""
+"""Reductions (ReduceMean, ReduceSum, ReduceMax, ...), ArgMax/ArgMin and CumSum."""
 from typing import Callable, Dict, List, Tuple
 
 import torch
@@ -67,3 +67,23 @@ def _arg_builder(arg: Callable[..., torch.Tensor]):
 
 register_kernel('ArgMax')(_arg_builder(torch.argmax))
 register_kernel('ArgMin')(_arg_builder(torch.argmin))
+
+
+@register_kernel('CumSum')
+def _cumsum(op: Operation, device: torch.device):
+    """The axis from input 1 (a 0-d or one-element tensor); ``exclusive`` sums the
+    elements before each one (0 first), ``reverse`` sums from the end.  The sum keeps
+    the input's dtype, where torch's default sums an int32 tensor to int64."""
+    axis_of = reader(op, 1, convert=lambda tensor: int(tensor.reshape(-1)[0]))
+    exclusive, reverse = op.attributes.get('exclusive', 0), op.attributes.get('reverse', 0)
+
+    def kernel(*inputs):
+        x, axis = inputs[0], axis_of(inputs)
+        if reverse:
+            x = x.flip(axis)
+        if exclusive and x.shape[axis]:
+            x = torch.cat([torch.zeros_like(x.narrow(axis, 0, 1)),
+                           x.narrow(axis, 0, x.shape[axis] - 1)], axis)
+        out = torch.cumsum(x, axis, dtype=x.dtype)
+        return out.flip(axis) if reverse else out
+    return kernel
