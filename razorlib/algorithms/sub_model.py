@@ -1,7 +1,7 @@
 """``sub_model``: build an architecture and slice it to a channel config, from a config."""
 from functools import partial
 from pathlib import Path
-from typing import Any, Dict, List, Union
+from typing import Any, Dict, List, Sequence, Union
 
 import torch.nn as nn
 from mmengine.logging import MMLogger
@@ -10,12 +10,15 @@ from mmengine.model.weight_init import PretrainedInit
 
 from ..pruning import ChannelConfig, slim_model
 from ..pruning.channel_config import as_channel_config
+from ..pruning.config_check import check_channel_config
 from ..registry import MODELS
+from ..utils.inputs import random_batch
 
 
 @MODELS.register_module()
 def sub_model(architecture: Union[nn.Module, dict],
-              channel_cfg: Union[ChannelConfig, Dict[str, Any], str, Path]) -> nn.Module:
+              channel_cfg: Union[ChannelConfig, Dict[str, Any], str, Path],
+              input_shape: Sequence[int] = (3, 224, 224)) -> nn.Module:
     """The slim subnet of a supernet architecture, for retraining.
 
     Registered in ``MODELS``, so a config builds it (mmrazor's ``sub_model``)::
@@ -33,15 +36,26 @@ def sub_model(architecture: Union[nn.Module, dict],
     it again.  To start from pruned weights instead (``tools/prune.py``'s
     ``slim.pth``), add ``load_from='.../slim.pth'`` to the config.
 
+    The channel config is checked against the architecture before anything is sliced or
+    loaded (:func:`~razorlib.pruning.config_check.check_channel_config`): a config of
+    another architecture, or one edited by hand, would otherwise fail only at the first
+    forward, with a shape error deep in torch that names neither the file nor the layer.
+
     Args:
         architecture: the supernet's architecture or its config.
         channel_cfg: the subnet's channel config (object, dict form or YAML/JSON file).
+        input_shape: ``(C, H, W)`` of one input image: the check traces the architecture
+            on a random ``1 x input_shape`` batch (the pruning algorithms'
+            ``input_shape``).
 
     Raises:
         FileNotFoundError: ``channel_cfg: channel config ... does not exist``, with the
             steps that write one.
         ValueError: the channel config names no module or parameter (an empty file, or
-            one of another format): the "subnet" would be the whole architecture.
+            one of another format): the "subnet" would be the whole architecture.  Or it
+            does not fit the architecture: ``channel_cfg <file>: ...`` (the file when it
+            came from one) naming the module or parameter and what the config gives
+            against what the architecture has.
 
     Example:
         >>> from razorlib.pruning import ChannelSelection
@@ -52,6 +66,8 @@ def sub_model(architecture: Union[nn.Module, dict],
         3
     """
     model = MODELS.build(architecture) if isinstance(architecture, dict) else architecture
+    named = f'channel_cfg {channel_cfg}' if isinstance(channel_cfg, (str, Path)) else \
+        'channel_cfg'  # the file, in the errors of the check below
     try:  # read before any checkpoint is loaded
         channel_cfg = as_channel_config(channel_cfg)
     except FileNotFoundError as err:  # the key too: the config names the file
@@ -60,6 +76,10 @@ def sub_model(architecture: Union[nn.Module, dict],
         raise ValueError('channel_cfg: the channel config names no module or parameter, so '
                          'the subnet would be the whole architecture; give the subnet.yaml '
                          'a search or tools/prune.py wrote')
+    try:
+        check_channel_config(model, channel_cfg, random_batch(model, input_shape))
+    except ValueError as err:
+        raise ValueError(f'{named}: {err}') from err
     checkpoints = _pending_pretrained(model)
     if not checkpoints:
         return slim_model(model, channel_cfg)

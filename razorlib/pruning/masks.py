@@ -13,18 +13,20 @@ Hooks are module-level functions (bound to the kind and the module's name with
 ``functools.partial``) and the masks are persistent buffers: a masked model deep-copies,
 pickles and round-trips its ``state_dict``.
 """
+import contextlib
 import inspect
 from functools import lru_cache, partial
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Iterator, Optional, Tuple
 
 import torch
 import torch.nn as nn
 
 from ..layers import IN_MASK, OUT_MASK, LayerKind, param_mask_name
 from ..layers.parameter import PARAM_MASK
+from ..tracing.forward import shadowed
 
 __all__ = ['IN_MASK', 'OUT_MASK', 'MaskedInputError', 'add_masks', 'add_param_mask',
-           'layer_input', 'set_mask', 'remove_masks']
+           'layer_input', 'set_mask', 'remove_masks', 'unmasked']
 
 
 @lru_cache(maxsize=None)
@@ -209,3 +211,18 @@ def _param_mask_of(module: nn.Module, buffer: str) -> bool:
     """Whether ``buffer`` is a keep-mask of one of ``module``'s tensors."""
     match = PARAM_MASK.match(buffer)
     return match is not None and isinstance(getattr(module, match['attr'], None), torch.Tensor)
+
+
+@contextlib.contextmanager
+def unmasked(model: nn.Module) -> Iterator[None]:
+    """``model`` without a pruner's masks for a while, to trace it (the tracer refuses a
+    masked model, which slicing unmasks): the mask buffers and hooks go from new hook
+    tables, and :func:`~razorlib.tracing.forward.shadowed` puts the old ones back."""
+    with shadowed(model, {}):
+        for module in model.modules():
+            for attr in _HOOK_DICTS:
+                hooks = getattr(module, attr, None)
+                if hooks:
+                    setattr(module, attr, type(hooks)(hooks))
+        remove_masks(model)
+        yield
