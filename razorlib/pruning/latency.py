@@ -351,9 +351,11 @@ class SubnetLatency:
             and the smallest subnets.
 
     Raises:
-        TypeError, ValueError: inputs of another kind, a runtime that is not one, or
-            one that cannot run this model (:meth:`Runtime.check`: onnxruntime and a
-            float64 model), before anything is measured.
+        TypeError, ValueError: inputs of another kind, a runtime that is not one, one
+            whose cache key fields are not JSON (:meth:`Runtime.key_fields`: a custom
+            runtime's option that is a set, naming it), or one that cannot run this model
+            (:meth:`Runtime.check`: onnxruntime and a float64 model), before anything is
+            measured.
     """
 
     def __init__(self, pruner: Any, example_inputs: Any, runtime: RuntimeArg = 'torch',
@@ -361,6 +363,7 @@ class SubnetLatency:
                  max_measurements: int = 10):
         self.pruner, self.inputs = pruner, _example_inputs(example_inputs)
         self.runtime: Runtime = build_runtime(runtime)
+        self.runtime.key_fields()  # raises now, not after a search's first forwards
         self.runtime.check(pruner.model, self.inputs)
         ratios = GRID_RATIOS[-points:] if isinstance(points, int) else tuple(points)
         self.ratios = tuple(sorted(set(ratios) | {1.0}))

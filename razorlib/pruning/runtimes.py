@@ -128,11 +128,42 @@ class Runtime:
         """What makes figures of two runtimes comparable: the class (module and qualified
         name: two subclasses, which may time differently under one :attr:`name`, never
         share a table), name, device, threads, the quantile reported, the software
-        versions and the :meth:`options`."""
+        versions and the :meth:`options`.
+
+        The cache key is a hash of these fields as JSON (:func:`_json_key_value`): a
+        ``torch.dtype``, ``torch.device`` or ``torch.memory_format`` among the device,
+        versions and options is keyed by its ``str``, which names it exactly and alike on
+        every run.
+
+        Raises:
+            TypeError: a value of another type (a set, an object), or an option whose name
+                is no string or is one of the fields above; the class and the key at
+                fault are named.
+
+        Example:
+            >>> class Half(TorchRuntime):
+            ...     def options(self):
+            ...         return {'dtype': torch.float16, 'fuse': {'conv', 'bn'}}
+            >>> Half().key_fields()
+            Traceback (most recent call last):
+            ...
+            TypeError: Half.options()['fuse'] is a set ({...}), which the latency table's ...
+        """
         cls = type(self)
-        return dict(runtime=self.name, runtime_class=f'{cls.__module__}.{cls.__qualname__}',
-                    device=self.device, threads=self.threads, quantile=self.quantile,
-                    versions=self.versions(), **self.options())
+        options = self.options()
+        fields = dict(runtime=self.name, runtime_class=f'{cls.__module__}.{cls.__qualname__}',
+                      device=_json_key_value(self.device, f'{cls.__name__}.device'),
+                      threads=self.threads, quantile=self.quantile,
+                      versions=_json_key_value(self.versions(), f'{cls.__name__}.versions()'))
+        for key in options:
+            if not isinstance(key, str) or key in fields:
+                what = ('is no string' if not isinstance(key, str) else
+                        'is a field Runtime.key_fields() sets itself')
+                raise TypeError(f'{cls.__name__}.options(): the option name {key!r} {what}, '
+                                "so it cannot key the latency table's cache; name it "
+                                f'otherwise (the fields are {", ".join(fields)})')
+        return {**fields, **{key: _json_key_value(value, f'{cls.__name__}.options()[{key!r}]')
+                             for key, value in options.items()}}
 
     def check(self, model: nn.Module, inputs: Inputs) -> None:
         """Refuse, before anything is measured, a model or inputs this runtime cannot
@@ -153,6 +184,43 @@ class Runtime:
                 stack.enter_context(without_kv_cache(module))
             runs = [self.compile(module, inputs) for module in modules]
             return interleaved_times(runs, self.warmup, self.repeat, self.quantile)
+
+
+#: Values a cache key holds by their ``str``: they name themselves exactly, alike on every run.
+_NAMED_BY_STR = (torch.dtype, torch.device, torch.memory_format)
+
+
+def _json_key_value(value: Any, where: str) -> Any:
+    """``value`` as a latency table's cache key holds it: JSON's strings, numbers, booleans
+    and None as they are, a tuple as a list, a ``torch.dtype``, ``torch.device`` or
+    ``torch.memory_format`` by its ``str``, lists and str-keyed dicts of these alike.
+
+    Anything else is refused rather than written as its ``str`` or ``repr``: that of an
+    object may hold its address (a key that changes every run: the cache never hits) or
+    leave out what it is made of (two runtimes sharing one table), and a set's order
+    changes from run to run.
+
+    Raises:
+        TypeError: naming ``where`` (``MyRuntime.options()['fuse']``), the value and its
+            type.
+
+    Example:
+        >>> _json_key_value({'dtype': torch.float16, 'shape': (1, 8)}, 'R.options()')
+        {'dtype': 'torch.float16', 'shape': [1, 8]}
+    """
+    if value is None or isinstance(value, (str, bool, int, float)):
+        return value
+    if isinstance(value, _NAMED_BY_STR):
+        return str(value)
+    if isinstance(value, (list, tuple)):
+        return [_json_key_value(item, f'{where}[{i}]') for i, item in enumerate(value)]
+    if isinstance(value, Mapping) and all(isinstance(key, str) for key in value):
+        return {key: _json_key_value(item, f'{where}[{key!r}]') for key, item in value.items()}
+    raise TypeError(f'{where} is a {type(value).__name__} ({value!r:.60}), which the latency '
+                    "table's cache key cannot hold: it is JSON, so a runtime's options are "
+                    'strings, numbers, booleans, None, torch dtypes, devices or memory formats, '
+                    'or lists and str-keyed dicts of them; convert it where it is made (a set '
+                    'to a sorted list, an object to a string that names it alike on every run)')
 
 
 #: The smallest value of each count option of :class:`Runtime`.
