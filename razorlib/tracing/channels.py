@@ -18,6 +18,11 @@ class Split:
         dims: the tensor dim of each grid axis.
         grid: the slot ids, one grid axis per split dim, in the order the reshape made
             them (so ``grid.ravel()`` is the channel order before the split).
+        fixed: the grid axes whose sizes the code gave as numbers of its own, where it
+            sized the others from the widths (``-1``, or ``c // g`` of a ``c`` it read):
+            those stay in the slim model, the others shrink.  None where that is not
+            known (every axis, or none, given so).  A channel shuffle's ``view(b, g,
+            c // g, h, w)`` fixes axis 0, its inverse's ``view(b, c // g, g, h, w)`` axis 1.
 
     Example:
         >>> import numpy as np
@@ -26,10 +31,11 @@ class Split:
     """
     dims: Tuple[int, ...]
     grid: np.ndarray
+    fixed: Optional[Tuple[int, ...]] = None
 
     def moved(self, position: Dict[int, int]) -> 'Split':
         """The same split with its dims renumbered (``position[old] = new``)."""
-        return Split(tuple(position[d] for d in self.dims), self.grid)
+        return Split(tuple(position[d] for d in self.dims), self.grid, self.fixed)
 
 
 @dataclass(frozen=True)

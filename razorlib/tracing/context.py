@@ -95,8 +95,13 @@ class TraceContext:
                  owners: Dict[int, List[Tuple[str, str]]],
                  kinds: Optional[KindTable] = None,
                  modules: Optional[Dict[str, torch.nn.Module]] = None, gqa: str = 'kv',
-                 heads: str = 'whole'):
+                 heads: str = 'whole',
+                 own_sizes: Optional[Dict[object, Tuple[bool, ...]]] = None):
         self.strict = strict
+        #: view/reshape node -> for each size its call asked for, whether the code gave
+        #: it as a number of its own (``literal_sizes.SizeWatch.own_sizes``): such a size
+        #: stays in the slim model, where the others follow the widths.
+        self.own_sizes = own_sizes or {}
         self.gqa = check_gqa(gqa)
         self.heads = check_heads(heads)
         #: slots that are ``head_dim`` positions (``heads='width'``): a slice of them may

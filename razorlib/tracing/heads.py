@@ -3,8 +3,9 @@
 ``q_proj(x).view(B, N, -1, head_dim)`` splits a layer's channels into a grid
 (:class:`~.channels.Split`).  The reshape cannot tell what the grid means; its reader can:
 
-- merged back after a permute (a channel shuffle), every row keeps the same pattern,
-  so the code's fixed group count still splits the slim tensor right (:func:`merge`);
+- merged back after a permute (a channel shuffle, or its inverse), every block along the
+  axes the code sized with numbers of its own keeps the same pattern, so the code's fixed
+  group count still splits the slim tensor right (:func:`merge`);
 - read by anything else (``q @ k.transpose(-2, -1)``, softmax, scaled dot-product
   attention, RoPE's half slices), each row is a *head*: its ``head_dim`` channels are
   bound into one class, so whole heads are kept or pruned, and ``head_dim`` stays whole
@@ -45,9 +46,11 @@ from .context import ROTARY_BUFFERS, TraceContext, output_shapes
 from .slots import KEPT
 
 
-def split_channels(slots: np.ndarray, dims: Sequence[int],
-                   sizes: Sequence[int]) -> Tuple[Dict[int, np.ndarray], Optional[Split]]:
-    """Slots of one channel dim that a reshape splits over ``dims`` (of ``sizes``).
+def split_channels(slots: np.ndarray, dims: Sequence[int], sizes: Sequence[int],
+                   own: Sequence[bool] = ()) -> Tuple[Dict[int, np.ndarray], Optional[Split]]:
+    """Slots of one channel dim that a reshape splits over ``dims`` (of ``sizes``); ``own``
+    says, where known, whether the code gave each size as a number of its own
+    (:attr:`.channels.Split.fixed`).
 
     A grid axis along which every slice holds the same slots only repeats them (the
     batch of a ``(B * heads) -> (B, heads)`` view in a batched product): it carries no
@@ -69,7 +72,14 @@ def split_channels(slots: np.ndarray, dims: Sequence[int],
     kept_dims = tuple(dims[axis] for axis in keep)
     if len(kept_dims) == 1:
         return {kept_dims[0]: grid}, None
-    return {}, Split(kept_dims, grid)
+    return {}, Split(kept_dims, grid, _fixed([own[axis] for axis in keep] if own else []))
+
+
+def _fixed(own: Sequence[bool]) -> Optional[Tuple[int, ...]]:
+    """:attr:`.channels.Split.fixed` of grid axes sized so (``own``): None unless some,
+    not all, are the code's own numbers."""
+    fixed = tuple(axis for axis, given in enumerate(own) if given)
+    return fixed if 0 < len(fixed) < len(own) else None
 
 
 def read_as_heads(ctx: TraceContext, node, tc: TensorChannels) -> TensorChannels:
@@ -152,14 +162,21 @@ def merge(ctx: TraceContext, node, split: Split, order: Sequence[int]) -> np.nda
 
     Merged in the order they were split, the channels are just where they were.  In
     another order (a channel shuffle's ``transpose``), the slim code must still see a
-    full grid, so every row keeps the same channels: the rows are bound elementwise.
+    full grid, whose axes of the code's own sizes (:attr:`.channels.Split.fixed`) keep
+    their size: every block along them keeps the same channels, so the blocks are bound
+    elementwise.  A shuffle's ``view(b, g, c // g, h, w)`` keeps ``g`` rows of fewer
+    channels each, its inverse's ``view(b, c // g, g, h, w)`` fewer whole rows of ``g``.
+    Where that is not known, the leading axis is the fixed one (ShuffleNet's group count),
+    which the pruner checks by comparing the slim model with the masked one.
     """
     axes = [split.dims.index(d) for d in order]
     grid = split.grid
     if axes != sorted(axes):
-        rows = grid.reshape(grid.shape[0], -1)
-        ctx.bind(np.tile(rows[0], len(rows) - 1), rows[1:].ravel(),
-                 f'{node.name()} shuffles channels split into {rows.shape[0]} blocks')
+        fixed = split.fixed or (0, )
+        blocks = np.moveaxis(grid, fixed, range(len(fixed)))
+        blocks = blocks.reshape(int(np.prod([grid.shape[a] for a in fixed])), -1)
+        ctx.bind(np.tile(blocks[0], len(blocks) - 1), blocks[1:].ravel(),
+                 f'{node.name()} shuffles channels split into {len(blocks)} blocks')
     return np.transpose(grid, axes).ravel()
 
 
@@ -177,12 +194,14 @@ def select_axis(ctx: TraceContext, node, split: Split, dim: int,
         ctx.bind(pieces[0].ravel(), piece.ravel(),
                  f'{node.name()} picks channels split by a reshape by a fixed index')
     dims = tuple(d - (d > dim) for d in split.dims if d != dim)
+    own = [a in split.fixed for a in range(split.grid.ndim) if a != axis] \
+        if split.fixed is not None else []
     out = []
     for piece in pieces:
         if piece.ndim == 1:
             out.append(({dims[0]: piece}, None))
         else:
-            out.append(({}, Split(dims, piece)))
+            out.append(({}, Split(dims, piece, _fixed(own))))
     return out
 
 

@@ -96,12 +96,53 @@ def _traced(ctx: TraceContext, channels: Channels, node, nr: int) -> Optional[Te
     return channels.get((node, nr))
 
 
-def _requested_sizes(args: Sequence[Any], kwargs: Dict[str, Any]) -> Optional[Tuple[int, ...]]:
-    """The sizes a ``view``/``reshape``/``expand`` call asked for, or None if not ints."""
+class ReadSize(int):
+    """A size the model's code read from a tensor (``x.shape``, ``x.size(1)``), or computed
+    from one by integer arithmetic (``c // g``): :class:`SizeWatch` hands the code these,
+    so a view's sizes tell which the code gave as numbers of its own (a literal group
+    count, which stays in the slim model) and which follow the widths it read.  Any other
+    operation gives a plain ``int``.
+
+    Example:
+        >>> c = ReadSize(8)
+        >>> [type(v).__name__ for v in (c // 2, 2 * c - 1, c / 2, 2)]
+        ['ReadSize', 'ReadSize', 'float', 'int']
+    """
+    __slots__ = ()
+
+
+def _keeps_read(name: str):
+    """``int``'s operator ``name`` whose integer results stay :class:`ReadSize`."""
+    plain = getattr(int, name)
+
+    def operator(self, *args):
+        value = plain(self, *args)
+        return ReadSize(value) if type(value) is int else value
+    operator.__name__ = name
+    return operator
+
+
+for _name in ('__add__', '__radd__', '__sub__', '__rsub__', '__mul__', '__rmul__',
+              '__floordiv__', '__rfloordiv__', '__mod__', '__rmod__', '__pow__', '__rpow__',
+              '__lshift__', '__rlshift__', '__rshift__', '__rrshift__', '__neg__', '__pos__',
+              '__abs__'):
+    setattr(ReadSize, _name, _keeps_read(_name))
+
+
+def _as_read(value: Any) -> Any:
+    """A size (or ``torch.Size``) a read returned, as :class:`ReadSize` values."""
+    if isinstance(value, torch.Size):
+        return torch.Size([ReadSize(v) for v in value])
+    return ReadSize(value) if type(value) is int else value
+
+
+def _requested_sizes(args: Sequence[Any], kwargs: Dict[str, Any]) -> Optional[Tuple[Any, ...]]:
+    """The sizes a ``view``/``reshape``/``expand`` call asked for, or None if not ints
+    (plain ones or :class:`ReadSize`)."""
     sizes = args[0] if len(args) == 1 and isinstance(args[0], (tuple, list)) else args
     if not args:
         sizes = kwargs.get('shape', kwargs.get('size', ()))
-    return tuple(sizes) if sizes and all(type(s) is int for s in sizes) else None
+    return tuple(sizes) if sizes and all(type(s) in (int, ReadSize) for s in sizes) else None
 
 
 class SizeWatch(TorchFunctionMode):
@@ -120,6 +161,9 @@ class SizeWatch(TorchFunctionMode):
     Attributes:
         requested: grad_fn of a view/reshape/expand output -> the sizes its call asked
             for, or :data:`COMPUTED` for flatten/chunk/``*_as`` calls.
+        own_sizes: grad_fn of a view/reshape/expand output whose sizes are ints -> for
+            each, whether the code gave it as a number of its own: neither ``-1`` nor
+            computed from a size it read (:class:`ReadSize`, which the reads return).
         reads: ``(grad_fn, output_nr, tensor, dim)`` of every size the code read; ``dim``
             None when it read them all (``x.shape``).
         untracked_sized: grad_fn of an op with an operand autograd does not track that is
@@ -153,6 +197,8 @@ class SizeWatch(TorchFunctionMode):
         ...     _ = y + 1  # computed and dropped
         >>> watch.requested[y.grad_fn], watch.requested[z.grad_fn]
         ((2, 2, 4), (2, -1))
+        >>> watch.own_sizes[y.grad_fn], watch.own_sizes[z.grad_fn]
+        ((True, True, True), (False, False))
         >>> [dim for *_, dim in watch.reads]
         [0]
         >>> [node.name() for node in watch.created]
@@ -171,6 +217,7 @@ class SizeWatch(TorchFunctionMode):
     def __init__(self):
         super().__init__()
         self.requested: Dict[Any, Any] = {}
+        self.own_sizes: Dict[Any, Tuple[bool, ...]] = {}
         self.reads: List[Tuple[Any, int, torch.Tensor, Optional[int]]] = []
         self.untracked_sized: Dict[Any, bool] = {}
         self.norm_shapes: Dict[Any, Any] = {}
@@ -218,12 +265,21 @@ class SizeWatch(TorchFunctionMode):
                 torch.Tensor.size else (0 if func is torch.Tensor.__len__ else None)
             x = args[0]
             self.reads.append((x.grad_fn, x.output_nr, x, dim))
+            return _as_read(out)
         else:
             request = kind if kind == COMPUTED else _requested_sizes(args[1:], kwargs)
             for tensor in (out if isinstance(out, (tuple, list)) else (out, )):
                 if isinstance(tensor, torch.Tensor) and tensor.grad_fn is not None:
-                    self.requested[tensor.grad_fn] = request
+                    self._note_request(tensor.grad_fn, request)
         return out
+
+    def _note_request(self, node, request: Any) -> None:
+        """Note the sizes a call asked for (plain ints, or :data:`COMPUTED`) and which of
+        them the code gave as numbers of its own."""
+        if isinstance(request, tuple):
+            self.own_sizes[node] = tuple(type(s) is int and s != -1 for s in request)
+            request = tuple(int(s) for s in request)
+        self.requested[node] = request
 
     def _note_internal_views(self, out: Any, args: Sequence[Any]) -> None:
         """Mark the nodes a builtin made between its operands and its output as sized

@@ -84,7 +84,9 @@ def reshape(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
       ``C x H x W`` for a Linear gives each channel ``H*W`` features.
     - A channel dim split over several dims (``view(B, N, heads, head_dim)``, a channel
       shuffle's ``view(b, g, c // g, h, w)``) becomes a split (``tracing/heads.py``),
-      which later ops read as heads or merge back.
+      which later ops read as heads or merge back; it notes which of its sizes the code
+      gave as numbers of its own (``g``), not from the widths (``-1``, ``c // g`` of a
+      ``c`` read from the tensor), for a merge to keep those.
     - A split's dims merged back together give the channels in their new order; merged
       with other dims, the split is first read as heads.
     - A merge of two channel dims, or any other regrouping of channel dims, freezes them.
@@ -122,7 +124,10 @@ def _reshaped(ctx: TraceContext, node, x: TensorChannels, out_shape: Sequence[in
         elif len(go) == 1 and len(slotted) == 1:
             slots[go[0]] = _merged(x, gi, slotted[0])
         elif len(gi) == 1 and split is None:
-            made, split = heads.split_channels(x.slots[gi[0]], go, [out_shape[d] for d in go])
+            own = ctx.own_sizes.get(node, ())
+            made, split = heads.split_channels(x.slots[gi[0]], go, [out_shape[d] for d in go],
+                                               [own[d] for d in go]
+                                               if len(own) == len(out_shape) else ())
             slots.update(made)
         else:
             for d in slotted:

@@ -149,7 +149,8 @@ def trace(model: nn.Module, example_inputs: Any = None, strict: bool = False,
     with torch.enable_grad():  # the caller may be under no_grad
         pseudo_loss = sum(t.sum() for t in record.outputs)
     ctx = TraceContext(model, strict, record.node_modules, record.owners,
-                       kinds, modules=record.modules, gqa=gqa, heads=heads)
+                       kinds, modules=record.modules, gqa=gqa, heads=heads,
+                       own_sizes=record.sizes.own_sizes)
     # Created nodes go first in the list, so they are walked last: the order (and so the
     # slots and group ids) of everything the outputs reach does not depend on dead code.
     roots = record.created + [pseudo_loss.grad_fn] + \

@@ -11,6 +11,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from helpers import Traced
+from razorlib.tracing.literal_sizes import ReadSize, SizeWatch
 
 X = torch.randn(2, 3, 8, 8)
 
@@ -191,3 +192,21 @@ def test_a_group_norm_with_a_literal_group_count_is_size_dependent():
     traced = Traced(probe, X)
     assert traced.group_of('conv').norms == ['gn']
     assert traced.groups.size_dependent == ['conv']
+
+
+def test_a_view_tells_the_sizes_the_code_gave_from_those_it_computed_from_a_read():
+    """Sizes read from a tensor, and integer arithmetic on them, come back as
+    ``ReadSize``: a view's ``c // g`` follows the widths, its literal ``g`` does not.
+    Arithmetic that leaves ints (``int(c / 2)``) gives a size of the code's own."""
+    x = torch.randn(2, 8, 3, requires_grad=True) * 1
+    with SizeWatch() as watch:
+        b, c, n = x.shape
+        views = [x.view(b, 2, c // 2, n), x.view(x.size(0), c // 2, 2, n),
+                 x.view(b, int(c / 2), 2, n), x.reshape(-1, 2, 4, n)]
+    assert type(c) is ReadSize and c == 8 and hash(c) == hash(8) and str(c) == '8'
+    assert [watch.requested[v.grad_fn] for v in views] == [
+        (2, 2, 4, 3), (2, 4, 2, 3), (2, 4, 2, 3), (-1, 2, 4, 3)]
+    assert all(type(s) is int for v in views for s in watch.requested[v.grad_fn])
+    assert [watch.own_sizes[v.grad_fn] for v in views] == [
+        (False, True, False, False), (False, False, True, False),
+        (False, True, True, False), (False, True, True, False)]

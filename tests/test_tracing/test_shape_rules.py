@@ -1,4 +1,6 @@
 """Rules that move channels between dims: each checked on the grad_fn torch produces."""
+import functools
+
 import numpy as np
 import pytest
 import torch
@@ -6,6 +8,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from helpers import Traced
+from masked_vs_slim import deploy_checked
 from razorlib.pruning import L1NormPruner
 from razorlib.tracing.shape_rules import reshape_groups
 
@@ -76,9 +79,14 @@ def test_permute_moves_channels_for_channels_last_linear():
     assert (traced.classes('head', 'in') == traced.classes('a')).all()
 
 
+def _shuffled(y, groups=2):
+    """ShuffleNet's channel shuffle of ``groups`` groups."""
+    n, c, h, w = y.shape
+    return y.view(n, groups, c // groups, h, w).transpose(1, 2).reshape(n, c, h, w)
+
+
 def _shuffle(m, a, b):
-    n, c, h, w = a.shape
-    return a.view(n, 2, c // 2, h, w).transpose(1, 2).reshape(n, c, h, w).mean((2, 3))
+    return _shuffled(a).mean((2, 3))
 
 
 def test_channel_shuffle_binds_blocks_and_permutes():
@@ -89,6 +97,92 @@ def test_channel_shuffle_binds_blocks_and_permutes():
     expected = np.array([a[j * 4 + i] for i in range(4) for j in range(2)])
     assert (traced.classes('head', 'in') == expected).all()
     assert traced.group_of('a').prunable and traced.group_of('a').num_channels == 4
+
+
+def _unshuffled(y, groups=2):
+    """The inverse of ``_shuffled(y, groups)``: the group count is the trailing factor."""
+    n, c, h, w = y.shape
+    return y.view(n, c // groups, groups, h, w).transpose(1, 2).reshape(n, c, h, w)
+
+
+def _unshuffled_by_minus_one(y, groups=2):
+    n, c, h, w = y.shape
+    return y.reshape(n, -1, groups, h, w).transpose(1, 2).reshape(n, c, h, w)
+
+
+@pytest.mark.parametrize('unshuffle', [_unshuffled, _unshuffled_by_minus_one])
+def test_inverse_channel_shuffle_keeps_whole_rows_and_permutes(unshuffle):
+    """``view(b, c // g, g, ...)`` keeps ``g`` as the code gave it: pruning drops whole
+    rows of ``g`` channels, and position 4j + i of the output holds channel 2i + j.
+    (Bound as a shuffle's ``view(b, g, c // g, ...)``, the rows elementwise, the slim
+    model re-split them and the pruner froze the channels.)"""
+    traced = Traced(Net(lambda m, a, b: unshuffle(a).mean((2, 3)), head_in=8), X)
+    a = traced.classes('a')
+    assert (a[0::2] == a[1::2]).all() and len(set(a.tolist())) == 4
+    assert (traced.classes('head', 'in') == np.concatenate([a[0::2], a[1::2]])).all()
+    assert traced.group_of('a').prunable and traced.group_of('a').num_channels == 4
+
+
+def test_channel_shuffle_then_its_inverse_is_the_identity():
+    traced = Traced(Net(lambda m, a, b: _unshuffled(_shuffled(a)).mean((2, 3)), head_in=8), X)
+    a = traced.classes('a')
+    assert (a[:4] == a[4:]).all() and len(set(a.tolist())) == 4
+    assert (traced.classes('head', 'in') == a).all()
+    assert traced.group_of('a').prunable and traced.group_of('a').num_channels == 4
+
+
+class ShuffledConvs(nn.Module):
+    """conv ``a`` (12 channels) -> ``shuffle`` -> conv ``c``."""
+
+    def __init__(self, shuffle):
+        super().__init__()
+        self.a, self.c, self.shuffle = nn.Conv2d(3, 12, 1), nn.Conv2d(12, 4, 1), shuffle
+
+    def forward(self, x):
+        return self.c(self.shuffle(self.a(x)))
+
+
+@pytest.mark.parametrize('shuffle,classes', [
+    (_unshuffled, 6),
+    (functools.partial(_unshuffled, groups=3), 4),
+    (_unshuffled_by_minus_one, 6),
+    (lambda y: _unshuffled(_shuffled(y, 3), 3), 4),
+    (lambda y: _shuffled(_unshuffled(y)), 6),
+], ids=['g=2', 'g=3', '-1', 'shuffle then inverse', 'inverse then shuffle'])
+def test_pruned_inverse_channel_shuffle_computes_what_its_slim_model_does(shuffle, classes):
+    """Pruned by whole rows of its group count, the slim inverse shuffle views the kept
+    channels in the order the masked one leaves them in (``deploy_checked`` compares the
+    outputs); the pruner, which freezes a group whose slim model computes something
+    else, keeps it prunable."""
+    torch.manual_seed(0)
+    model = ShuffledConvs(shuffle).eval()
+    x = torch.randn(2, 3, 4, 4)
+    pruner = L1NormPruner(ratio=0.5)
+    pruner.prepare_from_supernet(model, x)
+    assert {gid: g.num_channels for gid, g in pruner.groups.prunable.items()} == {'a': classes}
+    for seed in range(3):
+        torch.manual_seed(seed)
+        pruner.set_subnet(pruner.sample_subnet())
+        slim = deploy_checked(pruner, model, x)[1]
+        assert slim.a.out_channels == slim.c.in_channels < 12
+
+
+def test_inverse_channel_shuffle_of_sizes_all_the_codes_own_freezes():
+    """``view(b, int(c / 2), 2, ...)`` gives both sizes as plain numbers: the walk cannot
+    tell it from a shuffle of ``c / 2`` groups, whose slim model keeps that many rows, so
+    it binds the rows as a shuffle's; the pruner finds the slim model computing
+    something else and freezes the channels rather than prune them wrong."""
+    def unshuffle(y):
+        n, c, h, w = y.shape
+        return y.view(n, int(c / 2), 2, h, w).transpose(1, 2).reshape(n, c, h, w)
+    torch.manual_seed(0)
+    model = ShuffledConvs(unshuffle).eval()
+    pruner = L1NormPruner(ratio=0.5)
+    pruner.prepare_from_supernet(model, torch.randn(2, 3, 4, 4))
+    assert not pruner.groups.prunable
+    (reason, ) = pruner.groups.groups['a'].frozen_reasons
+    assert reason.kind == 'runtime'
+    assert 'the slim model computes other outputs than the masked one' in reason.message
 
 
 def test_split_read_by_a_matmul_is_heads_whose_channels_go_together():
