@@ -13,10 +13,12 @@ weight products of recurrent layers (see :func:`recurrent_macs`).  The products 
 activations (``QK^T``, ``AV`` in attention) are left out unless ``attention=True``.
 """
 from dataclasses import dataclass
+import functools
 import inspect
 import math
 from typing import Any, Dict, Optional, Sequence, Tuple
 
+import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -27,6 +29,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 from ..layers import (IN_MASK, OUT_MASK, KindTable, LayerKind, LayerKindsArg, as_table,
                       kept_param_size, kept_widths, param_mask_name)
 from ..tracing.forward import call_model, default_example_inputs, shadow_tensors, shadowed
+from ..tracing.shape_rules import reshape_groups
 from .modes import evaluating
 
 __all__ = ['Complexity', 'count_params', 'get_model_complexity', 'human']
@@ -229,6 +232,71 @@ def recurrent_macs(module: nn.Module, sequence: Any) -> int:
     return data.numel() // data.shape[-1] * per_token
 
 
+#: ``{dim: keep}`` of a tensor: along ``dim``, the entries of a masked layer's channels,
+#: ``keep[i]`` False where the layer's out mask cuts channel ``i`` (the slim tensor has
+#: only the kept ones there).  See :meth:`_FunctionCounter.kept_share`.
+Rows = Dict[int, np.ndarray]
+
+#: Calls that view their operand's entries in another shape, and that move its dims (the
+#: first followed, the rest not: their output may have their operand's shape, its dims
+#: moved all the same).
+_RESHAPES = frozenset((torch.Tensor.view, torch.Tensor.reshape, torch.reshape, torch.flatten,
+                       torch.Tensor.flatten, torch.Tensor.unflatten, torch.unflatten,
+                       torch.Tensor.view_as, torch.Tensor.reshape_as, torch.squeeze,
+                       torch.Tensor.squeeze, torch.unsqueeze, torch.Tensor.unsqueeze))
+_PERMUTES = frozenset((torch.permute, torch.Tensor.permute, torch.transpose,
+                       torch.Tensor.transpose))
+_OTHER_MOVES = frozenset((torch.t, torch.Tensor.t, torch.movedim, torch.Tensor.movedim,
+                          torch.swapaxes, torch.Tensor.swapaxes, torch.swapdims,
+                          torch.Tensor.swapdims, torch.Tensor.T.__get__,
+                          torch.Tensor.mT.__get__, torch.Tensor.H.__get__,
+                          torch.Tensor.mH.__get__))
+
+
+def _reshaped_rows(rows: Rows, shape: Sequence[int], out_shape: Sequence[int]) -> Rows:
+    """``rows`` of a tensor of ``shape`` viewed as ``out_shape``: a dim merged with others
+    keeps its channels' entries repeated and tiled, one split over several dims gives each
+    the entries it holds of them; where the kept entries of a merged or split dim form no
+    grid of kept entries per dim (which no slim tensor could hold), they are dropped.
+
+    Example:
+        >>> heads = _reshaped_rows({2: np.repeat([True, False], 3)}, (2, 5, 6), (2, 5, 2, 3))
+        >>> {dim: keep.tolist() for dim, keep in heads.items()}
+        {2: [True, False]}
+    """
+    try:
+        groups = reshape_groups(shape, out_shape)
+    except ValueError:
+        return {}
+    out: Rows = {}
+    for dims, out_dims in groups:
+        if not any(d in rows for d in dims):
+            continue
+        grid = functools.reduce(np.multiply.outer, [rows.get(d, np.ones(shape[d], dtype=bool))
+                                                    for d in dims])
+        grid = grid.reshape([out_shape[d] for d in out_dims])
+        kept = [grid.any(axis=tuple(a for a in range(grid.ndim) if a != axis))
+                for axis in range(grid.ndim)]
+        if np.array_equal(functools.reduce(np.multiply.outer, kept), grid):
+            out.update({d: keep for d, keep in zip(out_dims, kept) if not keep.all()})
+    return out
+
+
+def _permuted_rows(func, args: tuple, kwargs: Dict[str, Any], rows: Rows, ndim: int) -> Rows:
+    """``rows`` of ``args[0]`` after a permute or transpose."""
+    if func in (torch.permute, torch.Tensor.permute):
+        order = args[1] if len(args) == 2 and isinstance(args[1], (tuple, list)) else \
+            args[1:] or kwargs.get('dims', ())
+        order = [d % ndim for d in order]
+    else:
+        order = list(range(ndim))
+        first, second = (args[1:3] if len(args) >= 3 else
+                         (kwargs.get('dim0'), kwargs.get('dim1')))
+        first, second = first % ndim, second % ndim
+        order[first], order[second] = order[second], order[first]
+    return {order.index(d): keep for d, keep in rows.items()}
+
+
 def _product_operands(func, args: tuple) -> Optional[Tuple[torch.Tensor, torch.Tensor]]:
     operands = args[:2] if func in _PRODUCTS else args[1:3] if func in _ADDED_PRODUCTS else ()
     if len(operands) == 2 and all(isinstance(t, torch.Tensor) for t in operands):
@@ -248,6 +316,11 @@ class _FunctionCounter(TorchFunctionMode):
       ``baddbmm``, ``einsum``, ``scaled_dot_product_attention`` and
       ``nn.MultiheadAttention``'s ``F.multi_head_attention_forward`` (whose inner
       products the mode does not see).
+
+    It also follows the channels a masked layer's out mask cuts (:data:`Rows`) from the
+    layer's output through views, permutes and ops that keep the shape, so that a layer
+    whose input holds them on dims its own masks do not cover (its rows) counts only the
+    rows the slim model has (:meth:`kept_share`).
     """
 
     def __init__(self, model: nn.Module, kinds: KindTable, attention: bool) -> None:
@@ -258,6 +331,12 @@ class _FunctionCounter(TorchFunctionMode):
         #: ``batched_mm`` experts) -> the parameter: a product with them is a weight's
         self.picked = WeakIdKeyDictionary()
         self.grouped = _grouped_functions()  # one set lookup per op on this hot path
+        #: ops whose output dims are not their operands' (rows are not carried through)
+        self.unfollowed = self.grouped | _OTHER_MOVES | frozenset(_WEIGHT_FUNCTIONS) | \
+            frozenset(_PRODUCTS + _ADDED_PRODUCTS + (torch.einsum, ))
+        #: tensor -> its :data:`Rows`, for tensors that hold channels a mask cuts
+        self.rows = WeakIdKeyDictionary()
+        self._out_keeps: Dict[int, Optional[np.ndarray]] = {}
         self.owners: Dict[int, tuple] = {}
         for name, module in model.named_modules():
             kind = kinds.kind_of(module)
@@ -339,7 +418,79 @@ class _FunctionCounter(TorchFunctionMode):
         elif func is F.multi_head_attention_forward and self.attention:  # (L, N, E)
             q, k = args[:2]
             self._add('<attention>', 2 * q.numel() * k.shape[0])
+        if self.rows and isinstance(out, torch.Tensor):
+            self._carry_rows(func, args, kwargs, out)
         return out
+
+    def _carry_rows(self, func, args: tuple, kwargs: Dict[str, Any], out: torch.Tensor) -> None:
+        """Give ``out`` the :data:`Rows` of ``args[0]`` through a view or permute, or of an
+        operand of its shape through any other op but a product or another move of dims
+        (whose output dims are not its operands')."""
+        x = args[0] if args and isinstance(args[0], torch.Tensor) else None
+        rows = self.rows.get(x) if x is not None else None
+        if func in _RESHAPES:
+            found = rows and _reshaped_rows(rows, x.shape, out.shape)
+        elif func in _PERMUTES:
+            found = rows and _permuted_rows(func, args, kwargs, rows, x.dim())
+        elif func in self.unfollowed:
+            found = None
+        else:
+            found = next((self.rows[t] for t in args if isinstance(t, torch.Tensor)
+                          and t.shape == out.shape and t in self.rows), None)
+        if found:
+            self.rows[out] = found
+
+    def _own_dims(self, module: nn.Module, x: torch.Tensor, output: torch.Tensor) -> set:
+        """The dims of ``x`` that ``module``'s own masks cover: its input channels, and
+        its output channels where the output has ``x``'s dims (a norm)."""
+        own = set()
+        in_mask, out_mask = module._buffers.get(IN_MASK), module._buffers.get(OUT_MASK)
+        if in_mask is not None:
+            own.add(x.dim() - in_mask.dim())
+        if out_mask is not None and output.dim() == x.dim():
+            own.add(output.dim() - out_mask.dim())
+        return own
+
+    def kept_share(self, module: nn.Module, x: Any, output: torch.Tensor) -> Tuple[int, int]:
+        """``(kept, all)`` rows of a layer's call on ``x``: over the dims of ``x`` that hold
+        a masked layer's channels and that ``module``'s own masks do not cover, the
+        product of the entries kept and of all; ``(1, 1)`` where there are none.
+
+        A masked model's norm over such rows (``LayerNorm((H, W))`` under a conv's
+        channels, a norm of each head's ``head_dim`` under a projection's heads) has no
+        mask of them and normalises the zero rows too; the slim model has only the kept
+        rows, so a count scaled by this share is the slim model's.
+        """
+        rows = self.rows.get(x) if isinstance(x, torch.Tensor) else None
+        kept = total = 1
+        if rows:
+            own = self._own_dims(module, x, output)
+            for keep in (keep for dim, keep in rows.items() if dim not in own):
+                kept, total = kept * int(keep.sum()), total * keep.size
+        return kept, total
+
+    def note_output(self, module: nn.Module, x: Any, output: torch.Tensor) -> None:
+        """Give a layer's output its :data:`Rows`: those of its input ``x`` on the dims
+        the output keeps, and its own channels where its out mask cuts some."""
+        rows: Rows = {}
+        found = self.rows.get(x) if isinstance(x, torch.Tensor) else None
+        if found and output.dim() == x.dim():
+            own = self._own_dims(module, x, output)
+            rows = {d: keep for d, keep in found.items()
+                    if d not in own and output.shape[d] == x.shape[d]}
+        if id(module) not in self._out_keeps:
+            mask = module._buffers.get(OUT_MASK)
+            keep = None if mask is None else (mask.detach().flatten() != 0).cpu().numpy()
+            self._out_keeps[id(module)] = None if keep is None or keep.all() else keep
+        keep = self._out_keeps[id(module)]
+        if keep is not None:
+            dim = output.dim() - module._buffers[OUT_MASK].dim()
+            if dim >= 0 and output.shape[dim] == keep.size:
+                rows[dim] = keep
+        if rows:
+            self.rows[output] = rows
+        elif output in self.rows:  # what its inner ops carried: the layer's are these
+            del self.rows[output]
 
 
 def _call_inputs(module: nn.Module, args: tuple, kwargs: Dict[str, Any]) -> tuple:
@@ -438,7 +589,11 @@ def get_model_complexity(model: nn.Module, example_inputs: Any = None,
                 inputs = _call_inputs(mod, args, kwargs)
                 kept = kept_widths(mod, kind.widths(mod))
                 output = _kind_output(name, mod, output)
-                flops[name] = flops.get(name, 0) + kind.flops(mod, inputs, output, kept)
+                x = inputs[0] if inputs else None
+                rows, all_rows = counter.kept_share(mod, x, output)
+                flops[name] = flops.get(name, 0) + \
+                    kind.flops(mod, inputs, output, kept) * rows // all_rows
+                counter.note_output(mod, x, output)
             handles.append(module.register_forward_pre_hook(enter))
             handles.append(module.register_forward_hook(hook, with_kwargs=True))
         elif isinstance(module, _RECURRENT):
