@@ -184,8 +184,8 @@ def _cfg_option_problem(tree: Mapping[str, Any], key: str, tool_keys: Sequence[s
                 continue
             if _may_add(parts[:depth + 1], typed, tool_keys, tree) and \
                     not _misspelt(part, node):
-                if depth == 0 and len(parts) > 1 and part in _BUILT_BY_DEFAULT:
-                    return _default_section_problem(part, parts[1], key)
+                if depth == 0 and len(parts) > 1 and part not in tool_keys:
+                    return _absent_section_problem(part, parts[1])
                 return None
             return _no_such_key(tree, key, walked, node, tool_keys)
         if isinstance(node, list):
@@ -220,16 +220,24 @@ _BUILT_BY_DEFAULT = {'log_processor': 'mmengine.runner.LogProcessor',
                      'visualizer': 'mmengine.visualization.Visualizer'}
 
 
-def _default_section_problem(section: str, name: str, key: str) -> Optional[str]:
-    """Why ``section.name`` (a section the config leaves out) sets nothing: the class the
-    Runner builds for it by default takes no such argument; None when it does."""
-    module, _, cls = _BUILT_BY_DEFAULT[section].rpartition('.')
-    taken = _parameters(getattr(importlib.import_module(module), cls).__init__)
-    if name in taken:
+def _absent_section_problem(section: str, name: str) -> Optional[str]:
+    """Why ``section.name`` (a Runner section the config leaves out) sets nothing: the
+    class the Runner builds for it by default, or what the Runner hands its keys to (a
+    DataLoader, a loop, ``set_randomness``; of ``env_cfg`` and ``auto_scale_lr`` it reads
+    a few keys and ignores any other, ``auto_scale_lr.enabel`` scaling nothing), takes no
+    such argument; None when it does, or when nothing is known to check it by."""
+    if section in _BUILT_BY_DEFAULT:
+        module, _, cls = _BUILT_BY_DEFAULT[section].rpartition('.')
+        taken = _parameters(getattr(importlib.import_module(module), cls).__init__)
+        problem = (f'the config has no {section}, and the {cls} the Runner builds without '
+                   f'one takes no argument {name!r}')
+    else:
+        taken = _section_arguments(section)
+        problem = f'the config has no {section}, and the Runner reads no {name!r} in one'
+    if not taken or name in taken:
         return None
     near = closest(name, taken)
-    return (f'the config has no {section}, and the {cls} the Runner builds without one takes '
-            f'no argument {name!r}' + (f' (closest: {section}.{near[0]})' if near else ''))
+    return problem + (f' (closest: {section}.{near[0]})' if near else '')
 
 
 def _misspelt(name: str, node: Mapping[str, Any]) -> bool:

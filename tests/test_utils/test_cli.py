@@ -115,6 +115,10 @@ TREE = dict(
     ('env_cfg', dict(cudnn_benchmark=True)),
     ('sizes', [3]),
     ('log_processor.window_size', 5),  # the LogProcessor the Runner builds without one
+    # an argument of what the Runner hands a section the config leaves out
+    ('auto_scale_lr.base_batch_size', 256),
+    ('val_dataloader.batch_size', 8),
+    ('val_cfg.fp16', True),
 ])
 def test_keys_that_set_something_are_merged(key, value):
     cfg = Config(TREE)
@@ -157,6 +161,14 @@ def test_keys_that_set_something_are_merged(key, value):
      'log_processor.window_size)'),
     ('visualizer.typo', "the config has no visualizer, and the Visualizer the Runner builds "
      "without one takes no argument 'typo'"),
+    # a section the config leaves out: the Runner reads enable, so enabel scaled nothing
+    ('auto_scale_lr.enabel', "the config has no auto_scale_lr, and the Runner reads no "
+     "'enabel' in one (closest: auto_scale_lr.enable)"),
+    ('env_cfg.cudnn_benchmrk', "the config has no env_cfg, and the Runner reads no "
+     "'cudnn_benchmrk' in one (closest: env_cfg.cudnn_benchmark)"),
+    ('val_dataloader.batch_sise', "the config has no val_dataloader, and the Runner reads no "
+     "'batch_sise' in one (closest: val_dataloader.batch_size)"),
+    ('test_cfg.fp61', "the config has no test_cfg, and the Runner reads no 'fp61' in one"),
 ])
 def test_keys_that_set_nothing_are_refused_naming_the_closest(key, message):
     cfg = Config(TREE)
