@@ -7,8 +7,10 @@ import torch.nn as nn
 
 def random_batch(model: nn.Module, input_shape: Sequence[int],
                  batch_size: int = 1) -> torch.Tensor:
-    """A standard normal ``batch_size x input_shape`` batch on ``model``'s device (its
-    first parameter's; the CPU without one), the same at every call.
+    """A standard normal ``batch_size x input_shape`` batch on ``model``'s device and in
+    its floating dtype (its first parameter's; float32 on the CPU without one), the same
+    at every call: a float32 batch fails in the first layer of a half, bfloat16 or double
+    model (a FLOPs count, or a trace without example inputs).
 
     It is drawn on the CPU from a generator of its own, so that a dry run, a FLOPs count
     or a trace made during training (``ResourceEstimatorHook``) leaves the global RNGs
@@ -26,4 +28,6 @@ def random_batch(model: nn.Module, input_shape: Sequence[int],
     """
     batch = torch.randn(batch_size, *input_shape, generator=torch.Generator().manual_seed(0))
     param = next(model.parameters(), None)
-    return batch.to(param.device if param is not None else 'cpu')
+    if param is None:
+        return batch
+    return batch.to(param.device, param.dtype if param.is_floating_point() else None)
