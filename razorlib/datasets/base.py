@@ -35,8 +35,19 @@ class ClsDataset(Dataset):
     labels: Sequence[int]
 
     def __init__(self, transforms: Sequence[Union[dict, Transform]] = ()):
-        self.transforms = [TRANSFORMS.build(t) if isinstance(t, dict) else t
-                           for t in transforms]
+        name = type(self).__name__
+        # one dict or name iterates as its keys or letters: 'type' would be kept as a
+        # transform and fail at the first image, in a loader's worker, as "'str' object
+        # is not callable"
+        if isinstance(transforms, (dict, str)):
+            raise TypeError(f'{name}: transforms must be a list of transforms or their '
+                            f'configs, got {transforms!r}: put it in a list')
+        built = [TRANSFORMS.build(t) if isinstance(t, dict) else t for t in transforms]
+        wrong = [t for t in built if not callable(t)]
+        if wrong:
+            raise TypeError(f'{name}: transforms must be callables or their config dicts '
+                            f"(dict(type='RandomFlip')), got {wrong[0]!r}")
+        self.transforms = built
 
     @property
     def metainfo(self) -> Dict[str, Tuple[str, ...]]:

@@ -69,14 +69,19 @@ class DigitsDataset(ClsDataset):
                              'images for training (0 <= test_ratio, val + test < 1)')
         if split == 'test' and test_ratio == 0:
             raise ValueError("split 'test' needs test_ratio > 0 (e.g. 0.2)")
-        super().__init__(([RandomShift(1)] if augment else []) + list(transforms))
+        super().__init__(transforms)
+        if augment:
+            self.transforms.insert(0, RandomShift(1))
         self.split = split
         digits = load_digits()
         self.indices = three_way_split(digits.target, val_ratio, test_ratio,
                                        seed)[SPLITS.index(split)]
         images = torch.from_numpy(digits.images[self.indices]).float().div_(16).unsqueeze(1)
         if upscale is not None:
-            images = F.interpolate(images, size=(upscale, upscale), mode=upscale_mode)
+            # clamped: 'bicubic' overshoots the strokes' edges (to -0.25 and 1.23), out of
+            # the [0, 1] every dataset here yields
+            images = F.interpolate(images, size=(upscale, upscale),
+                                   mode=upscale_mode).clamp_(0, 1)
         self.images = images.expand(-1, in_channels, -1, -1).contiguous()
         self.labels = digits.target[self.indices].tolist()
 

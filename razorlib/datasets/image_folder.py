@@ -1,5 +1,6 @@
 """ImageFolder: one sub-folder of image files per class, decoded with PIL."""
 import logging
+import numbers
 import os
 from pathlib import Path
 from typing import List, Sequence, Tuple, Union
@@ -10,6 +11,8 @@ from mmengine.logging import print_log
 from PIL import Image
 
 from ..registry import DATASETS
+from ..utils.checks import integer_number
+from ..utils.errors import first_line
 from .base import ClsDataset, Transform
 
 IMG_EXTENSIONS = ('.bmp', '.jpeg', '.jpg', '.pgm', '.png', '.ppm', '.tif', '.tiff', '.webp')
@@ -57,6 +60,7 @@ class ImageFolder(ClsDataset):
                  classes: ClassesArg = None):
         if in_channels not in (1, 3):
             raise ValueError(f'in_channels must be 1 or 3, got {in_channels}')
+        self.size = _height_width(size)
         super().__init__(transforms)
         root = Path(data_root)
         if not root.is_dir():
@@ -77,25 +81,41 @@ class ImageFolder(ClsDataset):
             print_log(f'ImageFolder {root}: no images ({", ".join(IMG_EXTENSIONS)}) for the '
                       f'classes {without_images} (an empty folder or none); they keep their '
                       'labels', logger='current', level=logging.WARNING)
-        self.size = (size, size) if isinstance(size, int) else tuple(size)
         self.mode = 'RGB' if in_channels == 3 else 'L'
 
     def load_image(self, index: int) -> torch.Tensor:
         path = self.paths[index]
-        with Image.open(path) as image:
-            if image.mode in WIDE_GRAY_MODES:
-                image = Image.fromarray(_wide_gray_in_unit_range(image, path), mode='F')
-                array = np.asarray(image.resize(self.size[::-1], Image.BILINEAR))[..., None]
-                array = array.repeat(3 if self.mode == 'RGB' else 1, axis=2)
-            else:
-                image = image.convert(self.mode).resize(self.size[::-1], Image.BILINEAR)
-                array = np.asarray(image, dtype=np.float32) / 255
+        try:
+            with Image.open(path) as image:
+                if image.mode in WIDE_GRAY_MODES:
+                    image = Image.fromarray(_wide_gray_in_unit_range(image, path), mode='F')
+                    array = np.asarray(image.resize(self.size[::-1], Image.BILINEAR))[..., None]
+                    array = array.repeat(3 if self.mode == 'RGB' else 1, axis=2)
+                else:
+                    image = image.convert(self.mode).resize(self.size[::-1], Image.BILINEAR)
+                    array = np.asarray(image, dtype=np.float32) / 255
+        except OSError as err:
+            # PIL's decoders name no file ('Truncated File Read', 'broken data stream'),
+            # and in a loader's worker the index is all that is left to find it by
+            raise OSError(f'ImageFolder: cannot read the image {path}: {first_line(err)}') \
+                from err
         return torch.from_numpy(array.reshape(*self.size, -1)).permute(2, 0, 1).contiguous()
 
     def __getitem__(self, index: int) -> dict:
         item = super().__getitem__(index)
         item['data_samples'].set_metainfo(dict(img_path=str(self.paths[index])))
         return item
+
+
+def _height_width(size: Union[int, Sequence[int]]) -> Tuple[int, int]:
+    """``size`` as ``(height, width)``, refused by name unless one or two positive ints:
+    PIL refuses it only at the first read, in a loader's worker, naming neither."""
+    sizes = (size, size) if isinstance(size, numbers.Integral) else size
+    if isinstance(sizes, str) or not isinstance(sizes, Sequence) or len(sizes) != 2:
+        raise TypeError(f'ImageFolder size must be an int or (height, width), got {size!r}')
+    height, width = (integer_number(side, 'ImageFolder size', 'pixels', minimum=1)
+                     for side in sizes)
+    return height, width
 
 
 def _class_folder_names(folder: Path) -> Tuple[str, ...]:

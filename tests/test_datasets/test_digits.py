@@ -66,6 +66,15 @@ def test_rgb_and_upscale():
     assert not torch.equal(smooth, image)
 
 
+def test_bicubic_upscaling_stays_in_0_1():
+    # bicubic overshoots the strokes' edges (to -0.25 and 1.23); the datasets yield [0, 1]
+    images = DigitsDataset('val', in_channels=1, upscale=32, upscale_mode='bicubic').images
+    assert images.min() == 0 and images.max() == 1
+    plain = DigitsDataset('val', in_channels=1).images
+    expected = torch.nn.functional.interpolate(plain, size=(32, 32), mode='bicubic')
+    assert torch.equal(images, expected.clamp(0, 1))
+
+
 def test_augment_shifts_train_images_by_at_most_one_pixel():
     torch.manual_seed(0)
     plain = DigitsDataset('train', in_channels=1)

@@ -123,3 +123,42 @@ def test_images_in_symlinked_sub_folders_belong_to_their_class(tmp_path):
     (root / 'a' / 'loop').symlink_to(root / 'a', target_is_directory=True)  # a cycle
     dataset = ImageFolder(root, size=4)
     assert [str(p.relative_to(root)) for p in dataset.paths] == ['a/more/x.png', 'a/x.png']
+
+
+@pytest.mark.parametrize('content, cause', [
+    ('half', 'OSError: image file is truncated'),
+    ('foreign', 'UnidentifiedImageError: cannot identify image file'),
+])
+def test_an_unreadable_image_is_named(tmp_path, content, cause):
+    write_classes(tmp_path, ['a', 'b'])
+    noise = np.random.RandomState(0).randint(0, 256, (32, 32, 3), dtype=np.uint8)
+    Image.fromarray(noise).save(tmp_path / 'a' / 'x.png')
+    whole = (tmp_path / 'a' / 'x.png').read_bytes()
+    broken = tmp_path / 'b' / 'x.png'
+    broken.write_bytes(whole[:len(whole) // 2] if content == 'half' else b'no image')
+    dataset = ImageFolder(tmp_path, size=4)
+    assert dataset[0]['inputs'].shape == (3, 4, 4)
+    with pytest.raises(OSError) as info:  # PIL's own message names no file when cut short
+        dataset[1]
+    assert str(info.value).startswith(f'ImageFolder: cannot read the image {broken}: {cause}')
+
+
+@pytest.mark.parametrize('size, error, message', [
+    (0, ValueError, 'ImageFolder size must be at least 1, got 0'),
+    ((4, -2), ValueError, 'ImageFolder size must be at least 1, got -2'),
+    ((4, 4, 4), TypeError, r'ImageFolder size must be an int or \(height, width\), got '
+     r'\(4, 4, 4\)'),
+    (4.0, TypeError, r'ImageFolder size must be an int or \(height, width\), got 4.0'),
+    ((4, 2.5), TypeError, r'ImageFolder size must be an integer \(pixels\), got 2.5'),
+])
+def test_a_bad_size_is_refused_by_name_before_any_read(tmp_path, size, error, message):
+    # PIL refused it at the first read (in a loader's worker), naming neither
+    write_classes(tmp_path, ['a'])
+    with pytest.raises(error, match=f'^{message}'):
+        ImageFolder(tmp_path, size=size)
+
+
+def test_a_size_of_a_config_list_or_numpy_ints_is_taken(tmp_path):
+    write_classes(tmp_path, ['a'])
+    assert ImageFolder(tmp_path, size=[2, 3])[0]['inputs'].shape == (3, 2, 3)
+    assert ImageFolder(tmp_path, size=np.int64(2)).size == (2, 2)
