@@ -1,5 +1,6 @@
 """Accuracy: top-k classification accuracy as an mmengine metric."""
 import logging
+import numbers
 from typing import Any, Dict, List, Optional, Sequence, Union
 
 import torch
@@ -7,6 +8,7 @@ from mmengine.evaluator import BaseMetric
 from mmengine.logging import print_log
 
 from ..registry import METRICS
+from ..utils.checks import integer_number
 
 
 @METRICS.register_module()
@@ -52,11 +54,15 @@ class Accuracy(BaseMetric):
 
     def __init__(self, topk: Union[int, Sequence[int]] = (1, 5), nll: bool = False,
                  collect_device: str = 'cpu', prefix: Optional[str] = None):
+        # each k checked: True passed as k=1 reported as 'topTrue', 1.0 and '1' failed
+        # in a bare iteration or comparison
+        ks = (topk, ) if isinstance(topk, (numbers.Number, str, type(None))) else tuple(topk)
+        if not ks:
+            raise ValueError(f'Accuracy: topk must give at least one k, got {topk!r}')
+        self.topk = tuple(integer_number(k, 'Accuracy: topk', 'the k of a top-k accuracy',
+                                         minimum=1) for k in ks)
         super().__init__(collect_device=collect_device, prefix=prefix)
-        self.topk = (topk, ) if isinstance(topk, int) else tuple(topk)
         self.nll = nll
-        if not self.topk or min(self.topk) < 1:
-            raise ValueError(f'topk must be positive integers, got {topk}')
 
     def process(self, data_batch: Any, data_samples: Sequence[Any]) -> None:
         """Keep the scores and label of every sample of a batch.
@@ -69,6 +75,11 @@ class Accuracy(BaseMetric):
             score, label = sample.get('pred_score'), sample.get('gt_label')
             if score is None or label is None:
                 raise KeyError('Accuracy needs pred_score and gt_label in every data sample')
+            label = torch.as_tensor(label)
+            if label.numel() != 1:
+                raise ValueError(f'Accuracy scores one class per sample, but a gt_label holds '
+                                 f'{label.numel()} entries (shape {tuple(label.shape)}): a '
+                                 'multi-label or one-hot target?')
             self.results.append((torch.as_tensor(score).detach().cpu(), int(label)))
 
     def compute_metrics(self, results: List[tuple]) -> Dict[str, float]:

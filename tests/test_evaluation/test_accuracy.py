@@ -46,6 +46,41 @@ def test_missing_fields_and_bad_topk_are_named():
         Accuracy(topk=0)
 
 
+@pytest.mark.parametrize('topk, error, message', [
+    # True passed as k=1 and was reported as 'accuracy/topTrue'
+    (True, TypeError, 'Accuracy: topk must be an integer (the k of a top-k accuracy), got '
+     'True (bool)'),
+    ((1, 5.0), TypeError, 'Accuracy: topk must be an integer (the k of a top-k accuracy), '
+     'got 5.0 (float)'),
+    (1.0, TypeError, 'Accuracy: topk must be an integer (the k of a top-k accuracy), got '
+     '1.0 (float)'),  # was: 'float' object is not iterable
+    ('15', TypeError, "Accuracy: topk must be an integer (the k of a top-k accuracy), got "
+     "'15' (str)"),  # was: '<' not supported between instances of 'str' and 'int'
+    ((1, -2), ValueError, 'Accuracy: topk must be at least 1, got -2'),
+    ((), ValueError, 'Accuracy: topk must give at least one k, got ()'),
+])
+def test_a_k_that_is_no_positive_integer_is_refused_by_name(topk, error, message):
+    with pytest.raises(error) as info:
+        Accuracy(topk=topk)
+    assert str(info.value) == message
+
+
+def test_numpy_ks_are_taken_as_ints():
+    import numpy as np
+    metric = Accuracy(topk=[np.int64(1), np.int64(2)])
+    metric.process(None, samples(False)[:2])
+    assert metric.compute_metrics(metric.results) == {'top1': 50.0, 'top2': 100.0}
+
+
+def test_a_gt_label_of_several_classes_is_refused_by_name():
+    # int(label) failed with 'only one element tensors can be converted to Python scalars'
+    sample = ClsDataSample(gt_label=[0, 2], pred_score=torch.tensor([.5, .3, .2]))
+    with pytest.raises(ValueError) as info:
+        Accuracy(topk=1).process(None, [sample.to_dict()])
+    assert str(info.value) == ('Accuracy scores one class per sample, but a gt_label holds 2 '
+                               'entries (shape (2,)): a multi-label or one-hot target?')
+
+
 def test_nll_is_the_mean_negative_log_likelihood_of_the_true_class():
     import math
     metric = Accuracy(topk=1, nll=True)
