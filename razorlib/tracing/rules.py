@@ -8,7 +8,7 @@ binding slots that must be pruned together and freezing those that cannot be pru
 - ``bind``: elementwise ops of several tensors; their channels are bound.
 - ``concat`` / ``split``: channel index offsets (cat, chunk, split, slice, select, unbind).
 - ``expand`` / ``permute``: reshape/flatten (a channel owns H*W features), expand,
-  repeat, permute/transpose (channels-last layouts).
+  repeat, permute/transpose (channels-last layouts), channel shuffle.
 - ``reduce``: reductions; over spatial dims they keep channels.
 - ``layer``: conv, linear, embedding and norms, recognised by the module owning the weight.
 - ``mixing``: ops that mix channels in ways that cannot be sliced; their channels freeze.
@@ -124,7 +124,7 @@ _SQUEEZE_NAMES = ('SqueezeBackward0', 'SqueezeBackward1', 'SqueezeBackward2',
 
 _MIXING_NAMES = ('IndexSelectBackward0', 'GatherBackward0',
                  'PixelShuffleBackward0', 'PixelUnshuffleBackward0', 'GluBackward0',
-                 'ChannelShuffleBackward0', 'Im2ColBackward0', 'Col2ImBackward0',
+                 'Im2ColBackward0', 'Col2ImBackward0',
                  'AsStridedBackward0', 'torch::autograd::CopySlices', 'SortBackward0',
                  'TopkBackward0')
 
@@ -150,6 +150,7 @@ _BUILT_IN: Dict[str, Rule] = {
     'PermuteBackward0': PERMUTE,
     'TransposeBackward0': PERMUTE,
     'TBackward0': PERMUTE,
+    'ChannelShuffleBackward0': Rule(shape.channel_shuffle, 'permute'),
     'ExpandBackward0': Rule(shape.expand, 'expand', keeps_pending=True, sizes='code'),
     'ViewAsComplexBackward0': Rule(shape.complex_view, 'expand', keeps_pending=True),
     'ViewAsRealBackward0': Rule(shape.complex_view, 'expand', keeps_pending=True),

@@ -1,7 +1,8 @@
 """Channel rules for ops that move channels between dims or index into them.
 
-Reshape, permute, expand, repeat, concat, split/chunk, slice, select, unbind, stack and
-flip: each keeps track of which dim holds which slots, using the offsets the op applies.
+Reshape, permute, channel shuffle, expand, repeat, concat, split/chunk, slice, select,
+unbind, stack and flip: each keeps track of which dim holds which slots, using the
+offsets the op applies.
 """
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -37,6 +38,26 @@ def permute(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
     slots = {position[d]: s for d, s in x.slots.items()}
     repeats = {position[d]: r for d, r in x.repeats.items()}
     return [TensorChannels(out_shape, slots, x.split and x.split.moved(position), repeats)]
+
+
+def channel_shuffle(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
+    """``torch.channel_shuffle(x, g)`` (``nn.ChannelShuffle``): the permutation
+    ``x.view(b, g, c // g, ...).transpose(1, 2).reshape(b, c, ...)``, traced as that
+    view's split merged back after the transpose (:func:`heads.merge`), with ``g`` a
+    number of the code's own: every group keeps the same channels, so the slim
+    ``channel_shuffle(x, g)`` still splits the kept ones into ``g`` equal groups.  Other
+    dims keep their slots.
+    """
+    x = ins[0].channels
+    (out_shape, ) = output_shapes(node)
+    if x is None:
+        return [None]
+    slots = dict(x.slots)
+    if 1 in slots:
+        grid = slots[1].reshape(int(node._saved_groups), -1)
+        # view(b, g, c // g, ...) splits dim 1 over dims 1, 2; transpose(1, 2) swaps them
+        slots[1] = heads.merge(ctx, node, Split((2, 1), grid, fixed=(0, )), (1, 2))
+    return [TensorChannels(out_shape, slots)]
 
 
 def reshape_groups(in_shape: Sequence[int],

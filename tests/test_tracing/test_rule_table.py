@@ -19,7 +19,7 @@ DEDICATED = {
     'SliceBackward0', 'SplitBackward0', 'SplitWithSizesBackward0', 'SqueezeBackward0',
     'SqueezeBackward1', 'SqueezeBackward2', 'StackBackward0', 'TBackward0',
     'TransposeBackward0', 'UnbindBackward0', 'UnsafeViewBackward0', 'UnsqueezeBackward0',
-    'ReshapeAliasBackward0', 'ViewBackward0',
+    'ReshapeAliasBackward0', 'ViewBackward0', 'ChannelShuffleBackward0',
     'ScaledDotProductFlashAttentionForCpuBackward0',  # test_heads.py
     'ViewAsComplexBackward0', 'ViewAsRealBackward0',  # test_integrations/test_hf_llama4.py
     'IndexAddBackward0',  # test_nn/test_experts.py
@@ -177,5 +177,5 @@ def test_unknown_op_raises_under_strict():
 
 
 def test_strict_accepts_known_mixing_ops():
-    traced = Traced(OpNet(lambda y: torch.channel_shuffle(y, 2)), X, strict=True)
-    assert traced.reasons('a')[0].kind == 'mixing'
+    traced = Traced(OpNet(lambda y: F.pixel_shuffle(y, 2)), X, strict=True)
+    assert [(r.kind, r.op) for r in traced.reasons('a')] == [('mixing', 'PixelShuffleBackward0')]

@@ -185,6 +185,46 @@ def test_inverse_channel_shuffle_of_sizes_all_the_codes_own_freezes():
     assert 'the slim model computes other outputs than the masked one' in reason.message
 
 
+@pytest.mark.parametrize('groups', [2, 4])
+def test_torch_channel_shuffle_is_traced_as_its_view_form(groups):
+    """``torch.channel_shuffle(x, g)`` (whose grad_fn saves ``g``) binds and permutes the
+    channels exactly as ``view(b, g, c // g, ...).transpose(1, 2).reshape`` does; it
+    froze them as a mixing op before."""
+    x = torch.randn(1, 8, 2, 2, requires_grad=True)
+    node = torch.channel_shuffle(x, groups).grad_fn
+    assert (node.name(), node._saved_groups) == ('ChannelShuffleBackward0', groups)
+    traced = Traced(Net(lambda m, a, b: torch.channel_shuffle(a, groups).mean((2, 3)),
+                        head_in=8), X, strict=True)
+    viewed = Traced(Net(lambda m, a, b: _shuffled(a, groups).mean((2, 3)), head_in=8), X)
+    a = traced.classes('a')
+    assert len(set(a.tolist())) == 8 // groups
+    assert (a == viewed.classes('a')).all()
+    assert (traced.classes('head', 'in') == viewed.classes('head', 'in')).all()
+    assert traced.group_of('a').prunable and not traced.reasons('a')
+
+
+@pytest.mark.parametrize('shuffle,classes', [
+    (lambda y: torch.channel_shuffle(y, 3), 4),
+    (nn.ChannelShuffle(2), 6),
+    (lambda y: _unshuffled(torch.channel_shuffle(y, 2)), 6),
+], ids=['channel_shuffle g=3', 'nn.ChannelShuffle g=2', 'then its inverse'])
+def test_pruned_torch_channel_shuffle_computes_what_its_slim_model_does(shuffle, classes):
+    """Pruned by the same channels of each of its ``g`` groups, the slim
+    ``channel_shuffle`` (``g`` unchanged) permutes the kept channels as the masked one
+    does (``deploy_checked`` compares the outputs)."""
+    torch.manual_seed(0)
+    model = ShuffledConvs(shuffle).eval()
+    x = torch.randn(2, 3, 4, 4)
+    pruner = L1NormPruner(ratio=0.5)
+    pruner.prepare_from_supernet(model, x)
+    assert {gid: g.num_channels for gid, g in pruner.groups.prunable.items()} == {'a': classes}
+    for seed in range(3):
+        torch.manual_seed(seed)
+        pruner.set_subnet(pruner.sample_subnet())
+        slim = deploy_checked(pruner, model, x)[1]
+        assert slim.a.out_channels == slim.c.in_channels < 12
+
+
 def test_split_read_by_a_matmul_is_heads_whose_channels_go_together():
     def heads(m, a, b):
         n, _, h, w = a.shape
