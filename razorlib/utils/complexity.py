@@ -13,10 +13,10 @@ weight products of recurrent layers (see :func:`recurrent_macs`).  The products 
 activations (``QK^T``, ``AV`` in attention) are left out unless ``attention=True``.
 """
 from dataclasses import dataclass
-import functools
 import inspect
 import math
-from typing import Any, Dict, Optional, Sequence, Tuple
+import string
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -29,7 +29,8 @@ from torch.utils.weak import WeakIdKeyDictionary
 from ..layers import (IN_MASK, OUT_MASK, KindTable, LayerKind, LayerKindsArg, as_table,
                       kept_param_size, kept_widths, param_mask_name)
 from ..tracing.forward import call_model, default_example_inputs, shadow_tensors, shadowed
-from ..tracing.shape_rules import reshape_groups
+from .kept_rows import (BROADCASTS, OTHER_MOVES, PERMUTES, RESHAPES, Rows, indexed_rows,
+                        permuted_rows, reshaped_rows)
 from .modes import evaluating
 
 __all__ = ['Complexity', 'count_params', 'get_model_complexity', 'human']
@@ -172,6 +173,31 @@ def grouped_macs(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> int:
     return out.numel() * a.shape[-1]
 
 
+def einsum_subscripts(equation: str,
+                      operands: Sequence[torch.Tensor]) -> Tuple[List[str], str]:
+    """The index letters of each operand's dims and of the output of an ``einsum``: ``...``
+    spelled out as letters of its own (aligned from the right, as broadcasting aligns
+    dims), an implicit output made explicit (the ``...`` dims, then the letters that occur
+    once, in alphabetical order, as torch orders them).
+
+    Example:
+        >>> einsum_subscripts('...qd,...kd', (torch.randn(2, 3, 5, 4), torch.randn(3, 6, 4)))
+        (['ABqd', 'Bkd'], 'ABkq')
+    """
+    equation = equation.replace(' ', '')
+    inputs, arrow, output = equation.partition('->')
+    subscripts = inputs.split(',')
+    spans = [operand.dim() - len(subscript) + 3 if '...' in subscript else 0
+             for subscript, operand in zip(subscripts, operands)]
+    spare = [c for c in string.ascii_uppercase + string.ascii_lowercase if c not in equation]
+    dots = ''.join(spare[:max(spans, default=0)])
+    if not arrow:
+        once = sorted(c for c in set(inputs) if c.isalpha() and inputs.count(c) == 1)
+        output = '...' + ''.join(once)
+    return ([subscript.replace('...', dots[len(dots) - span:])
+             for subscript, span in zip(subscripts, spans)], output.replace('...', dots))
+
+
 def einsum_macs(equation: str, operands: Sequence[torch.Tensor], output: torch.Tensor) -> int:
     """Multiply-accumulates of an ``einsum``: each output entry sums the product of its
     operands over every index that the output does not keep.
@@ -181,17 +207,13 @@ def einsum_macs(equation: str, operands: Sequence[torch.Tensor], output: torch.T
         >>> einsum_macs('bhqd,bhkd->bhqk', (q, k), torch.einsum('bhqd,bhkd->bhqk', q, k))
         720
     """
-    inputs, _, kept = equation.replace(' ', '').partition('->')
+    subscripts, kept = einsum_subscripts(equation, operands)
     sizes: Dict[str, int] = {}
-    for subscript, operand in zip(inputs.split(','), operands):
-        head, _, tail = subscript.partition('...')
-        for i, letter in enumerate(head):
-            sizes[letter] = operand.shape[i]
-        for i, letter in enumerate(tail):
-            sizes[letter] = operand.shape[operand.dim() - len(tail) + i]
-    summed = [size for letter, size in sizes.items() if letter not in kept] if '->' in equation \
-        else [size for letter, size in sizes.items() if inputs.count(letter) > 1]
-    return output.numel() * math.prod(summed)
+    for subscript, operand in zip(subscripts, operands):
+        for letter, size in zip(subscript, operand.shape):
+            sizes[letter] = max(size, sizes.get(letter, 1))  # a broadcast dim is 1
+    return output.numel() * math.prod(size for letter, size in sizes.items()
+                                      if letter not in kept)
 
 
 def _weight_macs(func, x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor) -> int:
@@ -232,76 +254,30 @@ def recurrent_macs(module: nn.Module, sequence: Any) -> int:
     return data.numel() // data.shape[-1] * per_token
 
 
-#: ``{dim: keep}`` of a tensor: along ``dim``, the entries of a masked layer's channels,
-#: ``keep[i]`` False where the layer's out mask cuts channel ``i`` (the slim tensor has
-#: only the kept ones there).  See :meth:`_FunctionCounter.kept_share`.
-Rows = Dict[int, np.ndarray]
-
-#: Calls that view their operand's entries in another shape, and that move its dims (the
-#: first followed, the rest not: their output may have their operand's shape, its dims
-#: moved all the same).
-_RESHAPES = frozenset((torch.Tensor.view, torch.Tensor.reshape, torch.reshape, torch.flatten,
-                       torch.Tensor.flatten, torch.Tensor.unflatten, torch.unflatten,
-                       torch.Tensor.view_as, torch.Tensor.reshape_as, torch.squeeze,
-                       torch.Tensor.squeeze, torch.unsqueeze, torch.Tensor.unsqueeze))
-_PERMUTES = frozenset((torch.permute, torch.Tensor.permute, torch.transpose,
-                       torch.Tensor.transpose))
-_OTHER_MOVES = frozenset((torch.t, torch.Tensor.t, torch.movedim, torch.Tensor.movedim,
-                          torch.swapaxes, torch.Tensor.swapaxes, torch.swapdims,
-                          torch.Tensor.swapdims, torch.Tensor.T.__get__,
-                          torch.Tensor.mT.__get__, torch.Tensor.H.__get__,
-                          torch.Tensor.mH.__get__))
-
-
-def _reshaped_rows(rows: Rows, shape: Sequence[int], out_shape: Sequence[int]) -> Rows:
-    """``rows`` of a tensor of ``shape`` viewed as ``out_shape``: a dim merged with others
-    keeps its channels' entries repeated and tiled, one split over several dims gives each
-    the entries it holds of them; where the kept entries of a merged or split dim form no
-    grid of kept entries per dim (which no slim tensor could hold), they are dropped.
-
-    Example:
-        >>> heads = _reshaped_rows({2: np.repeat([True, False], 3)}, (2, 5, 6), (2, 5, 2, 3))
-        >>> {dim: keep.tolist() for dim, keep in heads.items()}
-        {2: [True, False]}
-    """
-    try:
-        groups = reshape_groups(shape, out_shape)
-    except ValueError:
-        return {}
-    out: Rows = {}
-    for dims, out_dims in groups:
-        if not any(d in rows for d in dims):
-            continue
-        grid = functools.reduce(np.multiply.outer, [rows.get(d, np.ones(shape[d], dtype=bool))
-                                                    for d in dims])
-        grid = grid.reshape([out_shape[d] for d in out_dims])
-        kept = [grid.any(axis=tuple(a for a in range(grid.ndim) if a != axis))
-                for axis in range(grid.ndim)]
-        if np.array_equal(functools.reduce(np.multiply.outer, kept), grid):
-            out.update({d: keep for d, keep in zip(out_dims, kept) if not keep.all()})
-    return out
-
-
-def _permuted_rows(func, args: tuple, kwargs: Dict[str, Any], rows: Rows, ndim: int) -> Rows:
-    """``rows`` of ``args[0]`` after a permute or transpose."""
-    if func in (torch.permute, torch.Tensor.permute):
-        order = args[1] if len(args) == 2 and isinstance(args[1], (tuple, list)) else \
-            args[1:] or kwargs.get('dims', ())
-        order = [d % ndim for d in order]
-    else:
-        order = list(range(ndim))
-        first, second = (args[1:3] if len(args) >= 3 else
-                         (kwargs.get('dim0'), kwargs.get('dim1')))
-        first, second = first % ndim, second % ndim
-        order[first], order[second] = order[second], order[first]
-    return {order.index(d): keep for d, keep in rows.items()}
-
-
 def _product_operands(func, args: tuple) -> Optional[Tuple[torch.Tensor, torch.Tensor]]:
     operands = args[:2] if func in _PRODUCTS else args[1:3] if func in _ADDED_PRODUCTS else ()
     if len(operands) == 2 and all(isinstance(t, torch.Tensor) for t in operands):
         return operands[0], operands[1]
     return None
+
+
+def _product_equation(func, a: torch.Tensor, b: torch.Tensor) -> str:
+    """A matrix product (``matmul``, ``mm``, ``bmm`` and their adding forms) as an
+    ``einsum`` equation: ``k`` summed, the batch dims broadcast (``addbmm`` sums them too),
+    a 1-D operand a vector.
+
+    Example:
+        >>> _product_equation(torch.matmul, torch.randn(2, 3, 5, 4), torch.randn(4))
+        '...mk,k->...m'
+    """
+    first, second = ('k' if a.dim() == 1 else '...mk'), ('k' if b.dim() == 1 else '...kn')
+    batch = '' if func in (torch.addbmm, torch.Tensor.addbmm) else '...'
+    return f'{first},{second}->{batch}{"m" * (a.dim() > 1)}{"n" * (b.dim() > 1)}'
+
+
+#: ``F.scaled_dot_product_attention(q, k, v)`` as an ``einsum`` equation: ``QK^T`` sums
+#: over ``e``, ``AV`` over ``s``.
+_ATTENTION_EQUATION = '...le,...se,...sv->...lv'
 
 
 class _FunctionCounter(TorchFunctionMode):
@@ -318,9 +294,12 @@ class _FunctionCounter(TorchFunctionMode):
       products the mode does not see).
 
     It also follows the channels a masked layer's out mask cuts (:data:`Rows`) from the
-    layer's output through views, permutes and ops that keep the shape, so that a layer
-    whose input holds them on dims its own masks do not cover (its rows) counts only the
-    rows the slim model has (:meth:`kept_share`).
+    layer's output through views, permutes, broadcasts, indexing by ints and slices,
+    products (each index of the output keeps its operands') and ops that keep the shape,
+    so that a layer whose input holds them on dims its own masks do not cover (its rows)
+    counts only the rows the slim model has (:meth:`kept_share`), and a product of
+    activations only the entries it has (:meth:`_kept_macs`: attention over pruned
+    heads).
     """
 
     def __init__(self, model: nn.Module, kinds: KindTable, attention: bool) -> None:
@@ -332,8 +311,7 @@ class _FunctionCounter(TorchFunctionMode):
         self.picked = WeakIdKeyDictionary()
         self.grouped = _grouped_functions()  # one set lookup per op on this hot path
         #: ops whose output dims are not their operands' (rows are not carried through)
-        self.unfollowed = self.grouped | _OTHER_MOVES | frozenset(_WEIGHT_FUNCTIONS) | \
-            frozenset(_PRODUCTS + _ADDED_PRODUCTS + (torch.einsum, ))
+        self.unfollowed = self.grouped | OTHER_MOVES | frozenset(_WEIGHT_FUNCTIONS)
         #: tensor -> its :data:`Rows`, for tensors that hold channels a mask cuts
         self.rows = WeakIdKeyDictionary()
         self._out_keeps: Dict[int, Optional[np.ndarray]] = {}
@@ -380,6 +358,7 @@ class _FunctionCounter(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
+        indexed = None  # a product's (einsum equation, operands)
         if func is torch.Tensor.__getitem__:
             if isinstance(args[0], nn.Parameter) and isinstance(out, torch.Tensor):
                 self.picked[out] = args[0]
@@ -392,10 +371,11 @@ class _FunctionCounter(TorchFunctionMode):
                 else args[1:]
             params = [t for t in operands if self._parameter(t) is not None]
             macs = einsum_macs(args[0], operands, out)
+            indexed = (args[0], operands)
             if params and not self.depth:
                 self._weight_op(params[0], macs)
             elif not params and self.attention:
-                self._add('<attention>', macs)
+                self._add('<attention>', self._kept_macs(macs, *indexed))
         elif func in self.grouped and len(args) >= 2:
             weight = self._parameter(args[1])
             if weight is not None and not self.depth:
@@ -407,31 +387,76 @@ class _FunctionCounter(TorchFunctionMode):
             macs = a.numel() * b.shape[-1] if func not in _PRODUCTS[:3] else \
                 out.numel() * a.shape[-1]
             params = [t for t in operands if self._parameter(t) is not None]
+            indexed = (_product_equation(func, a, b), operands)
             if params and not self.depth:
                 self._weight_op(params[0], macs)
             elif not params and self.attention:
-                self._add('<attention>', macs)
-        elif func is F.scaled_dot_product_attention and self.attention:
+                self._add('<attention>', self._kept_macs(macs, *indexed))
+        elif func is F.scaled_dot_product_attention:
             q, k, v = args[:3]
-            scores = q.numel() // q.shape[-1] * k.shape[-2]
-            self._add('<attention>', scores * q.shape[-1] + scores * v.shape[-1])
+            indexed = (_ATTENTION_EQUATION, (q, k, v))
+            if self.attention:
+                scores = q.numel() // q.shape[-1] * k.shape[-2]
+                self._add('<attention>', self._kept_macs(scores * q.shape[-1], *indexed, 'v') +
+                          self._kept_macs(scores * v.shape[-1], *indexed, 'e'))
         elif func is F.multi_head_attention_forward and self.attention:  # (L, N, E)
             q, k = args[:2]
             self._add('<attention>', 2 * q.numel() * k.shape[0])
         if self.rows and isinstance(out, torch.Tensor):
-            self._carry_rows(func, args, kwargs, out)
+            self._carry_rows(func, args, kwargs, out, indexed)
         return out
 
-    def _carry_rows(self, func, args: tuple, kwargs: Dict[str, Any], out: torch.Tensor) -> None:
-        """Give ``out`` the :data:`Rows` of ``args[0]`` through a view or permute, or of an
-        operand of its shape through any other op but a product or another move of dims
-        (whose output dims are not its operands')."""
+    def _letter_rows(self, equation: str,
+                     operands: Sequence[torch.Tensor]) -> Dict[str, np.ndarray]:
+        """The keep of each index of a product (its ``einsum`` letter) that an operand's
+        :data:`Rows` cut: the one that keeps the smallest share where several do (the
+        query heads a grouped-query attention prunes beside its whole key/value heads; an
+        operand whose rows were lost on the way has none)."""
+        found: Dict[str, np.ndarray] = {}
+        subscripts, _ = einsum_subscripts(equation, operands)
+        for operand, letters in zip(operands, subscripts):
+            for dim, keep in self.rows.get(operand, {}).items():
+                old = found.get(letters[dim])
+                if old is None or keep.sum() * old.size < old.sum() * keep.size:
+                    found[letters[dim]] = keep
+        return found
+
+    def _kept_macs(self, macs: int, equation: str, operands: Sequence[torch.Tensor],
+                   skip: str = '') -> int:
+        """``macs`` of a product of activations (``equation``) at the share its operands'
+        :data:`Rows` keep: a masked model's attention over pruned heads multiplies their
+        zeros, the slim model has only the kept heads.  ``skip``: letters of ``equation``
+        that the part counted does not run over (attention's ``QK^T`` no ``v``, its ``AV``
+        no ``e``)."""
+        kept = total = 1
+        if self.rows:
+            for letter, keep in self._letter_rows(equation, operands).items():
+                if letter not in skip:
+                    kept, total = kept * int(keep.sum()), total * keep.size
+        return macs * kept // total
+
+    def _carry_rows(self, func, args: tuple, kwargs: Dict[str, Any], out: torch.Tensor,
+                    indexed: Optional[Tuple[str, Sequence[torch.Tensor]]] = None) -> None:
+        """Give ``out`` the :data:`Rows` of ``args[0]`` through a view, permute, broadcast or
+        index by ints and slices, of its operands' indices that a product (``indexed``: its
+        einsum equation and operands) keeps, or of an operand of its shape through any
+        other op but a weight layer or another move of dims (whose output dims are not its
+        operands')."""
         x = args[0] if args and isinstance(args[0], torch.Tensor) else None
         rows = self.rows.get(x) if x is not None else None
-        if func in _RESHAPES:
-            found = rows and _reshaped_rows(rows, x.shape, out.shape)
-        elif func in _PERMUTES:
-            found = rows and _permuted_rows(func, args, kwargs, rows, x.dim())
+        if indexed is not None:
+            letters = self._letter_rows(*indexed)
+            found = {dim: letters[letter] for dim, letter
+                     in enumerate(einsum_subscripts(*indexed)[1])
+                     if letter in letters and letters[letter].size == out.shape[dim]}
+        elif func in RESHAPES:
+            found = rows and reshaped_rows(rows, x.shape, out.shape)
+        elif func is torch.Tensor.__getitem__:
+            found = rows and indexed_rows(args[1], rows, x.dim())
+        elif func in BROADCASTS:
+            found = rows and {dim + out.dim() - x.dim(): keep for dim, keep in rows.items()}
+        elif func in PERMUTES:
+            found = rows and permuted_rows(func, args, kwargs, rows, x.dim())
         elif func in self.unfollowed:
             found = None
         else:

@@ -11,6 +11,7 @@ from torch.nn.utils import parametrizations
 import razorlib
 from razorlib.pruning import L1NormPruner
 from razorlib.utils import count_params, get_model_complexity
+from razorlib.utils.complexity import einsum_macs
 from zoo import ZOO
 
 
@@ -468,3 +469,116 @@ def test_a_norm_over_pruned_rows_after_other_ops_counts_what_its_slim_model_has(
     assert get_model_complexity(model, x, per_module=masked).flops == \
         get_model_complexity(slim, x, per_module=sliced).flops == 2592
     assert masked == sliced == {'a': 72 * 4 * 3, 'bn': 288, 'norm': 288, 'b': 72 * 4 * 4}
+
+
+class HeadsAttention(nn.Module):
+    """``q``/``k``/``v`` Linears viewed as heads of 4 (``kv`` key/value heads, repeated over
+    the query heads as transformers' ``repeat_kv`` does, or paired by SDPA's
+    ``enable_gqa`` in mode ``'sdpa_gqa'``), attention by ``mode``, an optional per-head
+    norm of its output, the heads merged into ``o``.  Under ``heads='width'`` (``width``)
+    the code views a fixed number of heads, so ``head_dim`` prunes instead."""
+
+    def __init__(self, mode, kv=4, width=False, norm=False):
+        super().__init__()
+        self.mode, self.kv, self.width = mode, kv, width
+        self.q, self.o = nn.Linear(16, 16), nn.Linear(16, 16)
+        self.k, self.v = nn.Linear(16, kv * 4), nn.Linear(16, kv * 4)
+        self.norm = nn.RMSNorm(4) if norm else None
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        q, k, v = (layer(x).view(b, n, heads, -1) if self.width else layer(x).view(b, n, -1, 4)
+                   for layer, heads in ((self.q, 4), (self.k, self.kv), (self.v, self.kv)))
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+        if self.mode == 'sdpa_gqa':
+            y = F.scaled_dot_product_attention(q, k, v, scale=0.5, enable_gqa=True)
+        else:
+            groups = q.shape[1] // k.shape[1]
+            k, v = (t[:, :, None].expand(b, t.shape[1], groups, n, t.shape[-1])
+                    .reshape(b, -1, n, t.shape[-1]) for t in (k, v))
+            if self.mode == 'sdpa':
+                y = F.scaled_dot_product_attention(q, k, v, scale=0.5)
+            elif self.mode == 'einsum':
+                scores = torch.einsum('bhld,bhsd->bhls', q, k) * 0.5
+                y = torch.einsum('bhls,bhsd->bhld', scores.softmax(-1), v)
+            else:
+                y = (q @ k.transpose(-2, -1) * 0.5).softmax(-1) @ v
+        y = self.norm(y) if self.norm is not None else y
+        return self.o(y.transpose(1, 2).reshape(b, n, -1))
+
+
+def _pruned_in_half(model, x, **pruner_kwargs):
+    """``model`` masked to half of its one prunable group, and its slim copy."""
+    torch.manual_seed(0)
+    pruner = L1NormPruner(ratio=0.5, **pruner_kwargs)
+    pruner.prepare_from_supernet(model, x)
+    assert len(pruner.channel_spaces) == 1, pruner.groups
+    pruner.set_subnet(pruner.subnet_at(0.5))
+    slim = pruner.deploy_subnet(copy.deepcopy(model), pruner.export_subnet())
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), slim(x))
+    return slim
+
+
+@pytest.mark.parametrize('mode,kv,pruner_kwargs', [
+    ('sdpa', 4, {}), ('matmul', 4, {}), ('einsum', 4, {}),
+    ('sdpa', 4, {'heads': 'width'}), ('matmul', 4, {'heads': 'width'}),
+    ('matmul', 2, {}), ('sdpa_gqa', 2, {}), ('sdpa_gqa', 2, {'gqa': 'query'}),
+])
+def test_attention_over_pruned_heads_counts_what_its_slim_model_has(mode, kv, pruner_kwargs):
+    """A masked model's attention multiplies the zeros of its pruned heads (or ``head_dim``
+    positions): its products count only the kept ones, as the slim model has them (half
+    of the dense 2 x 4 x 3 x 3 x 4 for ``QK^T`` and as many for ``AV``), where it counted
+    576 against the slim model's 288."""
+    torch.manual_seed(0)
+    model = HeadsAttention(mode, kv, width=pruner_kwargs.get('heads') == 'width').eval()
+    x = torch.randn(2, 3, 16)
+    slim = _pruned_in_half(model, x, **pruner_kwargs)
+    masked, sliced = {}, {}
+    assert get_model_complexity(model, x, per_module=masked, attention=True).flops == \
+        get_model_complexity(slim, x, per_module=sliced, attention=True).flops
+    assert masked == sliced and masked['<attention>'] == 288
+
+
+def test_a_norm_over_pruned_heads_after_attention_counts_what_its_slim_model_has():
+    """A per-head norm of ``softmax(QK^T) V``: the products carry the heads their operands
+    keep to their output, so the norm counts the kept heads' rows (2 x 2 x 3 of 4; all 4
+    heads' before)."""
+    torch.manual_seed(0)
+    model, x = HeadsAttention('matmul', norm=True).eval(), torch.randn(2, 3, 16)
+    slim = _pruned_in_half(model, x)
+    masked, sliced = {}, {}
+    assert get_model_complexity(model, x, per_module=masked).flops == \
+        get_model_complexity(slim, x, per_module=sliced).flops
+    assert masked == sliced and masked['norm'] == 2 * 2 * 3 * 4
+
+
+class SelfAttention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.attention = nn.MultiheadAttention(16, 4, batch_first=True)
+
+    def forward(self, x):
+        return self.attention(x, x, x, need_weights=False)[0]
+
+
+def test_split_multihead_attention_over_pruned_heads_counts_what_its_slim_model_has():
+    """``nn.MultiheadAttention`` keeps its heads (so its count needs nothing); converted by
+    ``split_multihead_attention`` its heads prune, and its attention counts the kept."""
+    torch.manual_seed(0)
+    model = razorlib.nn.split_multihead_attention(SelfAttention()).eval()
+    x = torch.randn(2, 3, 16)
+    slim = _pruned_in_half(model, x)
+    masked, sliced = {}, {}
+    assert get_model_complexity(model, x, per_module=masked, attention=True).flops == \
+        get_model_complexity(slim, x, per_module=sliced, attention=True).flops
+    assert masked == sliced and masked['<attention>'] == 288
+
+
+def test_einsum_counts_the_summed_dims_at_their_broadcast_size():
+    """A dim under ``...`` the output drops is summed, and a summed index broadcast from
+    size 1 runs over the other operand's size (counted 12 and 3 before)."""
+    x = torch.randn(2, 3, 4)
+    assert einsum_macs('...ij->ij', (x, ), torch.einsum('...ij->ij', x)) == 24
+    a, b = torch.randn(3, 4), torch.randn(3, 1)
+    assert einsum_macs('ij,ij->i', (a, b), torch.einsum('ij,ij->i', a, b)) == 12

@@ -1,0 +1,116 @@
+"""Where a masked model's tensors hold the channels a mask cuts, followed op by op.
+
+A masked layer's output holds its pruned channels as zeros; the slim model has no such
+entries.  A layer or product that reads them on a dim its own masks do not cover (a norm
+over each attention head, a product over pruned heads) computes over entries the slim
+model does not have, so the FLOPs counter (:mod:`razorlib.utils.complexity`) follows
+each cut from the layer's output through views, permutes, broadcasts and indexing
+(:data:`Rows`, one keep-mask per dim) to scale those counts to the kept share.
+"""
+import functools
+from typing import Any, Dict, Sequence
+
+import numpy as np
+import torch
+
+from ..tracing.shape_rules import reshape_groups
+
+__all__ = ['BROADCASTS', 'OTHER_MOVES', 'PERMUTES', 'RESHAPES', 'Rows', 'indexed_rows',
+           'permuted_rows', 'reshaped_rows']
+
+
+#: ``{dim: keep}`` of a tensor: along ``dim``, the entries of a masked layer's channels,
+#: ``keep[i]`` False where the layer's out mask cuts channel ``i`` (the slim tensor has
+#: only the kept ones there).  See :meth:`_FunctionCounter.kept_share`.
+Rows = Dict[int, np.ndarray]
+
+#: Calls that view their operand's entries in another shape, and that move its dims (the
+#: first followed, the rest not: their output may have their operand's shape, its dims
+#: moved all the same).
+RESHAPES = frozenset((torch.Tensor.view, torch.Tensor.reshape, torch.reshape, torch.flatten,
+                      torch.Tensor.flatten, torch.Tensor.unflatten, torch.unflatten,
+                      torch.Tensor.view_as, torch.Tensor.reshape_as, torch.squeeze,
+                      torch.Tensor.squeeze, torch.unsqueeze, torch.Tensor.unsqueeze))
+PERMUTES = frozenset((torch.permute, torch.Tensor.permute, torch.transpose,
+                      torch.Tensor.transpose))
+#: Calls that broadcast their operand to more (leading) dims or along its size-1 dims.
+BROADCASTS = frozenset((torch.Tensor.expand, torch.Tensor.expand_as, torch.broadcast_to,
+                        torch.Tensor.broadcast_to))
+OTHER_MOVES = frozenset((torch.t, torch.Tensor.t, torch.movedim, torch.Tensor.movedim,
+                         torch.swapaxes, torch.Tensor.swapaxes, torch.swapdims,
+                         torch.Tensor.swapdims, torch.Tensor.T.__get__,
+                         torch.Tensor.mT.__get__, torch.Tensor.H.__get__,
+                         torch.Tensor.mH.__get__))
+
+
+def reshaped_rows(rows: Rows, shape: Sequence[int], out_shape: Sequence[int]) -> Rows:
+    """``rows`` of a tensor of ``shape`` viewed as ``out_shape``: a dim merged with others
+    keeps its channels' entries repeated and tiled, one split over several dims gives each
+    the entries it holds of them; where the kept entries of a merged or split dim form no
+    grid of kept entries per dim (which no slim tensor could hold), they are dropped.
+
+    Example:
+        >>> heads = reshaped_rows({2: np.repeat([True, False], 3)}, (2, 5, 6), (2, 5, 2, 3))
+        >>> {dim: keep.tolist() for dim, keep in heads.items()}
+        {2: [True, False]}
+    """
+    try:
+        groups = reshape_groups(shape, out_shape)
+    except ValueError:
+        return {}
+    out: Rows = {}
+    for dims, out_dims in groups:
+        if not any(d in rows for d in dims):
+            continue
+        grid = functools.reduce(np.multiply.outer, [rows.get(d, np.ones(shape[d], dtype=bool))
+                                                    for d in dims])
+        grid = grid.reshape([out_shape[d] for d in out_dims])
+        kept = [grid.any(axis=tuple(a for a in range(grid.ndim) if a != axis))
+                for axis in range(grid.ndim)]
+        if np.array_equal(functools.reduce(np.multiply.outer, kept), grid):
+            out.update({d: keep for d, keep in zip(out_dims, kept) if not keep.all()})
+    return out
+
+
+def indexed_rows(index: Any, rows: Rows, ndim: int) -> Rows:
+    """``rows`` of a tensor of ``ndim`` dims after ``x[index]`` of ints, slices, ``None``
+    and ``...`` (transformers' ``repeat_kv`` indexes ``x[:, :, None]``, RoPE slices
+    ``x[..., :d // 2]``): a slice keeps its entries' keeps, an int drops its dim, ``None``
+    adds one; none for an index by tensors.
+
+    Example:
+        >>> rows = indexed_rows((..., None, slice(0, 2)), {1: np.array([True, False, True])}, 2)
+        >>> {dim: keep.tolist() for dim, keep in rows.items()}
+        {2: [True, False]}
+    """
+    index = index if isinstance(index, tuple) else (index, )
+    if not all(i is None or i is Ellipsis or isinstance(i, slice) or
+               (isinstance(i, int) and not isinstance(i, bool)) for i in index) or \
+            sum(i is Ellipsis for i in index) > 1:
+        return {}
+    given = sum(i is not None and i is not Ellipsis for i in index)
+    at = next((n for n, i in enumerate(index) if i is Ellipsis), len(index))
+    index = index[:at] + (slice(None), ) * (ndim - given) + index[at + 1:]
+    out: Rows = {}
+    dim = out_dim = 0
+    for i in index:
+        if isinstance(i, slice) and dim in rows and not rows[dim][i].all():
+            out[out_dim] = rows[dim][i]
+        out_dim += not isinstance(i, int)
+        dim += i is not None
+    return out
+
+
+def permuted_rows(func, args: tuple, kwargs: Dict[str, Any], rows: Rows, ndim: int) -> Rows:
+    """``rows`` of ``args[0]`` after a permute or transpose."""
+    if func in (torch.permute, torch.Tensor.permute):
+        order = args[1] if len(args) == 2 and isinstance(args[1], (tuple, list)) else \
+            args[1:] or kwargs.get('dims', ())
+        order = [d % ndim for d in order]
+    else:
+        order = list(range(ndim))
+        first, second = (args[1:3] if len(args) >= 3 else
+                         (kwargs.get('dim0'), kwargs.get('dim1')))
+        first, second = first % ndim, second % ndim
+        order[first], order[second] = order[second], order[first]
+    return {order.index(d): keep for d, keep in rows.items()}
