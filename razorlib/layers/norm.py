@@ -54,9 +54,13 @@ class NormKind(LayerKind):
         return slots, dim
 
     def _affine(self, module: nn.Module, idx: Sequence[int], plan: SlicePlan) -> SlicePlan:
+        """The affine tensors at ``idx``; one held as a buffer (FalconMamba's dummy RMSNorm
+        ``weight``) is planned as a buffer, which :meth:`SlicePlan.apply` sets as such."""
         for attr in ('weight', 'bias'):
-            if getattr(module, attr, None) is not None:
-                plan.params[attr] = take(getattr(module, attr), 0, idx)
+            tensor = getattr(module, attr, None)
+            if tensor is not None:
+                table = plan.buffers if attr in module._buffers else plan.params
+                table[attr] = take(tensor, 0, idx)
         return plan
 
     def plan_slice(self, name: str, module: nn.Module,
@@ -77,12 +81,13 @@ class NormKind(LayerKind):
         return weight.detach().reshape(-1, 1)
 
     def params(self, module: nn.Module, kept: Kept) -> int:
-        """Each affine tensor at the kept channels: a norm over several dims
-        (``LayerNorm((5, 6))``) holds ``numel / width`` entries per channel."""
+        """Each affine parameter at the kept channels: a norm over several dims
+        (``LayerNorm((5, 6))``) holds ``numel / width`` entries per channel.  A ``weight``
+        held as a buffer (FalconMamba's weightless RMSNorm) is no parameter."""
         width, kept_out = self.widths(module)['out'], self.full(module, kept)['out']
         return sum(tensor.numel() // max(width, 1) * kept_out
-                   for tensor in (getattr(module, attr, None) for attr in ('weight', 'bias'))
-                   if isinstance(tensor, torch.Tensor))
+                   for tensor in (module._parameters.get(attr) for attr in ('weight', 'bias'))
+                   if tensor is not None)
 
     def flops(self, module: nn.Module, inputs: Tuple, output, kept: Kept) -> int:
         width = self.widths(module)['out']
@@ -340,14 +345,24 @@ class RMSNormKind(NormKind):
         return module_type.__name__.endswith('RMSNorm') and \
             module_type.__module__.startswith('transformers.')
 
+    def covers(self, module: nn.Module) -> bool:
+        """An RMSNorm that says its width, by a ``weight`` or a ``normalized_shape``.
+        transformers' weightless ones (NanoChat's, Gemma 3n's ``with_scale=False``) hold
+        neither, so no mask could be sized for them: they have no kind, and their ops are
+        walked and counted one by one."""
+        weight = getattr(module, 'weight', None)
+        return (isinstance(weight, torch.Tensor) and weight.dim() > 0) or \
+            hasattr(module, 'normalized_shape')
+
     def widths(self, module: nn.Module) -> Dict[str, int]:
-        return {'out': module.weight.shape[0] if module.weight is not None
-                else module.normalized_shape[-1]}
+        """The last dim normalised (``weight``'s last dim for a transformers class)."""
+        shape = getattr(module, 'normalized_shape', None)
+        return {'out': shape[-1] if shape is not None else module.weight.shape[-1]}
 
     def trace(self, ctx, node, ins, name, module):
         tc = ins[0].channels
         if tc is None or tc.ndim == 0 or tc.ndim - 1 not in tc.slots or \
-                _epsilon(module) is _UNKNOWN:
+                _epsilon(module) is _UNKNOWN or self.unsliceable(module) is not None:
             return None
         return super().trace(ctx, node, ins, name, module)
 
@@ -373,8 +388,10 @@ class RMSNormKind(NormKind):
         if eps is None or eps is _UNKNOWN:  # nn.RMSNorm's default
             eps = torch.finfo(x.dtype).eps
         dim = -keep.dim()
-        squares = x.float().movedim(dim, -1).pow(2)
+        # at least float32 (a half input's squares overflow), float64 kept as it is
+        exact = torch.promote_types(x.dtype, torch.float32)
+        squares = x.to(exact).movedim(dim, -1).pow(2)
         full = squares.mean(-1, keepdim=True)
         kept = squares[..., keep.flatten().bool()].mean(-1, keepdim=True)
         scale = ((full + eps) / (kept + eps)).sqrt().movedim(-1, dim)
-        return (output.float() * scale).to(output.dtype) * keep
+        return (output.to(exact) * scale).to(output.dtype) * keep
