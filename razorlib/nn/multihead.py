@@ -77,8 +77,9 @@ class SeparateProjectionAttention(nn.Module):
                  kdim: Optional[int] = None, vdim: Optional[int] = None,
                  batch_first: bool = False, device=None, dtype=None):
         super().__init__()
-        if embed_dim % num_heads:
-            raise ValueError(f'embed_dim {embed_dim} is not divisible by num_heads {num_heads}')
+        if num_heads < 1 or embed_dim % num_heads:
+            raise ValueError(f'{type(self).__name__}: embed_dim {embed_dim} is not divisible by '
+                             f'num_heads {num_heads}')
         self.num_heads, self.head_dim = num_heads, embed_dim // num_heads
         self.dropout, self.batch_first = dropout, batch_first
         factory = dict(bias=bias, device=device, dtype=dtype)
@@ -143,12 +144,14 @@ class SeparateProjectionAttention(nn.Module):
         """
         batched = query.dim() == 3
         query, key, value = (self._to_batch_first(t, batched) for t in (query, key, value))
-        if key_padding_mask is not None and not batched:
-            key_padding_mask = key_padding_mask.unsqueeze(0)
         if is_causal and attn_mask is None:
             raise RuntimeError('Need attn_mask if specifying the is_causal hint (as '
                                'nn.MultiheadAttention does)')
         causal = is_causal and key_padding_mask is None and not need_weights
+        if not causal:  # a causal hint drops the mask unread, as in torch
+            self._check_masks(attn_mask, key_padding_mask, query, key, batched)
+        if key_padding_mask is not None and not batched:
+            key_padding_mask = key_padding_mask.unsqueeze(0)
         mask = None if causal else self._merged_mask(attn_mask, key_padding_mask, query)
         q, k, v = (self._heads(proj(t)) for proj, t in
                    ((self.q_proj, query), (self.k_proj, key), (self.v_proj, value)))
@@ -175,6 +178,29 @@ class SeparateProjectionAttention(nn.Module):
         """``(B, N, heads * head_dim)`` as ``(B, heads, N, head_dim)``, heads counted by the
         projection's width."""
         return x.reshape(x.shape[0], x.shape[1], -1, self.head_dim).transpose(1, 2)
+
+    def _check_masks(self, attn_mask: Optional[torch.Tensor],
+                     key_padding_mask: Optional[torch.Tensor], query: torch.Tensor,
+                     key: torch.Tensor, batched: bool) -> None:
+        """Refuse masks of other shapes than ``nn.MultiheadAttention`` takes (``query`` and
+        ``key`` made batch first, the masks as given), which would fail a reshape or a
+        broadcast without naming the mask: most likely a 3-D ``attn_mask`` made for the
+        heads the module had before pruning.
+
+        Raises:
+            ValueError: naming the mask, the shapes it may have and its own.
+        """
+        (batch, length), source = query.shape[:2], key.shape[1]
+        per_head = (batch * self.num_heads if batched else self.num_heads, length, source)
+        if attn_mask is not None and tuple(attn_mask.shape) not in ((length, source), per_head):
+            raise ValueError(
+                f'{type(self).__name__}: attn_mask must be (L, S) = {(length, source)} or, per '
+                f'head, {per_head} (rows for its {self.num_heads} heads, those it keeps once '
+                f'pruned), got {tuple(attn_mask.shape)}')
+        padding = (batch, source) if batched else (source, )
+        if key_padding_mask is not None and tuple(key_padding_mask.shape) != padding:
+            raise ValueError(f'{type(self).__name__}: key_padding_mask must be {padding} '
+                             f'(batch, S), got {tuple(key_padding_mask.shape)}')
 
     def _merged_mask(self, attn_mask: Optional[torch.Tensor],
                      key_padding_mask: Optional[torch.Tensor],

@@ -64,6 +64,9 @@ class WindowAttention(nn.Module):
         super().__init__()
         if len(window_size) != 2 or len(shift_size) != 2:
             raise ValueError('WindowAttention: window_size and shift_size must be [h, w]')
+        if num_heads < 1 or dim % num_heads:  # else the forward's reshape fails, unexplained
+            raise ValueError(f'WindowAttention: dim {dim} is not divisible by num_heads '
+                             f'{num_heads}')
         self.window_size, self.shift_size = list(window_size), list(shift_size)
         self.num_heads, self.v2 = num_heads, v2
         self.attention_dropout, self.dropout = attention_dropout, dropout

@@ -1,6 +1,8 @@
 """nn.MultiheadAttention converted to separate q/k/v projections: the same outputs and
 weights as torch's module, and whole heads pruned by razorlib.prune."""
 
+import re
+
 import pytest
 import torch
 import torch.nn as nn
@@ -115,6 +117,47 @@ def test_a_byte_mask_is_refused_as_in_torch(mask):
         original(x, x, x, **{mask: byte})
     with pytest.raises(TypeError, match='attention masks must be bool .* or floating point'):
         attn(x, x, x, **{mask: byte})
+
+
+@pytest.mark.parametrize('heads', [3, 0])
+def test_heads_that_do_not_split_embed_dim_are_refused_naming_the_module(heads):
+    with pytest.raises(ValueError, match=f'SeparateProjectionAttention: embed_dim 16 is not '
+                       f'divisible by num_heads {heads}$'):
+        SeparateProjectionAttention(DIM, heads)
+
+
+def test_a_per_head_mask_for_the_heads_before_pruning_is_refused_naming_it():
+    """A 3-D attn_mask holds a row per head of each sequence: the one made for the four heads
+    of the module before pruning failed a view of the slim module's two heads with torch's
+    bare 'shape [...] is invalid' error."""
+    _, attn = _pair(dict(batch_first=True))
+    attn.q_proj, attn.k_proj, attn.v_proj = (nn.Linear(DIM, DIM // 2) for _ in 'qkv')
+    attn.out_proj, attn.num_heads = nn.Linear(DIM // 2, DIM), HEADS // 2  # as slicing does
+    x, kept = torch.randn(BATCH, L, DIM), torch.randn(BATCH * HEADS // 2, L, L)
+    assert attn(x, x, x, attn_mask=kept)[0].shape == (BATCH, L, DIM)
+    with pytest.raises(ValueError, match=re.escape(
+            'SeparateProjectionAttention: attn_mask must be (L, S) = (5, 5) or, per head, '
+            '(4, 5, 5) (rows for its 2 heads, those it keeps once pruned), got (8, 5, 5)')):
+        attn(x, x, x, attn_mask=torch.randn(BATCH * HEADS, L, L))
+
+
+@pytest.mark.parametrize('query, mask, message', [
+    ((BATCH, L, DIM), dict(attn_mask=(L, S)), r'attn_mask must be \(L, S\) = \(5, 5\) or, per '
+     r'head, \(8, 5, 5\) .*, got \(5, 7\)'),
+    ((BATCH, L, DIM), dict(key_padding_mask=(BATCH, S)),
+     r'key_padding_mask must be \(2, 5\) \(batch, S\), got \(2, 7\)'),
+    ((L, DIM), dict(key_padding_mask=(BATCH, L)),
+     r'key_padding_mask must be \(5,\) \(batch, S\), got \(2, 5\)'),
+    ((L, DIM), dict(attn_mask=(BATCH * HEADS, L, L)),
+     r'attn_mask must be .* or, per head, \(4, 5, 5\) .*, got \(8, 5, 5\)'),
+], ids=['2-D attn_mask', 'key_padding_mask', 'unbatched key_padding_mask',
+        'unbatched 3-D attn_mask'])
+def test_a_mask_of_another_shape_is_refused_naming_it(query, mask, message):
+    _, attn = _pair(dict(batch_first=True))
+    x = torch.randn(*query)
+    masks = {name: torch.zeros(shape, dtype=torch.bool) for name, shape in mask.items()}
+    with pytest.raises(ValueError, match='SeparateProjectionAttention: ' + message):
+        attn(x, x, x, **masks)
 
 
 class Holder(nn.Module):

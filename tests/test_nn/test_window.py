@@ -188,6 +188,16 @@ def test_razorlib_prune_halves_the_heads():
     assert slim(X).shape == (2, 5)
 
 
+@pytest.mark.parametrize('heads', [3, 0])
+@pytest.mark.parametrize('v2', [False, True])
+def test_heads_that_do_not_split_dim_are_refused_at_construction(heads, v2):
+    """They used to build, and fail the forward's reshape with a bare 'shape [...] is
+    invalid' (or a 0-head module to build and run nothing)."""
+    with pytest.raises(ValueError, match=f'WindowAttention: dim 16 is not divisible by '
+                       f'num_heads {heads}$'):
+        WindowAttention(16, [2, 2], [0, 0], num_heads=heads, v2=v2)
+
+
 def test_a_module_of_another_layout_is_refused_and_nothing_converted():
     model = TinySwin('v1').eval()
     broken = copy.deepcopy(model.blocks[1].attn)
