@@ -91,7 +91,7 @@ class SymmetricHistogram:
             self.counts = torch.zeros(rows.shape[0], self.bins, dtype=torch.long)
             self.min, self.max = rows.amin(1), rows.amax(1)
         else:
-            self._grow(torch.ceil(magnitude / self.limit).clamp(min=1).long())
+            self._grow(torch.ceil(magnitude / self.limit).clamp(min=1))
             self.min = torch.minimum(self.min, rows.amin(1))
             self.max = torch.maximum(self.max, rows.amax(1))
         index = self._bin(rows) + self.bins * torch.arange(rows.shape[0])[:, None]
@@ -107,14 +107,20 @@ class SymmetricHistogram:
         return index.clamp(0, self.bins - 1)
 
     def _grow(self, factor: torch.Tensor) -> None:
+        """Multiply the limit by ``factor`` (whole numbers, float64, one per channel)."""
         if bool((factor == 1).all()):
             return
         # bin half + j moves to half + floor(j / factor); the same as
         # ((factor - 1) * half + old) // factor, without that product, which overflows
-        # int64 when the limit grows from the floor an all-zero first batch leaves
+        # int64 when the limit grows from the floor an all-zero first batch leaves.  The
+        # factor itself stays float64: from that floor, or when a later batch holds an
+        # attention mask's -3.4e38, it passes int64's 9.2e18.  Any factor of ``bins`` or
+        # more moves every old bin into one of the two around 0, so the re-binning
+        # takes it capped there.
         half = self.bins // 2
         old = torch.arange(self.bins)[None, :]
-        new = half + torch.div(old - half, factor[:, None], rounding_mode='floor')
+        steps = factor.clamp(max=self.bins).long()[:, None]
+        new = half + torch.div(old - half, steps, rounding_mode='floor')
         self.counts = torch.zeros_like(self.counts).scatter_add_(1, new, self.counts)
         self.limit = self.limit * factor
 
