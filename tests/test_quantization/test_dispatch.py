@@ -133,6 +133,20 @@ def test_table_entries_are_validated():
         DispatchingTable({'conv1': 1.5})
 
 
+@pytest.mark.parametrize('dispatch', [dispatch_graph, quantize_graph])
+def test_a_table_entry_on_another_quantized_platform_is_refused(dispatch):
+    # quantize_graph quantizes only the ops on its platform: conv2 pinned to ORT_INT8 on a
+    # TRT_INT8 graph stayed a plain op, and the "INT8" export ran it in floating point
+    graph = dispatcher_graph()
+    with pytest.raises(ValueError) as error:
+        dispatch(graph, T, dispatching_table={'conv2': 'ORT_INT8', 'soft': 'FP32'})
+    assert str(error.value) == (
+        "dispatching_table places operations of graph 'dispatch' on a quantized platform "
+        "other than TRT_INT8: {'conv2': 'ORT_INT8'}; only TRT_INT8 is quantized, so they "
+        'would run in floating point (pin them to TRT_INT8, or to FP32 on purpose)')
+    assert all(op.platform == 'UNSPECIFIED' for op in graph.operations.values())
+
+
 def test_failed_dispatch_leaves_the_graph_alone():
     graph = dispatcher_graph()
     with pytest.raises(ValueError):

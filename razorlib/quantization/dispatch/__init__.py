@@ -20,7 +20,7 @@ from typing import Any, Optional, Union
 
 from ...ir import BaseGraph, QuantableOperation
 from ...ir.components import build_component
-from ..platform import QUANTIZABLE_OP_TYPES, TargetPlatform, as_platform
+from ..platform import QUANTIZABLE_OP_TYPES, TargetPlatform, as_platform, is_quantized_platform
 from .dispatchers import (DISPATCHERS, AggressiveDispatcher, AllInDispatcher,
                           ConservativeDispatcher, GraphDispatcher, PointwiseDispatcher,
                           register_dispatcher)
@@ -60,7 +60,9 @@ def dispatch_graph(graph: BaseGraph, platform: Union[TargetPlatform, str],
         TypeError: an argument has the wrong type; the message names the parameter.
         KeyError: an unknown dispatcher (the message lists the registered ones).
         ValueError: a platform that is not quantized, a table entry for an operation not
-            in the graph, or a graph that holds quantable operations already.
+            in the graph or one placing it on another quantized platform (no quantizer
+            would quantize it there: it would run in floating point), or a graph that
+            holds quantable operations already.
     """
     if not isinstance(graph, BaseGraph):
         raise TypeError(f'graph must be a BaseGraph, got {type(graph).__name__}')
@@ -76,6 +78,13 @@ def dispatch_graph(graph: BaseGraph, platform: Union[TargetPlatform, str],
     if unknown:
         raise ValueError(f'dispatching_table names operations not in graph {graph.name!r}: '
                          f'{unknown}')
+    foreign = {name: placed_on.name for name, placed_on in table.items()
+               if is_quantized_platform(placed_on) and placed_on is not platform}
+    if foreign:
+        raise ValueError(f'dispatching_table places operations of graph {graph.name!r} on '
+                         f'a quantized platform other than {platform.name}: {foreign}; only '
+                         f'{platform.name} is quantized, so they would run in floating point '
+                         f'(pin them to {platform.name}, or to FP32 on purpose)')
     pinned = {op.name: TargetPlatform.SOI for op in find_soi_operations(graph)}
     pinned.update(table.items())
     for name, placed_on in rule.dispatch(graph, platform, pinned).items():
