@@ -11,8 +11,8 @@ one config per tensor, following the role each tensor plays in the op's socket;
 import logging
 from typing import Callable, ClassVar, Dict, FrozenSet, Mapping, Optional, Type, TypeVar
 
-from ...ir import (BaseGraph, Operation, OperationQuantizationConfig, PassManager, PassResult,
-                   QuantableOperation, TensorQuantizationConfig, TensorRole, Variable)
+from ...ir import (EMPTY_NAME, BaseGraph, Operation, OperationQuantizationConfig, PassManager,
+                   PassResult, QuantableOperation, TensorQuantizationConfig, TensorRole, Variable)
 from ...ir.components import registered
 from ...registry import QUANTIZERS
 from ..platform import TargetPlatform, as_platform
@@ -112,7 +112,7 @@ class BaseQuantizer:
 
         Every config starts INITIAL, except those of tensors that stay in floating point
         (FP32): shapes, indices and other ``NOT_QUANTIZED`` sockets, values of SOI ops,
-        non-float tensors, and biases the platform keeps in FP32.
+        non-float tensors, absent optional inputs, and biases the platform keeps in FP32.
 
         Args:
             op_name: an operation of the graph, on this quantizer's platform or not
@@ -153,11 +153,12 @@ class BaseQuantizer:
         """The role input ``index`` of ``op`` plays once its tensor is looked at.
 
         The socket's role, except: a weight or bias that is not a parameter is quantized
-        as an activation; a value computed by an SOI op, an index output, or a tensor of a
-        non-float dtype is ``NOT_QUANTIZED``.
+        as an activation; a value computed by an SOI op, an index output, a tensor of a
+        non-float dtype, or an absent optional input (ONNX's empty name, ``Conv(x, w, '')``:
+        no tensor to observe or quantize) is ``NOT_QUANTIZED``.
         """
         role, var = op.socket.inputs[index], op.inputs[index]
-        if role is _ROLE.NOT_QUANTIZED or _holds_control_value(var):
+        if role is _ROLE.NOT_QUANTIZED or var.name == EMPTY_NAME or _holds_control_value(var):
             return _ROLE.NOT_QUANTIZED
         if role in (_ROLE.WEIGHT, _ROLE.BIAS) and not var.is_parameter:
             return _ROLE.ACTIVATION
