@@ -152,3 +152,33 @@ def test_a_layer_kept_in_float_by_hand_is_refused_until_restored():
         activation_ranges(graph)
     restore_quantized(saved)
     assert float_layers(graph) == [] and activation_ranges(graph)
+
+
+class _ReusedLinear(torch.nn.Module):
+    """One Linear run twice; its second run comes after a Sigmoid, which TRT_INT8's
+    conservative dispatch leaves in FP32, and so does that second run."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.linear(torch.sigmoid(self.linear(x)))
+
+
+def test_a_parameter_a_float_layer_also_reads_is_refused_naming_both(tmp_path):
+    # the plain model held the weight on the INT8 layer's grid, which the FP32 layer then
+    # computed with: the executor's FP32 layer uses the float weight
+    torch.manual_seed(0)
+    x = torch.randn(2, 4)
+    graph = quantize_graph(from_torch(_ReusedLinear().eval(), x), 'TRT_INT8')
+    assert {name: op.platform.name for name, op in graph.operations.items()} == {
+        'node_linear': 'TRT_INT8', 'node_sigmoid': 'FP32', 'node_linear_1': 'FP32'}
+    calibrate(graph, [torch.randn(2, 4) for _ in range(3)], progress=False)
+    with pytest.raises(ValueError) as error:
+        export_graph(graph, tmp_path / 'net.onnx', 'TRT_JSON')
+    assert str(error.value) == (
+        "parameter 'linear.weight' is read with different values by operations 'node_linear' "
+        "and 'node_linear_1' (quantized differently, or one computes with its float value); "
+        'a plain ONNX model holds one value for it (export QDQ_ONNX instead)')
+    assert not (tmp_path / 'net.json').exists() and not (tmp_path / 'net.onnx').exists()

@@ -1,14 +1,14 @@
 """Plain ONNX export of a (possibly quantized and baked) graph: its FP32 parameters, or
 the values its quantized form computes with."""
 import os
-from typing import Dict, Union
+from typing import Dict, Tuple, Union
 
 import onnx
 import torch
 
-from ...ir import BaseGraph, to_onnx
+from ...ir import BaseGraph, QuantableOperation, to_onnx
 from ..functional import fake_quantize
-from ..state import check_calibrated, dequantize_graph, quantable_operations
+from ..state import check_calibrated, dequantize_graph
 
 __all__ = ['export_onnx', 'write_quantized_parameters']
 
@@ -20,8 +20,9 @@ def write_quantized_parameters(graph: BaseGraph) -> BaseGraph:
     corrected biases, AdaRound's rounded weights) stay as they are, and a parameter
     quantized at run time (ACTIVATED, or PASSIVE: an integer bias) becomes its
     fake-quantized value, the point of its grid the executor uses; a baked one holds that
-    already.  FP32 parameters (TensorRT's biases, a dequantized operation's) keep the value
-    in use.  The configs are left as they are; :func:`export_onnx` calls this on its copy.
+    already.  FP32 parameters (TensorRT's biases, a dequantized operation's, those of an
+    operation the dispatcher left in FP32) keep the value in use.  The configs are left as
+    they are; :func:`export_onnx` calls this on its copy.
 
     Args:
         graph: a calibrated graph, changed in place (call it on a copy).
@@ -30,8 +31,10 @@ def write_quantized_parameters(graph: BaseGraph) -> BaseGraph:
         ``graph``, so calls chain.
 
     Raises:
-        ValueError: a parameter read by two operations that quantize it differently (a
-            plain model holds one value per initializer).
+        ValueError: a parameter read by two operations that quantize it differently, or
+            by one that quantizes it and one that computes with its float value (a layer
+            reused after a float op, left in FP32): a plain model holds one value per
+            initializer.
 
     Example:
         >>> from razorlib.ir import BaseGraph
@@ -47,24 +50,26 @@ def write_quantized_parameters(graph: BaseGraph) -> BaseGraph:
         tensor([[ 0.3300],
                 [-1.2700]])
     """
-    written: Dict[str, torch.Tensor] = {}
-    for op in quantable_operations(graph):
+    # every reader, quantized or not: a float reader computes with the value as it is
+    written: Dict[str, Tuple[torch.Tensor, str]] = {}
+    for op in graph.topological_sort():
         for index, var in enumerate(op.inputs):
-            if not var.is_parameter or var.value is None or index >= len(op.input_quant_config):
+            if not var.is_parameter or var.value is None:
                 continue
-            config = op.input_quant_config[index]
             value = var.value.detach()
-            if config.state.is_activated and value.is_floating_point():
-                value = fake_quantize(value, config)
-            if var.name in written:
-                if not torch.equal(written[var.name], value):
-                    raise ValueError(f'parameter {var.name!r} is quantized differently by '
-                                     f'the operations that read it ({op.name!r} and another); '
-                                     'a plain ONNX model holds one value for it (export '
-                                     'QDQ_ONNX instead)')
-                continue
-            written[var.name] = value
-    for name, value in written.items():
+            if isinstance(op, QuantableOperation) and index < len(op.input_quant_config):
+                config = op.input_quant_config[index]
+                if config.state.is_activated and value.is_floating_point():
+                    value = fake_quantize(value, config)
+            if var.name not in written:
+                written[var.name] = value, op.name
+            elif not torch.equal(written[var.name][0], value):
+                raise ValueError(f'parameter {var.name!r} is read with different values by '
+                                 f'operations {written[var.name][1]!r} and {op.name!r} '
+                                 '(quantized differently, or one computes with its float '
+                                 'value); a plain ONNX model holds one value for it (export '
+                                 'QDQ_ONNX instead)')
+    for name, (value, _) in written.items():
         graph.variables[name].value = value
     return graph
 
