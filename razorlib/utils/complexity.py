@@ -393,7 +393,8 @@ class _FunctionCounter(TorchFunctionMode):
             elif not params and self.attention:
                 self._add('<attention>', self._kept_macs(macs, *indexed))
         elif func is F.scaled_dot_product_attention:
-            q, k, v = args[:3]
+            q, k, v = (tuple(args[:3]) + tuple(kwargs[name] for name in
+                                               ('query', 'key', 'value')[len(args):]))
             indexed = (_ATTENTION_EQUATION, (q, k, v))
             if self.attention:
                 scores = q.numel() // q.shape[-1] * k.shape[-2]

@@ -582,3 +582,26 @@ def test_einsum_counts_the_summed_dims_at_their_broadcast_size():
     assert einsum_macs('...ij->ij', (x, ), torch.einsum('...ij->ij', x)) == 24
     a, b = torch.randn(3, 4), torch.randn(3, 1)
     assert einsum_macs('ij,ij->i', (a, b), torch.einsum('ij,ij->i', a, b)) == 12
+
+
+class KeywordSDPA(nn.Module):
+    """``F.scaled_dot_product_attention(query=..., key=..., value=...)``: by keyword."""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv = nn.Linear(8, 24)
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).view(2, 3, 3, 2, 4).permute(2, 0, 3, 1, 4)
+        return F.scaled_dot_product_attention(query=q, key=k, value=v)
+
+
+@pytest.mark.parametrize('attention', [False, True])
+def test_attention_called_by_keyword_is_counted(attention):
+    """The counter read q, k and v from the positional arguments only: a call by keyword
+    failed to unpack (with attention=True before, and after the kept-rows change with
+    either)."""
+    per = {}
+    get_model_complexity(KeywordSDPA(), torch.randn(2, 3, 8), attention=attention,
+                         per_module=per)
+    assert per.get('<attention>', 0) == (2 * 2 * 3 * 3 * 4 * 2 if attention else 0)  # 288
