@@ -87,6 +87,10 @@ class ImageFolder(ClsDataset):
         path = self.paths[index]
         try:
             with Image.open(path) as image:
+                if image.mode == 'F':  # converting would clip it to 0..255: zeros and ones
+                    raise ValueError(f'ImageFolder: {path} is a 32-bit float image (PIL mode '
+                                     "'F'), which has no fixed range to scale to [0, 1]; "
+                                     'store it as an 8- or 16-bit image')
                 if image.mode in WIDE_GRAY_MODES:
                     image = Image.fromarray(_wide_gray_in_unit_range(image, path), mode='F')
                     array = np.asarray(image.resize(self.size[::-1], Image.BILINEAR))[..., None]

@@ -114,6 +114,15 @@ def test_32_bit_values_beyond_16_bits_are_refused_naming_the_file(tmp_path):
         ImageFolder(tmp_path, size=2)[0]
 
 
+def test_a_float_image_is_refused_naming_the_file(tmp_path):
+    """A 32-bit float image was converted to 8 bits by PIL, which clips: values in [0, 1]
+    came out as zeros and ones, without a word."""
+    (tmp_path / 'k').mkdir()
+    Image.fromarray(np.full((4, 4), 0.5, np.float32)).save(tmp_path / 'k' / 'float.tif')
+    with pytest.raises(ValueError, match=r"float.tif is a 32-bit float image \(PIL mode 'F'\)"):
+        ImageFolder(tmp_path, size=2)[0]
+
+
 def test_images_in_symlinked_sub_folders_belong_to_their_class(tmp_path):
     store = tmp_path / 'store'
     write_classes(store, ['more'])
