@@ -28,6 +28,8 @@ def atomic_write_text(path: Union[str, Path], text: str) -> None:
         '0o644'
     """
     path = Path(path)
+    if path.is_symlink():  # write where it points, as open(path, 'w') would, not over it
+        path = path.resolve()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp, fd = _create_temporary(path)
     try:

@@ -53,3 +53,15 @@ def test_a_channel_config_and_a_search_state_are_readable_by_the_group_and_other
 
 def test_the_example_runs():
     assert_examples_pass('razorlib.utils.files')
+
+
+def test_a_symlinked_path_is_written_where_it_points(tmp_path):
+    """os.replace put the file in the link's place: the link was gone and its target kept
+    the old text."""
+    target = tmp_path / 'real' / 'state.json'
+    target.parent.mkdir()
+    target.write_text('old')
+    link = tmp_path / 'state.json'
+    link.symlink_to(target)
+    atomic_write_text(link, 'new')
+    assert link.is_symlink() and target.read_text() == 'new'
