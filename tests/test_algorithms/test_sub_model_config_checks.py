@@ -43,6 +43,18 @@ def written(tmp_path, cfg: dict) -> str:
     return str(path)
 
 
+def half_of(name: str, **options):
+    """A test-zoo model in eval mode, L1-pruned to half (masked), its pruner and its
+    channel config."""
+    entry = ZOO[name]
+    torch.manual_seed(0)
+    model = entry.build().eval()
+    pruner = L1NormPruner(ratio=0.5, **options)
+    pruner.prepare_from_supernet(model, entry.example_inputs())
+    pruner.set_subnet(pruner.subnet_at(0.5))
+    return model, pruner, pruner.export_subnet()
+
+
 def refused(channel_cfg, message: str, model=None) -> None:
     """sub_model of ``channel_cfg`` raises ValueError with exactly ``message``."""
     with pytest.raises(ValueError) as caught:
@@ -141,19 +153,14 @@ def test_configs_that_cut_only_some_groups_or_what_a_pruner_would_not_still_depl
 
 
 def test_a_residual_branch_cut_apart_from_the_other_is_named():
-    entry = ZOO['resnet_basic']
-    torch.manual_seed(0)
-    model = entry.build()
-    pruner = L1NormPruner(ratio=0.5)
-    pruner.prepare_from_supernet(model, entry.example_inputs())
-    pruner.set_subnet(pruner.subnet_at(0.5))
-    cfg = pruner.export_subnet().to_dict()
+    _, _, cfg = half_of('resnet_basic')
+    cfg = cfg.to_dict()
     stem = cfg['modules']['conv1']['out_index']
     other = [i for i in range(16) if i not in stem]
     for name in ('layer1.0.conv2', 'layer1.0.bn2'):  # the branch alike, the sum apart
         cfg['modules'][name]['out_index'] = other
     with pytest.raises(ValueError) as caught:
-        sub_model(entry.build(), cfg, input_shape=(3, 32, 32))
+        sub_model(ZOO['resnet_basic'].build(), cfg, input_shape=(3, 32, 32))
     assert str(caught.value) == (
         'channel_cfg: modules.layer1.0.conv2 (output channels): the channel config keeps 8 of '
         f'16 channels {other}, expected 8 of 16 channels {stem}, as modules.conv1 (output '
@@ -163,19 +170,13 @@ def test_a_residual_branch_cut_apart_from_the_other_is_named():
 
 @pytest.mark.parametrize('heads', ['whole', 'width'])
 def test_attention_pruned_whole_heads_or_in_width_deploys_as_the_pruner_does(heads):
-    entry = ZOO['vit']
-    torch.manual_seed(0)
-    model = entry.build().eval()
-    pruner = L1NormPruner(ratio=0.5, heads=heads)
-    pruner.prepare_from_supernet(model, entry.example_inputs())
-    pruner.set_subnet(pruner.subnet_at(0.5))
-    cfg = pruner.export_subnet()
+    model, pruner, cfg = half_of('vit', heads=heads)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter('always')
         slim = sub_model(copy.deepcopy(model), cfg, input_shape=(3, 32, 32))  # masked
     assert not [w for w in caught if str(w.message).startswith('sub_model')]  # it was traced
     expected = pruner.deploy_subnet(copy.deepcopy(model), cfg)
-    x = entry.example_inputs()
+    x = ZOO['vit'].example_inputs()
     assert torch.equal(slim(x), expected(x))
 
 
@@ -195,19 +196,13 @@ def test_a_masked_model_is_checked_and_keeps_its_masks_when_refused():
 
 
 def test_a_position_embedding_left_out_is_named():
-    entry = ZOO['vit']
-    torch.manual_seed(0)
-    model = entry.build()
-    pruner = L1NormPruner(ratio=0.5)
-    pruner.prepare_from_supernet(model, entry.example_inputs())
-    pruner.set_subnet(pruner.subnet_at(0.5))
-    cfg = pruner.export_subnet()
+    _, _, cfg = half_of('vit')
     kept = cfg.params.pop('pos_embed')[2]
     with pytest.raises(ValueError, match=re.escape(
             'channel_cfg: params.pos_embed (dim 2): the channel config keeps all 32 channels '
             f'(no entry), expected 16 of 32 channels [{", ".join(map(str, kept.index[:8]))}, '
             '...], as ')):
-        sub_model(entry.build(), cfg, input_shape=(3, 32, 32))
+        sub_model(ZOO['vit'].build(), cfg, input_shape=(3, 32, 32))
 
 
 class FixedSize(nn.Module):

@@ -148,12 +148,18 @@ class ShuffledConvs(nn.Module):
     (_unshuffled_by_minus_one, 6),
     (lambda y: _unshuffled(_shuffled(y, 3), 3), 4),
     (lambda y: _shuffled(_unshuffled(y)), 6),
-], ids=['g=2', 'g=3', '-1', 'shuffle then inverse', 'inverse then shuffle'])
-def test_pruned_inverse_channel_shuffle_computes_what_its_slim_model_does(shuffle, classes):
+    (lambda y: torch.channel_shuffle(y, 3), 4),
+    (nn.ChannelShuffle(2), 6),
+    (lambda y: _unshuffled(torch.channel_shuffle(y, 2)), 6),
+], ids=['g=2', 'g=3', '-1', 'shuffle then inverse', 'inverse then shuffle',
+        'channel_shuffle g=3', 'nn.ChannelShuffle g=2', 'channel_shuffle then its inverse'])
+def test_pruned_channel_shuffles_compute_what_their_slim_models_do(shuffle, classes):
     """Pruned by whole rows of its group count, the slim inverse shuffle views the kept
-    channels in the order the masked one leaves them in (``deploy_checked`` compares the
-    outputs); the pruner, which freezes a group whose slim model computes something
-    else, keeps it prunable."""
+    channels in the order the masked one leaves them in; pruned by the same channels of
+    each of its ``g`` groups, the slim ``channel_shuffle`` (``g`` unchanged) permutes the
+    kept channels as the masked one does (``deploy_checked`` compares the outputs); the
+    pruner, which freezes a group whose slim model computes something else, keeps them
+    prunable."""
     torch.manual_seed(0)
     model = ShuffledConvs(shuffle).eval()
     x = torch.randn(2, 3, 4, 4)
@@ -201,28 +207,6 @@ def test_torch_channel_shuffle_is_traced_as_its_view_form(groups):
     assert (a == viewed.classes('a')).all()
     assert (traced.classes('head', 'in') == viewed.classes('head', 'in')).all()
     assert traced.group_of('a').prunable and not traced.reasons('a')
-
-
-@pytest.mark.parametrize('shuffle,classes', [
-    (lambda y: torch.channel_shuffle(y, 3), 4),
-    (nn.ChannelShuffle(2), 6),
-    (lambda y: _unshuffled(torch.channel_shuffle(y, 2)), 6),
-], ids=['channel_shuffle g=3', 'nn.ChannelShuffle g=2', 'then its inverse'])
-def test_pruned_torch_channel_shuffle_computes_what_its_slim_model_does(shuffle, classes):
-    """Pruned by the same channels of each of its ``g`` groups, the slim
-    ``channel_shuffle`` (``g`` unchanged) permutes the kept channels as the masked one
-    does (``deploy_checked`` compares the outputs)."""
-    torch.manual_seed(0)
-    model = ShuffledConvs(shuffle).eval()
-    x = torch.randn(2, 3, 4, 4)
-    pruner = L1NormPruner(ratio=0.5)
-    pruner.prepare_from_supernet(model, x)
-    assert {gid: g.num_channels for gid, g in pruner.groups.prunable.items()} == {'a': classes}
-    for seed in range(3):
-        torch.manual_seed(seed)
-        pruner.set_subnet(pruner.sample_subnet())
-        slim = deploy_checked(pruner, model, x)[1]
-        assert slim.a.out_channels == slim.c.in_channels < 12
 
 
 def test_split_read_by_a_matmul_is_heads_whose_channels_go_together():
