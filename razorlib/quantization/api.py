@@ -37,7 +37,7 @@ from .observers import observer_class
 from .passes import PTQPass, build_ptq_passes, run_ptq_passes
 from .platform import TargetPlatform
 from .quantize import quantize_graph
-from .state import quantable_operations
+from .state import check_float32, quantable_operations
 
 logger = logging.getLogger(__name__)
 
@@ -248,7 +248,10 @@ def _quantize(graph: BaseGraph, calib_dataloader: Iterable, example_inputs: Any,
               dispatcher: _Spec, dispatching_table: Optional[Union[DispatchingTable, Mapping]],
               collate_fn: Optional[BatchToInputs], device: Union[str, torch.device],
               observer_options: Optional[Mapping[str, Dict[str, Any]]], progress: bool,
-              passes: Sequence[Any], ptq_passes: Sequence[Any]) -> BaseGraph:
+              passes: Sequence[Any], ptq_passes: Sequence[Any], function: str) -> BaseGraph:
+    # quantize_graph checks too, but after the graph passes and the PTQ passes that run
+    # the calibration batches on the float graph: a float16 model is refused before those.
+    check_float32(graph, function)
     options = dict(observer_options or {})
     if observer is not None:
         name, given = split_type(observer, 'observer')
@@ -341,7 +344,9 @@ def quantize_torch_model(model: torch.nn.Module, calib_dataloader: Iterable,
             :func:`~razorlib.quantization.quantize_graph`), an argument of the wrong type
             or an option a constructor does not take (checked before any work, see
             :func:`check_quantize_arguments`), or a batch of a dtype the graph does not
-            take (:class:`~razorlib.ir.executor.shapes.InputDtypeError`).
+            take (:class:`~razorlib.ir.executor.shapes.InputDtypeError`); a model that
+            computes in float16, bfloat16 or float64, before any batch is run
+            (:func:`~razorlib.quantization.state.check_float32`: quantize ``model.float()``).
         KeyError: an observer, dispatcher or pass that is not registered.
 
     Example:
@@ -363,7 +368,7 @@ def quantize_torch_model(model: torch.nn.Module, calib_dataloader: Iterable,
     graph = from_torch(model, example_inputs, dynamic_batch=dynamic_batch)
     return _quantize(graph, calib_dataloader, example_inputs, platform, calib_steps, observer,
                      dispatcher, dispatching_table, collate_fn, device, observer_options,
-                     progress, passes, ptq_passes)
+                     progress, passes, ptq_passes, 'quantize_torch_model')
 
 
 def quantize_onnx_model(model: Union[onnx.ModelProto, str, os.PathLike],
@@ -430,4 +435,4 @@ def quantize_onnx_model(model: Union[onnx.ModelProto, str, os.PathLike],
                              f'{graph.name!r} gave no batch; calibration needs at least one')
     return _quantize(graph, calib_dataloader, example_inputs, platform, calib_steps, observer,
                      dispatcher, dispatching_table, collate_fn, device, observer_options,
-                     progress, passes, ptq_passes)
+                     progress, passes, ptq_passes, 'quantize_onnx_model')

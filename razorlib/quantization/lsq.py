@@ -266,7 +266,23 @@ class LSQGraph(nn.Module):
 
     def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
         """The graph's first output on ``inputs`` (in graph input order), differentiable."""
+        self._check_float32('LSQGraph.forward')
         return self._executor(list(inputs))[0]
+
+    def _check_float32(self, action: str) -> None:
+        """Refuse to run or export after ``.half()``, ``.bfloat16()``, ``.double()`` or
+        ``.to(dtype)``: the graph computes in float32 only (``check_float32``), and a
+        converted module would fail with bare errors (a float32 scale against a float16
+        bias, int32 bias integers beyond float16) or export an invalid model.  The
+        conversion itself is not refused: ``QAT`` moves its teacher with it."""
+        dtypes = sorted({str(p.dtype) for p in self.parameters() if p.dtype != torch.float32})
+        if dtypes:
+            raise TypeError(f'{action}: its parameters were converted to {", ".join(dtypes)} '
+                            '(.half(), .bfloat16(), .double() or .to(dtype)), but it computes '
+                            'in float32 only, as its calibrated graph does: convert it back '
+                            'with .float() after .double(), or build it again from the float32 '
+                            'graph after a half precision one (.float() keeps its weights and '
+                            'scales rounded to half precision)')
 
     def _apply(self, fn, recurse: bool = True):
         module = super()._apply(fn, recurse)
@@ -438,7 +454,12 @@ class LSQGraph(nn.Module):
         the model before QAT, were dropped when this module took the graph over.  The
         copy holds one copy of the parameters, its own: training goes on without
         changing it.
+
+        Raises:
+            TypeError: the module was converted to another dtype than float32 (see
+                :meth:`forward`'s check): its graph would export an invalid model.
         """
+        self._check_float32('LSQGraph.calibrated_graph')
         with torch.no_grad():
             for root, key in self._roots.items():
                 root.scale = _exact_exp(self.scales[key], getattr(self.initial_scales, key)

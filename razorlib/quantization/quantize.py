@@ -7,6 +7,7 @@ from ..utils.caller import warn_at_caller
 from .dispatch import DispatchingTable, dispatch_graph
 from .platform import QUANTIZABLE_OP_TYPES, TargetPlatform, as_platform, is_quantized_platform
 from .quantizers import quantizer_class
+from .state import check_float32
 
 __all__ = ['quantize_graph']
 
@@ -38,6 +39,8 @@ def quantize_graph(graph: BaseGraph, platform: Union[TargetPlatform, str],
 
     Raises:
         ValueError: ``platform`` is a float one (``FP32``, ``FP16``).
+        TypeError: the graph computes in another floating type than float32 (a float16
+            model; :func:`~razorlib.quantization.state.check_float32`), before any change.
         KeyError: no quantizer for ``platform`` (the message lists the registered ones);
             and what ``dispatch_graph`` raises (a graph quantized already, ...).
 
@@ -61,6 +64,7 @@ def quantize_graph(graph: BaseGraph, platform: Union[TargetPlatform, str],
         ['QuantableOperation', 'Operation']
     """
     platform = as_platform(platform)
+    check_float32(graph, 'quantize_graph')
     if not is_quantized_platform(platform):
         known = ', '.join(member.name for member in QUANTIZABLE_OP_TYPES)
         raise ValueError(f'platform {platform.name} is no quantized platform, nothing would '

@@ -8,14 +8,16 @@ and a restored one its quantized result.
 from contextlib import contextmanager
 from typing import Iterator, List, Tuple
 
+import torch
+
 from ..ir import BaseGraph, QuantableOperation, QuantizationStates, TensorQuantizationConfig
 from ..utils.caller import warn_at_caller
 from .functional import fake_quantize
 
-__all__ = ['bake_parameters', 'check_calibrated', 'check_not_dequantized', 'dequantize_graph',
-           'dequantized', 'dequantized_operations', 'is_uncalibrated', 'listed_names',
-           'quantable_operations', 'restore_quantize_state', 'uncalibrated_configs',
-           'uncalibrated_operations']
+__all__ = ['bake_parameters', 'check_calibrated', 'check_float32', 'check_not_dequantized',
+           'dequantize_graph', 'dequantized', 'dequantized_operations', 'is_uncalibrated',
+           'listed_names', 'quantable_operations', 'restore_quantize_state',
+           'uncalibrated_configs', 'uncalibrated_operations']
 
 _OWN_SCALE = (QuantizationStates.INITIAL, QuantizationStates.ACTIVATED, QuantizationStates.BAKED)
 """States of configs calibration gives a scale of their own (not FP32, nor OVERLAPPED or
@@ -194,6 +196,65 @@ a layer in floating point on purpose with keep_in_float(op) or the MixedPrecisio
                          'graph) (or leave the `with dequantized(graph):` block) first, or keep '
                          'a layer in floating point on purpose with keep_in_float(op) or the '
                          'MixedPrecision pass')
+
+
+def check_float32(graph: BaseGraph, action: str) -> None:
+    """Refuse a graph that computes in another floating type than float32 (a model
+    ``.half()``-ed, ``.bfloat16()``-ed or ``.double()``-d), naming its dtypes and tensors.
+
+    Quantization works in float32: the scales are float32 and ONNX's QuantizeLinear takes
+    them with float32 tensors only (a float16 model's QDQ export would not load in
+    onnxruntime), and the int32 integers of an ONNX Runtime bias do not fit half precision
+    (float16 calibration would fail with a bare "cannot be converted to c10::Half", bfloat16
+    round them).  Checked on the graph inputs (a double model takes double inputs) and
+    parameters (half precision ones; a float32 model's float64 constant, such as a shape
+    computation's, is not quantized and exports as it is), before any batch is run:
+    every quantization goes through ``quantize_graph``, and ``quantize_torch_model`` /
+    ``quantize_onnx_model`` check first, before their graph passes and PTQ passes.
+
+    Args:
+        graph: the graph to quantize.
+        action: what is refused, for the message (``'quantize_graph'``).
+
+    Raises:
+        TypeError: a floating graph input or parameter is not float32.
+
+    Example:
+        >>> from razorlib.ir import BaseGraph
+        >>> graph = BaseGraph('g')
+        >>> graph.mark_variable_as_graph_input(graph.create_variable('x', dtype=torch.half))
+        >>> check_float32(graph, 'quantize_graph')
+        Traceback (most recent call last):
+        ...
+        TypeError: quantize_graph: graph 'g' computes in torch.float16 (inputs and \
+parameters 'x'); razorlib quantizes float32 models only (QuantizeLinear takes its float32 \
+scales with float32 tensors only, and int32 biases do not fit half precision): quantize \
+model.float() with float32 example_inputs (an ONNX model exported in float32); float16 and \
+bfloat16 calibration batches are widened to float32 exactly
+    """
+    dtypes, names = set(), []
+    for var in graph.variables.values():
+        if var.name in graph.inputs:  # a double model takes double inputs
+            refused = var.dtype is not None and var.dtype.is_floating_point and \
+                var.dtype != torch.float32
+            dtype = var.dtype
+        elif var.is_parameter and var.value is not None:
+            # not a float32 model's float64 constant (a shape computation's): it exports
+            dtype = var.value.dtype
+            refused = dtype in (torch.float16, torch.bfloat16)
+        else:
+            continue
+        if refused:
+            dtypes.add(str(dtype))
+            names.append(var.name)
+    if names:
+        raise TypeError(f'{action}: graph {graph.name!r} computes in {", ".join(sorted(dtypes))} '
+                        f'(inputs and parameters {listed_names(names)}); razorlib quantizes '
+                        'float32 models only (QuantizeLinear takes its float32 scales with '
+                        'float32 tensors only, and int32 biases do not fit half precision): '
+                        'quantize model.float() with float32 example_inputs (an ONNX model '
+                        'exported in float32); float16 and bfloat16 calibration batches are '
+                        'widened to float32 exactly')
 
 
 def listed_names(names: List[str]) -> str:

@@ -1,0 +1,133 @@
+"""A model in float16, bfloat16 or float64 is refused before any batch is run, by every
+way into quantization (quantize_torch_model, quantize_onnx_model, quantize_graph, QAT), and
+an LSQGraph converted to such a dtype refuses to run or export.  Before, TRT_INT8 exported
+a QDQ model with float32 scales for float16 tensors (no onnxruntime loads it) and ORT_INT8
+calibration failed with a bare "cannot be converted to c10::Half"."""
+import re
+
+import pytest
+import torch
+import torch.nn as nn
+
+from razorlib.algorithms import QAT
+from razorlib.ir import Operation, from_torch, to_onnx
+from razorlib.quantization import (LSQGraph, QuantExecutor, export_graph, quantize_graph,
+                                   quantize_onnx_model, quantize_torch_model)
+from ptq_helpers import STEPS, run_onnxruntime, worst_steps
+
+DTYPES = [torch.float16, torch.bfloat16, torch.float64]
+PARAMETERS = "'input', '0.weight', '0.bias', '2.weight', '2.bias'"
+
+
+def net(dtype=torch.float32):
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.Conv2d(8, 4, 3)).eval().to(dtype)
+
+
+def images(count=2, dtype=torch.float32, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.randn(2, 3, 8, 8, generator=generator).to(dtype) for _ in range(count)]
+
+
+def refusal(action, dtype, names=None):
+    """The message; a double model is named by its input (a float32 model's float64
+    parameter, a shape computation's constant, is no refusal)."""
+    if names is None:
+        names = "'input'" if dtype == torch.float64 else PARAMETERS
+    return (f"{action}: graph 'main_graph' computes in {dtype} (inputs and parameters "
+            f"{names}); razorlib quantizes float32 models only (QuantizeLinear takes its "
+            "float32 scales with float32 tensors only, and int32 biases do not fit half "
+            "precision): quantize model.float() with float32 example_inputs (an ONNX model "
+            "exported in float32); float16 and bfloat16 calibration batches are widened to "
+            "float32 exactly")
+
+
+class Unread:
+    """A calibration dataloader that fails the test if a batch is taken from it."""
+
+    def __iter__(self):
+        raise AssertionError('a calibration batch was read before the model was refused')
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('platform', ['TRT_INT8', 'ORT_INT8'])
+@pytest.mark.parametrize('ptq_passes', [(), ['LayerwiseEqualization']])
+def test_quantize_torch_model_refuses_before_reading_a_batch(dtype, platform, ptq_passes):
+    example = images(1, dtype)[0]
+    with pytest.raises(TypeError, match=f'^{re.escape(refusal("quantize_torch_model", dtype))}$'):
+        quantize_torch_model(net(dtype), Unread(), example, platform, progress=False,
+                             ptq_passes=ptq_passes)
+
+
+@pytest.mark.parametrize('dtype', [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize('platform', ['TRT_INT8', 'ORT_INT8'])
+def test_quantize_onnx_model_refuses_before_reading_a_batch(dtype, platform):
+    example = images(1, dtype)[0]
+    model = to_onnx(from_torch(net(dtype), example))
+    with pytest.raises(TypeError, match=f'^{re.escape(refusal("quantize_onnx_model", dtype))}$'):
+        quantize_onnx_model(model, Unread(), example, platform, progress=False)
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+def test_quantize_graph_refuses_and_changes_nothing(dtype):
+    graph = from_torch(net(dtype), images(1, dtype)[0])
+    before = [(op.name, type(op), op.platform) for op in graph.operations.values()]
+    with pytest.raises(TypeError, match=f'^{re.escape(refusal("quantize_graph", dtype))}$'):
+        quantize_graph(graph, 'ORT_INT8')
+    assert [(op.name, type(op), op.platform) for op in graph.operations.values()] == before
+    assert all(type(op) is Operation for op in graph.operations.values())
+
+
+def test_a_float64_parameter_of_a_float32_model_is_no_refusal():
+    graph = from_torch(net(), images(1)[0])
+    graph.variables['2.bias'].value = graph.variables['2.bias'].value.double()
+    quantize_graph(graph, 'TRT_INT8')  # no error
+
+
+def test_a_half_parameter_alone_is_named():
+    graph = from_torch(net(), images(1)[0])
+    graph.variables['2.bias'].value = graph.variables['2.bias'].value.half()
+    with pytest.raises(TypeError, match=re.escape(
+            "graph 'main_graph' computes in torch.float16 (inputs and parameters '2.bias')")):
+        quantize_graph(graph, 'TRT_INT8')
+
+
+def test_the_qat_algorithm_refuses_a_half_model():
+    message = refusal('quantize_torch_model', torch.float16)
+    with pytest.raises(TypeError, match=f'^{re.escape(message)}$'):
+        QAT(net(torch.float16), images(2, torch.float16), dict(calib_steps=2))
+
+
+@pytest.mark.parametrize('platform', ['TRT_INT8', 'ORT_INT8'])
+def test_the_advised_float32_model_exports_what_the_executor_computes(platform, tmp_path):
+    halves = images(3, torch.float16)
+    graph = quantize_torch_model(net(torch.float16).float(), halves, halves[0].float(),
+                                 platform, progress=False)
+    model = export_graph(graph, tmp_path / 'net.onnx', 'QDQ_ONNX')
+    for x in images(2, seed=5):
+        ours = QuantExecutor(graph)(x)
+        assert worst_steps(graph, ours, run_onnxruntime(model, [x], optimized=False)) <= STEPS
+
+
+def lsq_message(action, dtype):
+    return (f'{action}: its parameters were converted to {dtype} (.half(), .bfloat16(), '
+            '.double() or .to(dtype)), but it computes in float32 only, as its calibrated '
+            'graph does: convert it back with .float() after .double(), or build it again '
+            'from the float32 graph after a half precision one (.float() keeps its weights '
+            'and scales rounded to half precision)')
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('platform', ['TRT_INT8', 'ORT_INT8'])
+def test_a_converted_lsq_graph_refuses_to_run_or_export(dtype, platform):
+    x = images(1)[0]
+    lsq = LSQGraph(quantize_torch_model(net(), images(2), x, platform, progress=False))
+    expected = lsq(x).detach()
+    lsq.to(dtype)  # allowed: QAT moves its teacher with it
+    with pytest.raises(TypeError, match=f'^{re.escape(lsq_message("LSQGraph.forward", dtype))}$'):
+        lsq(x.to(dtype))
+    with pytest.raises(TypeError, match=re.escape(
+            lsq_message('LSQGraph.calibrated_graph', dtype))):
+        lsq.calibrated_graph()
+    if dtype is torch.float64:  # float32 -> float64 -> float32 is exact
+        assert torch.equal(lsq.float()(x), expected)
