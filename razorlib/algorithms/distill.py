@@ -21,6 +21,7 @@ from ..utils.errors import first_line
 from ..utils.inputs import random_batch
 from ..utils.modes import kept_modes
 from .building import ModuleOrCfg, build_architecture, preprocessor_of
+from .sub_model import _pending_pretrained
 
 
 def kd_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor,
@@ -123,7 +124,8 @@ class SingleTeacherDistill(BaseModel):
             a slim model from a channel config).
         teacher: the teacher, or its config.
         teacher_ckpt: the teacher's checkpoint (mmengine's, or a bare state_dict); None
-            only for a teacher module that is already trained.
+            only for a teacher module that is already trained: its weights are kept (the
+            runner's ``init_weights()`` leaves them alone).
         student_ckpt: weights for the student (e.g. ``SlimExportHook``'s ``slim.pth``);
             None to keep its own.
         temperature: the softmax temperature of the logit loss, > 0.
@@ -186,6 +188,13 @@ class SingleTeacherDistill(BaseModel):
             _load(self.architecture, student_ckpt, 'student_ckpt')
         if teacher_ckpt is not None:
             _load(self.teacher, teacher_ckpt, 'teacher_ckpt')
+        elif not isinstance(teacher, dict):
+            # a teacher given built is trained (see teacher_ckpt), or loads its Pretrained
+            # init_cfg now, as the runner would: its init_weights() would otherwise
+            # initialise the trained weights again by the teacher's init_cfg
+            if _pending_pretrained(self.teacher):
+                self.teacher.init_weights()
+            _mark_initialised(self.teacher)
         self.teacher.requires_grad_(False)
         self.teacher.eval()
         self.temperature, self.kd_weight, self.label_weight = \
@@ -368,6 +377,11 @@ def _load(model: nn.Module, path: Union[str, Path], key: str) -> None:
     except ValueError as err:
         raise ValueError(f'SingleTeacherDistill {key}: {err}') from err
     model.load_state_dict(state)
-    # the runner's init_weights() would otherwise run the module's init_cfg (a Pretrained
-    # checkpoint, a constant...) over the weights just loaded, as mmrazor's distillers note
+    _mark_initialised(model)
+
+
+def _mark_initialised(model: nn.Module) -> None:
+    """Keep ``model``'s weights through the runner's ``init_weights()``, which would
+    otherwise run its init_cfg (a Pretrained checkpoint, a constant...) over them, as
+    mmrazor's distillers note."""
     model._is_init = True

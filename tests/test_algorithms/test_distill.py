@@ -107,6 +107,28 @@ def test_the_runners_init_weights_keeps_the_loaded_checkpoints(teacher_ckpt, tmp
         assert all(torch.equal(t, saved[k]) for k, t in net.state_dict().items())
 
 
+def test_the_runners_init_weights_keeps_a_trained_teacher_given_built():
+    # teacher_ckpt=None is for a teacher module already trained: its init_cfg (here a
+    # random normal) must not run over its weights when the runner initialises the model
+    teacher = MODELS.build(dict(tiny_classifier(),
+                                init_cfg=dict(type='Normal', std=1.0, layer='Conv2d')))
+    trained = {k: v.clone() for k, v in teacher.state_dict().items()}
+    model = SingleTeacherDistill(architecture=tiny_classifier((4, 8)), teacher=teacher,
+                                 input_shape=(3, 16, 16))
+    model.init_weights()  # as Runner.train() does
+    assert all(torch.equal(t, trained[k]) for k, t in model.teacher.state_dict().items())
+
+
+def test_a_teacher_given_built_with_a_pretrained_init_cfg_loads_its_checkpoint(teacher_ckpt):
+    teacher = MODELS.build(dict(tiny_classifier(), init_cfg=dict(
+        type='Pretrained', checkpoint=str(teacher_ckpt))))
+    model = SingleTeacherDistill(architecture=tiny_classifier((4, 8)), teacher=teacher,
+                                 input_shape=(3, 16, 16))
+    model.init_weights()
+    saved = torch.load(teacher_ckpt)['state_dict']
+    assert all(torch.equal(t, saved[k]) for k, t in model.teacher.state_dict().items())
+
+
 def test_a_teacher_normalised_otherwise_is_refused(teacher_ckpt):
     imagenet = dict(type='ClsDataPreprocessor', mean=[0.485, 0.456, 0.406],
                     std=[0.229, 0.224, 0.225])
