@@ -5,6 +5,7 @@ import yaml
 from mmengine.runner import Runner
 from search_helpers import ARCHITECTURE, INPUT_SHAPE, build_runner, runner_cfg
 
+from razorlib.engine.config import ConfigError
 from razorlib.engine.loops import GreedySearchLoop, SubnetRecord
 from razorlib.pruning import slim_model
 from razorlib.registry import MODELS
@@ -130,3 +131,18 @@ def test_a_supernet_without_a_pruner_is_refused_naming_it(tmp_path):
                        r'of a channel-width supernet \(AutoSlim, with a pruner\); SPOS has no '
                        'pruner: search its op and value choices with EvolutionSearchLoop'):
         Runner(**cfg).val()
+
+
+def test_a_search_under_an_ema_that_swaps_the_masks_is_refused_before_any_candidate(
+        tmp_path, monkeypatch):
+    # EMAHook(update_buffers=True) swaps its copy's masks in before each validation epoch:
+    # every candidate would score as that copy's subnet
+    cfg = runner_cfg(tmp_path, dict(type='GreedySearchLoop', target_flops=TARGETS,
+                                    max_channel_bins=4, recalib_batches=1, val_batches=1))
+    cfg['custom_hooks'] = [dict(type='EMAHook', update_buffers=True)]
+    scored = []
+    monkeypatch.setattr(GreedySearchLoop, 'evaluate', lambda self, *args: scored.append(args))
+    with pytest.raises(ConfigError, match=r"^custom_hooks: EMAHook\(update_buffers=True\) .* "
+                                          "GreedySearchLoop would validate the copy's subnet"):
+        Runner(**cfg).val()
+    assert scored == []

@@ -4,12 +4,13 @@ import copy
 import pytest
 import torch
 import yaml
+from mmengine.hooks import EMAHook
 from mmengine.runner import Runner
 from search_helpers import INPUT_SHAPE, build_runner, runner_cfg
 
 from razorlib.algorithms import AutoSlim
 from razorlib.engine.config import ConfigError
-from razorlib.engine.loops import WidthSpace, recalibrate_bn
+from razorlib.engine.loops import SubnetValLoop, WidthSpace, recalibrate_bn
 from razorlib.nas import FixedSubnet
 
 SPOS_ARCHITECTURE = dict(
@@ -135,3 +136,44 @@ def test_a_bad_nas_choice_dict_is_refused_naming_the_key(tmp_path):
     with pytest.raises(ConfigError, match="subnet: backbone.stages.0.0: 'shuffle_9x9' is not a "
                                           'choice'):
         runner.val()
+
+
+def ema_runner(tmp_path, subnet, update_buffers=True):
+    """AutoSlim trained one epoch and validated by SubnetValLoop, under an EMAHook."""
+    cfg = runner_cfg(tmp_path, dict(type='SubnetValLoop', subnet=subnet, recalib_batches=2))
+    cfg.update(custom_hooks=[dict(type='EMAHook', momentum=0.5, update_buffers=update_buffers)],
+               train_cfg=dict(by_epoch=True, max_epochs=1, val_interval=1))
+    return Runner(**cfg)
+
+
+def test_an_ema_of_the_buffers_keeps_its_statistics_through_a_recalibrated_validation(
+        tmp_path, monkeypatch):
+    # EMAHook(update_buffers=True) swaps the BN statistics in at before_val_epoch and
+    # out at after_val_epoch: the recalibrated ones must not end in the averaged model
+    runner = ema_runner(tmp_path, subnet=None)
+    validate, changed = SubnetValLoop.validate, []
+
+    def checked(self, *args, **kwargs):
+        ema = next(hook for hook in runner.hooks if isinstance(hook, EMAHook)).ema_model
+        before = {k: v.clone() for k, v in ema.module.state_dict().items() if 'running' in k}
+        metrics = validate(self, *args, **kwargs)
+        changed.extend(k for k, v in ema.module.state_dict().items()
+                       if k in before and not torch.equal(v, before[k]))
+        return metrics
+
+    monkeypatch.setattr(SubnetValLoop, 'validate', checked)
+    runner.train()
+    assert runner.val_loop.recalib_batches == 2 and changed == []
+
+
+def test_a_subnet_is_refused_before_training_under_an_ema_that_swaps_its_masks(tmp_path):
+    # the EMA copy's masks would be swapped in for the subnet set: the max subnet was
+    # validated whatever subnet was named
+    runner = ema_runner(tmp_path, subnet=dict(WIDTHS))
+    with pytest.raises(ConfigError, match=r"^custom_hooks: EMAHook\(update_buffers=True\) "
+                                          r'swaps the buffers of AutoSlim .* the pruning masks '
+                                          r"among them: SubnetValLoop would validate the copy's "
+                                          'subnet instead of the one it sets'):
+        runner.train()
+    assert runner.iter == 0
+    ema_runner(tmp_path / 'default', subnet=dict(WIDTHS), update_buffers=False).train()

@@ -11,7 +11,7 @@ from ...utils.complexity import human
 from ..config import ConfigError
 from ..utils import unwrap
 from .results import SCORE_RULES, SearchResult, SubnetRecord
-from .subnet_val_loop import LoaderOrCfg, SubnetValLoop
+from .subnet_val_loop import LoaderOrCfg, SubnetValLoop, refuse_ema_swapping_masks
 from .width_space import SearchSpace, Widths, WidthSpace
 
 
@@ -108,12 +108,15 @@ class BaseSearchLoop(BaseLoop):
         as the argmax subnet).
 
         Raises:
-            ConfigError: ``model: <loop> cannot search a <model> supernet: <why>``.
+            ConfigError: ``model: <loop> cannot search a <model> supernet: <why>``; or
+                an ``EMAHook`` would swap each candidate's masks
+                (:func:`~.subnet_val_loop.refuse_ema_swapping_masks`).
         """
         refusal = getattr(self.model, 'search_refusal', None)
         if refusal:
             raise ConfigError(f'model: {type(self).__name__} cannot search a '
                               f'{type(self.model).__name__} supernet: {refusal}')
+        refuse_ema_swapping_masks(self.runner, self.model, type(self).__name__)
 
     def build_space(self) -> SearchSpace:
         """The space the candidates come from (the model checked by :meth:`check_model`

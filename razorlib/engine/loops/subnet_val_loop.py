@@ -4,13 +4,14 @@ It is also how the search loops score each candidate (:meth:`SubnetValLoop.valid
 mmengine's ``ValLoop.run_iter`` per batch, the evaluator, and the validation-epoch hook
 stages, on the first ``max_batches`` batches.
 """
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from itertools import islice
 from pathlib import Path
 from typing import Any, Dict, Iterator, Mapping, Optional, Union
 
 import torch
 from mmengine.dist import get_world_size
+from mmengine.hooks import EMAHook
 from mmengine.model import BaseModel
 from mmengine.runner import ValLoop
 from mmengine.runner.loops import _parse_losses
@@ -84,6 +85,32 @@ def set_choices(model: BaseModel, subnet: SubnetSpec) -> None:
         raise ConfigError(str(err)) from err
 
 
+def ema_swaps_buffers(runner) -> bool:
+    """Whether the runner has an ``EMAHook(update_buffers=True)``: one that swaps the
+    model's buffers (masks, BatchNorm statistics) with its averaged copy's around each
+    validation epoch."""
+    return any(isinstance(hook, EMAHook) and hook.ema_cfg.get('update_buffers', False)
+               for hook in getattr(runner, 'hooks', ()))
+
+
+def refuse_ema_swapping_masks(runner, model: BaseModel, loop: str) -> None:
+    """Refuse to validate subnets of a supernet whose subnet is held in buffers (a
+    pruner's masks: AutoSlim) under an ``EMAHook(update_buffers=True)``: at
+    ``before_val_epoch`` that hook swaps every buffer of the model with its averaged
+    copy's, so the subnet the loop set would be replaced by the copy's masks, and
+    another subnet than the one named would be validated, silently.
+
+    Raises:
+        ConfigError: ``custom_hooks: EMAHook(update_buffers=True) ...``, naming the loop.
+    """
+    if hasattr(model, 'pruner') and ema_swaps_buffers(runner):
+        raise ConfigError(f'custom_hooks: EMAHook(update_buffers=True) swaps the buffers of '
+                          f'{type(model).__name__} with those of its averaged copy before '
+                          'each validation epoch, the pruning masks among them: '
+                          f'{loop} would validate the copy\'s subnet instead of the one it '
+                          'sets. Leave EMAHook its default update_buffers=False')
+
+
 def batch_size(batch: Any) -> int:
     """Images in a collated batch: ``len(batch['inputs'])`` (mmengine's batches are dicts
     with ``inputs``), else ``len(batch)``."""
@@ -154,6 +181,8 @@ class SubnetValLoop(CalibrationData, ValLoop):
             raise ConfigError(f'max_batches must be None or >= 1, got {max_batches}')
         if isinstance(subnet, (str, Path)) and not Path(subnet).is_file():
             raise ConfigError(f'subnet: {subnet} does not exist')
+        if subnet is not None:  # before training, where the runner builds its val loop
+            refuse_ema_swapping_masks(runner, unwrap(runner.model), type(self).__name__)
         self.subnet = subnet
         self.recalib_batches = recalib_batches
         self.seed = seed
@@ -167,7 +196,8 @@ class SubnetValLoop(CalibrationData, ValLoop):
 
         Raises:
             ConfigError: ``model: SubnetValLoop cannot validate the subnet <file> (or
-                a subnet) of a <model> supernet: <why>``.
+                a subnet) of a <model> supernet: <why>``; or an ``EMAHook`` would swap
+                the subnet's masks (:func:`refuse_ema_swapping_masks`).
         """
         model = unwrap(self.runner.model)
         refusal = getattr(model, 'subnet_refusal', None)
@@ -175,6 +205,8 @@ class SubnetValLoop(CalibrationData, ValLoop):
             what = f'the subnet {subnet}' if isinstance(subnet, (str, Path)) else 'a subnet'
             raise ConfigError(f'model: {type(self).__name__} cannot validate {what} of a '
                               f'{type(model).__name__} supernet: {refusal}')
+        if subnet is not None:
+            refuse_ema_swapping_masks(self.runner, model, type(self).__name__)
 
     def run(self) -> dict:
         """Validate ``subnet`` (see :meth:`validate`) between ``before_val`` and
@@ -207,20 +239,26 @@ class SubnetValLoop(CalibrationData, ValLoop):
             # the hook first: mmengine's EMAHook swaps the averaged weights in there, and
             # the statistics must be those of the weights validated
             self.runner.call_hook('before_val_epoch')
-            used = recalibrate_bn(model, self.calib_dataloader, self.recalib_batches, self.seed)
-            if isinstance(subnet, (str, Path)):
-                self.runner.logger.info(f'validating {subnet} after BatchNorm recalibration '
-                                        f'on {used} batches')
-            self.runner.model.eval()
-            self.val_loss.clear()
-            seen = 0
-            for idx, data_batch in enumerate(islice(self.dataloader, max_batches)):
-                self.run_iter(idx, data_batch)
-                seen += batch_size(data_batch)
-            size = len(self.dataloader.dataset) if max_batches is None \
-                else seen * get_world_size()
-            metrics = self.evaluator.evaluate(size)
-            if self.val_loss:
-                metrics.update(_parse_losses(self.val_loss, 'val'))
+            # under EMAHook(update_buffers=True) the statistics the hook swapped in are
+            # put back before after_val_epoch swaps again: it would otherwise take the
+            # recalibrated ones into its averaged model (and its checkpoints); without
+            # it, after_val_epoch's hooks see the statistics validated (subnet_set
+            # restores them after)
+            with preserved_bn_stats(model) if ema_swaps_buffers(self.runner) else nullcontext():
+                used = recalibrate_bn(model, self.calib_dataloader, self.recalib_batches, self.seed)
+                if isinstance(subnet, (str, Path)):
+                    self.runner.logger.info(f'validating {subnet} after BatchNorm recalibration '
+                                            f'on {used} batches')
+                self.runner.model.eval()
+                self.val_loss.clear()
+                seen = 0
+                for idx, data_batch in enumerate(islice(self.dataloader, max_batches)):
+                    self.run_iter(idx, data_batch)
+                    seen += batch_size(data_batch)
+                size = len(self.dataloader.dataset) if max_batches is None \
+                    else seen * get_world_size()
+                metrics = self.evaluator.evaluate(size)
+                if self.val_loss:
+                    metrics.update(_parse_losses(self.val_loss, 'val'))
             self.runner.call_hook('after_val_epoch', metrics=metrics)
         return metrics
