@@ -16,7 +16,7 @@ from ..pruning.allocation import SubnetMeter
 from ..pruning.importance import FisherImportance, ImportanceContext
 from ..pruning.importance.probes import _hooked, per_sample
 from ..registry import MODELS
-from .pruning_base import ModuleOrCfg, PruningAlgorithm
+from .pruning_base import ModuleOrCfg, PruningAlgorithm, check_schedule_options
 
 
 class FisherRecorder:
@@ -132,12 +132,8 @@ class GroupFisherAlgorithm(PruningAlgorithm):
                  start: int = 0, input_shape: Sequence[int] = (3, 224, 224),
                  data_preprocessor: Optional[ModuleOrCfg] = None,
                  init_cfg: Optional[dict] = None):
-        if int(interval) != interval or interval < 1:
-            raise ValueError(f'GroupFisherAlgorithm: interval must be an integer >= 1, got '
-                             f'{interval!r}')
-        if int(start) != start or start < 0:
-            raise ValueError(f'GroupFisherAlgorithm: start must be an integer >= 0, got '
-                             f'{start!r}')
+        check_schedule_options('GroupFisherAlgorithm',
+                               [('interval', interval, 1), ('start', start, 0)])
         if pruner is None:
             pruner = dict(type='ImportancePruner', importance='fisher', flops=0.5)
         super().__init__(architecture, pruner, input_shape, data_preprocessor, init_cfg)

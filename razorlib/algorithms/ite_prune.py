@@ -1,13 +1,13 @@
 """ItePruneAlgorithm: prune a step every N training iterations until the target, then
 fine-tune (mmrazor's ``ItePruneAlgorithm``)."""
-import numbers
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 
 from ..pruning import ImportancePruner
 from ..registry import MODELS
-from .pruning_base import ModuleOrCfg, PruningAlgorithm, labels_of
+from .pruning_base import ModuleOrCfg, PruningAlgorithm, check_schedule_options, \
+    labels_of
 
 
 @MODELS.register_module()
@@ -54,13 +54,9 @@ class ItePruneAlgorithm(PruningAlgorithm):
                  data_preprocessor: Optional[ModuleOrCfg] = None,
                  init_cfg: Optional[dict] = None):
         # a subclass's own name for start (SlimmingAlgorithm's prune_at), as its config says
-        for name, value, least in (('step_freq', step_freq, 1), ('prune_times', prune_times, 1),
-                                   (self._start_option, start, 0)):
-            # None or a string would fail inside int() naming nothing; True would pass for 1
-            if isinstance(value, bool) or not isinstance(value, numbers.Real) \
-                    or int(value) != value or value < least:
-                raise ValueError(f'{type(self).__name__}: {name} must be an integer >= '
-                                 f'{least}, got {value!r}')
+        check_schedule_options(type(self).__name__, [
+            ('step_freq', step_freq, 1), ('prune_times', prune_times, 1),
+            (self._start_option, start, 0)])
         super().__init__(architecture, pruner, input_shape, data_preprocessor, init_cfg)
         self.step_freq, self.prune_times, self.start = int(step_freq), int(prune_times), \
             int(start)

@@ -10,6 +10,8 @@ with its channel config.
 """
 import copy
 import dataclasses
+import math
+import numbers
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -29,6 +31,24 @@ from ..utils.inputs import random_batch
 from .building import ModuleOrCfg, build_architecture, preprocessor_of
 
 Batch = Tuple[torch.Tensor, torch.Tensor]
+
+
+def check_schedule_options(algorithm: str, options: Sequence[Tuple[str, Any, int]]) -> None:
+    """Refuse a schedule option (``(name, value, least)``) that is no whole number of at
+    least ``least``, naming ``algorithm`` and the option: None or a string would fail
+    inside ``int()`` naming nothing, NaN or infinity with a bare conversion error, and True
+    would pass for 1.
+
+    Example:
+        >>> check_schedule_options('GroupFisherAlgorithm', [('interval', None, 1)])
+        Traceback (most recent call last):
+        ValueError: GroupFisherAlgorithm: interval must be an integer >= 1, got None
+    """
+    for name, value, least in options:
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) \
+                or not math.isfinite(value) or int(value) != value or value < least:
+            raise ValueError(f'{algorithm}: {name} must be an integer >= {least}, got '
+                             f'{value!r}')
 
 
 def labels_of(data_samples: Optional[Sequence[Any]], where: str) -> torch.Tensor:

@@ -125,6 +125,18 @@ def test_the_pruner_must_score_by_fisher():
                              input_shape=(2, ))
 
 
+@pytest.mark.parametrize('option, value', [('interval', None), ('start', None),
+                                           ('interval', float('nan')), ('start', float('inf')),
+                                           ('interval', True), ('interval', '5')])
+def test_a_schedule_option_that_is_no_whole_number_is_named(option, value):
+    # None failed inside int(), NaN and infinity in its conversion, naming no option;
+    # True passed for 1
+    least = 0 if option == 'start' else 1
+    with pytest.raises(ValueError, match=f'^GroupFisherAlgorithm: {option} must be an integer '
+                       f'>= {least}, got {value!r}$'):
+        chain_fisher(**{option: value})
+
+
 def test_the_digits_config_prunes_in_the_runner(tmp_path):
     runner = run_config('group_fisher/group_fisher_plaincnn_digits.py', tmp_path, {
         'model.start': 0, 'model.interval': 1, 'model.pruner.flops': 0.9,

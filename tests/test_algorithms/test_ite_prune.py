@@ -141,9 +141,12 @@ def test_a_pruner_without_an_importance_criterion_is_refused():
 
 
 @pytest.mark.parametrize('option, value', [('step_freq', None), ('prune_times', '3'),
-                                           ('start', True), ('step_freq', 1.5)])
+                                           ('start', True), ('step_freq', 1.5),
+                                           ('prune_times', float('inf')),
+                                           ('start', float('nan'))])
 def test_a_schedule_option_that_is_no_whole_number_is_named(option, value):
-    # None and '3' failed inside int(), naming no option; True passed for 1
+    # None and '3' failed inside int(), naming no option, and infinity and NaN in its
+    # conversion; True passed for 1
     least = 0 if option == 'start' else 1
     with pytest.raises(ValueError, match=f'ItePruneAlgorithm: {option} must be an integer >= '
                        f'{least}, got {value!r}'):
