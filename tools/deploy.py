@@ -20,7 +20,7 @@ compared with razorlib's simulated INT8 (``QuantExecutor``) and with FP32 (the g
 dequantized, what the plain model holds; for a QAT checkpoint the trained float model,
 QAT's learned weights and biases unquantized): SNR in dB, top-1, and top-1 agreement.
 Writes ``<work_dir>/<config name>_int8.onnx``, ``_fp32.onnx``, the ``.engine`` files and
-``deploy.json``.
+``deploy.json``; a work dir holding an earlier run's is refused without ``--overwrite``.
 
 TensorRT is an optional extra (``pip install 'razorlib[tensorrt]'``, on a machine with
 an NVIDIA GPU).  Where it is not installed, or no CUDA GPU is present, the tool says so in
@@ -35,7 +35,7 @@ import functools
 import importlib.util
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, Optional
+from typing import TYPE_CHECKING, Dict, Optional, Tuple
 
 from mmengine.config import DictAction
 from mmengine.logging import print_log
@@ -63,11 +63,28 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help='TensorRT builder workspace in MiB (default: %(default)s)')
     parser.add_argument('--work-dir', help='where the files go (default: '
                         'work_dirs/deploy_<config name>)')
+    parser.add_argument('--overwrite', action='store_true',
+                        help='replace the deploy.json, ONNX models and engines of an earlier '
+                        'run in the work dir (default: refuse)')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction, metavar='KEY=VALUE',
                         help='override config keys (default: none)')
     parser.add_argument('--seed', type=int, default=0,
                         help='random seed of the dataloaders (default: %(default)s)')
     return parser.parse_args(argv)
+
+
+def results_of(name: str) -> Tuple[str, ...]:
+    """What a run on config ``name`` writes; a work dir holding any is refused without
+    --overwrite, and with it they are removed before the new ONNX models are written, so
+    that a run failing after that (an engine TensorRT cannot build) leaves no earlier
+    figures beside models they do not describe."""
+    return ('deploy.json', *(f'{name}_{kind}{suffix}' for kind in ('int8', 'fp32')
+                             for suffix in ('.onnx', '.engine')))
+
+
+def work_dir_of(args: argparse.Namespace) -> Path:
+    """--work-dir, or ``work_dirs/deploy_<config name>``."""
+    return Path(args.work_dir or f'work_dirs/deploy_{Path(args.config).stem}')
 
 
 def unavailable() -> Optional[str]:
@@ -99,7 +116,8 @@ def is_qat(cfg) -> bool:
 def argument_refusal(args: argparse.Namespace) -> Optional[str]:
     """Why the arguments cannot be deployed (one line), or None: a CONFIG that cannot be
     read or ``--cfg-options`` it has no key for, flags a QAT checkpoint cannot take
-    (:func:`qat_refusal`), a checkpoint or ``--subnet`` file that does not exist.  Checked
+    (:func:`qat_refusal`), a checkpoint or ``--subnet`` file that does not exist (the
+    work dir holding an earlier run's results is :func:`main`'s to refuse).  Checked
     before TensorRT is looked for, so that a mistake is reported (exit code 2) on any
     machine, not hidden behind the line saying no engine can be built."""
     from razorlib.engine.config import ConfigError, load_config
@@ -290,11 +308,17 @@ def static_batch(graph) -> Optional[int]:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from razorlib.utils.cli import refuse
+    from razorlib.engine.config import ConfigError
+    from razorlib.utils.cli import check_earlier_results, refuse
 
     refusal = argument_refusal(args)
     if refusal is not None:
         return refuse(refusal, args.config)
+    name, work_dir = Path(args.config).stem, work_dir_of(args)
+    try:  # on any machine, as the other mistakes in the arguments
+        check_earlier_results(work_dir, results_of(name), args.overwrite, error=ConfigError)
+    except ConfigError as err:
+        return refuse(err)
     reason = unavailable()
     if reason is not None:
         print(f'tools/deploy.py: {reason}', flush=True)
@@ -302,16 +326,15 @@ def main(argv=None) -> int:
     import torch
 
     from razorlib.engine.checkpoint_check import CheckpointError
-    from razorlib.engine.config import ConfigError
     from razorlib.quantization import QuantExecutor, dequantized, export_graph
 
-    name = Path(args.config).stem
     torch.manual_seed(args.seed)
-    work_dir = Path(args.work_dir or f'work_dirs/deploy_{name}')
     paths = {'int8': work_dir / f'{name}_int8.onnx', 'fp16': work_dir / f'{name}_fp32.onnx'}
     try:
         graph, val_loader, preprocessor = quantized_graph(args)
         work_dir.mkdir(parents=True, exist_ok=True)  # made once the inputs check
+        for earlier in results_of(name):  # --overwrite: none outlives the new models
+            (work_dir / earlier).unlink(missing_ok=True)
         # a graph with nothing quantized is refused (quantize_graph said why)
         export_graph(graph, paths['int8'], 'QDQ_ONNX')
     except (ConfigError, CheckpointError, ValueError) as err:

@@ -103,3 +103,45 @@ def test_a_subnet_graph_is_ptqs_batch_norms_recalibrated(tiny_supernet, tmp_path
         results[steps] = outputs(path, images)
     assert torch.equal(results['default'], expected)
     assert not torch.allclose(results['0'], expected, atol=1e-2)  # the full width's statistics
+
+
+def test_an_earlier_run_is_refused_without_overwrite_on_any_machine(tmp_path, monkeypatch):
+    deploy = load_tool('deploy')
+    (tmp_path / 'model.pth').write_bytes(b'')
+    work_dir = tmp_path / 'deploy'
+    work_dir.mkdir()
+    (work_dir / 'deploy.json').write_text('{"results": "earlier"}')
+    (work_dir / f'{PTQ_CONFIG.stem}_int8.engine').write_bytes(b'plan')
+    log = LogCapture(deploy, monkeypatch)
+    argv = [str(PTQ_CONFIG), str(tmp_path / 'model.pth'), '--work-dir', str(work_dir)]
+    assert deploy.main(argv) == 2
+    assert log.messages == [f'{work_dir}: holds the deploy.json and {PTQ_CONFIG.stem}_int8.engine'
+                            ' of an earlier run; pass --overwrite to replace them, or choose '
+                            'another --work-dir']
+    assert (work_dir / 'deploy.json').read_text() == '{"results": "earlier"}'
+    if not CAN_BUILD:  # with --overwrite the run goes on, to the line saying no engine is built
+        assert deploy.main([*argv, '--overwrite']) == deploy.NOT_AVAILABLE
+        assert (work_dir / 'deploy.json').read_text() == '{"results": "earlier"}'
+
+
+def test_overwrite_leaves_no_earlier_figures_beside_the_new_models(tiny_supernet, tmp_path,
+                                                                   monkeypatch):
+    """An engine that fails to build after the new ONNX models are written: the earlier
+    run's deploy.json and engines, which describe other models, are gone."""
+    deploy = load_tool('deploy')
+    work_dir = tmp_path / 'deploy'
+    work_dir.mkdir()
+    earlier = [work_dir / 'deploy.json', work_dir / f'{TINY.stem}_fp32.engine']
+    for path in earlier:
+        path.write_text('earlier')
+
+    def engine_fails(path, *args):
+        raise RuntimeError(f'TensorRT failed to build an engine from {path}')
+
+    monkeypatch.setattr(deploy, 'unavailable', lambda: None)
+    monkeypatch.setattr(deploy, 'Engine', engine_fails)
+    with pytest.raises(RuntimeError, match='TensorRT failed to build'):
+        deploy.main([str(TINY), str(tiny_supernet), '--work-dir', str(work_dir), '--overwrite',
+                     '--cfg-options', 'ptq.calib_steps=2'])
+    written = sorted(path.name for path in work_dir.iterdir())
+    assert written == [f'{TINY.stem}_fp32.onnx', f'{TINY.stem}_int8.onnx']
