@@ -226,11 +226,16 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                                     ('--greedy', args.greedy)) if on]
     if len(chosen) > 1:
         parser.error(f'choose one allocation: {" or ".join(chosen)}')
-    if args.pruner == 'RatioPruner' and (args.importance != 'l1' or chosen
-                                         or args.ratio is None and budget_of(args)[0]):
-        parser.error('RatioPruner keeps the first channels at --ratio; --importance, --global, '
-                     '--sensitivity, --greedy and --flops/--params/--latency need L1NormPruner '
-                     '(the default)')
+    if args.pruner == 'RatioPruner':  # it takes the ratio alone: the others would be ignored
+        budget = budget_of(args)[0]
+        unused = [flag for flag, given in (
+            ('--importance', args.importance != 'l1'), *((flag, True) for flag in chosen),
+            (f'--{budget}', budget not in ('', 'ratio')), ('--round-to', args.round_to != 1),
+            ('--max-ratio', args.max_ratio is not None)) if given]
+        if unused:
+            parser.error(f'{", ".join(unused)}: for L1NormPruner (the default) only; '
+                         '--pruner RatioPruner keeps the first --ratio of every group\'s '
+                         'channels')
     return args
 
 

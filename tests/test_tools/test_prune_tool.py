@@ -403,8 +403,12 @@ def test_contradicting_options_are_refused_by_the_parser():
     (['--batch', '0'], "argument --batch: expected an integer of at least 1, got '0'"),
     (['--sensitivity', '--greedy'], 'choose one allocation: --sensitivity or --greedy'),
     (['--global', '--greedy'], 'choose one allocation: --global or --greedy'),
-    (['--pruner', 'RatioPruner', '--greedy'], '--greedy and --flops/--params/--latency need '
-     'L1NormPruner'),
+    (['--pruner', 'RatioPruner', '--greedy'], '--greedy: for L1NormPruner'),
+    # RatioPruner takes the ratio alone: it would ignore these, and keep 8 of 16 channels
+    (['--pruner', 'RatioPruner', '--ratio', '0.5', '--round-to', '5', '--max-ratio', '0.2'],
+     "--round-to, --max-ratio: for L1NormPruner \\(the default\\) only; --pruner RatioPruner "
+     "keeps the first --ratio of every group's channels"),
+    (['--pruner', 'RatioPruner', '--flops', '0.5'], '--flops: for L1NormPruner'),
     # the runtime's options are checked by name before anything runs, on any machine
     (['--runtime', 'cuda', '--runtime-options', 'grahp=True'], "--runtime-options: "
      r"runtime=dict\(type='cuda', quantile=0.5, grahp=True\): 'grahp' is not a key of the "
