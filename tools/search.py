@@ -37,6 +37,7 @@ import json
 import logging
 import math
 import runpy
+import shlex
 import shutil
 import sys
 from pathlib import Path
@@ -351,10 +352,23 @@ def interrupted(args: argparse.Namespace, cfg: Optional[Config]) -> str:
     if not state.is_file():
         return ('interrupted before the first generation ended; nothing saved, run the '
                 'same command (with --overwrite if asked) to start again')
-    command = ' '.join(['python tools/search.py', args.config, args.checkpoint,
-                        '--work-dir', str(cfg.work_dir), '--resume'])
+    # the --cfg-options too: the saved settings and data digests came from them, and a
+    # resume without them is refused (or scores other data)
+    options = [f'{key}={cfg_option_text(value)}' for key, value in (args.cfg_options or {}).items()]
+    command = shlex.join(['python', 'tools/search.py', args.config, args.checkpoint,
+                          *(['--cfg-options', *options] if options else []),
+                          '--work-dir', str(cfg.work_dir), '--resume'])
     return f'interrupted; the search state ({generations(state)}) is in {state}: ' \
         f'continue with `{command}`'
+
+
+def cfg_option_text(value: Any) -> str:
+    """A ``--cfg-options`` value as text that mmengine's ``DictAction`` parses back to
+    ``value`` (its lists and tuples in brackets, the rest as ``str`` writes it)."""
+    if isinstance(value, (list, tuple)):
+        items = ','.join(cfg_option_text(item) for item in value)
+        return f'({items})' if isinstance(value, tuple) else f'[{items}]'
+    return str(value)
 
 
 def uniform_baseline(loop: BaseSearchLoop, full: bool) -> List[SubnetRecord]:

@@ -2,11 +2,13 @@
 errors name the bad key."""
 import itertools
 import json
+import shlex
 from pathlib import Path
 
 import pytest
 import torch
 from conftest import REPO, TINY, LogCapture, load_tool
+from mmengine.config import Config
 from mmengine.registry import init_default_scope
 
 from razorlib.engine.config import ConfigError, check_config, load_config
@@ -202,6 +204,33 @@ def test_ctrl_c_ends_with_one_line_saying_how_to_resume(tiny_supernet, tmp_path,
     assert len(lines) == 1
     assert f'is in {state}: continue with `python tools/search.py {config} ' in lines[0]
     assert lines[0].endswith(f'--work-dir {work_dir} --resume`')
+
+
+def test_the_resume_command_of_ctrl_c_repeats_the_cfg_options(tmp_path):
+    """The saved settings and data digests came from the --cfg-options: a resume without
+    them is refused (``top_k is 1 in the saved search but 2 now``), so the command the
+    line gives repeats them, quoted for the shell, and parses back to the same options."""
+    tool = load_tool('search')
+    work_dir = tmp_path / 'my search'
+    work_dir.mkdir()
+    (work_dir / 'search_state.json').write_text('{}')
+    argv = ['my search.py', 'epoch 1.pth', '--work-dir', str(work_dir), '--cfg-options',
+            'search_cfg.top_k=1', 'search_cfg.constraints.flops=6e4',
+            'val_dataloader.dataset.indices=[0,1,(2,3)]', 'randomness.deterministic=True',
+            'load_from=None', "experiment_name='run 1'"]
+    args = tool.parse_args(argv)
+    cfg = Config(dict(search_cfg=dict(type='EvolutionSearchLoop'), work_dir=str(work_dir)))
+    line = tool.interrupted(args, cfg)
+    command = line.split('continue with `')[1].rstrip('`')
+    assert command == ("python tools/search.py 'my search.py' 'epoch 1.pth' --cfg-options "
+                       'search_cfg.top_k=1 search_cfg.constraints.flops=60000.0 '
+                       "'val_dataloader.dataset.indices=[0,1,(2,3)]' "
+                       'randomness.deterministic=True load_from=None experiment_name=run1 '
+                       f"--work-dir '{work_dir}' --resume")
+    resumed = tool.parse_args(shlex.split(command)[2:])
+    assert resumed.cfg_options == args.cfg_options and resumed.resume
+    assert (resumed.config, resumed.checkpoint, resumed.work_dir) == \
+        ('my search.py', 'epoch 1.pth', str(work_dir))
 
 
 def test_a_spent_space_ends_the_search_before_max_epochs(tiny_supernet, tmp_path):
