@@ -12,6 +12,7 @@ code 2.  See docs/tools/train.md.
 """
 import argparse
 import logging
+import os
 import runpy
 import sys
 from contextlib import nullcontext
@@ -22,6 +23,9 @@ from typing import Any, List, Optional, Sequence, Tuple
 from mmengine.config import Config, DictAction
 from mmengine.logging import print_log
 
+#: What ``torchrun`` sets for each process, and ``--launcher pytorch`` reads: the process
+#: group's ``env://`` rendezvous (and mmengine, on CUDA, the local rank).
+TORCHRUN_ENV = ('RANK', 'LOCAL_RANK', 'WORLD_SIZE', 'MASTER_ADDR', 'MASTER_PORT')
 #: razorlib.utils.cli, run from its file beside this folder: ``import razorlib`` loads
 #: torch, which --help must not wait for.
 at_least = runpy.run_path(str(Path(__file__).resolve().parents[1] / 'razorlib' / 'utils'
@@ -45,7 +49,14 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument('--threads', type=at_least(1), metavar='N',
                         help='torch threads (default: 1 for a model under 1M parameters, '
                         'else the idle cores; OMP_NUM_THREADS if set)')
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    missing = [name for name in TORCHRUN_ENV if name not in os.environ]
+    if args.launcher == 'pytorch' and missing:  # else a traceback from the process group
+        parser.error(f'--launcher pytorch: {", ".join(missing)} not set, as torchrun sets '
+                     'them; start the tool as `torchrun --nproc_per_node N tools/train.py '
+                     'CONFIG --launcher pytorch`, or leave --launcher out to train in this '
+                     'process')
+    return args
 
 
 def checked_config(args: argparse.Namespace) -> Config:

@@ -67,6 +67,25 @@ def test_cpu_ddp_under_torchrun(tmp_path, run_python):
     assert (tmp_path / 'subnet_final.yaml').is_file()
 
 
+def test_launcher_pytorch_outside_torchrun_is_refused_naming_what_is_missing(
+        tmp_path, monkeypatch, capsys):
+    """Started without torchrun, the process group's env:// rendezvous failed with a
+    traceback (``environment variable RANK expected, but not set``)."""
+    for name in ('RANK', 'LOCAL_RANK', 'WORLD_SIZE', 'MASTER_ADDR', 'MASTER_PORT'):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv('MASTER_PORT', '29500')
+    with pytest.raises(SystemExit) as info:
+        load_tool('train').main([str(TINY), '--work-dir', str(tmp_path / 'ddp'),
+                                 '--launcher', 'pytorch'])
+    assert info.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1].endswith(
+        'error: --launcher pytorch: RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR not '
+        'set, as torchrun sets them; start the tool as `torchrun --nproc_per_node N '
+        'tools/train.py CONFIG --launcher pytorch`, or leave --launcher out to train in this '
+        'process')
+    assert not (tmp_path / 'ddp').exists()
+
+
 def test_config_mistakes_name_the_key(tmp_path, monkeypatch):
     tool = load_tool('train')
     log = LogCapture(tool, monkeypatch)
