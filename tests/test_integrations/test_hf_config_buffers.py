@@ -15,6 +15,8 @@ from razorlib.integrations.transformers.config import buffer_mismatches, buffer_
 transformers = pytest.importorskip('transformers')
 
 EMBED_SCALE = 'model.embed_tokens.embed_scale'
+#: The float the embedding keeps beside it, which ``_init_weights`` fills the buffer from.
+SCALAR_EMBED_SCALE = 'model.embed_tokens.scalar_embed_scale'
 
 
 def gemma(name: str, seed: int = 0) -> nn.Module:
@@ -53,7 +55,7 @@ def test_a_gemma_with_a_pruned_hidden_size_reloads_its_embedding_scale(name, tmp
     assert slim.config.hidden_size == 64  # 32 would build embed_scale sqrt(32)
     sync, again = _assert_reloads_exactly(slim, inputs, tmp_path)
     assert not sync.exact
-    assert [m.name for m in sync.refused] == [EMBED_SCALE]
+    assert [m.name for m in sync.refused] == [EMBED_SCALE, SCALAR_EMBED_SCALE]
     assert str(sync.refused[0]) == f'{EMBED_SCALE}: config builds 5.657, the model has 8.0'
     assert all(float(m.model.embed_tokens.embed_scale) == 8.0 for m in again)
 
@@ -156,7 +158,7 @@ def test_sync_config_refuses_a_hidden_size_whose_buffer_value_differs():
     slim.config.hidden_size = 64  # as the dense config, whatever prune wrote
     sync = sync_config(slim)
     assert 'hidden_size' not in sync.changed and not sync.exact
-    assert [m.name for m in sync.refused] == [EMBED_SCALE]
+    assert [m.name for m in sync.refused] == [EMBED_SCALE, SCALAR_EMBED_SCALE]
     assert not any(m.name == EMBED_SCALE for m in sync.mismatches)
 
 
@@ -172,5 +174,5 @@ def test_a_bf16_gemma_with_most_of_its_hidden_size_keeps_its_embedding_scale(tmp
         slim = prune(model, inputs, ratio=0.9375, hidden=True)
     assert slim.model.norm.weight.shape == (60, ) and slim.config.hidden_size == 64
     sync, again = _assert_reloads_exactly(slim, inputs, tmp_path)
-    assert [m.name for m in sync.refused] == [EMBED_SCALE]
+    assert [m.name for m in sync.refused] == [EMBED_SCALE, SCALAR_EMBED_SCALE]
     assert all(float(m.model.embed_tokens.embed_scale) == 8.0 for m in again)

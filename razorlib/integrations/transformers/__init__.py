@@ -5,7 +5,7 @@ Nothing here imports transformers until a function needs it, and ``import razorl
 never imports this package.
 """
 from .config import (MLP_WIDTH_FIELDS, ConfigSync, Mismatch, buffer_mismatches, build_like,
-                     head_shapes_differ, is_hf_model, sync_config)
+                     head_shapes_differ, is_hf_model, number_mismatches, sync_config)
 from .depth import decoder_layers, prune_decoder_layers, remove_decoder_layers
 from .prune import hidden_size_keys, prune, uniform_subnet, warn_whole_attention
 from .reload import (CHANNELS_FILE, HEAD_WIDTHS_FILE, load_pruned, save_pruned,
@@ -14,7 +14,7 @@ from .streaming import slim_checkpoint
 
 __all__ = [
     'MLP_WIDTH_FIELDS', 'ConfigSync', 'Mismatch', 'buffer_mismatches', 'build_like',
-    'head_shapes_differ', 'is_hf_model', 'sync_config',
+    'head_shapes_differ', 'is_hf_model', 'number_mismatches', 'sync_config',
     'decoder_layers', 'prune_decoder_layers', 'remove_decoder_layers', 'hidden_size_keys',
     'prune', 'uniform_subnet', 'warn_whole_attention', 'CHANNELS_FILE', 'HEAD_WIDTHS_FILE',
     'load_pruned', 'save_pruned', 'widths_channel_configs', 'slim_checkpoint',

@@ -15,8 +15,10 @@ GPT-2), where fewer heads in the config would mean wider ones.
 Shapes are not all a config decides: a non-persistent buffer (Gemma's ``embed_scale =
 sqrt(hidden_size)``, RoPE's ``inv_freq``) is in no checkpoint, so a reload computes it
 from the config.  A rewrite is kept only if the model it builds also holds the slim
-model's value in each such buffer (:func:`buffer_mismatches`); otherwise its widths stay
-for the channel config, whose reload builds the unrewritten config and keeps the value.
+model's value in each such buffer (:func:`buffer_mismatches`), and in each float a
+module's ``__init__`` computes (BioGPT's ``embed_scale``, a plain float:
+:func:`number_mismatches`); otherwise its widths stay for the channel config, whose
+reload builds the unrewritten config and keeps the value.
 """
 import copy
 import math
@@ -32,8 +34,8 @@ from ...tracing.forward import is_transformers_model
 __all__ = ['MLP_WIDTH_FIELDS', 'HEAD_COUNT_FIELDS', 'HIDDEN_SIZE_FIELDS', 'LOW_RANK_FIELDS',
            'EMBEDDING_SIZE_FIELDS', 'HIDDEN_RATIO_FIELDS', 'WIDTH_FIELDS',
            'HEAD_SHAPE_ATTRIBUTES', 'ConfigSync', 'Mismatch', 'is_hf_model', 'build_like',
-           'buffer_mismatches', 'buffer_values', 'head_shapes_differ', 'shape_mismatches',
-           'sync_config']
+           'buffer_mismatches', 'buffer_values', 'head_shapes_differ', 'module_numbers',
+           'number_mismatches', 'shape_mismatches', 'sync_config']
 
 #: Config fields that size the MLP of every layer, by model family (tried in order), and
 #: a mixture of experts' routed and shared experts (Qwen2/3-MoE, DeepSeek-V3), and Llama
@@ -65,8 +67,8 @@ WIDTH_FIELDS = MLP_WIDTH_FIELDS + LOW_RANK_FIELDS + HEAD_COUNT_FIELDS + HIDDEN_S
 class Mismatch:
     """A tensor whose shape differs between the slim model and one built from its config
     (``None`` where one of them lacks it), or, with ``config_value`` and ``model_value``,
-    a non-persistent buffer of the same shape whose value differs
-    (:func:`buffer_mismatches`)."""
+    a non-persistent buffer of the same shape (:func:`buffer_mismatches`) or a float
+    attribute (:func:`number_mismatches`, no shapes) whose value differs."""
     name: str
     config_shape: Optional[Tuple[int, ...]]
     model_shape: Optional[Tuple[int, ...]]
@@ -88,9 +90,9 @@ class ConfigSync:
         changed: config field -> ``(old value, new value)``.
         mismatches: tensors whose shapes a model built from the new config still gets
             wrong (widths that differ across layers).
-        refused: buffer values that a config rewrite fitting the shapes would have built
-            wrong (:func:`buffer_mismatches`), the reason its widths stay in
-            ``mismatches``.
+        refused: buffer and float attribute values that a config rewrite fitting the
+            shapes would have built wrong (:func:`buffer_mismatches`,
+            :func:`number_mismatches`), the reason its widths stay in ``mismatches``.
     """
     changed: Dict[str, Tuple[object, int]] = field(default_factory=dict)
     mismatches: List[Mismatch] = field(default_factory=list)
@@ -256,6 +258,64 @@ def buffer_mismatches(model: nn.Module, built: Dict[str, torch.Tensor],
         found.append(Mismatch(name, tuple(theirs.shape), tuple(own.shape),
                               _show(theirs.to(own.dtype), at), _show(own, at)))
     return found
+
+
+def module_numbers(model: nn.Module, skip: Iterable[str] = ('training', )
+                   ) -> Dict[str, object]:
+    """``'<module>.<attribute>'`` -> every plain number (``int``, ``float``, ``bool``) the
+    modules of ``model`` hold as public attributes, but those named in ``skip``: values
+    a module's ``__init__`` computes, often from the config, that no checkpoint holds.
+
+    Example:
+        >>> layer = nn.Dropout(0.25)
+        >>> module_numbers(nn.ModuleDict({'drop': layer}))
+        {'drop.p': 0.25, 'drop.inplace': False}
+    """
+    skip = set(skip)
+    return {f'{name}.{attr}' if name else attr: value
+            for name, module in model.named_modules()
+            for attr, value in vars(module).items()
+            if isinstance(value, (int, float)) and not attr.startswith('_') and attr not in skip}
+
+
+def _floats(model: nn.Module) -> Dict[str, float]:
+    return {name: value for name, value in module_numbers(model).items()
+            if isinstance(value, float)}
+
+
+def number_mismatches(model: nn.Module, built: nn.Module,
+                      reference: Optional[Dict[str, float]] = None) -> List[Mismatch]:
+    """The float attributes whose value a model built from a config (``built``) gets
+    wrong: a module's ``__init__`` computes them from the config and no checkpoint holds
+    them, so a reload keeps the config's value, not the model's, and computes something
+    else without an error, as for a non-persistent buffer (BioGPT's, BART's or Whisper's
+    ``embed_scale = sqrt(hidden_size)``, a plain float).  Integers are left out: they are
+    the widths a rewrite changes on purpose (``embed_dim``).
+
+    A value equal to ``reference``'s (the floats of a model built from the config the
+    model was built from) is no mismatch: the unrewritten config builds it too.
+
+    Example:
+        >>> model, built = nn.Module(), nn.Module()
+        >>> model.embed_scale, built.embed_scale = 8.0, 32 ** 0.5
+        >>> [str(m) for m in number_mismatches(model, built)]
+        ['embed_scale: config builds 5.657, the model has 8.0']
+    """
+    reference = reference or {}
+    theirs = _floats(built)
+    found = []
+    for name, own in _floats(model).items():
+        value = theirs.get(name)
+        if value is None or _same_float(own, value) \
+                or (name in reference and _same_float(reference[name], value)):
+            continue
+        found.append(Mismatch(name, None, None, _show(torch.tensor(value, dtype=torch.float64)),
+                              _show(torch.tensor(own, dtype=torch.float64))))
+    return found
+
+
+def _same_float(a: float, b: float) -> bool:
+    return a == b or (math.isnan(a) and math.isnan(b))
 
 
 def _width_changes(mismatches: Iterable[Mismatch]) -> Dict[int, set]:
@@ -445,11 +505,13 @@ def head_shapes_differ(model: nn.Module, reference: nn.Module) -> List[str]:
 
 class _Values:
     """The non-persistent buffer values of the config the model was built from
-    (:func:`buffer_values`), computed once, when a rewrite first fits the shapes; and
-    the buffer mismatches of the rewrites refused for them."""
+    (:func:`buffer_values`), computed once, when a rewrite first fits the shapes, and its
+    float attributes (:func:`number_mismatches`, from ``reference``: a model built from
+    that config); and the mismatches of the rewrites refused for them."""
 
-    def __init__(self, model: nn.Module):
+    def __init__(self, model: nn.Module, reference: nn.Module):
         self.model, self.refused = model, []
+        self.numbers = _floats(reference)
         self._reference: Optional[Dict[str, torch.Tensor]] = None
         self._built = False
 
@@ -473,8 +535,8 @@ def _try(model: nn.Module, config, move: Dict[str, int], current: List[Mismatch]
     ``from_pretrained`` accepts, fixes some tensors, breaks none (:func:`_keeps`), builds
     attention heads as the slim model has them wherever the tensors agree
     (:func:`head_shapes_differ`) and, with ``values``, computes the slim model's value
-    into every non-persistent buffer (:func:`buffer_mismatches`): a value it gets wrong
-    counts as a tensor it breaks."""
+    into every non-persistent buffer (:func:`buffer_mismatches`) and float attribute
+    (:func:`number_mismatches`): a value it gets wrong counts as a tensor it breaks."""
     trial = copy.deepcopy(config)
     for name, value in move.items():
         setattr(trial, name, value)
@@ -491,7 +553,8 @@ def _try(model: nn.Module, config, move: Dict[str, int], current: List[Mismatch]
     if any(name.rsplit('.', 1)[0] not in mismatched for name in head_shapes_differ(model, built)):
         return None
     if values is not None:
-        wrong = buffer_mismatches(model, buffer_values(model, trial) or {}, values.reference)
+        wrong = buffer_mismatches(model, buffer_values(model, trial) or {}, values.reference) \
+            + number_mismatches(model, built, values.numbers)
         if not _keeps(left + wrong, current):
             values.refused.extend(m for m in wrong if m not in values.refused)
             return None
@@ -544,8 +607,9 @@ def sync_config(model: nn.Module, fields: Tuple[str, ...] = WIDTH_FIELDS) -> Con
     is one kept whose model computes another value into a non-persistent buffer than the
     slim model holds (:func:`buffer_mismatches`: Gemma's ``embed_scale`` is
     ``sqrt(hidden_size)``, so a halved hidden size stays in ``mismatches``, listed with
-    the buffer in :attr:`ConfigSync.refused`): no checkpoint holds such a buffer, a
-    reload would compute it from the rewritten config, without an error.
+    the buffer in :attr:`ConfigSync.refused`), or into a float attribute
+    (:func:`number_mismatches`: BioGPT's ``embed_scale``): no checkpoint holds such a
+    value, a reload would compute it from the rewritten config, without an error.
 
     Args:
         model: a pruned transformers model.
@@ -584,7 +648,7 @@ def sync_config(model: nn.Module, fields: Tuple[str, ...] = WIDTH_FIELDS) -> Con
     if _head_width_pruned(model, reference):
         fields = tuple(name for name in fields
                        if name not in HEAD_COUNT_FIELDS + HIDDEN_SIZE_FIELDS)
-    sync, values = ConfigSync(), _Values(model)
+    sync, values = ConfigSync(), _Values(model, reference)
     while mismatches:
         found = _first_fix(model, config, fields, mismatches, values)
         if found is None:

@@ -286,9 +286,10 @@ def describe_slim_config(model: nn.Module, slim: nn.Module, caller: str,
     if sync.mismatches:
         shown = '; '.join(str(m) for m in sync.mismatches[:3])
         more = f' (and {len(sync.mismatches) - 3} more)' if len(sync.mismatches) > 3 else ''
-        if sync.refused:  # widths a config could say, were a buffer not computed from them
-            more += ('; a config saying them would reload non-persistent buffers with other '
-                     'values: ' + '; '.join(str(m) for m in sync.refused[:3]))
+        if sync.refused:  # widths a config could say, were no value computed from them
+            more += ('; a config saying them would reload values no checkpoint holds '
+                     '(non-persistent buffers, numbers computed at __init__) otherwise: '
+                     + '; '.join(str(m) for m in sync.refused[:3]))
         warn_at_caller(f'{caller}: the slim {type(slim).__name__}\'s config cannot describe '
                        f'{len(sync.mismatches)} of its tensors ({shown}{more}); save it with '
                        'razorlib.integrations.transformers.save_pruned, which writes the '
