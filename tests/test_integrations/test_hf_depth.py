@@ -6,7 +6,8 @@ import copy
 import pytest
 import torch
 import torch.nn as nn
-from hf_builders import MODELS, build, main_output, minicpm3, relative_error, token_inputs
+from hf_builders import (MODELS, VOCAB, build, main_output, minicpm3, relative_error,
+                         token_inputs)
 
 from razorlib.integrations.transformers import (decoder_layers, prune, prune_decoder_layers,
                                                 remove_decoder_layers, save_pruned)
@@ -102,24 +103,58 @@ def test_removal_errors_name_the_fault():
         remove_decoder_layers(nn.Sequential(nn.Linear(2, 2)), [0])
 
 
-@pytest.mark.parametrize('placement', [dict(decoder_sparse_step=2), dict(mlp_only_layers=[3])])
-def test_layers_placed_by_index_or_stride_refuse_to_move(placement):
-    """Qwen2-MoE places its MoE and MLP blocks by ``decoder_sparse_step`` and
-    ``mlp_only_layers``: after a removal the config would build MoE blocks where MLPs
-    are (and ``from_pretrained`` initialise them), so the removal is refused first."""
+def _qwen2_moe(**placement) -> nn.Module:
     transformers = pytest.importorskip('transformers')
     torch.manual_seed(0)
-    model = transformers.Qwen2MoeForCausalLM(transformers.Qwen2MoeConfig(
+    return transformers.Qwen2MoeForCausalLM(transformers.Qwen2MoeConfig(
         hidden_size=32, intermediate_size=64, moe_intermediate_size=16,
         shared_expert_intermediate_size=32, num_experts=4, num_experts_per_tok=2,
-        num_hidden_layers=4, num_attention_heads=2, num_key_value_heads=1, vocab_size=64,
+        num_hidden_layers=4, num_attention_heads=2, num_key_value_heads=1, vocab_size=VOCAB,
         **placement)).eval()
+
+
+def _llama4(interleave_moe_layer_step: int) -> nn.Module:
+    """Llama 4 with 4 layers: every one MoE at step 1 (as Scout), every other at 2."""
+    transformers = pytest.importorskip('transformers')
+    torch.manual_seed(0)
+    return transformers.Llama4ForCausalLM(transformers.Llama4TextConfig(
+        vocab_size=VOCAB, hidden_size=32, intermediate_size=32, intermediate_size_mlp=64,
+        num_hidden_layers=4, num_attention_heads=2, num_key_value_heads=1, head_dim=16,
+        num_local_experts=2, interleave_moe_layer_step=interleave_moe_layer_step)).eval()
+
+
+def test_layers_placed_by_stride_refuse_to_move():
+    """Qwen2-MoE places its MoE blocks by ``decoder_sparse_step``: after a removal the
+    config would build MoE blocks where MLPs are (and ``from_pretrained`` initialise
+    them), so the removal is refused first."""
+    model = _qwen2_moe(decoder_sparse_step=2)
     before = {name: tuple(p.shape) for name, p in model.named_parameters()}
     with pytest.raises(ValueError, match=r'builds another kind of layer at position \d .*'
-                       r'decoder_sparse_step.*mlp_only_layers.*nothing was removed'):
+                       r'decoder_sparse_step.*nothing was removed'):
         remove_decoder_layers(model, [0])
     assert {name: tuple(p.shape) for name, p in model.named_parameters()} == before
     assert model.config.num_hidden_layers == 4
+
+
+@pytest.mark.parametrize('build, field, dense, shallow', [
+    (lambda: _llama4(1), 'moe_layers', [0, 1, 2, 3], [0, 1, 2]),
+    (lambda: _llama4(2), 'moe_layers', [1, 3], [2]),
+    (lambda: _qwen2_moe(mlp_only_layers=[3]), 'mlp_only_layers', [3], [2])],
+    ids=['llama4-every-layer-moe', 'llama4-every-other-layer-moe', 'qwen2-moe-mlp-only'])
+def test_layers_listed_by_index_are_renumbered_and_the_shallow_model_reloads(
+        build, field, dense, shallow, tmp_path):
+    """Lists of layer indices (Llama 4's ``moe_layers``, Qwen2-MoE's ``mlp_only_layers``)
+    follow the cut as indices: Llama 4 Scout's every-layer ``[0, 1, 2, 3]`` was sliced as
+    a list of one entry per layer, to ``[0, 2, 3]``, and every cut was refused."""
+    model, inputs = build(), token_inputs()
+    assert getattr(model.config, field) == dense
+    remove_decoder_layers(model, [1])
+    assert getattr(model.config, field) == shallow and model.config.num_hidden_layers == 3
+    model.save_pretrained(tmp_path)
+    again = type(model).from_pretrained(tmp_path).eval()
+    assert [[type(m) for m in layer.children()] for layer in again.model.layers] == \
+        [[type(m) for m in layer.children()] for layer in model.model.layers]
+    assert torch.equal(main_output(again, inputs), main_output(model, inputs))
 
 
 def test_gpt_neo_layers_are_renumbered_by_their_layer_id_too():

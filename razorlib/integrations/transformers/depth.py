@@ -2,12 +2,12 @@
 config, the layers' ``layer_idx`` (the KV cache's index) and per-layer config lists in
 step, so ``save_pretrained`` + ``from_pretrained`` rebuilds the shallower model."""
 import copy
-from typing import Any, Dict, Iterable, List, Optional, Sequence
+from typing import Any, Iterable, List, Optional, Sequence
 
 import torch.nn as nn
 
 from ...pruning.depth import DepthPruned, LossFn, block_importance, remove_blocks, select_blocks
-from .config import build_like, is_hf_model
+from .config import build_like, is_hf_model, module_numbers
 
 __all__ = ['decoder_layers', 'remove_decoder_layers', 'prune_decoder_layers']
 
@@ -30,10 +30,23 @@ def decoder_layers(model: nn.Module) -> str:
                      f'{count} layers found; pass the blocks to razorlib.pruning.depth')
 
 
+#: Config lists of layer indices, not of one entry per layer: Llama 4's ``moe_layers``
+#: (``[0, 1, 2, 3]`` in a 4-layer Scout, which reads as one entry per layer too) and
+#: Qwen2/3-MoE's ``mlp_only_layers``.  A cut renumbers them.
+_LAYER_INDEX_FIELDS = ('moe_layers', 'mlp_only_layers')
+
+
 def _per_layer_fields(config, count: int) -> List[str]:
     """Config lists with one entry per layer (``layer_types``)."""
     return [name for name, value in vars(config).items()
-            if 'layer' in name and isinstance(value, (list, tuple)) and len(value) == count]
+            if 'layer' in name and name not in _LAYER_INDEX_FIELDS
+            and isinstance(value, (list, tuple)) and len(value) == count]
+
+
+def _index_fields(config) -> List[str]:
+    """The config's lists of layer indices (:data:`_LAYER_INDEX_FIELDS`)."""
+    return [name for name in _LAYER_INDEX_FIELDS
+            if isinstance(getattr(config, name, None), (list, tuple))]
 
 
 def _check_rebuilds(model: nn.Module, stack: str, keep: List[int], config,
@@ -41,7 +54,7 @@ def _check_rebuilds(model: nn.Module, stack: str, keep: List[int], config,
     """Raise unless a model built from ``config`` (the rewritten one) holds, at each new
     position, a layer of the kind the shallower model keeps there (the same parameter
     names): a config field that places layers by index or stride, which the rewrite does
-    not follow (Qwen2-MoE's ``mlp_only_layers``, ``decoder_sparse_step``), would make
+    not follow (Qwen2-MoE's ``decoder_sparse_step``), would make
     ``from_pretrained`` build MoE blocks where MLPs are and initialise their weights."""
     built = build_like(model, config).get_submodule(stack)
     dense = build_like(model).get_submodule(stack)  # the config as it is, widths aside
@@ -65,16 +78,6 @@ def _check_rebuilds(model: nn.Module, stack: str, keep: List[int], config,
                 'was removed')
 
 
-def _numbers(layer: nn.Module) -> Dict[str, object]:
-    """The plain numbers a layer's modules hold (set at ``__init__``, often from the
-    config), but their position in the stack and their training flag."""
-    return {f'{name}.{attr}' if name else attr: value
-            for name, module in layer.named_modules()
-            for attr, value in vars(module).items()
-            if isinstance(value, (int, float)) and not attr.startswith('_')
-            and attr not in ('training', *_LAYER_INDEX_ATTRS)}
-
-
 def _check_numbers(model: nn.Module, before: nn.Module, built: nn.Module, old: int, new: int,
                    count: int) -> None:
     """Raise where a layer built at ``new`` from the rewritten config holds another number
@@ -83,7 +86,8 @@ def _check_numbers(model: nn.Module, before: nn.Module, built: nn.Module, old: i
     count or position (MiniCPM3's ``residual_scale = scale_depth /
     sqrt(num_hidden_layers)``) would change on a reload, and the reloaded model would
     compute something else than the layer that moved."""
-    ours, theirs = _numbers(before), _numbers(built)
+    skip = ('training', *_LAYER_INDEX_ATTRS)  # the position in the stack moves
+    ours, theirs = module_numbers(before, skip), module_numbers(built, skip)
     differ = [key for key in ours if key in theirs and ours[key] != theirs[key]]
     if differ:
         key = differ[0]
@@ -102,11 +106,12 @@ _LAYER_INDEX_ATTRS = ('layer_idx', 'layer_id')
 def remove_decoder_layers(model: nn.Module, indices: Sequence[int]) -> nn.Module:
     """Remove the layers at ``indices`` from a transformers model, in place.
 
-    The config's ``num_hidden_layers`` and its per-layer lists (``layer_types``) follow,
-    and every remaining layer's modules get their new position as ``layer_idx``.  A model
-    whose config would then build another kind of layer at some position (layers placed
-    by index or stride, as Qwen2-MoE's MoE and MLP blocks) is refused before anything
-    changes (:func:`_check_rebuilds`).
+    The config's ``num_hidden_layers``, its per-layer lists (``layer_types``) and its
+    lists of layer indices (Llama 4's ``moe_layers``, Qwen2-MoE's ``mlp_only_layers``:
+    the kept layers renumbered) follow, and every remaining layer's modules get their new
+    position as ``layer_idx``.  A model whose config would then build another kind of
+    layer at some position (layers placed by a stride, as Qwen2-MoE's
+    ``decoder_sparse_step``) is refused before anything changes (:func:`_check_rebuilds`).
 
     Example:
         >>> from transformers import LlamaConfig, LlamaForCausalLM
@@ -131,12 +136,16 @@ def remove_decoder_layers(model: nn.Module, indices: Sequence[int]) -> nn.Module
     if any(not 0 <= i < count for i in drop) or len(drop) >= count:
         raise ValueError(f'{stack} has {count} layers: cannot remove {drop} (keep at least one)')
     keep = [i for i in range(count) if i not in drop]
-    lists = _per_layer_fields(config, count)
+    lists, indexed = _per_layer_fields(config, count), _index_fields(config)
     rewritten = copy.deepcopy(config)
     rewritten.num_hidden_layers = len(keep)
     for name in lists:
         value = getattr(config, name)
         setattr(rewritten, name, type(value)(value[i] for i in keep))
+    for name in indexed:
+        value = getattr(config, name)
+        setattr(rewritten, name, type(value)(keep.index(i) for i in value if i in keep))
+    lists += indexed
     _check_rebuilds(model, stack, keep, rewritten, lists)
     remove_blocks(model, [f'{stack}.{i}' for i in drop])
     for new, layer in enumerate(model.get_submodule(stack)):
