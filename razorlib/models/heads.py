@@ -52,7 +52,20 @@ class LinearClsHead(nn.Module):
         Args:
             feats: NC feature vectors.
             data_samples: one data sample with ``gt_label`` per row of ``feats``.
+
+        Raises:
+            ValueError: naming the first sample without exactly one ``gt_label`` (a sample
+                of soft targets, ``gt_score``, only; a multi-label one): it failed as a
+                bare ``AttributeError`` or a batch-size mismatch.
         """
+        for index, sample in enumerate(data_samples):
+            count = len(sample.gt_label) if 'gt_label' in sample else 0
+            if count != 1:
+                has = f'{count} class indices in gt_label' if count else 'no gt_label' + (
+                    ' (only gt_score, soft targets)' if 'gt_score' in sample else '')
+                raise ValueError(f'{type(self).__name__}.loss: data sample {index} has {has}; '
+                                 'the loss is the cross-entropy against one class index per '
+                                 'image')
         labels = torch.cat([sample.gt_label for sample in data_samples]).to(feats.device)
         return dict(loss=self.loss_fn(self(feats), labels))
 

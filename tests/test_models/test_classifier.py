@@ -86,6 +86,18 @@ def test_bad_mode_and_missing_labels_are_named():
         model(torch.randn(2, 3, 8, 8), [ClsDataSample()] * 3, mode='predict')
 
 
+@pytest.mark.parametrize('sample, has', [
+    (ClsDataSample(), 'no gt_label'),
+    (ClsDataSample().set_gt_score([0.2, 0.8, 0.0]), r'no gt_label \(only gt_score, soft targets\)'),
+    (ClsDataSample(gt_label=[0, 2]), '2 class indices in gt_label')])
+def test_the_loss_names_a_sample_without_one_class_index(sample, has):
+    # a bare AttributeError ('_gt_label') or a batch-size mismatch (3 labels for 2 rows)
+    head = LinearClsHead(num_classes=3, in_channels=8)
+    with pytest.raises(ValueError, match=rf'^LinearClsHead.loss: data sample 1 has {has}; the '
+                       'loss is the cross-entropy against one class index per image$'):
+        head.loss(torch.randn(2, 8), [ClsDataSample(gt_label=1), sample])
+
+
 def test_train_and_val_steps_run_through_the_preprocessor():
     torch.manual_seed(0)
     model = tiny_classifier(data_preprocessor=dict(type='ClsDataPreprocessor',
@@ -105,6 +117,19 @@ def test_identity_neck_for_a_backbone_that_returns_vectors():
                             neck=torch.nn.Identity(),
                             head=dict(type='LinearClsHead', num_classes=3, in_channels=6))
     assert model(torch.randn(2, 3, 8, 8)).shape == (2, 3)
+
+
+@pytest.mark.parametrize('neck', [None, dict(type='GlobalAveragePooling')])
+def test_a_backbone_with_its_own_classifier_under_the_pooling_neck_is_refused(neck):
+    # its logits went into the pooling neck and failed at the first forward, in the head,
+    # with 'mat1 and mat2 shapes cannot be multiplied (1x1 and 512x10)'
+    with pytest.raises(ValueError, match=r'^ImageClassifier: the backbone ResNet ends in a '
+                       r'classifier of its own \(num_classes=10\), whose logits the '
+                       r'GlobalAveragePooling neck cannot pool; leave num_classes out of the '
+                       r'backbone, the head classifies$'):
+        MODELS.build(dict(type='ImageClassifier', neck=neck,
+                          backbone=dict(type='ResNet', depth=18, stem='cifar', num_classes=10),
+                          head=dict(type='LinearClsHead', num_classes=10)))
 
 
 def test_backbone_with_out_indices_classifies_the_last_stage():

@@ -6,6 +6,7 @@ import torch.nn as nn
 from mmengine.model import BaseModel
 
 from ...registry import MODELS
+from ..backbones import BaseBackbone
 from ..data_sample import ClsDataSample
 from ..necks import GlobalAveragePooling
 
@@ -28,7 +29,9 @@ class ImageClassifier(BaseModel):
 
     Args:
         backbone: a backbone module or its config; if it returns a tuple of stage
-            features (``out_indices``), the last one is classified.
+            features (``out_indices``), the last one is classified.  A razorlib backbone
+            with a classifier of its own (``num_classes``) is refused under the default
+            pooling neck: its logits are no feature map to pool.
         head: a head module or its config (e.g. ``LinearClsHead``); a config without
             ``in_channels`` gets the backbone's ``num_features``.
         neck: a neck module or its config; ``None`` for global average pooling (pass
@@ -59,6 +62,14 @@ class ImageClassifier(BaseModel):
         super().__init__(data_preprocessor=_build(data_preprocessor), init_cfg=init_cfg)
         self.backbone = _build(backbone)
         self.neck = GlobalAveragePooling() if neck is None else _build(neck)
+        if isinstance(self.backbone, BaseBackbone) and self.backbone.fc is not None \
+                and isinstance(self.neck, GlobalAveragePooling):
+            # it failed at the first forward, in the head, with a bare shape error
+            raise ValueError(
+                f'ImageClassifier: the backbone {type(self.backbone).__name__} ends in a '
+                f'classifier of its own (num_classes={self.backbone.num_classes}), whose '
+                'logits the GlobalAveragePooling neck cannot pool; leave num_classes out '
+                'of the backbone, the head classifies')
         if isinstance(head, dict) and 'in_channels' not in head:
             head = dict(head, in_channels=self.backbone.num_features)
         self.head = _build(head)
