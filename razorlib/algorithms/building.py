@@ -1,12 +1,15 @@
-"""What every algorithm does first: build its architecture from a config and take the
-architecture's data preprocessor unless the algorithm's config gives one."""
-from typing import Any, Optional, Union
+"""What every algorithm does first: build its architecture from a config, take the
+architecture's data preprocessor unless the algorithm's config gives one, and find the
+``Pretrained`` checkpoints a built module has yet to load."""
+from typing import Any, List, Optional, Union
 
 import torch.nn as nn
+from mmengine.model import BaseModule
+from mmengine.model.weight_init import PretrainedInit
 
 from ..registry import MODELS
 
-__all__ = ['ModuleOrCfg', 'build_architecture', 'preprocessor_of']
+__all__ = ['ModuleOrCfg', 'build_architecture', 'pending_pretrained', 'preprocessor_of']
 
 ModuleOrCfg = Union[nn.Module, dict]
 
@@ -64,3 +67,20 @@ def refuse_accumulation(optim_wrapper: Any, algorithm: str) -> None:
             where = 'optim_wrapper' if key is None else f'optim_wrapper.{key}'
             raise ValueError(f'{algorithm} steps the optimizer itself on every batch: '
                              f'{where}.accumulative_counts must be 1, got {counts}')
+
+
+def pending_pretrained(model: nn.Module) -> List[str]:
+    """The checkpoints of the ``Pretrained`` init configs in ``model`` that its
+    ``init_weights()`` has yet to load (none for a model that is no ``BaseModule``, which
+    the runner does not initialise)."""
+    if not isinstance(model, BaseModule) or model.is_init:
+        return []
+    return [str(cfg.get('checkpoint')) for module in model.modules()
+            if isinstance(module, BaseModule) for cfg in _init_cfgs(module)
+            if cfg.get('type') in ('Pretrained', PretrainedInit)]
+
+
+def _init_cfgs(module: BaseModule) -> List[dict]:
+    """``module.init_cfg`` as a list (mmengine takes a dict, a list of them or None)."""
+    init_cfg = module.init_cfg
+    return list(init_cfg) if isinstance(init_cfg, list) else [init_cfg] if init_cfg else []

@@ -20,8 +20,7 @@ from ..utils.checks import real_number
 from ..utils.errors import first_line
 from ..utils.inputs import random_batch
 from ..utils.modes import kept_modes
-from .building import ModuleOrCfg, build_architecture, preprocessor_of
-from .sub_model import _pending_pretrained
+from .building import ModuleOrCfg, build_architecture, pending_pretrained, preprocessor_of
 
 
 def kd_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor,
@@ -192,7 +191,7 @@ class SingleTeacherDistill(BaseModel):
             # a teacher given built is trained (see teacher_ckpt), or loads its Pretrained
             # init_cfg now, as the runner would: its init_weights() would otherwise
             # initialise the trained weights again by the teacher's init_cfg
-            if _pending_pretrained(self.teacher):
+            if pending_pretrained(self.teacher):
                 self.teacher.init_weights()
             _mark_initialised(self.teacher)
         self.teacher.requires_grad_(False)

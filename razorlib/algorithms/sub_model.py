@@ -5,14 +5,13 @@ from typing import Any, Dict, List, Sequence, Union
 
 import torch.nn as nn
 from mmengine.logging import MMLogger
-from mmengine.model import BaseModule
-from mmengine.model.weight_init import PretrainedInit
 
 from ..pruning import ChannelConfig, slim_model
 from ..pruning.channel_config import as_channel_config
 from ..pruning.config_check import check_channel_config
 from ..registry import MODELS
 from ..utils.inputs import random_batch
+from .building import pending_pretrained
 
 
 @MODELS.register_module()
@@ -80,7 +79,7 @@ def sub_model(architecture: Union[nn.Module, dict],
         check_channel_config(model, channel_cfg, random_batch(model, input_shape))
     except ValueError as err:
         raise ValueError(f'{named}: {err}') from err
-    checkpoints = _pending_pretrained(model)
+    checkpoints = pending_pretrained(model)
     if not checkpoints:
         return slim_model(model, channel_cfg)
     if not isinstance(architecture, dict):
@@ -110,23 +109,6 @@ def _init_from_dense(subnet: nn.Module, architecture: dict,
     if subnet.is_init:
         return
     dense = MODELS.build(architecture)
-    sliced = _pretrained_then_sliced(dense, channel_cfg, _pending_pretrained(dense))
+    sliced = _pretrained_then_sliced(dense, channel_cfg, pending_pretrained(dense))
     subnet.load_state_dict(sliced.state_dict())
     subnet._is_init = True
-
-
-def _pending_pretrained(model: nn.Module) -> List[str]:
-    """The checkpoints of the ``Pretrained`` init configs in ``model`` that its
-    ``init_weights()`` has yet to load (none for a model that is no ``BaseModule``, which
-    the runner does not initialise)."""
-    if not isinstance(model, BaseModule) or model.is_init:
-        return []
-    return [str(cfg.get('checkpoint')) for module in model.modules()
-            if isinstance(module, BaseModule) for cfg in _init_cfgs(module)
-            if cfg.get('type') in ('Pretrained', PretrainedInit)]
-
-
-def _init_cfgs(module: BaseModule) -> List[dict]:
-    """``module.init_cfg`` as a list (mmengine takes a dict, a list of them or None)."""
-    init_cfg = module.init_cfg
-    return list(init_cfg) if isinstance(init_cfg, list) else [init_cfg] if init_cfg else []

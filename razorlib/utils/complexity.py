@@ -375,7 +375,7 @@ class _FunctionCounter(TorchFunctionMode):
             if params and not self.depth:
                 self._weight_op(params[0], macs)
             elif not params and self.attention:
-                self._add('<attention>', self._kept_macs(macs, *indexed))
+                self._add('<attention>', self._kept_macs(macs, indexed))
         elif func in self.grouped and len(args) >= 2:
             weight = self._parameter(args[1])
             if weight is not None and not self.depth:
@@ -387,19 +387,20 @@ class _FunctionCounter(TorchFunctionMode):
             macs = a.numel() * b.shape[-1] if func not in _PRODUCTS[:3] else \
                 out.numel() * a.shape[-1]
             params = [t for t in operands if self._parameter(t) is not None]
-            indexed = (_product_equation(func, a, b), operands)
+            if self.rows:  # what the kept rows need; none on a model without cuts
+                indexed = (_product_equation(func, a, b), operands)
             if params and not self.depth:
                 self._weight_op(params[0], macs)
             elif not params and self.attention:
-                self._add('<attention>', self._kept_macs(macs, *indexed))
+                self._add('<attention>', self._kept_macs(macs, indexed))
         elif func is F.scaled_dot_product_attention:
             q, k, v = (tuple(args[:3]) + tuple(kwargs[name] for name in
                                                ('query', 'key', 'value')[len(args):]))
             indexed = (_ATTENTION_EQUATION, (q, k, v))
             if self.attention:
                 scores = q.numel() // q.shape[-1] * k.shape[-2]
-                self._add('<attention>', self._kept_macs(scores * q.shape[-1], *indexed, 'v') +
-                          self._kept_macs(scores * v.shape[-1], *indexed, 'e'))
+                self._add('<attention>', self._kept_macs(scores * q.shape[-1], indexed, 'v') +
+                          self._kept_macs(scores * v.shape[-1], indexed, 'e'))
         elif func is F.multi_head_attention_forward and self.attention:  # (L, N, E)
             q, k = args[:2]
             self._add('<attention>', 2 * q.numel() * k.shape[0])
@@ -422,16 +423,17 @@ class _FunctionCounter(TorchFunctionMode):
                     found[letters[dim]] = keep
         return found
 
-    def _kept_macs(self, macs: int, equation: str, operands: Sequence[torch.Tensor],
+    def _kept_macs(self, macs: int, indexed: Optional[Tuple[str, Sequence[torch.Tensor]]],
                    skip: str = '') -> int:
-        """``macs`` of a product of activations (``equation``) at the share its operands'
-        :data:`Rows` keep: a masked model's attention over pruned heads multiplies their
-        zeros, the slim model has only the kept heads.  ``skip``: letters of ``equation``
-        that the part counted does not run over (attention's ``QK^T`` no ``v``, its ``AV``
-        no ``e``)."""
+        """``macs`` of a product of activations (``indexed``: its einsum equation and
+        operands, None where no rows are followed) at the share its operands' :data:`Rows`
+        keep: a masked model's attention over pruned heads multiplies their zeros, the
+        slim model has only the kept heads.  ``skip``: letters of the equation that the
+        part counted does not run over (attention's ``QK^T`` no ``v``, its ``AV`` no
+        ``e``)."""
         kept = total = 1
-        if self.rows:
-            for letter, keep in self._letter_rows(equation, operands).items():
+        if self.rows and indexed is not None:
+            for letter, keep in self._letter_rows(*indexed).items():
                 if letter not in skip:
                     kept, total = kept * int(keep.sum()), total * keep.size
         return macs * kept // total
