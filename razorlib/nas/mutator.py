@@ -129,6 +129,10 @@ class NasMutator:
             TypeError, ValueError: as :meth:`check`, for no mapping or unknown keys.
         """
         self._check_keys(choices, 'subnet')
+        return self._active(choices)
+
+    def _active(self, choices: Mapping[str, Choice]) -> Choices:
+        """:meth:`active` of ``choices`` whose keys are checked already."""
         return {key: value for key, value in choices.items()
                 if all(choices.get(c.key) in c.allowed for c in self.conditions[key])}
 
@@ -158,7 +162,7 @@ class NasMutator:
         completed = {key: given.get(key, mutable.current_choice)
                      for key, mutable in self.mutables.items()}
         # Not the mutables inside a missing op or block: the missing choice decides them.
-        missing = [key for key in self.active(completed) if key not in given
+        missing = [key for key in self._active(completed) if key not in given
                    and all(cond.key in given for cond in self.conditions[key])]
         if missing:
             options = ', '.join(f'{key!r} (one of {self.choices[key]})' for key in missing)
