@@ -5,7 +5,7 @@
                                     [--ort-like-trt] [--platform TRT_INT8|ORT_INT8]
                                     [--qat-start passes|baseline] [--qat-lr 1e-5]
                                     [--qat-schedule cosine|constant] [--passes P ...]
-                                    [--seed 0] [--out FILE]
+                                    [--calib-shifts] [--seed 0] [--out FILE]
     python benchmarks/ptq_passes.py --pool FILE ...
 
 The models and their training are those of ``benchmarks/ptq_vs_ort.py`` (imported from
@@ -95,6 +95,19 @@ def quantize(model, calibration, observer: str, ptq_passes: list, platform: str 
     return quantize_torch_model(model, calibration, calibration[0], platform,
                                 calib_steps=len(calibration), observer=observer,
                                 progress=False, ptq_passes=ptq_passes)
+
+
+def shifted(batches: List[torch.Tensor]) -> List[torch.Tensor]:
+    """The batches, then each of them rolled by every non-zero one-pixel shift that
+    ``ptq_vs_ort.train`` draws (rows and columns each by -1, 0 or 1): the training
+    distribution, at 9 times the images.
+
+    Example:
+        >>> [b.flatten().tolist() for b in shifted([torch.arange(4.).view(1, 1, 2, 2)])][:3]
+        [[0.0, 1.0, 2.0, 3.0], [3.0, 2.0, 1.0, 0.0], [2.0, 3.0, 0.0, 1.0]]
+    """
+    moves = [(dy, dx) for dy in (-1, 0, 1) for dx in (-1, 0, 1) if (dy, dx) != (0, 0)]
+    return list(batches) + [torch.roll(b, move, dims=(2, 3)) for move in moves for b in batches]
 
 
 def run_exported(graph, folder: Path, name: str, held: torch.Tensor) -> torch.Tensor:
@@ -362,6 +375,10 @@ def main(argv=None) -> None:
                         help="razorlib's pass list, in order (default: %(default)s); a pass "
                         'with options as JSON, e.g. \'{"type": "ActivationCentering", '
                         '"explicit_pads": true}\'')
+    parser.add_argument('--calib-shifts', action='store_true',
+                        help='calibrate on the batches rolled by every one-pixel shift the '
+                        'training draws too (9 times the batches), onnxruntime and razorlib '
+                        'alike')
     parser.add_argument('--adaround-steps', type=int, default=500)
     parser.add_argument('--margin', type=float, default=3.5,
                         help='MixedPrecision target over the best ORT SNR on the calibration '
@@ -419,6 +436,8 @@ def main(argv=None) -> None:
     order = torch.randperm(len(images), generator=torch.Generator().manual_seed(0))
     calibration = [b for b in list(images[order].split(base.BATCH))[:args.calib_batches]
                    if len(b) == base.BATCH]
+    if args.calib_shifts:
+        calibration = shifted(calibration)
     wanted = set(args.models or list(base.BACKBONES) + list(base.SUBNETS))
     rows, supernet = {}, None
     for name, backbone in base.BACKBONES.items():
