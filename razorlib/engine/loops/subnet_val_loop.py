@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any, Dict, Iterator, Mapping, Optional, Union
 
 import torch
-from mmengine.dist import get_world_size
 from mmengine.hooks import EMAHook
 from mmengine.model import BaseModel
 from mmengine.runner import ValLoop
@@ -251,13 +250,14 @@ class SubnetValLoop(CalibrationData, ValLoop):
                                             f'on {used} batches')
                 self.runner.model.eval()
                 self.val_loss.clear()
-                seen = 0
                 for idx, data_batch in enumerate(islice(self.dataloader, max_batches)):
                     self.run_iter(idx, data_batch)
-                    seen += batch_size(data_batch)
-                size = len(self.dataloader.dataset) if max_batches is None \
-                    else seen * get_world_size()
-                metrics = self.evaluator.evaluate(size)
+                # the dataset's length, as ValLoop passes it, also after max_batches: the
+                # padding mmengine's DefaultSampler adds (fewer samples than ranks) is each
+                # rank's last sample, scored only when the last batch is, and the gathered
+                # results cut to the length drop exactly it; a run cut short gathers fewer
+                # than the length, all kept
+                metrics = self.evaluator.evaluate(len(self.dataloader.dataset))
                 if self.val_loss:
                     metrics.update(_parse_losses(self.val_loss, 'val'))
             self.runner.call_hook('after_val_epoch', metrics=metrics)
