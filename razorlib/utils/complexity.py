@@ -29,8 +29,8 @@ from torch.utils.weak import WeakIdKeyDictionary
 from ..layers import (IN_MASK, OUT_MASK, KindTable, LayerKind, LayerKindsArg, as_table,
                       kept_param_size, kept_widths, param_mask_name)
 from ..tracing.forward import call_model, default_example_inputs, shadow_tensors, shadowed
-from .kept_rows import (BROADCASTS, OTHER_MOVES, PERMUTES, RESHAPES, Rows, indexed_rows,
-                        permuted_rows, reshaped_rows)
+from .kept_rows import (BROADCASTS, OTHER_MOVES, PERMUTES, RESHAPES, SHUFFLES, Rows,
+                        indexed_rows, permuted_rows, reshaped_rows, shuffled_rows)
 from .modes import evaluating
 
 __all__ = ['Complexity', 'count_params', 'get_model_complexity', 'human']
@@ -294,12 +294,12 @@ class _FunctionCounter(TorchFunctionMode):
       products the mode does not see).
 
     It also follows the channels a masked layer's out mask cuts (:data:`Rows`) from the
-    layer's output through views, permutes, broadcasts, indexing by ints and slices,
-    products (each index of the output keeps its operands') and ops that keep the shape,
-    so that a layer whose input holds them on dims its own masks do not cover (its rows)
-    counts only the rows the slim model has (:meth:`kept_share`), and a product of
-    activations only the entries it has (:meth:`_kept_macs`: attention over pruned
-    heads).
+    layer's output through views, permutes, channel shuffles, broadcasts, indexing by
+    ints and slices, products (each index of the output keeps its operands') and ops
+    that keep the shape, so that a layer whose input holds them on dims its own masks do
+    not cover (its rows) counts only the rows the slim model has (:meth:`kept_share`),
+    and a product of activations only the entries it has (:meth:`_kept_macs`: attention
+    over pruned heads).
     """
 
     def __init__(self, model: nn.Module, kinds: KindTable, attention: bool) -> None:
@@ -460,6 +460,8 @@ class _FunctionCounter(TorchFunctionMode):
             found = rows and {dim + out.dim() - x.dim(): keep for dim, keep in rows.items()}
         elif func in PERMUTES:
             found = rows and permuted_rows(func, args, kwargs, rows, x.dim())
+        elif func in SHUFFLES:
+            found = rows and shuffled_rows(args, kwargs, rows)
         elif func in self.unfollowed:
             found = None
         else:

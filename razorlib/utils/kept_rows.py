@@ -4,8 +4,9 @@ A masked layer's output holds its pruned channels as zeros; the slim model has n
 entries.  A layer or product that reads them on a dim its own masks do not cover (a norm
 over each attention head, a product over pruned heads) computes over entries the slim
 model does not have, so the FLOPs counter (:mod:`razorlib.utils.complexity`) follows
-each cut from the layer's output through views, permutes, broadcasts and indexing
-(:data:`Rows`, one keep-mask per dim) to scale those counts to the kept share.
+each cut from the layer's output through views, permutes, channel shuffles, broadcasts
+and indexing (:data:`Rows`, one keep-mask per dim) to scale those counts to the kept
+share.
 """
 import functools
 from typing import Any, Dict, Sequence
@@ -15,8 +16,8 @@ import torch
 
 from ..tracing.shape_rules import reshape_groups
 
-__all__ = ['BROADCASTS', 'OTHER_MOVES', 'PERMUTES', 'RESHAPES', 'Rows', 'indexed_rows',
-           'permuted_rows', 'reshaped_rows']
+__all__ = ['BROADCASTS', 'OTHER_MOVES', 'PERMUTES', 'RESHAPES', 'SHUFFLES', 'Rows',
+           'indexed_rows', 'permuted_rows', 'reshaped_rows', 'shuffled_rows']
 
 
 #: ``{dim: keep}`` of a tensor: along ``dim``, the entries of a masked layer's channels,
@@ -33,6 +34,9 @@ RESHAPES = frozenset((torch.Tensor.view, torch.Tensor.reshape, torch.reshape, to
                       torch.Tensor.squeeze, torch.unsqueeze, torch.Tensor.unsqueeze))
 PERMUTES = frozenset((torch.permute, torch.Tensor.permute, torch.transpose,
                       torch.Tensor.transpose))
+#: Calls that reorder their operand's channels (dim 1) in place of the shape: the shape
+#: alone would carry the keeps of the old order to the new one.
+SHUFFLES = frozenset((torch.channel_shuffle, torch.native_channel_shuffle))
 #: Calls that broadcast their operand to more (leading) dims or along its size-1 dims.
 BROADCASTS = frozenset((torch.Tensor.expand, torch.Tensor.expand_as, torch.broadcast_to,
                         torch.Tensor.broadcast_to))
@@ -114,3 +118,20 @@ def permuted_rows(func, args: tuple, kwargs: Dict[str, Any], rows: Rows, ndim: i
         first, second = first % ndim, second % ndim
         order[first], order[second] = order[second], order[first]
     return {order.index(d): keep for d, keep in rows.items()}
+
+
+def shuffled_rows(args: tuple, kwargs: Dict[str, Any], rows: Rows) -> Rows:
+    """``rows`` of ``args[0]`` after ``channel_shuffle(x, groups)`` (``nn.ChannelShuffle``):
+    dim 1's keep moved as the channels are, channel ``i`` of group ``k`` to ``i * groups +
+    k``, as the ``view`` / ``transpose`` / ``reshape`` idiom moves it through
+    :func:`reshaped_rows` and :func:`permuted_rows`.
+
+    Example:
+        >>> rows = shuffled_rows((None, 2), {}, {1: np.array([True, True, False, False])})
+        >>> rows[1].tolist()
+        [True, False, True, False]
+    """
+    groups = args[1] if len(args) > 1 else kwargs['groups']
+    if 1 not in rows:
+        return rows
+    return {**rows, 1: rows[1].reshape(groups, -1).T.flatten()}

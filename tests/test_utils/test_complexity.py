@@ -471,6 +471,51 @@ def test_a_norm_over_pruned_rows_after_other_ops_counts_what_its_slim_model_has(
     assert masked == sliced == {'a': 72 * 4 * 3, 'bn': 288, 'norm': 288, 'b': 72 * 4 * 4}
 
 
+class ShuffledHeads(nn.Module):
+    """conv -> channel shuffle (``torch.channel_shuffle`` by keyword, ``nn.ChannelShuffle``
+    or ShuffleNet's ``view`` / ``transpose`` / ``reshape``) -> heads of 2 channels under a
+    ``LayerNorm((2, H, W))`` -> conv: the norm's rows are the heads, which are the conv's
+    channels in their shuffled order."""
+
+    def __init__(self, how):
+        super().__init__()
+        self.how, self.shuffle = how, nn.ChannelShuffle(2)
+        self.a, self.norm, self.b = nn.Conv2d(3, 8, 1), nn.LayerNorm((2, 6, 6)), \
+            nn.Conv2d(8, 4, 1)
+
+    def forward(self, x):
+        y = self.a(x)
+        b, c, h, w = y.shape
+        if self.how == 'function':
+            y = torch.channel_shuffle(y, groups=2)
+        elif self.how == 'module':
+            y = self.shuffle(y)
+        else:
+            y = y.view(b, 2, c // 2, h, w).transpose(1, 2).reshape(b, c, h, w)
+        return self.b(self.norm(y.view(b, -1, 2, h, w)).view(b, c, h, w))
+
+
+@pytest.mark.parametrize('how', ['function', 'module', 'view'])
+def test_a_norm_over_shuffled_rows_counts_what_its_slim_model_has(how):
+    """The conv keeps channels 0, 3, 4, 7, which the shuffle moves to heads 0 and 3: the
+    norm counts those 2 of 4 heads (2 x 2 x 72), as the slim model's 2 heads.  The
+    counter carried the unshuffled keep through ``channel_shuffle`` (heads 0 and 1 keeping
+    one channel each, no grid of heads), so it counted all 4 heads' 576."""
+    torch.manual_seed(0)
+    model, x = ShuffledHeads(how).eval(), torch.randn(2, 3, 6, 6)
+    pruner = L1NormPruner(ratio=0.5)
+    pruner.prepare_from_supernet(model, x)
+    pruner.set_subnet({'a': torch.tensor([True, False, False, True])})
+    assert model.a.out_mask.flatten().tolist() == [1, 0, 0, 1, 1, 0, 0, 1]
+    slim = pruner.deploy_subnet(copy.deepcopy(model), pruner.export_subnet())
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), slim(x))
+    masked, sliced = {}, {}
+    assert get_model_complexity(model, x, per_module=masked).flops == \
+        get_model_complexity(slim, x, per_module=sliced).flops
+    assert masked == sliced == {'a': 72 * 4 * 3, 'norm': 2 * 2 * 72, 'b': 72 * 4 * 4}
+
+
 class HeadsAttention(nn.Module):
     """``q``/``k``/``v`` Linears viewed as heads of 4 (``kv`` key/value heads, repeated over
     the query heads as transformers' ``repeat_kv`` does, or paired by SDPA's
