@@ -349,7 +349,10 @@ class RMSNormKind(NormKind):
         """An RMSNorm that says its width, by a ``weight`` or a ``normalized_shape``.
         transformers' weightless ones (NanoChat's, Gemma 3n's ``with_scale=False``) hold
         neither, so no mask could be sized for them: they have no kind, and their ops are
-        walked and counted one by one."""
+        walked and counted one by one.  The walk rightly freezes the channels through
+        them: its ``mean(x ** 2)`` would average the masked zeros over the full width,
+        where the slim norm averages over the kept ones (this kind's rescale would make
+        the two agree, but needs the width)."""
         weight = getattr(module, 'weight', None)
         return (isinstance(weight, torch.Tensor) and weight.dim() > 0) or \
             hasattr(module, 'normalized_shape')

@@ -4,9 +4,10 @@ A pruned model keeps its dense ``config``, so ``from_pretrained`` would build th
 layers and fail on the saved weights' sizes.  :func:`sync_config` finds what the config
 must say by building the same class from it on the ``meta`` device (shapes only, no
 memory) and comparing every parameter and buffer shape with the slim model's: each
-width field (``intermediate_size``, GPT-2's ``n_inner``, ...) and head count
-(``num_attention_heads``, ``num_key_value_heads``, ...) whose change makes the shapes
-agree is rewritten.  Widths the config cannot write are left in
+width field (``intermediate_size``, GPT-2's ``n_inner``, DistilBERT's ``hidden_dim``,
+Dinov2's ``mlp_ratio`` where ``int(hidden_size * mlp_ratio)`` gives the width) and head
+count (``num_attention_heads``, ``num_key_value_heads``, ...) whose change makes the
+shapes agree is rewritten.  Widths the config cannot write are left in
 :attr:`ConfigSync.mismatches`, and :func:`~.reload.save_pruned` saves them as a channel
 config: widths that differ across layers, head counts the config class refuses, and the
 heads of models whose head width is always ``hidden_size / num_attention_heads`` (BERT,
@@ -31,18 +32,22 @@ import torch.nn as nn
 
 from ...tracing.forward import is_transformers_model
 
-__all__ = ['MLP_WIDTH_FIELDS', 'HEAD_COUNT_FIELDS', 'HIDDEN_SIZE_FIELDS', 'LOW_RANK_FIELDS',
-           'EMBEDDING_SIZE_FIELDS', 'HIDDEN_RATIO_FIELDS', 'WIDTH_FIELDS',
+__all__ = ['MLP_WIDTH_FIELDS', 'MLP_RATIO_FIELDS', 'HEAD_COUNT_FIELDS', 'HIDDEN_SIZE_FIELDS',
+           'LOW_RANK_FIELDS', 'EMBEDDING_SIZE_FIELDS', 'HIDDEN_RATIO_FIELDS', 'WIDTH_FIELDS',
            'HEAD_SHAPE_ATTRIBUTES', 'ConfigSync', 'Mismatch', 'is_hf_model', 'build_like',
            'buffer_mismatches', 'buffer_values', 'head_shapes_differ', 'module_numbers',
            'number_mismatches', 'shape_mismatches', 'sync_config']
 
-#: Config fields that size the MLP of every layer, by model family (tried in order), and
-#: a mixture of experts' routed and shared experts (Qwen2/3-MoE, DeepSeek-V3), and Llama
-#: 4's dense layers' MLP between its MoE layers.
+#: Config fields that size the MLP of every layer, by model family (tried in order:
+#: DistilBERT's is ``hidden_dim``), and a mixture of experts' routed and shared experts
+#: (Qwen2/3-MoE, DeepSeek-V3), and Llama 4's dense layers' MLP between its MoE layers.
 MLP_WIDTH_FIELDS = ('intermediate_size', 'n_inner', 'ffn_dim', 'd_ff', 'encoder_ffn_dim',
-                    'decoder_ffn_dim', 'moe_intermediate_size',
+                    'decoder_ffn_dim', 'hidden_dim', 'moe_intermediate_size',
                     'shared_expert_intermediate_size', 'intermediate_size_mlp')
+#: Config fields that size the MLP as a ratio of the hidden size: Dinov2's ``mlp_ratio``,
+#: ``int(hidden_size * mlp_ratio)`` wide (:func:`_ratio_candidates`).  Tried after the
+#: hidden size, so that a hidden size pruned by the MLP's ratio keeps the ratio.
+MLP_RATIO_FIELDS = ('mlp_ratio', )
 #: Config fields that count attention heads: query heads, then key/value heads (GQA).
 HEAD_COUNT_FIELDS = ('num_attention_heads', 'num_key_value_heads', 'n_head', 'num_heads',
                      'n_heads', 'encoder_attention_heads', 'decoder_attention_heads')
@@ -60,7 +65,7 @@ LOW_RANK_FIELDS = ('q_lora_rank', 'kv_lora_rank')
 HIDDEN_RATIO_FIELDS = ('dim_model_base', )
 #: What :func:`sync_config` may rewrite by default.
 WIDTH_FIELDS = MLP_WIDTH_FIELDS + LOW_RANK_FIELDS + HEAD_COUNT_FIELDS + HIDDEN_SIZE_FIELDS \
-    + EMBEDDING_SIZE_FIELDS
+    + MLP_RATIO_FIELDS + EMBEDDING_SIZE_FIELDS
 
 
 @dataclass(frozen=True)
@@ -94,7 +99,7 @@ class ConfigSync:
             shapes would have built wrong (:func:`buffer_mismatches`,
             :func:`number_mismatches`), the reason its widths stay in ``mismatches``.
     """
-    changed: Dict[str, Tuple[object, int]] = field(default_factory=dict)
+    changed: Dict[str, Tuple[object, object]] = field(default_factory=dict)
     mismatches: List[Mismatch] = field(default_factory=list)
     refused: List[Mismatch] = field(default_factory=list)
 
@@ -368,6 +373,31 @@ def _candidates(old: object, changes: Dict[int, set]) -> List[int]:
     return list(dict.fromkeys(values))
 
 
+def _ratio_candidates(config, old: object, changes: Dict[int, set]) -> List[float]:
+    """The values to try for a field that sizes the MLP as ``old`` times the hidden size
+    (:data:`MLP_RATIO_FIELDS`): ``slim / hidden`` for each width that changed uniformly
+    from ``int(hidden * old)``, an ``int`` where ``old`` is one and it divides (Dinov2's
+    config takes no float), else a float.  Whether the model builds exactly ``slim``
+    from it (``int(22 * (15 / 22))`` is 14) is for the shapes to say: otherwise the
+    width stays for the channel file.
+
+    Example:
+        >>> from types import SimpleNamespace
+        >>> _ratio_candidates(SimpleNamespace(hidden_size=64), 2, {128: {64}, 64: {32}})
+        [1]
+        >>> _ratio_candidates(SimpleNamespace(hidden_size=64), 2.0, {128: {38}})
+        [0.59375]
+    """
+    if isinstance(old, bool) or not isinstance(old, (int, float)):
+        return []
+    hidden = [getattr(config, name) for name in HIDDEN_SIZE_FIELDS
+              if isinstance(getattr(config, name, None), int)]
+    values = [slim // size if isinstance(old, int) and slim % size == 0 else slim / size
+              for size in hidden for dense, slim in _uniform(changes)
+              if size and dense == int(size * old)]
+    return list(dict.fromkeys(values))
+
+
 def _head_width(config) -> Dict[str, int]:
     """``head_dim`` pinned to the head width the config means, where it does not set one
     (Qwen2, ViT: ``hidden_size // num_attention_heads``), so that fewer heads or a
@@ -398,7 +428,9 @@ def _moves(config, fields: Iterable[str], mismatches: List[Mismatch]) -> List[Di
         if None not in together.values():
             moves.append(together)
     moves += [{name: value} for name in present
-              for value in _candidates(getattr(config, name), changes)]
+              for value in (_ratio_candidates(config, getattr(config, name), changes)
+                            if name in MLP_RATIO_FIELDS
+                            else _candidates(getattr(config, name), changes))]
     hidden = [name for name in present
               if name in HIDDEN_SIZE_FIELDS and isinstance(getattr(config, name), int)]
     for dense, slim in _uniform(changes) if heads and hidden else ():
@@ -538,8 +570,11 @@ def _try(model: nn.Module, config, move: Dict[str, int], current: List[Mismatch]
     into every non-persistent buffer (:func:`buffer_mismatches`) and float attribute
     (:func:`number_mismatches`): a value it gets wrong counts as a tensor it breaks."""
     trial = copy.deepcopy(config)
-    for name, value in move.items():
-        setattr(trial, name, value)
+    try:
+        for name, value in move.items():
+            setattr(trial, name, value)
+    except Exception:  # pylint: disable=broad-except  # a strict field refuses the type
+        return None
     if not _reloadable(trial):
         return None
     try:

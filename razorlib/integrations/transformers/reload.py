@@ -37,15 +37,16 @@ def _prefix(raw: int, count: int) -> ChannelSelection:
 
 def _head_widths(model: nn.Module, reference: nn.Module) -> Dict[str, Tuple[int, int]]:
     """``{layer name: (dense head_dim, slim head_dim)}`` for the layers of each attention
-    module whose ``head_dim`` was narrowed (``heads='width'``)."""
+    module whose ``head_dim`` was narrowed (``heads='width'``).  A module that counts its
+    heads only (MGP-STR's, timm's: no ``head_dim``) has none narrowed."""
     ref_modules = dict(reference.named_modules())
     found = {}
     for name, module in model.named_modules():
         spec, ref = head_attributes_of(module), ref_modules.get(name)
         if spec is None or ref is None:
             continue
-        slim, dense = getattr(module, spec.head_dim), getattr(ref, spec.head_dim, None)
-        if isinstance(dense, int) and slim != dense:
+        slim, dense = getattr(module, spec.head_dim, None), getattr(ref, spec.head_dim, None)
+        if isinstance(dense, int) and isinstance(slim, int) and slim != dense:
             for child, _ in module.named_children():
                 found[f'{name}.{child}' if name else child] = (dense, slim)
     return found
