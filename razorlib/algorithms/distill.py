@@ -112,11 +112,15 @@ class SingleTeacherDistill(BaseModel):
     entry of ``features``, ``weight * MSE(connector(student feature), teacher
     feature)`` (``loss_feat_<i>``): outputs of named modules recorded by forward hooks, a
     trained 1x1 conv (or linear) connector mapping the student's channels to the
-    teacher's when they differ.  The teacher is built from a config and a checkpoint,
-    its parameters frozen, and it stays in eval mode whatever ``train()`` says (its batch
-    norms keep their statistics).  Only the student is evaluated and deployed
-    (:meth:`slim_architecture`), and only it is counted by :meth:`flops_params` (what
-    ``ResourceEstimatorHook`` logs).
+    teacher's when they differ.  The student's own loss is what its ``'loss'`` forward
+    returns: its head's loss as configured (razorlib's ``loss_fn``, mmpretrain's
+    ``loss_module``: label smoothing, class weights, mixed soft labels), the logits
+    distilled being the head's output in that forward; a student whose head has no
+    ``loss`` gets the cross-entropy of its logits against ``gt_label``.  The teacher is
+    built from a config and a checkpoint, its parameters frozen, and it stays in eval mode
+    whatever ``train()`` says (its batch norms keep their statistics).  Only the student
+    is evaluated and deployed (:meth:`slim_architecture`), and only it is counted by
+    :meth:`flops_params` (what ``ResourceEstimatorHook`` logs).
 
     Args:
         architecture: the student, or its config (e.g. ``dict(type='sub_model', ...)``,
@@ -206,22 +210,35 @@ class SingleTeacherDistill(BaseModel):
         if not self.features:
             return []
         x = random_batch(self.architecture, self.input_shape, batch_size=2)
-        student, teacher, _, _ = self._features(x, no_grad=True)
+        student, teacher, _, _, _ = self._features(x, no_grad=True)
         return [connector_for(s, t) for s, t in zip(student, teacher)]
 
-    def _features(self, inputs: torch.Tensor, no_grad: bool = False) -> tuple:
+    def _features(self, inputs: torch.Tensor, data_samples: Optional[list] = None,
+                  no_grad: bool = False) -> tuple:
+        """The student's and the teacher's features and logits, and the student's own
+        losses: given ``data_samples``, the student runs its ``'loss'`` forward, its
+        logits recorded from its head (else its logits forward, and no losses)."""
         names_s = [f['student'] for f in self.features]
         names_t = [f['teacher'] for f in self.features]
-        with recorded(self.architecture, names_s, 'features: student') as out_s, \
+        head = [] if data_samples is None else ['head']
+        with recorded(self.architecture, names_s + head, 'features: student') as out_s, \
                 recorded(self.teacher, names_t, 'features: teacher') as out_t:
             with torch.no_grad():
                 logits_t = self.teacher(inputs)
             with kept_modes(self.architecture), torch.set_grad_enabled(not no_grad):
                 if no_grad:
                     self.architecture.eval()
-                logits_s = self.architecture(inputs)
+                if data_samples is None:
+                    own_losses, logits_s = None, self.architecture(inputs)
+                else:
+                    own_losses = self.architecture(inputs, data_samples, 'loss')
+                    if 'head' not in out_s:
+                        raise ValueError("SingleTeacherDistill: the student's 'loss' forward "
+                                         'did not call its head, whose output are the '
+                                         'logits to distil')
+                    logits_s = out_s['head']
         return (_called_outputs(out_s, names_s, 'student'),
-                _called_outputs(out_t, names_t, 'teacher'), logits_s, logits_t)
+                _called_outputs(out_t, names_t, 'teacher'), logits_s, logits_t, own_losses)
 
     def train(self, mode: bool = True) -> 'SingleTeacherDistill':
         """Set the student's mode; the teacher stays in eval mode."""
@@ -238,24 +255,22 @@ class SingleTeacherDistill(BaseModel):
 
     def loss(self, inputs: torch.Tensor, data_samples: Optional[list]) -> Dict[str, torch.Tensor]:
         """``loss_label``, ``loss_kd`` and ``loss_feat_<i>`` (weighted), see the class."""
-        feats_s, feats_t, logits_s, logits_t = self._features(inputs)
+        if self.label_weight and not data_samples:
+            raise ValueError('SingleTeacherDistill: label_weight > 0 needs data samples with '
+                             'labels')
+        own_loss = self.label_weight > 0 and _head_has_loss(self.architecture)
+        feats_s, feats_t, logits_s, logits_t, own_losses = self._features(
+            inputs, data_samples if own_loss else None)
         losses = {}
-        if self.label_weight:
-            losses['loss_label'] = self.label_weight * self._label_loss(logits_s, data_samples)
+        if own_loss:
+            losses['loss_label'] = self.label_weight * self.parse_losses(own_losses)[0]
+        elif self.label_weight:
+            losses['loss_label'] = self.label_weight * _cross_entropy(logits_s, data_samples)
         losses['loss_kd'] = self.kd_weight * kd_loss(logits_s, logits_t, self.temperature)
         for i, (feature, connector, s, t) in enumerate(zip(self.features, self.connectors,
                                                            feats_s, feats_t)):
             losses[f'loss_feat_{i}'] = feature['weight'] * F.mse_loss(connector(s), t)
         return losses
-
-    def _label_loss(self, logits: torch.Tensor, data_samples: Optional[list]) -> torch.Tensor:
-        """The student head's loss function on its logits (cross-entropy by default)."""
-        if not data_samples or getattr(data_samples[0], 'gt_label', None) is None:
-            raise ValueError("SingleTeacherDistill: label_weight > 0 needs data samples with "
-                             'gt_label')
-        labels = torch.cat([s.gt_label for s in data_samples]).to(logits.device)
-        loss_fn = getattr(getattr(self.architecture, 'head', None), 'loss_fn', None)
-        return (loss_fn or nn.CrossEntropyLoss())(logits, labels)
 
     def example_inputs(self) -> torch.Tensor:
         """A random ``1 x input_shape`` batch on the student's device, the same at every
@@ -271,6 +286,24 @@ class SingleTeacherDistill(BaseModel):
     def slim_architecture(self) -> nn.Module:
         """A copy of the student: what ``SlimExportHook`` saves for deployment."""
         return copy.deepcopy(self.architecture)
+
+
+def _head_has_loss(student: nn.Module) -> bool:
+    """Whether the student's head has a loss of its own (razorlib's ``LinearClsHead`` its
+    ``loss_fn``, mmpretrain's heads their ``loss_module``: label smoothing, class
+    weights, mixed soft labels), which its ``'loss'`` forward computes."""
+    return callable(getattr(getattr(student, 'head', None), 'loss', None))
+
+
+def _cross_entropy(logits: torch.Tensor, data_samples: list) -> torch.Tensor:
+    """The cross-entropy of ``logits`` against the samples' ``gt_label``: the label loss
+    of a student whose head has no loss of its own."""
+    if getattr(data_samples[0], 'gt_label', None) is None:
+        raise ValueError("SingleTeacherDistill: the student's head has no loss of its own, so "
+                         'the label loss is the cross-entropy against gt_label, which the data '
+                         'samples lack')
+    return F.cross_entropy(logits, torch.cat([s.gt_label for s in data_samples])
+                           .to(logits.device))
 
 
 def _weight(value: object, name: str) -> float:

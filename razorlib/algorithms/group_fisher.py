@@ -3,7 +3,7 @@ training; every interval the channel (or group step) costing least per unit of c
 pruned (mmrazor's ``GroupFisherAlgorithm``; Liu et al., "Group Fisher Pruning for
 Practical Network Compression", ICML 2021)."""
 from contextlib import contextmanager
-from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -41,14 +41,20 @@ class FisherRecorder:
         self.scored = sorted({g for entry in self.entries for g in entry})
 
     @contextmanager
-    def gating(self, add: Callable[[Dict[int, torch.Tensor]], None]) -> Iterator[None]:
-        """Gate the cut's tensors in the forward run inside the block.  When the backward
-        has computed the gates' gradients, ``add`` gets their Fisher: per group index (in
-        the pruner's prunable groups), one float64 value per channel.
+    def gating(self, add: Callable[[Dict[int, torch.Tensor]], None]
+               ) -> Iterator[Callable[[Dict[str, Any]], Dict[str, Any]]]:
+        """Gate the cut's tensors in the forward run inside the block, which passes the
+        model's losses through the function it is given.  When the backward has computed
+        the gates' gradients, ``add`` gets their Fisher: per group index (in the pruner's
+        prunable groups), one float64 value per channel.
 
-        ``add`` runs inside the backward, so that the Fisher of a training step is
+        The Fisher is the losses' own: the backward may scale them (an AMP optimiser
+        wrapper by its loss scale, 65536 at first, which the Fisher squares; gradient
+        accumulation by 1/n), and the gradient it brings the losses is that factor, divided
+        out.  ``add`` runs inside the backward, so that the Fisher of a training step is
         counted before a checkpoint that follows it is written."""
         gates: Dict[int, List[torch.Tensor]] = {}
+        scales: List[torch.Tensor] = []
 
         def gate(i: int, tensor: torch.Tensor) -> torch.Tensor:
             if not torch.is_grad_enabled():
@@ -64,17 +70,18 @@ class FisherRecorder:
             return tensor * ones
 
         with _hooked(self.points, gate):
-            yield
+            yield lambda losses: _watched(losses, scales)
         points = [i for i, calls in gates.items() for _ in calls]
         if points:
-            register_multi_grad_hook([ones for calls in gates.values() for ones in calls],
-                                     lambda grads: add(self.fisher_of(points, grads)))
+            register_multi_grad_hook(
+                [ones for calls in gates.values() for ones in calls],
+                lambda grads: add(self.fisher_of(points, grads, _loss_scale(scales))))
 
-    def fisher_of(self, points: Sequence[int],
-                  grads: Sequence[Optional[torch.Tensor]]) -> Dict[int, torch.Tensor]:
+    def fisher_of(self, points: Sequence[int], grads: Sequence[Optional[torch.Tensor]],
+                  scale: torch.Tensor) -> Dict[int, torch.Tensor]:
         """The Fisher ``sum_n f_n**2 / 2`` per group channel of one backward, from the
         gradients ``grads`` of gates put on the cut's tensors ``points`` (None: a gate
-        the backward did not reach)."""
+        the backward did not reach) of a loss the backward multiplied by ``scale``."""
         per_group: Dict[int, torch.Tensor] = {}
         for i, grad in zip(points, grads):
             if grad is None:
@@ -87,7 +94,45 @@ class FisherRecorder:
                         rows.shape[0], self.ctx.prunable[g].num_channels, dtype=torch.float64)
                 f.index_add_(1, position.to(rows.device), rows[:, columns.to(rows.device)]
                              .double())
-        return {g: f.pow(2).sum(0) / 2 for g, f in per_group.items()}
+        return {g: (f / scale).pow(2).sum(0) / 2 for g, f in per_group.items()}
+
+
+def _watched(losses: Dict[str, Any], scales: List[torch.Tensor]) -> Dict[str, Any]:
+    """``losses`` (a model's loss dict), each one mmengine's ``parse_losses`` sums (named
+    ``'loss...'``: a tensor, or a list of them, each averaged) through an identity whose
+    gradient, summed, the backward appends to ``scales``: the factor it multiplied the
+    summed loss by."""
+    def watched(value: Any) -> Any:
+        if isinstance(value, (list, tuple)):
+            return [watched(v) for v in value]
+        if not isinstance(value, torch.Tensor) or not value.requires_grad:
+            return value
+        # a node of its own: it gets what parse_losses brings it, not also what a returned
+        # loss summing it brings
+        value = value.view_as(value)
+        value.register_hook(lambda grad: scales.append(grad.detach().sum()))
+        return value
+
+    return {name: watched(value) if 'loss' in name else value
+            for name, value in losses.items()}
+
+
+def _loss_scale(scales: List[torch.Tensor]) -> torch.Tensor:
+    """The one factor the backward multiplied the losses by (their gradients ``scales``);
+    refused when it brought them none or unlike ones: the Fisher would keep a factor of
+    the optimiser's (an AMP loss scale, squared)."""
+    if not scales:
+        raise RuntimeError('GroupFisherAlgorithm: the backward reached the channel gates but '
+                           "none of the losses the model returned (those named 'loss...'), "
+                           'so the factor it scaled them by (an AMP loss scale) is unknown: '
+                           'backward the sum of the returned losses')
+    found = torch.stack(scales)
+    if torch.isfinite(found).all() and not torch.allclose(found, found[0], rtol=1e-4):
+        raise RuntimeError(f'GroupFisherAlgorithm: the backward weighed the losses unlike '
+                           f'({", ".join(f"{float(s):g}" for s in found)}), so no one loss '
+                           'scale can be divided out of the Fisher: backward the sum of the '
+                           'returned losses (as parse_losses does), times the loss scale')
+    return found[0]
 
 
 @MODELS.register_module()
@@ -104,7 +149,9 @@ class GroupFisherAlgorithm(PruningAlgorithm):
     the number of channels.  Fisher sums are kept in a buffer (a resumed run goes on
     with them); each backward's Fisher is summed over processes as it is added, so
     every process holds the run's Fisher and the checkpoint the main process writes
-    alone is whole.
+    alone is whole.  The Fisher is the model's loss's whatever the backward scales it
+    by (mixed precision's loss scale, gradient accumulation's 1/n), and a step whose
+    gate gradients are not finite (an overflowing AMP step) adds none.
 
     Args:
         architecture: the model to prune, or its config.
@@ -224,12 +271,22 @@ class GroupFisherAlgorithm(PruningAlgorithm):
         held its own share, and the checkpoint only the main process's.)  It runs inside
         the backward (see :meth:`FisherRecorder.gating`): every process runs the same
         backward, so every one reaches this all-reduce, at the same point among DDP's
-        own gradient all-reduces."""
+        own gradient all-reduces.
+
+        A backward whose Fisher is not finite on some process (an AMP step whose
+        gradients overflowed, which the loss scaler skips too) adds nothing: one inf or
+        NaN would make the interval's decision garbage."""
         backward = torch.zeros_like(self.fisher)
         views = self.per_group(backward)
         for g, fisher in per_group.items():
             views[g] += fisher.to(backward.device)
         all_reduce(backward, 'sum')
+        if not torch.isfinite(backward).all():
+            MMLogger.get_current_instance().warning(
+                f'{type(self).__name__}: iteration {int(self.step_count) - 1}: the channel '
+                "gates' gradients are not finite (an AMP step whose gradients overflowed, "
+                'which the loss scaler skips too); its Fisher is not accumulated')
+            return
         self.fisher += backward
 
     def fisher_sums(self) -> List[torch.Tensor]:
@@ -263,8 +320,8 @@ class GroupFisherAlgorithm(PruningAlgorithm):
                 self.log(f'iteration {iteration}: target {self.target[0]}='
                          f'{self.target[1]:g} reached; fine-tuning from here')
                 return super().loss(inputs, data_samples)
-        with self.recorder.gating(self.add_fisher):
-            return super().loss(inputs, data_samples)
+        with self.recorder.gating(self.add_fisher) as watched:
+            return watched(super().loss(inputs, data_samples))
 
     def prune_step(self, inputs: torch.Tensor) -> Optional[str]:
         """Prune the step whose accumulated Fisher per unit of cost is smallest, and

@@ -5,6 +5,7 @@ import math
 
 import pytest
 import torch
+import torch.nn as nn
 import torch.nn.functional as F
 from mmengine.config import Config
 from mmengine.logging import MMLogger
@@ -16,6 +17,8 @@ from pruning_helpers import CONFIGS, digits_batch, run_config, tiny_classifier
 from razorlib.algorithms import SingleTeacherDistill, sub_model
 from razorlib.algorithms.distill import kd_loss
 from razorlib.engine.hooks import ResourceEstimatorHook
+from razorlib.models.data_sample import ClsDataSample
+from razorlib.models.heads import LinearClsHead
 from razorlib.pruning import L1NormPruner
 from razorlib.registry import MODELS
 from razorlib.utils import Complexity, get_model_complexity
@@ -68,6 +71,105 @@ def test_the_losses_are_the_weighted_label_kd_and_feature_terms(teacher_ckpt):
     connector = model.connectors[0]  # 8 student channels onto the teacher's 16
     assert (connector.in_channels, connector.out_channels) == (8, 16)
     assert torch.isclose(losses['loss_feat_0'], 0.1 * F.mse_loss(connector(s_feat), t_feat))
+
+
+class SmoothedCrossEntropy(nn.Module):
+    """A loss module as mmpretrain's ``LabelSmoothLoss``: ``loss_weight`` times the
+    cross-entropy against labels smoothed by ``label_smooth_val`` (or soft labels),
+    summed over the samples and divided by ``avg_factor``."""
+
+    def __init__(self, label_smooth_val: float, loss_weight: float = 1.0):
+        super().__init__()
+        self.label_smooth_val, self.loss_weight = label_smooth_val, loss_weight
+
+    def forward(self, cls_score, label, avg_factor=None):
+        loss = F.cross_entropy(cls_score, label, label_smoothing=self.label_smooth_val,
+                               reduction='sum')
+        return self.loss_weight * loss / (avg_factor or len(cls_score))
+
+
+class PretrainStyleHead(nn.Module):
+    """A head as mmpretrain's ``LinearClsHead``: its loss in ``loss_module``, and
+    ``loss(feats, data_samples)`` against the samples' ``gt_score`` (mixed soft labels,
+    as mmpretrain's Mixup and CutMix leave) where they have one, else their ``gt_label``."""
+
+    def __init__(self, loss_module: nn.Module):
+        super().__init__()
+        self.fc = nn.Linear(8, 10)
+        self.loss_module = loss_module
+
+    def forward(self, feats):
+        return self.fc(feats)
+
+    def loss(self, feats, data_samples):
+        cls_score = self(feats)
+        if 'gt_score' in data_samples[0]:
+            target = torch.stack([s.gt_score for s in data_samples])
+        else:
+            target = torch.cat([s.gt_label for s in data_samples])
+        return dict(loss=self.loss_module(cls_score, target, avg_factor=cls_score.size(0)))
+
+
+def distill_with_head(teacher_ckpt, head: nn.Module) -> SingleTeacherDistill:
+    torch.manual_seed(0)
+    student = MODELS.build(tiny_classifier((4, 8)))
+    student.head = head
+    return SingleTeacherDistill(architecture=student, teacher=tiny_classifier(),
+                                teacher_ckpt=teacher_ckpt, input_shape=(3, 16, 16),
+                                label_weight=2.0).eval()
+
+
+def loss_and_logits(model: SingleTeacherDistill, samples_of=None):
+    data = model.data_preprocessor(digits_batch(), False)
+    x, samples = data['inputs'], data['data_samples']
+    if samples_of is not None:
+        samples = samples_of(samples)
+    losses = model(x, samples, mode='loss')
+    with torch.no_grad():
+        logits = model.architecture(x)
+    return losses['loss_label'], logits, torch.cat([s.gt_label for s in samples])
+
+
+@pytest.mark.parametrize('head', ['razorlib', 'mmpretrain'])
+def test_the_label_loss_is_the_students_head_loss_as_configured(teacher_ckpt, head):
+    # an mmpretrain head keeps its loss in loss_module: it got plain cross-entropy
+    built = (LinearClsHead(10, 8, label_smoothing=0.1) if head == 'razorlib' else
+             PretrainStyleHead(SmoothedCrossEntropy(label_smooth_val=0.1, loss_weight=0.5)))
+    weight = 1.0 if head == 'razorlib' else 0.5
+    loss, logits, labels = loss_and_logits(distill_with_head(teacher_ckpt, built))
+    expected = 2.0 * weight * F.cross_entropy(logits, labels, label_smoothing=0.1)
+    assert torch.isclose(loss, expected)
+    assert not torch.isclose(loss, 2.0 * F.cross_entropy(logits, labels))
+
+
+def test_the_label_loss_of_mixed_samples_is_against_their_soft_labels(teacher_ckpt):
+    # mmpretrain's Mixup leaves each sample's gt_label and adds the mixed gt_score
+    model = distill_with_head(teacher_ckpt, PretrainStyleHead(SmoothedCrossEntropy(0.0)))
+    mixed = torch.softmax(torch.randn(16, 10, generator=torch.Generator().manual_seed(0)), 1)
+
+    def with_scores(samples):
+        for sample, score in zip(samples, mixed):
+            sample.gt_score = score
+        return samples
+
+    loss, logits, labels = loss_and_logits(model, with_scores)
+    assert torch.isclose(loss, 2.0 * F.cross_entropy(logits, mixed))
+    assert not torch.isclose(loss, 2.0 * F.cross_entropy(logits, labels))
+
+
+def test_a_head_without_a_loss_of_its_own_gets_cross_entropy(teacher_ckpt):
+    torch.manual_seed(0)
+    model = distill_with_head(teacher_ckpt, nn.Linear(8, 10))
+    loss, logits, labels = loss_and_logits(model)
+    assert torch.isclose(loss, 2.0 * F.cross_entropy(logits, labels))
+    x = model.data_preprocessor(digits_batch(), False)['inputs']
+    with pytest.raises(ValueError, match="^SingleTeacherDistill: the student's head has no "
+                       'loss of its own, so the label loss is the cross-entropy against '
+                       'gt_label, which the data samples lack$'):
+        model(x, [ClsDataSample() for _ in x], mode='loss')
+    with pytest.raises(ValueError, match='^SingleTeacherDistill: label_weight > 0 needs data '
+                       'samples with labels$'):
+        model(x, None, mode='loss')
 
 
 def test_a_feature_is_the_named_modules_output_before_an_in_place_activation(teacher_ckpt):

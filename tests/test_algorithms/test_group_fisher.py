@@ -1,11 +1,16 @@
 """GroupFisherAlgorithm: Fisher accumulated in training steps (by hand, and against the
 'fisher' criterion), the pruning decision per unit of cost, group steps, the target,
 the digits config in the Runner and the ImageNet config."""
+import warnings
+from contextlib import contextmanager
+
 import numpy as np
 import pytest
 import torch
 from mmengine.config import Config
-from mmengine.optim import OptimWrapper
+from mmengine.logging import MMLogger
+from mmengine.optim import AmpOptimWrapper, OptimWrapper
+from mmengine.optim.optimizer import amp_optimizer_wrapper
 from mmengine.registry import init_default_scope
 
 from pruning_helpers import CONFIGS, LinearChain, run_config
@@ -158,3 +163,89 @@ def test_the_imagenet_config_builds():
     assert model.target == ('flops', 0.5) and model.interval == 25
     assert model.pruner.importance.normalize_by == 'flops'
     assert len(model.recorder.points) > 30
+
+
+class CpuAmpOptimWrapper(AmpOptimWrapper):
+    """mmengine's ``AmpOptimWrapper`` on the CPU, as it runs on a GPU: its backward of the
+    loss times the scaler's scale, its step skipped (and the scale halved) when the
+    gradients overflow; a CPU ``GradScaler`` and, with ``fp16``, float16 autocast stand
+    in for CUDA's."""
+
+    def __init__(self, model: torch.nn.Module, fp16: bool, scale: float = 65536.0):
+        super().__init__(optimizer=torch.optim.SGD(model.parameters(), lr=0.0))
+        self.loss_scaler = torch.amp.GradScaler('cpu', init_scale=scale)
+        self.fp16 = fp16
+
+    @contextmanager
+    def optim_context(self, model: torch.nn.Module):
+        with OptimWrapper.optim_context(self, model), \
+                torch.autocast('cpu', dtype=torch.float16, enabled=self.fp16):
+            yield
+
+
+@pytest.fixture
+def amp(monkeypatch):
+    """Build :class:`CpuAmpOptimWrapper`s (``AmpOptimWrapper`` refuses a machine
+    without CUDA)."""
+    monkeypatch.setattr(amp_optimizer_wrapper, 'is_cuda_available', lambda: True)
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')  # CUDA's GradScaler, replaced, warns on the CPU
+        yield CpuAmpOptimWrapper
+
+
+def plain_fisher(data) -> torch.Tensor:
+    model = chain_fisher(interval=100)
+    optim = OptimWrapper(torch.optim.SGD(model.parameters(), lr=0.0))
+    for batch in data:
+        model.train_step(batch, optim)
+    return model.fisher
+
+
+@pytest.mark.parametrize('wrapper', ['amp', 'accumulation'])
+def test_the_fisher_is_the_losses_whatever_the_backward_scales_them_by(amp, wrapper):
+    # AMP backwards the loss times 65536, gradient accumulation the loss over 4: the
+    # Fisher, a sum of squared gradients, was 65536**2 (4.3e9) times, or 1/16 of, the
+    # loss's own
+    model = chain_fisher(interval=100)
+    optim = (amp(model, fp16=False) if wrapper == 'amp' else OptimWrapper(
+        torch.optim.SGD(model.parameters(), lr=0.0), accumulative_counts=4))
+    data = batches(2)
+    for batch in data:
+        model.train_step(batch, optim)
+    assert torch.allclose(model.fisher, plain_fisher(data), rtol=1e-6)
+
+
+def test_an_amp_step_whose_gate_gradients_overflow_adds_no_fisher(amp, monkeypatch):
+    # in float16 the gates' gradients times 65536 overflow: the scaler skips the step
+    # and halves its scale, and the step's Fisher (inf and NaN) is not accumulated
+    model = chain_fisher(interval=100)
+    optim = amp(model, fp16=True)
+    batch = batches(1)[0]
+    logged = []
+    monkeypatch.setattr(MMLogger.get_current_instance(), 'warning', logged.append)
+    model.train_step(batch, optim)
+    assert optim.loss_scaler.get_scale() == 32768.0  # the scaler found an overflow
+    assert torch.equal(model.fisher, torch.zeros(7, dtype=torch.float64))
+    assert logged == ["GroupFisherAlgorithm: iteration 0: the channel gates' gradients are "
+                      'not finite (an AMP step whose gradients overflowed, which the loss '
+                      'scaler skips too); its Fisher is not accumulated']
+    model.train_step(batch, optim)  # at 32768 nothing overflows: the loss's own Fisher
+    assert optim.loss_scaler.get_scale() == 32768.0 and len(logged) == 1
+    assert torch.allclose(model.fisher, plain_fisher([batch]), rtol=1e-2)
+
+
+def test_a_backward_that_scales_the_losses_unknowably_is_refused():
+    model = chain_fisher(interval=100).train()
+    inputs, targets = batches(1)[0].values()
+    with model.recorder.gating(model.add_fisher):
+        out = model.architecture(inputs)
+    with pytest.raises(RuntimeError, match="reached the channel gates but none of the losses "
+                       r"the model returned \(those named 'loss...'\)"):
+        ((out - targets)**2).sum().backward()
+    with model.recorder.gating(model.add_fisher) as watched:
+        losses = watched(dict(loss_a=model.architecture(inputs, targets, 'loss')['loss'],
+                              loss_b=model.architecture(inputs, targets, 'loss')['loss']))
+    with pytest.raises(RuntimeError, match=r'weighed the losses unlike \((1, 2|2, 1)\), so no one '
+                       'loss scale can be divided out'):
+        (losses['loss_a'] + 2 * losses['loss_b']).backward()
+    assert not model.fisher.any()
