@@ -8,7 +8,8 @@ Examples:
 
 CONFIG is what tools/ptq.py takes (a PTQ config, or a model config with the ``ptq``
 defaults) and CHECKPOINT the trained model, or CONFIG is a QAT config
-(``configs/quantization/qat/``) and CHECKPOINT a checkpoint of its training.  The model
+(``configs/quantization/qat/``) and CHECKPOINT a checkpoint of its training, either
+quantizing for TRT_INT8 (the only platform TensorRT's INT8 engine takes).  The model
 is quantized as tools/ptq.py quantizes it (with its functions: a ``--subnet`` sliced and
 its batch-norm statistics recalibrated, ``--recalibrate-bn``) or its trained QAT graph
 restored (a QAT checkpoint holds its graph: ``--subnet`` and ``--recalibrate-bn`` are
@@ -116,7 +117,8 @@ def is_qat(cfg) -> bool:
 def argument_refusal(args: argparse.Namespace) -> Optional[str]:
     """Why the arguments cannot be deployed (one line), or None: a CONFIG that cannot be
     read or ``--cfg-options`` it has no key for, flags a QAT checkpoint cannot take
-    (:func:`qat_refusal`), a checkpoint or ``--subnet`` file that does not exist (the
+    (:func:`qat_refusal`), a graph quantized for another platform than TensorRT's
+    (:func:`platform_refusal`), a checkpoint or ``--subnet`` file that does not exist (the
     work dir holding an earlier run's results is :func:`main`'s to refuse).  Checked
     before TensorRT is looked for, so that a mistake is reported (exit code 2) on any
     machine, not hidden behind the line saying no engine can be built."""
@@ -128,7 +130,7 @@ def argument_refusal(args: argparse.Namespace) -> Optional[str]:
                                 _load_ptq_tool().CONFIG_KEYS, error=ConfigError)
     except ConfigError as err:
         return str(err)
-    refusal = qat_refusal(args, cfg)
+    refusal = qat_refusal(args, cfg) or platform_refusal(cfg)
     if refusal is not None:
         return refusal
     for what, path in (('checkpoint', args.checkpoint), ('--subnet', args.subnet)):
@@ -152,6 +154,30 @@ def qat_refusal(args: argparse.Namespace, cfg) -> Optional[str]:
     return (f'{" and ".join(given)}: a QAT checkpoint already holds its trained INT8 graph '
             "(the widths of the config's model.architecture, batch norms folded); slice and "
             'recalibrate the model before QAT training instead')
+
+
+def platform_refusal(cfg) -> Optional[str]:
+    """Why ``cfg``'s graph cannot become a TensorRT INT8 engine (one line), or None.
+
+    TensorRT's explicit quantization takes symmetric int8 Q/DQ pairs (zero points 0): a
+    TRT_INT8 graph.  An ORT_INT8 one (uint8 activations with zero points) would be
+    calibrated and written only for TensorRT to reject it, or to build an engine whose
+    arithmetic is not the simulation it is compared with.
+    """
+    from razorlib.quantization import PTQSettings
+
+    qat = is_qat(cfg)
+    key = 'model.quantization' if qat else 'ptq'
+    section = (cfg.model.get('quantization') if qat else cfg.get('ptq')) or {}
+    platform = section.get('platform') or PTQSettings.platform
+    platform = str(getattr(platform, 'name', platform)).upper()  # a TargetPlatform, any case
+    if platform == 'TRT_INT8':
+        return None
+    remedy = ('train QAT for TRT_INT8' if qat
+              else 'quantize for TRT_INT8 (--cfg-options ptq.platform=TRT_INT8)')
+    return (f'{key}.platform {platform}: TensorRT builds its INT8 engine from a TRT_INT8 '
+            'graph (symmetric int8 Q/DQ pairs, zero points 0), not from one quantized for '
+            f'{platform}; {remedy}, or run the {platform} QDQ model on onnxruntime')
 
 
 def quantized_graph(args: argparse.Namespace):

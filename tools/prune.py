@@ -172,7 +172,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "are re-estimated on (default: the digits train split, resized to "
                         '--input-size)')
     parser.add_argument('--data-batches', type=at_least(1), default=8, metavar='N',
-                        help='batches read from the data (default: %(default)s)')
+                        help='batches read from the data, when a data criterion, '
+                        '--sensitivity, --greedy or --data-config reads any (default: '
+                        '%(default)s)')
     parser.add_argument('--input-size', type=at_least(1), default=224,
                         help="--model's square input side (default: %(default)s)")
     parser.add_argument('--batch', type=at_least(1), default=1,
@@ -236,6 +238,19 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
             parser.error(f'{", ".join(unused)}: for L1NormPruner (the default) only; '
                          '--pruner RatioPruner keeps the first --ratio of every group\'s '
                          'channels')
+    # without --data-config, --model's batches are read only for what ranks or allocates
+    # by them: CONFIG mode's check_mode refuses the option as misplaced instead
+    if '--data-batches' in args.explicit and not (args.config or args.data_config
+                                                  or reads_data(args)):
+        if args.pruner == 'RatioPruner':
+            free, other = '--pruner RatioPruner', ''
+        else:
+            free = f'--importance {args.importance}'
+            other = (', or a criterion or allocation reading data (--importance taylor, '
+                     'fisher, activation, apoz or wanda, --sensitivity, --greedy)')
+        parser.error(f'--data-batches: {free} reads no data, so no batch would be read; give '
+                     "--data-config to re-estimate the slim model's batch norms on its "
+                     f'batches{other}')
     return args
 
 

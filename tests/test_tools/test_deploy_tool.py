@@ -73,6 +73,39 @@ def test_a_ptq_config_takes_a_subnet():
     assert deploy.qat_refusal(args, Config.fromfile(str(PTQ_CONFIG))) is None
 
 
+ORT_TO_TRT = ('TensorRT builds its INT8 engine from a TRT_INT8 graph (symmetric int8 Q/DQ '
+              'pairs, zero points 0), not from one quantized for ORT_INT8; ')
+
+
+@pytest.mark.parametrize('config, options, message', [
+    (PTQ_CONFIG.with_name('autoslim_plaincnn_digits_ort_int8_kl.py'), [],
+     f'ptq.platform ORT_INT8: {ORT_TO_TRT}quantize for TRT_INT8 (--cfg-options '
+     'ptq.platform=TRT_INT8), or run the ORT_INT8 QDQ model on onnxruntime'),
+    (PTQ_CONFIG, ['--cfg-options', 'ptq.platform=ort_int8'], 'ptq.platform ORT_INT8: '),
+    (QAT_CONFIG.with_name('qat_plaincnn_digits_ort_int8.py'), [],
+     f'model.quantization.platform ORT_INT8: {ORT_TO_TRT}train QAT for TRT_INT8, or run the '
+     'ORT_INT8 QDQ model on onnxruntime')])
+def test_a_graph_for_another_platform_is_refused_on_any_machine(config, options, message,
+                                                                tmp_path, monkeypatch):
+    """An ORT_INT8 graph (uint8 activations with zero points) is no TensorRT INT8 model:
+    refused before TensorRT is looked for, rather than calibrated and handed to it."""
+    deploy = load_tool('deploy')
+    (tmp_path / 'model.pth').write_bytes(b'')
+    monkeypatch.setattr(deploy, 'unavailable', lambda: pytest.fail('TensorRT looked for'))
+    log = LogCapture(deploy, monkeypatch)
+    work_dir = tmp_path / 'deploy'
+    assert deploy.main([str(config), str(tmp_path / 'model.pth'), '--work-dir', str(work_dir),
+                        *options]) == 2
+    assert len(log.messages) == 1 and log.messages[0].startswith(f'{config}: {message}')
+    assert not work_dir.exists()
+
+
+@pytest.mark.parametrize('config', [PTQ_CONFIG, QAT_CONFIG, TINY])  # TINY: ptq's defaults
+def test_a_trt_int8_graph_is_deployed(config):
+    deploy = load_tool('deploy')
+    assert deploy.platform_refusal(Config.fromfile(str(config))) is None
+
+
 def outputs(path, images: torch.Tensor) -> torch.Tensor:
     """The first output of the ONNX model at ``path`` in onnxruntime."""
     session = ort.InferenceSession(str(path), providers=['CPUExecutionProvider'])

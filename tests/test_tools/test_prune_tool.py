@@ -409,6 +409,19 @@ def test_contradicting_options_are_refused_by_the_parser():
      "--round-to, --max-ratio: for L1NormPruner \\(the default\\) only; --pruner RatioPruner "
      "keeps the first --ratio of every group's channels"),
     (['--pruner', 'RatioPruner', '--flops', '0.5'], '--flops: for L1NormPruner'),
+    # without --data-config, batches are read only by what ranks or allocates by them: a
+    # count given for a run reading none would be ignored (no batch, no batch norms
+    # re-estimated), even the default one
+    (['--ratio', '0.5', '--data-batches', '3'], re.escape(
+        "--data-batches: --importance l1 reads no data, so no batch would be read; give "
+        "--data-config to re-estimate the slim model's batch norms on its batches, or a "
+        "criterion or allocation reading data (--importance taylor, fisher, activation, "
+        "apoz or wanda, --sensitivity, --greedy)")),
+    (['--importance', 'fpgm', '--global', '--flops', '0.5', '--data-batches', '8'],
+     '--data-batches: --importance fpgm reads no data'),
+    (['--pruner', 'RatioPruner', '--data-batches', '2'], re.escape(
+        "--data-batches: --pruner RatioPruner reads no data, so no batch would be read; give "
+        "--data-config to re-estimate the slim model's batch norms on its batches\n")),
     # the runtime's options are checked by name before anything runs, on any machine
     (['--runtime', 'cuda', '--runtime-options', 'grahp=True'], "--runtime-options: "
      r"runtime=dict\(type='cuda', quantile=0.5, grahp=True\): 'grahp' is not a key of the "
@@ -424,3 +437,14 @@ def test_bad_values_are_refused_before_anything_runs(argv, message, capsys):
         tool.parse_args(['--model', 'plain_cnn', *argv])
     assert info.value.code == 2
     assert re.search(message, capsys.readouterr().err)
+
+
+@pytest.mark.parametrize('argv', [
+    ['--importance', 'taylor'], ['--importance', 'wanda', '--global'], ['--sensitivity'],
+    ['--greedy'], ['--data-config', 'data.py'],
+    ['--pruner', 'RatioPruner', '--data-config', 'data.py']])
+def test_data_batches_are_taken_where_batches_are_read(argv):
+    """A data criterion or allocation reads them, and --data-config's are read for the
+    batch norms whatever the criterion."""
+    args = load_tool('prune').parse_args(['--model', 'plain_cnn', *argv, '--data-batches', '3'])
+    assert args.data_batches == 3 and '--data-batches' in args.explicit
