@@ -37,7 +37,7 @@ from .observers import observer_class
 from .passes import PTQPass, build_ptq_passes, run_ptq_passes
 from .platform import TargetPlatform
 from .quantize import quantize_graph
-from .state import check_float32, quantable_operations
+from .state import check_float32, check_quantized_float32, quantable_operations
 
 logger = logging.getLogger(__name__)
 
@@ -250,8 +250,14 @@ def _quantize(graph: BaseGraph, calib_dataloader: Iterable, example_inputs: Any,
               observer_options: Optional[Mapping[str, Dict[str, Any]]], progress: bool,
               passes: Sequence[Any], ptq_passes: Sequence[Any], function: str) -> BaseGraph:
     # quantize_graph checks too, but after the graph passes and the PTQ passes that run
-    # the calibration batches on the float graph: a float16 model is refused before those.
+    # the calibration batches on the float graph: a float16 model is refused before those,
+    # and before the first batch is taken as the example (a one-shot iterator keeps it).
     check_float32(graph, function)
+    if example_inputs is None:
+        example_inputs = next(iter(graph_batches(calib_dataloader, 1, collate_fn)), None)
+        if example_inputs is None:
+            raise ValueError(f'{function}: the calibration dataloader of graph '
+                             f'{graph.name!r} gave no batch; calibration needs at least one')
     options = dict(observer_options or {})
     if observer is not None:
         name, given = split_type(observer, 'observer')
@@ -267,6 +273,7 @@ def _quantize(graph: BaseGraph, calib_dataloader: Iterable, example_inputs: Any,
         collate_fn = None
     run_ptq_passes(graph, before, calib_dataloader, device)
     quantize_graph(graph, platform, dispatcher, dispatching_table)
+    check_quantized_float32(graph, function)
     if observer is not None:
         set_activation_observer(graph, observer)
     _warn_unused_observer_options(graph, options)
@@ -346,7 +353,10 @@ def quantize_torch_model(model: torch.nn.Module, calib_dataloader: Iterable,
             :func:`check_quantize_arguments`), or a batch of a dtype the graph does not
             take (:class:`~razorlib.ir.executor.shapes.InputDtypeError`); a model that
             computes in float16, bfloat16 or float64, before any batch is run
-            (:func:`~razorlib.quantization.state.check_float32`: quantize ``model.float()``).
+            (:func:`~razorlib.quantization.state.check_float32`: quantize ``model.float()``),
+            or one that casts inside its forward to such a dtype, when the dispatcher
+            quantizes an op on the cast tensor, before calibration
+            (:func:`~razorlib.quantization.state.check_quantized_float32`).
         KeyError: an observer, dispatcher or pass that is not registered.
 
     Example:
@@ -428,11 +438,6 @@ def quantize_onnx_model(model: Union[onnx.ModelProto, str, os.PathLike],
     check_quantize_arguments('', calib_steps, observer, observer_options, dispatcher, passes,
                              ptq_passes)
     graph = from_onnx(model)
-    if example_inputs is None:
-        example_inputs = next(iter(graph_batches(calib_dataloader, 1, collate_fn)), None)
-        if example_inputs is None:
-            raise ValueError(f'quantize_onnx_model: the calibration dataloader of graph '
-                             f'{graph.name!r} gave no batch; calibration needs at least one')
     return _quantize(graph, calib_dataloader, example_inputs, platform, calib_steps, observer,
                      dispatcher, dispatching_table, collate_fn, device, observer_options,
                      progress, passes, ptq_passes, 'quantize_onnx_model')

@@ -15,9 +15,9 @@ from ..utils.caller import warn_at_caller
 from .functional import fake_quantize
 
 __all__ = ['bake_parameters', 'check_calibrated', 'check_float32', 'check_not_dequantized',
-           'dequantize_graph', 'dequantized', 'dequantized_operations', 'is_uncalibrated',
-           'listed_names', 'quantable_operations', 'restore_quantize_state',
-           'uncalibrated_configs', 'uncalibrated_operations']
+           'check_quantized_float32', 'dequantize_graph', 'dequantized',
+           'dequantized_operations', 'is_uncalibrated', 'listed_names', 'quantable_operations',
+           'restore_quantize_state', 'uncalibrated_configs', 'uncalibrated_operations']
 
 _OWN_SCALE = (QuantizationStates.INITIAL, QuantizationStates.ACTIVATED, QuantizationStates.BAKED)
 """States of configs calibration gives a scale of their own (not FP32, nor OVERLAPPED or
@@ -255,6 +255,64 @@ bfloat16 calibration batches are widened to float32 exactly
                         'quantize model.float() with float32 example_inputs (an ONNX model '
                         'exported in float32); float16 and bfloat16 calibration batches are '
                         'widened to float32 exactly')
+
+
+def check_quantized_float32(graph: BaseGraph, action: str) -> None:
+    """Refuse a graph whose quantable operations quantize a tensor of another floating type
+    than float32, naming the operations, their tensors and the dtypes.
+
+    A float32 model that casts inside its forward (``x.half()``, ``x.to(torch.float16)``
+    before ops that compute on it) passes :func:`check_float32`: its inputs and parameters
+    are float32.  The conservative dispatcher keeps ops after a Cast in FP32, but the
+    ``aggressive`` and ``allin`` ones, or a ``dispatching_table``, quantize them, and the QDQ
+    export then gives a float16 tensor a float32 scale: onnxruntime and TensorRT do not load
+    it.  Checked after dispatching (the dtypes are recorded, the quantized tensors known),
+    before calibration.
+
+    Args:
+        graph: a quantized graph, with its dtypes recorded (``prepare_graph``).
+        action: what is refused, for the message (``'quantize_torch_model'``).
+
+    Raises:
+        TypeError: naming the first operations that quantize such a tensor.
+
+    Example:
+        >>> from razorlib.quantization import quantize_graph
+        >>> graph = BaseGraph('g')
+        >>> graph.mark_variable_as_graph_input(graph.create_variable('x'))
+        >>> half = graph.create_variable('h', dtype=torch.half)
+        >>> _ = graph.create_operation('Cast', 'cast', inputs=[graph.variables['x']],
+        ...                            outputs=[half], attributes=dict(to=10))
+        >>> _ = graph.create_operation('Relu', 'relu', inputs=[half],
+        ...                            outputs=[graph.create_variable('y', dtype=torch.half)])
+        >>> check_quantized_float32(quantize_graph(graph, 'TRT_INT8', 'aggressive'), 'export')
+        Traceback (most recent call last):
+        ...
+        TypeError: export: graph 'g' quantizes tensors of another dtype than float32 (op \
+'relu' (Relu) on 'h' torch.float16, 'y' torch.float16): the model casts inside its forward, \
+and QuantizeLinear takes its float32 scales with float32 tensors only, so the QDQ model \
+would not load; keep these ops in floating point (dispatcher='conservative', or \
+dispatching_table={'relu': 'FP32'}) or cast to float32 before them
+    """
+    found = []
+    for op in quantable_operations(graph):
+        tensors = list(dict.fromkeys(  # an Add of x and x names x once
+            f'{var.name!r} {var.dtype}' for config, var in op.config_with_variable
+            if config.state is not QuantizationStates.FP32 and var.dtype is not None
+            and var.dtype.is_floating_point and var.dtype != torch.float32))
+        if tensors:
+            found.append((op, tensors))
+    if found:
+        shown = found[:_NAMED]
+        ops = '; '.join(f'op {op.name!r} ({op.type}) on {", ".join(tensors)}'
+                        for op, tensors in shown) + ('; ...' if len(found) > _NAMED else '')
+        table = ', '.join(f"{op.name!r}: 'FP32'" for op, _ in shown)
+        raise TypeError(f'{action}: graph {graph.name!r} quantizes tensors of another dtype '
+                        f'than float32 ({ops}): the model casts inside its forward, and '
+                        'QuantizeLinear takes its float32 scales with float32 tensors only, so '
+                        "the QDQ model would not load; keep these ops in floating point "
+                        f"(dispatcher='conservative', or dispatching_table={{{table}}}) or cast "
+                        'to float32 before them')
 
 
 def listed_names(names: List[str]) -> str:

@@ -61,11 +61,15 @@ def test_quantize_torch_model_refuses_before_reading_a_batch(dtype, platform, pt
 
 @pytest.mark.parametrize('dtype', [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize('platform', ['TRT_INT8', 'ORT_INT8'])
-def test_quantize_onnx_model_refuses_before_reading_a_batch(dtype, platform):
+@pytest.mark.parametrize('given', [True, False])
+def test_quantize_onnx_model_refuses_before_reading_a_batch(dtype, platform, given):
+    """Without example_inputs too: the dtypes are the ONNX model's, the first batch (the
+    example then) is not taken from a one-shot iterator first."""
     example = images(1, dtype)[0]
     model = to_onnx(from_torch(net(dtype), example))
     with pytest.raises(TypeError, match=f'^{re.escape(refusal("quantize_onnx_model", dtype))}$'):
-        quantize_onnx_model(model, Unread(), example, platform, progress=False)
+        quantize_onnx_model(model, Unread(), example if given else None, platform,
+                            progress=False)
 
 
 @pytest.mark.parametrize('dtype', DTYPES)
@@ -131,3 +135,53 @@ def test_a_converted_lsq_graph_refuses_to_run_or_export(dtype, platform):
         lsq.calibrated_graph()
     if dtype is torch.float64:  # float32 -> float64 -> float32 is exact
         assert torch.equal(lsq.float()(x), expected)
+
+
+class CastsInForward(nn.Module):
+    """A float32 model (parameters and inputs) whose forward runs a ReLU in ``dtype``."""
+
+    def __init__(self, dtype):
+        super().__init__()
+        self.dtype = dtype
+        self.conv, self.head = nn.Conv2d(3, 8, 3), nn.Conv2d(8, 4, 3)
+
+    def forward(self, x):
+        return self.head(torch.relu(self.conv(x).to(self.dtype)).float())
+
+
+def casting_net(dtype):
+    torch.manual_seed(0)
+    return CastsInForward(dtype).eval()
+
+
+@pytest.mark.parametrize('dtype', [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize('platform', ['TRT_INT8', 'ORT_INT8'])
+def test_a_quantized_op_on_a_tensor_cast_in_forward_is_refused(dtype, platform):
+    """The aggressive dispatcher quantizes the ReLU on the cast tensor: its QDQ export gave
+    a float16 QuantizeLinear a float32 scale, which onnxruntime refused to load."""
+    message = (f"quantize_torch_model: graph 'main_graph' quantizes tensors of another dtype "
+               f"than float32 (op 'node_relu' (Relu) on '_to_copy' {dtype}, 'relu' {dtype}): "
+               'the model casts inside its forward, and QuantizeLinear takes its float32 '
+               'scales with float32 tensors only, so the QDQ model would not load; keep these '
+               "ops in floating point (dispatcher='conservative', or dispatching_table="
+               "{'node_relu': 'FP32'}) or cast to float32 before them")
+    with pytest.raises(TypeError, match=f'^{re.escape(message)}$'):
+        quantize_torch_model(casting_net(dtype), images(2), images(1)[0], platform,
+                             dispatcher='aggressive', progress=False)
+
+
+@pytest.mark.parametrize('dispatch', [dict(dispatcher='conservative'),
+                                      dict(dispatcher='aggressive',
+                                           dispatching_table={'node_relu': 'FP32'})])
+def test_ops_on_a_tensor_cast_in_forward_left_in_float_export_what_the_executor_computes(
+        dispatch, tmp_path):
+    """What the refusal advises: the cast tensors stay in floating point, the QDQ model
+    loads and computes the executor's output."""
+    graph = quantize_torch_model(casting_net(torch.float16), images(3), images(1)[0],
+                                 'TRT_INT8', progress=False, **dispatch)
+    assert not graph.operations['node_relu'].platform.name.endswith('INT8')
+    assert graph.operations['node_conv2d'].platform.name == 'TRT_INT8'
+    model = export_graph(graph, tmp_path / 'net.onnx', 'QDQ_ONNX')
+    for x in images(2, seed=5):
+        ours = QuantExecutor(graph)(x)
+        assert worst_steps(graph, ours, run_onnxruntime(model, [x], optimized=False)) <= STEPS
