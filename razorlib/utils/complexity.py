@@ -29,8 +29,8 @@ from torch.utils.weak import WeakIdKeyDictionary
 from ..layers import (IN_MASK, OUT_MASK, KindTable, LayerKind, LayerKindsArg, as_table,
                       kept_param_size, kept_widths, param_mask_name)
 from ..tracing.forward import call_model, default_example_inputs, shadow_tensors, shadowed
-from .kept_rows import (BROADCASTS, OTHER_MOVES, PERMUTES, RESHAPES, SHUFFLES, Rows,
-                        indexed_rows, permuted_rows, reshaped_rows, shuffled_rows)
+from .kept_rows import (BROADCASTS, OTHER_MOVES, PERMUTES, RESHAPES, SHUFFLES, SPLITS, Rows,
+                        indexed_rows, permuted_rows, reshaped_rows, shuffled_rows, split_rows)
 from .modes import evaluating
 
 __all__ = ['Complexity', 'count_params', 'get_model_complexity', 'human']
@@ -295,11 +295,12 @@ class _FunctionCounter(TorchFunctionMode):
 
     It also follows the channels a masked layer's out mask cuts (:data:`Rows`) from the
     layer's output through views, permutes, channel shuffles, broadcasts, indexing by
-    ints and slices, products (each index of the output keeps its operands') and ops
-    that keep the shape, so that a layer whose input holds them on dims its own masks do
-    not cover (its rows) counts only the rows the slim model has (:meth:`kept_share`),
-    and a product of activations only the entries it has (:meth:`_kept_macs`: attention
-    over pruned heads).
+    ints and slices, splits (``chunk``, ``split``, ``unbind``: each piece its slice),
+    products (each index of the output keeps its operands') and ops that keep the shape,
+    so that a layer whose input holds them on dims its own masks do not cover (its rows)
+    counts only the rows the slim model has (:meth:`kept_share`), and a product of
+    activations only the entries it has (:meth:`_kept_macs`: attention over pruned
+    heads).
     """
 
     def __init__(self, model: nn.Module, kinds: KindTable, attention: bool) -> None:
@@ -406,6 +407,10 @@ class _FunctionCounter(TorchFunctionMode):
             self._add('<attention>', 2 * q.numel() * k.shape[0])
         if self.rows and isinstance(out, torch.Tensor):
             self._carry_rows(func, args, kwargs, out, indexed)
+        elif self.rows and func in SPLITS and args and args[0] in self.rows:
+            for piece, rows in zip(out, split_rows(func, args, kwargs, self.rows[args[0]], out)):
+                if rows:
+                    self.rows[piece] = rows
         return out
 
     def _letter_rows(self, equation: str,

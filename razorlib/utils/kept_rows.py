@@ -4,20 +4,21 @@ A masked layer's output holds its pruned channels as zeros; the slim model has n
 entries.  A layer or product that reads them on a dim its own masks do not cover (a norm
 over each attention head, a product over pruned heads) computes over entries the slim
 model does not have, so the FLOPs counter (:mod:`razorlib.utils.complexity`) follows
-each cut from the layer's output through views, permutes, channel shuffles, broadcasts
-and indexing (:data:`Rows`, one keep-mask per dim) to scale those counts to the kept
+each cut from the layer's output through views, permutes, channel shuffles, broadcasts,
+indexing and splits (:data:`Rows`, one keep-mask per dim) to scale those counts to the kept
 share.
 """
 import functools
-from typing import Any, Dict, Sequence
+from typing import Any, Dict, List, Sequence
 
 import numpy as np
 import torch
 
 from ..tracing.shape_rules import reshape_groups
 
-__all__ = ['BROADCASTS', 'OTHER_MOVES', 'PERMUTES', 'RESHAPES', 'SHUFFLES', 'Rows',
-           'indexed_rows', 'permuted_rows', 'reshaped_rows', 'shuffled_rows']
+__all__ = ['BROADCASTS', 'OTHER_MOVES', 'PERMUTES', 'RESHAPES', 'SHUFFLES', 'SPLITS', 'UNBINDS',
+           'Rows', 'indexed_rows', 'permuted_rows', 'reshaped_rows', 'shuffled_rows',
+           'split_rows']
 
 
 #: ``{dim: keep}`` of a tensor: along ``dim``, the entries of a masked layer's channels,
@@ -40,6 +41,12 @@ SHUFFLES = frozenset((torch.channel_shuffle, torch.native_channel_shuffle))
 #: Calls that broadcast their operand to more (leading) dims or along its size-1 dims.
 BROADCASTS = frozenset((torch.Tensor.expand, torch.Tensor.expand_as, torch.broadcast_to,
                         torch.Tensor.broadcast_to))
+#: Calls that cut their operand into a tuple of consecutive pieces along ``dim``: their
+#: second argument for those whose pieces drop it (unbinds), else their third.
+UNBINDS = frozenset((torch.unbind, torch.Tensor.unbind))
+SPLITS = UNBINDS | frozenset((torch.chunk, torch.Tensor.chunk, torch.split, torch.Tensor.split,
+                              torch.split_with_sizes, torch.Tensor.split_with_sizes,
+                              torch.tensor_split, torch.Tensor.tensor_split))
 OTHER_MOVES = frozenset((torch.t, torch.Tensor.t, torch.movedim, torch.Tensor.movedim,
                          torch.swapaxes, torch.Tensor.swapaxes, torch.swapdims,
                          torch.Tensor.swapdims, torch.Tensor.T.__get__,
@@ -135,3 +142,36 @@ def shuffled_rows(args: tuple, kwargs: Dict[str, Any], rows: Rows) -> Rows:
     if 1 not in rows:
         return rows
     return {**rows, 1: rows[1].reshape(groups, -1).T.flatten()}
+
+
+def split_rows(func, args: tuple, kwargs: Dict[str, Any], rows: Rows,
+               pieces: Sequence[torch.Tensor]) -> List[Rows]:
+    """``rows`` of ``args[0]`` in each of the ``pieces`` a split, chunk or unbind cuts it
+    into (ShuffleNet V2's ``x.chunk(2, dim=1)``, timm's ``qkv.unbind(0)``): a piece takes
+    its slice of the keep of the dim cut and the other dims' keeps; an unbind's pieces
+    lose the dim.  Pieces that are no consecutive slices of the dim (``tensor_split`` at
+    indices out of order, whose sizes add up to more than the dim's) get none.
+
+    Example:
+        >>> keep = {1: np.array([True, False, True, True])}
+        >>> x = torch.zeros(2, 4)
+        >>> [{d: k.tolist() for d, k in r.items()}
+        ...  for r in split_rows(torch.split, (x, [2, 2], -1), {}, keep, x.split([2, 2], -1))]
+        [{1: [True, False]}, {}]
+        >>> [r[0].tolist() for r in split_rows(torch.unbind, (x, ), {}, keep, x.unbind())]
+        [[True, False, True, True], [True, False, True, True]]
+    """
+    x, unbind = args[0], func in UNBINDS
+    at = 1 if unbind else 2
+    dim = (args[at] if len(args) > at else kwargs.get('dim', 0)) % x.dim()
+    sizes = [1 if unbind else piece.shape[dim] for piece in pieces]
+    if sum(sizes) != x.shape[dim]:
+        return [{} for _ in pieces]
+    out = []
+    for stop, size in zip(np.cumsum(sizes), sizes):
+        piece = {d - (unbind and d > dim): keep for d, keep in rows.items() if d != dim}
+        keep = rows.get(dim)
+        if keep is not None and not unbind and not keep[stop - size:stop].all():
+            piece[dim] = keep[stop - size:stop]
+        out.append(piece)
+    return out

@@ -2,6 +2,7 @@
 import copy
 import functools
 
+import numpy as np
 import pytest
 import torch
 import torch.nn as nn
@@ -12,6 +13,7 @@ import razorlib
 from razorlib.pruning import L1NormPruner
 from razorlib.utils import count_params, get_model_complexity
 from razorlib.utils.complexity import einsum_macs
+from razorlib.utils.kept_rows import split_rows
 from zoo import ZOO
 
 
@@ -650,3 +652,135 @@ def test_attention_called_by_keyword_is_counted(attention):
     get_model_complexity(KeywordSDPA(), torch.randn(2, 3, 8), attention=attention,
                          per_module=per)
     assert per.get('<attention>', 0) == (2 * 2 * 3 * 3 * 4 * 2 if attention else 0)  # 288
+
+
+class ChunkedHeads(nn.Module):
+    """ShuffleNet V2's unit: conv -> channel shuffle -> ``chunk(2, dim=1)``, the second
+    piece as heads of 2 channels under a ``LayerNorm((2, H, W))`` -> concat -> conv."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.norm, self.b = nn.Conv2d(3, 8, 1), nn.LayerNorm((2, 6, 6)), \
+            nn.Conv2d(8, 4, 1)
+
+    def forward(self, x):
+        y = torch.channel_shuffle(self.a(x), 2)
+        b, c, h, w = y.shape
+        y1, y2 = y.chunk(2, dim=1)
+        y2 = self.norm(y2.reshape(b, -1, 2, h, w)).reshape(b, c // 2, h, w)
+        return self.b(torch.cat([y1, y2], 1))
+
+
+class UnequalSplitHeads(nn.Module):
+    """Linear -> ``split`` into a quarter and the rest of its width (the sizes computed
+    from it, so the slim model cuts at its kept channels) -> each part as heads of 4
+    under a per-head norm -> concat -> Linear."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.norm, self.b = nn.Linear(8, 32), nn.RMSNorm(4), nn.Linear(32, 8)
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        y = self.a(x)
+        width = y.shape[-1]
+        parts = y.split([width // 4, width - width // 4], -1)
+        return self.b(torch.cat([self.norm(p.view(b, n, -1, 4)).flatten(2) for p in parts], -1))
+
+
+class TokenSplitHeads(nn.Module):
+    """Linear as heads of 6 -> the tokens split unequally (``how``: sizes as a list with
+    a negative dim, as an int, or ``tensor_split`` at an index) -> a per-head norm of each
+    piece -> concat -> Linear: the dim cut holds no channels, the heads ride along."""
+
+    def __init__(self, how):
+        super().__init__()
+        self.how = how
+        self.a, self.norm, self.b = nn.Linear(8, 24), nn.RMSNorm(6), nn.Linear(24, 8)
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        y = self.a(x).view(b, n, -1, 6)
+        if self.how == 'list':
+            parts = y.split([1, 2], dim=-3)
+        elif self.how == 'int':
+            parts = torch.split(y, 2, 1)
+        else:
+            parts = torch.tensor_split(y, [1], dim=1)
+        return self.b(torch.cat([self.norm(p) for p in parts], 1).reshape(b, n, -1))
+
+
+class UnboundQKV(nn.Module):
+    """timm's attention with ``qk_norm``: a fused ``qkv`` as ``(B, N, 3, heads, 4)``,
+    its q, k and v taken apart (``how``: ``permute`` then ``unbind(0)``, ``unbind(-3)``
+    then ``transpose``, or iterating the permuted tensor), a norm of each q and k head,
+    attention, ``o``."""
+
+    def __init__(self, how):
+        super().__init__()
+        self.how = how
+        self.qkv, self.o = nn.Linear(16, 48), nn.Linear(16, 16)
+        self.q_norm, self.k_norm = nn.RMSNorm(4), nn.RMSNorm(4)
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        qkv = self.qkv(x).reshape(b, n, 3, -1, 4)
+        if self.how == 'unbind':
+            q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
+        elif self.how == 'negative':
+            q, k, v = (t.transpose(1, 2) for t in torch.unbind(qkv, -3))
+        else:
+            q, k, v = qkv.permute(2, 0, 3, 1, 4)
+        y = F.scaled_dot_product_attention(self.q_norm(q), self.k_norm(k), v)
+        return self.o(y.transpose(1, 2).reshape(b, n, -1))
+
+
+@pytest.mark.parametrize('model,x,counts', [
+    (ChunkedHeads, (2, 3, 6, 6), {'a': 864, 'norm': 2 * 72, 'b': 1152, '<attention>': 0}),
+    (UnequalSplitHeads, (2, 3, 8), {'a': 768, 'norm': 2 * 3 * 4 * 4, 'b': 768,
+                                    '<attention>': 0}),
+    *[(functools.partial(TokenSplitHeads, how), (2, 3, 8),
+       {'a': 576, 'norm': 2 * 3 * 2 * 6, 'b': 576, '<attention>': 0})
+      for how in ('list', 'int', 'tensor_split')],
+    *[(functools.partial(UnboundQKV, how), (2, 3, 16),
+       {'qkv': 2304, 'q_norm': 2 * 2 * 3 * 4, 'k_norm': 2 * 2 * 3 * 4, 'o': 768,
+        '<attention>': 288})
+      for how in ('unbind', 'negative', 'iterate')],
+], ids=['chunk', 'unequal_split', 'tokens_list', 'tokens_int', 'tokens_tensor_split',
+        'unbind', 'unbind_negative', 'iterate'])
+def test_rows_split_into_pieces_count_what_the_slim_model_has(model, x, counts):
+    """The pieces of a split, chunk or unbind carry their slices of the kept rows (or the
+    kept heads of the dims not cut): the norms and attention over them count the slim
+    model's half, where the pieces carried none and they counted every row (ShuffleNet
+    V2's chunk 288 against 144, timm's ``q_norm`` 96 against 48, attention 576 against
+    288)."""
+    torch.manual_seed(0)
+    model, x = model().eval(), torch.randn(*x)
+    slim = _pruned_in_half(model, x)
+    masked, sliced = {}, {}
+    assert get_model_complexity(model, x, per_module=masked, attention=True).flops == \
+        get_model_complexity(slim, x, per_module=sliced, attention=True).flops
+    assert masked == sliced == counts
+
+
+def test_split_rows_slice_the_keep_of_the_dim_cut_and_move_the_others():
+    """A chunk and a split by an int or sizes slice the cut dim's keep (a negative dim
+    too); an unbind drops it and moves the dims after it down; ``tensor_split`` at
+    indices out of order (overlapping pieces) follows nothing."""
+    x = torch.zeros(2, 6, 4)
+    rows = {1: np.array([True, False, True, True, False, False]),
+            2: np.array([True, True, False, True])}
+
+    def pieces(func, *args, **kwargs):
+        out = func(x, *args, **kwargs)
+        return [{d: keep.tolist() for d, keep in r.items()}
+                for r in split_rows(func, (x, ) + args, kwargs, rows, out)]
+
+    heads = [True, True, False, True]
+    assert pieces(torch.Tensor.chunk, 2, 1) == pieces(torch.split, 3, dim=-2) == \
+        [{1: [True, False, True], 2: heads}, {1: [True, False, False], 2: heads}]
+    assert pieces(torch.Tensor.split, [2, 1, 3], -2) == \
+        [{1: [True, False], 2: heads}, {2: heads}, {1: [True, False, False], 2: heads}]
+    assert pieces(torch.unbind, 1) == [{1: heads}] * 6
+    assert pieces(torch.Tensor.unbind, 0) == [{0: rows[1].tolist(), 1: heads}] * 2
+    assert pieces(torch.tensor_split, [4, 2], 1) == [{}, {}, {}]
