@@ -246,8 +246,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
             free, other = '--pruner RatioPruner', ''
         else:
             free = f'--importance {args.importance}'
-            other = (', or a criterion or allocation reading data (--importance taylor, '
-                     'fisher, activation, apoz or wanda, --sensitivity, --greedy)')
+            *first, last = data_criteria()
+            other = (', or a criterion or allocation reading data (--importance '
+                     f'{", ".join(first)} or {last}, --sensitivity, --greedy)')
         parser.error(f'--data-batches: {free} reads no data, so no batch would be read; give '
                      "--data-config to re-estimate the slim model's batch norms on its "
                      f'batches{other}')
@@ -305,6 +306,14 @@ def work_dir_of(args: argparse.Namespace) -> Path:
     """--work-dir, or ``work_dirs/prune_<config or model name>``."""
     name = Path(args.config).stem if args.config else args.model
     return Path(args.work_dir or f'work_dirs/prune_{name}')
+
+
+def data_criteria() -> list:
+    """The registered criteria (their short names) that score on data batches."""
+    from razorlib.registry import IMPORTANCES
+
+    return sorted(name for name, cls in IMPORTANCES.module_dict.items()
+                  if name.islower() and getattr(cls, 'needs_data', False))
 
 
 def reads_data(args: argparse.Namespace) -> bool:

@@ -415,8 +415,8 @@ def test_contradicting_options_are_refused_by_the_parser():
     (['--ratio', '0.5', '--data-batches', '3'], re.escape(
         "--data-batches: --importance l1 reads no data, so no batch would be read; give "
         "--data-config to re-estimate the slim model's batch norms on its batches, or a "
-        "criterion or allocation reading data (--importance taylor, fisher, activation, "
-        "apoz or wanda, --sensitivity, --greedy)")),
+        "criterion or allocation reading data (--importance activation, apoz, fisher, "
+        "taylor or wanda, --sensitivity, --greedy)")),
     (['--importance', 'fpgm', '--global', '--flops', '0.5', '--data-batches', '8'],
      '--data-batches: --importance fpgm reads no data'),
     (['--pruner', 'RatioPruner', '--data-batches', '2'], re.escape(
