@@ -10,14 +10,17 @@ stays FP32: no scale fits it, and the smallest one breaks integer kernels downst
 A dataloader that yields no batch, or a batch whose shape the graph does not take (a
 fixed axis of another size: a graph exported with static shapes), is an error naming the
 batch and both shapes; an observer's error (a NaN or infinite tensor) gains a note naming
-the tensor and its operation.
+the tensor and its operation.  An observed tensor whose variable has no dtype recorded
+(a graph quantized without ``prepare_graph``) gets the dtype it was observed in, which the
+QDQ export checks.
 """
 import logging
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Set, Tuple, Union
 
 import torch
 
-from ..ir import BaseGraph, QuantableOperation, QuantizationStates, TensorQuantizationConfig
+from ..ir import (BaseGraph, QuantableOperation, QuantizationStates, TensorQuantizationConfig,
+                  Variable)
 from ..ir.executor.shapes import InputShapeError
 from .batches import BatchToInputs, graph_batches
 from .executor import QuantExecutor
@@ -72,13 +75,26 @@ class _Taps:
         for index, observer in self.inputs.get(op, ()):
             _observe(observer, inputs[index],
                      f'input {index} ({op.inputs[index].name!r}) of op {op.name!r}')
+            _record_dtype(op.inputs[index], inputs[index])
             self.observed.add(op.input_quant_config[index].dominated_by)
 
     def post_hook(self, op, inputs, outputs) -> None:
         for index, observer in self.outputs.get(op, ()):
             _observe(observer, outputs[index],
                      f'output {index} ({op.outputs[index].name!r}) of op {op.name!r}')
+            _record_dtype(op.outputs[index], outputs[index])
             self.observed.add(op.output_quant_config[index].dominated_by)
+
+
+def _record_dtype(var: Variable, tensor: torch.Tensor) -> None:
+    """Give ``var`` the dtype of the tensor observed for it when it has none recorded (a
+    graph quantized without ``prepare_graph``, from an ONNX model without value_info): the
+    QDQ export refuses a quantized tensor of another dtype than float32 (a model that casts
+    to half precision in its forward;
+    :func:`~razorlib.quantization.state.check_quantized_float32`) by its recorded dtype, and
+    would otherwise write a model no runtime loads."""
+    if var.dtype is None:
+        var.dtype = tensor.dtype
 
 
 def _observe(observer: Observer, tensor: torch.Tensor, what: str) -> None:

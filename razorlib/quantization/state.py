@@ -266,11 +266,16 @@ def check_quantized_float32(graph: BaseGraph, action: str) -> None:
     are float32.  The conservative dispatcher keeps ops after a Cast in FP32, but the
     ``aggressive`` and ``allin`` ones, or a ``dispatching_table``, quantize them, and the QDQ
     export then gives a float16 tensor a float32 scale: onnxruntime and TensorRT do not load
-    it.  Checked after dispatching (the dtypes are recorded, the quantized tensors known),
-    before calibration.
+    it.  Checked after dispatching (the dtypes are recorded, the quantized tensors known):
+    by ``quantize_torch_model`` and ``quantize_onnx_model`` right after ``quantize_graph``,
+    before calibration, and by ``export_qdq_onnx`` (``export_graph``'s ``QDQ_ONNX``) before
+    anything is written, for a graph quantized with ``quantize_graph`` and ``calibrate``
+    directly.  Not by ``quantize_graph`` itself: it would refuse after changing the
+    caller's graph.
 
     Args:
-        graph: a quantized graph, with its dtypes recorded (``prepare_graph``).
+        graph: a quantized graph, with its dtypes recorded (``prepare_graph``; or
+            ``calibrate``, for the tensors it observes that have none).
         action: what is refused, for the message (``'quantize_torch_model'``).
 
     Raises:

@@ -10,9 +10,11 @@ import torch
 import torch.nn as nn
 
 from razorlib.algorithms import QAT
-from razorlib.ir import Operation, from_torch, to_onnx
-from razorlib.quantization import (LSQGraph, QuantExecutor, export_graph, quantize_graph,
-                                   quantize_onnx_model, quantize_torch_model)
+from razorlib.ir import Operation, from_onnx, from_torch, to_onnx
+from razorlib.quantization import (LSQGraph, QuantExecutor, calibrate, export_graph,
+                                   prepare_graph, quantize_graph, quantize_onnx_model,
+                                   quantize_torch_model)
+from razorlib.quantization.export import export_qdq_onnx
 from ptq_helpers import STEPS, run_onnxruntime, worst_steps
 
 DTYPES = [torch.float16, torch.bfloat16, torch.float64]
@@ -185,3 +187,71 @@ def test_ops_on_a_tensor_cast_in_forward_left_in_float_export_what_the_executor_
     for x in images(2, seed=5):
         ours = QuantExecutor(graph)(x)
         assert worst_steps(graph, ours, run_onnxruntime(model, [x], optimized=False)) <= STEPS
+
+
+@pytest.mark.parametrize('dtype', [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize('platform', ['TRT_INT8', 'ORT_INT8'])
+@pytest.mark.parametrize('export', [export_qdq_onnx, export_graph])
+def test_the_graph_level_path_refuses_to_export_a_tensor_cast_in_forward(
+        dtype, platform, export, tmp_path):
+    """prepare_graph, quantize_graph(aggressive), calibrate: calibration and the executor
+    run, but the QDQ export wrote a file onnxruntime refused to load ("QuantizeLinear bound
+    to different types (tensor(float16) and tensor(float))"); it is refused, nothing written."""
+    x = images(1)[0]
+    graph = prepare_graph(from_torch(casting_net(dtype), x), x)
+    graph = calibrate(quantize_graph(graph, platform, 'aggressive'), images(2), progress=False)
+    assert graph.operations['node_relu'].platform.name == platform
+    assert QuantExecutor(graph)(x)[0].shape == (2, 4, 4, 4)  # calibrated, it runs
+    message = (f"export_qdq_onnx: graph 'main_graph' quantizes tensors of another dtype than "
+               f"float32 (op 'node_relu' (Relu) on '_to_copy' {dtype}, 'relu' {dtype}): the "
+               'model casts inside its forward, and QuantizeLinear takes its float32 scales '
+               'with float32 tensors only, so the QDQ model would not load; keep these ops in '
+               "floating point (dispatcher='conservative', or dispatching_table="
+               "{'node_relu': 'FP32'}) or cast to float32 before them")
+    with pytest.raises(TypeError, match=f'^{re.escape(message)}$'):
+        export(graph, tmp_path / 'net.onnx')
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_graph_level_path_refuses_before_calibration_is_asked_for(tmp_path):
+    """An uncalibrated graph is told about its dtypes first: calibrating it would not make
+    it exportable."""
+    x = images(1)[0]
+    graph = quantize_graph(prepare_graph(from_torch(casting_net(torch.float16), x), x),
+                           'TRT_INT8', 'aggressive')
+    with pytest.raises(TypeError, match='^export_qdq_onnx: .* quantizes tensors of another'):
+        export_qdq_onnx(graph, tmp_path / 'net.onnx')
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_graph_level_path_exports_a_tensor_cast_in_forward_kept_in_float(tmp_path):
+    """The refusal's advice on the graph-level path: the QDQ model loads and computes the
+    executor's output."""
+    x = images(1)[0]
+    graph = prepare_graph(from_torch(casting_net(torch.float16), x), x)
+    graph = calibrate(quantize_graph(graph, 'TRT_INT8', 'aggressive', {'node_relu': 'FP32'}),
+                      images(3), progress=False)
+    model = export_qdq_onnx(graph, tmp_path / 'net.onnx')
+    for x in images(2, seed=5):
+        ours = QuantExecutor(graph)(x)
+        assert worst_steps(graph, ours, run_onnxruntime(model, [x], optimized=False)) <= STEPS
+
+
+def test_calibration_records_the_dtypes_the_export_checks(tmp_path):
+    """An ONNX model without value_info quantized without prepare_graph has no dtypes
+    recorded: its export wrote a model onnxruntime refused.  Calibration records the dtypes
+    of the tensors it observes (only where none is), so the export refuses it."""
+    x = images(1)[0]
+    model = to_onnx(from_torch(casting_net(torch.float16), x))
+    del model.graph.value_info[:]
+    graph = quantize_graph(from_onnx(model), 'TRT_INT8', 'aggressive')
+    assert graph.variables['_to_copy'].dtype is None
+    calibrate(graph, images(2), progress=False)
+    assert [graph.variables[name].dtype for name in ('conv2d', '_to_copy', 'relu')] == [
+        torch.float32, torch.float16, torch.float16]
+    with pytest.raises(TypeError, match=re.escape(
+            "export_qdq_onnx: graph 'main_graph' quantizes tensors of another dtype than "
+            "float32 (op 'node_relu' (Relu) on '_to_copy' torch.float16, 'relu' "
+            'torch.float16)')):
+        export_qdq_onnx(graph, tmp_path / 'net.onnx')
+    assert list(tmp_path.iterdir()) == []

@@ -25,8 +25,8 @@ from ...ir import (BaseGraph, Operation, Opset, QuantizationProperty, RoundingPo
                    TensorQuantizationConfig, Variable, to_onnx)
 from ..executor import quantized_inputs
 from ..functional import quantize_integers
-from ..state import (check_calibrated, check_not_dequantized, quantable_operations,
-                     uncalibrated_configs)
+from ..state import (check_calibrated, check_not_dequantized, check_quantized_float32,
+                     quantable_operations, uncalibrated_configs)
 
 __all__ = ['MIN_QDQ_OPSET', 'check_half_to_even', 'check_quantized', 'export_qdq_onnx',
            'integer_dtype']
@@ -243,6 +243,13 @@ def export_qdq_onnx(graph: BaseGraph, path: Union[str, os.PathLike, None] = None
             uncalibrated (no Q/DQ pair could be written for them; call ``calibrate()``
             first), or operations are left dequantized (they would be written with no Q/DQ
             pair; the message names them).
+        TypeError: operations quantize a tensor of another dtype than float32 (a model
+            that casts to half precision inside its forward, quantized with the
+            ``aggressive`` or ``allin`` dispatcher or a ``dispatching_table``;
+            :func:`~razorlib.quantization.state.check_quantized_float32`): its float16
+            QuantizeLinear would take a float32 scale, and no runtime would load the model.
+            ``quantize_torch_model`` refuses such a graph before calibration; a graph from
+            ``quantize_graph`` and ``calibrate`` is refused here, before anything is written.
 
     Example:
         >>> from razorlib.ir import BaseGraph
@@ -262,6 +269,8 @@ def export_qdq_onnx(graph: BaseGraph, path: Union[str, os.PathLike, None] = None
         ['QuantizeLinear', 'DequantizeLinear', 'DequantizeLinear', 'Gemm', 'QuantizeLinear',
          'DequantizeLinear']
     """
+    # first: calibrating the graph would not make it exportable
+    check_quantized_float32(graph, 'export_qdq_onnx')
     check_calibrated(graph, 'export_qdq_onnx', error=True)
     check_not_dequantized(graph, 'export_qdq_onnx')  # before: it names what to restore
     check_quantized(graph, 'export_qdq_onnx')
