@@ -29,8 +29,9 @@ from torch.utils.weak import WeakIdKeyDictionary
 from ..layers import (IN_MASK, OUT_MASK, KindTable, LayerKind, LayerKindsArg, as_table,
                       kept_param_size, kept_widths, param_mask_name)
 from ..tracing.forward import call_model, default_example_inputs, shadow_tensors, shadowed
-from .kept_rows import (BROADCASTS, OTHER_MOVES, PERMUTES, RESHAPES, SHUFFLES, SPLITS, Rows,
-                        indexed_rows, permuted_rows, reshaped_rows, shuffled_rows, split_rows)
+from .kept_rows import (BROADCASTS, JOINS, OTHER_MOVES, PERMUTES, RESHAPES, SHUFFLES, SPLITS,
+                        Rows, first_operand, indexed_rows, joined_rows, permuted_rows,
+                        reshaped_rows, shuffled_rows, split_rows)
 from .modes import evaluating
 
 __all__ = ['Complexity', 'count_params', 'get_model_complexity', 'human']
@@ -295,8 +296,9 @@ class _FunctionCounter(TorchFunctionMode):
 
     It also follows the channels a masked layer's out mask cuts (:data:`Rows`) from the
     layer's output through views, permutes, channel shuffles, broadcasts, indexing by
-    ints and slices, splits (``chunk``, ``split``, ``unbind``: each piece its slice),
-    products (each index of the output keeps its operands') and ops that keep the shape,
+    ints and slices, splits (``chunk``, ``split``, ``unbind``, ``hsplit``: each piece its
+    slice), joins (``cat``, ``stack``: the pieces' keeps end to end), products (each
+    index of the output keeps its operands') and ops that keep the shape,
     so that a layer whose input holds them on dims its own masks do not cover (its rows)
     counts only the rows the slim model has (:meth:`kept_share`), and a product of
     activations only the entries it has (:meth:`_kept_macs`: attention over pruned
@@ -407,8 +409,9 @@ class _FunctionCounter(TorchFunctionMode):
             self._add('<attention>', 2 * q.numel() * k.shape[0])
         if self.rows and isinstance(out, torch.Tensor):
             self._carry_rows(func, args, kwargs, out, indexed)
-        elif self.rows and func in SPLITS and args and args[0] in self.rows:
-            for piece, rows in zip(out, split_rows(func, args, kwargs, self.rows[args[0]], out)):
+        elif self.rows and func in SPLITS and \
+                isinstance(x := first_operand(args, kwargs), torch.Tensor) and x in self.rows:
+            for piece, rows in zip(out, split_rows(func, args, kwargs, self.rows[x], out)):
                 if rows:
                     self.rows[piece] = rows
         return out
@@ -447,9 +450,9 @@ class _FunctionCounter(TorchFunctionMode):
                     indexed: Optional[Tuple[str, Sequence[torch.Tensor]]] = None) -> None:
         """Give ``out`` the :data:`Rows` of ``args[0]`` through a view, permute, broadcast or
         index by ints and slices, of its operands' indices that a product (``indexed``: its
-        einsum equation and operands) keeps, or of an operand of its shape through any
-        other op but a weight layer or another move of dims (whose output dims are not its
-        operands')."""
+        einsum equation and operands) keeps, of the tensors a cat or stack joins, or of an
+        operand of its shape through any other op but a weight layer or another move of
+        dims (whose output dims are not its operands')."""
         x = args[0] if args and isinstance(args[0], torch.Tensor) else None
         rows = self.rows.get(x) if x is not None else None
         if indexed is not None:
@@ -467,6 +470,9 @@ class _FunctionCounter(TorchFunctionMode):
             found = rows and permuted_rows(func, args, kwargs, rows, x.dim())
         elif func in SHUFFLES:
             found = rows and shuffled_rows(args, kwargs, rows)
+        elif func in JOINS:
+            found = joined_rows(func, args, kwargs,
+                                [self.rows.get(t, {}) for t in first_operand(args, kwargs)], out)
         elif func in self.unfollowed:
             found = None
         else:

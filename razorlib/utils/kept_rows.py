@@ -5,8 +5,8 @@ entries.  A layer or product that reads them on a dim its own masks do not cover
 over each attention head, a product over pruned heads) computes over entries the slim
 model does not have, so the FLOPs counter (:mod:`razorlib.utils.complexity`) follows
 each cut from the layer's output through views, permutes, channel shuffles, broadcasts,
-indexing and splits (:data:`Rows`, one keep-mask per dim) to scale those counts to the kept
-share.
+indexing, splits and joins (:data:`Rows`, one keep-mask per dim) to scale those counts to
+the kept share.
 """
 import functools
 from typing import Any, Dict, List, Sequence
@@ -16,9 +16,9 @@ import torch
 
 from ..tracing.shape_rules import reshape_groups
 
-__all__ = ['BROADCASTS', 'OTHER_MOVES', 'PERMUTES', 'RESHAPES', 'SHUFFLES', 'SPLITS', 'UNBINDS',
-           'Rows', 'indexed_rows', 'permuted_rows', 'reshaped_rows', 'shuffled_rows',
-           'split_rows']
+__all__ = ['BROADCASTS', 'JOINS', 'OTHER_MOVES', 'PERMUTES', 'RESHAPES', 'SHUFFLES', 'SPLITS',
+           'UNBINDS', 'Rows', 'first_operand', 'indexed_rows', 'joined_rows', 'permuted_rows',
+           'reshaped_rows', 'shuffled_rows', 'split_rows']
 
 
 #: ``{dim: keep}`` of a tensor: along ``dim``, the entries of a masked layer's channels,
@@ -41,12 +41,28 @@ SHUFFLES = frozenset((torch.channel_shuffle, torch.native_channel_shuffle))
 #: Calls that broadcast their operand to more (leading) dims or along its size-1 dims.
 BROADCASTS = frozenset((torch.Tensor.expand, torch.Tensor.expand_as, torch.broadcast_to,
                         torch.Tensor.broadcast_to))
+#: Splits and joins whose name sets their dim, NumPy's: ``hsplit`` / ``hstack`` the
+#: columns (dim 1; dim 0 of a 1-D tensor), ``vsplit`` / ``vstack`` the rows (dim 0),
+#: ``dsplit`` / ``dstack`` the depth (dim 2).  Each takes ``min(dim, ndim - 1)`` of a
+#: tensor of ``ndim`` dims (a split's operand, a join's output).
+_NAMED_DIMS = {**dict.fromkeys((torch.hsplit, torch.Tensor.hsplit, torch.hstack), 1),
+               **dict.fromkeys((torch.vsplit, torch.Tensor.vsplit, torch.vstack,
+                                torch.row_stack), 0),
+               **dict.fromkeys((torch.dsplit, torch.Tensor.dsplit, torch.dstack), 2)}
 #: Calls that cut their operand into a tuple of consecutive pieces along ``dim``: their
-#: second argument for those whose pieces drop it (unbinds), else their third.
+#: second argument for those whose pieces drop it (unbinds), else their third, or the one
+#: their name says (:data:`_NAMED_DIMS`).
 UNBINDS = frozenset((torch.unbind, torch.Tensor.unbind))
 SPLITS = UNBINDS | frozenset((torch.chunk, torch.Tensor.chunk, torch.split, torch.Tensor.split,
                               torch.split_with_sizes, torch.Tensor.split_with_sizes,
-                              torch.tensor_split, torch.Tensor.tensor_split))
+                              torch.tensor_split, torch.Tensor.tensor_split, torch.hsplit,
+                              torch.Tensor.hsplit, torch.vsplit, torch.Tensor.vsplit,
+                              torch.dsplit, torch.Tensor.dsplit))
+#: Calls that join a sequence of tensors along ``dim`` (their second argument, or the one
+#: their name says): end to end (cats), or each as one index of a new dim (stacks).
+_STACKS = frozenset((torch.stack, ))
+JOINS = _STACKS | frozenset((torch.cat, torch.concat, torch.concatenate, torch.hstack,
+                             torch.vstack, torch.row_stack, torch.dstack))
 OTHER_MOVES = frozenset((torch.t, torch.Tensor.t, torch.movedim, torch.Tensor.movedim,
                          torch.swapaxes, torch.Tensor.swapaxes, torch.swapdims,
                          torch.Tensor.swapdims, torch.Tensor.T.__get__,
@@ -144,13 +160,32 @@ def shuffled_rows(args: tuple, kwargs: Dict[str, Any], rows: Rows) -> Rows:
     return {**rows, 1: rows[1].reshape(groups, -1).T.flatten()}
 
 
+def first_operand(args: tuple, kwargs: Dict[str, Any]) -> Any:
+    """What a split or join works on: its first argument, or the keyword that names it
+    when the call names every argument (``torch.chunk(input=x, chunks=2, dim=1)``,
+    ``torch.cat(tensors=[a, b], dim=1)``, which reach the counter with no positional
+    argument at all); None where there is neither."""
+    return args[0] if args else kwargs.get('input', kwargs.get('tensors'))
+
+
+def _call_dim(func, args: tuple, kwargs: Dict[str, Any], at: int, ndim: int) -> int:
+    """The dim a split or join of a tensor of ``ndim`` dims works along: the one its name
+    says (:data:`_NAMED_DIMS`), else its argument ``at`` or its keyword ``dim`` (``axis``
+    for NumPy's spelling, ``torch.concatenate(..., axis=1)``), 0 by default."""
+    if func in _NAMED_DIMS:
+        return min(_NAMED_DIMS[func], ndim - 1)
+    dim = args[at] if len(args) > at else kwargs.get('dim', kwargs.get('axis', 0))
+    return dim % ndim
+
+
 def split_rows(func, args: tuple, kwargs: Dict[str, Any], rows: Rows,
                pieces: Sequence[torch.Tensor]) -> List[Rows]:
-    """``rows`` of ``args[0]`` in each of the ``pieces`` a split, chunk or unbind cuts it
-    into (ShuffleNet V2's ``x.chunk(2, dim=1)``, timm's ``qkv.unbind(0)``): a piece takes
-    its slice of the keep of the dim cut and the other dims' keeps; an unbind's pieces
-    lose the dim.  Pieces that are no consecutive slices of the dim (``tensor_split`` at
-    indices out of order, whose sizes add up to more than the dim's) get none.
+    """``rows`` of the operand (:func:`first_operand`) in each of the ``pieces`` a split,
+    chunk or unbind cuts it into (ShuffleNet V2's ``x.chunk(2, dim=1)``, timm's
+    ``qkv.unbind(0)``, ``x.hsplit(2)``): a piece takes its slice of the keep of the dim cut
+    and the other dims' keeps; an unbind's pieces lose the dim.  Pieces that are no
+    consecutive slices of the dim (``tensor_split`` at indices out of order, whose sizes
+    add up to more than the dim's) get none.
 
     Example:
         >>> keep = {1: np.array([True, False, True, True])}
@@ -161,9 +196,8 @@ def split_rows(func, args: tuple, kwargs: Dict[str, Any], rows: Rows,
         >>> [r[0].tolist() for r in split_rows(torch.unbind, (x, ), {}, keep, x.unbind())]
         [[True, False, True, True], [True, False, True, True]]
     """
-    x, unbind = args[0], func in UNBINDS
-    at = 1 if unbind else 2
-    dim = (args[at] if len(args) > at else kwargs.get('dim', 0)) % x.dim()
+    x, unbind = first_operand(args, kwargs), func in UNBINDS
+    dim = _call_dim(func, args, kwargs, 1 if unbind else 2, x.dim())
     sizes = [1 if unbind else piece.shape[dim] for piece in pieces]
     if sum(sizes) != x.shape[dim]:
         return [{} for _ in pieces]
@@ -175,3 +209,36 @@ def split_rows(func, args: tuple, kwargs: Dict[str, Any], rows: Rows,
             piece[dim] = keep[stop - size:stop]
         out.append(piece)
     return out
+
+
+def joined_rows(func, args: tuple, kwargs: Dict[str, Any], rows: Sequence[Rows],
+                out: torch.Tensor) -> Rows:
+    """``rows`` of each tensor (:func:`first_operand`) a cat or stack joins into ``out``, as
+    a slim model joins its pieces' kept entries: along a cat's dim the pieces' keeps end
+    to end, each piece without one keeping all of its width (DenseNet's and ShuffleNet
+    V2's ``torch.cat([x1, x2], 1)``); a stack's new dim cuts nothing.  Another dim takes
+    the keep of the first piece that has one: the slim pieces of a join have one width
+    there, so one piece's cut is the others' (a class token expanded beside masked
+    patches, whose bare parameter's keep is not followed).  Pieces that ``vstack`` /
+    ``dstack`` give more dims first (and ``cat``'s legacy empty 1-D tensors) get none.
+
+    Example:
+        >>> a, b = torch.zeros(2, 4), torch.zeros(2, 2)
+        >>> rows = joined_rows(torch.cat, ([a, b], 1), {}, [{1: np.array([1, 0, 1, 0], bool)},
+        ...                                                  {}], torch.cat([a, b], 1))
+        >>> rows[1].tolist()
+        [True, False, True, False, True, True]
+    """
+    tensors, stack = first_operand(args, kwargs), func in _STACKS
+    dim = _call_dim(func, args, kwargs, 1, out.dim())
+    if any(t.dim() != out.dim() - stack for t in tensors):
+        return {}
+    found: Rows = {}
+    for piece in rows:
+        for d, keep in piece.items():
+            if stack or d != dim:
+                found.setdefault(d + (stack and d >= dim), keep)
+    if not stack and any(dim in piece for piece in rows):
+        found[dim] = np.concatenate([piece.get(dim, np.ones(t.shape[dim], dtype=bool))
+                                     for t, piece in zip(tensors, rows)])
+    return found

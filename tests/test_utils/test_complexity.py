@@ -13,7 +13,7 @@ import razorlib
 from razorlib.pruning import L1NormPruner
 from razorlib.utils import count_params, get_model_complexity
 from razorlib.utils.complexity import einsum_macs
-from razorlib.utils.kept_rows import split_rows
+from razorlib.utils.kept_rows import joined_rows, split_rows
 from zoo import ZOO
 
 
@@ -690,7 +690,9 @@ class UnequalSplitHeads(nn.Module):
 
 class TokenSplitHeads(nn.Module):
     """Linear as heads of 6 -> the tokens split unequally (``how``: sizes as a list with
-    a negative dim, as an int, or ``tensor_split`` at an index) -> a per-head norm of each
+    a negative dim, as an int, ``tensor_split`` at an index, ``tensor_split`` / ``chunk`` /
+    ``unbind`` with every argument named, or ``hsplit`` / ``vsplit`` / ``dsplit``, whose
+    names say the dim, on a layout with the tokens there) -> a per-head norm of each
     piece -> concat -> Linear: the dim cut holds no channels, the heads ride along."""
 
     def __init__(self, how):
@@ -705,8 +707,20 @@ class TokenSplitHeads(nn.Module):
             parts = y.split([1, 2], dim=-3)
         elif self.how == 'int':
             parts = torch.split(y, 2, 1)
-        else:
+        elif self.how == 'tensor_split':
             parts = torch.tensor_split(y, [1], dim=1)
+        elif self.how == 'tensor_split_keywords':
+            parts = torch.tensor_split(input=y, indices=[1], dim=1)
+        elif self.how == 'chunk_keywords':
+            parts = torch.chunk(input=y, chunks=2, dim=1)
+        elif self.how == 'unbind_keywords':
+            parts = [p.unsqueeze(1) for p in torch.unbind(input=y, dim=1)]
+        elif self.how == 'hsplit':  # dim 1
+            parts = torch.hsplit(y, [1])
+        elif self.how == 'vsplit':  # dim 0
+            parts = [p.transpose(0, 1) for p in y.transpose(0, 1).vsplit([1])]
+        else:  # dsplit: dim 2
+            parts = [p.transpose(1, 2) for p in torch.dsplit(y.transpose(1, 2), [1])]
         return self.b(torch.cat([self.norm(p) for p in parts], 1).reshape(b, n, -1))
 
 
@@ -741,19 +755,23 @@ class UnboundQKV(nn.Module):
                                     '<attention>': 0}),
     *[(functools.partial(TokenSplitHeads, how), (2, 3, 8),
        {'a': 576, 'norm': 2 * 3 * 2 * 6, 'b': 576, '<attention>': 0})
-      for how in ('list', 'int', 'tensor_split')],
+      for how in ('list', 'int', 'tensor_split', 'tensor_split_keywords', 'chunk_keywords',
+                  'unbind_keywords', 'hsplit', 'vsplit', 'dsplit')],
     *[(functools.partial(UnboundQKV, how), (2, 3, 16),
        {'qkv': 2304, 'q_norm': 2 * 2 * 3 * 4, 'k_norm': 2 * 2 * 3 * 4, 'o': 768,
         '<attention>': 288})
       for how in ('unbind', 'negative', 'iterate')],
 ], ids=['chunk', 'unequal_split', 'tokens_list', 'tokens_int', 'tokens_tensor_split',
-        'unbind', 'unbind_negative', 'iterate'])
+        'tokens_tensor_split_keywords', 'tokens_chunk_keywords', 'tokens_unbind_keywords',
+        'tokens_hsplit', 'tokens_vsplit', 'tokens_dsplit', 'unbind', 'unbind_negative',
+        'iterate'])
 def test_rows_split_into_pieces_count_what_the_slim_model_has(model, x, counts):
     """The pieces of a split, chunk or unbind carry their slices of the kept rows (or the
     kept heads of the dims not cut): the norms and attention over them count the slim
     model's half, where the pieces carried none and they counted every row (ShuffleNet
     V2's chunk 288 against 144, timm's ``q_norm`` 96 against 48, attention 576 against
-    288)."""
+    288; the token pieces' norm 144 against 72 where the split named its input
+    (``torch.chunk(input=y, ...)``) or was an ``hsplit`` / ``vsplit`` / ``dsplit``)."""
     torch.manual_seed(0)
     model, x = model().eval(), torch.randn(*x)
     slim = _pruned_in_half(model, x)
@@ -765,8 +783,9 @@ def test_rows_split_into_pieces_count_what_the_slim_model_has(model, x, counts):
 
 def test_split_rows_slice_the_keep_of_the_dim_cut_and_move_the_others():
     """A chunk and a split by an int or sizes slice the cut dim's keep (a negative dim
-    too); an unbind drops it and moves the dims after it down; ``tensor_split`` at
-    indices out of order (overlapping pieces) follows nothing."""
+    too, its input named too); ``hsplit`` / ``vsplit`` / ``dsplit`` cut dims 1, 0 and 2;
+    an unbind drops it and moves the dims after it down; ``tensor_split`` at indices out
+    of order (overlapping pieces) follows nothing."""
     x = torch.zeros(2, 6, 4)
     rows = {1: np.array([True, False, True, True, False, False]),
             2: np.array([True, True, False, True])}
@@ -784,3 +803,94 @@ def test_split_rows_slice_the_keep_of_the_dim_cut_and_move_the_others():
     assert pieces(torch.unbind, 1) == [{1: heads}] * 6
     assert pieces(torch.Tensor.unbind, 0) == [{0: rows[1].tolist(), 1: heads}] * 2
     assert pieces(torch.tensor_split, [4, 2], 1) == [{}, {}, {}]
+    named = {'input': x, 'chunks': 2, 'dim': 1}
+    assert [{d: keep.tolist() for d, keep in r.items()}
+            for r in split_rows(torch.chunk, (), named, rows, torch.chunk(**named))] == \
+        pieces(torch.hsplit, 2) == pieces(torch.Tensor.chunk, 2, 1)
+    assert pieces(torch.Tensor.dsplit, [1]) == \
+        [{1: rows[1].tolist()}, {1: rows[1].tolist(), 2: [True, False, True]}]
+    assert pieces(torch.vsplit, 2) == [{1: rows[1].tolist(), 2: heads}] * 2
+
+
+class JoinedHeads(nn.Module):
+    """Linear as heads of 6, ``(B, N, 4, 6)`` -> joined by ``how`` -> a per-head norm ->
+    Linear: its halves of heads swapped by a cat of the heads dim (``cat``, ``concat``,
+    ``concatenate`` with NumPy's ``axis``, every argument named), or the heads riding
+    along a join of the tokens with a copy (``cat``, ``hstack``), of the batch
+    (``vstack``), of a new dim (``stack``, by name at dim 1) or of the tokens of a
+    ``(B, 4, N, 6)`` layout (``dstack``), the copy dropped after the norm."""
+
+    def __init__(self, how):
+        super().__init__()
+        self.how = how
+        self.a, self.norm, self.b = nn.Linear(8, 24), nn.RMSNorm(6), nn.Linear(24, 8)
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        y = self.a(x).view(b, n, -1, 6)
+        first, second = y.chunk(2, 2)
+        if self.how == 'cat':
+            z = self.norm(torch.cat([second, first], 2))
+        elif self.how == 'concat':
+            z = self.norm(torch.concat((second, first), dim=2))
+        elif self.how == 'concatenate':
+            z = self.norm(torch.concatenate([second, first], axis=-2))
+        elif self.how == 'cat_keywords':
+            z = self.norm(torch.cat(tensors=[second, first], dim=2))
+        elif self.how == 'cat_tokens':
+            z = self.norm(torch.cat([y, 2 * y], 1))[:, :n]
+        elif self.how == 'hstack':
+            z = self.norm(torch.hstack([y, 2 * y]))[:, :n]
+        elif self.how == 'vstack':
+            z = self.norm(torch.vstack([y, 2 * y]))[:b]
+        elif self.how == 'dstack':
+            t = y.transpose(1, 2)
+            z = self.norm(torch.dstack([t, 2 * t]))[:, :, :n].transpose(1, 2)
+        elif self.how == 'stack':
+            z = self.norm(torch.stack([y, 2 * y]))[0]
+        else:  # stack_keywords
+            z = self.norm(torch.stack(tensors=[y, 2 * y], dim=1))[:, 0]
+        return self.b(z.flatten(2))
+
+
+@pytest.mark.parametrize('how,norm', [
+    *[(how, 2 * 3 * 2 * 6) for how in ('cat', 'concat', 'concatenate', 'cat_keywords')],
+    *[(how, 2 * 2 * 3 * 2 * 6) for how in ('cat_tokens', 'hstack', 'vstack', 'dstack', 'stack',
+                                           'stack_keywords')],
+])
+def test_rows_joined_by_a_cat_or_stack_count_what_the_slim_model_has(how, norm):
+    """A cat's output carries its pieces' kept rows end to end along the dim joined, and
+    a join of another dim (a stack's new one too) the heads its pieces keep: the norm
+    after it counts the slim model's half, where the join carried none and the norm
+    counted every head (144 against 72 over the swapped heads, 288 against 144 over the
+    doubled tokens)."""
+    torch.manual_seed(0)
+    model, x = JoinedHeads(how).eval(), torch.randn(2, 3, 8)
+    slim = _pruned_in_half(model, x)
+    masked, sliced = {}, {}
+    assert get_model_complexity(model, x, per_module=masked).flops == \
+        get_model_complexity(slim, x, per_module=sliced).flops
+    assert masked == sliced == {'a': 576, 'norm': norm, 'b': 576}
+
+
+def test_joined_rows_lay_the_pieces_keeps_end_to_end():
+    """Along a cat's dim the keeps lie end to end at each piece's offset, a piece without
+    one kept whole; another dim takes the keep of a piece that has one; a stack moves the
+    dims from its new one up; pieces that ``vstack`` gives a dim first follow nothing."""
+    a, b = torch.zeros(2, 4, 3), torch.zeros(2, 2, 3)
+    heads, cut = np.array([True, False, True]), np.array([False, True, True, False])
+
+    def joined(func, tensors, rows, *args, **kwargs):
+        found = joined_rows(func, (tensors, ) + args, kwargs, rows, func(tensors, *args, **kwargs))
+        return {d: keep.tolist() for d, keep in found.items()}
+
+    assert joined(torch.cat, [b, a], [{2: heads}, {1: cut}], 1) == \
+        joined(torch.concatenate, [b, a], [{}, {1: cut, 2: heads}], axis=-2) == \
+        {1: [True, True, False, True, True, False], 2: heads.tolist()}
+    assert joined_rows(torch.cat, (), {'tensors': [a, b], 'dim': 1}, [{1: cut}, {}],
+                       torch.cat([a, b], 1))[1].tolist() == cut.tolist() + [True, True]
+    assert joined(torch.hstack, [a, a], [{1: cut}, {}]) == {1: cut.tolist() + [True] * 4}
+    assert joined(torch.stack, [a, a], [{1: cut}, {1: cut, 2: heads}], 1) == \
+        {2: cut.tolist(), 3: heads.tolist()}
+    assert joined(torch.cat, [a, a], [{}, {}], 0) == {}
+    assert joined(torch.vstack, [a[0, 0], a[0, 0]], [{0: heads}, {}]) == {}
