@@ -8,6 +8,7 @@ import torch
 import torch.nn as nn
 
 from ..tracing.forward import call_on_batch
+from .caller import warn_at_caller
 
 
 _STATS = ('running_mean', 'running_var', 'num_batches_tracked')
@@ -135,6 +136,16 @@ def averaging_running_stats(norms: Iterable[nn.Module]) -> Iterator[None]:
             bn.momentum = momentum
 
 
+def _as_reset(bn: nn.Module) -> bool:
+    """Whether ``bn``'s running statistics are still those ``reset_running_stats`` left
+    (no batch counted, mean 0, variance 1): no call reached it.  The mean and variance
+    are looked at too, since a norm run as ``F.batch_norm`` on its buffers updates them
+    without counting the batch."""
+    tracked = getattr(bn, 'num_batches_tracked', None)
+    return ((tracked is None or int(tracked) == 0) and not bn.running_mean.any()
+            and bool((bn.running_var == 1).all()))
+
+
 def reestimate_bn_stats(model: nn.Module, batches: Iterable[Any],
                         max_batches: Optional[int] = None) -> int:
     """Recompute every batch norm's running mean and variance from ``batches``.
@@ -147,7 +158,9 @@ def reestimate_bn_stats(model: nn.Module, batches: Iterable[Any],
     ``DataLoader``'s ``drop_last=False``) counts as its samples do, not as a full batch,
     and batches of one size weigh alike (PyTorch's ``momentum=None`` average).  Every
     other module stays in eval mode (no dropout) and the model's modes and the norms'
-    momenta are put back.
+    momenta are put back.  A norm no batch reaches (a branch the model takes in train mode
+    only, as an auxiliary head) keeps the statistics it had, with a warning naming it:
+    reset and never run, it would normalise with a mean of 0 and a variance of 1.
 
     Args:
         model: the model whose ``_BatchNorm`` layers (with running statistics) are
@@ -207,6 +220,7 @@ def reestimate_bn_stats(model: nn.Module, batches: Iterable[Any],
         if max_batches != 0:
             raise ValueError('re-estimating batch norms: no batch to run; the statistics are '
                              'left as they were')
+        return 0
     bad = [name or '<model>' for name, bn, _ in saved
            if not (torch.isfinite(bn.running_mean).all() and torch.isfinite(bn.running_var).all())]
     if bad:
@@ -215,4 +229,13 @@ def reestimate_bn_stats(model: nn.Module, batches: Iterable[Any],
                          f'in {", ".join(bad[:3])}{" and others" if len(bad) > 3 else ""}: '
                          'the batches hold NaN or infinite values; the statistics are left as '
                          'they were')
+    unrun = [entry for entry in saved if _as_reset(entry[1])]
+    if unrun:  # reset and never run: its old statistics beat a mean of 0 and variance of 1
+        _restore(unrun)
+        names = [name or '<model>' for name, _, _ in unrun]
+        warn_at_caller(f're-estimating batch norms: {", ".join(names[:3])}'
+                       f'{" and others" if len(names) > 3 else ""} ran on none of the '
+                       f'{count} batch(es) (a branch the model takes in train mode only, or '
+                       'not on these inputs): their running statistics are left as they were, '
+                       'not re-estimated', UserWarning)
     return count
