@@ -5,7 +5,7 @@ import difflib
 import math
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
+from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Sequence, Union
 
 import torch
 import torch.nn as nn
@@ -100,6 +100,21 @@ def connector_for(student: torch.Tensor, teacher: torch.Tensor) -> nn.Module:
     if conv is None:
         raise ValueError(f'no connector for {student.dim()}-D features')
     return conv(student.shape[1], teacher.shape[1], kernel_size=1, bias=False)
+
+
+class _Forwards(NamedTuple):
+    """What one forward of the student and the teacher gives
+    :meth:`SingleTeacherDistill.loss` (``SingleTeacherDistill._features``)."""
+    #: the outputs of the student's modules ``features`` names, in their order
+    student_features: List[Any]
+    #: the outputs of the teacher's modules ``features`` names, in their order
+    teacher_features: List[Any]
+    #: the student's logits: its head's output
+    student_logits: torch.Tensor
+    #: the teacher's logits, without gradient
+    teacher_logits: torch.Tensor
+    #: the student's own losses (its ``'loss'`` forward's dict); None where it was not run
+    own_losses: Optional[Dict[str, torch.Tensor]]
 
 
 @MODELS.register_module()
@@ -210,11 +225,12 @@ class SingleTeacherDistill(BaseModel):
         if not self.features:
             return []
         x = random_batch(self.architecture, self.input_shape, batch_size=2)
-        student, teacher, _, _, _ = self._features(x, no_grad=True)
-        return [connector_for(s, t) for s, t in zip(student, teacher)]
+        outputs = self._features(x, no_grad=True)
+        return [connector_for(s, t)
+                for s, t in zip(outputs.student_features, outputs.teacher_features)]
 
     def _features(self, inputs: torch.Tensor, data_samples: Optional[list] = None,
-                  no_grad: bool = False) -> tuple:
+                  no_grad: bool = False) -> _Forwards:
         """The student's and the teacher's features and logits, and the student's own
         losses: given ``data_samples``, the student runs its ``'loss'`` forward, its
         logits recorded from its head (else its logits forward, and no losses)."""
@@ -237,8 +253,9 @@ class SingleTeacherDistill(BaseModel):
                                          'did not call its head, whose output are the '
                                          'logits to distil')
                     logits_s = out_s['head']
-        return (_called_outputs(out_s, names_s, 'student'),
-                _called_outputs(out_t, names_t, 'teacher'), logits_s, logits_t, own_losses)
+        return _Forwards(_called_outputs(out_s, names_s, 'student'),
+                         _called_outputs(out_t, names_t, 'teacher'), logits_s, logits_t,
+                         own_losses)
 
     def train(self, mode: bool = True) -> 'SingleTeacherDistill':
         """Set the student's mode; the teacher stays in eval mode."""
@@ -258,17 +275,18 @@ class SingleTeacherDistill(BaseModel):
         if self.label_weight and not data_samples:
             raise ValueError('SingleTeacherDistill: label_weight > 0 needs data samples with '
                              'labels')
-        own_loss = self.label_weight > 0 and _head_has_loss(self.architecture)
-        feats_s, feats_t, logits_s, logits_t, own_losses = self._features(
-            inputs, data_samples if own_loss else None)
+        own_loss = self.label_weight > 0 and head_has_loss(self.architecture)
+        out = self._features(inputs, data_samples if own_loss else None)
         losses = {}
         if own_loss:
-            losses['loss_label'] = self.label_weight * self.parse_losses(own_losses)[0]
+            losses['loss_label'] = self.label_weight * self.parse_losses(out.own_losses)[0]
         elif self.label_weight:
-            losses['loss_label'] = self.label_weight * _cross_entropy(logits_s, data_samples)
-        losses['loss_kd'] = self.kd_weight * kd_loss(logits_s, logits_t, self.temperature)
-        for i, (feature, connector, s, t) in enumerate(zip(self.features, self.connectors,
-                                                           feats_s, feats_t)):
+            losses['loss_label'] = self.label_weight * cross_entropy_of(
+                out.student_logits, data_samples, "SingleTeacherDistill: the student's")
+        losses['loss_kd'] = self.kd_weight * kd_loss(out.student_logits, out.teacher_logits,
+                                                     self.temperature)
+        for i, (feature, connector, s, t) in enumerate(zip(
+                self.features, self.connectors, out.student_features, out.teacher_features)):
             losses[f'loss_feat_{i}'] = feature['weight'] * F.mse_loss(connector(s), t)
         return losses
 
@@ -288,22 +306,69 @@ class SingleTeacherDistill(BaseModel):
         return copy.deepcopy(self.architecture)
 
 
-def _head_has_loss(student: nn.Module) -> bool:
-    """Whether the student's head has a loss of its own (razorlib's ``LinearClsHead`` its
+def head_has_loss(model: nn.Module) -> bool:
+    """Whether ``model``'s head has a loss of its own (razorlib's ``LinearClsHead`` its
     ``loss_fn``, mmpretrain's heads their ``loss_module``: label smoothing, class
-    weights, mixed soft labels), which its ``'loss'`` forward computes."""
-    return callable(getattr(getattr(student, 'head', None), 'loss', None))
+    weights, mixed soft labels), which its ``'loss'`` forward computes: the label loss of
+    distillation's student and of QAT's fake-quantized model."""
+    return callable(getattr(getattr(model, 'head', None), 'loss', None))
 
 
-def _cross_entropy(logits: torch.Tensor, data_samples: list) -> torch.Tensor:
+def cross_entropy_of(logits: torch.Tensor, data_samples: list, whose: str) -> torch.Tensor:
     """The cross-entropy of ``logits`` against the samples' ``gt_label``: the label loss
-    of a student whose head has no loss of its own."""
+    of a model whose head has no loss of its own; ``whose`` (``"QAT: the
+    architecture's"``) names it in the error.
+
+    Raises:
+        ValueError: the data samples have no ``gt_label``.
+    """
     if getattr(data_samples[0], 'gt_label', None) is None:
-        raise ValueError("SingleTeacherDistill: the student's head has no loss of its own, so "
-                         'the label loss is the cross-entropy against gt_label, which the data '
-                         'samples lack')
+        raise ValueError(f'{whose} head has no loss of its own, so the label loss is the '
+                         'cross-entropy against gt_label, which the data samples lack')
     return F.cross_entropy(logits, torch.cat([s.gt_label for s in data_samples])
                            .to(logits.device))
+
+
+def head_loss_on(head: nn.Module, logits: torch.Tensor, data_samples: list,
+                 where: str) -> Dict[str, torch.Tensor]:
+    """The losses ``head.loss(feats, data_samples)`` computes (its loss as configured:
+    label smoothing, class weights, mixed soft labels) with ``logits`` as the head's
+    output: the model's own label loss on logits that another forward computed, QAT's
+    fake-quantized graph, which runs the whole model (the head's layers too) itself.
+
+    The head's ``forward`` answers ``logits`` for the call, so pass a head of one's own
+    (a copy): a forward hook could only replace the output after the head's layers ran
+    on the features, which that forward has not.
+
+    Raises:
+        ValueError: the head's ``loss`` returned without calling its forward, so it did
+            not take ``logits``; ``where`` names the caller.  What it raises itself
+            passes through (a data sample without labels...), with a note where it had
+            not called its forward yet (a loss running the head's layers on the logits
+            given as features fails so, with a bare shape error).
+    """
+    calls = []
+
+    def forward(*args: Any, **kwargs: Any) -> torch.Tensor:
+        calls.append(True)
+        return logits
+
+    name = f'{type(head).__name__}.loss'
+    head.forward = forward
+    try:
+        losses = head.loss(logits, data_samples)
+    except Exception as err:
+        if not calls:
+            err.add_note(f'{where}: raised in the head {name} before it called its forward; '
+                         'it is given the logits in place of its features, which only its '
+                         'forward answers with them')
+        raise
+    finally:
+        del head.forward  # the class's forward again
+    if not calls:
+        raise ValueError(f'{where}: the head {name} did not call its forward, so its loss '
+                         'cannot be taken on the logits given to it')
+    return losses
 
 
 def _weight(value: object, name: str) -> float:

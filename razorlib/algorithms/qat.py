@@ -32,8 +32,7 @@ from ..models.data_sample import ClsDataSample
 from ..quantization import LSQGraph, PTQSettings, export_graph, quantize_torch_model
 from ..registry import HOOKS, MODELS
 from .building import ModuleOrCfg, build_architecture, preprocessor_of
-from .distill import kd_loss
-from .pruning_base import labels_of
+from .distill import cross_entropy_of, head_has_loss, head_loss_on, kd_loss
 
 logger = logging.getLogger(__name__)
 
@@ -100,7 +99,8 @@ kd_weight, label_weight, loss
 
 def qat_losses(logits: torch.Tensor, labels: Optional[torch.Tensor],
                teacher_logits: Optional[torch.Tensor] = None,
-               distill: Optional[Mapping[str, Any]] = None) -> Dict[str, torch.Tensor]:
+               distill: Optional[Mapping[str, Any]] = None,
+               label_loss: Optional[torch.Tensor] = None) -> Dict[str, torch.Tensor]:
     """QAT's losses from the student's logits, the labels and the FP32 teacher's logits:
     what :meth:`QAT.loss` returns (it calls this).
 
@@ -110,10 +110,10 @@ def qat_losses(logits: torch.Tensor, labels: Optional[torch.Tensor],
     one definition instead of restating them.  Sum the values for the loss to minimise, as
     mmengine does.
 
-    Without ``distill``: ``loss``, the labels' cross-entropy.  With it: ``loss_kd``,
-    ``kd_weight`` times the logits' loss ``distill.loss`` names, and, when
-    ``label_weight > 0``, ``loss_ce``, ``label_weight`` times the cross-entropy.  The
-    logits' losses:
+    Without ``distill``: ``loss``, the label loss: ``label_loss`` where given, else the
+    labels' cross-entropy.  With it: ``loss_kd``, ``kd_weight`` times the logits' loss
+    ``distill.loss`` names, and, when ``label_weight > 0``, ``loss_ce``, ``label_weight``
+    times the label loss.  The logits' losses:
 
     - ``'kl'`` (the default): ``T**2 * KL(softmax(teacher / T) || softmax(student / T))``
       at ``T = temperature`` (batch mean, :func:`~razorlib.algorithms.distill.kd_loss`).
@@ -126,14 +126,19 @@ def qat_losses(logits: torch.Tensor, labels: Optional[torch.Tensor],
     Args:
         logits: the student's logits, (N, classes).
         labels: the class indices, (N,); may be None where no cross-entropy is taken
-            (``distill`` with ``label_weight`` 0).
+            (``distill`` with ``label_weight`` 0, or ``label_loss`` given).
         teacher_logits: the FP32 model's logits on the same inputs, a target (detached:
             no gradient reaches the teacher); needed with ``distill``, unused without.
         distill: QAT's ``distill`` options (any of the keys, completed and checked by
             :func:`distill_options`); None trains on the labels alone.
+        label_loss: the label loss of ``logits``, computed otherwise than as their
+            cross-entropy against ``labels``: :class:`QAT` passes the wrapped model's own
+            (its head's loss as configured: label smoothing, class weights, mixed soft
+            labels); None for the cross-entropy.
 
     Raises:
-        ValueError: ``labels`` or ``teacher_logits`` is None where the loss needs it, or
+        ValueError: ``labels`` (with no ``label_loss``) or ``teacher_logits`` is None
+            where the loss needs it, or
             a bad ``distill`` option (:func:`distill_options`).
 
     Example:
@@ -150,11 +155,15 @@ def qat_losses(logits: torch.Tensor, labels: Optional[torch.Tensor],
         {'loss_kd': 4.0}
     """
     options = distill_options(distill)
-    if (options is None or options['label_weight'] > 0) and labels is None:
-        raise ValueError('qat_losses: labels is None, but the loss takes the labels\' '
-                         'cross-entropy (no distill, or distill label_weight > 0)')
+    with_labels = options is None or options['label_weight'] > 0
+    if with_labels and label_loss is None:
+        if labels is None:
+            raise ValueError('qat_losses: labels is None, but the loss takes the labels\' '
+                             'cross-entropy (no distill, or distill label_weight > 0, and no '
+                             'label_loss)')
+        label_loss = F.cross_entropy(logits, labels)
     if options is None:
-        return {'loss': F.cross_entropy(logits, labels)}
+        return {'loss': label_loss}
     if teacher_logits is None:
         raise ValueError('qat_losses: distill needs teacher_logits (the FP32 model\'s logits '
                          'on the same inputs), got None')
@@ -162,8 +171,8 @@ def qat_losses(logits: torch.Tensor, labels: Optional[torch.Tensor],
     matched = (kd_loss(logits, teacher_logits, options['temperature'])
                if options['loss'] == 'kl' else F.mse_loss(logits, teacher_logits))
     losses = {'loss_kd': options['kd_weight'] * matched}
-    if options['label_weight'] > 0:
-        losses['loss_ce'] = options['label_weight'] * F.cross_entropy(logits, labels)
+    if with_labels:
+        losses['loss_ce'] = options['label_weight'] * label_loss
     return losses
 
 
@@ -184,12 +193,13 @@ def _calibration_batches(loader: Union[Mapping, Any], preprocessor, steps: int
     return batches
 
 
-def _frozen(architecture: nn.Module) -> nn.Module:
-    """A copy of the FP32 model as a teacher: eval mode, no gradients (a copy, so that
-    quantizing the architecture cannot touch it)."""
-    teacher = copy.deepcopy(architecture).eval()
-    teacher.requires_grad_(False)
-    return teacher
+def _frozen(module: nn.Module) -> nn.Module:
+    """A copy of (part of) the FP32 model, in eval mode and without gradients: the
+    teacher, or the head kept for its loss (a copy, so that quantizing the architecture
+    cannot touch it, nor QAT the user's objects)."""
+    frozen = copy.deepcopy(module).eval()
+    frozen.requires_grad_(False)
+    return frozen
 
 
 @MODELS.register_module()
@@ -201,8 +211,16 @@ class QAT(BaseModel):
     a PTQ config's ``ptq`` section) on ``calib_dataloader``; its graph becomes an
     :class:`~razorlib.quantization.LSQGraph`, whose weights and scales the optimizer
     trains.  The forward runs that graph: ``'tensor'`` returns logits, ``'loss'`` the
-    cross-entropy (``loss``), ``'predict'`` data samples with ``pred_score`` and
-    ``pred_label`` (mmengine's ``Accuracy`` reads them).  :meth:`calibrated_graph` and
+    label loss (``loss``), ``'predict'`` data samples with ``pred_score`` and
+    ``pred_label`` (mmengine's ``Accuracy`` reads them).  The label loss is the wrapped
+    model's own, taken on the graph's logits: its head's ``loss`` as configured
+    (razorlib's ``loss_fn``, mmpretrain's ``loss_module``: label smoothing, class weights,
+    the soft labels Mixup and CutMix leave), computed by a copy of the FP32 head kept for
+    its loss (``loss_head``, no submodule: in neither ``parameters()`` nor
+    ``state_dict()``) whose forward answers the graph's logits, which the graph computes
+    with the head's layers quantized (:func:`~razorlib.algorithms.distill.head_loss_on`,
+    as distillation's student takes its own loss); an architecture whose head has no
+    ``loss`` gets the cross-entropy against ``gt_label``.  :meth:`calibrated_graph` and
     :meth:`export` give the trained INT8 model; :class:`QATExportHook` writes it after
     training (its FP32 model, dequantized, is the trained float model, not the FP32
     ``checkpoint``).  A checkpoint carries the graph's quantization signature (platform,
@@ -215,13 +233,18 @@ class QAT(BaseModel):
     returns ``loss_kd``, ``kd_weight * T**2`` times the softmax KL at temperature ``T``
     (or, with ``loss='mse'``, ``kd_weight`` times the logits' mean squared difference:
     :func:`qat_losses`) and, when ``label_weight > 0``, ``loss_ce = label_weight *
-    cross-entropy``; mmengine sums them.  The FP32 logits carry what the labels do not
+    the label loss``; mmengine sums them.  The FP32 logits carry what the labels do not
     (how sure the model is, which class comes second), so the INT8 model learns to agree
     with the model it replaces.  The teacher runs in eval mode under ``no_grad`` and is
     kept out of the module tree: its parameters are not in ``parameters()`` (so not in
     the optimizer) nor in ``state_dict()`` (a checkpoint holds the student alone and
     loads into a QAT built with or without ``distill``); ``to()``/``cuda()`` move it
     with the model.
+
+    QAT computes in float32 only: ``half()``, ``bfloat16()``, ``double()`` and
+    ``to(dtype)`` are refused before anything is converted (the graph would refuse to
+    run, and the data preprocessor, the architecture's own object by default, would be
+    converted under its owner).
 
     Args:
         architecture: the FP32 classifier or its config (an mmengine model whose
@@ -284,6 +307,8 @@ class QAT(BaseModel):
         # set around nn.Module.__setattr__: a registered submodule would be in
         # parameters() (so in the optimizer) and in every checkpoint
         object.__setattr__(self, 'teacher', None if options is None else _frozen(architecture))
+        object.__setattr__(self, 'loss_head', _frozen(architecture.head)
+                           if head_has_loss(architecture) else None)
         self.settings = settings
         batches = _calibration_batches(calib_dataloader, self.data_preprocessor,
                                        self.settings.calib_steps)
@@ -292,11 +317,26 @@ class QAT(BaseModel):
         self.quantized = LSQGraph(graph)
 
     def _apply(self, fn, *args, **kwargs) -> 'QAT':
-        """What ``to()``, ``cuda()``, ``half()``... do, to the teacher too (it is no
-        submodule)."""
+        """What ``to()``, ``cuda()``... do, to the teacher and the loss head too (no
+        submodules).  A conversion to another dtype than float32 (``half()``,
+        ``bfloat16()``, ``double()``, ``to(dtype)``) is refused before any tensor is
+        converted: the graph computes in float32 only (``LSQGraph`` refuses to run
+        converted), and the data preprocessor is by default the architecture's own
+        object, whose normalisation would be rounded (to half precision) under its owner.
+
+        Raises:
+            TypeError: ``fn`` converts a float32 tensor to another dtype.
+        """
+        dtype = fn(torch.zeros(())).dtype  # a probe: what fn makes of a float32 tensor
+        if dtype != torch.float32:
+            raise TypeError(f'QAT: converting it to {dtype} (.half(), .bfloat16(), .double() '
+                            'or .to(dtype)) is refused, nothing was converted: its '
+                            'fake-quantized graph computes in float32 only, as the INT8 model '
+                            'it exports does')
         super()._apply(fn, *args, **kwargs)
-        if self.teacher is not None:
-            self.teacher._apply(fn)
+        for module in (self.teacher, self.loss_head):
+            if module is not None:
+                module._apply(fn)
         return self
 
     def forward(self, inputs: torch.Tensor, data_samples: Optional[list] = None,
@@ -319,16 +359,33 @@ class QAT(BaseModel):
 
     def loss(self, inputs: torch.Tensor, logits: torch.Tensor,
              data_samples: Optional[list]) -> Dict[str, torch.Tensor]:
-        """``loss`` (cross-entropy) without ``distill``; with it ``loss_kd`` against the
-        teacher's logits on ``inputs``, and ``loss_ce`` when ``label_weight > 0``
-        (:func:`qat_losses`)."""
-        labels = teacher_logits = None
+        """``loss`` (the label loss, :meth:`label_loss`) without ``distill``; with it
+        ``loss_kd`` against the teacher's logits on ``inputs``, and ``loss_ce`` when
+        ``label_weight > 0`` (:func:`qat_losses`)."""
+        label_loss = teacher_logits = None
         if self.distill is None or self.distill['label_weight'] > 0:
-            labels = labels_of(data_samples, 'QAT').to(logits.device)
+            label_loss = self.label_loss(logits, data_samples)
         if self.distill is not None:
             with torch.no_grad():
                 teacher_logits = self.teacher(inputs)
-        return qat_losses(logits, labels, teacher_logits, self.distill)
+        return qat_losses(logits, None, teacher_logits, self.distill, label_loss)
+
+    def label_loss(self, logits: torch.Tensor, data_samples: Optional[list]) -> torch.Tensor:
+        """The wrapped model's own loss on the fake-quantized ``logits``: its head's loss
+        as configured (:func:`~razorlib.algorithms.distill.head_loss_on` on
+        ``loss_head``), summed as mmengine sums a loss dict; the cross-entropy against
+        ``gt_label`` for a head without ``loss``.
+
+        Raises:
+            ValueError: no data samples, or (a head without ``loss``) none with
+                ``gt_label``.
+        """
+        if not data_samples:
+            raise ValueError("QAT: the label loss needs data samples with labels, got "
+                             f"{data_samples!r} (mode='loss' without data_samples)")
+        if self.loss_head is None:
+            return cross_entropy_of(logits, data_samples, "QAT: the architecture's")
+        return self.parse_losses(head_loss_on(self.loss_head, logits, data_samples, 'QAT'))[0]
 
     def calibrated_graph(self) -> BaseGraph:
         """The trained INT8 graph (learned weights and scales), detached from training."""

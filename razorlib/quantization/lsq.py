@@ -274,7 +274,8 @@ class LSQGraph(nn.Module):
         ``.to(dtype)``: the graph computes in float32 only (``check_float32``), and a
         converted module would fail with bare errors (a float32 scale against a float16
         bias, int32 bias integers beyond float16) or export an invalid model.  The
-        conversion itself is not refused: ``QAT`` moves its teacher with it."""
+        conversion itself is not refused here (``.float()`` undoes a ``.double()``
+        exactly); ``QAT`` refuses it before converting anything."""
         dtypes = sorted({str(p.dtype) for p in self.parameters() if p.dtype != torch.float32})
         if dtypes:
             raise TypeError(f'{action}: its parameters were converted to {", ".join(dtypes)} '

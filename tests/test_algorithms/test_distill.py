@@ -13,6 +13,7 @@ from mmengine.model import BaseDataPreprocessor
 from mmengine.optim import OptimWrapper
 from mmengine.registry import init_default_scope
 
+from loss_heads import PretrainStyleHead, SmoothedCrossEntropy
 from pruning_helpers import CONFIGS, digits_batch, run_config, tiny_classifier
 from razorlib.algorithms import SingleTeacherDistill, sub_model
 from razorlib.algorithms.distill import kd_loss
@@ -71,43 +72,6 @@ def test_the_losses_are_the_weighted_label_kd_and_feature_terms(teacher_ckpt):
     connector = model.connectors[0]  # 8 student channels onto the teacher's 16
     assert (connector.in_channels, connector.out_channels) == (8, 16)
     assert torch.isclose(losses['loss_feat_0'], 0.1 * F.mse_loss(connector(s_feat), t_feat))
-
-
-class SmoothedCrossEntropy(nn.Module):
-    """A loss module as mmpretrain's ``LabelSmoothLoss``: ``loss_weight`` times the
-    cross-entropy against labels smoothed by ``label_smooth_val`` (or soft labels),
-    summed over the samples and divided by ``avg_factor``."""
-
-    def __init__(self, label_smooth_val: float, loss_weight: float = 1.0):
-        super().__init__()
-        self.label_smooth_val, self.loss_weight = label_smooth_val, loss_weight
-
-    def forward(self, cls_score, label, avg_factor=None):
-        loss = F.cross_entropy(cls_score, label, label_smoothing=self.label_smooth_val,
-                               reduction='sum')
-        return self.loss_weight * loss / (avg_factor or len(cls_score))
-
-
-class PretrainStyleHead(nn.Module):
-    """A head as mmpretrain's ``LinearClsHead``: its loss in ``loss_module``, and
-    ``loss(feats, data_samples)`` against the samples' ``gt_score`` (mixed soft labels,
-    as mmpretrain's Mixup and CutMix leave) where they have one, else their ``gt_label``."""
-
-    def __init__(self, loss_module: nn.Module):
-        super().__init__()
-        self.fc = nn.Linear(8, 10)
-        self.loss_module = loss_module
-
-    def forward(self, feats):
-        return self.fc(feats)
-
-    def loss(self, feats, data_samples):
-        cls_score = self(feats)
-        if 'gt_score' in data_samples[0]:
-            target = torch.stack([s.gt_score for s in data_samples])
-        else:
-            target = torch.cat([s.gt_label for s in data_samples])
-        return dict(loss=self.loss_module(cls_score, target, avg_factor=cls_score.size(0)))
 
 
 def distill_with_head(teacher_ckpt, head: nn.Module) -> SingleTeacherDistill:

@@ -258,9 +258,10 @@ def test_the_teacher_is_frozen_and_out_of_the_optimizer_and_the_checkpoint():
     build().load_state_dict(model.state_dict())
 
 
-def test_the_teacher_moves_with_the_model():
-    model = build(dict()).double()
-    assert all(p.dtype == torch.float64 for p in model.teacher.parameters())
+def test_the_teacher_and_the_loss_head_move_with_the_model():
+    model = build(dict()).to('meta')  # a device move, as cuda() (dtypes are refused)
+    assert all(p.is_meta for p in model.teacher.parameters())
+    assert all(p.is_meta for p in model.loss_head.parameters())
 
 
 @pytest.mark.parametrize('distill, error, message', [

@@ -129,7 +129,7 @@ def test_a_converted_lsq_graph_refuses_to_run_or_export(dtype, platform):
     x = images(1)[0]
     lsq = LSQGraph(quantize_torch_model(net(), images(2), x, platform, progress=False))
     expected = lsq(x).detach()
-    lsq.to(dtype)  # allowed: QAT moves its teacher with it
+    lsq.to(dtype)  # allowed on the graph alone (QAT refuses it: test_qat_own_loss.py)
     with pytest.raises(TypeError, match=f'^{re.escape(lsq_message("LSQGraph.forward", dtype))}$'):
         lsq(x.to(dtype))
     with pytest.raises(TypeError, match=re.escape(
