@@ -19,7 +19,7 @@ def opaque(node) -> Outputs:
     return [TensorChannels(shape) for shape in output_shapes(node)]
 
 
-def _signed(value: int) -> int:
+def signed(value: int) -> int:
     """grad_fns save sizes as unsigned 64-bit values: ``-1`` reads ``2**64 - 1``."""
     return value - 2**64 if value >= 2**63 else value
 
@@ -53,7 +53,7 @@ def moved_dims(node, ndim: int) -> Dict[int, str]:
     if pad is None:
         pad = getattr(node, '_saved_padding', None)
     if pad is not None:  # (last dim's left, right, the dim before's left, right, ...)
-        pad = [_signed(p) for p in pad]
+        pad = [signed(p) for p in pad]
         return {ndim - 1 - i: f'pads it by {tuple(pad[2 * i:2 * i + 2])}'
                 for i in range(len(pad) // 2) if pad[2 * i] or pad[2 * i + 1]}
     shifts = getattr(node, '_saved_shifts', None)
@@ -61,8 +61,8 @@ def moved_dims(node, ndim: int) -> Dict[int, str]:
         dims = node._saved_dims
         if not dims:  # roll of the flattened tensor
             return {d: f'rolls the flattened tensor by {shifts[0]}' for d in range(ndim)}
-        return {normalize_dim(d, ndim): f'rolls it by {_signed(s)}'
-                for d, s in zip(dims, shifts) if _signed(s)}
+        return {normalize_dim(d, ndim): f'rolls it by {signed(s)}'
+                for d, s in zip(dims, shifts) if signed(s)}
     return {}
 
 
@@ -70,8 +70,8 @@ def pass_through(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
     """Per-channel ops: activations, pooling, interpolation, padding, dropout, casts.
 
     The output keeps the input's slots on every dim whose size it keeps and along which
-    it moves no values (:func:`moved_dims`); any other channel dim (padding, pooling or
-    rolling over channels) is frozen.
+    it moves no values (:func:`moved_dims`); any other channel dim (padding or pooling
+    over channels, a roll of the flattened tensor) is frozen.
 
     Example: ``relu(conv(x))`` has ``conv``'s output slots on dim 1.
     """

@@ -100,7 +100,8 @@ class TraceContext:
         self.strict = strict
         #: view/reshape node -> for each size its call asked for, whether the code gave
         #: it as a number of its own (``literal_sizes.SizeWatch.own_sizes``): such a size
-        #: stays in the slim model, where the others follow the widths.
+        #: stays in the slim model, where the others follow the widths.  The same for
+        #: each shift of a roll node.
         self.own_sizes = own_sizes or {}
         self.gqa = check_gqa(gqa)
         self.heads = check_heads(heads)
@@ -129,6 +130,10 @@ class TraceContext:
         self.node_modules = node_modules
         self.consumers: Dict[object, List[object]] = defaultdict(list)
         self._layer_out: Dict[str, np.ndarray] = {}
+        #: layer name -> the (negative) dim of the first output of an op its kind traced
+        #: that holds the layer's output channels: where a layer whose forward never runs
+        #: (``F.conv1d(x, conv.weight)``) puts them, for its masks' shape.
+        self.op_out_dims: Dict[str, int] = {}
         self._leaf_channels: Dict[int, TensorChannels] = {}
         #: id -> a layer's own parameter or buffer that a rule read (``layer_params.py``)
         self._layer_leaves: Dict[int, torch.Tensor] = {}

@@ -4,9 +4,9 @@ Slots bound together form a *class* (one channel that is kept or pruned as a who
 Classes that belong to the output of the same layer form a *group*: a residual stage, a
 block's bottleneck, a concat branch.  Each group is one search space of a pruner; its
 channels are its classes, in the order of its leader layer's output channels.  Classes
-an option keeps whole (``gqa='query'``'s key/value heads, reason kind
-:data:`~.slots.KEPT`) leave a group that nothing else freezes: they stay whole and the
-rest prunes (the query heads of a fused q/k/v projection).
+an option or op keeps whole (``gqa='query'``'s key/value heads, the channels a roll
+wraps around; reason kind :data:`~.slots.KEPT`) leave a group that nothing else freezes:
+they stay whole and the rest prunes (the query heads of a fused q/k/v projection).
 """
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
@@ -41,7 +41,7 @@ class ChannelGroup:
         classes: internal class label of each channel, in channel order.
         kept: internal class labels of the leader's output channels that are no channels
             of the group: always kept, never in a mask (a fused projection's key/value
-            heads under ``gqa='query'``).
+            heads under ``gqa='query'``, the channels a roll wraps around).
         positions: internal class label of each of the leader's output channels (one of
             ``classes`` or ``kept``).
         parts: ``(what, channel indices)`` of which a subnet must keep at least one

@@ -35,18 +35,41 @@ WEIGHT_INPUT = {
 #: ``(C,)`` slopes to broadcast over the input (``(1, C, 1, 1)``).
 VIEWED_WEIGHT = ('PreluKernelBackward0', )
 
+#: Views that only reshape a tensor: a chain of them that gives a parameter its own
+#: shape back is the parameter (:func:`_viewed_back`).
+RESHAPING_VIEWS = ('ViewBackward0', 'UnsafeViewBackward0', 'ReshapeAliasBackward0',
+                   'SqueezeBackward0', 'SqueezeBackward1', 'SqueezeBackward2',
+                   'UnsqueezeBackward0')
+
+
+def _viewed_back(child):
+    """The leaf behind a chain of :data:`RESHAPING_VIEWS` that ends in the leaf's own
+    shape (Mamba's ``F.conv1d(x, conv1d.weight.squeeze(1).unsqueeze(1))``): the op reads
+    the parameter as it is stored, so its layer's kind traces it as a call of the layer.
+    ``None`` for anything else."""
+    shape = tuple(child._input_metadata[0].shape)
+    while child is not None and child.name() in RESHAPING_VIEWS:
+        child = child.next_functions[0][0]
+    variable = getattr(child, 'variable', None)
+    return variable if variable is not None and tuple(variable.shape) == shape else None
+
 
 def _leaf(node, index: int, through_transpose: bool = False):
     """The tensor behind input ``index`` of ``node`` if it is a leaf (a parameter), also
     through a transpose (``F.linear``'s ``t()``, or ``weight.T`` / ``weight.mT`` in a
     Linear subclass's own forward, as Falcon's ``input @ self.weight.T``), a repeat
-    (``F.instance_norm`` repeats its affine parameters over the batch) or, for the ops of
+    (``F.instance_norm`` repeats its affine parameters over the batch), views that give
+    it its own shape back (:func:`_viewed_back`) or, for the ops of
     :data:`VIEWED_WEIGHT`, a view."""
     if index >= len(node.next_functions):
         return None
     child = node.next_functions[index][0]
     if child is None:
         return None
+    if child.name() in RESHAPING_VIEWS:
+        viewed = _viewed_back(child)
+        if viewed is not None:
+            return viewed
     hops = ('RepeatBackward0', 'ViewBackward0') if node.name() in VIEWED_WEIGHT else \
         ('RepeatBackward0', )
     if through_transpose and _is_transpose_2d(child) or child.name() in hops:
@@ -182,6 +205,7 @@ def _traced_by_kind(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Option
     _share_uses(ctx, node, name, kind, slots)
     shapes = output_shapes(node)
     out_shape = shapes[0]
+    ctx.op_out_dims.setdefault(name, dim % len(out_shape) - len(out_shape))
     return [TensorChannels(out_shape, {dim % len(out_shape): slots})] + \
         [None] * (len(shapes) - 1)
 

@@ -10,7 +10,8 @@ tensors whose sizes the code read (``x.shape``, ``x.size(1)``).  After the walk,
 :func:`size_dependent_slots` collects the slots that reach
 
 - an op whose sizes come from the code (rule ``sizes='code'``) and were not seen to
-  follow the channels;
+  follow the channels, or a roll along a channel dim (rule ``sizes='shifts'``): a
+  shift of the code's own may still be a width (``self.conv.out_channels // 2``);
 - a norm (rule ``sizes='module'``) that no norm module owns, so its shape is the code's;
 - an elementwise op, concat or per-channel op with an operand autograd does not track
   that is more than a scalar (a tensor the code built with a size of its own, the mask
@@ -40,6 +41,7 @@ from torch.autograd.function import BackwardCFunction
 from torch.overrides import TorchFunctionMode
 from torch.utils.weak import WeakIdKeyDictionary
 
+from .basic_rules import moved_dims
 from .channels import TensorChannels
 from .context import ROTARY_BUFFERS, TraceContext, normalize_dim
 from .layer_rules import find_layer
@@ -61,6 +63,9 @@ _WATCHED: Dict[Any, str] = {
     **{fn: 'internal' for fn in (F.linear, torch.matmul, torch.Tensor.matmul,
                                  torch.Tensor.__matmul__)},
 }
+
+#: Calls that roll their operand by shifts of the code's.
+_ROLLS = frozenset((torch.roll, torch.Tensor.roll))
 
 #: Calls whose result depends on their operand's sizes only, never on its values: one
 #: without autograd history follows the slim widths as ``-1`` does.
@@ -164,6 +169,8 @@ class SizeWatch(TorchFunctionMode):
         own_sizes: grad_fn of a view/reshape/expand output whose sizes are ints -> for
             each, whether the code gave it as a number of its own: neither ``-1`` nor
             computed from a size it read (:class:`ReadSize`, which the reads return).
+            Also grad_fn of a roll's output -> the same of each of its shifts (``-1``
+            is a shift like any other there).
         reads: ``(grad_fn, output_nr, tensor, dim)`` of every size the code read; ``dim``
             None when it read them all (``x.shape``).
         untracked_sized: grad_fn of an op with an operand autograd does not track that is
@@ -252,6 +259,8 @@ class SizeWatch(TorchFunctionMode):
             self._note_param_operands(func, args, kwargs, outs)
         elif func in _TO_PYTHON:
             self._note_python_value(args[0])
+        if func in _ROLLS:
+            self._note_shifts(out, args, kwargs)
         kind = _WATCHED.get(func)
         if kind is None or not args or not isinstance(args[0], torch.Tensor):
             if func is F.layer_norm and isinstance(out, torch.Tensor):
@@ -280,6 +289,15 @@ class SizeWatch(TorchFunctionMode):
             self.own_sizes[node] = tuple(type(s) is int and s != -1 for s in request)
             request = tuple(int(s) for s in request)
         self.requested[node] = request
+
+    def _note_shifts(self, out: Any, args: Sequence[Any], kwargs: Dict[str, Any]) -> None:
+        """Note which of a roll's shifts the code gave as numbers of its own (plain ints,
+        not computed from a size it read): only those stay the same in the slim model."""
+        shifts = args[1] if len(args) > 1 else kwargs.get('shifts')
+        if isinstance(out, torch.Tensor) and out.grad_fn is not None:
+            self.own_sizes[out.grad_fn] = tuple(
+                type(s) is int for s in (shifts if isinstance(shifts, (tuple, list))
+                                         else (shifts, )))
 
     def _note_internal_views(self, out: Any, args: Sequence[Any]) -> None:
         """Mark the nodes a builtin made between its operands and its output as sized
@@ -418,6 +436,9 @@ def _node_is_sized_by_code(ctx: TraceContext, node, watch: SizeWatch,
         return not _follows_channels(watch.requested.get(node), channels.get((node, 0)))
     if rule.sizes == 'module':
         return not _owned_by_layer(ctx, node, watch)
+    if rule.sizes == 'shifts':
+        out = channels.get((node, 0))
+        return out is not None and not set(out.slots).isdisjoint(moved_dims(node, out.ndim))
     if rule.kind == 'pass':  # masked_fill's mask, a tensor bound of clamp
         return node in watch.untracked_sized
     if rule.kind not in ('bind', 'concat'):

@@ -8,7 +8,7 @@ binding slots that must be pruned together and freezing those that cannot be pru
 - ``bind``: elementwise ops of several tensors; their channels are bound.
 - ``concat`` / ``split``: channel index offsets (cat, chunk, split, slice, select, unbind).
 - ``expand`` / ``permute``: reshape/flatten (a channel owns H*W features), expand,
-  repeat, permute/transpose (channels-last layouts), channel shuffle.
+  repeat, permute/transpose (channels-last layouts), channel shuffle, flip, roll.
 - ``reduce``: reductions; over spatial dims they keep channels.
 - ``layer``: conv, linear, embedding and norms, recognised by the module owning the weight.
 - ``mixing``: ops that mix channels in ways that cannot be sliced; their channels freeze.
@@ -48,8 +48,10 @@ class Rule:
             tracer freezes such channels first.
         sizes: where the op's sizes come from: ``'none'`` (its inputs, or dims only),
             ``'code'`` (view, expand, split, slice: the model's code, maybe as literals),
-            ``'module'`` (norms: the module owning them, else the code).  Channels that
-            reach code-sized ops are checked by a pruned run (``tracing/literal_sizes.py``).
+            ``'module'`` (norms: the module owning them, else the code), ``'shifts'``
+            (roll: the code's shifts, which matter only along a channel dim).  Channels
+            that reach code-sized ops are checked by a pruned run
+            (``tracing/literal_sizes.py``).
     """
     fn: Callable
     kind: str
@@ -68,6 +70,15 @@ PERMUTE = Rule(shape.permute, 'permute', keeps_pending=True)
 REDUCE = Rule(basic.reduction, 'reduce')
 MIXING = Rule(basic.mixing, 'mixing')
 ALONG_DIM = Rule(basic.along_dim, 'mixing')
+
+
+def copy_into(ctx, node, ins):
+    """``dest.copy_(src)`` (``CopyBackwards``): the output holds ``src``'s values
+    broadcast into ``dest``'s shape, so it carries ``src``'s channels and none of
+    ``dest``'s, whose values are gone (a cache's state written in place: Mamba's
+    ``update_conv_state`` on a ``meta`` trace, which keeps the cache)."""
+    return basic.pass_through(ctx, node, ins[1:])
+
 
 _PASS_NAMES = (
     # activations
@@ -100,7 +111,7 @@ _PASS_NAMES = (
     'UpsampleBilinear2DBackward0', 'UpsampleBicubic2DBackward0',
     'UpsampleTrilinear3DBackward0', 'ConstantPadNdBackward0', 'ReflectionPad1DBackward0',
     'ReflectionPad2DBackward0', 'ReflectionPad3DBackward0', 'ReplicationPad1DBackward0',
-    'ReplicationPad2DBackward0', 'ReplicationPad3DBackward0', 'RollBackward0',
+    'ReplicationPad2DBackward0', 'ReplicationPad3DBackward0',
     # copies, dropout
     'CloneBackward0', 'AliasBackward0', 'ToCopyBackward0', 'NativeDropoutBackward0',
     'FusedDropoutBackward0',
@@ -156,6 +167,7 @@ _BUILT_IN: Dict[str, Rule] = {
     'ViewAsRealBackward0': Rule(shape.complex_view, 'expand', keeps_pending=True),
     'RepeatBackward0': Rule(shape.repeat, 'expand', sizes='code'),
     'FlipBackward0': Rule(shape.flip, 'permute'),
+    'RollBackward0': Rule(shape.roll, 'permute', sizes='shifts'),
     'IndexBackward0': Rule(shape.index, 'mixing'),
     'CatBackward0': Rule(shape.concat, 'concat'),
     'StackBackward0': Rule(shape.stack, 'concat'),
@@ -176,6 +188,7 @@ _BUILT_IN: Dict[str, Rule] = {
     'NativeLayerNormBackward0': Rule(layer.layer_norm, 'layer', sizes='module'),
     'NativeGroupNormBackward0': Rule(layer.norm, 'layer', sizes='module'),
     'PreluKernelBackward0': Rule(layer.prelu, 'layer'),
+    'torch::autograd::CopyBackwards': Rule(copy_into, 'pass'),
 }
 
 for _name, _rule in _BUILT_IN.items():

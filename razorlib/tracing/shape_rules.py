@@ -1,7 +1,7 @@
 """Channel rules for ops that move channels between dims or index into them.
 
 Reshape, permute, channel shuffle, expand, repeat, concat, split/chunk, slice, select,
-unbind, stack and flip: each keeps track of which dim holds which slots, using the
+unbind, stack, flip and roll: each keeps track of which dim holds which slots, using the
 offsets the op applies.
 """
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -9,9 +9,10 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from . import heads
-from .basic_rules import Outputs, bind_aligned, mixing, opaque
+from .basic_rules import Outputs, bind_aligned, mixing, opaque, pass_through, signed
 from .channels import InputInfo, Split, TensorChannels
 from .context import TraceContext, normalize_dim, output_shapes
+from .slots import KEPT
 
 
 def permute(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
@@ -268,6 +269,64 @@ def flip(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
     dims = {normalize_dim(d, x.ndim) for d in node._saved_dims}
     return [TensorChannels(out_shape, {d: (s[::-1].copy() if d in dims else s)
                                        for d, s in x.slots.items()})]
+
+
+def roll(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:
+    """``torch.roll(x, shifts, dims)``: on a channel dim of ``C`` channels, a roll by ``s``
+    is the permutation ``out[c] = x[(c - s) % C]``, so the slots roll with the values (as a
+    channel shuffle's slots follow its permutation).
+
+    The slim model rolls its ``C'`` kept channels by the same ``s``, where the masked roll
+    moves the kept ones by as many places as it wraps kept channels around the end: the
+    two agree only where every channel the roll wraps around is kept (the last ``s`` for
+    ``s > 0``, the first ``-s`` for ``s < 0``).  Those stay whole (reason kind
+    :data:`~.slots.KEPT`), and the rest of the group prunes, channel ``c`` of the input
+    with position ``(c + s) % C`` of the output (one slot).  Frozen instead, as
+    :func:`.basic_rules.pass_through` freezes any op moving values along channels:
+
+    - a shift not seen given as a number of the code's own (``x.shape[1] // 2``, read
+      from the tensor, or a call ``SizeWatch`` did not see): the slim one may follow
+      the slim width, the masked one does not;
+    - a shift of at least ``C``: the slim roll wraps around another number of times;
+    - a roll of the flattened tensor (no ``dims``): it moves values between channels and
+      the other dims.
+
+    Example: ``torch.roll(conv(x), 1, 1)`` keeps ``conv``'s last channel (it becomes the
+    first) and prunes the others.
+    """
+    x = ins[0].channels
+    (out_shape, ) = output_shapes(node)
+    if x is None:
+        return [None]
+    if not node._saved_dims:
+        return pass_through(ctx, node, ins)
+    own = ctx.own_sizes.get(node)
+    slots, rolled = dict(x.slots), set()
+    for i, (dim, shift) in enumerate(zip(node._saved_dims, node._saved_shifts)):
+        dim, shift = normalize_dim(dim, x.ndim), signed(shift)
+        if not shift:
+            continue
+        rolled.add(dim)
+        if dim not in slots:
+            continue
+        size = len(slots[dim])
+        if own is None or not own[i]:
+            ctx.freeze(slots.pop(dim), 'mixing', node,
+                       f'rolls channel dim {dim} by {shift}, a shift not seen given as a '
+                       'number of the code\'s own: one computed from a size it read '
+                       'follows the slim width')
+        elif abs(shift) >= size:
+            ctx.freeze(slots.pop(dim), 'mixing', node,
+                       f'rolls channel dim {dim} by {shift}, not less than its {size} '
+                       'channels: the slim roll would wrap around another number of times')
+        else:
+            wrapped = slots[dim][size - shift:] if shift > 0 else slots[dim][:-shift]
+            ctx.freeze(wrapped, KEPT, node,
+                       f'rolls channel dim {dim} by {shift}: the {abs(shift)} channels it '
+                       'wraps around stay, so that the slim roll wraps the same ones')
+            slots[dim] = np.roll(slots[dim], shift)
+    repeats = {d: r for d, r in x.repeats.items() if d not in rolled}
+    return [TensorChannels(out_shape, slots, repeats=repeats)]
 
 
 def concat(ctx: TraceContext, node, ins: Sequence[InputInfo]) -> Outputs:

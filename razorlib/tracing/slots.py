@@ -17,9 +17,10 @@ import numpy as np
 STRICT_KINDS = ('unknown-op', 'shape', 'runtime', 'untracked')
 
 #: Kind of freeze reason that keeps some channels of a group whole without freezing the
-#: rest (``gqa='query'``'s key/value heads): a fused projection of queries, keys and
-#: values (GPTBigCode's multi-query ``c_attn``, Phi-3's ``qkv_proj``) still prunes its
-#: query heads where no other reason freezes its group (``groups.build_groups``).
+#: rest (``gqa='query'``'s key/value heads, the channels a roll wraps around): a fused
+#: projection of queries, keys and values (GPTBigCode's multi-query ``c_attn``, Phi-3's
+#: ``qkv_proj``) still prunes its query heads, and a rolled conv output its other
+#: channels, where no other reason freezes its group (``groups.build_groups``).
 KEPT = 'kept'
 
 

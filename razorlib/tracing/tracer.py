@@ -23,6 +23,7 @@ from .composite import WholeCall, inner_order, whole_calls
 from .context import ChannelUse, TraceContext, check_gqa, check_heads
 from .forward import all_modules, default_example_inputs, record_forward
 from .layer_params import tie_layer_params, tie_shared_layers
+from .layer_rules import RESHAPING_VIEWS
 from .literal_sizes import (freeze_params_of_opaque_ops, freeze_untracked_params,
                             size_dependent_slots)
 from .rules import rule_for
@@ -173,7 +174,8 @@ def trace(model: nn.Module, example_inputs: Any = None, strict: bool = False,
         op_counts[node.name()] += 1
     return ChannelGraph(ctx.slots, list(ctx.uses.values()), dict(record.calls), untraced,
                         dict(op_counts), record.device,
-                        _output_dims(ctx, channels, record.module_outputs), size_dependent,
+                        _output_dims(ctx, channels, record.module_outputs, record.calls),
+                        size_dependent,
                         np.array(sorted(ctx.whole_heads), dtype=np.int64),
                         np.array(sorted(ctx.summed), dtype=np.int64),
                         np.array(sorted(ctx.sliced), dtype=np.int64))
@@ -194,19 +196,25 @@ def _input_info(ctx: TraceContext, channels: Dict, child, nr: int) -> InputInfo:
     return InputInfo(child, nr, shape, channels.get((child, nr)))
 
 
-def _of_leaf_only(node) -> bool:
-    """A transpose of a parameter (``F.linear``'s ``weight.t()``)."""
-    return node.name() == 'TBackward0' and \
-        getattr(node.next_functions[0][0], 'variable', None) is not None
+def _of_leaf_only(ctx: TraceContext, node, rule) -> bool:
+    """A transpose of a parameter (``F.linear``'s ``weight.t()``), or a reshaping view of
+    a parameter or of such a view (Mamba's ``F.conv1d(x, conv1d.weight.squeeze(1)
+    .unsqueeze(1))``)."""
+    child = node.next_functions[0][0] if node.next_functions else None
+    if rule.kind == 'permute' and node.name() == 'TBackward0':
+        return getattr(child, 'variable', None) is not None
+    return node.name() in RESHAPING_VIEWS and child is not None and \
+        (getattr(child, 'variable', None) is not None or child in ctx.lazy_channels)
 
 
 def _walk(ctx: TraceContext, order: Sequence[Any],
           whole: Dict[Any, WholeCall]) -> Dict[Tuple[Any, int], TensorChannels]:
     """Apply every node's rule in ``order``.
 
-    A transposed parameter is left to whoever reads it (:attr:`TraceContext.lazy_channels`):
-    a linear layer's kind reads its module's widths, not the transposed weight, so the
-    weight needs no slots, and most parameters of a transformer are such weights.
+    A transposed or reshaped parameter is left to whoever reads it
+    (:attr:`TraceContext.lazy_channels`): a layer's kind reads its module's widths, not
+    the transposed weight, so the weight needs no slots, and most parameters of a
+    transformer are such weights.
     The calls in ``whole`` are traced at their output node by their kind; their inner
     nodes are walked only if the kind declines (:mod:`.composite`).
     """
@@ -222,7 +230,7 @@ def _walk(ctx: TraceContext, order: Sequence[Any],
             for skipped in inner_order(order, call):
                 _apply(ctx, channels, skipped, rule_for(skipped.name()))
         rule = rule_for(node.name())
-        if rule.kind == 'permute' and _of_leaf_only(node):
+        if _of_leaf_only(ctx, node, rule):
             ctx.lazy_channels[node] = partial(_apply, ctx, channels, node, rule)
             continue
         _apply(ctx, channels, node, rule)
@@ -292,8 +300,11 @@ def _freeze_dead_ends(ctx: TraceContext, channels: Dict,
 
 
 def _output_dims(ctx: TraceContext, channels: Dict,
-                 module_outputs: Sequence[Tuple[Any, int, str]]) -> Dict[str, int]:
-    """Where each layer/norm's output channels sit in the tensor its forward returns."""
+                 module_outputs: Sequence[Tuple[Any, int, str]],
+                 calls: Dict[str, int]) -> Dict[str, int]:
+    """Where each layer/norm's output channels sit in the tensor its forward returns; for
+    a layer whose forward never ran, in the output of the op that ran its weight
+    (:attr:`TraceContext.op_out_dims`)."""
     dims: Dict[str, int] = {}
     for node, nr, name in module_outputs:
         use = ctx.uses.get((name, 'out', 0)) or ctx.uses.get((name, 'norm', 0))
@@ -304,6 +315,7 @@ def _output_dims(ctx: TraceContext, channels: Dict,
             if slots is use.slots or np.array_equal(slots, use.slots):
                 dims[name] = dim - tc.ndim
                 break
+    dims.update((name, dim) for name, dim in ctx.op_out_dims.items() if name not in calls)
     return dims
 
 
@@ -318,14 +330,31 @@ def _freeze_excepted(ctx: TraceContext, keys: Sequence[str]) -> None:
 
 def _freeze_uncalled_layers(ctx: TraceContext, calls: Dict[str, int]) -> None:
     """Freeze the axes of layers whose weights an op used while their own forward never
-    ran (``F.linear(x, module.weight)``): masks live in the forward, so the masked
-    model could not follow their pruning."""
+    ran (``F.linear(x, module.weight)``), where the masked model could not follow their
+    pruning: masks live in the forward.
+
+    An output axis needs no mask: its pruned channels stay apart from the kept ones until
+    something mixes them, and whatever does is a called layer (whose input mask zeroes
+    them), an input axis frozen here, or an op the pruner checks on the model (a sum over
+    channels: ``ctx.summed``).  So only the input and norm axes freeze, except an input
+    axis whose slots the kind made the output's (a depthwise conv, Mamba's ``conv1d``,
+    run as ``F.conv1d`` on its weight): such a layer mixes no channels."""
     for use in ctx.uses.values():
+        if use.role == 'out' or use.role == 'in' and _unmixed(ctx, use.name):
+            continue
         if use.role != 'param' and use.name not in calls:
             ctx.slots.freeze(use.slots, FrozenReason(
                 'mixing', use.name, f'{use.name}\'s weight is used outside its forward '
                 '(e.g. F.linear on it), where its channel masks cannot apply'
                 + _conversion_hint(ctx, use.name), upstream=(use.name, )))
+
+
+def _unmixed(ctx: TraceContext, name: str) -> bool:
+    """Whether each output channel of layer ``name`` is one of its input channels (the
+    same slots on both axes): it mixes none."""
+    ins, out = ctx.uses.get((name, 'in', 0)), ctx.uses.get((name, 'out', 0))
+    return ins is not None and out is not None and set(out.slots.tolist()) == \
+        set(ins.slots.tolist())
 
 
 def _conversion_hint(ctx: TraceContext, name: str) -> str:

@@ -124,7 +124,6 @@ PASS_OPS = {
     'ReplicationPad2DBackward0': lambda x: F.pad(x, (1, 1, 1, 1), mode='replicate'),
     'ReplicationPad3DBackward0': lambda x: F.pad(x.unsqueeze(2), (1, 1, 1, 1, 0, 0),
                                                  mode='replicate'),
-    'RollBackward0': lambda x: x.roll(1, 2),
     'CloneBackward0': torch.clone,
     'AliasBackward0': lambda x: x[...],
     'ToCopyBackward0': lambda x: x.double().float(),

@@ -23,6 +23,8 @@ DEDICATED = {
     'ScaledDotProductFlashAttentionForCpuBackward0',  # test_heads.py
     'ViewAsComplexBackward0', 'ViewAsRealBackward0',  # test_integrations/test_hf_llama4.py
     'IndexAddBackward0',  # test_nn/test_experts.py
+    'RollBackward0',  # test_roll.py
+    'torch::autograd::CopyBackwards',  # test_integrations/test_hf_mamba.py
 }
 X = torch.randn(1, 3, 6, 6)
 
@@ -120,7 +122,6 @@ def test_along_dim_ops(name, op):
 
 #: Per-channel ops that keep the channel dim's size but move values along it.
 ALONG_CHANNELS = {
-    'roll': (lambda y: torch.roll(y, 1, 1), 'RollBackward0', 'rolls it by 1'),
     'roll flattened': (lambda y: torch.roll(y, 3), 'RollBackward0', 'rolls the flattened'),
     'pad shift': (lambda y: F.pad(y, (0, 0, 0, 0, 1, -1)), 'ConstantPadNdBackward0',
                   'pads it by (1, -1)'),
