@@ -193,6 +193,15 @@ def _calibration_batches(loader: Union[Mapping, Any], preprocessor, steps: int
     return batches
 
 
+def _refuse_dtype(dtype: Optional[torch.dtype]) -> None:
+    """Refuse converting QAT to ``dtype`` unless it is float32 (or None: no dtype asked):
+    its fake-quantized graph computes in float32 only."""
+    if dtype is not None and dtype != torch.float32:
+        raise TypeError(f'QAT: converting it to {dtype} (.half(), .bfloat16(), .double() or '
+                        '.to(dtype)) is refused, nothing was converted: its fake-quantized '
+                        'graph computes in float32 only, as the INT8 model it exports does')
+
+
 def _frozen(module: nn.Module) -> nn.Module:
     """A copy of (part of) the FP32 model, in eval mode and without gradients: the
     teacher, or the head kept for its loss (a copy, so that quantizing the architecture
@@ -316,6 +325,17 @@ class QAT(BaseModel):
                                      **self.settings.quantize_kwargs())
         self.quantized = LSQGraph(graph)
 
+    def to(self, *args: Any, **kwargs: Any) -> 'QAT':
+        """``nn.Module.to``, refusing a dtype other than float32 first: mmengine's
+        ``BaseModel.to`` points the data preprocessor at the new device before converting,
+        so a refusal in :meth:`_apply` would come after that.
+
+        Raises:
+            TypeError: the call converts to another dtype than float32.
+        """
+        _refuse_dtype(torch._C._nn._parse_to(*args, **kwargs)[1])
+        return super().to(*args, **kwargs)
+
     def _apply(self, fn, *args, **kwargs) -> 'QAT':
         """What ``to()``, ``cuda()``... do, to the teacher and the loss head too (no
         submodules).  A conversion to another dtype than float32 (``half()``,
@@ -327,12 +347,7 @@ class QAT(BaseModel):
         Raises:
             TypeError: ``fn`` converts a float32 tensor to another dtype.
         """
-        dtype = fn(torch.zeros(())).dtype  # a probe: what fn makes of a float32 tensor
-        if dtype != torch.float32:
-            raise TypeError(f'QAT: converting it to {dtype} (.half(), .bfloat16(), .double() '
-                            'or .to(dtype)) is refused, nothing was converted: its '
-                            'fake-quantized graph computes in float32 only, as the INT8 model '
-                            'it exports does')
+        _refuse_dtype(fn(torch.zeros(())).dtype)  # a probe: what fn makes of a float32 tensor
         super()._apply(fn, *args, **kwargs)
         for module in (self.teacher, self.loss_head):
             if module is not None:

@@ -203,3 +203,14 @@ def test_a_dtype_conversion_is_refused_before_the_users_preprocessor_is_converte
                for t in [*m.parameters(), *m.buffers()] if t.is_floating_point())
     assert torch.equal(model(x), before)  # it still runs, unchanged
     assert model.float() is model  # float32 is no conversion
+
+
+def test_to_a_device_and_a_dtype_is_refused_before_the_preprocessor_is_moved():
+    """mmengine's BaseModel.to points the data preprocessor at the device before it
+    converts; QAT refuses the dtype first, so the preprocessor still says cpu."""
+    model = qat(architecture())
+    with pytest.raises(TypeError, match=f'^{re.escape(refusal(torch.float16))}$'):
+        model.to('meta', torch.float16)
+    assert model.data_preprocessor.device == torch.device('cpu')
+    assert all(p.device.type == 'cpu' for p in model.parameters())
+    assert model.to('cpu', torch.float32) is model
