@@ -29,9 +29,9 @@ from torch.utils.weak import WeakIdKeyDictionary
 from ..layers import (IN_MASK, OUT_MASK, KindTable, LayerKind, LayerKindsArg, as_table,
                       kept_param_size, kept_widths, param_mask_name)
 from ..tracing.forward import call_model, default_example_inputs, shadow_tensors, shadowed
-from .kept_rows import (BROADCASTS, JOINS, OTHER_MOVES, PERMUTES, RESHAPES, SHUFFLES, SPLITS,
-                        Rows, first_operand, indexed_rows, joined_rows, permuted_rows,
-                        reshaped_rows, shuffled_rows, split_rows)
+from .kept_rows import (BROADCASTS, JOINS, OTHER_MOVES, PERMUTES, RESHAPES, ROLLS, SHUFFLES,
+                        SPLITS, Rows, first_operand, indexed_rows, joined_rows, permuted_rows,
+                        reshaped_rows, rolled_rows, shuffled_rows, split_rows)
 from .modes import evaluating
 
 __all__ = ['Complexity', 'count_params', 'get_model_complexity', 'human']
@@ -448,13 +448,14 @@ class _FunctionCounter(TorchFunctionMode):
 
     def _carry_rows(self, func, args: tuple, kwargs: Dict[str, Any], out: torch.Tensor,
                     indexed: Optional[Tuple[str, Sequence[torch.Tensor]]] = None) -> None:
-        """Give ``out`` the :data:`Rows` of ``args[0]`` through a view, permute, broadcast or
-        index by ints and slices, of its operands' indices that a product (``indexed``: its
-        einsum equation and operands) keeps, of the tensors a cat or stack joins, or of an
-        operand of its shape through any other op but a weight layer or another move of
-        dims (whose output dims are not its operands')."""
-        x = args[0] if args and isinstance(args[0], torch.Tensor) else None
-        rows = self.rows.get(x) if x is not None else None
+        """Give ``out`` the :data:`Rows` of its operand (:func:`first_operand`, by position
+        or keyword) through a view, permute, roll, broadcast or index by ints and slices, of
+        its operands' indices that a product (``indexed``: its einsum equation and operands)
+        keeps, of the tensors a cat or stack joins, or of an operand of its shape through
+        any other op but a weight layer or another move of dims (whose output dims are not
+        its operands')."""
+        x = first_operand(args, kwargs)
+        rows = self.rows.get(x) if isinstance(x, torch.Tensor) else None
         if indexed is not None:
             letters = self._letter_rows(*indexed)
             found = {dim: letters[letter] for dim, letter
@@ -470,14 +471,16 @@ class _FunctionCounter(TorchFunctionMode):
             found = rows and permuted_rows(func, args, kwargs, rows, x.dim())
         elif func in SHUFFLES:
             found = rows and shuffled_rows(args, kwargs, rows)
+        elif func in ROLLS:
+            found = rows and rolled_rows(args, kwargs, rows, x.dim())
         elif func in JOINS:
-            found = joined_rows(func, args, kwargs,
-                                [self.rows.get(t, {}) for t in first_operand(args, kwargs)], out)
+            found = joined_rows(func, args, kwargs, [self.rows.get(t, {}) for t in x], out)
         elif func in self.unfollowed:
             found = None
         else:
-            found = next((self.rows[t] for t in args if isinstance(t, torch.Tensor)
-                          and t.shape == out.shape and t in self.rows), None)
+            found = next((self.rows[t] for t in (*args, *kwargs.values())
+                          if isinstance(t, torch.Tensor) and t.shape == out.shape
+                          and t in self.rows), None)
         if found:
             self.rows[out] = found
 

@@ -4,21 +4,21 @@ A masked layer's output holds its pruned channels as zeros; the slim model has n
 entries.  A layer or product that reads them on a dim its own masks do not cover (a norm
 over each attention head, a product over pruned heads) computes over entries the slim
 model does not have, so the FLOPs counter (:mod:`razorlib.utils.complexity`) follows
-each cut from the layer's output through views, permutes, channel shuffles, broadcasts,
-indexing, splits and joins (:data:`Rows`, one keep-mask per dim) to scale those counts to
-the kept share.
+each cut from the layer's output through views, permutes, channel shuffles, rolls,
+broadcasts, indexing, splits and joins (:data:`Rows`, one keep-mask per dim) to scale
+those counts to the kept share.
 """
 import functools
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Sequence, Tuple
 
 import numpy as np
 import torch
 
 from ..tracing.shape_rules import reshape_groups
 
-__all__ = ['BROADCASTS', 'JOINS', 'OTHER_MOVES', 'PERMUTES', 'RESHAPES', 'SHUFFLES', 'SPLITS',
-           'UNBINDS', 'Rows', 'first_operand', 'indexed_rows', 'joined_rows', 'permuted_rows',
-           'reshaped_rows', 'shuffled_rows', 'split_rows']
+__all__ = ['BROADCASTS', 'JOINS', 'OTHER_MOVES', 'PERMUTES', 'RESHAPES', 'ROLLS', 'SHUFFLES',
+           'SPLITS', 'UNBINDS', 'Rows', 'first_operand', 'indexed_rows', 'joined_rows',
+           'permuted_rows', 'reshaped_rows', 'rolled_rows', 'shuffled_rows', 'split_rows']
 
 
 #: ``{dim: keep}`` of a tensor: along ``dim``, the entries of a masked layer's channels,
@@ -38,14 +38,19 @@ PERMUTES = frozenset((torch.permute, torch.Tensor.permute, torch.transpose,
 #: Calls that reorder their operand's channels (dim 1) in place of the shape: the shape
 #: alone would carry the keeps of the old order to the new one.
 SHUFFLES = frozenset((torch.channel_shuffle, torch.native_channel_shuffle))
+#: Calls that roll their operand's entries around the end of some dims (or of the
+#: flattened tensor), in place of the shape.
+ROLLS = frozenset((torch.roll, torch.Tensor.roll))
 #: Calls that broadcast their operand to more (leading) dims or along its size-1 dims.
 BROADCASTS = frozenset((torch.Tensor.expand, torch.Tensor.expand_as, torch.broadcast_to,
                         torch.Tensor.broadcast_to))
-#: Splits and joins whose name sets their dim, NumPy's: ``hsplit`` / ``hstack`` the
-#: columns (dim 1; dim 0 of a 1-D tensor), ``vsplit`` / ``vstack`` the rows (dim 0),
-#: ``dsplit`` / ``dstack`` the depth (dim 2).  Each takes ``min(dim, ndim - 1)`` of a
-#: tensor of ``ndim`` dims (a split's operand, a join's output).
-_NAMED_DIMS = {**dict.fromkeys((torch.hsplit, torch.Tensor.hsplit, torch.hstack), 1),
+#: Splits and joins whose name sets their dim, NumPy's: ``hsplit`` / ``hstack`` /
+#: ``column_stack`` the columns (dim 1; dim 0 of a 1-D tensor), ``vsplit`` / ``vstack``
+#: the rows (dim 0), ``dsplit`` / ``dstack`` the depth (dim 2).  Each takes
+#: ``min(dim, ndim - 1)`` of a tensor of ``ndim`` dims (a split's operand, a join's
+#: output; ``column_stack``'s has 2 at least).
+_NAMED_DIMS = {**dict.fromkeys((torch.hsplit, torch.Tensor.hsplit, torch.hstack,
+                                torch.column_stack), 1),
                **dict.fromkeys((torch.vsplit, torch.Tensor.vsplit, torch.vstack,
                                 torch.row_stack), 0),
                **dict.fromkeys((torch.dsplit, torch.Tensor.dsplit, torch.dstack), 2)}
@@ -62,7 +67,7 @@ SPLITS = UNBINDS | frozenset((torch.chunk, torch.Tensor.chunk, torch.split, torc
 #: their name says): end to end (cats), or each as one index of a new dim (stacks).
 _STACKS = frozenset((torch.stack, ))
 JOINS = _STACKS | frozenset((torch.cat, torch.concat, torch.concatenate, torch.hstack,
-                             torch.vstack, torch.row_stack, torch.dstack))
+                             torch.vstack, torch.row_stack, torch.dstack, torch.column_stack))
 OTHER_MOVES = frozenset((torch.t, torch.Tensor.t, torch.movedim, torch.Tensor.movedim,
                          torch.swapaxes, torch.Tensor.swapaxes, torch.swapdims,
                          torch.Tensor.swapdims, torch.Tensor.T.__get__,
@@ -136,9 +141,8 @@ def permuted_rows(func, args: tuple, kwargs: Dict[str, Any], rows: Rows, ndim: i
         order = [d % ndim for d in order]
     else:
         order = list(range(ndim))
-        first, second = (args[1:3] if len(args) >= 3 else
-                         (kwargs.get('dim0'), kwargs.get('dim1')))
-        first, second = first % ndim, second % ndim
+        first = (args[1] if len(args) > 1 else kwargs['dim0']) % ndim
+        second = (args[2] if len(args) > 2 else kwargs['dim1']) % ndim
         order[first], order[second] = order[second], order[first]
     return {order.index(d): keep for d, keep in rows.items()}
 
@@ -160,9 +164,40 @@ def shuffled_rows(args: tuple, kwargs: Dict[str, Any], rows: Rows) -> Rows:
     return {**rows, 1: rows[1].reshape(groups, -1).T.flatten()}
 
 
+def rolled_rows(args: tuple, kwargs: Dict[str, Any], rows: Rows, ndim: int) -> Rows:
+    """``rows`` of the operand (:func:`first_operand`) after ``torch.roll(x, shifts, dims)``:
+    the keep of each dim rolled moves with its entries, ``out[i] = x[(i - s) % n]``, as the
+    tracer rolls a channel dim's slots (:func:`razorlib.tracing.shape_rules.roll`), so a
+    view into heads after the roll finds the heads the slim model keeps.  None for a roll
+    of the flattened tensor (no ``dims``), which moves entries from dim to dim.
+
+    Example:
+        >>> rows = rolled_rows((None, 1, 1), {}, {1: np.array([True, True, False])}, 2)
+        >>> rows[1].tolist()
+        [False, True, True]
+    """
+    shifts = _ints(args[1] if len(args) > 1 else kwargs['shifts'])
+    dims = _ints(args[2] if len(args) > 2 else kwargs.get('dims'))
+    if not dims:
+        return {}
+    out = dict(rows)
+    for shift, dim in zip(shifts, (d % ndim for d in dims)):
+        if dim in out:
+            out[dim] = np.roll(out[dim], shift)
+    return out
+
+
+def _ints(value: Any) -> Tuple[int, ...]:
+    """A call's argument given as an int or a sequence of ints, as a tuple; () for None."""
+    if value is None:
+        return ()
+    return tuple(map(int, value)) if isinstance(value, (tuple, list)) else (int(value), )
+
+
 def first_operand(args: tuple, kwargs: Dict[str, Any]) -> Any:
-    """What a split or join works on: its first argument, or the keyword that names it
-    when the call names every argument (``torch.chunk(input=x, chunks=2, dim=1)``,
+    """What a call (a view, a roll, a split, a join) works on: its first argument, or the
+    keyword that names it when the call names every argument
+    (``torch.reshape(input=x, shape=s)``, ``torch.chunk(input=x, chunks=2, dim=1)``,
     ``torch.cat(tensors=[a, b], dim=1)``, which reach the counter with no positional
     argument at all); None where there is neither."""
     return args[0] if args else kwargs.get('input', kwargs.get('tensors'))
@@ -219,7 +254,8 @@ def joined_rows(func, args: tuple, kwargs: Dict[str, Any], rows: Sequence[Rows],
     V2's ``torch.cat([x1, x2], 1)``); a stack's new dim cuts nothing.  Another dim takes
     the keep of the first piece that has one: the slim pieces of a join have one width
     there, so one piece's cut is the others' (a class token expanded beside masked
-    patches, whose bare parameter's keep is not followed).  Pieces that ``vstack`` /
+    patches, whose bare parameter's keep is not followed).  ``column_stack``'s 1-D pieces
+    join as the columns it makes of them, their rows on dim 0.  Pieces that ``vstack`` /
     ``dstack`` give more dims first (and ``cat``'s legacy empty 1-D tensors) get none.
 
     Example:
@@ -229,9 +265,11 @@ def joined_rows(func, args: tuple, kwargs: Dict[str, Any], rows: Sequence[Rows],
         >>> rows[1].tolist()
         [True, False, True, False, True, True]
     """
-    tensors, stack = first_operand(args, kwargs), func in _STACKS
+    stack = func in _STACKS
+    shapes = [(t.numel(), 1) if func is torch.column_stack and t.dim() < 2 else t.shape
+              for t in first_operand(args, kwargs)]
     dim = _call_dim(func, args, kwargs, 1, out.dim())
-    if any(t.dim() != out.dim() - stack for t in tensors):
+    if any(len(shape) != out.dim() - stack for shape in shapes):
         return {}
     found: Rows = {}
     for piece in rows:
@@ -239,6 +277,6 @@ def joined_rows(func, args: tuple, kwargs: Dict[str, Any], rows: Sequence[Rows],
             if stack or d != dim:
                 found.setdefault(d + (stack and d >= dim), keep)
     if not stack and any(dim in piece for piece in rows):
-        found[dim] = np.concatenate([piece.get(dim, np.ones(t.shape[dim], dtype=bool))
-                                     for t, piece in zip(tensors, rows)])
+        found[dim] = np.concatenate([piece.get(dim, np.ones(shape[dim], dtype=bool))
+                                     for shape, piece in zip(shapes, rows)])
     return found

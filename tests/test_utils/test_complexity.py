@@ -13,7 +13,7 @@ import razorlib
 from razorlib.pruning import L1NormPruner
 from razorlib.utils import count_params, get_model_complexity
 from razorlib.utils.complexity import einsum_macs
-from razorlib.utils.kept_rows import joined_rows, split_rows
+from razorlib.utils.kept_rows import joined_rows, rolled_rows, split_rows
 from zoo import ZOO
 
 
@@ -518,6 +518,100 @@ def test_a_norm_over_shuffled_rows_counts_what_its_slim_model_has(how):
     assert masked == sliced == {'a': 72 * 4 * 3, 'norm': 2 * 2 * 72, 'b': 72 * 4 * 4}
 
 
+#: rolls of the 8 channels of dim 1 (one with a ReLU after it), and views of them as 4
+#: heads of 2
+ROLLS = {
+    'by 1': lambda y: torch.roll(y, 1, 1),
+    'by -3': lambda y: torch.roll(y, -3, 1),
+    'Tensor.roll, dim -3': lambda y: y.roll(3, -3),
+    'keywords, with a spatial dim': lambda y: torch.roll(input=y, shifts=(1, 2), dims=(1, -1)),
+    'twice along dim 1': lambda y: y.roll((1, 2), (1, 1)),
+    'by 1, then an op by keyword': lambda y: torch.relu(input=torch.roll(y, 1, 1)),
+}
+HEAD_VIEWS = {
+    'view': lambda y, shape: y.view(shape),
+    'reshape, keywords': lambda y, shape: torch.reshape(input=y, shape=shape),
+    'Tensor.reshape, keyword': lambda y, shape: y.reshape(shape=shape),
+}
+
+
+class RolledHeads(nn.Module):
+    """conv -> ``roll`` of its channels -> heads of 2 channels under a
+    ``LayerNorm((2, H, W))`` -> conv: the norm's rows are the heads, which are the conv's
+    channels in their rolled order (head 0 of a roll by 1: channels 7 and 0)."""
+
+    def __init__(self, roll, view):
+        super().__init__()
+        self.roll, self.view = roll, view
+        self.a, self.norm, self.b = nn.Conv2d(3, 8, 1), nn.LayerNorm((2, 6, 6)), \
+            nn.Conv2d(8, 4, 1)
+
+    def forward(self, x):
+        y = self.roll(self.a(x))
+        b, c, h, w = y.shape
+        return self.b(self.norm(self.view(y, (b, -1, 2, h, w))).view(b, c, h, w))
+
+
+@pytest.mark.parametrize('view', list(HEAD_VIEWS))
+@pytest.mark.parametrize('roll', list(ROLLS))
+def test_a_norm_over_rolled_rows_counts_what_its_slim_model_has(roll, view):
+    """The roll keeps the channels it wraps around and the conv cuts one head of the
+    others (6 of 8 channels kept): the norm counts the 3 of 4 heads that the rolled keep
+    holds (3 x 2 x 72), as the slim model's 3 heads.  The counter carried the keep
+    unrolled (kept channels no grid of heads) and counted all 4 heads' 576 (3600 against
+    3456 in all), as it did the rows a roll, reshape or ReLU by keyword dropped."""
+    torch.manual_seed(0)
+    model, x = RolledHeads(ROLLS[roll], HEAD_VIEWS[view]).eval(), torch.randn(2, 3, 6, 6)
+    slim = _pruned_in_half(model, x)
+    assert slim.a.out_channels == 6
+    masked, sliced = {}, {}
+    assert get_model_complexity(model, x, per_module=masked).flops == \
+        get_model_complexity(slim, x, per_module=sliced).flops == 3456
+    assert masked == sliced == {'a': 72 * 6 * 3, 'norm': 3 * 2 * 72, 'b': 72 * 6 * 4}
+
+
+def test_rolled_rows_roll_the_keep_of_each_dim_rolled():
+    """Each dim rolled moves its keep by its shift (twice along one dim by both), the
+    others keep theirs; a roll of the flattened tensor follows nothing."""
+    rows = {1: np.array([True, True, False, False]), 2: np.array([True, False, False])}
+
+    def rolled(*args, **kwargs):
+        return {d: keep.tolist() for d, keep in rolled_rows(args, kwargs, rows, 3).items()}
+
+    assert rolled(None, 1, 1) == rolled(None, (-3, 0), (-2, 0)) == \
+        {1: [False, True, True, False], 2: [True, False, False]}
+    assert rolled(None, shifts=(1, 1), dims=(1, 2)) == rolled(None, (-2, -3, 4), (2, 1, 1)) == \
+        {1: [False, True, True, False], 2: [False, True, False]}
+    assert rolled(None, 1) == rolled(input=None, shifts=(1, ), dims=None) == {}
+
+
+class TransposedHeads(nn.Module):
+    """Linear as heads of 6 -> ``torch.transpose`` of the heads and tokens, its second
+    dim by keyword -> a per-head norm -> Linear."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.norm, self.b = nn.Linear(8, 24), nn.RMSNorm(6), nn.Linear(24, 8)
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        heads = torch.transpose(self.a(x).view(b, n, -1, 6), 1, dim1=2)
+        return self.b(self.norm(heads).transpose(1, 2).reshape(b, n, -1))
+
+
+def test_a_transpose_with_a_dim_by_keyword_carries_the_rows():
+    """The norm counts the 2 kept heads of 4 (2 x 2 x 3 x 6), as the slim model; the
+    counter read both dims of the transpose by position or both by keyword, and failed
+    with a ``TypeError`` on ``None % 4``."""
+    torch.manual_seed(0)
+    model, x = TransposedHeads().eval(), torch.randn(2, 3, 8)
+    slim = _pruned_in_half(model, x)
+    masked, sliced = {}, {}
+    assert get_model_complexity(model, x, per_module=masked).flops == \
+        get_model_complexity(slim, x, per_module=sliced).flops
+    assert masked == sliced == {'a': 576, 'norm': 2 * 2 * 3 * 6, 'b': 576}
+
+
 class HeadsAttention(nn.Module):
     """``q``/``k``/``v`` Linears viewed as heads of 4 (``kv`` key/value heads, repeated over
     the query heads as transformers' ``repeat_kv`` does, or paired by SDPA's
@@ -816,9 +910,9 @@ class JoinedHeads(nn.Module):
     """Linear as heads of 6, ``(B, N, 4, 6)`` -> joined by ``how`` -> a per-head norm ->
     Linear: its halves of heads swapped by a cat of the heads dim (``cat``, ``concat``,
     ``concatenate`` with NumPy's ``axis``, every argument named), or the heads riding
-    along a join of the tokens with a copy (``cat``, ``hstack``), of the batch
-    (``vstack``), of a new dim (``stack``, by name at dim 1) or of the tokens of a
-    ``(B, 4, N, 6)`` layout (``dstack``), the copy dropped after the norm."""
+    along a join of the tokens with a copy (``cat``, ``hstack``, ``column_stack`` by name),
+    of the batch (``vstack``), of a new dim (``stack``, by name at dim 1) or of the tokens
+    of a ``(B, 4, N, 6)`` layout (``dstack``), the copy dropped after the norm."""
 
     def __init__(self, how):
         super().__init__()
@@ -841,6 +935,8 @@ class JoinedHeads(nn.Module):
             z = self.norm(torch.cat([y, 2 * y], 1))[:, :n]
         elif self.how == 'hstack':
             z = self.norm(torch.hstack([y, 2 * y]))[:, :n]
+        elif self.how == 'column_stack':
+            z = self.norm(torch.column_stack(tensors=[y, 2 * y]))[:, :n]
         elif self.how == 'vstack':
             z = self.norm(torch.vstack([y, 2 * y]))[:b]
         elif self.how == 'dstack':
@@ -855,8 +951,8 @@ class JoinedHeads(nn.Module):
 
 @pytest.mark.parametrize('how,norm', [
     *[(how, 2 * 3 * 2 * 6) for how in ('cat', 'concat', 'concatenate', 'cat_keywords')],
-    *[(how, 2 * 2 * 3 * 2 * 6) for how in ('cat_tokens', 'hstack', 'vstack', 'dstack', 'stack',
-                                           'stack_keywords')],
+    *[(how, 2 * 2 * 3 * 2 * 6) for how in ('cat_tokens', 'hstack', 'column_stack', 'vstack',
+                                           'dstack', 'stack', 'stack_keywords')],
 ])
 def test_rows_joined_by_a_cat_or_stack_count_what_the_slim_model_has(how, norm):
     """A cat's output carries its pieces' kept rows end to end along the dim joined, and
@@ -876,7 +972,8 @@ def test_rows_joined_by_a_cat_or_stack_count_what_the_slim_model_has(how, norm):
 def test_joined_rows_lay_the_pieces_keeps_end_to_end():
     """Along a cat's dim the keeps lie end to end at each piece's offset, a piece without
     one kept whole; another dim takes the keep of a piece that has one; a stack moves the
-    dims from its new one up; pieces that ``vstack`` gives a dim first follow nothing."""
+    dims from its new one up; ``column_stack``'s 1-D pieces join as columns, their keeps
+    on the rows; pieces that ``vstack`` gives a dim first follow nothing."""
     a, b = torch.zeros(2, 4, 3), torch.zeros(2, 2, 3)
     heads, cut = np.array([True, False, True]), np.array([False, True, True, False])
 
@@ -889,7 +986,11 @@ def test_joined_rows_lay_the_pieces_keeps_end_to_end():
         {1: [True, True, False, True, True, False], 2: heads.tolist()}
     assert joined_rows(torch.cat, (), {'tensors': [a, b], 'dim': 1}, [{1: cut}, {}],
                        torch.cat([a, b], 1))[1].tolist() == cut.tolist() + [True, True]
-    assert joined(torch.hstack, [a, a], [{1: cut}, {}]) == {1: cut.tolist() + [True] * 4}
+    assert joined(torch.hstack, [a, a], [{1: cut}, {}]) == \
+        joined(torch.column_stack, [a, a], [{1: cut}, {}]) == {1: cut.tolist() + [True] * 4}
+    column, matrix = torch.zeros(3), torch.zeros(3, 2)
+    assert joined(torch.column_stack, [column, matrix, column], [{0: heads}, {1: cut[:2]}, {}]) \
+        == {0: heads.tolist(), 1: [True, False, True, True]}
     assert joined(torch.stack, [a, a], [{1: cut}, {1: cut, 2: heads}], 1) == \
         {2: cut.tolist(), 3: heads.tolist()}
     assert joined(torch.cat, [a, a], [{}, {}], 0) == {}
