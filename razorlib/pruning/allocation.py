@@ -38,7 +38,8 @@ from .latency import LatencyChoice, SubnetLatency
 from .runtimes import RuntimeArg
 from .sensitivity import GreedyPath, Sensitivity, threshold_counts, widest_within
 
-__all__ = ['Allocation', 'SubnetMeter', 'WidthRule', 'allocate', 'budget_of']
+__all__ = ['Allocation', 'SubnetMeter', 'WidthRule', 'allocate', 'budget_of',
+           'refuse_unreachable']
 
 Keep = Dict[str, np.ndarray]
 
@@ -526,6 +527,69 @@ def _check_common_ratio(family: _Family, target: float, unscored: Sequence[str])
         + _unscored_note(unscored) + ' Nothing was changed.')
 
 
+def _cost_refusal(metric: str, target: float, rules: str, least: float, dense: float,
+                  unscored: Sequence[str] = (), bound: bool = False) -> ValueError:
+    """The refusal of a FLOPs or params budget whose smallest subnet costs ``least`` of
+    ``dense``; ``bound``: ``least`` is a lower bound (:func:`refuse_unreachable`)."""
+    best = least / max(dense, 1)
+    at_least, why, more = ('at least ', ', as the scores choose which channels keep a '
+                           "group's layers and chunk pieces", ' or more') if bound else ('', '', '')
+    return ValueError(
+        f'{metric}={target:g} cannot be met: the smallest subnet allowed ({rules}) keeps '
+        f"{at_least}{best:.4f} of the dense model's {metric} ({at_least}{human(least)} of "
+        f'{human(dense)}{why}); ask for {metric}>={math.ceil(best * 1e4) / 1e4:.4f}{more}, '
+        'or lower round_to / raise max_ratio.' + _unscored_note(unscored) +
+        ' Nothing was changed.')
+
+
+def _latency_refusal(target: float, rule: WidthRule) -> ValueError:
+    """The refusal of a latency budget below 1 where the rules leave nothing to prune."""
+    return ValueError(
+        f'latency={target:g} cannot be met: nothing can be pruned under the given rules '
+        f'({_describe_rules(rule)}): the smallest subnet allowed is the dense model; '
+        'lower round_to / raise max_ratio. Nothing was changed.')
+
+
+def refuse_unreachable(pruner: Any, rule: WidthRule, *, flops: Optional[float] = None,
+                       params: Optional[float] = None, latency: Optional[float] = None,
+                       example_inputs: Any = None) -> None:
+    """Refuse a budget the width rules cannot meet whatever the scores, before any are
+    computed: a data-driven criterion reads ``data=`` for its scores (a generator to its
+    end), and a call refused after that leaves the caller's generator spent.
+
+    How many channels a group keeps at fewest depends on the rules alone, and where its
+    channels cost alike (a group without parts: every channel in all its layers), not
+    which: every prunable group cut to its fewest is then the smallest subnet of any
+    allocation (the sensitivity grid and the greedy path stop above it, a group the
+    criterion cannot score stays whole).  A FLOPs or params budget it exceeds is refused
+    with :func:`allocate`'s message.  The channels of a group with parts (layers bound in
+    part, chunk inputs) cost as the parts that hold them, and the scores choose them:
+    such a group is counted at a channel in each part, the fewest any subnet keeps, so
+    the cost is a lower bound and the message says "at least".  A latency budget is
+    refused here only where nothing can be pruned; one whose smallest subnet runs too
+    slow is found by timing it, after the scores.
+
+    Raises:
+        ValueError: the budget cannot be met; nothing is changed.
+    """
+    metric, target = budget_of(flops=flops, params=params, latency=latency)
+    groups = list(pruner._require_prepared().prunable.values())
+    allowed = {g.id: rule.allowed(g) for g in groups}
+    if metric == 'latency':
+        if target < 1 and all(len(counts) == 1 for counts in allowed.values()):
+            raise _latency_refusal(target, rule)
+        return
+    meter = SubnetMeter(pruner, example_inputs)
+    full = {g.id: np.ones(g.num_channels, dtype=bool) for g in groups}
+    smallest = {g.id: g.keep_best(np.arange(g.num_channels), 1 if g.parts else allowed[g.id][0])
+                for g in groups}
+    dense = getattr(meter(full, metric == 'flops'), metric)
+    least = getattr(meter(smallest, metric == 'flops'), metric)
+    if least > within(target, dense):
+        raise _cost_refusal(metric, target, _describe_rules(rule), least, dense,
+                            bound=any(g.parts for g in groups))
+
+
 def allocate(pruner: Any, scores: Optional[Dict[str, np.ndarray]] = None, *,
              ratio: Optional[float] = None, flops: Optional[float] = None,
              params: Optional[float] = None, latency: Optional[float] = None,
@@ -637,13 +701,8 @@ def allocate(pruner: Any, scores: Optional[Dict[str, np.ndarray]] = None, *,
         return cache[key]
 
     if cost(0) > limit:
-        best = cost(0) / max(getattr(dense, metric), 1)
-        raise ValueError(
-            f'{metric}={target:g} cannot be met: the smallest subnet allowed '
-            f'({_describe_rules(rule, family)}) keeps {best:.4f} of the dense model\'s {metric} '
-            f'({human(cost(0))} of {human(getattr(dense, metric))}); ask for '
-            f'{metric}>={math.ceil(best * 1e4) / 1e4:.4f}, or lower round_to / raise '
-            'max_ratio.' + _unscored_note(unscored) + ' Nothing was changed.')
+        raise _cost_refusal(metric, target, _describe_rules(rule, family), cost(0),
+                            getattr(dense, metric), unscored)
     index = _largest_within(cost, family.size, limit)
     counts = _filled(family, index, cost_of, limit)
     pruned = dense if tuple(counts.values()) == whole else meter({**full, **family.keep(counts)})
@@ -665,10 +724,7 @@ def _allocate_latency(family: _Family, full: Keep, unscored: List[str], meter: S
     else:
         timer = SubnetLatency(meter.pruner, meter.example_inputs, runtime)
     if target < 1 and family.counts(0) == family.counts(family.size):
-        raise ValueError(
-            f'latency={target:g} cannot be met: nothing can be pruned under the given rules '
-            f'({_describe_rules(rule)}): the smallest subnet allowed is the dense model; '
-            'lower round_to / raise max_ratio. Nothing was changed.')
+        raise _latency_refusal(target, rule)
     choice = timer.search(lambda i: {**full, **family.keep(family.counts(i))}, family.size,
                           target)
     counts = family.counts(choice.index)

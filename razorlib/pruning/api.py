@@ -16,7 +16,8 @@ from ..utils.caller import warn_at_caller
 from ..utils.checks import keyword_parameters, switch
 from ..utils.complexity import Complexity
 from ..utils.modes import evaluating
-from .allocation import SubnetMeter, WidthRule, allocate, budget_of, within
+from .allocation import (SubnetMeter, WidthRule, allocate, budget_of, refuse_unreachable,
+                         within)
 from .data import pair_batches
 from .importance import ImportanceArg
 from .importance.pruner import ImportancePruner
@@ -101,9 +102,11 @@ def prune(model: nn.Module, example_inputs: Any = None, *, ratio: Optional[float
             ``global_ranking``.
         data: an iterable of ``(inputs, targets)`` batches: what data-driven criteria
             run on, and, after slicing, what the batch norms' running statistics are
-            re-estimated on.  A one-shot iterator is read into a list first; a list
-            or a ``DataLoader`` is read again on each pass, one batch in memory at a
-            time (the sensitivity and greedy allocations read it into a list).
+            re-estimated on.  A FLOPs or params budget the width rules cannot meet
+            (a latency budget where they leave nothing to prune) is refused before it is
+            read.  A one-shot iterator is read into a list first; a list or a
+            ``DataLoader`` is read again on each pass, one batch in memory at a time
+            (the sensitivity and greedy allocations read it into a list).
         loss_fn: ``loss_fn(outputs, targets)`` for gradient criteria; default
             cross-entropy.
         round_to: each leader layer keeps a multiple of this many channels (or all).
@@ -183,8 +186,6 @@ def slim_copy(model: nn.Module, example_inputs: Any, call: Dict[str, Any],
     hidden = switch(hidden, f'{caller}: hidden')  # 'no' would prune a hidden size
     _check_pruner(call['pruner'], caller)
     _check_pruner_kwargs(call['pruner'], pruner_kwargs, caller)
-    if data is not None:
-        data = pair_batches(data, caller)
     budget = {k: v for k, v in budget.items() if v is not None}
     cfg = _pruner_cfg(call['pruner'], budget, options, given, pruner_kwargs)
     _check_runtime(cfg.get('runtime', options['runtime']), cfg, caller)
@@ -211,6 +212,9 @@ def slim_copy(model: nn.Module, example_inputs: Any, call: Dict[str, Any],
         if hidden:
             warn_if_hidden_kept(model, structure_pruner.groups, caller)
             hidden_keys = hidden_size_keys(model)
+    if data is not None:  # a budget out of reach is refused before data= is read
+        _refuse_unreachable(structure_pruner, budget, options, example_inputs)
+        data = pair_batches(data, caller)
     subnet, dense = _choose_subnet(structure_pruner, budget, options, example_inputs, data,
                                    loss_fn)
     if reshape is not None:
@@ -351,6 +355,24 @@ def _choose_subnet(pruner: StructurePruner, budget: Dict[str, float], options: D
     allocation = allocate(pruner, None, **budget, round_to=options['round_to'],
                           max_ratio=options['max_ratio'], example_inputs=example_inputs)
     return allocation.subnet, allocation.dense
+
+
+def _refuse_unreachable(pruner: StructurePruner, budget: Dict[str, float],
+                        options: Dict[str, Any], example_inputs: Any) -> None:
+    """Refuse the pruner's budget where the width rules cannot meet it, whatever the
+    scores (:func:`~razorlib.pruning.allocation.refuse_unreachable`): the allocation
+    refuses it only after scoring, and a data-driven criterion scores on ``data=``, a
+    generator read to its end for nothing.  An ``ImportancePruner`` holds its budget and
+    rules (its config's where the call gives none); another pruner allocates the call's
+    budget under the call's rules, as :func:`_choose_subnet` does."""
+    if isinstance(pruner, ImportancePruner):
+        rule = pruner.rule
+        budget = {k: getattr(pruner, k) for k in ('flops', 'params', 'latency')}
+    else:
+        rule = WidthRule(options['round_to'], options['max_ratio'])
+    budget = {k: v for k, v in budget.items() if k != 'ratio' and v is not None}
+    if budget:
+        refuse_unreachable(pruner, rule, **budget, example_inputs=example_inputs)
 
 
 def _fitted(pruner: StructurePruner, subnet: SubnetDict, rule: WidthRule) -> SubnetDict:

@@ -1,0 +1,103 @@
+"""A budget out of reach is refused before ``data=`` is read.
+
+Whether the width rules can meet a FLOPs or params budget does not depend on the data,
+yet ``razorlib.prune`` read a generator of batches into a list (for the scores of
+``taylor``, or the batch-norm re-estimation of ``l1``) before the allocation refused the
+budget: the caller's generator came back with none of its 3 batches left.
+"""
+import pytest
+import torch
+import torch.nn as nn
+from test_chunk_widths import CatChunk
+
+import razorlib
+
+X = torch.randn(1, 3, 8, 8)
+
+
+def net():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(3, 24, 3), nn.ReLU(), nn.Conv2d(24, 24, 3), nn.ReLU(),
+                         nn.Conv2d(24, 5, 1), nn.AdaptiveAvgPool2d(1), nn.Flatten())
+
+
+def batches(count=3, targets=(4, )):
+    generator = torch.Generator().manual_seed(1)
+    return [(torch.randn(4, 3, 8, 8, generator=generator),
+             torch.randint(0, 4, targets, generator=generator)) for _ in range(count)]
+
+
+def refusal(model, **budget):
+    """The message of the allocation's own refusal: the same call with no data."""
+    with pytest.raises(ValueError) as info:
+        razorlib.prune(model, X, **budget)
+    return str(info.value)
+
+
+@pytest.mark.parametrize('budget', [dict(flops=0.0001), dict(params=0.0001)])
+@pytest.mark.parametrize('importance', ['taylor', 'l1'])
+def test_a_budget_out_of_reach_leaves_the_generator_unread(budget, importance):
+    metric = next(iter(budget))
+    expected = refusal(net(), **budget)
+    assert expected.startswith(f'{metric}=0.0001 cannot be met: the smallest subnet allowed '
+                               '(every group keeps a channel of each layer and chunk piece) '
+                               f"keeps 0.0")
+    assert expected.endswith('or lower round_to / raise max_ratio. Nothing was changed.')
+    data = iter(batches())
+    with pytest.raises(ValueError) as info:
+        razorlib.prune(net(), X, importance=importance, data=data, **budget)
+    assert str(info.value) == expected
+    assert len(list(data)) == 3  # all were read before
+
+
+def test_a_pruner_configs_budget_is_refused_before_the_data_too():
+    data = iter(batches())
+    with pytest.raises(ValueError, match='flops=0.0001 cannot be met'):
+        razorlib.prune(net(), X, pruner=dict(type='ImportancePruner', flops=0.0001,
+                                             importance='taylor'), data=data)
+    assert len(list(data)) == 3
+    data = iter(batches())
+    with pytest.raises(ValueError, match='params=0.0001 cannot be met'):
+        razorlib.prune(net(), X, params=0.0001, pruner='RatioPruner', data=data)
+    assert len(list(data)) == 3
+
+
+def test_a_latency_budget_nothing_can_meet_is_refused_before_the_data():
+    data = iter(batches())
+    with pytest.raises(ValueError, match=r'^latency=0.5 cannot be met: nothing can be pruned '
+                       r'under the given rules \(every group keeps a channel of each layer and '
+                       r'chunk piece, round_to=64\): the smallest subnet allowed is the dense '
+                       r'model; lower round_to / raise max_ratio. Nothing was changed.$'):
+        razorlib.prune(net(), X, latency=0.5, round_to=64, importance='taylor', data=data)
+    assert len(list(data)) == 3
+
+
+def test_a_group_with_parts_is_counted_at_one_channel_a_part_and_said_so():
+    # the scores choose which of CatChunk's channels keep its chunk piece: before they
+    # are computed its smallest cost is a bound, met exactly here
+    model = CatChunk(own_chunk=True)
+    data = iter(batches(targets=(4, 8, 8)))
+    with pytest.raises(ValueError, match=r"^flops=0.3 cannot be met: the smallest subnet "
+                       r"allowed \(.*\) keeps at least 0.5455 of the dense model's flops "
+                       r"\(at least 1.54k of 2.82k, as the scores choose which channels keep "
+                       r"a group's layers and chunk pieces\); ask for flops>=0.5455 or more, "
+                       r'or lower round_to / raise max_ratio. Nothing was changed.$'):
+        razorlib.prune(model, X, flops=0.3, importance='taylor', data=data)
+    assert len(list(data)) == 3
+    # the bound refuses no budget the allocation meets: the least it names passes
+    slim = razorlib.prune(model, X, flops=0.5455, importance='taylor',
+                          data=iter(batches(targets=(4, 8, 8))))
+    assert (slim.a.out_channels, slim.b.out_channels) == (2, 2)  # of 2 and 6
+
+
+@pytest.mark.parametrize('budget', [dict(flops=0.5), dict(params=0.5)])
+def test_a_budget_within_reach_scores_on_the_generator_as_on_a_list(budget):
+    data = iter(batches())
+    slim = razorlib.prune(net(), X, importance='taylor', data=data, **budget)
+    assert next(data, None) is None  # read for the scores
+    from_list = razorlib.prune(net(), X, importance='taylor', data=batches(), **budget)
+    widths = [m.out_channels for m in slim if isinstance(m, nn.Conv2d)]
+    assert widths == [m.out_channels for m in from_list if isinstance(m, nn.Conv2d)]
+    assert widths[-1] == 5 and max(widths[:2]) < 24
+    with torch.no_grad():
+        assert torch.equal(slim(X), from_list(X))
