@@ -585,17 +585,28 @@ def test_rolled_rows_roll_the_keep_of_each_dim_rolled():
     assert rolled(None, 1) == rolled(input=None, shifts=(1, ), dims=None) == {}
 
 
-class TransposedHeads(nn.Module):
+class HeadsOf6(nn.Module):
+    """Linear (8 -> 24) as 4 heads of 6, a per-head RMSNorm, Linear back to 8: what the
+    fixtures below move the heads through between them (``heads``), as ``how`` says."""
+
+    def __init__(self, how=None):
+        super().__init__()
+        self.how = how
+        self.a, self.norm, self.b = nn.Linear(8, 24), nn.RMSNorm(6), nn.Linear(24, 8)
+
+    def heads(self, x):
+        """``a(x)`` as ``(B, N, 4, 6)``."""
+        b, n, _ = x.shape
+        return self.a(x).view(b, n, -1, 6)
+
+
+class TransposedHeads(HeadsOf6):
     """Linear as heads of 6 -> ``torch.transpose`` of the heads and tokens, its second
     dim by keyword -> a per-head norm -> Linear."""
 
-    def __init__(self):
-        super().__init__()
-        self.a, self.norm, self.b = nn.Linear(8, 24), nn.RMSNorm(6), nn.Linear(24, 8)
-
     def forward(self, x):
         b, n, _ = x.shape
-        heads = torch.transpose(self.a(x).view(b, n, -1, 6), 1, dim1=2)
+        heads = torch.transpose(self.heads(x), 1, dim1=2)
         return self.b(self.norm(heads).transpose(1, 2).reshape(b, n, -1))
 
 
@@ -782,21 +793,16 @@ class UnequalSplitHeads(nn.Module):
         return self.b(torch.cat([self.norm(p.view(b, n, -1, 4)).flatten(2) for p in parts], -1))
 
 
-class TokenSplitHeads(nn.Module):
+class TokenSplitHeads(HeadsOf6):
     """Linear as heads of 6 -> the tokens split unequally (``how``: sizes as a list with
     a negative dim, as an int, ``tensor_split`` at an index, ``tensor_split`` / ``chunk`` /
     ``unbind`` with every argument named, or ``hsplit`` / ``vsplit`` / ``dsplit``, whose
     names say the dim, on a layout with the tokens there) -> a per-head norm of each
     piece -> concat -> Linear: the dim cut holds no channels, the heads ride along."""
 
-    def __init__(self, how):
-        super().__init__()
-        self.how = how
-        self.a, self.norm, self.b = nn.Linear(8, 24), nn.RMSNorm(6), nn.Linear(24, 8)
-
     def forward(self, x):
         b, n, _ = x.shape
-        y = self.a(x).view(b, n, -1, 6)
+        y = self.heads(x)
         if self.how == 'list':
             parts = y.split([1, 2], dim=-3)
         elif self.how == 'int':
@@ -906,7 +912,7 @@ def test_split_rows_slice_the_keep_of_the_dim_cut_and_move_the_others():
     assert pieces(torch.vsplit, 2) == [{1: rows[1].tolist(), 2: heads}] * 2
 
 
-class JoinedHeads(nn.Module):
+class JoinedHeads(HeadsOf6):
     """Linear as heads of 6, ``(B, N, 4, 6)`` -> joined by ``how`` -> a per-head norm ->
     Linear: its halves of heads swapped by a cat of the heads dim (``cat``, ``concat``,
     ``concatenate`` with NumPy's ``axis``, every argument named), or the heads riding
@@ -914,14 +920,9 @@ class JoinedHeads(nn.Module):
     of the batch (``vstack``), of a new dim (``stack``, by name at dim 1) or of the tokens
     of a ``(B, 4, N, 6)`` layout (``dstack``), the copy dropped after the norm."""
 
-    def __init__(self, how):
-        super().__init__()
-        self.how = how
-        self.a, self.norm, self.b = nn.Linear(8, 24), nn.RMSNorm(6), nn.Linear(24, 8)
-
     def forward(self, x):
         b, n, _ = x.shape
-        y = self.a(x).view(b, n, -1, 6)
+        y = self.heads(x)
         first, second = y.chunk(2, 2)
         if self.how == 'cat':
             z = self.norm(torch.cat([second, first], 2))
