@@ -354,6 +354,7 @@ def head_loss_on(head: nn.Module, logits: torch.Tensor, data_samples: list,
         return logits
 
     name = f'{type(head).__name__}.loss'
+    own = head.__dict__.get('forward')  # an instance's own forward (a wrapper), if any
     head.forward = forward
     try:
         losses = head.loss(logits, data_samples)
@@ -364,7 +365,10 @@ def head_loss_on(head: nn.Module, logits: torch.Tensor, data_samples: list,
                          'forward answers with them')
         raise
     finally:
-        del head.forward  # the class's forward again
+        if own is None:
+            del head.forward  # the class's forward again
+        else:
+            head.forward = own
     if not calls:
         raise ValueError(f'{where}: the head {name} did not call its forward, so its loss '
                          'cannot be taken on the logits given to it')

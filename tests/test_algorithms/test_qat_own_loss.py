@@ -12,6 +12,7 @@ import torch.nn.functional as F
 
 from loss_heads import PretrainStyleHead, SmoothedCrossEntropy
 from razorlib.algorithms import QAT
+from razorlib.algorithms.distill import head_loss_on
 from razorlib.models.data_sample import ClsDataSample
 from razorlib.models.heads import LinearClsHead
 from razorlib.registry import MODELS
@@ -214,3 +215,18 @@ def test_to_a_device_and_a_dtype_is_refused_before_the_preprocessor_is_moved():
     assert model.data_preprocessor.device == torch.device('cpu')
     assert all(p.device.type == 'cpu' for p in model.parameters())
     assert model.to('cpu', torch.float32) is model
+
+
+def test_the_loss_on_given_logits_puts_back_a_heads_own_forward():
+    """head_loss_on answers the logits through the head's forward for one call, then
+    restores what was there: the class's forward, or an instance's own (a wrapper)."""
+    head = architecture().head
+    wrapped = head.forward
+    head.forward = lambda *a, **k: wrapped(*a, **k)
+    own = head.forward
+    logits = torch.randn(2, 4)
+    head_loss_on(head, logits, [ClsDataSample().set_gt_label(1)] * 2, 'test')
+    assert head.forward is own
+    del head.forward
+    head_loss_on(head, logits, [ClsDataSample().set_gt_label(1)] * 2, 'test')
+    assert 'forward' not in head.__dict__
