@@ -552,7 +552,7 @@ def _latency_refusal(target: float, rule: WidthRule) -> ValueError:
 
 def refuse_unreachable(pruner: Any, rule: WidthRule, *, flops: Optional[float] = None,
                        params: Optional[float] = None, latency: Optional[float] = None,
-                       example_inputs: Any = None) -> None:
+                       example_inputs: Any = None) -> Optional[Complexity]:
     """Refuse a budget the width rules cannot meet whatever the scores, before any are
     computed: a data-driven criterion reads ``data=`` for its scores (a generator to its
     end), and a call refused after that leaves the caller's generator spent.
@@ -569,6 +569,11 @@ def refuse_unreachable(pruner: Any, rule: WidthRule, *, flops: Optional[float] =
     refused here only where nothing can be pruned; one whose smallest subnet runs too
     slow is found by timing it, after the scores.
 
+    Returns:
+        the dense model's complexity for a FLOPs or params budget (FLOPs and params,
+        counted on ``example_inputs``), for :func:`allocate`'s ``dense=`` so that it is
+        counted once; None for a latency budget.
+
     Raises:
         ValueError: the budget cannot be met; nothing is changed.
     """
@@ -578,16 +583,17 @@ def refuse_unreachable(pruner: Any, rule: WidthRule, *, flops: Optional[float] =
     if metric == 'latency':
         if target < 1 and all(len(counts) == 1 for counts in allowed.values()):
             raise _latency_refusal(target, rule)
-        return
+        return None
     meter = SubnetMeter(pruner, example_inputs)
     full = {g.id: np.ones(g.num_channels, dtype=bool) for g in groups}
     smallest = {g.id: g.keep_best(np.arange(g.num_channels), 1 if g.parts else allowed[g.id][0])
                 for g in groups}
-    dense = getattr(meter(full, metric == 'flops'), metric)
+    dense = meter(full)
     least = getattr(meter(smallest, metric == 'flops'), metric)
-    if least > within(target, dense):
-        raise _cost_refusal(metric, target, _describe_rules(rule), least, dense,
+    if least > within(target, getattr(dense, metric)):
+        raise _cost_refusal(metric, target, _describe_rules(rule), least, getattr(dense, metric),
                             bound=any(g.parts for g in groups))
+    return dense
 
 
 def allocate(pruner: Any, scores: Optional[Dict[str, np.ndarray]] = None, *,
@@ -597,7 +603,8 @@ def allocate(pruner: Any, scores: Optional[Dict[str, np.ndarray]] = None, *,
              max_ratio: Optional[float] = None, example_inputs: Any = None,
              runtime: Union[RuntimeArg, SubnetLatency] = 'torch',
              sensitivity: Optional[Sensitivity] = None,
-             path: Optional[GreedyPath] = None) -> Allocation:
+             path: Optional[GreedyPath] = None,
+             dense: Optional[Complexity] = None) -> Allocation:
     """Choose each group's kept channels for one budget; the pruner's masks are left as
     they were (``pruner.set_subnet(allocation.subnet)`` applies it).
 
@@ -628,6 +635,8 @@ def allocate(pruner: Any, scores: Optional[Dict[str, np.ndarray]] = None, *,
             down: :func:`~razorlib.pruning.sensitivity.measure_greedy_path`): the first
             subnet on it that meets the budget.  Not with ``global_ranking`` or
             ``sensitivity``.
+        dense: the dense model's complexity on ``example_inputs`` where it was counted
+            already (:func:`refuse_unreachable` returns it); else counted here.
 
     Raises:
         ValueError: the budget cannot be met; the message names the smallest value the
@@ -684,8 +693,9 @@ def allocate(pruner: Any, scores: Optional[Dict[str, np.ndarray]] = None, *,
     measure_flops = metric == 'flops'
     full = {gid: np.ones(g.num_channels, dtype=bool) for gid, g in prunable.items()}
     if metric == 'latency':
-        return _allocate_latency(family, full, unscored, meter, target, runtime, rule)
-    dense = meter(full)
+        return _allocate_latency(family, full, unscored, meter, target, runtime, rule, dense)
+    if dense is None:
+        dense = meter(full)
     limit = within(target, getattr(dense, metric))
     # keyed by the groups' kept counts; every group whole is the dense model
     whole = tuple(g.num_channels for g in groups)
@@ -711,7 +721,7 @@ def allocate(pruner: Any, scores: Optional[Dict[str, np.ndarray]] = None, *,
 
 def _allocate_latency(family: _Family, full: Keep, unscored: List[str], meter: SubnetMeter,
                       target: float, runtime: Union[RuntimeArg, SubnetLatency],
-                      rule: WidthRule) -> Allocation:
+                      rule: WidthRule, dense: Optional[Complexity]) -> Allocation:
     """The largest candidate whose latency, measured on ``runtime``, meets ``target``.
 
     A budget below 1 when the rules leave nothing to prune (the smallest candidate is
@@ -728,7 +738,7 @@ def _allocate_latency(family: _Family, full: Keep, unscored: List[str], meter: S
     choice = timer.search(lambda i: {**full, **family.keep(family.counts(i))}, family.size,
                           target)
     counts = family.counts(choice.index)
-    result = _result(family, counts, unscored, meter(full),
+    result = _result(family, counts, unscored, meter(full) if dense is None else dense,
                      meter({**full, **family.keep(counts)}),
                      family.ratio(choice.index))
     result.latency = choice

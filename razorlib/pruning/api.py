@@ -212,11 +212,12 @@ def slim_copy(model: nn.Module, example_inputs: Any, call: Dict[str, Any],
         if hidden:
             warn_if_hidden_kept(model, structure_pruner.groups, caller)
             hidden_keys = hidden_size_keys(model)
+    dense = None
     if data is not None:  # a budget out of reach is refused before data= is read
-        _refuse_unreachable(structure_pruner, budget, options, example_inputs)
+        dense = _refuse_unreachable(structure_pruner, budget, options, example_inputs)
         data = pair_batches(data, caller)
     subnet, dense = _choose_subnet(structure_pruner, budget, options, example_inputs, data,
-                                   loss_fn)
+                                   loss_fn, dense)
     if reshape is not None:
         subnet = reshape(structure_pruner, subnet)
     if experts:  # one width per layer's experts, to stack them again
@@ -332,11 +333,13 @@ def _check_runtime(runtime: Any, cfg: dict, caller: str) -> None:
 
 
 def _choose_subnet(pruner: StructurePruner, budget: Dict[str, float], options: Dict[str, Any],
-                   example_inputs: Any, data: Any, loss_fn: Any
+                   example_inputs: Any, data: Any, loss_fn: Any,
+                   dense: Optional[Complexity] = None
                    ) -> Tuple[SubnetDict, Optional[Complexity]]:
     """The subnet to slim to: allocated to the budget, or sampled from the pruner's
     ratios when its config holds several and the call gives no budget; with the dense
-    model's complexity where the allocation counted it."""
+    model's complexity where the allocation counted it (or ``dense``, counted already
+    by :func:`_refuse_unreachable`)."""
     if isinstance(pruner, ImportancePruner):
         if not pruner.has_budget and len(pruner.ratios) > 1:
             if pruner.importance.needs_data:
@@ -353,26 +356,29 @@ def _choose_subnet(pruner: StructurePruner, budget: Dict[str, float], options: D
     if not budget:
         budget = {'ratio': pruner.ratios[0]}
     allocation = allocate(pruner, None, **budget, round_to=options['round_to'],
-                          max_ratio=options['max_ratio'], example_inputs=example_inputs)
+                          max_ratio=options['max_ratio'], example_inputs=example_inputs,
+                          dense=dense)
     return allocation.subnet, allocation.dense
 
 
 def _refuse_unreachable(pruner: StructurePruner, budget: Dict[str, float],
-                        options: Dict[str, Any], example_inputs: Any) -> None:
+                        options: Dict[str, Any], example_inputs: Any
+                        ) -> Optional[Complexity]:
     """Refuse the pruner's budget where the width rules cannot meet it, whatever the
-    scores (:func:`~razorlib.pruning.allocation.refuse_unreachable`): the allocation
-    refuses it only after scoring, and a data-driven criterion scores on ``data=``, a
-    generator read to its end for nothing.  An ``ImportancePruner`` holds its budget and
-    rules (its config's where the call gives none); another pruner allocates the call's
-    budget under the call's rules, as :func:`_choose_subnet` does."""
+    scores (:func:`~razorlib.pruning.allocation.refuse_unreachable`), before ``data=`` is
+    read into a list for the scores and the norms' re-estimation: a generator would come
+    back spent.  An ``ImportancePruner`` checks its own budget and rules (its config's
+    where the call gives none) and keeps what it counted for its allocation; another
+    pruner allocates the call's budget under the call's rules, as :func:`_choose_subnet`
+    does, which is given the dense model's complexity returned here."""
     if isinstance(pruner, ImportancePruner):
-        rule = pruner.rule
-        budget = {k: getattr(pruner, k) for k in ('flops', 'params', 'latency')}
-    else:
-        rule = WidthRule(options['round_to'], options['max_ratio'])
+        pruner.check_budget()
+        return None
     budget = {k: v for k, v in budget.items() if k != 'ratio' and v is not None}
-    if budget:
-        refuse_unreachable(pruner, rule, **budget, example_inputs=example_inputs)
+    if not budget:
+        return None
+    return refuse_unreachable(pruner, WidthRule(options['round_to'], options['max_ratio']),
+                              **budget, example_inputs=example_inputs)
 
 
 def _fitted(pruner: StructurePruner, subnet: SubnetDict, rule: WidthRule) -> SubnetDict:

@@ -101,3 +101,51 @@ def test_a_budget_within_reach_scores_on_the_generator_as_on_a_list(budget):
     assert widths[-1] == 5 and max(widths[:2]) < 24
     with torch.no_grad():
         assert torch.equal(slim(X), from_list(X))
+
+
+@pytest.mark.parametrize('budget', [dict(flops=0.0001), dict(params=0.0001)])
+def test_importance_pruner_allocate_refuses_before_reading_the_generator(budget):
+    pruner = razorlib.pruning.ImportancePruner(importance='taylor', **budget)
+    pruner.prepare_from_supernet(net(), X)
+    data = iter(batches())
+    with pytest.raises(ValueError, match=f'^{next(iter(budget))}=0.0001 cannot be met'):
+        pruner.allocate(data)
+    assert len(list(data)) == 3
+    assert pruner._scores is None  # nothing was scored
+
+
+def test_check_budget_follows_a_changed_budget_and_rules():
+    pruner = razorlib.pruning.ImportancePruner(flops=0.5)
+    pruner.prepare_from_supernet(net(), X)
+    dense = pruner.check_budget()
+    assert dense.flops > 0 and dense.params > 0
+    assert pruner.check_budget() is dense  # counted once
+    pruner.flops = 0.0001
+    with pytest.raises(ValueError, match='^flops=0.0001 cannot be met'):
+        pruner.check_budget()
+    pruner.flops, pruner.rule = 0.5, razorlib.pruning.WidthRule(round_to=64)
+    with pytest.raises(ValueError, match=r'^flops=0.5 cannot be met: .*round_to=64'):
+        pruner.check_budget()
+    latency = razorlib.pruning.ImportancePruner(latency=0.5)
+    latency.prepare_from_supernet(net(), X)
+    assert latency.check_budget() is None
+
+
+@pytest.mark.parametrize('pruner', ['ImportancePruner', 'RatioPruner'])
+@pytest.mark.parametrize('budget', [dict(flops=0.5), dict(params=0.5)])
+def test_the_dense_model_is_counted_once(monkeypatch, pruner, budget):
+    # the reachability check before the data and the allocation after it counted the
+    # dense model each
+    from razorlib.pruning.allocation import SubnetMeter
+    counted = []
+    measure = SubnetMeter.__call__
+
+    def spy(meter, keep, flops=True):
+        if all(bool(torch.as_tensor(mask).all()) for mask in keep.values()):
+            counted.append(flops)
+        return measure(meter, keep, flops)
+
+    monkeypatch.setattr(SubnetMeter, '__call__', spy)
+    slim = razorlib.prune(net(), X, data=iter(batches()), pruner=pruner, **budget)
+    assert counted == [True]
+    assert sum(p.numel() for p in slim.parameters()) < sum(p.numel() for p in net().parameters())

@@ -10,7 +10,9 @@ from ...registry import PRUNERS
 from ...tracing import ChannelGroup
 from ...tracing.forward import default_example_inputs
 from ...utils.checks import switch
-from ..allocation import Allocation, SubnetMeter, WidthRule, allocate, budget_of
+from ...utils.complexity import Complexity
+from ..allocation import (Allocation, SubnetMeter, WidthRule, allocate, budget_of,
+                          refuse_unreachable)
 from ..data import pair_batches
 from ..latency import SubnetLatency
 from ..runtimes import Runtime, RuntimeArg, check_runtime
@@ -102,12 +104,43 @@ class ImportancePruner(StructurePruner):
         self.rule = WidthRule(round_to, max_ratio)
         self._scores: Optional[Dict[str, np.ndarray]] = None
         self._example_inputs: Any = None
+        self._checked: Optional[Tuple[tuple, Optional[Complexity]]] = None
 
     def prepare_from_supernet(self, supernet: nn.Module, example_inputs: Any = None) -> None:
         if example_inputs is None:
             example_inputs = default_example_inputs(supernet)
         super().prepare_from_supernet(supernet, example_inputs)
-        self._example_inputs, self._scores = example_inputs, None
+        self._example_inputs, self._scores, self._checked = example_inputs, None, None
+
+    def check_budget(self) -> Optional[Complexity]:
+        """Refuse a ``flops``, ``params`` or ``latency`` budget the width rules cannot
+        meet whatever the scores
+        (:func:`~razorlib.pruning.allocation.refuse_unreachable`), before any score is
+        computed: :meth:`allocate` given ``data`` calls it first, so that a data-driven
+        criterion does not read ``data`` (a generator to its end) for a refusal.  Without
+        ``data`` the allocation's own refusal comes as soon, and names the exact least
+        cost where this one can only bound it (a group whose channels sit in several
+        parts).  A ratio is left to :meth:`allocate`: which groups it spans depends on
+        which ones the criterion scores.
+
+        Returns:
+            the dense model's complexity for a FLOPs or params budget (kept for
+            :meth:`allocate`, counted once per budget and rules until the next
+            preparation), else None.
+
+        Raises:
+            ValueError: the budget cannot be met; the message names the smallest value
+                the rules allow.  Nothing is changed.
+        """
+        self._require_prepared()
+        key = (self.flops, self.params, self.latency, self.rule.round_to, self.rule.max_ratio)
+        if self._checked is None or self._checked[0] != key:
+            dense = refuse_unreachable(self, self.rule, flops=self.flops, params=self.params,
+                                       latency=self.latency,
+                                       example_inputs=self._example_inputs) \
+                if self.has_budget else None
+            self._checked = (key, dense)
+        return self._checked[1]
 
     # ------------------------------------------------------------------ scores
     def score(self, data: Optional[Any] = None,
@@ -186,8 +219,12 @@ class ImportancePruner(StructurePruner):
 
         Raises:
             ValueError: the budget cannot be met (the message names the smallest value
-                the rules allow), or ``ratios`` holds several ratios.
+                the rules allow), or ``ratios`` holds several ratios.  A FLOPs or params
+                budget the rules cannot meet whatever the scores, and a latency budget
+                where nothing can be pruned, are refused before ``data`` is read
+                (:meth:`check_budget`), whose message may bound the least cost.
         """
+        dense = self.check_budget() if data is not None else None  # before data is read
         # an iterator score() would exhaust is read once; a DataLoader is none (asking it
         # for an iterator to tell would start a set of workers for nothing), read once
         # only for a sensitivity measurement, which must cut on the batches scored
@@ -219,7 +256,7 @@ class ImportancePruner(StructurePruner):
                         latency=self.latency, global_ranking=self.global_ranking,
                         round_to=self.rule.round_to, max_ratio=self.rule.max_ratio,
                         example_inputs=self._example_inputs, runtime=self.runtime,
-                        sensitivity=table, path=path)
+                        sensitivity=table, path=path, dense=dense)
 
     def _greedy_cost(self, orders: Mapping[str, np.ndarray], ratio: Optional[float]
                      ) -> Tuple[Callable[[Dict[str, int]], float], Optional[float]]:
