@@ -36,7 +36,7 @@ from ..utils.checks import real_number, switch
 from ..utils.complexity import Complexity, count_params, get_model_complexity, human
 from .latency import LatencyChoice, SubnetLatency
 from .runtimes import RuntimeArg
-from .sensitivity import GreedyPath, Sensitivity, threshold_counts, widest_within
+from .sensitivity import GreedyPath, Sensitivity, grid, threshold_counts, widest_within
 
 __all__ = ['Allocation', 'SubnetMeter', 'WidthRule', 'allocate', 'budget_of',
            'refuse_unreachable']
@@ -478,23 +478,30 @@ def _unscored_note(unscored: Sequence[str]) -> str:
             f'({", ".join(unscored[:3])}{more}).')
 
 
-def _describe_rules(rule: WidthRule, family: Optional['_Family'] = None) -> str:
-    """What sets the smallest subnet: the width rules, and for a measured allocation the
-    narrowest widths it measured (a sensitivity grid's first points, a greedy path's end),
-    which may lie above what the rules allow."""
+def _describe_rules(rule: WidthRule, measured: Optional[str] = None) -> str:
+    """What sets the smallest subnet: the width rules, and for a measured allocation
+    (``measured``: ``'greedy'`` or ``'sensitivity'``, :func:`_measured`) the narrowest
+    widths it measures (a sensitivity grid's first points, a greedy path's end), which
+    may lie above what the rules allow."""
     parts = ['every group keeps a channel of each layer and chunk piece']
     if rule.max_ratio is not None:
         parts.append(f'max_ratio={rule.max_ratio}')
     if rule.round_to > 1:
         parts.append(f'round_to={rule.round_to}')
-    if family is not None and family.path is not None:
+    if measured == 'greedy':
         parts.append("no narrower than the greedy path's last step (more sensitivity steps, "
                      'or the local allocation, reach lower)')
-    elif family is not None and family.sensitivity is not None:
+    elif measured == 'sensitivity':
         parts.append('no narrower than the narrowest widths the sensitivity grid measured, '
                      "1/steps of each group (more steps, or the local allocation, reach "
                      'lower)')
     return ', '.join(parts)
+
+
+def _measured(family: '_Family') -> Optional[str]:
+    """How ``family``'s candidates were measured, for :func:`_describe_rules`."""
+    return 'greedy' if family.path is not None else \
+        'sensitivity' if family.sensitivity is not None else None
 
 
 def _check_common_ratio(family: _Family, target: float, unscored: Sequence[str]) -> None:
@@ -542,17 +549,19 @@ def _cost_refusal(metric: str, target: float, rules: str, least: float, dense: f
         ' Nothing was changed.')
 
 
-def _latency_refusal(target: float, rule: WidthRule) -> ValueError:
+def _latency_refusal(target: float, rule: WidthRule, measured: Optional[str] = None
+                     ) -> ValueError:
     """The refusal of a latency budget below 1 where the rules leave nothing to prune."""
     return ValueError(
         f'latency={target:g} cannot be met: nothing can be pruned under the given rules '
-        f'({_describe_rules(rule)}): the smallest subnet allowed is the dense model; '
-        'lower round_to / raise max_ratio. Nothing was changed.')
+        f'({_describe_rules(rule, measured)}): the smallest subnet allowed is the dense '
+        'model; lower round_to / raise max_ratio. Nothing was changed.')
 
 
 def refuse_unreachable(pruner: Any, rule: WidthRule, *, flops: Optional[float] = None,
                        params: Optional[float] = None, latency: Optional[float] = None,
-                       example_inputs: Any = None) -> Optional[Complexity]:
+                       example_inputs: Any = None, steps: Optional[int] = None,
+                       greedy: bool = False) -> Optional[Complexity]:
     """Refuse a budget the width rules cannot meet whatever the scores, before any are
     computed: a data-driven criterion reads ``data=`` for its scores (a generator to its
     end), and a call refused after that leaves the caller's generator spent.
@@ -569,6 +578,12 @@ def refuse_unreachable(pruner: Any, rule: WidthRule, *, flops: Optional[float] =
     refused here only where nothing can be pruned; one whose smallest subnet runs too
     slow is found by timing it, after the scores.
 
+    For the sensitivity allocation (``steps``: its grid's; ``greedy``: along a greedy
+    path) no group is narrower than the first width of its grid
+    (:func:`~razorlib.pruning.sensitivity.grid`), known before any loss is measured: a
+    budget out of its reach is refused before the measurement, which costs a loss
+    evaluation per group and step.
+
     Returns:
         the dense model's complexity for a FLOPs or params budget (FLOPs and params,
         counted on ``example_inputs``), for :func:`allocate`'s ``dense=`` so that it is
@@ -579,20 +594,22 @@ def refuse_unreachable(pruner: Any, rule: WidthRule, *, flops: Optional[float] =
     """
     metric, target = budget_of(flops=flops, params=params, latency=latency)
     groups = list(pruner._require_prepared().prunable.values())
-    allowed = {g.id: rule.allowed(g) for g in groups}
+    measured = None if steps is None else 'greedy' if greedy else 'sensitivity'
+    fewest = {g.id: rule.allowed(g)[0] if steps is None else grid(g, rule, steps)[0]
+              for g in groups}
     if metric == 'latency':
-        if target < 1 and all(len(counts) == 1 for counts in allowed.values()):
-            raise _latency_refusal(target, rule)
+        if target < 1 and all(fewest[g.id] == g.num_channels for g in groups):
+            raise _latency_refusal(target, rule, measured)
         return None
     meter = SubnetMeter(pruner, example_inputs)
     full = {g.id: np.ones(g.num_channels, dtype=bool) for g in groups}
-    smallest = {g.id: g.keep_best(np.arange(g.num_channels), 1 if g.parts else allowed[g.id][0])
+    smallest = {g.id: g.keep_best(np.arange(g.num_channels), 1 if g.parts else fewest[g.id])
                 for g in groups}
     dense = meter(full)
     least = getattr(meter(smallest, metric == 'flops'), metric)
     if least > within(target, getattr(dense, metric)):
-        raise _cost_refusal(metric, target, _describe_rules(rule), least, getattr(dense, metric),
-                            bound=any(g.parts for g in groups))
+        raise _cost_refusal(metric, target, _describe_rules(rule, measured), least,
+                            getattr(dense, metric), bound=any(g.parts for g in groups))
     return dense
 
 
@@ -677,8 +694,8 @@ def allocate(pruner: Any, scores: Optional[Dict[str, np.ndarray]] = None, *,
         if not family.local and kept(0) > within(target, total):
             least = kept(0) / total
             raise ValueError(f'ratio={target:g} cannot be met: the smallest subnet allowed '
-                             f'({_describe_rules(rule, family)}) keeps {least:.4f} of the '
-                             'channels; '
+                             f'({_describe_rules(rule, _measured(family))}) keeps '
+                             f'{least:.4f} of the channels; '
                              f'ask for ratio>={math.ceil(least * 1e4) / 1e4:.4f}, or lower '
                              'round_to / raise max_ratio.' + _unscored_note(unscored) +
                              ' Nothing was changed.')
@@ -711,7 +728,7 @@ def allocate(pruner: Any, scores: Optional[Dict[str, np.ndarray]] = None, *,
         return cache[key]
 
     if cost(0) > limit:
-        raise _cost_refusal(metric, target, _describe_rules(rule, family), cost(0),
+        raise _cost_refusal(metric, target, _describe_rules(rule, _measured(family)), cost(0),
                             getattr(dense, metric), unscored)
     index = _largest_within(cost, family.size, limit)
     counts = _filled(family, index, cost_of, limit)
@@ -734,7 +751,7 @@ def _allocate_latency(family: _Family, full: Keep, unscored: List[str], meter: S
     else:
         timer = SubnetLatency(meter.pruner, meter.example_inputs, runtime)
     if target < 1 and family.counts(0) == family.counts(family.size):
-        raise _latency_refusal(target, rule)
+        raise _latency_refusal(target, rule, _measured(family))
     choice = timer.search(lambda i: {**full, **family.keep(family.counts(i))}, family.size,
                           target)
     counts = family.counts(choice.index)

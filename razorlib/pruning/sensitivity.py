@@ -39,6 +39,9 @@ from .data import LossFn, batch_loss, batch_samples, batch_weights, pair_batches
 if TYPE_CHECKING:  # allocation imports this module
     from .allocation import WidthRule
 
+STEPS = 20
+"""The grid's steps by default: fractions ``1/20, 2/20, ...`` of each group, FastNAS's 5%."""
+
 __all__ = ['GreedyPath', 'Sensitivity', 'measure_greedy_path', 'measure_sensitivity',
            'threshold_counts']
 
@@ -71,7 +74,7 @@ def _mean_loss(model: nn.Module, batches: Sequence[tuple], loss_fn: Optional[Los
 
 def measure_sensitivity(pruner: Any, orders: Mapping[str, np.ndarray], data: Any,
                         loss_fn: Optional[LossFn] = None,
-                        rule: Optional['WidthRule'] = None, steps: int = 20) -> Sensitivity:
+                        rule: Optional['WidthRule'] = None, steps: int = STEPS) -> Sensitivity:
     """The loss increase of every group in ``orders`` cut alone to each width of a grid.
 
     Args:
@@ -115,7 +118,7 @@ def measure_sensitivity(pruner: Any, orders: Mapping[str, np.ndarray], data: Any
             for gid, order in orders.items():
                 group = groups[gid]
                 table[gid] = {}
-                for count in _grid(group, rule, steps)[:-1]:
+                for count in grid(group, rule, steps)[:-1]:
                     pruner.set_subnet({**full, gid: group.keep_best(np.asarray(order), count)})
                     cut = _cut_loss(model, batches, loss_fn,
                                     f' (group {gid!r} cut to {count} channels)')
@@ -128,7 +131,7 @@ def measure_sensitivity(pruner: Any, orders: Mapping[str, np.ndarray], data: Any
 def measure_greedy_path(pruner: Any, orders: Mapping[str, np.ndarray], data: Any,
                         cost: Callable[[Dict[str, int]], float],
                         loss_fn: Optional[LossFn] = None, rule: Optional['WidthRule'] = None,
-                        steps: int = 20, until: Optional[float] = None) -> GreedyPath:
+                        steps: int = STEPS, until: Optional[float] = None) -> GreedyPath:
     """Greedy slimming: from the dense model, cut the group whose next step costs the
     least loss per unit of ``cost`` saved, measured on the model as already cut; repeat.
 
@@ -171,7 +174,7 @@ def measure_greedy_path(pruner: Any, orders: Mapping[str, np.ndarray], data: Any
     model = pruner.model
     previous = pruner.current_subnet
     full = {gid: np.ones(g.num_channels, dtype=bool) for gid, g in groups.items()}
-    grids = {gid: _grid(groups[gid], rule, steps) for gid in orders}
+    grids = {gid: grid(groups[gid], rule, steps) for gid in orders}
     counts = {gid: groups[gid].num_channels for gid in orders}
     path: GreedyPath = [dict(counts)]
 
@@ -186,8 +189,8 @@ def measure_greedy_path(pruner: Any, orders: Mapping[str, np.ndarray], data: Any
             spent = cost(counts)
             while until is None or spent > until:
                 best = None
-                for gid, grid in grids.items():
-                    smaller = [c for c in grid if c < counts[gid]]
+                for gid, widths in grids.items():
+                    smaller = [c for c in widths if c < counts[gid]]
                     if not smaller:
                         continue
                     cut = {**counts, gid: smaller[-1]}
@@ -243,16 +246,22 @@ def _setup(pruner: Any, data: Any, rule: Optional['WidthRule'], steps: int) -> t
     compared with the dense model's, so all must be measured on the same batches, not
     on each pass's shuffle or random augmentation (and the data is read twice per cut,
     so it must be small anyway)."""
-    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
-        raise ValueError(f'sensitivity: steps must be an integer of at least 1, got {steps!r}')
+    check_steps(steps)
     from .allocation import WidthRule  # here: allocation imports this module
     return (rule or WidthRule(), list(pair_batches(data, 'sensitivity allocation')),
             pruner._require_prepared().prunable)
 
 
-def _grid(group: Any, rule: 'WidthRule', steps: int) -> List[int]:
+def check_steps(steps: Any) -> None:
+    """Refuse a grid of ``steps`` that is no whole number of at least 1."""
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
+        raise ValueError(f'sensitivity: steps must be an integer of at least 1, got {steps!r}')
+
+
+def grid(group: Any, rule: 'WidthRule', steps: int) -> List[int]:
     """A group's widths measured: ``1/steps, 2/steps, ...`` of it, fitted to ``rule``,
-    ascending, the full width last."""
+    ascending, the full width last; the first is the narrowest any sensitivity or
+    greedy allocation gives it, known before anything is measured."""
     allowed = rule.allowed(group)
     return sorted({rule.fit(group, max(1.0, k * group.num_channels / steps), allowed)
                    for k in range(1, steps + 1)} | {group.num_channels})

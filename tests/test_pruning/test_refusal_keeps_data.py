@@ -149,3 +149,39 @@ def test_the_dense_model_is_counted_once(monkeypatch, pruner, budget):
     slim = razorlib.prune(net(), X, data=iter(batches()), pruner=pruner, **budget)
     assert counted == [True]
     assert sum(p.numel() for p in slim.parameters()) < sum(p.numel() for p in net().parameters())
+
+
+@pytest.mark.parametrize('greedy', [False, True])
+def test_a_budget_out_of_the_sensitivity_grids_reach_is_refused_before_measuring(greedy):
+    # steps=2 measures each group at half its width at narrowest: a quarter of the FLOPs
+    # is out of reach whatever the losses, refused before the scores and the
+    # measurement (a loss evaluation per group and step) read the generator
+    data = iter(batches())
+    pruner = razorlib.pruning.ImportancePruner(importance='taylor', flops=0.2,
+                                               sensitivity=dict(steps=2, greedy=greedy))
+    pruner.prepare_from_supernet(net(), X)
+    grid = ("no narrower than the greedy path's last step" if greedy else
+            'no narrower than the narrowest widths the sensitivity grid measured')
+    with pytest.raises(ValueError, match=rf'^flops=0.2 cannot be met: the smallest subnet '
+                       rf'allowed \(every group keeps a channel of each layer and chunk '
+                       rf"piece, {grid}.*\) keeps 0.3083 of the dense model's flops "
+                       r'\(33.36k of 108.19k\); ask for flops>=0.3084,'):
+        pruner.allocate(data)
+    assert len(list(data)) == 3 and pruner._scores is None
+    pruner.flops = 0.3084  # what it names is met
+    assert pruner.allocate(iter(batches())).fraction('flops') <= 0.3084
+    # a grid of one step measures no width below the dense one
+    one = razorlib.pruning.ImportancePruner(importance='taylor', latency=0.9,
+                                            sensitivity=dict(steps=1, greedy=greedy))
+    one.prepare_from_supernet(net(), X)
+    data = iter(batches())
+    with pytest.raises(ValueError, match=rf'^latency=0.9 cannot be met: nothing can be pruned '
+                       rf'under the given rules \(.*{grid}'):
+        one.allocate(data)
+    assert len(list(data)) == 3
+
+
+def test_the_sensitivity_grids_steps_are_checked_when_the_pruner_is_built():
+    with pytest.raises(ValueError, match='^sensitivity: steps must be an integer of at least '
+                       '1, got 0$'):
+        razorlib.pruning.ImportancePruner(flops=0.5, sensitivity=dict(steps=0))

@@ -16,7 +16,7 @@ from ..allocation import (Allocation, SubnetMeter, WidthRule, allocate, budget_o
 from ..data import pair_batches
 from ..latency import SubnetLatency
 from ..runtimes import Runtime, RuntimeArg, check_runtime
-from ..sensitivity import measure_greedy_path, measure_sensitivity
+from ..sensitivity import STEPS, check_steps, measure_greedy_path, measure_sensitivity
 from ..structure import StructurePruner, SubnetDict
 from .base import ImportanceArg, ImportanceContext, build_importance
 
@@ -94,6 +94,8 @@ class ImportancePruner(StructurePruner):
                                                                bool):
             raise ValueError(f"sensitivity: greedy is True or False, got "
                              f"{sensitivity['greedy']!r}")
+        if isinstance(sensitivity, Mapping):
+            check_steps(sensitivity.get('steps', STEPS))
         #: the sensitivity allocation's options ({} for its defaults), or None when off
         self.sensitivity: Optional[Dict[str, Any]] = (
             dict(sensitivity) if isinstance(sensitivity, Mapping)
@@ -120,8 +122,10 @@ class ImportancePruner(StructurePruner):
         criterion does not read ``data`` (a generator to its end) for a refusal.  Without
         ``data`` the allocation's own refusal comes as soon, and names the exact least
         cost where this one can only bound it (a group whose channels sit in several
-        parts).  A ratio is left to :meth:`allocate`: which groups it spans depends on
-        which ones the criterion scores.
+        parts).  With ``sensitivity``, no group is narrower than its grid's first width,
+        so a budget out of the grid's reach is refused before the loss measurement too.
+        A ratio is left to :meth:`allocate`: which groups it spans depends on which ones
+        the criterion scores.
 
         Returns:
             the dense model's complexity for a FLOPs or params budget (kept for
@@ -133,11 +137,15 @@ class ImportancePruner(StructurePruner):
                 the rules allow.  Nothing is changed.
         """
         self._require_prepared()
-        key = (self.flops, self.params, self.latency, self.rule.round_to, self.rule.max_ratio)
+        measured = None if self.sensitivity is None else \
+            (self.sensitivity.get('steps', STEPS), self.sensitivity.get('greedy', False))
+        key = (self.flops, self.params, self.latency, self.rule.round_to, self.rule.max_ratio,
+               measured)
         if self._checked is None or self._checked[0] != key:
+            steps, greedy = measured or (None, False)
             dense = refuse_unreachable(self, self.rule, flops=self.flops, params=self.params,
-                                       latency=self.latency,
-                                       example_inputs=self._example_inputs) \
+                                       latency=self.latency, example_inputs=self._example_inputs,
+                                       steps=steps, greedy=greedy) \
                 if self.has_budget else None
             self._checked = (key, dense)
         return self._checked[1]
