@@ -448,8 +448,35 @@ def _warn_if_nothing_pruned(pruner: StructurePruner, subnet: SubnetDict,
                      for k in ('round_to', 'max_ratio')}
             said = ', '.join(f'{k}={v}' for k, v in rules.items() if v not in (None, 1))
             warn_at_caller(f'{caller}: nothing was pruned: every channel is kept '
-                           f'({said or "no prunable group can lose a channel"}); the model '
-                           'is returned whole', UserWarning)
+                           f'({said or _why_nothing_prunes(pruner)}); the model is returned '
+                           'whole', UserWarning)
+
+
+def _why_nothing_prunes(pruner: StructurePruner) -> str:
+    """Why no group of ``pruner`` can lose a channel: the reasons that froze its groups of
+    several channels (those of a model output left out: every model has them), or, where
+    none did, the layers of a known kind that no group holds (a layer whose weight is
+    computed, as ``weight_norm``'s, is never pruned)."""
+    if pruner.groups.prunable:
+        return 'no prunable group can lose a channel'
+    reasons: Dict[str, List[str]] = {}
+    for gid, group in pruner.groups.groups.items():
+        for reason in group.frozen_reasons:
+            if group.num_channels > 1 and reason.kind != 'output':
+                reasons.setdefault(str(reason), []).append(gid)
+    if reasons:
+        (first, ids), *rest = reasons.items()
+        more = (f'; and {len(rest)} more reason(s), which pruner.groups.report() lists after '
+                'pruner.prepare_from_supernet') if rest else ''
+        return f'no group can be pruned: {", ".join(ids)} frozen by {first}{more}'
+    held = {name for group in pruner.groups.groups.values() for name in group.layers}
+    loose = [f'{name} ({type(module).__name__})' for name, module in pruner.model.named_modules()
+             if name not in held and pruner.kinds.kind_of(module) is not None]
+    return ('no group can be pruned' + (
+        f': no channel group holds {", ".join(loose[:3])}' +
+        (f' and {len(loose) - 3} more' if len(loose) > 3 else '') +
+        ' (a layer whose weight is computed, as by weight_norm, is not pruned)'
+        if loose else ''))
 
 
 def _warn_norm_statistics(pruner: StructurePruner, subnet: SubnetDict, caller: str,

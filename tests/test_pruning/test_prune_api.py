@@ -324,3 +324,24 @@ def test_a_sampled_subnet_keeps_round_to_and_max_ratio(pruner):
         random.seed(seed)
         slim = razorlib.prune(model, x, pruner=dict(type=pruner, ratios=ratios), max_ratio=0.6)
         assert all(slim[i].out_channels >= 0.4 * 128 for i in (0, 2)), seed
+
+
+def test_nothing_pruned_says_which_reason_froze_the_groups():
+    # a pixel shuffle mixes its input channels: the only group of several channels is
+    # frozen, and the warning named no reason ("no prunable group can lose a channel")
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.PixelShuffle(2), nn.Conv2d(2, 4, 1))
+    with pytest.warns(UserWarning, match=r'^razorlib.prune: nothing was pruned: every channel is '
+                      r'kept \(no group can be pruned: 0 frozen by \[mixing\] '
+                      r'PixelShuffleBackward0: mixes channels in a way razorlib cannot slice; '
+                      r'after 1; before 3\); the model is returned whole$'):
+        razorlib.prune(model, X)
+
+
+def test_nothing_pruned_names_a_layer_no_group_holds():
+    from torch.nn.utils.parametrizations import weight_norm
+    model = nn.Sequential(weight_norm(nn.Conv2d(3, 8, 3)), nn.ReLU(), nn.Conv2d(8, 4, 1))
+    with pytest.warns(UserWarning, match=r'\(no group can be pruned: no channel group holds 0 '
+                      r'\(ParametrizedConv2d\) \(a layer whose weight is computed, as by '
+                      r'weight_norm, is not pruned\)\); the model is returned whole$'):
+        slim = razorlib.prune(model, X)
+    assert slim[0].out_channels == 8
