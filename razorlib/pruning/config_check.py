@@ -8,12 +8,13 @@ but the channels do not, compute something else without a word.
 :func:`check_channel_config` refuses it up front, naming the layer and what it expected.
 """
 import itertools
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 import numpy as np
 import torch
 import torch.nn as nn
 
+from ..layers import LayerKindsArg, as_table
 from ..tracing import ChannelGroups, ChannelUse, build_groups, trace
 from ..tracing.context import GQA_MODES, HEAD_MODES
 from ..tracing.forward import shadow_tensors, shadowed
@@ -27,7 +28,10 @@ __all__ = ['check_channel_config']
 
 
 def check_channel_config(model: nn.Module, channel_cfg: ChannelConfig,
-                         example_inputs: torch.Tensor) -> None:
+                         example_inputs: Any = None, layer_kinds: LayerKindsArg = None,
+                         who: str = 'sub_model',
+                         retry: str = 'if it takes other images, give sub_model their '
+                                      'input_shape') -> None:
     """Refuse a channel config that does not fit ``model``, touching nothing.
 
     First what slicing checks (:func:`~razorlib.pruning.slicing.plan_slices`, planned on
@@ -44,8 +48,10 @@ def check_channel_config(model: nn.Module, channel_cfg: ChannelConfig,
     or key/value heads (the pruners' ``heads=`` and ``gqa=``): a config that does not
     fit the default trace of a model with attention is checked against the others
     before it is refused.  A model whose forward fails on ``example_inputs`` (sub_model's
-    random ``1 x input_shape`` batch) cannot be traced: that is warned about, and only the
-    first checks are made.
+    random ``1 x input_shape`` batch; None: a random 1x3x224x224 image) cannot be traced:
+    that is warned about (in the name of ``who``, saying ``retry``: how to give inputs it
+    runs on), and only the first checks are made.  ``layer_kinds``: the table of layer
+    kinds the model is sliced and traced with (a pruner's).
 
     Raises:
         ValueError: naming the module or parameter, what the config keeps there and
@@ -64,17 +70,20 @@ def check_channel_config(model: nn.Module, channel_cfg: ChannelConfig,
         >>> config.modules['1'] = {'in': half}
         >>> check_channel_config(net, config, torch.randn(1, 3, 4, 4))  # fits: no error
     """
+    kinds = as_table(layer_kinds)
     with shadowed(model, shadow_tensors(model, meta=True)):
-        plan_slices(model, channel_cfg)
+        plan_slices(model, channel_cfg, kinds)
     with unmasked(model):
         try:
-            graph = trace(model, example_inputs)
+            graph = trace(model, example_inputs, layer_kinds=kinds)
         except Exception as err:  # pylint: disable=broad-except  # the config is not at fault
-            warn_at_caller(f'sub_model: the channel config is checked against the layer '
-                           f'widths only: the {type(model).__name__} cannot be traced on a '
-                           f'random {tuple(example_inputs.shape)} batch ({first_line(err)}), '
-                           "so which layers' channels must be kept alike is unknown; if it "
-                           'takes other images, give sub_model their input_shape')
+            given = 'a random 1x3x224x224 image' if example_inputs is None else \
+                f'a random {tuple(example_inputs.shape)} batch' \
+                if isinstance(example_inputs, torch.Tensor) else 'the example inputs'
+            warn_at_caller(f'{who}: the channel config is checked against the layer '
+                           f'widths only: the {type(model).__name__} cannot be traced on '
+                           f'{given} ({first_line(err)}), so which layers\' channels must be '
+                           f'kept alike is unknown; {retry}')
             return
         problem = _disagreement(build_groups(graph), channel_cfg)
         if problem is None:
@@ -82,7 +91,8 @@ def check_channel_config(model: nn.Module, channel_cfg: ChannelConfig,
         if graph.whole_heads.size:  # attention: the config may prune its heads another way
             for gqa, heads in itertools.product(GQA_MODES, HEAD_MODES):
                 if (gqa, heads) != ('kv', 'whole') and _disagreement(build_groups(trace(
-                        model, example_inputs, gqa=gqa, heads=heads)), channel_cfg) is None:
+                        model, example_inputs, layer_kinds=kinds, gqa=gqa, heads=heads)),
+                        channel_cfg) is None:
                     return
     raise ValueError(problem)
 

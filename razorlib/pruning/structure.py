@@ -25,6 +25,7 @@ from ..tracing.forward import call_model, default_example_inputs, flatten_tensor
 from ..utils.caller import warn_at_caller
 from ..utils.errors import first_line
 from .channel_config import ChannelConfig, ChannelSelection, as_channel_config
+from .config_check import check_channel_config
 from .masks import IN_MASK, OUT_MASK, _is_ours, add_masks, add_param_mask, remove_masks, \
     set_mask
 from .slicing import plan_slices, slim_model
@@ -606,21 +607,39 @@ class StructurePruner(metaclass=ABCMeta):
         return subnet_channel_config(self._require_prepared(), self._uses, self._subnet)
 
     def deploy_subnet(self, supernet: nn.Module,
-                      channel_cfg: Union[ChannelConfig, Dict[str, Any], str, Path]) -> nn.Module:
+                      channel_cfg: Union[ChannelConfig, Dict[str, Any], str, Path],
+                      example_inputs: Any = None) -> nn.Module:
         """Slice ``supernet`` (in place) to ``channel_cfg`` and return it.
 
         Works on the masked supernet or on a freshly built model of the same
-        architecture.  While the pruner is prepared, the config is first checked against
-        its traced groups (:meth:`subnet_from_channel_config`): a config whose modules
-        disagree within a group, that leaves out a module a kept subnet slices, or that
-        prunes a frozen group (a classifier's outputs) is refused, naming the module,
-        before anything is sliced.  Deploying the pruner's own supernet consumes the
-        pruner: its spaces no longer describe the model, and reading them raises an
-        error that says so.
+        architecture.  The config is first checked, before anything is sliced: while the
+        pruner is prepared, against its traced groups
+        (:meth:`subnet_from_channel_config`): a config whose modules disagree within a
+        group, that leaves out a module a kept subnet slices, or that prunes a frozen
+        group (a classifier's outputs) is refused, naming the module.  A pruner not
+        prepared (a new one, given a freshly built model and a saved config) traces
+        ``supernet`` on ``example_inputs`` (default a random 1x3x224x224 image) for
+        the same check
+        (:func:`~razorlib.pruning.config_check.check_channel_config`; a model that
+        cannot be traced on them is checked against its layer widths only, with a
+        warning): the channels a forward binds kept alike, else the slim model would
+        compute something else without a word.  Deploying the pruner's own supernet
+        consumes the pruner: its spaces no longer describe the model, and reading them
+        raises an error that says so.
         """
-        if self.groups is not None:
-            channel_cfg = as_channel_config(channel_cfg)
-            self.subnet_from_channel_config(channel_cfg)
+        named = channel_cfg if isinstance(channel_cfg, (str, Path)) else None
+        channel_cfg = as_channel_config(channel_cfg)
+        try:
+            if self.groups is not None:
+                self.subnet_from_channel_config(channel_cfg)
+            else:
+                check_channel_config(supernet, channel_cfg, example_inputs, self.kinds,
+                                     f'{type(self).__name__}.deploy_subnet',
+                                     'pass example_inputs= it runs on')
+        except ValueError as err:
+            if named is None:
+                raise
+            raise ValueError(f'{named}: {err}') from err
         model = slim_model(supernet, channel_cfg, self.kinds)
         if model is self.model:
             self.groups, self.model, self._masked, self._subnet = None, None, {}, {}

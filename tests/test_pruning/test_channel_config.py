@@ -183,3 +183,51 @@ def test_a_missing_file_says_which_step_writes_it(tmp_path):
     with pytest.raises(FileNotFoundError, match=r'channel config .*none.yaml does not exist; a '
                        r'pruning run \(tools/train.py\) or tools/prune.py writes slim.yaml'):
         ChannelConfig.load(tmp_path / 'none.yaml')
+
+
+def _convs():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 4, 1))
+
+
+def _split_config():
+    """The first conv keeps channels 0-3, its norm and the next conv read 4-7: every
+    width agrees, the channels do not."""
+    low, high = ChannelSelection(8, range(4)), ChannelSelection(8, range(4, 8))
+    return ChannelConfig(modules={'0': dict(out=low), '1': dict(out=high), '3': {'in': high}})
+
+
+def test_a_new_pruner_refuses_a_config_whose_bound_channels_disagree(tmp_path):
+    # a pruner not prepared sliced the fresh model as told: the slim model ran and
+    # computed something else without a word
+    path = tmp_path / 'subnet.json'
+    _split_config().dump(path)
+    model = _convs()
+    before = copy.deepcopy(model.state_dict())
+    with pytest.raises(ValueError, match=rf"^{path}: modules.1 \(channels\): the channel config "
+                       r'keeps 4 of 8 channels \[4, 5, 6, 7\], expected 4 of 8 channels \[0, 1, '
+                       r'2, 3\], as modules.0 \(output channels\)'):
+        L1NormPruner().deploy_subnet(model, path, torch.randn(1, 3, 8, 8))
+    assert model[0].out_channels == 8
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_a_new_pruner_checks_widths_only_where_the_model_cannot_be_traced():
+    class Flat(nn.Module):  # takes (N, 3, 8, 8) images only: not the default 224x224
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Conv2d(3, 8, 3), nn.Linear(8 * 36, 4)
+
+        def forward(self, x):
+            return self.b(self.a(x).reshape(x.shape[0], 8 * 36))
+
+    half = ChannelSelection(8, range(4))
+    cfg = ChannelConfig(modules={'a': dict(out=half)})
+    with pytest.warns(UserWarning, match=r'^L1NormPruner.deploy_subnet: the channel config is '
+                      r'checked against the layer widths only: the Flat cannot be traced on a '
+                      r'random 1x3x224x224 image \(.*\), so .* pass example_inputs= it runs '
+                      r'on$'):
+        slim = L1NormPruner().deploy_subnet(Flat(), cfg)
+    assert slim.a.out_channels == 4
+    with pytest.raises(ValueError, match=r"modules.b \(input channels\)"):
+        L1NormPruner().deploy_subnet(Flat(), cfg, torch.randn(1, 3, 8, 8))
