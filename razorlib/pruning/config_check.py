@@ -11,7 +11,6 @@ import itertools
 from typing import Any, Optional, Union
 
 import numpy as np
-import torch
 import torch.nn as nn
 
 from ..layers import LayerKindsArg, as_table
@@ -28,10 +27,11 @@ __all__ = ['check_channel_config']
 
 
 def check_channel_config(model: nn.Module, channel_cfg: ChannelConfig,
-                         example_inputs: Any = None, layer_kinds: LayerKindsArg = None,
+                         example_inputs: Any, layer_kinds: LayerKindsArg = None,
                          who: str = 'sub_model',
                          retry: str = 'if it takes other images, give sub_model their '
-                                      'input_shape') -> None:
+                                      'input_shape',
+                         inputs_said: Optional[str] = None) -> None:
     """Refuse a channel config that does not fit ``model``, touching nothing.
 
     First what slicing checks (:func:`~razorlib.pruning.slicing.plan_slices`, planned on
@@ -48,10 +48,11 @@ def check_channel_config(model: nn.Module, channel_cfg: ChannelConfig,
     or key/value heads (the pruners' ``heads=`` and ``gqa=``): a config that does not
     fit the default trace of a model with attention is checked against the others
     before it is refused.  A model whose forward fails on ``example_inputs`` (sub_model's
-    random ``1 x input_shape`` batch; None: a random 1x3x224x224 image) cannot be traced:
-    that is warned about (in the name of ``who``, saying ``retry``: how to give inputs it
-    runs on), and only the first checks are made.  ``layer_kinds``: the table of layer
-    kinds the model is sliced and traced with (a pruner's).
+    random ``1 x input_shape`` batch) cannot be traced: that is warned about (in the name
+    of ``who``, naming the inputs as ``inputs_said``, default "a random <shape> batch",
+    and saying ``retry``: how to give inputs it runs on), and only the first checks are
+    made.  ``layer_kinds``: the table of layer kinds the model is sliced and traced with
+    (a pruner's).
 
     Raises:
         ValueError: naming the module or parameter, what the config keeps there and
@@ -59,6 +60,7 @@ def check_channel_config(model: nn.Module, channel_cfg: ChannelConfig,
 
     Example (the second conv reads the first one's outputs, so it must keep their
     channels):
+        >>> import torch
         >>> from razorlib.pruning import ChannelSelection
         >>> net = nn.Sequential(nn.Conv2d(3, 8, 1), nn.Conv2d(8, 4, 1))
         >>> half = ChannelSelection(8, range(4))
@@ -77,12 +79,10 @@ def check_channel_config(model: nn.Module, channel_cfg: ChannelConfig,
         try:
             graph = trace(model, example_inputs, layer_kinds=kinds)
         except Exception as err:  # pylint: disable=broad-except  # the config is not at fault
-            given = 'a random 1x3x224x224 image' if example_inputs is None else \
-                f'a random {tuple(example_inputs.shape)} batch' \
-                if isinstance(example_inputs, torch.Tensor) else 'the example inputs'
+            said = inputs_said or f'a random {tuple(example_inputs.shape)} batch'
             warn_at_caller(f'{who}: the channel config is checked against the layer '
                            f'widths only: the {type(model).__name__} cannot be traced on '
-                           f'{given} ({first_line(err)}), so which layers\' channels must be '
+                           f'{said} ({first_line(err)}), so which layers\' channels must be '
                            f'kept alike is unknown; {retry}')
             return
         problem = _disagreement(build_groups(graph), channel_cfg)
