@@ -5,7 +5,7 @@ import difflib
 import math
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Sequence, Union
+from typing import Any, Dict, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Union
 
 import torch
 import torch.nn as nn
@@ -17,6 +17,7 @@ from ..engine.checkpoint_check import check_fits, read_checkpoint, state_dict_of
 from ..registry import MODELS
 from ..utils import Complexity, get_model_complexity
 from ..utils.checks import real_number
+from ..utils.cli import closest
 from ..utils.errors import first_line
 from ..utils.inputs import random_batch
 from ..utils.modes import kept_modes
@@ -157,7 +158,9 @@ class SingleTeacherDistill(BaseModel):
     Raises:
         TypeError: ``temperature``, ``kd_weight``, ``label_weight`` or a feature's
             ``weight`` is no real number (a string, None, a bool).
-        ValueError: one of them is out of range (a negative weight trains to NaN).
+        ValueError: one of them is out of range (a negative weight trains to NaN); or a
+            ``features`` entry has a key other than ``student``, ``teacher`` and
+            ``weight``, or lacks a module name (:func:`_feature_pairs`).
 
     Example:
         >>> net = dict(type='ImageClassifier', backbone=dict(type='PlainCNN', channels=(8, 16)),
@@ -188,9 +191,7 @@ class SingleTeacherDistill(BaseModel):
                              f'{temperature!r}')
         kd_weight = _weight(kd_weight, 'kd_weight')
         label_weight = _weight(label_weight, 'label_weight')
-        features = [dict(student=f['student'], teacher=f['teacher'],
-                         weight=_weight(f.get('weight', 1.0), f'features[{i}].weight'))
-                    for i, f in enumerate(features)]
+        features = _feature_pairs(features)
         student = build_architecture(architecture)
         super().__init__(data_preprocessor=preprocessor_of(student, data_preprocessor),
                          init_cfg=init_cfg)
@@ -383,6 +384,57 @@ def _weight(value: object, name: str) -> float:
         raise ValueError(f'SingleTeacherDistill: {name} must be a finite number >= 0, '
                          f'got {value!r}')
     return value
+
+
+#: The keys of an entry of ``features``: the two module names and the loss weight.
+FEATURE_KEYS = ('student', 'teacher', 'weight')
+
+
+def _feature_pairs(features: Any) -> List[dict]:
+    """``features`` checked, each entry as ``dict(student=, teacher=, weight=)``
+    (``weight`` default 1.0): a misspelled key (``weigth=0.1``) would otherwise be dropped
+    silently, the pair distilled at weight 1.0, and a missing module name or a single
+    dict given for the list would fail naming no entry.
+
+    Raises:
+        TypeError: ``features`` is no list of dicts, or a module name is no string.
+        ValueError: ``features[i]`` has a key other than :data:`FEATURE_KEYS` (naming it
+            and the closest key) or lacks ``student`` or ``teacher``; or its weight is out
+            of range (:func:`_weight`).
+
+    Example:
+        >>> _feature_pairs([dict(student='neck', teacher='neck')])
+        [{'student': 'neck', 'teacher': 'neck', 'weight': 1.0}]
+        >>> _feature_pairs([dict(student='neck', teacher='neck', weigth=0.1)])
+        Traceback (most recent call last):
+        ValueError: SingleTeacherDistill: features[0]: unknown key 'weigth' (closest: \
+weight); an entry takes student, teacher and weight
+    """
+    form = 'dict(student=<module name>, teacher=<module name>[, weight=<float>])'
+    if isinstance(features, (Mapping, str, bytes)) or not isinstance(features, Sequence):
+        raise TypeError(f'SingleTeacherDistill: features must be a list of {form}, got '
+                        f'{type(features).__name__} {features!r}')
+    pairs = []
+    for i, entry in enumerate(features):
+        where = f'SingleTeacherDistill: features[{i}]'
+        if not isinstance(entry, Mapping):
+            raise TypeError(f'{where} must be a {form}, got {entry!r}')
+        unknown = [key for key in entry if key not in FEATURE_KEYS]
+        if unknown:
+            near = closest(str(unknown[0]), FEATURE_KEYS)
+            raise ValueError(f'{where}: unknown key {unknown[0]!r}'
+                             + (f' (closest: {", ".join(near)})' if near else '')
+                             + '; an entry takes student, teacher and weight')
+        for side in ('student', 'teacher'):
+            if side not in entry:
+                raise ValueError(f'{where}: no {side!r}: give the name of the {side} module '
+                                 f'whose output to match, {form}')
+            if not isinstance(entry[side], str):
+                raise TypeError(f'{where}.{side} must be a module name (a string), got '
+                                f'{entry[side]!r}')
+        pairs.append(dict(student=entry['student'], teacher=entry['teacher'],
+                          weight=_weight(entry.get('weight', 1.0), f'features[{i}].weight')))
+    return pairs
 
 
 def _check_teacher_apart(student: nn.Module, teacher: nn.Module) -> None:
