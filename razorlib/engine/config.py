@@ -15,6 +15,7 @@ Example:
     razorlib.engine.config.ConfigError: model.backbone.type: 'ResNt' is not registered ...
 """
 import ast
+import numbers
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set, Union
 
@@ -32,8 +33,9 @@ from ..utils.cli import closest
 NESTED = {'pruner': PRUNERS, 'data_preprocessor': MODELS, 'dataset': DATASETS,
           'sampler': DATA_SAMPLERS, 'batch_sampler': DATA_SAMPLERS, 'collate_fn': FUNCTIONS,
           'transforms': TRANSFORMS, 'pipeline': TRANSFORMS, 'optimizer': OPTIMIZERS}
-#: Nested keys of a model that hold its sub-models.
-MODEL_PARTS = ('architecture', 'backbone', 'neck', 'head')
+#: Nested keys of a model that hold its sub-models (``teacher``: a distiller's, built
+#: from ``MODELS`` as its student ``architecture`` is).
+MODEL_PARTS = ('architecture', 'backbone', 'neck', 'head', 'teacher')
 
 #: Keys whose config is a loop (``search_cfg``: what tools/search.py runs as its val loop).
 LOOP_KEYS = ('train_cfg', 'val_cfg', 'test_cfg', 'search_cfg')
@@ -60,6 +62,31 @@ def message_of(err: Exception) -> str:
 
 class ConfigError(ValueError):
     """A config mistake; the message starts with the key at fault."""
+
+
+def check_integers(**settings: Any) -> None:
+    """Refuse a loop setting that is no integer (a bool, a float, a string), naming it: a
+    count of generations, candidates, batches or bins given as ``8.0`` or ``'8'`` passes
+    a range check (or fails in it with a bare ``TypeError``), and then fails inside
+    ``range()``, ``islice()`` or a slice, with a traceback naming no setting, some after
+    the search has scored candidates.  ``None`` passes (an optional setting left unset);
+    the ranges are the caller's to check.
+
+    Raises:
+        ConfigError: ``KEY must be an integer, got VALUE (a TYPE)``.
+
+    Example:
+        >>> check_integers(max_epochs=8, val_batches=None)
+        >>> check_integers(top_k=4.0)
+        Traceback (most recent call last):
+        ...
+        razorlib.engine.config.ConfigError: top_k must be an integer, got 4.0 (a float)
+    """
+    for key, value in settings.items():
+        if value is not None and (isinstance(value, bool)
+                                  or not isinstance(value, numbers.Integral)):
+            raise ConfigError(f'{key} must be an integer, got {value!r} '
+                              f'(a {type(value).__name__})')
 
 
 def load_config(path: Union[str, Path], cfg_options: Optional[Dict[str, Any]] = None) -> Config:
