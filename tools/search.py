@@ -242,6 +242,40 @@ def check_metric_keys(loop: BaseSearchLoop) -> None:
                               + f'; it reports {", ".join(sorted(metrics))}')
 
 
+def check_input_shape(loop: BaseSearchLoop) -> None:
+    """Refuse a supernet whose ``input_shape`` is not the size of the images its subnets
+    are scored on, read off one validation batch after the data preprocessor: every
+    subnet's FLOPs and params (what ``constraints`` and ``target_flops`` limit, and the
+    results report) are counted on a random ``1 x input_shape`` batch, so with another
+    size (the default ``(3, 224, 224)`` left in a config of 16x16 digits) each limit and
+    count would be that of other images, silently.  Images of several sizes (a list of
+    tensors) are not compared.
+
+    Raises:
+        ConfigError: naming ``model.input_shape``, its value and the images' shape.
+    """
+    import torch
+
+    from razorlib.engine.config import ConfigError
+
+    model = loop.model
+    shape = getattr(model, 'input_shape', None)
+    batch = next(iter(loop.dataloader), None)
+    if shape is None or batch is None:
+        return
+    with torch.no_grad():
+        inputs = model.data_preprocessor(batch, False).get('inputs')
+    if not isinstance(inputs, torch.Tensor) or inputs.dim() != len(shape) + 1:
+        return
+    images = tuple(inputs.shape[1:])
+    if images != tuple(shape):
+        raise ConfigError(f'model.input_shape: {tuple(shape)}, but the val_dataloader gives '
+                          f'images of {images} (after the data preprocessor): the FLOPs and '
+                          'params the search limits, ranks and reports are counted on a 1 x '
+                          'input_shape batch, so they would be those of other images; set '
+                          f'model.input_shape={images}')
+
+
 def generations(state: Path) -> str:
     """How far the search saved in ``state`` got, for a message."""
     from razorlib.engine.loops import SearchState
@@ -547,6 +581,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         runner.logger.info(f'threads: {set_threads(args.threads, unwrap(runner.model))}')
         loop: BaseSearchLoop = runner.val_loop  # built here: its settings are checked
         loop.check_model()  # a supernet it cannot search (DARTS; greedy without a pruner)
+        check_input_shape(loop)  # FLOPs counted on other images than those scored
         check_metric_keys(loop)  # before --overwrite deletes anything
         baseline = baseline_hook()
         runner.register_hook(baseline)

@@ -8,7 +8,7 @@ from mmengine.runner import BaseLoop
 
 from ...pruning import ChannelConfig
 from ...utils.complexity import human
-from ..config import ConfigError
+from ..config import ConfigError, check_integers
 from ..utils import unwrap
 from .results import SCORE_RULES, SearchResult, SubnetRecord
 from .subnet_val_loop import LoaderOrCfg, SubnetValLoop, refuse_ema_swapping_masks
@@ -71,6 +71,7 @@ class BaseSearchLoop(BaseLoop):
                  score_key: str = 'accuracy/top1', score_rule: str = 'greater',
                  tie_break_key: Optional[str] = None, seed: int = 0, fp16: bool = False):
         super().__init__(runner, dataloader)
+        check_integers(recalib_batches=recalib_batches, val_batches=val_batches, seed=seed)
         if val_batches is not None and val_batches < 1:
             raise ConfigError(f'val_batches must be None or >= 1, got {val_batches}')
         if score_rule not in SCORE_RULES:

@@ -1,13 +1,14 @@
 """EvolutionSearchLoop: evolve subnets of a trained supernet under FLOPs/params limits."""
 import hashlib
 import json
+import numbers
 import random
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple, Union
 
 from ...registry import LOOPS
 from ...utils.complexity import human
-from ..config import ConfigError
+from ..config import ConfigError, check_integers
 from .base_search_loop import BaseSearchLoop
 from .results import SearchResult, SubnetRecord
 from .search_state import SearchState
@@ -131,6 +132,11 @@ class EvolutionSearchLoop(BaseSearchLoop):
         super().__init__(runner, dataloader, evaluator, **kwargs)
         self._data_cfgs = dict(val_data=dataloader, calib_data=kwargs.get('calib_dataloader'))
         self.constraints = self._check_constraints(constraints or {})
+        check_integers(max_epochs=max_epochs, num_candidates=num_candidates, top_k=top_k,
+                       num_mutation=num_mutation, num_crossover=num_crossover,
+                       max_trials=max_trials)
+        if isinstance(mutate_prob, bool) or not isinstance(mutate_prob, numbers.Real):
+            raise ConfigError(f'mutate_prob must be a number in [0, 1], got {mutate_prob!r}')
         rules = [('max_epochs', max_epochs, max_epochs >= 1, '>= 1'),
                  ('num_candidates', num_candidates, num_candidates >= 1, '>= 1'),
                  ('top_k', top_k, 1 <= top_k <= num_candidates, 'in [1, num_candidates]'),

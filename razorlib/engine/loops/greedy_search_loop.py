@@ -1,11 +1,12 @@
 """GreedySearchLoop: AutoSlim's greedy slimming of a trained supernet to FLOPs targets."""
+import numbers
 from typing import Dict, Sequence
 
 import torch
 
 from ...registry import LOOPS
 from ...utils.complexity import human
-from ..config import ConfigError
+from ..config import ConfigError, check_integers
 from .base_search_loop import BaseSearchLoop
 from .results import SearchResult, SubnetRecord
 from .width_space import Widths
@@ -51,8 +52,16 @@ class GreedySearchLoop(BaseSearchLoop):
     def __init__(self, runner, dataloader, evaluator, target_flops: Sequence[float],
                  max_channel_bins: int = 12, **kwargs):
         super().__init__(runner, dataloader, evaluator, **kwargs)
+        check_integers(max_channel_bins=max_channel_bins)
+        # a single number (target_flops=1e6) is no list of targets: float() of each would
+        # fail on it bare, and a string would be taken digit by digit
+        if isinstance(target_flops, (str, bytes)) or not isinstance(target_flops, Sequence) \
+                or not all(isinstance(t, numbers.Real) and not isinstance(t, bool)
+                           for t in target_flops):
+            raise ConfigError(f'target_flops must be a list of FLOPs counts, e.g. [1.2e6], '
+                              f'got {target_flops!r}')
         targets = [float(t) for t in target_flops]
-        if not targets or any(t <= 0 for t in targets) or len(set(targets)) != len(targets):
+        if not targets or any(not t > 0 for t in targets) or len(set(targets)) != len(targets):
             raise ConfigError(f'target_flops must be distinct positive FLOPs counts, '
                               f'got {list(target_flops)}')
         if max_channel_bins < 2:

@@ -19,7 +19,7 @@ from torch.utils.data import DataLoader
 from ...pruning import ChannelConfig
 from ...registry import LOOPS
 from ...utils import preserved_bn_stats
-from ..config import ConfigError
+from ..config import ConfigError, check_integers
 from ..utils import unwrap
 from .bn_calibration import recalibrate_bn
 from .width_space import WidthSpace
@@ -174,6 +174,7 @@ class SubnetValLoop(CalibrationData, ValLoop):
                  recalib_batches: int = 16, calib_dataloader: Optional[LoaderOrCfg] = None,
                  seed: int = 0, fp16: bool = False, max_batches: Optional[int] = None):
         super().__init__(runner, dataloader, evaluator, fp16)
+        check_integers(recalib_batches=recalib_batches, max_batches=max_batches, seed=seed)
         if recalib_batches < 0:
             raise ConfigError(f'recalib_batches must be >= 0, got {recalib_batches}')
         if max_batches is not None and max_batches < 1:
