@@ -1,4 +1,5 @@
-"""MLP widths that a config holds in a field of its own: DistilBERT's ``hidden_dim`` and
+"""MLP widths that a config holds in a field of its own: DistilBERT's ``hidden_dim``,
+Falcon's ``ffn_hidden_size`` (before, no rewrite: its slim MLPs needed the channel file) and
 Dinov2's (MGP-STR's) ``mlp_ratio``, the width ``int(hidden_size * mlp_ratio)``.  A width
 such a field holds exactly is written there and plain ``from_pretrained`` rebuilds the
 slim model; one it cannot hold stays in the channel file, which ``load_pruned`` reads."""
@@ -38,6 +39,14 @@ def _mgpstr(**overrides) -> nn.Module:
     return transformers.MgpstrModel(transformers.MgpstrConfig(**{**config, **overrides})).eval()
 
 
+def _falcon() -> nn.Module:
+    """Falcon: the MLP is ``ffn_hidden_size`` wide (default ``4 * hidden_size``)."""
+    torch.manual_seed(0)
+    return transformers.FalconModel(transformers.FalconConfig(
+        hidden_size=64, num_hidden_layers=2, num_attention_heads=4, vocab_size=100,
+        new_decoder_architecture=True, num_kv_heads=2)).eval()
+
+
 TOKENS = {'input_ids': torch.randint(0, 100, (2, 8), generator=torch.Generator().manual_seed(0))}
 IMAGES = {'pixel_values': torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(0))}
 TEXT_IMAGES = {'pixel_values': torch.randn(2, 3, 16, 32,
@@ -63,6 +72,7 @@ def _output(model: nn.Module, inputs: dict) -> torch.Tensor:
 
 @pytest.mark.parametrize('build, inputs, mlp, keep, field, value', [
     (_distilbert, TOKENS, 'ffn.lin1', 48, 'hidden_dim', 48),
+    (_falcon, TOKENS, 'mlp.dense_h_to_4h', 128, 'ffn_hidden_size', 128),
     (_dinov2, IMAGES, 'mlp.fc1', 64, 'mlp_ratio', 1),  # an int: Dinov2Config takes no float
     (_mgpstr, TEXT_IMAGES, 'mlp.fc1', 38, 'mlp_ratio', 0.59375),  # int(64 * 0.59375) = 38
 ])

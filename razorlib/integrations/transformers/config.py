@@ -39,10 +39,11 @@ __all__ = ['MLP_WIDTH_FIELDS', 'MLP_RATIO_FIELDS', 'HEAD_COUNT_FIELDS', 'HIDDEN_
            'number_mismatches', 'shape_mismatches', 'sync_config']
 
 #: Config fields that size the MLP of every layer, by model family (tried in order:
-#: DistilBERT's is ``hidden_dim``), and a mixture of experts' routed and shared experts
-#: (Qwen2/3-MoE, DeepSeek-V3), and Llama 4's dense layers' MLP between its MoE layers.
+#: DistilBERT's is ``hidden_dim``, Falcon's ``ffn_hidden_size``), and a mixture of experts'
+#: routed and shared experts (Qwen2/3-MoE, DeepSeek-V3), and Llama 4's dense layers' MLP
+#: between its MoE layers.
 MLP_WIDTH_FIELDS = ('intermediate_size', 'n_inner', 'ffn_dim', 'd_ff', 'encoder_ffn_dim',
-                    'decoder_ffn_dim', 'hidden_dim', 'moe_intermediate_size',
+                    'decoder_ffn_dim', 'hidden_dim', 'ffn_hidden_size', 'moe_intermediate_size',
                     'shared_expert_intermediate_size', 'intermediate_size_mlp')
 #: Config fields that size the MLP as a ratio of the hidden size: Dinov2's ``mlp_ratio``,
 #: ``int(hidden_size * mlp_ratio)`` wide (:func:`_ratio_candidates`).  Tried after the

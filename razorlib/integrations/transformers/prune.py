@@ -15,7 +15,7 @@ import torch.nn as nn
 from ...tracing.forward import call_model
 from ...utils.caller import warn_at_caller
 from ...utils.modes import evaluating
-from .config import is_hf_model, sync_config
+from .config import HIDDEN_SIZE_FIELDS, is_hf_model, sync_config
 
 __all__ = ['prune', 'hidden_size_keys', 'with_hidden_size_keys', 'warn_if_hidden_pruned',
            'warn_if_hidden_kept', 'warn_whole_attention', 'uniform_subnet', 'split_routed_experts',
@@ -23,20 +23,52 @@ __all__ = ['prune', 'hidden_size_keys', 'with_hidden_size_keys', 'warn_if_hidden
 
 
 def hidden_size_keys(model: nn.Module) -> Tuple[str, ...]:
-    """The names of the modules that produce the residual stream (the input embeddings):
-    as ``except_start_keys`` they keep the hidden size whole.
+    """The names of the modules that start the residual stream: as ``except_start_keys``
+    they keep the hidden size whole.  The input embeddings, and (:func:`_stream_starts`)
+    the Linear that projects them to the hidden size where they are narrower (ALBERT's
+    and ELECTRA's ``embedding_size``, OPT's ``word_embed_proj_dim``) and the other
+    embeddings of the hidden size (positions, token types, an encoder's own: Whisper's
+    ``encoder.embed_positions``, added to its convolutions' output).  Without them the
+    embeddings alone keep only their own width, and the hidden size behind a projection,
+    or of an encoder that does not start at the input embeddings, prunes, every norm
+    with it.
 
     Example:
         >>> from transformers import GPT2Config, GPT2LMHeadModel
         >>> hidden_size_keys(GPT2LMHeadModel(GPT2Config(n_embd=16, n_layer=1, n_head=2,
         ...                                             vocab_size=20, n_positions=8)))
-        ('transformer.wte',)
+        ('transformer.wte', 'transformer.wpe')
+        >>> from transformers import AlbertConfig, AlbertForMaskedLM
+        >>> hidden_size_keys(AlbertForMaskedLM(AlbertConfig(
+        ...     vocab_size=20, embedding_size=8, hidden_size=16, num_hidden_layers=1,
+        ...     num_attention_heads=2, intermediate_size=32)))
+        ('albert.embeddings.word_embeddings', 'albert.encoder.embedding_hidden_mapping_in')
     """
     try:
         embeddings = model.get_input_embeddings()
     except (AttributeError, NotImplementedError):
         return ()
-    return tuple(name for name, module in model.named_modules() if module is embeddings)
+    names = tuple(name for name, module in model.named_modules() if module is embeddings)
+    return names + _stream_starts(model, embeddings) if names else names
+
+
+def _stream_starts(model: nn.Module, embeddings: nn.Module) -> Tuple[str, ...]:
+    """Besides the input ``embeddings``, the modules of ``model`` that output the hidden
+    size (``config.hidden_size``, ``n_embd`` or ``d_model``) at the start of a residual
+    stream: a Linear from the embeddings' narrower width to it (ALBERT's
+    ``embedding_hidden_mapping_in``, ELECTRA's ``embeddings_project``, OPT's
+    ``project_in``), and every other ``nn.Embedding`` that wide (positions and token types,
+    added to the stream; Whisper's encoder's ``embed_positions``)."""
+    config = getattr(model, 'config', None)
+    hidden = next((getattr(config, name) for name in HIDDEN_SIZE_FIELDS
+                   if isinstance(getattr(config, name, None), int)), None)
+    if hidden is None:
+        return ()
+    width = getattr(embeddings, 'embedding_dim', hidden)
+    return tuple(name for name, module in model.named_modules() if module is not embeddings and (
+        (isinstance(module, nn.Embedding) and module.embedding_dim == hidden)
+        or (width != hidden and isinstance(module, nn.Linear) and module.in_features == width
+            and module.out_features == hidden)))
 
 
 def with_hidden_size_keys(model: nn.Module, keys: Union[None, str, Sequence[str]] = None
@@ -47,7 +79,7 @@ def with_hidden_size_keys(model: nn.Module, keys: Union[None, str, Sequence[str]
         >>> from transformers import GPT2Config, GPT2LMHeadModel
         >>> with_hidden_size_keys(GPT2LMHeadModel(GPT2Config(
         ...     n_embd=16, n_layer=1, n_head=2, vocab_size=20, n_positions=8)), 'lm_head')
-        ('lm_head', 'transformer.wte')
+        ('lm_head', 'transformer.wte', 'transformer.wpe')
     """
     keys = () if keys is None else (keys, ) if isinstance(keys, str) else tuple(keys)
     return keys + hidden_size_keys(model)
@@ -71,10 +103,10 @@ def warn_if_hidden_pruned(model: nn.Module, slim: nn.Module, caller: str) -> Non
 
 
 def warn_if_hidden_kept(model: nn.Module, groups: Any, caller: str) -> bool:
-    """Under ``hidden=True``: warn when the input embeddings' channels (the hidden size)
-    are in no prunable group, naming the reason (a headless encoder returns the hidden
-    states: ``channels of a model output``), since the option then changes nothing;
-    returns whether it warned."""
+    """Under ``hidden=True``: warn when channels of :func:`hidden_size_keys` (the hidden
+    size) are in no prunable group, naming the reason (a headless encoder returns the
+    hidden states: ``channels of a model output``), since the option then changes
+    nothing; returns whether it warned."""
     keys = hidden_size_keys(model)
     for group in groups.groups.values():
         # the keys are module-name prefixes, as except_start_keys are (DINOv2's

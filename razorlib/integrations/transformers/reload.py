@@ -243,6 +243,18 @@ def load_pruned(directory: Union[str, Path], model_class: Optional[type] = None,
             for cfg in channels:
                 slim_model(self, cfg, layer_kinds)
 
+        def _initialize_missing_keys(self, *args, **kwargs):
+            # transformers then initialises every module, each init a no-op on a loaded
+            # tensor, but some compute the value first, for the shapes the module has:
+            # Whisper's sinusoids(*embed_positions.weight.shape) refuses an odd width,
+            # which a pruned hidden size may be.  A module whose tensors were all loaded
+            # has nothing to initialise (a weight not loaded is refused after loading).
+            for module in self.modules():
+                tensors = list(module.parameters()) + list(module.buffers())
+                if tensors and all(getattr(t, '_is_hf_initialized', False) for t in tensors):
+                    module._is_hf_initialized = True  # pylint: disable=protected-access
+            return super()._initialize_missing_keys(*args, **kwargs)
+
     # transformers tells its own classes from custom code by ``__module__``
     # (``PreTrainedModel.is_custom_code``) and skips the checkpoint conversion mappings
     # (``embed_out`` -> ``lm_head`` of GPT-NeoX, ...) and changes how weights are
