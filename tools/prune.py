@@ -472,12 +472,14 @@ def load_supernet(args: argparse.Namespace) -> Pruned:
     anything.
 
     Raises:
-        ConfigError: a mistake in the arguments, the config or the subnet file, or a
-            checkpoint that is cut short or not of this supernet (``CheckpointError``).
+        ConfigError: a mistake in the arguments, the config or the subnet file, a model
+            ``input_shape`` other than the size of the config's images, or a checkpoint
+            that is cut short or not of this supernet (``CheckpointError``).
     """
     from razorlib.algorithms import AutoSlim
     from razorlib.engine.checkpoint_check import check_fits, read_checkpoint, state_dict_of
     from razorlib.engine.config import ConfigError, build_model, check_config, load_config
+    from razorlib.engine.data_check import check_config_input_shape
     from razorlib.utils.cli import merge_cfg_options
 
     if not args.checkpoint or not args.subnet:
@@ -496,6 +498,11 @@ def load_supernet(args: argparse.Namespace) -> Pruned:
                           'train.py) writes its slim.yaml and slim.pth itself, and --model '
                           'prunes a built-in model')
     check_fits(supernet, state, args.checkpoint)
+    # the FLOPs logged are counted on a 1 x input_shape batch: refused if the images the
+    # subnet was searched (scored) on, else trained on, are of another size
+    check_config_input_shape(supernet, cfg, 'val_dataloader' if cfg.get('val_dataloader')
+                             else 'train_dataloader',
+                             'the FLOPs and params logged for the dense and slim models')
     supernet.load_state_dict(state)
     dense = copy.deepcopy(supernet.architecture).eval()
     try:

@@ -243,37 +243,18 @@ def check_metric_keys(loop: BaseSearchLoop) -> None:
 
 
 def check_input_shape(loop: BaseSearchLoop) -> None:
-    """Refuse a supernet whose ``input_shape`` is not the size of the images its subnets
-    are scored on, read off one validation batch after the data preprocessor: every
-    subnet's FLOPs and params (what ``constraints`` and ``target_flops`` limit, and the
-    results report) are counted on a random ``1 x input_shape`` batch, so with another
-    size (the default ``(3, 224, 224)`` left in a config of 16x16 digits) each limit and
-    count would be that of other images, silently.  Images of several sizes (a list of
-    tensors) are not compared.
+    """Refuse a supernet whose ``input_shape`` is not the size of the validation images its
+    subnets are scored on (:func:`razorlib.engine.data_check.check_input_shape`): every
+    subnet's FLOPs and params, what ``constraints`` and ``target_flops`` limit and the
+    results report, are counted on a ``1 x input_shape`` batch.
 
     Raises:
         ConfigError: naming ``model.input_shape``, its value and the images' shape.
     """
-    import torch
+    from razorlib.engine import data_check
 
-    from razorlib.engine.config import ConfigError
-
-    model = loop.model
-    shape = getattr(model, 'input_shape', None)
-    batch = next(iter(loop.dataloader), None)
-    if shape is None or batch is None:
-        return
-    with torch.no_grad():
-        inputs = model.data_preprocessor(batch, False).get('inputs')
-    if not isinstance(inputs, torch.Tensor) or inputs.dim() != len(shape) + 1:
-        return
-    images = tuple(inputs.shape[1:])
-    if images != tuple(shape):
-        raise ConfigError(f'model.input_shape: {tuple(shape)}, but the val_dataloader gives '
-                          f'images of {images} (after the data preprocessor): the FLOPs and '
-                          'params the search limits, ranks and reports are counted on a 1 x '
-                          'input_shape batch, so they would be those of other images; set '
-                          f'model.input_shape={images}')
+    data_check.check_input_shape(loop.model, loop.dataloader, 'val_dataloader',
+                                 'the FLOPs and params the search limits, ranks and reports')
 
 
 def generations(state: Path) -> str:

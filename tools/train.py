@@ -66,8 +66,10 @@ def checked_config(args: argparse.Namespace) -> Config:
     read (a cut-short one) and fitted to it.
 
     Raises:
-        ConfigError: a config mistake, a ``--cfg-options`` key it does not have, or a value
-            the model's constructors refuse.
+        ConfigError: a config mistake, a ``--cfg-options`` key it does not have, a value
+            the model's constructors refuse, or a model ``input_shape`` other than the
+            size of the training images (read off one batch of the train_dataloader,
+            built for the check).
         CheckpointError: a checkpoint missing, cut short or of another model.
     """
     from mmengine.runner.checkpoint import find_latest_checkpoint
@@ -75,6 +77,7 @@ def checked_config(args: argparse.Namespace) -> Config:
     from razorlib.engine.checkpoint_check import check_fits, read_checkpoint, state_dict_of
     from razorlib.engine.config import (TRAIN_KEYS, ConfigError, build_model, check_config,
                                         load_config, set_work_dir)
+    from razorlib.engine.data_check import check_config_input_shape
     from razorlib.utils.cli import merge_cfg_options
 
     cfg = merge_cfg_options(load_config(args.config), args.cfg_options, error=ConfigError)
@@ -115,6 +118,10 @@ def checked_config(args: argparse.Namespace) -> Config:
             state = {name[len(prefix) + 1:]: value for name, value in state.items()
                      if name.startswith(f'{prefix}.')}
         check_fits(module, state, checkpoint, partial=True)
+    # a FLOPs or params target and the flops_M / params_M logged are counted on a 1 x
+    # input_shape batch: refused if the training images are of another size
+    check_config_input_shape(model, cfg, 'train_dataloader', 'the FLOPs and params its '
+                             'FLOPs/params targets prune to and ResourceEstimatorHook logs')
     return cfg
 
 

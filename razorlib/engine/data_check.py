@@ -9,7 +9,9 @@ build their loaders and read a first batch with these functions instead, so that
 mistake is one line naming the config key (``calib_dataloader.dataset: ...``) and
 nothing is written; prune, ptq and deploy then run on the loaders checked.  Each error
 is a :class:`ConfigError` whose message starts with the key; the tool puts the file or
-flag in front.
+flag in front.  tools/search.py, tools/prune.py and tools/train.py also check here that a
+model's ``input_shape`` (what its FLOPs and params are counted on) is the size of the
+images its data gives (:func:`check_input_shape`).
 
 Example:
     >>> build_loader(dict(batch_size=2, dataset=dict(type='DigitzDataset')),
@@ -20,16 +22,17 @@ Example:
 """
 from collections.abc import Sized
 from itertools import islice
-from typing import Any, Iterable, List, NamedTuple, Optional
+from typing import Any, Iterable, List, NamedTuple, Optional, Tuple
 
 import torch
+import torch.nn as nn
 from mmengine.registry import DefaultScope
 from mmengine.runner import Runner
 
 from ..models.data_preprocessor import pack_labels
 from ..registry import SCOPE
 from .config import BUILD_ERRORS, ConfigError, check_dataloader, message_of
-from .loops.bn_calibration import fresh_workers
+from .loops.bn_calibration import fresh_workers, seeded
 
 #: How a tool expects its batches, for the message of a batch it cannot read.
 BATCH_FORMAT = ("the tool reads dict batches of 'inputs' and 'data_samples', as "
@@ -151,3 +154,63 @@ def checked_loader(loader_cfg: Any, key: str, seed: Optional[int] = None,
     if labels_needed_by:
         batch_labels(batch, 0, key, labels_needed_by)
     return CheckedLoader(loader, batch)
+
+
+def input_shape_of(model: nn.Module) -> Optional[Tuple[int, ...]]:
+    """The ``input_shape`` a model counts its FLOPs and params on (AutoSlim, SPOS, DARTS,
+    the pruning algorithms), or None for a model without one."""
+    shape = getattr(model, 'input_shape', None)
+    return None if shape is None else tuple(shape)
+
+
+def check_input_shape(model: nn.Module, loader: Iterable, key: str, counted: str) -> None:
+    """Refuse a model whose ``input_shape`` is not the size of the images of ``loader``
+    (the config's ``key``), read off its first batch after the model's data preprocessor
+    (which may resize or crop): the model counts its FLOPs and params on a random ``1 x
+    input_shape`` batch, so with another size (the default ``(3, 224, 224)`` left in a
+    config of 16x16 digits) every count, and every FLOPs or params limit met, would be that
+    of other images, silently.  Images of several sizes (a list of tensors, which the
+    preprocessor pads to each batch's largest), batches of another format than a dict of
+    ``inputs`` (a tensor after the preprocessor), and models without ``input_shape`` are
+    not compared.  The batch is read under a fixed seed with the generators restored
+    after, so the check leaves the run's random state as it was.
+
+    Args:
+        counted: what counts on ``input_shape`` in the tool, for the message (``'the FLOPs
+            and params the search limits, ranks and reports'``).
+
+    Raises:
+        ConfigError: naming ``model.input_shape``, its value and the images' shape; or as
+            :func:`read_batches` does.
+    """
+    shape = input_shape_of(model)
+    if shape is None:
+        return
+    with seeded(0), torch.no_grad():
+        batch = read_batches(fresh_workers(loader), key, 1)[0]
+        if not (isinstance(batch, dict) and 'inputs' in batch
+                and isinstance(batch_inputs(batch, 0, key), torch.Tensor)):
+            return  # another batch format; images of several sizes, padded batch by batch
+        data = model.data_preprocessor(batch, False)
+    inputs = data.get('inputs') if isinstance(data, dict) else None
+    if not isinstance(inputs, torch.Tensor) or inputs.dim() != len(shape) + 1:
+        return
+    images = tuple(inputs.shape[1:])
+    if images != shape:
+        raise ConfigError(f'model.input_shape: {shape}, but the {key} gives images of '
+                          f'{images} (after the data preprocessor): {counted} are counted on '
+                          'a 1 x input_shape batch, so they would be those of other images; '
+                          f'set model.input_shape={images}')
+
+
+def check_config_input_shape(model: nn.Module, cfg: Any, key: str, counted: str) -> None:
+    """:func:`check_input_shape` on the config's ``key`` dataloader, built here for the
+    check (before the tool writes anything, seed 0: only the images' size is read) only
+    for a model with an ``input_shape`` and a config with that dataloader.
+
+    Raises:
+        ConfigError: as :func:`build_loader` and :func:`check_input_shape` do.
+    """
+    if input_shape_of(model) is None or cfg.get(key) is None:
+        return
+    check_input_shape(model, build_loader(cfg.get(key), key, 0), key, counted)
