@@ -51,6 +51,25 @@ def test_resource_estimator_counts_models_without_flops_params():
     assert hook.estimate(net) == {'flops_M': 16 * 8 * 27 / 1e6, 'params_M': 8 * 28 / 1e6}
 
 
+def test_resource_estimator_refuses_an_input_shape_the_model_does_not_count_on(tmp_path):
+    # input_shape=(3, 32, 32) was ignored for AutoSlim: flops_M was that of its own
+    # model.input_shape (3, 16, 16), logged as if counted at 32x32
+    runner = tiny_runner(tmp_path, f'shape_{tmp_path.name}', [
+        dict(type='ResourceEstimatorHook', interval=1, input_shape=(3, 32, 32))])
+    message = (r'^ResourceEstimatorHook: input_shape=\(3, 32, 32\), but AutoSlim counts its '
+               r'FLOPs and params itself \(flops_params\) on its model.input_shape=\(3, 16, '
+               r"16\); leave the hook's input_shape out, or set model.input_shape to count at "
+               r'another size$')
+    with pytest.raises(ValueError, match=message):
+        runner.train()
+    assert runner.iter == 0  # refused before the first step
+    with pytest.raises(ValueError, match=message):
+        ResourceEstimatorHook(input_shape=(3, 32, 32)).estimate(runner.model)
+    same = ResourceEstimatorHook(input_shape=(3, 16, 16)).estimate(runner.model)
+    assert same == ResourceEstimatorHook().estimate(runner.model)
+    assert same['flops_M'] == pytest.approx(runner.model.flops_params().flops / 1e6)
+
+
 def test_resource_estimator_leaves_the_global_rng_as_it_was():
     # a draw from the global RNG at every logged iteration changed what was trained
     net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1))
