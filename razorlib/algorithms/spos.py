@@ -20,6 +20,7 @@ from ..nas import FixedSubnet, NasMutator, fix_subnet
 from ..nas.mutables import Choice
 from ..registry import MODEL_WRAPPERS, MODELS
 from ..utils import Complexity, get_model_complexity
+from ..utils.checks import switch
 from ..utils.inputs import random_batch
 from .building import ModuleOrCfg, build_architecture, preprocessor_of, refuse_accumulation
 
@@ -138,7 +139,9 @@ class SPOS(OneShotSupernet):
     Args:
         architecture: the supernet or its config (e.g. an ``ImageClassifier`` with a
             ``SearchableShuffleNetV2`` backbone).
-        fair_sampling: FairNAS's strict fairness instead of one uniform path per step.
+        fair_sampling: FairNAS's strict fairness instead of one uniform path per step;
+            True or False only (``bool('no')`` would be True: a string from a config is
+            refused, naming the key).
         input_shape: ``(C, H, W)`` of one image, for FLOPs counting.
         data_preprocessor: a preprocessor or its config; default the architecture's.
         init_cfg: mmengine initialisation config.
@@ -164,6 +167,7 @@ class SPOS(OneShotSupernet):
                  input_shape: Sequence[int] = (3, 224, 224),
                  data_preprocessor: Optional[ModuleOrCfg] = None,
                  init_cfg: Optional[dict] = None):
+        fair_sampling = switch(fair_sampling, f'{type(self).__name__}: fair_sampling')
         super().__init__(architecture, input_shape, data_preprocessor, init_cfg)
         self.fair_sampling = fair_sampling
         # Train steps taken; with the run's seed it picks the subnets, and being a

@@ -151,3 +151,13 @@ def test_gradient_accumulation_is_refused_not_ignored():
     with pytest.raises(ValueError, match='SPOS steps the optimizer itself on every batch: '
                        'optim_wrapper.accumulative_counts must be 1, got 2'):
         model.train_step(batches()[0], accumulating)
+
+
+@pytest.mark.parametrize('value', ['no', 'False', 1, None])
+def test_fair_sampling_must_be_a_bool(value):
+    # bool('no') is True: a string from a config turned fair sampling on, silently
+    with pytest.raises(TypeError) as err:
+        SPOS(ARCH, fair_sampling=value, input_shape=(3, 8, 8))
+    assert str(err.value) == (f'SPOS: fair_sampling must be True or False, got {value!r} '
+                              f'({type(value).__name__})')
+    assert SPOS(ARCH, fair_sampling=True, input_shape=(3, 8, 8)).fair_sampling is True

@@ -76,6 +76,13 @@ def test_resuming_with_other_settings_names_the_setting(tmp_path, changed, messa
 @pytest.mark.parametrize('kwargs, message', [
     (dict(constraints=dict(latency=3)), r'constraints.latency: unknown constraint'),
     (dict(constraints=dict(flops=-1)), r'constraints.flops must be a positive number'),
+    # True was a limit of 1.0 FLOPs, which no subnet meets; NaN one no subnet is below
+    (dict(constraints=dict(flops=True)), r'constraints.flops must be a positive number, '
+     r'got True$'),
+    (dict(constraints=dict(params=NAN)), r'constraints.params must be a positive number, '
+     r'got nan$'),
+    (dict(constraints=[30000]), r"constraints must be a dict of limits \('flops', "
+     r"'params'\), got \[30000\]$"),
     (dict(constraints=dict(flops=100)), r'constraints: .* exclude even the narrowest'),
     (dict(top_k=9), r'top_k must be in \[1, num_candidates\], got 9'),
     (dict(num_mutation=4), r'num_mutation must be in \[0, num_candidates - num_crossover\]'),

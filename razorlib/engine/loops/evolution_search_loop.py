@@ -159,11 +159,22 @@ class EvolutionSearchLoop(BaseSearchLoop):
         self.rng = random.Random(self.seed)
 
     @staticmethod
-    def _check_constraints(constraints: Dict[str, float]) -> Dict[str, float]:
+    def _check_constraints(constraints: Mapping[str, float]) -> Dict[str, float]:
+        """The limits as floats, each a known key and a positive number: a bool (True is a
+        1.0 limit, which no subnet meets) and NaN (no subnet compares below it) are
+        refused, as every subnet would be excluded for a typo.
+
+        Raises:
+            ConfigError: naming ``constraints.<key>``.
+        """
+        if not isinstance(constraints, Mapping):
+            raise ConfigError(f'constraints must be a dict of limits {CONSTRAINT_KEYS}, got '
+                              f'{constraints!r}')
         for key, value in constraints.items():
             if key not in CONSTRAINT_KEYS:
                 raise ConfigError(f'constraints.{key}: unknown constraint; use {CONSTRAINT_KEYS}')
-            if not isinstance(value, (int, float)) or value <= 0:
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) \
+                    or not value > 0:
                 raise ConfigError(f'constraints.{key} must be a positive number, got {value!r}')
         return {key: float(value) for key, value in constraints.items()}
 
