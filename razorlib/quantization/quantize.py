@@ -3,6 +3,7 @@ from collections.abc import Mapping
 from typing import Any, Iterable, Optional, Union
 
 from ..ir import BaseGraph
+from ..ir.passes.format_parameter import split_shared_parameter
 from ..utils.caller import warn_at_caller
 from .dispatch import DispatchingTable, dispatch_graph
 from .platform import QUANTIZABLE_OP_TYPES, TargetPlatform, as_platform, is_quantized_platform
@@ -21,8 +22,11 @@ def quantize_graph(graph: BaseGraph, platform: Union[TargetPlatform, str],
                    ) -> BaseGraph:
     """Dispatch ``graph`` and turn its operations on ``platform`` into quantable ones.
 
-    Operations dispatched to FP32, FP16 or SOI stay plain operations.  The configs are
-    INITIAL (or FP32 for tensors that stay in floating point) and linked by the
+    Operations dispatched to FP32, FP16 or SOI stay plain operations.  A parameter that
+    an operation on ``platform`` shares with other operations (a module called twice,
+    quantized without the ``FormatParameter`` graph pass) is split first, one copy per
+    reader, so that each quantized reader bakes and keeps aside its own value.  The
+    configs are INITIAL (or FP32 for tensors that stay in floating point) and linked by the
     quantizer's link passes (run through a :class:`~razorlib.ir.PassManager`);
     calibration fills in their scales.
 
@@ -72,12 +76,29 @@ def quantize_graph(graph: BaseGraph, platform: Union[TargetPlatform, str],
     quantizer = quantizer_class(platform)(graph)
     dispatch_graph(graph, platform, dispatcher, dispatching_table)
     quantized = [op.name for op in graph.topological_sort() if op.platform is platform]
+    _split_quantized_parameters(graph, platform)
     for name in quantized:
         quantizer.quantize_operation(name)
     quantizer.link_configs()
     if not quantized:
         _warn_nothing_quantized(graph, platform)
     return graph
+
+
+def _split_quantized_parameters(graph: BaseGraph, platform: TargetPlatform) -> None:
+    """Give each operation on ``platform`` its own copy of a parameter it shares with
+    another operation (a module called twice, exported without ``FormatParameter``, as
+    with ``passes=()``).
+
+    A quantized operation keeps its parameters' fp32 values aside for itself (baking,
+    the PTQ passes' :meth:`~razorlib.ir.QuantableOperation.set_parameter_value`), so a
+    value shared with another reader would be parked by each reader in turn: a bias
+    corrected for one reader moved the other's, and ``dequantize_graph`` gave one
+    reader's quantized value back as the fp32 one.  The graph computes what it did.
+    """
+    for var in list(graph.variables.values()):
+        if var.is_parameter and any(op.platform is platform for op in var.dest_ops):
+            split_shared_parameter(graph, var)
 
 
 def _listed(names: Iterable[str]) -> str:

@@ -10,7 +10,7 @@ from onnx import numpy_helper
 
 from razorlib.ir import from_torch
 from razorlib.quantization import (AdaRound, BiasCorrection, MixedPrecision, QuantExecutor,
-                                   calibrate, export_graph, quantize_graph)
+                                   calibrate, export_graph, fake_quantize, quantize_graph)
 from razorlib.quantization.export import activation_ranges, float_layers, weights_off_trt_grid
 from razorlib.quantization.passes import keep_in_float, restore_quantized
 from ptq_helpers import batches, calibrated, float_graph
@@ -166,19 +166,22 @@ class _ReusedLinear(torch.nn.Module):
         return self.linear(torch.sigmoid(self.linear(x)))
 
 
-def test_a_parameter_a_float_layer_also_reads_is_refused_naming_both(tmp_path):
+def test_a_layer_reused_in_float_gets_its_own_float_weight(tmp_path):
     # the plain model held the weight on the INT8 layer's grid, which the FP32 layer then
-    # computed with: the executor's FP32 layer uses the float weight
+    # computed with (the executor's FP32 layer uses the float weight), so the export was
+    # refused; quantize_graph now gives each reader of the shared parameter its own copy
     torch.manual_seed(0)
-    x = torch.randn(2, 4)
-    graph = quantize_graph(from_torch(_ReusedLinear().eval(), x), 'TRT_INT8')
+    net, x = _ReusedLinear().eval(), torch.randn(2, 4)
+    graph = quantize_graph(from_torch(net, x), 'TRT_INT8')
     assert {name: op.platform.name for name, op in graph.operations.items()} == {
         'node_linear': 'TRT_INT8', 'node_sigmoid': 'FP32', 'node_linear_1': 'FP32'}
     calibrate(graph, [torch.randn(2, 4) for _ in range(3)], progress=False)
-    with pytest.raises(ValueError) as error:
-        export_graph(graph, tmp_path / 'net.onnx', 'TRT_JSON')
-    assert str(error.value) == (
-        "parameter 'linear.weight' is read with different values by operations 'node_linear' "
-        "and 'node_linear_1' (quantized differently, or one computes with its float value); "
-        'a plain ONNX model holds one value for it (export QDQ_ONNX instead)')
-    assert not (tmp_path / 'net.json').exists() and not (tmp_path / 'net.onnx').exists()
+    model = export_graph(graph, tmp_path / 'net.onnx', 'TRT_JSON')
+    initializers = {init.name: torch.from_numpy(numpy_helper.to_array(init).copy())
+                    for init in model.graph.initializer}
+    weights = {node.name: initializers[node.input[1]] for node in model.graph.node
+               if node.op_type == 'Gemm'}
+    int8_layer = graph.operations['node_linear']
+    assert torch.equal(weights['node_linear'],
+                       fake_quantize(net.linear.weight.detach(), int8_layer.input_quant_config[1]))
+    assert torch.equal(weights['node_linear_1'], net.linear.weight.detach())

@@ -1,10 +1,11 @@
 """FormatParameter: give every operation reading a shared parameter its own copy."""
 from ...registry import GRAPH_PASSES
 from ..graph import BaseGraph
+from ..variable import Variable
 from .base import GraphPass, PassResult
 from .common import constant_value, new_parameter
 
-__all__ = ['FormatParameter']
+__all__ = ['FormatParameter', 'split_shared_parameter']
 
 
 @GRAPH_PASSES.register_module(name=['FormatParameter', 'format_parameter'])
@@ -33,17 +34,24 @@ class FormatParameter(GraphPass):
 
     def call(self, graph: BaseGraph) -> PassResult:
         """Rewrite ``graph``; the result counts the copies made."""
-        copies = 0
-        for var in list(graph.variables.values()):
-            readers = list(dict.fromkeys(var.dest_ops))
-            # constant_value is None for a graph input too: its value is a default
-            if (constant_value(graph, var) is None or len(readers) < 2
-                    or var.name in graph.outputs):
-                continue
-            for op in readers[1:]:
-                copy = new_parameter(graph, var.name, var.value.clone())
-                for index, read in enumerate(op.inputs):
-                    if read is var:
-                        graph.replace_input(op, index, copy)
-                copies += 1
+        copies = sum(split_shared_parameter(graph, var) for var in list(graph.variables.values()))
         return PassResult.counted(graph, copies)
+
+
+def split_shared_parameter(graph: BaseGraph, var: Variable) -> int:
+    """Give every operation reading the constant parameter ``var``, but the first, a copy
+    of its own (in every input slot where it read ``var``); how many copies were made.
+
+    A parameter that is no constant (a graph input with a default value, produced by an
+    operation), or a graph output, stays shared: 0.
+    """
+    readers = list(dict.fromkeys(var.dest_ops))
+    # constant_value is None for a graph input too: its value is a default
+    if constant_value(graph, var) is None or len(readers) < 2 or var.name in graph.outputs:
+        return 0
+    for op in readers[1:]:
+        copy = new_parameter(graph, var.name, var.value.clone())
+        for index, read in enumerate(op.inputs):
+            if read is var:
+                graph.replace_input(op, index, copy)
+    return len(readers) - 1
