@@ -6,6 +6,7 @@ onnxruntime uses the fed tensor.  Kernels once baked such values in when they we
 BatchNormalization's scale into the Conv weight), so the feed was silently ignored.
 """
 import math
+import re
 
 import numpy as np
 import onnxruntime as ort
@@ -110,3 +111,27 @@ def test_a_default_replaced_by_one_of_another_shape_exports_that_shape():
     graph.inputs['shape'].value = torch.tensor([2, 3, 4])  # declared (2,), now (3,)
     declared = to_onnx(graph).graph.input[1].type.tensor_type.shape.dim
     assert [dim.dim_value for dim in declared] == [3]
+
+
+def test_inputs_with_defaults_may_be_left_out_of_a_positional_feed():
+    # onnxruntime runs a model whose initializers are also graph inputs (an export with
+    # keep_initializers_as_inputs=True) on its data input alone; the executor refused a
+    # lone tensor ("graph 'defaults' has 2 inputs ['x', 'scale']; got 1 tensors"), and so
+    # did quantize_onnx_model with a dataloader of plain tensors
+    model, feeds = CASES['conv_bn']
+    graph = from_onnx(model)
+    expected = _onnxruntime(model, {'x': feeds['x']})
+    x = torch.from_numpy(feeds['x'])
+    for inputs in (x, [x], (x, )):
+        assert np.abs(TorchExecutor(graph)(inputs)[0].numpy() - expected).max() < 1e-5
+
+
+def test_an_input_without_default_left_out_is_refused_naming_those_with_defaults():
+    model, feeds = CASES['conv_bn']
+    graph = from_onnx(model)
+    graph.inputs['x'].value = torch.from_numpy(feeds['x'])  # x has a default, scale none
+    graph.inputs['scale'].value = None
+    with pytest.raises(ValueError, match=re.escape(
+            "graph 'defaults' has 2 inputs ['x', 'scale']; got 1 tensors (the inputs ['x'] "
+            'have default values and may be left out, after the others)')):
+        TorchExecutor(graph)(torch.from_numpy(feeds['x']))

@@ -273,9 +273,16 @@ class TorchExecutor:
         if isinstance(inputs, torch.Tensor):
             inputs = [inputs]
         if not isinstance(inputs, Mapping):
-            if len(inputs) != len(names):
+            # as onnxruntime: inputs that hold a default (initializers listed among the
+            # graph inputs, as keep_initializers_as_inputs=True exports write them) may be
+            # left out at the end
+            if len(inputs) > len(names) or any(self.graph.inputs[name].value is None
+                                               for name in names[len(inputs):]):
+                defaults = [name for name in names if self.graph.inputs[name].value is not None]
                 raise ValueError(f'graph {self.graph.name!r} has {len(names)} inputs {names}; '
-                                 f'got {len(inputs)} tensors')
+                                 f'got {len(inputs)} tensors'
+                                 + (f' (the inputs {defaults} have default values and may be '
+                                    'left out, after the others)' if defaults else ''))
             inputs = dict(zip(names, inputs))
         env: Dict[str, Optional[torch.Tensor]] = {var.name: var.value
                                                   for var in self._constants}
