@@ -303,3 +303,64 @@ def test_adaround_refuses_options_of_the_wrong_type_by_name(options, message):
     # steps='5' failed in a bare '<' comparison
     with pytest.raises(TypeError, match=re.escape(message)):
         PTQ_PASSES.build(dict(type='AdaRound', **options))
+
+
+# the other PTQ passes: options checked when the pass is built, naming the option
+
+
+@pytest.mark.parametrize('options, error, message', [
+    # a bare name was read one character at a time, and refused after calibration as
+    # "no quantized weight layer named ['c', 'o', 'n', 'v']" (or centred nothing)
+    (dict(type='AdaRound', layers='conv'), TypeError,
+     "AdaRound: layers must be a list of layer names or None, got 'conv'; write [...] around"),
+    (dict(type='BiasCorrection', layers='conv'), TypeError,
+     "BiasCorrection: layers must be a list of layer names or None, got 'conv'; write [...]"),
+    (dict(type='ActivationCentering', clips='relu6'), TypeError,
+     "ActivationCentering: clips must be a list of Clip names or None, got 'relu6'; write"),
+    (dict(type='ActivationScaleSearch', scales='conv:in0'), TypeError,
+     "ActivationScaleSearch: scales must be a list of scale names or None, got 'conv:in0'"),
+    (dict(type='AdaRound', layers=[3]), TypeError,
+     'AdaRound: layers must be a list of layer names or None, got [3]'),
+    # accepted, then an IndexError or a silently different annealing in the Adam loop
+    (dict(type='AdaRound', beta=(20, )), TypeError,
+     'AdaRound: beta must be a pair (start, end), got (20,)'),
+    (dict(type='AdaRound', beta=('20', 2)), TypeError,
+     "AdaRound: beta must be a number, got '20' (str)"),
+    (dict(type='AdaRound', seed='0'), TypeError,
+     "AdaRound: seed must be an integer (a random seed), got '0' (str)"),
+    # refused by torch.optim.Adam, after calibration, as 'Invalid learning rate: -1.0'
+    (dict(type='AdaRound', lr=-1), ValueError,
+     'AdaRound: lr must be > 0 and reg_weight >= 0, got -1.0 and 10.0'),
+    # these failed in a bare "'<' not supported between instances of 'str' and 'int'"
+    (dict(type='BiasCorrection', steps='2'), TypeError,
+     "BiasCorrection: steps must be an integer (or None), got '2' (str)"),
+    (dict(type='BiasCorrection', steps=0), ValueError,
+     'BiasCorrection: steps must be at least 1, got 0'),
+    (dict(type='ActivationScaleSearch', steps=2.0), TypeError,
+     'ActivationScaleSearch: steps must be an integer (or None), got 2.0 (float)'),
+    (dict(type='LayerwiseEqualization', iterations='3'), TypeError,
+     "LayerwiseEqualization: iterations must be an integer (rounds at most), got '3' (str)"),
+    (dict(type='LayerwiseEqualization', max_factor='100'), TypeError,
+     "LayerwiseEqualization: max_factor must be a number, got '100' (str)"),
+    # a negative tolerance was accepted: every run went to the last round
+    (dict(type='LayerwiseEqualization', tolerance=-1), ValueError,
+     'LayerwiseEqualization: tolerance must be >= 0 and max_factor > 1, got -1.0 and 100.0'),
+])
+def test_ptq_passes_check_their_options_by_name(options, error, message):
+    with pytest.raises(error) as raised:
+        PTQ_PASSES.build(dict(options))
+    assert raised.value.args[0].startswith(message), raised.value.args[0]
+    # quantize_torch_model builds the passes before exporting anything
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 1))
+    with pytest.raises(error, match=re.escape('ptq_passes: ' + message)):
+        quantize_torch_model(net, [torch.randn(1, 3, 4, 4)], torch.randn(1, 3, 4, 4),
+                             progress=False, ptq_passes=[options])
+
+
+def test_ptq_passes_take_well_formed_options():
+    for options in (dict(type='AdaRound', layers=('a', 'b'), beta=[10, 1], seed=3),
+                    dict(type='BiasCorrection', steps=2, layers=['a']),
+                    dict(type='ActivationCentering', clips=['clip']),
+                    dict(type='ActivationScaleSearch', steps=1, scales=['a:in0']),
+                    dict(type='LayerwiseEqualization', iterations=2, tolerance=0, max_factor=10)):
+        PTQ_PASSES.build(options)

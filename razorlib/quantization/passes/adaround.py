@@ -22,7 +22,7 @@ from ...registry import PTQ_PASSES
 from ...utils.checks import integer_number, real_number
 from ..executor import QuantExecutor
 from ..functional import config_scale_offset
-from .base import PTQPass
+from .base import PTQPass, name_list
 from .layers import LayerRecord, kernel_output, record_layer, weight_layers
 
 logger = logging.getLogger(__name__)
@@ -105,9 +105,17 @@ class AdaRound(PTQPass):
         lr, reg_weight = (real_number(lr, 'AdaRound: lr'),
                           real_number(reg_weight, 'AdaRound: reg_weight'))
         warmup = real_number(warmup, 'AdaRound: warmup', 'a share of the steps')
+        if isinstance(beta, str) or not isinstance(beta, Sequence) or len(beta) != 2:
+            raise TypeError(f'AdaRound: beta must be a pair (start, end), got {beta!r}')
+        beta = tuple(real_number(value, 'AdaRound: beta') for value in beta)
+        layers = name_list(layers, 'AdaRound: layers')
+        seed = integer_number(seed, 'AdaRound: seed', 'a random seed')
         if steps < 1 or batch_size < 1 or not 0 <= warmup < 1:
             raise ValueError(f'AdaRound: steps and batch_size must be >= 1 and warmup in '
                              f'[0, 1), got {steps}, {batch_size}, {warmup}')
+        if lr <= 0 or reg_weight < 0:  # else torch.optim.Adam refuses lr after calibration
+            raise ValueError(f'AdaRound: lr must be > 0 and reg_weight >= 0, got {lr} and '
+                             f'{reg_weight}')
         self.steps, self.batch_size, self.lr = steps, batch_size, lr
         self.reg_weight, self.beta, self.warmup = reg_weight, tuple(beta), warmup
         self.layers, self.seed = layers, seed

@@ -13,7 +13,7 @@ so they take the batches when called and are registered in their own registry,
 """
 import abc
 import logging
-from typing import Any, ClassVar, List, Sequence, Tuple, Union
+from typing import Any, ClassVar, List, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -24,7 +24,8 @@ from ..state import check_calibrated, quantable_operations, uncalibrated_configs
 
 logger = logging.getLogger(__name__)
 
-__all__ = ['PTQPass', 'STAGES', 'build_ptq_pass', 'build_ptq_passes', 'run_ptq_passes']
+__all__ = ['PTQPass', 'STAGES', 'build_ptq_pass', 'build_ptq_passes', 'name_list',
+           'run_ptq_passes']
 
 STAGES = ('float', 'calibrated')
 """When a pass runs: on the FP32 graph before quantizing, or after calibration."""
@@ -93,6 +94,40 @@ class PTQPass(abc.ABC):
 
     def __repr__(self) -> str:
         return type(self).__name__
+
+
+def name_list(value: Any, name: str, what: str = 'layer') -> Optional[Tuple[str, ...]]:
+    """``value``, a list of names or None, as a tuple.
+
+    A pass's option that picks what it works on (``layers``, ``clips``, ``scales``) is
+    checked when the pass is built, before any calibration: a bare name would be read
+    one character at a time, and refused after calibration as names like ``'c'``.
+
+    Args:
+        value: what was given.
+        name: the option, for the message (``'AdaRound: layers'``).
+        what: what the names name, for the message.
+
+    Raises:
+        TypeError: ``value`` is a string, or no list of strings.
+
+    Example:
+        >>> name_list(['conv1', 'fc'], 'AdaRound: layers')
+        ('conv1', 'fc')
+        >>> name_list('conv1', 'AdaRound: layers')
+        Traceback (most recent call last):
+        ...
+        TypeError: AdaRound: layers must be a list of layer names or None, got 'conv1'; \
+write [...] around a single name
+    """
+    if value is None:
+        return None
+    if (isinstance(value, str) or not isinstance(value, Sequence)
+            or not all(isinstance(item, str) for item in value)):
+        raise TypeError(f'{name} must be a list of {what} names or None, got {value!r}'
+                        + ('; write [...] around a single name' if isinstance(value, str)
+                           else ''))
+    return tuple(value)
 
 
 def build_ptq_pass(spec: Any) -> PTQPass:

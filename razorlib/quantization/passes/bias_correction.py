@@ -22,8 +22,9 @@ import torch
 
 from ...ir import BaseGraph, PassResult
 from ...registry import PTQ_PASSES
+from ...utils.checks import integer_number
 from ..executor import QuantExecutor
-from .base import PTQPass
+from .base import PTQPass, name_list
 from .layers import kernel_output, output_channel_axis, record_layer, weight_layers
 
 logger = logging.getLogger(__name__)
@@ -77,9 +78,9 @@ class BiasCorrection(PTQPass):
 
     def __init__(self, steps: Optional[int] = None,
                  layers: Optional[Sequence[str]] = None) -> None:
-        if steps is not None and steps < 1:
-            raise ValueError(f'BiasCorrection: steps must be at least 1, got {steps}')
-        self.steps, self.layers = steps, layers
+        if steps is not None:
+            steps = integer_number(steps, 'BiasCorrection: steps', 'or None', minimum=1)
+        self.steps, self.layers = steps, name_list(layers, 'BiasCorrection: layers')
 
     def call(self, graph: BaseGraph, batches: list, device) -> PassResult:
         """Correct every weight layer with a bias; ``changes`` counts them."""

@@ -39,7 +39,7 @@ from ...registry import PTQ_PASSES
 from ..functional import fake_quantize
 from ..lsq import follow_passive_scales
 from ..quantizers.formats import fp32_config
-from .base import PTQPass
+from .base import PTQPass, name_list
 from .layers import clip_from_zero, is_channel_layer, sole_reader
 
 logger = logging.getLogger(__name__)
@@ -233,7 +233,7 @@ class ActivationCentering(PTQPass):
     """
 
     def __init__(self, clips: Optional[List[str]] = None, explicit_pads: bool = False) -> None:
-        self.clips = None if clips is None else list(clips)
+        self.clips = name_list(clips, 'ActivationCentering: clips', 'Clip')
         self.explicit_pads = bool(explicit_pads)
 
     def call(self, graph: BaseGraph, batches: list, device) -> PassResult:

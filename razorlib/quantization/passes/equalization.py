@@ -18,6 +18,7 @@ import torch
 
 from ...ir import BaseGraph, Operation, PassResult
 from ...registry import PTQ_PASSES
+from ...utils.checks import integer_number, real_number
 from .base import PTQPass
 from .layers import is_channel_layer, sole_reader
 
@@ -176,9 +177,13 @@ class LayerwiseEqualization(PTQPass):
 
     def __init__(self, iterations: int = 10, tolerance: float = 1e-3,
                  max_factor: float = 100.0) -> None:
-        if iterations < 1 or max_factor <= 1:
-            raise ValueError(f'LayerwiseEqualization: iterations must be >= 1 and max_factor '
-                             f'> 1, got {iterations} and {max_factor}')
+        iterations = integer_number(iterations, 'LayerwiseEqualization: iterations',
+                                    'rounds at most', minimum=1)
+        tolerance = real_number(tolerance, 'LayerwiseEqualization: tolerance')
+        max_factor = real_number(max_factor, 'LayerwiseEqualization: max_factor')
+        if tolerance < 0 or max_factor <= 1:
+            raise ValueError(f'LayerwiseEqualization: tolerance must be >= 0 and max_factor '
+                             f'> 1, got {tolerance} and {max_factor}')
         self.iterations, self.tolerance, self.max_factor = iterations, tolerance, max_factor
 
     def call(self, graph: BaseGraph, batches: list, device) -> PassResult:

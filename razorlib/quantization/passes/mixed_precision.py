@@ -28,7 +28,7 @@ from ..analysis import SNRMeter, analyse_error
 from ..executor import QuantExecutor
 from ..quantizers.formats import fp32_config
 from ..state import dequantized
-from .base import PTQPass
+from .base import PTQPass, name_list
 from .layers import weight_layers
 
 logger = logging.getLogger(__name__)
@@ -172,11 +172,7 @@ class MixedPrecision(PTQPass):
         for name, value, least in (('max_layers', max_layers, 0), ('steps', steps, 1)):
             if value is not None:
                 integer_number(value, f'MixedPrecision: {name}', 'or None', minimum=least)
-        if layers is not None and (isinstance(layers, str) or not isinstance(layers, Sequence)
-                                   or not all(isinstance(name, str) for name in layers)):
-            raise TypeError(f'MixedPrecision: layers must be a list of layer names or None, '
-                            f'got {layers!r}' + ('; write [...] around a single name'
-                                                 if isinstance(layers, str) else ''))
+        layers = name_list(layers, 'MixedPrecision: layers')
         self.target_snr_db, self.metric, self.max_drop = target_snr_db, metric, max_drop
         self.max_layers, self.steps, self.layers = max_layers, steps, layers
 

@@ -25,11 +25,12 @@ import torch
 
 from ...ir import BaseGraph, PassResult, TensorQuantizationConfig
 from ...registry import PTQ_PASSES
+from ...utils.checks import integer_number
 from ..analysis import SNRMeter
 from ..executor import QuantExecutor
 from ..lsq import follow_passive_scales
 from ..state import dequantized, quantable_operations
-from .base import PTQPass
+from .base import PTQPass, name_list
 
 logger = logging.getLogger(__name__)
 
@@ -115,10 +116,10 @@ class ActivationScaleSearch(PTQPass):
         if not spans or any(span <= 1 for span in spans) or points < 3 or points % 2 == 0:
             raise ValueError(f'ActivationScaleSearch: spans must be > 1 (at least one) and '
                              f'points odd and >= 3, got {spans} and {points}')
-        if steps is not None and steps < 1:
-            raise ValueError(f'ActivationScaleSearch: steps must be at least 1, got {steps}')
+        if steps is not None:
+            steps = integer_number(steps, 'ActivationScaleSearch: steps', 'or None', minimum=1)
         self.spans, self.points, self.steps = tuple(spans), points, steps
-        self.scales = scales
+        self.scales = name_list(scales, 'ActivationScaleSearch: scales', 'scale')
 
     def call(self, graph: BaseGraph, batches: list, device) -> PassResult:
         """Search the scales; ``changes`` counts those that moved, and
