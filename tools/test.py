@@ -52,14 +52,16 @@ def checked_config(args: argparse.Namespace) -> 'Config':
     from the config, as the Runner will build it, and loaded into it.
 
     Raises:
-        ConfigError: a config mistake, a ``--cfg-options`` key it does not have, or a value
-            the model's constructors refuse.
+        ConfigError: a config mistake, a ``--cfg-options`` key it does not have, a value
+            the model's constructors refuse, or a model ``input_shape`` other than the
+            size of the test images (read off one batch of the test_dataloader).
         CheckpointError: a checkpoint missing, cut short or of another model.
     """
     from razorlib.engine.checkpoint_check import (check_fits, check_loads, read_checkpoint,
                                                   state_dict_of)
     from razorlib.engine.config import (TEST_KEYS, ConfigError, build_model, check_config,
                                         load_config)
+    from razorlib.engine.data_check import check_config_input_shape
     from razorlib.utils.cli import merge_cfg_options
 
     cfg = merge_cfg_options(load_config(args.config), args.cfg_options, error=ConfigError)
@@ -68,6 +70,10 @@ def checked_config(args: argparse.Namespace) -> 'Config':
     model = build_model(cfg)
     check_fits(model, state, args.checkpoint)
     check_loads(model, state, args.checkpoint)
+    # the flops_M / params_M ResourceEstimatorHook logs beside the test metrics are
+    # counted on a 1 x input_shape batch: refused if the test images are of another size
+    check_config_input_shape(model, cfg, 'test_dataloader',
+                             'the FLOPs and params ResourceEstimatorHook logs')
     return cfg
 
 

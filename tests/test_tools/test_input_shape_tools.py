@@ -1,7 +1,8 @@
-"""tools/train.py and tools/prune.py refuse a model whose input_shape is not the size of the
-images of its config, as tools/search.py does (tests/test_tools/test_search_input_shape.py):
-the FLOPs and params they log, and the FLOPs targets a pruning run prunes to, are counted on
-a 1 x input_shape batch, so with another size they would be those of other images."""
+"""tools/train.py, tools/prune.py and tools/test.py refuse a model whose input_shape is not
+the size of the images of its config, as tools/search.py does
+(tests/test_tools/test_search_input_shape.py): the FLOPs and params they log, and the FLOPs
+targets a pruning run prunes to, are counted on a 1 x input_shape batch, so with another
+size they would be those of other images."""
 import torch
 from mmengine.config import Config
 from mmengine.registry import init_default_scope
@@ -54,3 +55,16 @@ def test_prune_refuses_an_input_shape_other_than_the_images(
     assert not (tmp_path / 'new').exists()
     assert tool.main([*args, '--work-dir', str(tmp_path / 'ok')]) == 0
     assert (tmp_path / 'ok' / 'slim.pth').is_file()
+
+
+def test_test_refuses_an_input_shape_other_than_the_test_images(
+        tiny_supernet, tmp_path, monkeypatch):
+    # ResourceEstimatorHook logged the tested model's flops_M at 32x32 beside its metrics
+    tool = load_tool('test')
+    log = LogCapture(tool, monkeypatch)
+    assert tool.main([str(TINY), str(tiny_supernet), '--work-dir', str(tmp_path / 'new' / 'w'),
+                      '--cfg-options', WRONG]) == 2
+    assert log.messages == [f'{TINY}: ' + SAID.format(key='test_dataloader') + (
+        'the FLOPs and params ResourceEstimatorHook logs are counted on a 1 x input_shape '
+        'batch, so they would be those of other images; set model.input_shape=(3, 16, 16)')]
+    assert not (tmp_path / 'new').exists()
