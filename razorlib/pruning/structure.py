@@ -634,10 +634,11 @@ class StructurePruner(metaclass=ABCMeta):
                 self.subnet_from_channel_config(channel_cfg)
             else:
                 check_channel_config(
-                    supernet, channel_cfg, example_inputs, self.kinds,
-                    f'{type(self).__name__}.deploy_subnet', 'pass example_inputs= it runs on',
-                    'a random 1x3x224x224 image' if example_inputs is None else
-                    'the example inputs')
+                    supernet, channel_cfg, example_inputs, layer_kinds=self.kinds,
+                    who=f'{type(self).__name__}.deploy_subnet',
+                    retry='pass example_inputs= it runs on',
+                    inputs_said='a random 1x3x224x224 image' if example_inputs is None
+                    else 'the example inputs')
         except ValueError as err:
             if named is None:
                 raise

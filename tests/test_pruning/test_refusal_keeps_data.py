@@ -149,6 +149,11 @@ def test_the_dense_model_is_counted_once(monkeypatch, pruner, budget):
     slim = razorlib.prune(net(), X, data=iter(batches()), pruner=pruner, **budget)
     assert counted == [True]
     assert sum(p.numel() for p in slim.parameters()) < sum(p.numel() for p in net().parameters())
+    if pruner == 'ImportancePruner':  # the greedy path starts at the dense model: not again
+        counted.clear()
+        razorlib.prune(net(), X, data=iter(batches()), sensitivity=dict(greedy=True, steps=4),
+                       **budget)
+        assert counted == [True]
 
 
 @pytest.mark.parametrize('greedy', [False, True])

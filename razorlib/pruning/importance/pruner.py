@@ -255,7 +255,7 @@ class ImportancePruner(StructurePruner):
             options = dict(self.sensitivity)
             orders = {gid: np.argsort(-group, kind='stable') for gid, group in scores.items()}
             if options.pop('greedy', False):
-                cost, until = self._greedy_cost(orders, ratio)
+                cost, until = self._greedy_cost(orders, ratio, dense)
                 path = measure_greedy_path(self, orders, data, cost, loss_fn, self.rule,
                                            until=until, **options)
             else:
@@ -266,11 +266,13 @@ class ImportancePruner(StructurePruner):
                         example_inputs=self._example_inputs, runtime=self.runtime,
                         sensitivity=table, path=path, dense=dense)
 
-    def _greedy_cost(self, orders: Mapping[str, np.ndarray], ratio: Optional[float]
+    def _greedy_cost(self, orders: Mapping[str, np.ndarray], ratio: Optional[float],
+                     dense: Optional[Complexity] = None
                      ) -> Tuple[Callable[[Dict[str, int]], float], Optional[float]]:
         """``(cost, until)`` of the greedy path for this pruner's budget: the channels
         kept for a ratio, params for ``params``, FLOPs for ``flops`` and for ``latency``
-        (whose path runs to the end: the latency search measures its candidates)."""
+        (whose path runs to the end: the latency search measures its candidates);
+        ``dense``: the dense model's complexity where :meth:`check_budget` counted it."""
         if ratio is not None:
             total = sum(self.groups.prunable[gid].num_channels for gid in orders)
             return (lambda counts: float(sum(counts.values()))), ratio * total
@@ -280,6 +282,9 @@ class ImportancePruner(StructurePruner):
         full = {gid: np.ones(g.num_channels, dtype=bool) for gid, g in groups.items()}
 
         measured: Dict[tuple, float] = {}  # the path starts at the dense model, counted once
+        if dense is not None:
+            measured[tuple(sorted((gid, groups[gid].num_channels) for gid in orders))] = \
+                float(getattr(dense, metric))
 
         def cost(counts: Dict[str, int]) -> float:
             key = tuple(sorted(counts.items()))

@@ -117,7 +117,7 @@ class AdaRound(PTQPass):
             raise ValueError(f'AdaRound: lr must be > 0 and reg_weight >= 0, got {lr} and '
                              f'{reg_weight}')
         self.steps, self.batch_size, self.lr = steps, batch_size, lr
-        self.reg_weight, self.beta, self.warmup = reg_weight, tuple(beta), warmup
+        self.reg_weight, self.beta, self.warmup = reg_weight, beta, warmup
         self.layers, self.seed = layers, seed
 
     def call(self, graph: BaseGraph, batches: list, device) -> PassResult:
